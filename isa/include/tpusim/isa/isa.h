@@ -1,0 +1,92 @@
+// The tpusim ISA: opcodes, operand layouts, encode and decode. Everything here is derived from isa.def.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace tpusim::isa {
+
+// Base of every error the isa library reports; what() is one line, prefixed with where (file:line:col, byte
+// offset of a binary, ...).
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class Op : uint8_t {
+#define X(ENUM, OPCODE, MNEMONIC, UNIT, OPERANDS, SEMANTICS, TIMING) ENUM = OPCODE,
+#include "tpusim/isa/isa.def"
+#undef X
+};
+
+// The queue that executes an instruction. Core instructions run in the dispatch core itself.
+enum class Unit : uint8_t { Core, DmaIn, DmaOut, Mxu, Vpu };
+inline constexpr int kNumUnits = 5;
+const char* unit_name(Unit u);  // "core", "dmain", "dmaout", "mxu", "vpu"
+
+enum class DType : uint8_t { I8 = 0, I32 = 1, BF16 = 2, F32 = 3 };
+inline constexpr int kNumDTypes = 4;
+int dtype_size(DType t);                              // bytes per element
+const char* dtype_name(DType t);                      // "i8", "i32", "bf16", "f32"
+std::optional<DType> dtype_from_name(std::string_view name);  // also accepts "int8", "int32", "float32", ...
+
+enum class OperandKind : uint8_t { Reg, Imm, UImm, Target, DType, Sem, Flag };
+
+struct OperandDesc {
+  std::string name;
+  OperandKind kind;
+  int width;   // bits in the encoding
+  int shift;   // bit position of the field's LSB
+};
+
+inline constexpr int kMaxOperands = 16;
+inline constexpr int kNumRegs = 32;
+inline constexpr int kNumSems = 32;  // s1..s31 usable; 0 means "none"
+
+struct InstrDesc {
+  Op op;
+  uint8_t opcode;
+  std::string mnemonic;
+  Unit unit;
+  std::array<OperandDesc, kMaxOperands> operands;
+  int num_operands;  // for unit instructions the last two are `wait` and `signal`
+  std::string semantics;
+  std::string timing;
+
+  // Index of the operand called `name`, or -1.
+  int operand_index(std::string_view name) const;
+};
+
+// The whole table, in table order.
+std::span<const InstrDesc> instructions();
+// The description of `op`; every Op has one.
+const InstrDesc& describe(Op op);
+// The description of an opcode byte, or nullptr if no instruction has it.
+const InstrDesc* describe_opcode(uint8_t opcode);
+const InstrDesc* describe_mnemonic(std::string_view mnemonic);
+
+// A decoded instruction: operand values in table order (registers as their index, flags as 0/1).
+struct Instr {
+  Op op = Op::NOP;
+  std::array<int64_t, kMaxOperands> f{};
+
+  const InstrDesc& desc() const { return describe(op); }
+  bool operator==(const Instr&) const = default;
+};
+
+using Word = uint64_t;
+
+// Throws isa::Error if a value does not fit its field.
+Word encode(const Instr& in);
+// Throws isa::Error on an unknown opcode or set bits outside every field.
+Instr decode(Word w);
+
+// One line of assembly for one instruction, e.g. "mxu.mm r3, r4, r5, r6, bf16, accumulate, wait=s1".
+// Branch targets print as absolute instruction indices; the assembler reads this syntax back.
+std::string format(const Instr& in);
+
+}  // namespace tpusim::isa

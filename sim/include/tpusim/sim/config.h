@@ -1,0 +1,84 @@
+// The simulated chip's architecture, as a run-time value (DESIGN.md decision 6).
+//
+// Each unit declares its own parameters (name, default, unit, help) next to the code that reads them; the
+// presets in configs/*.ini, `--config FILE.ini` and `--set section.key=value` all go through those declarations,
+// so an unknown key is an error and `tpusim config --show` lists every parameter with its help.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tpusim::sim {
+
+// Every error the sim library reports (bad configuration, run-time faults, deadlock); what() is one line.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct ChipParams {
+  std::string name;     // chip.name
+  double clock_mhz;     // chip.clock_mhz
+};
+struct CoreParams {
+  int queue_depth;      // core.queue_depth: entries in each unit's instruction queue
+};
+struct MxuParams {
+  int rows;             // mxu.rows: PE rows = the K extent of a weight tile
+  int cols;             // mxu.cols: PE columns = the N extent of a weight tile
+  int acc_rows;         // mxu.acc_rows: accumulator memory depth, rows of mxu.cols 32-bit words
+};
+struct VpuParams {
+  int lanes;            // vpu.lanes
+  int sublanes;         // vpu.sublanes
+  int latency;          // vpu.latency: pipeline cycles added to each instruction
+};
+struct DmaParams {
+  int latency;          // dma.latency: cycles from issue to first byte
+};
+struct HbmParams {
+  uint64_t size_mib;    // hbm.size_mib
+  double bandwidth_gbs; // hbm.bandwidth_gbs: GB/s (1e9 bytes per second)
+};
+struct VmemParams {
+  uint64_t size_kib;    // vmem.size_kib
+};
+
+struct ChipConfig {
+  ChipParams chip;
+  CoreParams core;
+  MxuParams mxu;
+  VpuParams vpu;
+  DmaParams dma;
+  HbmParams hbm;
+  VmemParams vmem;
+
+  // Derived quantities, computed here only.
+  double hbm_bytes_per_cycle() const { return hbm.bandwidth_gbs * 1e3 / chip.clock_mhz; }
+  uint64_t hbm_bytes() const { return hbm.size_mib << 20; }
+  uint64_t vmem_bytes() const { return vmem.size_kib << 10; }
+  double seconds(uint64_t cycles) const { return static_cast<double>(cycles) / (chip.clock_mhz * 1e6); }
+};
+
+// One parameter as `tpusim config --show` prints it.
+struct ParamInfo {
+  std::string key;            // "mxu.rows"
+  std::string value;
+  std::string default_value;
+  std::string unit;           // "PEs", "cycles", "GB/s", ...
+  std::string help;
+};
+
+std::vector<std::string> preset_names();            // "v1-like", "v4-like", "edge", ...
+const std::string& default_preset();                // the one used when no --config is given
+std::string preset_text(const std::string& name);   // the preset's INI text; throws Error if unknown
+
+// `source` is a preset name or the path of an INI file (one [section] per unit); `sets` are "section.key=value"
+// overrides applied afterwards. Throws Error on an unknown preset, missing file, unknown key or bad value.
+ChipConfig load_config(const std::string& source, const std::vector<std::string>& sets = {});
+std::vector<ParamInfo> describe(const ChipConfig& cfg);
+// Symbols a kernel may use (MXU_ROWS, MXU_COLS, ACC_ROWS, VMEM_BYTES, ...), passed to the assembler.
+std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cfg);
+
+}  // namespace tpusim::sim
