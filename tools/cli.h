@@ -1,0 +1,25 @@
+// Pieces of the tpusim command-line program shared between its files.
+#pragma once
+
+#include <ostream>
+#include <stdexcept>
+
+#include "tpusim/isa/program.h"
+#include "tpusim/sim/chip.h"
+#include "tpusim/sim/config.h"
+
+namespace tpusim::cli {
+
+// A mistake in the command line itself (exit code 2; other errors exit with 1).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The table `tpusim run` prints: cycles, simulated time, and each unit's instructions, busy cycles and utilisation.
+void print_summary(std::ostream& os, const isa::Program& p, const sim::ChipConfig& cfg, const sim::RunStats& s);
+// Every parameter with its value, unit, default and help (`tpusim config --show`).
+void print_config(std::ostream& os, const sim::ChipConfig& cfg);
+// The built-in demo; returns the exit code (0 when every result matches its reference).
+int run_demo(std::ostream& os, const sim::ChipConfig& cfg);
+
+}  // namespace tpusim::cli

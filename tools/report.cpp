@@ -1,0 +1,42 @@
+#include <iomanip>
+
+#include "cli.h"
+
+namespace tpusim::cli {
+
+void print_summary(std::ostream& os, const isa::Program& p, const sim::ChipConfig& cfg, const sim::RunStats& s) {
+  os << "program " << (p.name.empty() ? "(unnamed)" : p.name) << " on " << cfg.chip.name << " ("
+     << cfg.mxu.rows << "x" << cfg.mxu.cols << " MXU, " << cfg.chip.clock_mhz << " MHz)\n";
+  os << "  cycles " << s.cycles << ", simulated time " << std::setprecision(4) << s.seconds * 1e6 << " us\n";
+  os << "  " << std::left << std::setw(8) << "unit" << std::right << std::setw(14) << "instructions"
+     << std::setw(14) << "busy cycles" << std::setw(13) << "utilisation" << std::setw(16) << "semaphore wait"
+     << "\n";
+  for (int u = 0; u < isa::kNumUnits; ++u) {
+    const sim::UnitStats& us = s.units[u];
+    os << "  " << std::left << std::setw(8) << isa::unit_name(static_cast<isa::Unit>(u)) << std::right
+       << std::setw(14) << us.instructions << std::setw(14) << us.busy_cycles << std::setw(12) << std::fixed
+       << std::setprecision(1) << 100.0 * us.utilization << "%" << std::setw(16) << us.wait_sem_cycles << "\n";
+    os.unsetf(std::ios::fixed);
+  }
+  os << "  MXU MAC utilisation " << std::fixed << std::setprecision(1) << 100.0 * s.mxu_mac_utilization << "% ("
+     << s.mxu_macs << " MACs); HBM read " << s.hbm_bytes_read << " B, written " << s.hbm_bytes_written << " B\n";
+  os.unsetf(std::ios::fixed);
+}
+
+void print_config(std::ostream& os, const sim::ChipConfig& cfg) {
+  auto params = sim::describe(cfg);
+  size_t kw = 4, vw = 5, uw = 4, dw = 7;
+  for (const auto& p : params) {
+    kw = std::max(kw, p.key.size());
+    vw = std::max(vw, p.value.size());
+    uw = std::max(uw, p.unit.size());
+    dw = std::max(dw, p.default_value.size());
+  }
+  os << std::left << std::setw(kw + 2) << "key" << std::setw(vw + 2) << "value" << std::setw(uw + 2) << "unit"
+     << std::setw(dw + 2) << "default" << "help\n";
+  for (const auto& p : params)
+    os << std::setw(kw + 2) << p.key << std::setw(vw + 2) << p.value << std::setw(uw + 2) << p.unit
+       << std::setw(dw + 2) << p.default_value << p.help << "\n";
+}
+
+}  // namespace tpusim::cli

@@ -1,0 +1,270 @@
+// tpusim: the command-line program. Thin: parsing and printing; the work is in the libraries.
+#include <boost/program_options.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "tpusim/isa/assembler.h"
+#include "tpusim/runtime/runtime.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using namespace tpusim;
+
+namespace tpusim::cli {
+namespace {
+
+const char* kUsage =
+    "usage: tpusim <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  demo                         run the built-in demo (a GEMM kernel and a small MLP) and check the results\n"
+    "  run FILE                     run a kernel (.s), a model (.onnx) or a program (.tpub)\n"
+    "  asm FILE.s -o FILE.tpub      assemble a kernel into the binary program format\n"
+    "  disasm FILE.tpub [-o FILE.s] disassemble a program\n"
+    "  compile FILE.onnx -o FILE.tpub  compile an ONNX model\n"
+    "  config --list | --show [NAME]   list the chip presets, or show every parameter of one\n"
+    "\n"
+    "`tpusim <command> --help` lists a command's options.\n";
+
+// Options every command that builds a chip shares: --config and --set.
+po::options_description chip_options(std::string& config, std::vector<std::string>& sets) {
+  po::options_description d("chip");
+  d.add_options()
+      ("config", po::value(&config)->default_value(sim::default_preset()), "preset name or INI file")
+      ("set", po::value(&sets)->composing(), "override one parameter: section.key=value (repeatable)");
+  return d;
+}
+
+std::map<std::string, int64_t> parse_defines(const std::vector<std::string>& defs) {
+  std::map<std::string, int64_t> out;
+  for (const auto& d : defs) {
+    auto eq = d.find('=');
+    if (eq == std::string::npos || eq == 0) throw UsageError("-D expects NAME=VALUE, got '" + d + "'");
+    std::string value = d.substr(eq + 1);
+    try {
+      size_t used = 0;
+      out[d.substr(0, eq)] = std::stoll(value, &used, 0);
+      if (used != value.size()) throw std::invalid_argument(value);
+    } catch (const std::logic_error&) {
+      throw UsageError("-D " + d.substr(0, eq) + ": '" + value + "' is not an integer");
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<int64_t>> parse_shapes(const std::vector<std::string>& specs) {
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const auto& s : specs) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos) throw UsageError("--shape expects NAME=D0,D1,..., got '" + s + "'");
+    std::vector<int64_t> dims;
+    std::string rest = s.substr(eq + 1);
+    for (size_t pos = 0; pos <= rest.size();) {
+      size_t comma = rest.find(',', pos);
+      std::string tok = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      try {
+        dims.push_back(std::stoll(tok));
+      } catch (const std::logic_error&) {
+        throw UsageError("--shape " + s + ": '" + tok + "' is not an integer");
+      }
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+    out[s.substr(0, eq)] = dims;
+  }
+  return out;
+}
+
+// Parses `args` against `desc` (with FILE as the one positional argument); prints help and returns false on --help.
+bool parse(const std::vector<std::string>& args, po::options_description& desc, const std::string& usage,
+           po::variables_map& vm, std::string* file = nullptr) {
+  desc.add_options()("help,h", "this help");
+  po::positional_options_description pos;
+  if (file) {
+    desc.add_options()("file", po::value(file), "input file");
+    pos.add("file", 1);
+  }
+  try {
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    if (vm.count("help")) {
+      std::cout << usage << "\n" << desc << "\n";
+      return false;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+  if (file && file->empty()) throw UsageError("missing FILE: " + usage);
+  return true;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out || !(out << text)) throw UsageError("cannot write '" + path + "'");
+}
+
+int cmd_run(const std::vector<std::string>& args) {
+  std::string file, config, out_dir, stats_path, trace_path;
+  std::vector<std::string> sets, defines, input_specs, shapes;
+  uint64_t max_cycles = 0, seed = 1;
+  po::options_description desc = chip_options(config, sets);
+  desc.add_options()
+      ("define,D", po::value(&defines)->composing(), "kernel symbol NAME=VALUE (repeatable)")
+      ("input,i", po::value(&input_specs)->composing(), "NAME=FILE.npy (repeatable)")
+      ("random-inputs", "fill inputs not given with deterministic random data")
+      ("seed", po::value(&seed)->default_value(1), "seed for --random-inputs")
+      ("shape", po::value(&shapes)->composing(), "NAME=D0,D1,...: a model input's shape, for dynamic dims")
+      ("output-dir,o", po::value(&out_dir), "write each output as DIR/NAME.npy")
+      ("stats", po::value(&stats_path), "write statistics as JSON")
+      ("trace", po::value(&trace_path), "write a Chrome trace (open it in Perfetto)")
+      ("timing-only", "skip the arithmetic; same cycles, no outputs")
+      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000), "stop a run that goes on longer");
+  po::variables_map vm;
+  if (!parse(args, desc, "usage: tpusim run FILE [options]", vm, &file)) return 0;
+
+  runtime::Client client(sim::load_config(config, sets));
+  runtime::Executable exe = client.load_file(file, parse_defines(defines), parse_shapes(shapes));
+  std::map<std::string, runtime::HostTensor> inputs;
+  for (const auto& spec : input_specs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos) throw UsageError("--input expects NAME=FILE.npy, got '" + spec + "'");
+    inputs[spec.substr(0, eq)] = runtime::read_npy(spec.substr(eq + 1));
+  }
+  if (vm.count("random-inputs"))
+    for (const auto* d : exe.inputs())
+      if (!inputs.count(d->name)) inputs[d->name] = runtime::random_tensor(*d, seed + inputs.size());
+
+  runtime::ExecuteOptions opts;
+  opts.functional = !vm.count("timing-only");
+  opts.trace = !trace_path.empty();
+  opts.max_cycles = max_cycles;
+  runtime::ExecuteResult r = client.execute(exe, inputs, opts);
+
+  print_summary(std::cout, exe.program(), client.config(), r.run.stats);
+  if (!out_dir.empty() && opts.functional) {
+    fs::create_directories(out_dir);
+    for (const auto& [name, t] : r.outputs) {
+      std::string path = (fs::path(out_dir) / (name + ".npy")).string();
+      runtime::write_npy(path, t);
+      std::cout << "wrote " << path << "\n";
+    }
+  }
+  if (!stats_path.empty()) write_text(stats_path, r.run.stats.to_json(client.config()));
+  if (!trace_path.empty()) write_text(trace_path, sim::chrome_trace_json(r.run.trace, client.config()));
+  return 0;
+}
+
+int cmd_asm(const std::vector<std::string>& args) {
+  std::string file, out, config;
+  std::vector<std::string> sets, defines;
+  po::options_description desc = chip_options(config, sets);
+  desc.add_options()
+      ("define,D", po::value(&defines)->composing(), "symbol NAME=VALUE (repeatable)")
+      ("output,o", po::value(&out)->required(), "the .tpub file to write");
+  po::variables_map vm;
+  if (!parse(args, desc, "usage: tpusim asm FILE.s -o FILE.tpub [options]", vm, &file)) return 0;
+  runtime::Client client(sim::load_config(config, sets));
+  isa::save_program(client.assemble_file(file, parse_defines(defines)).program(), out);
+  return 0;
+}
+
+int cmd_disasm(const std::vector<std::string>& args) {
+  std::string file, out;
+  po::options_description desc("options");
+  desc.add_options()("output,o", po::value(&out), "write the text here instead of standard output");
+  po::variables_map vm;
+  if (!parse(args, desc, "usage: tpusim disasm FILE.tpub [-o FILE.s]", vm, &file)) return 0;
+  std::string text = isa::disassemble(isa::load_program(file));
+  if (out.empty())
+    std::cout << text;
+  else
+    write_text(out, text);
+  return 0;
+}
+
+int cmd_compile(const std::vector<std::string>& args) {
+  std::string file, out, config;
+  std::vector<std::string> sets, shapes;
+  po::options_description desc = chip_options(config, sets);
+  desc.add_options()
+      ("output,o", po::value(&out)->required(), "the .tpub file to write")
+      ("shape", po::value(&shapes)->composing(), "NAME=D0,D1,...: an input's shape, for dynamic dims");
+  po::variables_map vm;
+  if (!parse(args, desc, "usage: tpusim compile MODEL.onnx -o FILE.tpub [options]", vm, &file)) return 0;
+  runtime::Client client(sim::load_config(config, sets));
+  runtime::Executable exe = client.compile_onnx_file(file, parse_shapes(shapes));
+  isa::save_program(exe.program(), out);
+  std::cout << "compiled " << file << ": " << exe.program().code.size() << " instructions, "
+            << exe.program().hbm_footprint() << " bytes of HBM -> " << out << "\n";
+  return 0;
+}
+
+int cmd_config(const std::vector<std::string>& args) {
+  std::string show;
+  std::vector<std::string> sets;
+  po::options_description desc("options");
+  desc.add_options()
+      ("list", "list the presets")
+      ("show", po::value(&show)->implicit_value(sim::default_preset()), "every parameter of a preset or INI file")
+      ("set", po::value(&sets)->composing(), "override one parameter: section.key=value (repeatable)");
+  po::variables_map vm;
+  if (!parse(args, desc, "usage: tpusim config --list | --show [NAME] [--set k=v]...", vm)) return 0;
+  if (vm.count("show")) {
+    print_config(std::cout, sim::load_config(show, sets));
+    return 0;
+  }
+  for (const auto& name : sim::preset_names()) {
+    sim::ChipConfig c = sim::load_config(name);
+    std::cout << name << (name == sim::default_preset() ? " (default)" : "") << ": " << c.mxu.rows << "x"
+              << c.mxu.cols << " MXU at " << c.chip.clock_mhz << " MHz, " << (c.vmem.size_kib >> 10) << " MiB VMEM, "
+              << c.hbm.bandwidth_gbs << " GB/s HBM\n";
+  }
+  return 0;
+}
+
+int cmd_demo(const std::vector<std::string>& args) {
+  std::string config;
+  std::vector<std::string> sets;
+  po::options_description desc = chip_options(config, sets);
+  po::variables_map vm;
+  if (!parse(args, desc, "usage: tpusim demo [--config NAME] [--set k=v]...", vm)) return 0;
+  return run_demo(std::cout, sim::load_config(config, sets));
+}
+
+}  // namespace
+}  // namespace tpusim::cli
+
+// libsystemc refers to sc_main; the sim library defines the stub, so nothing is needed here.
+int main(int argc, char** argv) {
+  using namespace tpusim::cli;
+  setenv("SC_COPYRIGHT_MESSAGE", "DISABLE", 0);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << "tpusim " << TPUSIM_VERSION << "\n";
+    return 0;
+  }
+  static const std::map<std::string, int (*)(const std::vector<std::string>&)> commands = {
+      {"run", cmd_run}, {"asm", cmd_asm}, {"disasm", cmd_disasm},
+      {"compile", cmd_compile}, {"config", cmd_config}, {"demo", cmd_demo}};
+  auto it = commands.find(args[0]);
+  try {
+    if (it == commands.end()) throw UsageError("unknown command '" + args[0] + "' (see tpusim --help)");
+    return it->second(std::vector<std::string>(args.begin() + 1, args.end()));
+  } catch (const UsageError& e) {
+    std::cerr << "tpusim: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "tpusim: error: " << e.what() << "\n";
+    return 1;
+  }
+}
