@@ -1,0 +1,59 @@
+// Simulator speed beside the host's own GEMM rate, measured in the same run (DESIGN.md: the host's GEMM rate is
+// the floor under any functional simulation). Run: build/validation/bench/sim_bench
+//   host_gemm_f32/N        Eigen fp32 GEMM, N^3: counter GFLOPs = 2 N^3 / s
+//   sim_gemm/<kernel>/N    the kernel on the simulated v4-like chip, functional or timing-only: counters
+//                          sim_cycles_per_s (simulated cycles per wall second) and GMACs (N^3 MACs per wall second)
+// The ratio sim GMAC/s / (host GFLOP/s / 2) says how close the functional model runs to the host's GEMM rate.
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Dense>
+#include <memory>
+
+#include "tpusim/kernels/kernels.h"
+#include "tpusim/runtime/runtime.h"
+
+namespace {
+using namespace tpusim;
+
+runtime::Client& client() {
+  // One chip per process (SystemC), shared by every benchmark.
+  static runtime::Client c(sim::load_config("v4-like"));
+  return c;
+}
+
+void host_gemm_f32(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
+  for (auto _ : state) {
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * n * n * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void sim_gemm(benchmark::State& state, const char* kernel, bool functional) {
+  const int64_t n = state.range(0);
+  std::map<std::string, int64_t> d{{"M", n}, {"K", n}, {"N", n}};
+  for (const auto& [k, v] : sim::kernel_symbols(client().config())) d[k] = v;
+  runtime::Executable exe(kernels::assemble(kernel, d));
+  std::map<std::string, runtime::HostTensor> in;
+  for (const auto* t : exe.inputs()) in[t->name] = runtime::random_tensor(*t, 3 + in.size());
+  runtime::ExecuteOptions opts;
+  opts.functional = functional;
+  uint64_t cycles = 0;
+  for (auto _ : state) cycles = client().execute(exe, in, opts).run.stats.cycles;
+  state.counters["sim_cycles"] = static_cast<double>(cycles);
+  state.counters["sim_cycles_per_s"] =
+      benchmark::Counter(static_cast<double>(cycles), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GMACs"] =
+      benchmark::Counter(static_cast<double>(n * n * n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(host_gemm_f32)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(sim_gemm, bf16_functional, "gemm_bf16.s", true)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(sim_gemm, int8_functional, "gemm_int8.s", true)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(sim_gemm, bf16_timing_only, "gemm_bf16.s", false)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

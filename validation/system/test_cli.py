@@ -1,0 +1,237 @@
+"""System tests of the `tpusim` program, as a user drives it: results against numpy, outputs, and errors.
+
+Run by ctest (validation/system/CMakeLists.txt) with Debian's python3, which has numpy:
+    TPUSIM=build/tools/tpusim KERNELS=kernels MLP_DIR=build/workloads/mlp python3 -m unittest test_cli
+"""
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+TPUSIM = os.environ.get("TPUSIM", "build/tools/tpusim")
+KERNELS = os.environ.get("KERNELS", "kernels")
+MLP_DIR = os.environ.get("MLP_DIR", "build/workloads/mlp")
+
+
+def tpusim(*args, check=True):
+    env = dict(os.environ, SC_COPYRIGHT_MESSAGE="DISABLE")
+    p = subprocess.run([TPUSIM, *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
+    if check and p.returncode != 0:
+        raise AssertionError(f"tpusim {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def bf16_round(x):
+    """float32 -> bf16 -> float32, round to nearest even (numpy has no bf16)."""
+    b = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16 << 16
+    return b.astype(np.uint32).view(np.float32)
+
+
+class Workdir(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.dir = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def save(self, name, array):
+        np.save(self.path(name), array)
+        return self.path(name)
+
+    def write(self, name, text):
+        with open(self.path(name), "w") as f:
+            f.write(text)
+        return self.path(name)
+
+
+class GemmAgainstNumpy(Workdir):
+    """The GEMM kernels over shapes that are not multiples of the array, against numpy."""
+
+    def run_gemm(self, kernel, m, k, n, a, b, config="v4-like", sets=()):
+        out = self.path(f"out_{m}_{k}_{n}")
+        args = ["run", os.path.join(KERNELS, kernel), "-D", f"M={m}", "-D", f"K={k}", "-D", f"N={n}",
+                "--config", config, "--input", "a=" + self.save("a.npy", a), "--input", "b=" + self.save("b.npy", b),
+                "--output-dir", out, "--stats", self.path("stats.json")]
+        for s in sets:
+            args += ["--set", s]
+        tpusim(*args)
+        return np.load(os.path.join(out, "c.npy")), json.load(open(self.path("stats.json")))
+
+    def test_int8_exact_over_shapes(self):
+        rng = np.random.default_rng(2)
+        # On the 32x32 edge preset with a small accumulator, every loop of the kernel has a partial last trip.
+        for m, k, n in [(1, 1, 1), (33, 31, 65), (70, 100, 3), (129, 64, 40), (5, 200, 97)]:
+            a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+            b = rng.integers(-128, 128, size=(k, n), dtype=np.int8)
+            c, _ = self.run_gemm("gemm_int8.s", m, k, n, a, b, config="edge", sets=["mxu.acc_rows=64"])
+            self.assertEqual(c.dtype, np.int32)
+            np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32), err_msg=f"{m}x{k}x{n}")
+
+    def test_int8_issue_shape_on_default_chip(self):
+        rng = np.random.default_rng(3)
+        m, k, n = 384, 256, 640
+        a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, size=(k, n), dtype=np.int8)
+        c, stats = self.run_gemm("gemm_int8.s", m, k, n, a, b)
+        np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
+        self.assertEqual(stats["units"]["mxu"]["instructions"] > 0, True)
+        self.assertGreater(stats["mxu"]["mac_utilization"], 0.0)
+
+    def test_bf16_within_tolerance(self):
+        # Inputs are float32 files; the runtime rounds them to bf16 (nearest even). Products of bf16 values are
+        # exact in f32 and the sums are f32, so against a float64 computation on the same bf16 values the error
+        # per element is at most about k * 2^-24 * sum |a_il * b_lj|; we check 4x that bound.
+        rng = np.random.default_rng(4)
+        for m, k, n in [(17, 45, 33), (64, 300, 70)]:
+            a = rng.standard_normal((m, k), dtype=np.float32)
+            b = rng.standard_normal((k, n), dtype=np.float32)
+            c, _ = self.run_gemm("gemm_bf16.s", m, k, n, a, b, config="edge", sets=["mxu.acc_rows=64"])
+            a64, b64 = bf16_round(a).astype(np.float64), bf16_round(b).astype(np.float64)
+            want = a64 @ b64
+            bound = 4 * k * 2.0**-24 * (np.abs(a64) @ np.abs(b64))
+            self.assertTrue(np.all(np.abs(c - want) <= bound), f"{m}x{k}x{n}: max err {np.max(np.abs(c - want))}")
+
+
+class Outputs(Workdir):
+    def gemm_args(self, *extra):
+        rng = np.random.default_rng(5)
+        a = self.save("a.npy", rng.integers(-128, 128, size=(100, 90), dtype=np.int8))
+        b = self.save("b.npy", rng.integers(-128, 128, size=(90, 130), dtype=np.int8))
+        return ["run", os.path.join(KERNELS, "gemm_int8.s"), "-D", "M=100", "-D", "K=90", "-D", "N=130",
+                "--config", "edge", "--input", "a=" + a, "--input", "b=" + b, *extra]
+
+    def test_stats_and_trace(self):
+        tpusim(*self.gemm_args("--stats", self.path("s.json"), "--trace", self.path("t.json")))
+        stats = json.load(open(self.path("s.json")))
+        self.assertGreater(stats["cycles"], 0)
+        self.assertAlmostEqual(stats["seconds"], stats["cycles"] / (stats["clock_mhz"] * 1e6), delta=1e-12)
+        for unit in ["core", "dmain", "dmaout", "mxu", "vpu"]:
+            u = stats["units"][unit]
+            self.assertLessEqual(u["busy_cycles"], stats["cycles"])
+            self.assertAlmostEqual(u["utilization"], u["busy_cycles"] / stats["cycles"], delta=1e-9)
+        trace = json.load(open(self.path("t.json")))
+        names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("ph") == "M" and e["name"] == "thread_name"}
+        self.assertTrue({"dmain", "dmaout", "mxu", "vpu"} <= names)
+        slices = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+        self.assertGreater(len(slices), 10)
+
+    def test_timing_only_same_cycles_and_runs_repeat(self):
+        tpusim(*self.gemm_args("--stats", self.path("a.json")))
+        tpusim(*self.gemm_args("--stats", self.path("b.json")))
+        tpusim(*self.gemm_args("--stats", self.path("t.json"), "--timing-only"))
+        a, b, t = (open(self.path(f)).read() for f in ("a.json", "b.json", "t.json"))
+        self.assertEqual(a, b)
+        self.assertEqual(json.loads(a)["cycles"], json.loads(t)["cycles"])
+
+    def test_asm_disasm_round_trip(self):
+        src = os.path.join(KERNELS, "gemm_int8.s")
+        tpusim("asm", src, "-D", "M=50", "-D", "K=60", "-D", "N=70", "-o", self.path("g.tpub"))
+        tpusim("disasm", self.path("g.tpub"), "-o", self.path("g.s"))
+        tpusim("asm", self.path("g.s"), "-o", self.path("g2.tpub"))
+        self.assertEqual(open(self.path("g.tpub"), "rb").read(), open(self.path("g2.tpub"), "rb").read())
+        # The binary runs like the source.
+        rng = np.random.default_rng(6)
+        a = rng.integers(-128, 128, size=(50, 60), dtype=np.int8)
+        b = rng.integers(-128, 128, size=(60, 70), dtype=np.int8)
+        tpusim("run", self.path("g2.tpub"), "--input", "a=" + self.save("a.npy", a),
+               "--input", "b=" + self.save("b.npy", b), "--output-dir", self.path("o"))
+        np.testing.assert_array_equal(np.load(self.path("o/c.npy")), a.astype(np.int32) @ b.astype(np.int32))
+
+    def test_config_list_and_show(self):
+        listing = tpusim("config", "--list").stdout
+        for preset in ["v1-like", "v4-like", "edge"]:
+            self.assertIn(preset, listing)
+        shown = tpusim("config", "--show", "v1-like", "--set", "mxu.cols=64").stdout
+        row = next(line for line in shown.splitlines() if line.startswith("mxu.rows"))
+        self.assertIn("256", row)
+        self.assertIn("64", next(line for line in shown.splitlines() if line.startswith("mxu.cols")))
+
+    def test_mlp_onnx_against_torch(self):
+        onnx_path = os.path.join(MLP_DIR, "mlp.onnx")
+        tpusim("run", onnx_path, "--input", "x=" + os.path.join(MLP_DIR, "x.npy"), "--output-dir", self.path("o"))
+        y = np.load(self.path("o/y.npy")).astype(np.float64).ravel()
+        ref = np.load(os.path.join(MLP_DIR, "y_ref.npy")).astype(np.float64).ravel()
+        cos = y @ ref / np.linalg.norm(y) / np.linalg.norm(ref)
+        self.assertGreaterEqual(cos, 0.999)
+        self.assertLessEqual(np.linalg.norm(y - ref) / np.linalg.norm(ref), 2e-2)
+
+
+class BadInput(Workdir):
+    """Each mistake gives one clear line on stderr and a non-zero exit, never a crash."""
+
+    def expect_error(self, args, pattern, code=1):
+        p = tpusim(*args, check=False)
+        self.assertEqual(p.returncode, code, f"exit code for {args}: {p.stderr}")
+        err = p.stderr.strip()
+        self.assertEqual(len(err.splitlines()), 1, f"one line expected, got:\n{err}")
+        self.assertRegex(err, pattern)
+        for crash in ["terminate called", "Segmentation", "Aborted", "core dumped"]:
+            self.assertNotIn(crash, p.stderr)
+        return err
+
+    def kernel(self, body, name="k.s"):
+        return self.write(name, body)
+
+    def test_malformed_assembly_names_file_line_column(self):
+        path = self.kernel("    li r1, 5\n    add r1, r2,\n")
+        self.expect_error(["run", path], r"k\.s:2:\d+: ")
+
+    def test_unknown_opcode(self):
+        path = self.kernel("    li r1, 5\n    mxu.frobnicate r1\n")
+        self.expect_error(["run", path], r"k\.s:2:5: .*mxu\.frobnicate")
+
+    def test_unknown_register(self):
+        path = self.kernel("    li r32, 5\n")
+        self.expect_error(["run", path], r"k\.s:1:8: .*r32")
+
+    def test_out_of_bounds_dma_names_pc_and_instruction(self):
+        path = self.kernel("    li r1, 0\n    li r2, 0\n    li r3, 1\n    li r4, 4096\n"
+                           "    li r5, 0x7fffffff\n    dma.ld r5, r2, r3, r4, r4, r4\n")
+        self.expect_error(["run", path, "--config", "edge"], r"pc 5 \(dma\.ld r5, r2, r3, r4, r4, r4\).*VMEM")
+
+    def test_missing_input_file(self):
+        self.expect_error(["run", os.path.join(KERNELS, "gemm_int8.s"), "-D", "M=4", "-D", "K=4", "-D", "N=4",
+                           "--input", "a=" + self.path("nope.npy")], r"nope\.npy")
+
+    def test_missing_input(self):
+        self.expect_error(["run", os.path.join(KERNELS, "gemm_int8.s"), "-D", "M=4", "-D", "K=4", "-D", "N=4"],
+                          r"missing input 'a'")
+
+    def test_input_of_wrong_shape(self):
+        a = self.save("a.npy", np.zeros((4, 5), dtype=np.int8))
+        self.expect_error(["run", os.path.join(KERNELS, "gemm_int8.s"), "-D", "M=4", "-D", "K=4", "-D", "N=4",
+                           "--input", "a=" + a], r"input 'a': expected i8 \[4, 4\], got i8 \[4, 5\]")
+
+    def test_input_of_wrong_dtype(self):
+        a = self.save("a.npy", np.zeros((4, 4), dtype=np.float32))
+        self.expect_error(["run", os.path.join(KERNELS, "gemm_int8.s"), "-D", "M=4", "-D", "K=4", "-D", "N=4",
+                           "--input", "a=" + a], r"input 'a': expected i8 \[4, 4\], got f32 \[4, 4\]")
+
+    def test_unknown_config_key(self):
+        self.expect_error(["config", "--show", "v4-like", "--set", "mxu.frobs=3"], r"mxu\.frobs")
+
+    def test_unknown_preset(self):
+        self.expect_error(["run", os.path.join(KERNELS, "gemm_int8.s"), "--config", "v9-like"], r"v9-like")
+
+    def test_corrupt_program(self):
+        path = self.write("bad.tpub", "TPUB but not really a program")
+        self.expect_error(["run", path], r"bad\.tpub|program")
+
+    def test_unknown_command_is_a_usage_error(self):
+        self.expect_error(["frobnicate"], r"unknown command", code=2)
+
+    def test_deadlock_names_the_waiting_unit(self):
+        path = self.kernel("    mxu.sync wait=s3\n")
+        self.expect_error(["run", path, "--config", "edge"], r"deadlock.*mxu.*s3")
+
+
+if __name__ == "__main__":
+    unittest.main()
