@@ -1,0 +1,41 @@
+// NumPy .npy files in and out (DESIGN.md, decision 7): the format the runtime and the CLI use for tensors.
+//
+// Reads format versions 1.0, 2.0 and 3.0 with dtypes int8 ('|i1', '<i1'), int32 ('<i4') and float32 ('<f4'),
+// C order only. Writes version 1.0 (2.0 when the header would not fit), in the same dtypes; bf16 tensors are
+// written as float32 (numpy has no bf16), which is exact. Every problem with a file is a runtime::Error whose
+// what() is one line starting with the file's path.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tpusim/isa/isa.h"
+
+namespace tpusim::runtime {
+
+// Base of every error the runtime library reports; what() is one line.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A tensor in host memory: row-major (C order), elements little-endian, data.size() == elements() *
+// isa::dtype_size(dtype). An empty shape is a 0-d array (one element).
+struct HostTensor {
+  isa::DType dtype = isa::DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;
+
+  int64_t elements() const;  // product of shape (1 for a 0-d array)
+};
+
+// Reads a .npy file. Throws Error (naming the file) for a missing or unreadable file, a malformed or truncated
+// one, Fortran order, big-endian data or an unsupported dtype.
+HostTensor read_npy(const std::string& path);
+
+// Writes a .npy file (bf16 as float32). Throws Error if t is inconsistent (data size does not match shape and
+// dtype, negative dimension) or the file cannot be written.
+void write_npy(const std::string& path, const HostTensor& t);
+
+}  // namespace tpusim::runtime

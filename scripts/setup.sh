@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs everything tpusim needs from Debian 12 (bookworm) packages (DESIGN.md, decision 8).
+# Idempotent: when every package is already installed it does nothing and returns in about a second.
+# Run as root on a fresh minimal Debian 12; the README's commands call it first.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+PACKAGES=(
+  # toolchain
+  g++ cmake ninja-build pkg-config make
+  # C++ libraries
+  libsystemc-dev libeigen3-dev libboost-program-options-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev
+  # Python (Debian's interpreter, /usr/bin/python3): model export and numeric references
+  python3 python3-numpy python3-torch python3-onnx python3-venv
+  ca-certificates
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
+  if [[ "$status" != ii* ]]; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup.sh: all ${#PACKAGES[@]} packages already installed; nothing to do."
+  exit 0
+fi
+
+echo "setup.sh: missing packages: ${missing[*]}"
+if [[ $(id -u) -ne 0 ]]; then
+  echo "setup.sh: installing packages needs root; run it as root (for example: sudo bash scripts/setup.sh)" >&2
+  exit 1
+fi
+
+echo "setup.sh: apt-get update"
+apt-get update
+echo "setup.sh: apt-get install -y --no-install-recommends ${PACKAGES[*]}"
+apt-get install -y --no-install-recommends "${PACKAGES[@]}"
+echo "setup.sh: done."
