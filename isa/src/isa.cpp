@@ -203,7 +203,7 @@ std::string format(const Instr& in) {
     const OperandDesc& o = d.operands[i];
     int64_t v = in.f[i];
     switch (o.kind) {
-      case OperandKind::Reg: sep(), out += "r" + std::to_string(v); break;
+      case OperandKind::Reg: sep(), out += 'r', out += std::to_string(v); break;
       case OperandKind::Imm:
       case OperandKind::UImm:
       case OperandKind::Target: sep(), out += std::to_string(v); break;
@@ -216,7 +216,7 @@ std::string format(const Instr& in) {
         if (d.unit != Unit::Core) {
           if (v) sep(), out += o.name + "=s" + std::to_string(v);
         } else {
-          sep(), out += "s" + std::to_string(v);
+          sep(), out += 's', out += std::to_string(v);
         }
         break;
     }

@@ -1,0 +1,665 @@
+// The two-pass assembler (syntax: docs/isa.md, "Assembly language").
+//
+// Pass 1 reads every line in order: it runs the directives (.set, .if, tensor declarations, ...), defines labels
+// and parses each instruction's operands, folding every symbol already known into a number. Pass 2 evaluates what
+// is left (forward references: labels, and symbols defined further down, at their final value), checks that each
+// value fits its field and encodes. Operands are parsed from the instruction table alone.
+#include "tpusim/isa/assembler.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <sstream>
+
+#include "asm_syntax.h"
+
+namespace tpusim::isa {
+namespace {
+
+using namespace asm_detail;
+
+// ---- operand classes: how the table's operands group, and what a token looks like ---------------------------
+
+// Immediates and branch targets are both written as expressions, so they form one class.
+enum class Cls : uint8_t { Reg, Value, DType, Sem, Flag, Keyword, End, Other };
+
+Cls class_of(OperandKind k) {
+  switch (k) {
+    case OperandKind::Reg: return Cls::Reg;
+    case OperandKind::DType: return Cls::DType;
+    case OperandKind::Sem: return Cls::Sem;
+    case OperandKind::Flag: return Cls::Flag;
+    default: return Cls::Value;
+  }
+}
+
+// Flags and the wait/signal semaphores of unit instructions are written by name after the positional operands.
+bool is_named(const InstrDesc& d, const OperandDesc& o) {
+  return o.kind == OperandKind::Flag || (o.kind == OperandKind::Sem && d.unit != Unit::Core);
+}
+
+// A run of consecutive positional operands of one class, for "'add' expects 3 registers, got 2".
+struct Group {
+  Cls cls;
+  int count = 0;
+  bool targets = true;  // every operand of the group is a branch target
+};
+
+std::string noun(const Group& g, int n) {
+  const char* w = "operand";
+  switch (g.cls) {
+    case Cls::Reg: w = "register"; break;
+    case Cls::DType: w = "data type"; break;
+    case Cls::Sem: w = "semaphore"; break;
+    case Cls::Value: w = g.targets ? "branch target" : "immediate"; break;
+    default: break;
+  }
+  return std::to_string(n) + " " + w + (n == 1 ? "" : "s");
+}
+
+// Number after `prefix` in names like r12 / s3, or -1.
+int indexed_name(const std::string& s, char prefix) {
+  if (s.size() < 2 || s.size() > 6 || s[0] != prefix) return -1;
+  for (size_t i = 1; i < s.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(s[i]))) return -1;
+  return std::stoi(s.substr(1));
+}
+
+// Pseudo-instructions: a real instruction with its last operands fixed.
+struct Pseudo {
+  const char* name;
+  const char* base;
+  int keep;                    // operands the programmer writes (a prefix of the base's)
+  std::vector<int64_t> fixed;  // values of the others
+};
+const Pseudo kPseudos[] = {{"mov", "addi", 2, {0}}};  // mov rd, ra = addi rd, ra, 0
+
+const InstrDesc* pseudo_desc(const std::string& name, const Pseudo** which) {
+  static const std::deque<InstrDesc> descs = [] {
+    std::deque<InstrDesc> v;
+    for (const Pseudo& p : kPseudos) {
+      InstrDesc d = *describe_mnemonic(p.base);
+      d.mnemonic = p.name;
+      d.num_operands = p.keep;
+      v.push_back(d);
+    }
+    return v;
+  }();
+  for (size_t i = 0; i < std::size(kPseudos); ++i)
+    if (name == kPseudos[i].name) return *which = &kPseudos[i], &descs[i];
+  return nullptr;
+}
+
+std::string range_text(const OperandDesc& o) {
+  switch (o.kind) {
+    case OperandKind::Imm: return std::string(1, 'i').append(std::to_string(o.width));
+    default: return std::string(1, 'u').append(std::to_string(o.width));
+  }
+}
+
+bool fits(const OperandDesc& o, int64_t v) {
+  if (o.kind == OperandKind::Imm) {
+    int64_t lim = int64_t(1) << (o.width - 1);
+    return v >= -lim && v < lim;
+  }
+  return v >= 0 && (o.width >= 63 || v < (int64_t(1) << o.width));
+}
+
+std::optional<std::string> read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The default `.include` resolver: `name` relative to the including file's directory.
+std::string include_path(const std::string& name, const std::string& from) {
+  size_t slash = from.rfind('/');
+  return (name.starts_with("/") || slash == std::string::npos) ? name : from.substr(0, slash + 1) + name;
+}
+
+// ---- the assembler --------------------------------------------------------------------------------------------
+
+struct Symbol {
+  enum Kind { Define, Set, Label, Tensor } kind;
+  int64_t value;
+  Loc loc;
+};
+const char* kind_name(Symbol::Kind k) {
+  switch (k) {
+    case Symbol::Define: return "a -D define";
+    case Symbol::Set: return "a .set symbol";
+    case Symbol::Label: return "a label";
+    case Symbol::Tensor: return "a tensor";
+  }
+  return "?";
+}
+
+struct Operand {
+  int64_t value = 0;
+  std::optional<Expr> expr;  // immediates and targets
+  Loc loc;                   // where the expression starts
+};
+
+struct PendingInstr {
+  const InstrDesc* desc;
+  std::array<Operand, kMaxOperands> ops;
+  Loc loc;
+};
+
+struct CondFrame {
+  Loc loc;
+  bool parent_active, active, taken, seen_else = false;
+};
+
+// A .const waiting for its .data lines.
+struct ConstFill {
+  size_t tensor;
+  Loc loc;
+  uint64_t got = 0;
+};
+
+class Assembler {
+ public:
+  explicit Assembler(const AsmOptions& o) : opts_(o) {
+    for (const auto& [name, v] : o.defines) symbols_[name] = Symbol{Symbol::Define, v, {}};
+    next_free_ = o.hbm_base;
+  }
+
+  Program run(const std::string& text, const std::string& filename) {
+    read_file(text, filename);
+    check_consts();
+    encode_all();
+    return std::move(prog_);
+  }
+
+ private:
+  // pass 1: lines, conditionals, statements
+  void read_file(const std::string& text, const std::string& name);
+  void line(const std::vector<Token>& toks, std::vector<CondFrame>& conds);
+  void conditional(Cursor& c, const Token& head, std::vector<CondFrame>& conds);
+  void statement(Cursor& c);
+  void directive(Cursor& c, const Token& head);
+  void define_label(const Token& t);
+  void define_symbol(const std::string& name, Symbol s);
+  // directives
+  void dir_set(Cursor& c);
+  void dir_reg(Cursor& c);
+  void dir_tensor(Cursor& c, TensorKind kind);
+  void dir_data(Cursor& c, const Token& head);
+  void dir_include(Cursor& c, const Token& head);
+  void close_fill();
+  uint64_t place(const std::string& name, uint64_t bytes, const std::optional<Expr>& at);
+  std::vector<int64_t> parse_dims(Cursor& c);
+  // instructions
+  void instruction(Cursor& c, const Token& mnemonic);
+  void parse_positional(Cursor& c, const InstrDesc& d, PendingInstr& pi);
+  void parse_named(Cursor& c, const InstrDesc& d, PendingInstr& pi, const Group& last);
+  void parse_operand(Cursor& c, const OperandDesc& o, Operand& out);
+  Cls looks_like(const Cursor& c, const InstrDesc& d) const;
+  int parse_register(Cursor& c);
+  int parse_semaphore(const Token& t);
+  // pass 2
+  void check_consts();
+  void encode_all();
+
+  int64_t eval_now(const Expr& e) { return eval(e, known()); }
+  Expr expr(Cursor& c) { return parse_expr(c, known()); }
+  Resolver known() const {
+    return [this](const std::string& n) -> std::optional<int64_t> {
+      auto it = symbols_.find(n);
+      if (it == symbols_.end()) return std::nullopt;
+      return it->second.value;
+    };
+  }
+  const std::string* intern(const std::string& name) { return &files_.emplace_back(name); }
+
+  const AsmOptions& opts_;
+  Program prog_;
+  std::deque<std::string> files_;
+  std::map<std::string, Symbol> symbols_;
+  std::map<std::string, int> regs_;  // .reg aliases
+  std::vector<PendingInstr> pending_;
+  std::vector<Loc> tensor_locs_;
+  std::optional<ConstFill> fill_;
+  uint64_t next_free_ = 0;  // auto-placed tensors start at or above this HBM address
+  int include_depth_ = 0;
+};
+
+void Assembler::read_file(const std::string& text, const std::string& name) {
+  const std::string* file = intern(name);
+  std::vector<CondFrame> conds;
+  std::istringstream in(text);
+  std::string s;
+  for (int lineno = 1; std::getline(in, s); ++lineno) {
+    if (!s.empty() && s.back() == '\r') s.pop_back();
+    line(lex_line(s, file, lineno), conds);
+  }
+  close_fill();
+  if (!conds.empty()) fail(conds.back().loc, "'.if' without '.endif'");
+}
+
+void Assembler::line(const std::vector<Token>& toks, std::vector<CondFrame>& conds) {
+  bool active = conds.empty() || conds.back().active;
+  bool labelled = toks[0].kind == Tok::Ident && toks[1].kind == Tok::Punct && toks[1].text == ":";
+  const Token& head = toks[labelled ? 2 : 0];
+  if (head.kind == Tok::End && !labelled) return;
+  bool cond = head.kind == Tok::Ident &&
+              (head.text == ".if" || head.text == ".elif" || head.text == ".else" || head.text == ".endif");
+  if (!cond && !active) return;
+  if (!(head.kind == Tok::Ident && head.text == ".data")) close_fill();
+  Cursor c(toks);
+  if (labelled) {
+    const Token& label = c.next();
+    if (active) define_label(label);
+    c.next();
+  }
+  if (cond) return conditional(c, head, conds);
+  if (!c.at_end()) statement(c);
+}
+
+// .if/.elif/.else/.endif. Expressions are evaluated only where the enclosing branch is active.
+void Assembler::conditional(Cursor& c, const Token& head, std::vector<CondFrame>& conds) {
+  const std::string& d = head.text;
+  c.next();
+  if (d == ".if") {
+    bool parent = conds.empty() || conds.back().active;
+    bool v = parent && eval_now(expr(c)) != 0;
+    if (parent) c.expect_end();
+    conds.push_back(CondFrame{head.loc, parent, v, v});
+    return;
+  }
+  if (conds.empty()) fail(head.loc, "'" + d + "' without '.if'");
+  CondFrame& f = conds.back();
+  if (d == ".endif") {
+    c.expect_end();
+    conds.pop_back();
+  } else if (f.seen_else) {
+    fail(head.loc, "'" + d + "' after '.else'");
+  } else if (d == ".else") {
+    c.expect_end();
+    f.active = f.parent_active && !f.taken;
+    f.taken = f.seen_else = true;
+  } else {  // .elif
+    f.active = f.parent_active && !f.taken && eval_now(expr(c)) != 0;
+    if (f.parent_active && !f.taken) c.expect_end();
+    f.taken = f.taken || f.active;
+  }
+}
+
+void Assembler::statement(Cursor& c) {
+  const Token& head = c.peek();
+  if (head.kind != Tok::Ident) fail(head.loc, "expected an instruction or directive, got " + describe(head));
+  if (head.text.starts_with(".")) return directive(c, head);
+  instruction(c, head);
+}
+
+void Assembler::define_symbol(const std::string& name, Symbol s) {
+  auto it = symbols_.find(name);
+  if (it == symbols_.end()) {
+    symbols_.emplace(name, s);
+    return;
+  }
+  Symbol& old = it->second;
+  if (s.kind == Symbol::Set && old.kind == Symbol::Define) return;  // -D wins over .set
+  if (s.kind == Symbol::Set && old.kind == Symbol::Set) {
+    old.value = s.value;  // re-definition: later lines see the new value
+    return;
+  }
+  std::string where = old.loc.file ? " at " + *old.loc.file + ":" + std::to_string(old.loc.line) : "";
+  if (s.kind == old.kind && s.kind == Symbol::Label) fail(s.loc, "duplicate label '" + name + "' (first" + where + ")");
+  if (s.kind == old.kind && s.kind == Symbol::Tensor)
+    fail(s.loc, "duplicate tensor '" + name + "' (first" + where + ")");
+  fail(s.loc, "'" + name + "' is already defined as " + kind_name(old.kind) + where);
+}
+
+void Assembler::define_label(const Token& t) {
+  define_symbol(t.text, Symbol{Symbol::Label, static_cast<int64_t>(opts_.base_pc + pending_.size()), t.loc});
+}
+
+// ---- directives -----------------------------------------------------------------------------------------------
+
+void Assembler::directive(Cursor& c, const Token& head) {
+  const std::string d = c.next().text;
+  if (d == ".set" || d == ".equ") return dir_set(c);
+  if (d == ".reg") return dir_reg(c);
+  if (d == ".input") return dir_tensor(c, TensorKind::Input);
+  if (d == ".output") return dir_tensor(c, TensorKind::Output);
+  if (d == ".const") return dir_tensor(c, TensorKind::Const);
+  if (d == ".data") return dir_data(c, head);
+  if (d == ".include") return dir_include(c, head);
+  if (d == ".name") {
+    prog_.name = c.expect_string("a program name").text;
+    return c.expect_end();
+  }
+  if (d == ".error") {
+    std::string msg = c.at_end() ? "error" : c.expect_string("a message").text;
+    c.expect_end();
+    fail(head.loc, msg);
+  }
+  fail(head.loc, "unknown directive '" + d + "'");
+}
+
+void Assembler::dir_set(Cursor& c) {
+  const Token& name = c.expect_ident("a symbol name");
+  c.expect(",");
+  Expr e = expr(c);
+  c.expect_end();
+  auto it = symbols_.find(name.text);
+  if (it != symbols_.end() && it->second.kind == Symbol::Define) return;  // -D wins; not even evaluated
+  define_symbol(name.text, Symbol{Symbol::Set, eval_now(e), name.loc});
+}
+
+void Assembler::dir_reg(Cursor& c) {
+  const Token& name = c.expect_ident("an alias name");
+  if (indexed_name(name.text, 'r') >= 0) fail(name.loc, "cannot alias register name '" + name.text + "'");
+  c.expect(",");
+  int r = parse_register(c);
+  c.expect_end();
+  regs_[name.text] = r;
+}
+
+std::vector<int64_t> Assembler::parse_dims(Cursor& c) {
+  std::vector<int64_t> dims;
+  c.expect("[");
+  if (c.accept("]")) return dims;
+  do {
+    Loc at = c.peek().loc;
+    int64_t v = eval_now(expr(c));
+    if (v < 0) fail(at, "dimension " + std::to_string(v) + " is negative");
+    dims.push_back(v);
+  } while (c.accept(","));
+  c.expect("]");
+  return dims;
+}
+
+// HBM address of a new tensor: `@ expr`, else AsmOptions::tensor_addr, else the next free aligned address.
+uint64_t Assembler::place(const std::string& name, uint64_t bytes, const std::optional<Expr>& at) {
+  uint64_t addr;
+  if (at) {
+    int64_t v = eval_now(*at);
+    if (v < 0) fail(at->loc, "address " + std::to_string(v) + " is negative");
+    addr = static_cast<uint64_t>(v);
+  } else if (auto it = opts_.tensor_addr.find(name); it != opts_.tensor_addr.end()) {
+    addr = it->second;
+  } else {
+    uint64_t align = std::max<uint64_t>(opts_.hbm_align, 1);
+    addr = (next_free_ + align - 1) / align * align;
+  }
+  next_free_ = std::max(next_free_, addr + bytes);
+  return addr;
+}
+
+void Assembler::dir_tensor(Cursor& c, TensorKind kind) {
+  TensorDecl t;
+  t.kind = kind;
+  const Token& name = c.peek().kind == Tok::String ? c.next() : c.expect_ident("a tensor name");
+  t.name = name.text;
+  c.expect(",");
+  const Token& dt = c.expect_ident("a data type");
+  auto dtype = dtype_from_name(dt.text);
+  if (!dtype) fail(dt.loc, "unknown data type '" + dt.text + "'");
+  t.dtype = *dtype;
+  c.expect(",");
+  Loc dims_at = c.peek().loc;
+  t.shape = parse_dims(c);
+  int64_t n = 1;
+  for (int64_t d : t.shape) {
+    if (d != 0 && n > (int64_t(1) << 56) / d) fail(dims_at, "tensor '" + t.name + "' is too large");
+    n *= d;
+  }
+  std::optional<Expr> at, offset;
+  if (c.accept("@")) at = expr(c);
+  if (kind == TensorKind::Const && c.accept(",")) {
+    const Token& kw = c.expect_ident("'offset='");
+    if (kw.text != "offset") fail(kw.loc, "expected 'offset=', got " + describe(kw));
+    c.expect("=");
+    offset = expr(c);
+  }
+  c.expect_end();
+  t.hbm_addr = place(t.name, t.bytes(), at);
+  define_symbol(t.name, Symbol{Symbol::Tensor, static_cast<int64_t>(t.hbm_addr), name.loc});
+  if (kind == TensorKind::Const) {
+    if (offset) {
+      int64_t v = eval_now(*offset);
+      if (v < 0) fail(offset->loc, "offset " + std::to_string(v) + " is negative");
+      t.const_offset = static_cast<uint64_t>(v);
+    } else {
+      t.const_offset = prog_.const_data.size();
+      fill_ = ConstFill{prog_.tensors.size(), name.loc};
+    }
+  }
+  prog_.tensors.push_back(std::move(t));
+  tensor_locs_.push_back(name.loc);
+}
+
+// .data "HEX": bytes of the .const just declared, or (with no .const waiting) raw constant data that .const
+// declarations with `offset=` point into.
+void Assembler::dir_data(Cursor& c, const Token& head) {
+  const Token& s = c.expect_string("hex bytes");
+  c.expect_end();
+  int hi = -1;
+  uint64_t n = 0;
+  for (size_t i = 0; i < s.text.size(); ++i) {
+    char ch = s.text[i];
+    if (std::isspace(static_cast<unsigned char>(ch))) continue;
+    int v = std::isdigit(static_cast<unsigned char>(ch)) ? ch - '0'
+            : (ch >= 'a' && ch <= 'f')                   ? ch - 'a' + 10
+            : (ch >= 'A' && ch <= 'F')                   ? ch - 'A' + 10
+                                                         : -1;
+    if (v < 0) fail(s.loc, std::string("bad hex digit '") + ch + "' in .data");
+    if (hi < 0) {
+      hi = v;
+    } else {
+      prog_.const_data.push_back(static_cast<uint8_t>(hi * 16 + v));
+      hi = -1, ++n;
+    }
+  }
+  if (hi >= 0) fail(s.loc, ".data needs an even number of hex digits");
+  if (!fill_) return;
+  const TensorDecl& t = prog_.tensors[fill_->tensor];
+  fill_->got += n;
+  if (fill_->got > t.bytes())
+    fail(head.loc, "too much data for const '" + t.name + "': needs " + std::to_string(t.bytes()) + " bytes, got " +
+                       std::to_string(fill_->got));
+}
+
+void Assembler::close_fill() {
+  if (!fill_) return;
+  const TensorDecl& t = prog_.tensors[fill_->tensor];
+  if (fill_->got != t.bytes())
+    fail(fill_->loc, "const '" + t.name + "' needs " + std::to_string(t.bytes()) + " bytes of .data, got " +
+                         std::to_string(fill_->got));
+  fill_.reset();
+}
+
+void Assembler::dir_include(Cursor& c, const Token& head) {
+  const Token& s = c.expect_string("a file name");
+  c.expect_end();
+  constexpr int kMaxDepth = 32;
+  if (include_depth_ >= kMaxDepth) fail(s.loc, "includes nested more than 32 deep (an include loop?)");
+  // Errors name a file found by the default resolver by its path, one from a custom resolver as written.
+  std::string shown = opts_.include ? s.text : include_path(s.text, *head.loc.file);
+  std::optional<std::string> text = opts_.include ? opts_.include(s.text, *head.loc.file) : read_text(shown);
+  if (!text) fail(s.loc, "cannot include '" + s.text + "': file not found");
+  ++include_depth_;
+  read_file(*text, shown);
+  --include_depth_;
+}
+
+// ---- instructions ---------------------------------------------------------------------------------------------
+
+void Assembler::instruction(Cursor& c, const Token& mn) {
+  c.next();
+  const Pseudo* pseudo = nullptr;
+  const InstrDesc* d = describe_mnemonic(mn.text);
+  const InstrDesc* parse_as = d ? d : pseudo_desc(mn.text, &pseudo);
+  if (!parse_as) fail(mn.loc, "unknown instruction '" + mn.text + "'");
+  if (pseudo) d = describe_mnemonic(pseudo->base);
+  PendingInstr pi{d, {}, mn.loc};
+  parse_positional(c, *parse_as, pi);
+  if (pseudo)
+    for (size_t i = 0; i < pseudo->fixed.size(); ++i) pi.ops[pseudo->keep + i].value = pseudo->fixed[i];
+  pending_.push_back(std::move(pi));
+}
+
+Cls Assembler::looks_like(const Cursor& c, const InstrDesc& d) const {
+  const Token& t = c.peek();
+  if (t.kind == Tok::End) return Cls::End;
+  if (t.kind == Tok::Number || (t.kind == Tok::Punct && t.text != ",")) return Cls::Value;
+  if (t.kind != Tok::Ident) return Cls::Other;
+  if (c.is("=", 1)) return Cls::Keyword;
+  if (c.is("(", 1)) return Cls::Value;
+  if (regs_.count(t.text) || indexed_name(t.text, 'r') >= 0) return Cls::Reg;
+  if (indexed_name(t.text, 's') >= 0) return Cls::Sem;
+  if (dtype_from_name(t.text)) return Cls::DType;
+  int i = d.operand_index(t.text);
+  if (i >= 0 && d.operands[i].kind == OperandKind::Flag) return Cls::Flag;
+  return Cls::Other;  // an unknown name: a symbol, or a misspelt register, data type or flag
+}
+
+void Assembler::parse_positional(Cursor& c, const InstrDesc& d, PendingInstr& pi) {
+  std::vector<int> pos;
+  for (int i = 0; i < d.num_operands; ++i)
+    if (!is_named(d, d.operands[i])) pos.push_back(i);
+  std::vector<Group> groups;
+  std::vector<int> group_of, index_in_group;
+  for (int i : pos) {
+    Cls k = class_of(d.operands[i].kind);
+    if (groups.empty() || groups.back().cls != k) groups.push_back(Group{k});
+    groups.back().targets &= d.operands[i].kind == OperandKind::Target;
+    group_of.push_back(static_cast<int>(groups.size()) - 1);
+    index_in_group.push_back(groups.back().count++);
+  }
+  auto count_error = [&](const Group& g, int got) {
+    fail(c.peek().loc, "'" + d.mnemonic + "' expects " + noun(g, g.count) + ", got " + std::to_string(got));
+  };
+  for (size_t k = 0; k < pos.size(); ++k) {
+    if (k > 0 && !c.at_end() && !c.accept(",")) fail(c.peek().loc, "expected ',', got " + describe(c.peek()));
+    int g = group_of[k], j = index_in_group[k];
+    Cls want = groups[g].cls, got = looks_like(c, d);
+    if (got == want || got == Cls::Other) {
+      parse_operand(c, d.operands[pos[k]], pi.ops[pos[k]]);
+    } else if (got == Cls::End || got == Cls::Flag || got == Cls::Keyword ||
+               (g + 1 < static_cast<int>(groups.size()) && got == groups[g + 1].cls)) {
+      count_error(groups[g], j);
+    } else if (j == 0 && g > 0 && got == groups[g - 1].cls) {
+      count_error(groups[g - 1], groups[g - 1].count + 1);
+    } else {
+      parse_operand(c, d.operands[pos[k]], pi.ops[pos[k]]);  // reports what is wrong with it
+    }
+  }
+  parse_named(c, d, pi, groups.empty() ? Group{Cls::Other} : groups.back());
+}
+
+// Flags and wait=/signal= keywords, in any order after the positional operands.
+void Assembler::parse_named(Cursor& c, const InstrDesc& d, PendingInstr& pi, const Group& last) {
+  std::vector<bool> seen(d.num_operands, false);
+  bool first = last.count == 0;
+  while (!c.at_end()) {
+    if (!first && !c.is(",")) c.expect_end();
+    if (!first) c.next();
+    first = false;
+    const Token& t = c.peek();
+    Cls k = looks_like(c, d);
+    if (k == Cls::End) fail(t.loc, "expected an operand after ','");
+    if (k == last.cls && last.count > 0)
+      fail(t.loc, "'" + d.mnemonic + "' expects " + noun(last, last.count) + ", got " + std::to_string(last.count + 1));
+    if (k == Cls::Other && t.kind == Tok::Ident) fail(t.loc, "unknown flag '" + t.text + "' for '" + d.mnemonic + "'");
+    if (k != Cls::Flag && k != Cls::Keyword)
+      fail(t.loc, "unexpected " + describe(t) + " (too many operands for '" + d.mnemonic + "')");
+    int i = d.operand_index(t.text);
+    if (k == Cls::Keyword && (i < 0 || !is_named(d, d.operands[i]) || d.operands[i].kind == OperandKind::Flag))
+      fail(t.loc, "unknown operand '" + t.text + "=' for '" + d.mnemonic + "'");
+    if (seen[i]) fail(t.loc, "duplicate operand '" + t.text + "'");
+    seen[i] = true;
+    c.next();
+    if (k == Cls::Flag) {
+      pi.ops[i].value = 1;
+    } else {
+      c.expect("=");
+      pi.ops[i].value = parse_semaphore(c.next());
+    }
+  }
+}
+
+void Assembler::parse_operand(Cursor& c, const OperandDesc& o, Operand& out) {
+  switch (o.kind) {
+    case OperandKind::Reg: out.value = parse_register(c); break;
+    case OperandKind::Sem: out.value = parse_semaphore(c.next()); break;
+    case OperandKind::DType: {
+      const Token& t = c.expect_ident("a data type");
+      auto dt = dtype_from_name(t.text);
+      if (!dt) fail(t.loc, "unknown data type '" + t.text + "'");
+      out.value = static_cast<int64_t>(*dt);
+      break;
+    }
+    default:
+      out.loc = c.peek().loc;
+      out.expr = expr(c);
+      break;
+  }
+}
+
+int Assembler::parse_register(Cursor& c) {
+  const Token& t = c.next();
+  if (t.kind != Tok::Ident) fail(t.loc, "expected a register, got " + describe(t));
+  if (auto it = regs_.find(t.text); it != regs_.end()) return it->second;
+  int r = indexed_name(t.text, 'r');
+  if (r < 0 || r >= kNumRegs) fail(t.loc, "unknown register '" + t.text + "'");
+  return r;
+}
+
+int Assembler::parse_semaphore(const Token& t) {
+  int s = t.kind == Tok::Ident ? indexed_name(t.text, 's') : -1;
+  if (s < 0 || s >= kNumSems) fail(t.loc, "unknown semaphore " + describe(t) + " (s0..s31)");
+  return s;
+}
+
+// ---- pass 2 ---------------------------------------------------------------------------------------------------
+
+void Assembler::check_consts() {
+  for (size_t i = 0; i < prog_.tensors.size(); ++i) {
+    const TensorDecl& t = prog_.tensors[i];
+    uint64_t size = prog_.const_data.size();
+    if (t.kind == TensorKind::Const && (t.const_offset > size || t.bytes() > size - t.const_offset))
+      fail(tensor_locs_[i], "const '" + t.name + "' (" + std::to_string(t.bytes()) + " bytes at offset " +
+                                std::to_string(t.const_offset) + ") lies outside the constant data (" +
+                                std::to_string(size) + " bytes)");
+  }
+}
+
+void Assembler::encode_all() {
+  Resolver final_value = known();
+  for (const PendingInstr& pi : pending_) {
+    Instr in;
+    in.op = pi.desc->op;
+    for (int i = 0; i < pi.desc->num_operands; ++i) {
+      const OperandDesc& o = pi.desc->operands[i];
+      const Operand& op = pi.ops[i];
+      in.f[i] = op.expr ? eval(*op.expr, final_value) : op.value;
+      if (op.expr && !fits(o, in.f[i]))
+        fail(op.loc,
+             "value " + std::to_string(in.f[i]) + " does not fit operand " + o.name + " (" + range_text(o) + ")");
+    }
+    prog_.code.push_back(encode(in));
+    prog_.source.push_back(*pi.loc.file + ":" + std::to_string(pi.loc.line));
+  }
+}
+
+}  // namespace
+
+Program assemble(const std::string& source, const std::string& filename, const AsmOptions& opts) {
+  return Assembler(opts).run(source, filename);
+}
+
+Program assemble_file(const std::string& path, const AsmOptions& opts) {
+  std::optional<std::string> text = read_text(path);
+  if (!text) throw Error("cannot open '" + path + "': " + std::strerror(errno));
+  return assemble(*text, path, opts);
+}
+
+}  // namespace tpusim::isa

@@ -1,0 +1,304 @@
+// tpusim_isa_doc OUT.md: writes the ISA reference (docs/isa.md) from the instruction table (isa.def).
+// Everything instruction-specific comes from isa::instructions(); the prose sections explain the rules that
+// the table's semantics and numerics.h rely on.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "tpusim/isa/isa.h"
+#include "tpusim/isa/program.h"
+
+namespace {
+
+using namespace tpusim::isa;
+
+constexpr Unit kUnits[] = {Unit::Core, Unit::DmaIn, Unit::DmaOut, Unit::Mxu, Unit::Vpu};
+
+const char* unit_title(Unit u) {
+  switch (u) {
+    case Unit::Core: return "Scalar core (runs in the dispatcher itself)";
+    case Unit::DmaIn: return "DMA load engine (HBM to VMEM)";
+    case Unit::DmaOut: return "DMA store engine (VMEM to HBM)";
+    case Unit::Mxu: return "Matrix unit (weight-stationary systolic array)";
+    case Unit::Vpu: return "Vector unit";
+  }
+  return "?";
+}
+
+// A table cell: '|' would end the cell and a newline the row; in prose (not code), '*' would start emphasis
+// ("i*stride + j*size").
+std::string cell(const std::string& s, bool code = false) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '|')
+      out += "\\|";
+    else if (ch == '*' && !code)
+      out += "\\*";
+    else if (ch == '\n')
+      out += "<br>";
+    else
+      out += ch;
+  }
+  return out;
+}
+
+std::string kind_text(const OperandDesc& o) {
+  switch (o.kind) {
+    case OperandKind::Reg: return "register";
+    case OperandKind::Imm: return std::string(1, 'i').append(std::to_string(o.width));
+    case OperandKind::UImm: return std::string(1, 'u').append(std::to_string(o.width));
+    case OperandKind::Target: return "target";
+    case OperandKind::DType: return "dtype";
+    case OperandKind::Sem: return "semaphore";
+    case OperandKind::Flag: return "flag";
+  }
+  return "?";
+}
+
+// The assembly form, e.g. "mxu.mm vaddr, m, acc, stride, dtype [, accumulate] [, wait=sN] [, signal=sN]".
+std::string syntax(const InstrDesc& d) {
+  std::string pos, named;
+  for (int i = 0; i < d.num_operands; ++i) {
+    const OperandDesc& o = d.operands[i];
+    if (o.kind == OperandKind::Flag) {
+      named += " [, " + o.name + "]";
+    } else if (o.kind == OperandKind::Sem && d.unit != Unit::Core) {
+      named += " [, " + o.name + "=sN]";
+    } else {
+      pos += (pos.empty() ? " " : ", ") + o.name;
+    }
+  }
+  return d.mnemonic + pos + named;
+}
+
+std::string operands_cell(const InstrDesc& d) {
+  std::string out;
+  for (int i = 0; i < d.num_operands; ++i) {
+    const OperandDesc& o = d.operands[i];
+    char bits[32];
+    std::snprintf(bits, sizeof bits, "[%d:%d]", o.shift + o.width - 1, o.shift);
+    out += (i ? "<br>" : "") + std::string("`") + o.name + "` " + kind_text(o) + " " + bits;
+  }
+  return out.empty() ? "(none)" : out;
+}
+
+void write_overview(std::ostream& o) {
+  o << "## Overview\n\n"
+       "A program is a sequence of 64-bit instruction words, executed from index 0 by an in-order **dispatch "
+       "core**. The core executes its own (scalar) instructions and hands every other instruction, with the values "
+       "of the registers it names, to the queue of the unit that executes it. Units run concurrently, each "
+       "strictly in the order of its own queue; they synchronise only through semaphores.\n\n"
+       "| unit | name in traces | executes | instructions |\n| --- | --- | --- | --- |\n";
+  for (Unit u : kUnits) {
+    std::string list;
+    for (const auto& d : instructions())
+      if (d.unit == u) list += (list.empty() ? "`" : ", `") + d.mnemonic + "`";
+    o << "| " << unit_title(u) << " | `" << unit_name(u) << "` | "
+      << (u == Unit::Core ? "in order, 1 at a time" : "its queue, in order") << " | " << list << " |\n";
+  }
+  o << "\n### Registers\n\n"
+    << kNumRegs << " scalar registers `r0`..`r" << kNumRegs - 1
+    << "`, 64 bits each, hold integers (addresses, sizes, loop counters) and f32 bit patterns (scales). "
+       "`r0` always reads as zero; writes to it are discarded. A unit instruction reads its register operands when "
+       "the core dispatches it, so the core may change them right after.\n\n"
+       "### Semaphores and the wait/signal rule\n\n"
+    << "Semaphores `s1`..`s" << kNumSems - 1
+    << "` are counters shared by all units (`s0` in an operand means \"none\"); `sem.set` initialises one. Every "
+       "instruction of a unit other than the core carries two optional operands, `wait` and `signal`: before it "
+       "starts, the unit waits until semaphore `wait` is positive and decrements it; when it completes (its "
+       "results are written), the unit increments semaphore `signal`. A unit does not start the next instruction "
+       "of its queue before the current one has started, so a waiting instruction blocks its queue. The "
+       "`*.sync` instructions do nothing but wait and signal, in their unit's order. `fence` and `sem.set` wait "
+       "until every unit is idle with an empty queue.\n\n"
+       "### Data types\n\n| name | code | bytes | also written |\n| --- | --- | --- | --- |\n";
+  const char* aliases[] = {"int8", "int32", "bfloat16", "fp32", "float32"};
+  for (int t = 0; t < kNumDTypes; ++t) {
+    DType dt = static_cast<DType>(t);
+    std::string also;
+    for (const char* a : aliases)
+      if (dtype_from_name(a) == dt) also += (also.empty() ? "`" : ", `") + std::string(a) + "`";
+    o << "| `" << dtype_name(dt) << "` | " << t << " | " << dtype_size(dt) << " | " << also << " |\n";
+  }
+  o << "\n### Encoding\n\n"
+       "Each instruction is one little-endian 64-bit word. Bits [7:0] hold the opcode; the operands follow "
+       "LSB-first from bit 8, in the order the tables below list them. Bits outside every field must be zero: "
+       "the decoder rejects a word with stray bits or an unknown opcode. Operand kinds:\n\n"
+       "| kind | bits | meaning |\n| --- | --- | --- |\n"
+       "| register | 5 | `r0`..`r31` |\n"
+       "| iN / uN | N | signed (two's complement) / unsigned immediate |\n"
+       "| target | 32 | branch target: absolute instruction index |\n"
+       "| dtype | 3 | data type code (table above) |\n"
+       "| semaphore | 5 | `s0`..`s31` (0 = none) |\n"
+       "| flag | 1 | option, written by name in assembly |\n\n";
+}
+
+void write_numerics(std::ostream& o) {
+  o << "## Numerics\n\n"
+       "Results are specified bit for bit where the hardware would be exact, and by a fixed order of operations "
+       "where it rounds, so every run of a program gives the same bits.\n\n"
+       "- **bf16** is the upper half of an f32. Converting f32 to bf16 rounds to nearest, ties to even; a NaN "
+       "stays a (quiet) NaN. bf16 to f32 is exact. Element-wise bf16 operations compute in f32 and round the "
+       "result to bf16.\n"
+       "- **Casts to integers** (`vpu.acc`, `vpu.cast` with an i8 or i32 destination) round to nearest, ties to "
+       "even, and saturate: to [-128, 127] for i8 and [-2^31, 2^31-1] for i32; NaN becomes 0.\n"
+       "- **Integer arithmetic** in the units (i32 adds, the matrix unit's i8 mode) wraps modulo 2^32. "
+       "int8 x int8 products are exact and summed exactly in i32, so i8 matrix results are bit-exact against "
+       "any reference.\n"
+       "- **bf16 matrix products**: each bf16 x bf16 product is exact in f32; a pass sums them in f32 in order "
+       "l = 0..k-1 and then adds the sum to the f32 accumulator (with `accumulate`). Accumulating across passes "
+       "is the only place where order matters, and that order is the program's order of `mxu.mm` instructions.\n"
+       "- **Exactness that the functional model relies on**: an int8 x int8 product is at most 2^14 in magnitude, "
+       "so a dot product of up to 1024 of them is exact in f32 (below 2^24), and so is one matrix-unit pass of "
+       "K <= 256.\n"
+       "- **Reductions** (`vpu.rsum`) sum in order j = 0..cols-1, in i32 (wrapping) or in f32 for floats.\n"
+       "- **f32 vector arithmetic** is IEEE single precision with round to nearest even. `vpu.exp`, "
+       "`vpu.recip` and `vpu.rsqrt` are deterministic but not required to be correctly rounded; validation "
+       "compares them with an fp64 reference within a stated tolerance.\n"
+       "- **Scaling** (`scale_en`): the value is converted to f32 and multiplied by the f32 whose bits are in "
+       "the `scale` register, before the final cast.\n\n";
+}
+
+void write_program_format(std::ostream& o) {
+  o << "## Program files (.tpub)\n\n"
+       "Little-endian throughout: the magic `TPUB`, u32 version (this build: "
+    << kProgramVersion
+    << "), u32 section count, then sections, each a u32 id, a u64 byte length and the payload. Readers skip "
+       "sections with unknown ids.\n\n"
+       "| id | section | payload |\n| --- | --- | --- |\n"
+       "| 1 | code | u64 instruction words |\n"
+       "| 2 | tensors | u32 count; per tensor: u32 name length, name, u8 kind (0 input, 1 output, 2 const), u8 "
+       "dtype, u32 rank, i64 dims[rank], u64 HBM address, u64 offset in the constant data |\n"
+       "| 3 | constant data | raw bytes of the const tensors |\n"
+       "| 4 | name | program name (UTF-8) |\n"
+       "| 5 | source | optional: u32 count; per instruction: u32 length, \"file:line\" |\n\n"
+       "Loading checks everything: every instruction word must decode, const tensors must lie inside the "
+       "constant data, and errors name the byte offset.\n\n";
+}
+
+void write_assembly(std::ostream& o) {
+  o << R"(## Assembly language
+
+One statement per line. Comments start with `#` or `;` and run to the end of the line. A line may start with
+a label, `name:`; labels are absolute instruction indices, counting from the assembler's base pc (0 unless the
+caller sets `AsmOptions::base_pc`). Errors read `FILE:LINE:COL: message`, pointing at the offending token.
+
+### Instructions
+
+The mnemonic, then the operands, comma-separated, in the order of the tables below; this is exactly what the
+disassembler prints.
+
+- registers: `r0`..`r31`, or an alias defined by `.reg`;
+- immediates and branch targets: expressions (below);
+- data types: by name, `i8`, `i32`, `bf16`, `f32` (also `int8`, `int32`, `bfloat16`, `fp32`, `float32`);
+- the semaphore of `sem.set`: positional, `s3`;
+- flags: by their operand name (e.g. `accumulate`, `relu`), in any order after the positional operands;
+  an omitted flag is 0;
+- the semaphores of unit instructions: optional keywords `wait=s1`, `signal=s2` after the positional
+  operands, in any order; omitted means none (`s0`).
+
+```
+loop:   mxu.mm  r3, r4, r5, r6, bf16, accumulate, wait=s1, signal=s2
+        addi    r7, r7, -1
+        bne     r7, r0, loop
+```
+
+Pseudo-instruction: `mov rd, ra` assembles as `addi rd, ra, 0`.
+
+### Expressions
+
+64-bit signed integers, wrapping on overflow; division or modulo by zero and shift counts outside 0..63
+are errors.
+
+- literals: decimal `42`, hexadecimal `0x2a`, binary `0b101010`;
+- symbols: `-D` defines, `.set` symbols, labels, and tensor names (a tensor's HBM address);
+- operators, with C's precedence, from loosest: `||`, `&&`, `|`, `^`, `&`, `==` `!=`, `<` `<=` `>` `>=`,
+  `<<` `>>`, `+` `-`, `*` `/` `%`; unary `-` `~` `!`; parentheses. `&&` and `||` short-circuit;
+- functions: `cdiv(a, b)` (division rounded up), `min(a, b)`, `max(a, b)`, `align(a, b)` (a rounded up to a
+  multiple of b), `sizeof(DTYPE)` (bytes of a data type), `defined(NAME)` (1 if NAME is a symbol at this
+  point), `f32(x)`: the IEEE float32 bit pattern of x as an integer. x is a decimal or float literal, possibly
+  negative (`f32(0.5)`, `f32(-1e-3)`, also `inf` and `nan`), rounded to the nearest float, or any integer
+  expression, converted to float: `li r5, f32(0.5)`.
+
+Instruction operands may refer to labels further down (and to symbols defined further down, which then have
+their final value). Everything else sees only what is defined above it: `.set`, `.if`, tensor dimensions and
+addresses. An instruction sees a `.set` symbol's value at its own line.
+
+### Directives
+
+| directive | meaning |
+| --- | --- |
+| `.set NAME, expr` (or `.equ`) | defines a symbol, unless `-D` (`AsmOptions::defines`) gave it: `.set` gives defaults that `-D` overrides. A later `.set` of the same name redefines it for the lines below. |
+| `.reg NAME, rN` | a register alias, usable wherever a register is expected, from the next line on |
+| `.input NAME, DTYPE, [d0, d1, ...] [@ addr]` | declares an input tensor in HBM (dimensions are expressions; `[]` is a scalar) |
+| `.output NAME, DTYPE, [dims] [@ addr]` | declares an output tensor |
+| `.const NAME, DTYPE, [dims] [@ addr]` | declares a constant tensor; the `.data` lines right after it give its bytes, exactly as many as it has |
+| `.const NAME, DTYPE, [dims] [@ addr], offset=N` | a constant tensor whose bytes are at offset N of the constant data (written by `.data` lines not following a `.const`) |
+| `.data "HEX"` | bytes in hexadecimal (whitespace ignored), appended to the constant data |
+| `.name "text"` | the program's name |
+| `.include "file"` | assembles another file here (default: relative to the including file's directory) |
+| `.if expr` / `.elif expr` / `.else` / `.endif` | conditional assembly; nestable; each file closes its own |
+| `.error "message"` | reports an error at this line, if reached in an active branch |
+
+A tensor name may be an identifier or a quoted string (for names such as `"conv1/weight"`); an identifier
+name is also a symbol whose value is the tensor's HBM address. A tensor's address is, in this order: the
+`@ addr` written in the source; the caller's `AsmOptions::tensor_addr` for its name; else the next free address,
+aligned to `AsmOptions::hbm_align` (default 4096), at or above `AsmOptions::hbm_base` and past every tensor
+declared before it. Overlaps between tensors with fixed addresses are not checked.
+
+Strings take the escapes `\"`, `\\`, `\n`, `\t`, `\r`, `\0` and `\xNN`.
+
+### Disassembly
+
+`isa::disassemble` prints `.name`, every tensor with its explicit `@` address, the constant
+data (`.data`, 64 bytes a line), then one instruction a line with `# pc N` (and the original source line, if
+the program has one). Assembling it with the default options gives an identical program, except for
+`Program::source`, which then names the disassembly's lines.
+
+)";
+}
+
+void write_units(std::ostream& o) {
+  o << "## Instructions\n\nTiming names configuration parameters (`section.key`).\n\n";
+  for (Unit u : kUnits) {
+    o << "### " << unit_title(u) << " (`" << unit_name(u) << "`)\n\n"
+      << "| mnemonic | opcode | assembly | operands | semantics | timing |\n"
+      << "| --- | --- | --- | --- | --- | --- |\n";
+    for (const auto& d : instructions()) {
+      if (d.unit != u) continue;
+      char opcode[8];
+      std::snprintf(opcode, sizeof opcode, "0x%02x", d.opcode);
+      o << "| `" << d.mnemonic << "` | " << opcode << " | `" << cell(syntax(d), true) << "` | " << operands_cell(d)
+        << " | " << cell(d.semantics) << " | " << cell(d.timing) << " |\n";
+    }
+    o << "\n";
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: tpusim_isa_doc OUT.md\n";
+    return 2;
+  }
+  std::ostringstream o;
+  o << "# The tpusim instruction set\n\n"
+       "Generated from `isa/include/tpusim/isa/isa.def` by `tpusim_isa_doc`; edit the table, not this file.\n\n"
+       "Contents: [Overview](#overview), [Numerics](#numerics), [Program files](#program-files-tpub), "
+       "[Assembly language](#assembly-language), [Instructions](#instructions).\n\n";
+  write_overview(o);
+  write_numerics(o);
+  write_program_format(o);
+  write_assembly(o);
+  write_units(o);
+  std::ofstream f(argv[1], std::ios::binary | std::ios::trunc);
+  f << o.str();
+  f.close();
+  if (!f) {
+    std::cerr << "tpusim_isa_doc: cannot write '" << argv[1] << "'\n";
+    return 1;
+  }
+  return 0;
+}

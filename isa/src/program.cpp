@@ -1,0 +1,341 @@
+// Program helpers and the .tpub binary format (layout in program.h; details below).
+//
+// Section payloads (little-endian):
+//   1 code      u64 instruction words
+//   2 tensors   u32 count, then per tensor: u32 name length, name bytes, u8 kind, u8 dtype, u32 rank,
+//               i64 dims[rank], u64 hbm_addr, u64 const_offset
+//   3 const     raw bytes
+//   4 name      raw bytes (UTF-8)
+//   5 source    u32 count, then per line: u32 length, bytes
+// Every field is bounds-checked before it is read, so corrupt input ends in an isa::Error, never a crash.
+#include "tpusim/isa/program.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace tpusim::isa {
+
+const char* tensor_kind_name(TensorKind k) {
+  switch (k) {
+    case TensorKind::Input: return "input";
+    case TensorKind::Output: return "output";
+    case TensorKind::Const: return "const";
+  }
+  return "?";
+}
+
+int64_t TensorDecl::elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+const TensorDecl* Program::find(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+uint64_t Program::hbm_footprint() const {
+  uint64_t end = 0;
+  for (const auto& t : tensors) end = std::max(end, t.hbm_addr + t.bytes());
+  return end;
+}
+
+namespace {
+
+constexpr char kMagic[4] = {'T', 'P', 'U', 'B'};
+enum SectionId : uint32_t { kCode = 1, kTensors = 2, kConst = 3, kName = 4, kSource = 5 };
+
+const char* section_name(uint32_t id) {
+  switch (id) {
+    case kCode: return "code";
+    case kTensors: return "tensors";
+    case kConst: return "constant data";
+    case kName: return "name";
+    case kSource: return "source";
+  }
+  return "unknown";
+}
+
+// ---- writing ------------------------------------------------------------------------------------------------
+
+struct Writer {
+  std::vector<uint8_t> out;
+  void u8(uint8_t v) { out.push_back(v); }
+  void le(uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void u32(uint32_t v) { le(v, 4); }
+  void u64(uint64_t v) { le(v, 8); }
+  void raw(const void* p, size_t n) {
+    auto b = static_cast<const uint8_t*>(p);
+    out.insert(out.end(), b, b + n);
+  }
+  void str(const std::string& s) {
+    u32(static_cast<uint32_t>(s.size()));
+    raw(s.data(), s.size());
+  }
+  void section(uint32_t id, const std::vector<uint8_t>& payload) {
+    u32(id);
+    u64(payload.size());
+    raw(payload.data(), payload.size());
+  }
+};
+
+std::vector<uint8_t> code_payload(const Program& p) {
+  Writer w;
+  for (Word x : p.code) w.u64(x);
+  return std::move(w.out);
+}
+
+std::vector<uint8_t> tensors_payload(const Program& p) {
+  Writer w;
+  w.u32(static_cast<uint32_t>(p.tensors.size()));
+  for (const auto& t : p.tensors) {
+    w.str(t.name);
+    w.u8(static_cast<uint8_t>(t.kind));
+    w.u8(static_cast<uint8_t>(t.dtype));
+    w.u32(static_cast<uint32_t>(t.shape.size()));
+    for (int64_t d : t.shape) w.u64(static_cast<uint64_t>(d));
+    w.u64(t.hbm_addr);
+    w.u64(t.const_offset);
+  }
+  return std::move(w.out);
+}
+
+std::vector<uint8_t> source_payload(const Program& p) {
+  Writer w;
+  w.u32(static_cast<uint32_t>(p.source.size()));
+  for (const auto& s : p.source) w.str(s);
+  return std::move(w.out);
+}
+
+// ---- reading ------------------------------------------------------------------------------------------------
+
+// A bounded cursor over [pos, end) of the whole file; errors name the absolute byte offset.
+class Reader {
+ public:
+  Reader(const std::vector<uint8_t>& b, size_t pos, size_t end, std::string what)
+      : b_(b), pos_(pos), end_(end), what_(std::move(what)) {}
+
+  [[noreturn]] void fail(const std::string& msg, size_t at) const {
+    throw Error("program: byte " + std::to_string(at) + ": " + msg);
+  }
+  [[noreturn]] void fail(const std::string& msg) const { fail(msg, pos_); }
+
+  size_t pos() const { return pos_; }
+  size_t left() const { return end_ - pos_; }
+  void need(uint64_t n, const char* field) const {
+    if (n > left())
+      fail(what_ + " truncated: " + field + " needs " + std::to_string(n) + " bytes, " + std::to_string(left()) +
+           " left");
+  }
+  uint64_t le(int bytes, const char* field) {
+    need(bytes, field);
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(b_[pos_ + i]) << (8 * i);
+    pos_ += bytes;
+    return v;
+  }
+  uint8_t u8(const char* field) { return static_cast<uint8_t>(le(1, field)); }
+  uint32_t u32(const char* field) { return static_cast<uint32_t>(le(4, field)); }
+  uint64_t u64(const char* field) { return le(8, field); }
+  std::string bytes(uint64_t n, const char* field) {
+    need(n, field);
+    std::string s(reinterpret_cast<const char*>(b_.data() + pos_), n);
+    pos_ += n;
+    return s;
+  }
+  std::string str(const char* field) { return bytes(u32(field), field); }
+  std::vector<uint8_t> raw(uint64_t n, const char* field) {
+    need(n, field);
+    std::vector<uint8_t> v(b_.begin() + pos_, b_.begin() + pos_ + n);
+    pos_ += n;
+    return v;
+  }
+  void skip(uint64_t n, const char* field) {
+    need(n, field);
+    pos_ += n;
+  }
+  // A count of records, each at least `min_size` bytes: rejects counts the remaining bytes cannot hold, so a
+  // corrupt count never causes a huge allocation.
+  uint32_t count(const char* field, uint64_t min_size) {
+    size_t at = pos_;
+    uint32_t n = u32(field);
+    if (n * min_size > left())
+      fail(what_ + ": " + field + " " + std::to_string(n) + " needs at least " + std::to_string(n * min_size) +
+               " bytes, " + std::to_string(left()) + " left",
+           at);
+    return n;
+  }
+  void expect_end() const {
+    if (left() != 0) fail(what_ + ": " + std::to_string(left()) + " unexpected bytes at the end");
+  }
+
+ private:
+  const std::vector<uint8_t>& b_;
+  size_t pos_, end_;
+  std::string what_;
+};
+
+void read_code(Reader& r, Program& p) {
+  if (r.left() % 8 != 0) r.fail("section 1 (code): length " + std::to_string(r.left()) + " is not a multiple of 8");
+  while (r.left() > 0) {
+    size_t at = r.pos();
+    Word w = r.u64("instruction");
+    try {
+      decode(w);
+    } catch (const Error& e) {
+      r.fail("instruction " + std::to_string(p.code.size()) + ": " + e.what(), at);
+    }
+    p.code.push_back(w);
+  }
+}
+
+int64_t checked_elements(const Reader& r, const TensorDecl& t, size_t at) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) {
+    if (d < 0) r.fail("tensor '" + t.name + "': negative dimension " + std::to_string(d), at);
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / 16 / d)
+      r.fail("tensor '" + t.name + "': too many elements", at);
+    n *= d;
+  }
+  return n;
+}
+
+TensorDecl read_tensor(Reader& r) {
+  size_t at = r.pos();
+  TensorDecl t;
+  t.name = r.str("tensor name");
+  uint8_t kind = r.u8("tensor kind"), dtype = r.u8("tensor dtype");
+  if (kind > 2) r.fail("tensor '" + t.name + "': unknown kind " + std::to_string(kind), at);
+  if (dtype >= kNumDTypes) r.fail("tensor '" + t.name + "': unknown data type " + std::to_string(dtype), at);
+  t.kind = static_cast<TensorKind>(kind);
+  t.dtype = static_cast<DType>(dtype);
+  uint32_t rank = r.count("tensor rank", 8);
+  for (uint32_t i = 0; i < rank; ++i) t.shape.push_back(static_cast<int64_t>(r.u64("tensor dimension")));
+  t.hbm_addr = r.u64("tensor address");
+  t.const_offset = r.u64("tensor constant offset");
+  checked_elements(r, t, at);
+  if (t.hbm_addr + t.bytes() < t.hbm_addr) r.fail("tensor '" + t.name + "': extends past the address space", at);
+  return t;
+}
+
+void read_tensors(Reader& r, Program& p, std::vector<size_t>& offsets) {
+  uint32_t n = r.count("tensor count", 4 + 1 + 1 + 4 + 8 + 8);
+  std::set<std::string> names;
+  for (uint32_t i = 0; i < n; ++i) {
+    offsets.push_back(r.pos());
+    p.tensors.push_back(read_tensor(r));
+    if (!names.insert(p.tensors.back().name).second)
+      r.fail("duplicate tensor '" + p.tensors.back().name + "'", offsets.back());
+  }
+}
+
+void read_source(Reader& r, Program& p) {
+  uint32_t n = r.count("source line count", 4);
+  for (uint32_t i = 0; i < n; ++i) p.source.push_back(r.str("source line"));
+}
+
+// Checks that need every section: const tensors inside the constant data, one source line per instruction.
+void validate(const Program& p, const std::vector<size_t>& tensor_offsets, size_t source_offset) {
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    const TensorDecl& t = p.tensors[i];
+    if (t.kind != TensorKind::Const) continue;
+    uint64_t size = p.const_data.size();
+    if (t.const_offset > size || t.bytes() > size - t.const_offset)
+      throw Error("program: byte " + std::to_string(tensor_offsets[i]) + ": const tensor '" + t.name + "' (" +
+                  std::to_string(t.bytes()) + " bytes at offset " + std::to_string(t.const_offset) +
+                  ") lies outside the constant data (" + std::to_string(size) + " bytes)");
+  }
+  if (!p.source.empty() && p.source.size() != p.code.size())
+    throw Error("program: byte " + std::to_string(source_offset) + ": " + std::to_string(p.source.size()) +
+                " source lines for " + std::to_string(p.code.size()) + " instructions");
+}
+
+}  // namespace
+
+std::vector<uint8_t> serialize(const Program& p) {
+  Writer w;
+  w.raw(kMagic, 4);
+  w.u32(kProgramVersion);
+  w.u32(p.source.empty() ? 4 : 5);
+  w.section(kCode, code_payload(p));
+  w.section(kTensors, tensors_payload(p));
+  w.section(kConst, p.const_data);
+  w.section(kName, std::vector<uint8_t>(p.name.begin(), p.name.end()));
+  if (!p.source.empty()) w.section(kSource, source_payload(p));
+  return std::move(w.out);
+}
+
+Program deserialize(const std::vector<uint8_t>& bytes) {
+  Reader head(bytes, 0, bytes.size(), "header");
+  if (bytes.size() < 4 || std::memcmp(bytes.data(), kMagic, 4) != 0)
+    throw Error("program: byte 0: not a tpusim program (bad magic)");
+  head.bytes(4, "magic");
+  uint32_t version = head.u32("version");
+  if (version != kProgramVersion)
+    head.fail("unsupported program version " + std::to_string(version) + " (this build reads " +
+                  std::to_string(kProgramVersion) + ")",
+              4);
+  uint32_t sections = head.u32("section count");
+
+  Program p;
+  std::vector<size_t> tensor_offsets;
+  size_t source_offset = 0;
+  std::set<uint32_t> seen;
+  for (uint32_t s = 0; s < sections; ++s) {
+    size_t at = head.pos();
+    uint32_t id = head.u32("section id");
+    uint64_t len = head.u64("section length");
+    std::string what = "section " + std::to_string(id) + " (" + section_name(id) + ")";
+    if (len > head.left())
+      head.fail(what + " truncated: needs " + std::to_string(len) + " bytes, " + std::to_string(head.left()) + " left",
+                at);
+    if (id >= kCode && id <= kSource && !seen.insert(id).second) head.fail("duplicate " + what, at);
+    Reader r(bytes, head.pos(), head.pos() + len, what);
+    head.skip(len, "section");
+    switch (id) {
+      case kCode: read_code(r, p); break;
+      case kTensors: read_tensors(r, p, tensor_offsets); break;
+      case kConst: p.const_data = r.raw(len, "constant data"); break;
+      case kName: p.name = r.bytes(len, "name"); break;
+      case kSource: source_offset = at, read_source(r, p); break;
+      default: r.skip(len, "section"); break;  // unknown section: skipped, so later versions can add some
+    }
+    r.expect_end();
+  }
+  head.expect_end();
+  validate(p, tensor_offsets, source_offset);
+  return p;
+}
+
+void save_program(const Program& p, const std::string& path) {
+  std::vector<uint8_t> bytes = serialize(p);
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) throw Error("cannot open '" + path + "' for writing: " + std::strerror(errno));
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  f.close();
+  if (!f) throw Error("cannot write '" + path + "': " + std::strerror(errno));
+}
+
+Program load_program(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("cannot open '" + path + "': " + std::strerror(errno));
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (f.bad()) throw Error("cannot read '" + path + "': " + std::strerror(errno));
+  try {
+    return deserialize(bytes);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+}  // namespace tpusim::isa

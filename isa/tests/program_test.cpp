@@ -1,0 +1,198 @@
+// The .tpub binary format: round trips, and corrupt input that must end in isa::Error, never a crash.
+#include "tpusim/isa/program.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "tpusim/isa/assembler.h"
+
+namespace tpusim::isa {
+namespace {
+
+Program small_program() {
+  return assemble(
+      ".name \"small\"\n"
+      ".input X, bf16, [2, 3] @ 0x1000\n"
+      ".const W, i8, [2, 2] @ 0x2000\n"
+      ".data \"01020304\"\n"
+      ".output Y, f32, [2] @ 0x3000\n"
+      "li r1, X\n"
+      "dma.ld r2, r1, r3, r4, r5, r6, signal=s1\n"
+      "halt\n",
+      "small.s");
+}
+
+std::string error_of(const std::vector<uint8_t>& bytes) {
+  try {
+    deserialize(bytes);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+void put_u32(std::vector<uint8_t>& b, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+// Offset of the payload of the first section with `id`, walking the section headers.
+size_t payload_of(const std::vector<uint8_t>& b, uint32_t id) {
+  size_t at = 12;
+  while (at + 12 <= b.size()) {
+    uint32_t sid;
+    uint64_t len;
+    std::memcpy(&sid, &b[at], 4);  // the tests run on little-endian hosts, like the format
+    std::memcpy(&len, &b[at + 4], 8);
+    if (sid == id) return at + 12;
+    at += 12 + len;
+  }
+  return 0;
+}
+
+TEST(Program, Helpers) {
+  Program p = small_program();
+  EXPECT_STREQ(tensor_kind_name(TensorKind::Const), "const");
+  EXPECT_EQ(p.find("X")->elements(), 6);
+  EXPECT_EQ(p.find("X")->bytes(), 12u);
+  EXPECT_EQ(p.find("nope"), nullptr);
+  EXPECT_EQ(p.hbm_footprint(), 0x3008u);
+  EXPECT_EQ(Program{}.hbm_footprint(), 0u);
+}
+
+TEST(ProgramFormat, RoundTrip) {
+  Program p = small_program();
+  ASSERT_EQ(p.source.size(), 3u);
+  std::vector<uint8_t> bytes = serialize(p);
+  ASSERT_EQ(std::string(bytes.begin(), bytes.begin() + 4), "TPUB");
+  EXPECT_EQ(deserialize(bytes), p);
+  p.source.clear();  // without the optional source section
+  EXPECT_EQ(deserialize(serialize(p)), p);
+  EXPECT_EQ(deserialize(serialize(Program{})), Program{});
+}
+
+TEST(ProgramFormat, SkipsUnknownSections) {
+  std::vector<uint8_t> bytes = serialize(small_program());
+  put_u32(bytes, 8, bytes[8] + 1);                                               // one more section...
+  const uint8_t extra[] = {99, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 'a', 'b', 'c'};  // ...id 99, 3 bytes
+  bytes.insert(bytes.end(), std::begin(extra), std::end(extra));
+  EXPECT_EQ(deserialize(bytes), small_program());
+}
+
+TEST(ProgramFormat, EveryTruncationIsAnError) {
+  std::vector<uint8_t> bytes = serialize(small_program());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + n);
+    EXPECT_THROW(deserialize(cut), Error) << "truncated to " << n << " bytes";
+  }
+}
+
+TEST(ProgramFormat, TruncatedSectionNamesOffsetAndSizes) {
+  std::vector<uint8_t> bytes = serialize(small_program());
+  size_t tensors = payload_of(bytes, 2);
+  ASSERT_GT(tensors, 0u);
+  bytes.resize(tensors + 40);
+  uint64_t len;
+  std::memcpy(&len, &bytes[tensors - 8], 8);
+  EXPECT_EQ(error_of(bytes), "program: byte " + std::to_string(tensors - 12) +
+                                 ": section 2 (tensors) truncated: needs " + std::to_string(len) + " bytes, 40 left");
+}
+
+TEST(ProgramFormat, BadMagicAndVersion) {
+  std::vector<uint8_t> bytes = serialize(small_program());
+  std::vector<uint8_t> bad = bytes;
+  bad[0] = 'X';
+  EXPECT_EQ(error_of(bad), "program: byte 0: not a tpusim program (bad magic)");
+  bad = bytes;
+  put_u32(bad, 4, 7);
+  EXPECT_EQ(error_of(bad), "program: byte 4: unsupported program version 7 (this build reads 1)");
+}
+
+TEST(ProgramFormat, UndecodableInstruction) {
+  std::vector<uint8_t> bytes = serialize(small_program());
+  size_t code = payload_of(bytes, 1);
+  bytes[code + 8 * 2] = 0x7f;  // instruction 2 (halt) gets an unknown opcode
+  std::string msg = error_of(bytes);
+  EXPECT_EQ(msg.rfind("program: byte " + std::to_string(code + 16) + ": instruction 2: unknown opcode 0x7f", 0), 0u)
+      << msg;
+  bytes[code + 16] = static_cast<uint8_t>(Op::HALT);
+  bytes[code + 23] = 0x80;  // a stray bit in halt
+  EXPECT_NE(error_of(bytes).find("instruction 2: halt: bits set outside every field"), std::string::npos);
+}
+
+TEST(ProgramFormat, ConstOutsideTheData) {
+  Program p = small_program();
+  p.tensors[1].const_offset = 1;  // 4 bytes at offset 1 of 4
+  std::string msg = error_of(serialize(p));
+  EXPECT_NE(msg.find("const tensor 'W' (4 bytes at offset 1) lies outside the constant data (4 bytes)"),
+            std::string::npos)
+      << msg;
+  p.tensors[1].const_offset = ~0ull;  // must not wrap around
+  EXPECT_THROW(deserialize(serialize(p)), Error);
+}
+
+TEST(ProgramFormat, OtherCorruptions) {
+  std::vector<uint8_t> bytes = serialize(small_program());
+  std::vector<uint8_t> bad = bytes;
+  bad.push_back(0);
+  EXPECT_EQ(error_of(bad), "program: byte " + std::to_string(bytes.size()) + ": header: 1 unexpected bytes at the end");
+  bad = bytes;
+  size_t tensors = payload_of(bad, 2);
+  put_u32(bad, tensors, 0xffffffff);  // absurd tensor count: rejected without allocating
+  EXPECT_NE(error_of(bad).find("tensor count 4294967295 needs at least"), std::string::npos) << error_of(bad);
+  bad = bytes;
+  put_u32(bad, payload_of(bad, 4) - 12, 2);  // the name section claims to be a second tensors section
+  EXPECT_NE(error_of(bad).find("duplicate section 2 (tensors)"), std::string::npos) << error_of(bad);
+}
+
+// Random byte flips: each corrupt program either loads (then it is valid) or throws isa::Error.
+TEST(ProgramFormat, RandomCorruptionNeverCrashes) {
+  std::vector<uint8_t> bytes = serialize(small_program());
+  std::mt19937 rng(1234);
+  int loaded = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::vector<uint8_t> bad = bytes;
+    for (int flips = 1 + rng() % 3; flips > 0; --flips)
+      bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+    try {
+      Program p = deserialize(bad);
+      EXPECT_EQ(deserialize(serialize(p)), p);
+      ++loaded;
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_LT(loaded, 20000);
+}
+
+TEST(ProgramFile, SaveLoadAndErrors) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("tpusim_program_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string path = (dir / "p.tpub").string();
+  save_program(small_program(), path);
+  EXPECT_EQ(load_program(path), small_program());
+  try {
+    load_program((dir / "x.tpub").string());
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot open '" + (dir / "x.tpub").string() + "': No such file or directory");
+  }
+  std::vector<uint8_t> junk = {'n', 'o', 'p', 'e', 0, 0};
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  std::fwrite(junk.data(), 1, junk.size(), f);
+  std::fclose(f);
+  try {
+    load_program(path);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": program: byte 0: not a tpusim program (bad magic)");
+  }
+  EXPECT_THROW(save_program(small_program(), (dir / "no" / "such" / "dir.tpub").string()), Error);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tpusim::isa
