@@ -7,6 +7,7 @@
 #include "tpusim/isa/assembler.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -166,6 +167,12 @@ class Assembler {
  public:
   explicit Assembler(const AsmOptions& o) : opts_(o) {
     for (const auto& [name, v] : o.defines) symbols_[name] = Symbol{Symbol::Define, v, {}};
+    // Data types as numbers (DT_I8, DT_I32, DT_BF16, DT_F32), so kernels can take them as parameters.
+    for (int t = 0; t < kNumDTypes; ++t) {
+      std::string name = "DT_";
+      for (const char* p = dtype_name(static_cast<DType>(t)); *p; ++p) name += static_cast<char>(std::toupper(*p));
+      symbols_.emplace(name, Symbol{Symbol::Define, t, {}});
+    }
     next_free_ = o.hbm_base;
   }
 
@@ -186,7 +193,8 @@ class Assembler {
   void define_label(const Token& t);
   void define_symbol(const std::string& name, Symbol s);
   // directives
-  void dir_set(Cursor& c);
+  void dir_set(Cursor& c, bool only_if_undefined);
+  DType parse_dtype(Cursor& c);
   void dir_reg(Cursor& c);
   void dir_tensor(Cursor& c, TensorKind kind);
   void dir_data(Cursor& c, const Token& head);
@@ -324,7 +332,8 @@ void Assembler::define_label(const Token& t) {
 
 void Assembler::directive(Cursor& c, const Token& head) {
   const std::string d = c.next().text;
-  if (d == ".set" || d == ".equ") return dir_set(c);
+  if (d == ".set" || d == ".equ") return dir_set(c, false);
+  if (d == ".default") return dir_set(c, true);
   if (d == ".reg") return dir_reg(c);
   if (d == ".input") return dir_tensor(c, TensorKind::Input);
   if (d == ".output") return dir_tensor(c, TensorKind::Output);
@@ -343,13 +352,14 @@ void Assembler::directive(Cursor& c, const Token& head) {
   fail(head.loc, "unknown directive '" + d + "'");
 }
 
-void Assembler::dir_set(Cursor& c) {
+// `.set NAME, expr` (re)defines NAME unless a -D gave it; `.default NAME, expr` only defines it if nothing has.
+void Assembler::dir_set(Cursor& c, bool only_if_undefined) {
   const Token& name = c.expect_ident("a symbol name");
   c.expect(",");
   Expr e = expr(c);
   c.expect_end();
   auto it = symbols_.find(name.text);
-  if (it != symbols_.end() && it->second.kind == Symbol::Define) return;  // -D wins; not even evaluated
+  if (it != symbols_.end() && (it->second.kind == Symbol::Define || only_if_undefined)) return;  // not evaluated
   define_symbol(name.text, Symbol{Symbol::Set, eval_now(e), name.loc});
 }
 
@@ -399,10 +409,7 @@ void Assembler::dir_tensor(Cursor& c, TensorKind kind) {
   const Token& name = c.peek().kind == Tok::String ? c.next() : c.expect_ident("a tensor name");
   t.name = name.text;
   c.expect(",");
-  const Token& dt = c.expect_ident("a data type");
-  auto dtype = dtype_from_name(dt.text);
-  if (!dtype) fail(dt.loc, "unknown data type '" + dt.text + "'");
-  t.dtype = *dtype;
+  t.dtype = parse_dtype(c);
   c.expect(",");
   Loc dims_at = c.peek().loc;
   t.shape = parse_dims(c);
@@ -572,13 +579,16 @@ void Assembler::parse_named(Cursor& c, const InstrDesc& d, PendingInstr& pi, con
     if (k != Cls::Flag && k != Cls::Keyword)
       fail(t.loc, "unexpected " + describe(t) + " (too many operands for '" + d.mnemonic + "')");
     int i = d.operand_index(t.text);
-    if (k == Cls::Keyword && (i < 0 || !is_named(d, d.operands[i]) || d.operands[i].kind == OperandKind::Flag))
+    if (k == Cls::Keyword && (i < 0 || !is_named(d, d.operands[i])))
       fail(t.loc, "unknown operand '" + t.text + "=' for '" + d.mnemonic + "'");
     if (seen[i]) fail(t.loc, "duplicate operand '" + t.text + "'");
     seen[i] = true;
     c.next();
     if (k == Cls::Flag) {
       pi.ops[i].value = 1;
+    } else if (d.operands[i].kind == OperandKind::Flag) {  // flag=EXPR: set when the expression is non-zero
+      c.expect("=");
+      pi.ops[i].value = eval_now(expr(c)) != 0;
     } else {
       c.expect("=");
       pi.ops[i].value = parse_semaphore(c.next());
@@ -590,18 +600,27 @@ void Assembler::parse_operand(Cursor& c, const OperandDesc& o, Operand& out) {
   switch (o.kind) {
     case OperandKind::Reg: out.value = parse_register(c); break;
     case OperandKind::Sem: out.value = parse_semaphore(c.next()); break;
-    case OperandKind::DType: {
-      const Token& t = c.expect_ident("a data type");
-      auto dt = dtype_from_name(t.text);
-      if (!dt) fail(t.loc, "unknown data type '" + t.text + "'");
-      out.value = static_cast<int64_t>(*dt);
-      break;
-    }
+    case OperandKind::DType: out.value = static_cast<int64_t>(parse_dtype(c)); break;
     default:
       out.loc = c.peek().loc;
       out.expr = expr(c);
       break;
   }
+}
+
+// A data type by name (i8, bf16, ...), or an expression with its number (DT_BF16, IN_DT, ...).
+DType Assembler::parse_dtype(Cursor& c) {
+  const Token& t = c.peek();
+  if (t.kind == Tok::Ident && !c.is("(", 1)) {
+    if (auto dt = dtype_from_name(t.text)) {
+      c.next();
+      return *dt;
+    }
+    if (!symbols_.count(t.text)) fail(t.loc, "unknown data type '" + t.text + "'");
+  }
+  int64_t v = eval_now(expr(c));
+  if (v < 0 || v >= kNumDTypes) fail(t.loc, "data type number " + std::to_string(v) + " is not one of DT_I8..DT_F32");
+  return static_cast<DType>(v);
 }
 
 int Assembler::parse_register(Cursor& c) {

@@ -191,10 +191,12 @@ disassembler prints.
 
 - registers: `r0`..`r31`, or an alias defined by `.reg`;
 - immediates and branch targets: expressions (below);
-- data types: by name, `i8`, `i32`, `bf16`, `f32` (also `int8`, `int32`, `bfloat16`, `fp32`, `float32`);
+- data types: by name, `i8`, `i32`, `bf16`, `f32` (also `int8`, `int32`, `bfloat16`, `fp32`, `float32`), or an
+  expression giving the type's number: the symbols `DT_I8`, `DT_I32`, `DT_BF16`, `DT_F32` are predefined, so a
+  kernel can take its types as parameters (`mxu.lw r1, r2, r3, r4, IN_DT`); the same holds in `.input`/`.output`;
 - the semaphore of `sem.set`: positional, `s3`;
 - flags: by their operand name (e.g. `accumulate`, `relu`), in any order after the positional operands;
-  an omitted flag is 0;
+  an omitted flag is 0; `NAME=expr` sets the flag when the expression is non-zero (`relu=RELU`);
 - the semaphores of unit instructions: optional keywords `wait=s1`, `signal=s2` after the positional
   operands, in any order; omitted means none (`s0`).
 
@@ -230,6 +232,7 @@ addresses. An instruction sees a `.set` symbol's value at its own line.
 | directive | meaning |
 | --- | --- |
 | `.set NAME, expr` (or `.equ`) | defines a symbol, unless `-D` (`AsmOptions::defines`) gave it: `.set` gives defaults that `-D` overrides. A later `.set` of the same name redefines it for the lines below. |
+| `.default NAME, expr` | defines a symbol only if nothing (`-D`, `.set`, an including file's `.default`) has: a kernel's parameters with their defaults |
 | `.reg NAME, rN` | a register alias, usable wherever a register is expected, from the next line on |
 | `.input NAME, DTYPE, [d0, d1, ...] [@ addr]` | declares an input tensor in HBM (dimensions are expressions; `[]` is a scalar) |
 | `.output NAME, DTYPE, [dims] [@ addr]` | declares an output tensor |

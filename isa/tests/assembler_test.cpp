@@ -105,6 +105,34 @@ TEST(AsmSymbols, SetRedefinitionIsInSourceOrder) {
   EXPECT_EQ(only_instr(p, 2).f[1], 9);  // forward reference: the final value
 }
 
+TEST(AsmSymbols, DefaultOnlyDefinesWhatNothingDefined) {
+  // A kernel's parameters: `.default` in the kernel, overridden by -D or by an including file's own `.default`.
+  const std::string kernel = ".default K, 4\nli r1, K\n";
+  EXPECT_EQ(only_instr(assemble(kernel, "k.s")).f[1], 4);
+  EXPECT_EQ(only_instr(assemble(kernel, "k.s", defines({{"K", 8}}))).f[1], 8);
+  AsmOptions o;
+  o.include = [&](const std::string&, const std::string&) -> std::optional<std::string> { return kernel; };
+  EXPECT_EQ(only_instr(assemble(".default K, 6\n.include \"k.s\"\n", "w.s", o)).f[1], 6);
+  // A .set after a .default still redefines.
+  EXPECT_EQ(only_instr(assemble(".default K, 4\n.set K, 5\nli r1, K\n", "k.s")).f[1], 5);
+}
+
+TEST(AsmOperands, DataTypesAndFlagsFromExpressions) {
+  // DT_* are predefined; a data type operand or declaration takes a name or an expression.
+  Program p = assemble(".default IN_DT, DT_BF16\n.default RELU, 1\n.input a, IN_DT, [2]\n"
+                       "mxu.lw r1, r2, r3, r4, IN_DT\n"
+                       "vpu.acc r1, r2, r3, r4, r5, r6, r7, DT_F32, IN_DT, relu=RELU, bias_en=(RELU == 0)\n",
+                       "k.s");
+  EXPECT_EQ(p.tensors.at(0).dtype, DType::BF16);
+  Instr lw = only_instr(p, 0), acc = only_instr(p, 1);
+  EXPECT_EQ(lw.f[lw.desc().operand_index("dtype")], static_cast<int64_t>(DType::BF16));
+  EXPECT_EQ(acc.f[acc.desc().operand_index("adt")], static_cast<int64_t>(DType::F32));
+  EXPECT_EQ(acc.f[acc.desc().operand_index("relu")], 1);
+  EXPECT_EQ(acc.f[acc.desc().operand_index("bias_en")], 0);
+  EXPECT_EQ(error_of("mxu.lw r1, r2, r3, r4, 7\n"), "k.s:1:24: data type number 7 is not one of DT_I8..DT_F32");
+  EXPECT_EQ(error_of("mxu.lw r1, r2, r3, r4, bf17\n"), "k.s:1:24: unknown data type 'bf17'");
+}
+
 TEST(AsmSymbols, SetMustUseSymbolsDefinedAbove) {
   EXPECT_EQ(error_of(".set A, B\n.set B, 1\n"), "k.s:1:9: undefined symbol 'B'");
 }
