@@ -57,6 +57,14 @@ struct RunResult {
   std::vector<TraceEvent> trace;
 };
 
+// Timing conventions (the rules of each unit are in its source file, sim/src/<unit>.cpp):
+// - One SystemC nanosecond is one cycle of chip.clock_mhz; RunStats::cycles counts from the run's own start.
+// - Every core instruction takes 1 cycle. A unit instruction is dispatched in that cycle and may start in the
+//   next; a full queue stalls the core (wait_queue_cycles). halt, fence and sem.set wait until every unit is idle
+//   with an empty queue, then take their cycle. An empty program takes 1 cycle, one scalar instruction 2, a lone
+//   dma.ld of B bytes 1 + dma.latency + ceil(B / HBM bytes per cycle) + 1.
+// - A unit waits for its `wait` semaphore before starting an instruction (wait_sem_cycles) and increments its
+//   `signal` semaphore when the instruction completes.
 class Chip {
  public:
   // Elaborates the chip. SystemC allows one elaboration per process: every Chip must be constructed before the

@@ -1,0 +1,167 @@
+// The chip: declares and connects its modules, and runs programs on them (one sc_start() per run).
+#include "tpusim/sim/chip.h"
+
+#include <algorithm>
+
+#include "core.h"
+#include "dma.h"
+#include "mxu.h"
+#include "params.h"
+#include "vpu.h"
+
+// Debian's libsystemc.so refers to sc_main (DESIGN.md, "Known pitfalls"): every program linking the sim library
+// gets this stub, which is never called (programs have their own main).
+extern "C" int sc_main(int, char**) { return 0; }
+
+namespace tpusim::sim {
+namespace detail {
+
+void declare_chip_params(std::vector<Param>& out) {
+  ParamSection<ChipParams>(out, "chip", &ChipConfig::chip)
+      .add(&ChipParams::name, "name", "custom", "", "the design point's name, for stats and traces")
+      .add(&ChipParams::clock_mhz, "clock_mhz", 1050.0, "MHz", "clock of every unit; one cycle is one SystemC ns",
+           1e-3, 1e6);
+}
+
+namespace {
+int next_chip_id = 0;
+}  // namespace
+
+// The top module only declares its units; they find each other through the shared state.
+struct ChipTop : sc_core::sc_module {
+  ChipTop(const sc_core::sc_module_name& name, ChipState& st)
+      : sc_core::sc_module(name),
+        core("core", st),
+        dmain("dmain", st, isa::Unit::DmaIn),
+        dmaout("dmaout", st, isa::Unit::DmaOut),
+        mxu("mxu", st),
+        vpu("vpu", st) {}
+  Core core;
+  DmaEngine dmain, dmaout;
+  Mxu mxu;
+  Vpu vpu;
+};
+
+}  // namespace detail
+
+struct Chip::Impl {
+  explicit Impl(const ChipConfig& cfg)
+      : st(cfg), top(("chip" + std::to_string(detail::next_chip_id++)).c_str(), st) {}
+  detail::ChipState st;
+  detail::ChipTop top;
+  bool running = false;
+
+  void prepare(const isa::Program& program, const RunOptions& opts);
+  std::string stopped_message();
+  RunResult collect();
+};
+
+Chip::Chip(const ChipConfig& cfg) {
+  if (sc_core::sc_get_status() != sc_core::SC_ELABORATION)
+    throw Error("a Chip must be constructed before the first Chip::run of the process (SystemC elaborates once)");
+  impl_ = std::make_unique<Impl>(cfg);
+}
+
+Chip::~Chip() = default;
+
+const ChipConfig& Chip::config() const { return impl_->st.cfg; }
+
+void Chip::write_hbm(uint64_t addr, const void* data, size_t bytes) {
+  const ChipConfig& c = impl_->st.cfg;
+  std::string err = detail::check_rows("HBM write", c.hbm_bytes(), std::to_string(c.hbm.size_mib) + " MiB",
+                                       static_cast<int64_t>(addr), 1, static_cast<int64_t>(bytes), 0);
+  if (addr > c.hbm_bytes() || !err.empty()) throw Error(err.empty() ? "HBM write outside HBM" : err);
+  impl_->st.mem.hbm.write(addr, data, bytes);
+}
+
+void Chip::read_hbm(uint64_t addr, void* data, size_t bytes) const {
+  const ChipConfig& c = impl_->st.cfg;
+  std::string err = detail::check_rows("HBM read", c.hbm_bytes(), std::to_string(c.hbm.size_mib) + " MiB",
+                                       static_cast<int64_t>(addr), 1, static_cast<int64_t>(bytes), 0);
+  if (addr > c.hbm_bytes() || !err.empty()) throw Error(err.empty() ? "HBM read outside HBM" : err);
+  impl_->st.mem.hbm.read(addr, data, bytes);
+}
+
+void Chip::Impl::prepare(const isa::Program& program, const RunOptions& opts) {
+  detail::RunState& r = st.run;
+  r = detail::RunState{};
+  r.program = &program;
+  r.opts = opts;
+  r.code.reserve(program.code.size());
+  for (size_t pc = 0; pc < program.code.size(); ++pc) {
+    try {
+      r.code.push_back(isa::decode(program.code[pc]));
+    } catch (const isa::Error& e) {
+      throw Error("pc " + std::to_string(pc) + ": " + e.what());
+    }
+    r.unit_of.push_back(r.code.back().desc().unit);
+  }
+  r.text.resize(r.code.size());
+  st.reset_units();
+}
+
+// Why a run stopped without finishing or failing: out of cycles, or out of events (a deadlock).
+std::string Chip::Impl::stopped_message() {
+  detail::RunState& r = st.run;
+  if (sc_core::sc_pending_activity())
+    return "still running after " + std::to_string(r.opts.max_cycles) + " cycles at " + st.where(top.core.pc());
+  std::string s = "deadlock at cycle " + std::to_string(st.now() - r.t0) + ": ";
+  std::string waits;
+  for (const detail::UnitModule* u : st.units) {
+    std::string b = u ? u->blocked() : "";
+    if (!b.empty()) waits += (waits.empty() ? "" : "; ") + b;
+  }
+  std::string core = top.core.blocked();
+  if (!core.empty()) waits += (waits.empty() ? "" : "; ") + core;
+  return s + (waits.empty() ? "no unit can make progress" : waits);
+}
+
+RunResult Chip::Impl::collect() {
+  detail::RunState& r = st.run;
+  RunResult out;
+  out.stats = r.stats;
+  RunStats& s = out.stats;
+  s.cycles = r.cycles;
+  s.seconds = st.cfg.seconds(s.cycles);
+  for (UnitStats& u : s.units)
+    u.utilization = s.cycles ? static_cast<double>(u.busy_cycles) / static_cast<double>(s.cycles) : 0.0;
+  const double peak = static_cast<double>(st.cfg.mxu.rows) * st.cfg.mxu.cols * static_cast<double>(s.cycles);
+  s.mxu_mac_utilization = peak > 0 ? static_cast<double>(s.mxu_macs) / peak : 0.0;
+  out.trace = std::move(r.trace);
+  std::stable_sort(out.trace.begin(), out.trace.end(), [](const TraceEvent& a, const TraceEvent& b) {
+    return a.start != b.start ? a.start < b.start : a.unit < b.unit;
+  });
+  return out;
+}
+
+RunResult Chip::run(const isa::Program& program, const RunOptions& opts) {
+  Impl& m = *impl_;
+  if (m.running) throw Error("Chip::run called while the chip is running");
+  m.prepare(program, opts);
+  m.running = true;
+  detail::RunState& r = m.st.run;
+  try {
+    if (sc_core::sc_get_status() == sc_core::SC_ELABORATION) sc_core::sc_start(sc_core::SC_ZERO_TIME);
+    r.t0 = m.st.now();
+    m.top.core.start.notify(sc_core::SC_ZERO_TIME);
+    if (opts.max_cycles)  // two cycles of slack: the core itself reports overruns it sees
+      sc_core::sc_start(m.st.span(opts.max_cycles + 2), sc_core::SC_EXIT_ON_STARVATION);
+    else
+      sc_core::sc_start();
+    if (!r.finished && r.error.empty()) r.error = m.stopped_message();
+    if (!r.error.empty()) {
+      // Unwind every thread to its idle loop, so that the chip can run again.
+      m.st.abort_run();
+      if (sc_core::sc_pending_activity()) sc_core::sc_start();
+      m.st.reset_units();
+    }
+  } catch (...) {
+    m.running = false;
+    throw;
+  }
+  m.running = false;
+  if (!r.error.empty()) throw Error(r.error);
+  return m.collect();
+}
+
+}  // namespace tpusim::sim

@@ -1,0 +1,86 @@
+#include "chip_state.h"
+
+#include "unit.h"
+
+namespace tpusim::sim::detail {
+
+ChipState::ChipState(const ChipConfig& c)
+    : cfg(c), mem(c), cycle_value_(sc_core::sc_time(1, sc_core::SC_NS).value()) {
+  for (auto& e : sem_changed) events.push_back(&e);
+  events.push_back(&drained);
+  events.push_back(&abort_ev);
+}
+
+void ChipState::wait_until(uint64_t cycle) {
+  uint64_t t = now();
+  if (cycle > t) sc_core::wait(span(cycle - t), abort_ev);
+  check_abort();
+}
+
+void ChipState::wait_event(sc_core::sc_event& e) {
+  sc_core::wait(e);
+  check_abort();
+}
+
+bool ChipState::all_idle() const {
+  for (const UnitModule* u : units)
+    if (u && !u->idle()) return false;
+  return true;
+}
+
+void ChipState::signal(int s) {
+  if (!s) return;
+  ++sem[s];
+  sem_changed[s].notify();
+}
+
+void ChipState::trace(isa::Unit u, uint64_t start, uint64_t dur, uint32_t pc, std::string name, const char* kind) {
+  run.trace.push_back({u, start - run.t0, dur, pc, std::move(name), kind});
+}
+
+const std::string& ChipState::text(uint32_t pc) {
+  if (pc >= run.code.size()) {
+    static const std::string end = "end of program";
+    return end;
+  }
+  std::string& s = run.text[pc];
+  if (s.empty()) s = isa::format(run.code[pc]);
+  return s;
+}
+
+std::string ChipState::where(uint32_t pc) {
+  std::string s = "pc " + std::to_string(pc) + " (" + text(pc) + ")";
+  if (run.program && pc < run.program->source.size() && !run.program->source[pc].empty())
+    s += " at " + run.program->source[pc];
+  return s;
+}
+
+void ChipState::fail(uint32_t pc, const std::string& what) { fail_message(where(pc) + ": " + what); }
+
+void ChipState::fail_message(const std::string& message) {
+  record_error(message);
+  throw Abort{};
+}
+
+void ChipState::record_error(const std::string& message) {
+  if (run.error.empty()) run.error = message;
+  abort_run();
+}
+
+void ChipState::abort_run() {
+  aborting = true;
+  for (UnitModule* u : units)
+    if (u) u->reset();
+  // Delta notifications work both inside the simulation and between sc_start() calls.
+  for (sc_core::sc_event* e : events) e->notify(sc_core::SC_ZERO_TIME);
+}
+
+void ChipState::reset_units() {
+  sem.fill(0);
+  hbm_free = 0;
+  aborting = false;
+  for (UnitModule* u : units)
+    if (u) u->reset();
+}
+
+}  // namespace tpusim::sim::detail

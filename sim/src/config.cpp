@@ -1,0 +1,158 @@
+// Loading a ChipConfig: a preset or INI file, then `--set section.key=value` overrides, all through the
+// parameter declarations of params.h and Boost.Program_options.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "params.h"
+
+namespace po = boost::program_options;
+
+namespace tpusim::sim {
+namespace detail {
+
+const std::vector<Param>& all_params() {
+  static const std::vector<Param> params = [] {
+    std::vector<Param> p;
+    declare_chip_params(p);
+    declare_core_params(p);
+    declare_mxu_params(p);
+    declare_vpu_params(p);
+    declare_dma_params(p);
+    declare_memory_params(p);
+    return p;
+  }();
+  return params;
+}
+
+namespace {
+
+const Param* find_param(const std::string& key) {
+  for (const Param& p : all_params())
+    if (p.key == key) return &p;
+  return nullptr;
+}
+
+std::string preset_list() {
+  std::string s;
+  for (const auto& n : preset_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// Parses one INI text into `vm`. Keys already in `vm` (from an earlier, higher-priority source) keep their
+// value: Boost's store() never overwrites a stored value. `origin` says where the text came from, for errors;
+// `origins` records which source gave each key its value.
+void store_ini(std::istream& in, const std::string& origin, const po::options_description& desc,
+               po::variables_map& vm, std::map<std::string, std::string>& origins) {
+  po::parsed_options parsed(&desc);
+  try {
+    parsed = po::parse_config_file(in, desc, /*allow_unregistered=*/true);
+  } catch (const po::error& e) {
+    throw Error(std::string(e.what()) + " (in " + origin + ")");
+  }
+  std::map<std::string, int> seen;
+  for (const po::option& o : parsed.options) {
+    const Param* p = find_param(o.string_key);
+    if (o.unregistered || !p) throw Error("unknown configuration key '" + o.string_key + "' (in " + origin + ")");
+    if (++seen[o.string_key] > 1) throw Error("configuration key '" + o.string_key + "' given twice (in " + origin + ")");
+    std::string value = o.value.empty() ? "" : o.value.front();
+    std::unique_ptr<po::value_semantic> sem(p->semantic());
+    boost::any parsed_value;
+    try {
+      sem->parse(parsed_value, o.value, true);
+    } catch (const po::error&) {
+      throw Error("bad value '" + value + "' for " + p->key + " (in " + origin + "): expected " + p->type);
+    }
+    origins.emplace(o.string_key, origin);  // keeps the first (highest-priority) origin
+  }
+  try {
+    po::store(parsed, vm);
+  } catch (const po::error& e) {
+    throw Error(std::string(e.what()) + " (in " + origin + ")");
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, text] : detail::embedded_presets()) names.push_back(name);
+  return names;
+}
+
+const std::string& default_preset() {
+  static const std::string name = "v4-like";
+  return name;
+}
+
+std::string preset_text(const std::string& name) {
+  for (const auto& [n, text] : detail::embedded_presets())
+    if (n == name) return text;
+  throw Error("unknown preset '" + name + "' (presets: " + detail::preset_list() + ")");
+}
+
+ChipConfig load_config(const std::string& source, const std::vector<std::string>& sets) {
+  using detail::Param;
+  po::options_description desc;
+  for (const Param& p : detail::all_params()) desc.add_options()(p.key.c_str(), p.semantic(), p.help.c_str());
+
+  po::variables_map vm;
+  std::map<std::string, std::string> origins;
+  // Highest priority first: the last --set, ..., the first --set, then the preset or file.
+  for (auto it = sets.rbegin(); it != sets.rend(); ++it) {
+    const std::string& s = *it;
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0 || s.find('.') > eq)
+      throw Error("bad --set '" + s + "': expected section.key=value");
+    std::istringstream in(s);
+    detail::store_ini(in, "--set " + s, desc, vm, origins);
+  }
+
+  std::string text, origin;
+  bool is_preset = false;
+  for (const auto& [n, t] : detail::embedded_presets())
+    if (n == source) text = t, origin = "preset " + n, is_preset = true;
+  if (!is_preset) {
+    std::ifstream f(source);
+    if (!f || std::filesystem::is_directory(source))
+      throw Error("unknown preset or configuration file '" + source + "' (presets: " + detail::preset_list() + ")");
+    std::ostringstream s;
+    s << f.rdbuf();
+    text = s.str();
+    origin = source;
+  }
+  std::istringstream in(text);
+  detail::store_ini(in, origin, desc, vm, origins);
+  po::notify(vm);
+
+  ChipConfig cfg{};
+  for (const Param& p : detail::all_params()) p.assign(cfg, vm[p.key]);
+  for (const Param& p : detail::all_params()) {
+    std::string why = p.check(cfg);
+    if (why.empty()) continue;
+    auto o = origins.find(p.key);
+    throw Error(p.key + " = " + p.show(cfg) + " " + why + " (in " + (o == origins.end() ? "defaults" : o->second) + ")");
+  }
+  return cfg;
+}
+
+std::vector<ParamInfo> describe(const ChipConfig& cfg) {
+  std::vector<ParamInfo> out;
+  for (const detail::Param& p : detail::all_params()) out.push_back({p.key, p.show(cfg), p.default_text, p.unit, p.help});
+  return out;
+}
+
+std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cfg) {
+  return {
+      {"MXU_ROWS", cfg.mxu.rows},
+      {"MXU_COLS", cfg.mxu.cols},
+      {"ACC_ROWS", cfg.mxu.acc_rows},
+      {"VMEM_BYTES", static_cast<int64_t>(cfg.vmem_bytes())},
+      {"VPU_WIDTH", static_cast<int64_t>(cfg.vpu.lanes) * cfg.vpu.sublanes},
+      {"HBM_BYTES", static_cast<int64_t>(cfg.hbm_bytes())},
+  };
+}
+
+}  // namespace tpusim::sim

@@ -1,0 +1,191 @@
+// Timing: every instruction takes one cycle of the core. A unit instruction is dispatched in that cycle (the unit
+// may start it the cycle after); if the unit's queue is full the core first stalls until the unit pops an entry
+// (wait_queue_cycles). fence, sem.set and halt first wait until all units are idle with empty queues, then take
+// their cycle. So an empty program takes 1 cycle (the implicit halt), and one scalar instruction 2.
+#include "core.h"
+
+#include <limits>
+
+#include "params.h"
+#include "unit.h"
+
+namespace tpusim::sim::detail {
+
+void declare_core_params(std::vector<Param>& out) {
+  ParamSection<CoreParams>(out, "core", &ChipConfig::core)
+      .add(&CoreParams::queue_depth, "queue_depth", 32, "entries",
+           "instruction queue entries per unit; the core stalls when the queue it dispatches to is full", 1, 65536);
+}
+
+namespace {
+using isa::Op;
+int64_t wrap_add(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
+int64_t wrap_sub(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b)); }
+int64_t wrap_mul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+constexpr uint32_t kSyncEvery = 1 << 16;  // scalar instructions between syncs, so units progress alongside
+}  // namespace
+
+Core::Core(const sc_core::sc_module_name& name, ChipState& st) : sc_core::sc_module(name), st_(st) {
+  SC_THREAD(thread);
+}
+
+std::string Core::blocked() const {
+  switch (block_) {
+    case Block::None: return "";
+    case Block::Queue:
+      return std::string("core waits for space in the ") + isa::unit_name(block_unit_) + " queue at " + st_.where(pc_);
+    case Block::Drain: return "core waits for the units to drain at " + st_.where(pc_);
+  }
+  return "";
+}
+
+void Core::thread() {
+  for (;;) {
+    sc_core::wait(start);
+    try {
+      run_program();
+    } catch (const Abort&) {
+    } catch (const std::exception& e) {
+      st_.record_error("core: internal error at " + st_.where(pc_) + ": " + e.what());
+    }
+    block_ = Block::None;
+  }
+}
+
+void Core::sync() {
+  if (t_ > st_.now()) st_.wait_until(t_);
+  st_.check_abort();
+}
+
+uint32_t Core::target(int64_t t) const {
+  const size_t n = st_.run.code.size();
+  if (t < 0 || static_cast<uint64_t>(t) > n)
+    st_.fail(pc_, "branch target " + std::to_string(t) + " outside the program (0.." + std::to_string(n) + ")");
+  return static_cast<uint32_t>(t);
+}
+
+void Core::drain() {
+  sync();
+  if (st_.all_idle()) return;
+  uint64_t t = t_;
+  block_ = Block::Drain;
+  while (!st_.all_idle()) st_.wait_event(st_.drained);
+  block_ = Block::None;
+  t_ = st_.now();
+  if (st_.tracing()) st_.trace(isa::Unit::Core, t, t_ - t, pc_, "drain (" + st_.text(pc_) + ")", "wait");
+}
+
+void Core::dispatch(const isa::Instr& in, isa::Unit u) {
+  st_.check_abort();
+  UnitQueue& q = st_.units[static_cast<int>(u)]->queue;
+  if (q.full()) {
+    // The queue only empties as SystemC time advances: look again at the core's own cycle.
+    sync();
+    if (q.full()) {
+      uint64_t t = t_;
+      block_ = Block::Queue, block_unit_ = u;
+      while (q.full()) st_.wait_event(q.popped);
+      block_ = Block::None;
+      t_ = st_.now();
+      st_.stats(isa::Unit::Core).wait_queue_cycles += t_ - t;
+      if (st_.tracing())
+        st_.trace(isa::Unit::Core, t, t_ - t, pc_, std::string("queue full: ") + isa::unit_name(u), "wait");
+    }
+  }
+  Entry e;
+  e.in = in;
+  const isa::InstrDesc& d = in.desc();
+  for (int i = 0; i < d.num_operands; ++i)
+    if (d.operands[i].kind == isa::OperandKind::Reg) e.in.f[i] = regs_[in.f[i]];
+  e.pc = pc_;
+  e.avail = t_ + 1;
+  q.push(e);
+}
+
+void Core::run_program() {
+  RunState& r = st_.run;
+  regs_.fill(0);
+  t_ = st_.now();
+  pc_ = 0;
+  const size_t n = r.code.size();
+  const uint64_t limit = r.opts.max_cycles ? r.t0 + r.opts.max_cycles : std::numeric_limits<uint64_t>::max();
+  UnitStats& stats = st_.stats(isa::Unit::Core);
+  int64_t* R = regs_.data();
+  uint32_t since_sync = 0;
+  for (;;) {
+    if (t_ >= limit)
+      st_.fail_message("still running after " + std::to_string(r.opts.max_cycles) + " cycles at " + st_.where(pc_));
+    if (pc_ == n) break;  // running off the end is a halt
+    const isa::Instr& in = r.code[pc_];
+    ++stats.instructions;
+    ++stats.busy_cycles;
+    const isa::Unit u = r.unit_of[pc_];
+    if (u != isa::Unit::Core) {
+      dispatch(in, u);
+      ++t_, ++pc_;
+      continue;
+    }
+    const auto& f = in.f;
+    auto set = [R](int64_t rd, int64_t v) {
+      if (rd) R[rd] = v;  // r0 stays 0
+    };
+    uint32_t next = pc_ + 1;
+    switch (in.op) {
+      case Op::NOP: break;
+      case Op::HALT: goto halt;
+      case Op::LI: set(f[0], f[1]); break;
+      case Op::ADD: set(f[0], wrap_add(R[f[1]], R[f[2]])); break;
+      case Op::SUB: set(f[0], wrap_sub(R[f[1]], R[f[2]])); break;
+      case Op::MUL: set(f[0], wrap_mul(R[f[1]], R[f[2]])); break;
+      case Op::DIV:
+      case Op::REM: {
+        int64_t a = R[f[1]], b = R[f[2]];
+        if (b == 0) st_.fail(pc_, "division by zero");
+        bool overflow = a == std::numeric_limits<int64_t>::min() && b == -1;  // wraps
+        if (in.op == Op::DIV)
+          set(f[0], overflow ? a : a / b);
+        else
+          set(f[0], overflow ? 0 : a % b);
+        break;
+      }
+      case Op::AND: set(f[0], R[f[1]] & R[f[2]]); break;
+      case Op::OR: set(f[0], R[f[1]] | R[f[2]]); break;
+      case Op::XOR: set(f[0], R[f[1]] ^ R[f[2]]); break;
+      case Op::SHL: set(f[0], static_cast<int64_t>(static_cast<uint64_t>(R[f[1]]) << (R[f[2]] & 63))); break;
+      case Op::SHR: set(f[0], R[f[1]] >> (R[f[2]] & 63)); break;
+      case Op::MIN: set(f[0], std::min(R[f[1]], R[f[2]])); break;
+      case Op::MAX: set(f[0], std::max(R[f[1]], R[f[2]])); break;
+      case Op::ADDI: set(f[0], wrap_add(R[f[1]], f[2])); break;
+      case Op::MULI: set(f[0], wrap_mul(R[f[1]], f[2])); break;
+      case Op::BEQ: if (R[f[0]] == R[f[1]]) next = target(f[2]); break;
+      case Op::BNE: if (R[f[0]] != R[f[1]]) next = target(f[2]); break;
+      case Op::BLT: if (R[f[0]] < R[f[1]]) next = target(f[2]); break;
+      case Op::BGE: if (R[f[0]] >= R[f[1]]) next = target(f[2]); break;
+      case Op::JMP: next = target(f[0]); break;
+      case Op::SEMSET:
+        if (f[0] == 0) st_.fail(pc_, "semaphore s0 does not exist (s1..s31)");
+        drain();
+        st_.sem[f[0]] = static_cast<uint64_t>(f[1]);
+        st_.sem_changed[f[0]].notify();
+        break;
+      case Op::FENCE: drain(); break;
+      default: st_.fail(pc_, "not a core instruction");
+    }
+    ++t_;
+    pc_ = next;
+    if (++since_sync == kSyncEvery) {
+      since_sync = 0;
+      sync();
+    }
+  }
+halt:
+  drain();
+  ++t_;
+  st_.wait_until(t_);
+  if (t_ > limit)
+    st_.fail_message("still running after " + std::to_string(r.opts.max_cycles) + " cycles at " + st_.where(pc_));
+  r.cycles = t_ - r.t0;
+  r.finished = true;
+}
+
+}  // namespace tpusim::sim::detail

@@ -1,0 +1,78 @@
+#include "memory.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "params.h"
+
+namespace tpusim::sim::detail {
+
+void declare_memory_params(std::vector<Param>& out) {
+  ParamSection<HbmParams>(out, "hbm", &ChipConfig::hbm)
+      .add(&HbmParams::size_mib, "size_mib", 32768, "MiB", "HBM capacity (allocated lazily by the simulator)", 1,
+           uint64_t(1) << 20)
+      .add(&HbmParams::bandwidth_gbs, "bandwidth_gbs", 1200.0, "GB/s",
+           "HBM bandwidth, 1e9 bytes per second, shared by both DMA engines", 1e-3, 1e6);
+  ParamSection<VmemParams>(out, "vmem", &ChipConfig::vmem)
+      .add(&VmemParams::size_kib, "size_kib", 16384, "KiB", "on-chip vector memory (VMEM) capacity", 1,
+           uint64_t(4) << 20);
+}
+
+Hbm::Hbm(uint64_t bytes) : size_(bytes), pages_((bytes + kPageBytes - 1) / kPageBytes) {}
+
+void Hbm::read(uint64_t addr, void* dst, uint64_t n) const {
+  auto* out = static_cast<uint8_t*>(dst);
+  while (n) {
+    uint64_t page = addr / kPageBytes, off = addr % kPageBytes, len = std::min(n, kPageBytes - off);
+    if (pages_[page])
+      std::memcpy(out, pages_[page].get() + off, len);
+    else
+      std::memset(out, 0, len);
+    out += len, addr += len, n -= len;
+  }
+}
+
+void Hbm::write(uint64_t addr, const void* src, uint64_t n) {
+  const auto* in = static_cast<const uint8_t*>(src);
+  while (n) {
+    uint64_t page = addr / kPageBytes, off = addr % kPageBytes, len = std::min(n, kPageBytes - off);
+    if (!pages_[page]) pages_[page] = std::make_unique<uint8_t[]>(kPageBytes);  // zero-initialised
+    std::memcpy(pages_[page].get() + off, in, len);
+    in += len, addr += len, n -= len;
+  }
+}
+
+Memories::Memories(const ChipConfig& cfg)
+    : hbm(cfg.hbm_bytes()),
+      vmem(cfg.vmem_bytes()),
+      acc(static_cast<size_t>(cfg.mxu.acc_rows) * cfg.mxu.cols),
+      acc_cols(cfg.mxu.cols) {}
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string check_rows(const char* what, uint64_t size, const std::string& size_text, int64_t base, int64_t rows,
+                       int64_t rowbytes, int64_t stride) {
+  if (rows <= 0 || rowbytes <= 0) return "";
+  // Row addresses are linear in i, so the first and the last row are the extremes.
+  for (int64_t i : {int64_t(0), rows - 1}) {
+    __int128 lo = static_cast<__int128>(base) + static_cast<__int128>(i) * stride;
+    __int128 hi = lo + rowbytes;
+    if (lo >= 0 && hi <= static_cast<__int128>(size)) continue;
+    auto clamp = [](__int128 v) -> std::string {
+      if (v < 0) return "-" + hex(static_cast<uint64_t>(-v));
+      if (v > static_cast<__int128>(UINT64_MAX)) return "beyond 2^64";
+      return hex(static_cast<uint64_t>(v));
+    };
+    std::string s = std::string(what) + " [" + clamp(lo) + ", " + clamp(hi) + ") outside " + size_text;
+    if (rows > 1) s += " (row " + std::to_string(i) + " of " + std::to_string(rows) + ")";
+    return s;
+  }
+  return "";
+}
+
+}  // namespace tpusim::sim::detail

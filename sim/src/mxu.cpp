@@ -1,0 +1,210 @@
+// Timing (cycles; "front-end" is the in-order stage that takes the unit's queue, after the semaphore wait):
+//   mxu.lw at front-end cycle f: loads from start = max(f, shadow_free) to ready = start + R (one row of the
+//     tile per cycle) and completes (signal) then. The front-end moves on at f: the load overlaps whatever the
+//     array is doing. Only one tile can wait in the shadow buffer: a second lw before an mm swapped the first in
+//     waits for the first load to finish and replaces that tile.
+//   mxu.mm at front-end cycle f, streaming m input rows: a pending shadow tile is swapped in at
+//     swap = max(ready, stream_free); the stream starts at s = max(f, stream_free, swap) and takes m cycles
+//     (stream_free = s + m); results are in the accumulators (signal) at s + m + R + C - 2, after the last row
+//     has crossed the skewed array. The front-end moves on at s, so the next lw can refill the shadow buffer
+//     while this mm streams (double buffering) and the next mm's stream follows this one back to back.
+//   One isolated fold (lw, then mm) from the lw's start: R + m + R + C - 2 = 2R + C + M - 2 cycles, which is
+//   SCALE-Sim's weight-stationary fold (preload R, stream M, skew R - 1, drain C - 1).
+//   m == 0 is a no-op that signals at f. mxu.sync signals at f.
+// Busy cycles are streaming cycles (sum of m); useful MACs are m*k*n per mm.
+//
+// Functional: lw reads VMEM when it completes, mm reads its inputs and writes the accumulators when it completes
+// (a program must not overwrite them before the instruction signals). int8: products are exact in f32 and a
+// pass of k <= 1024 products sums exactly too (|sum| <= 2^24), so Eigen's f32 GEMM gives exact int32 results,
+// which are then added into the int32 accumulators, wrapping. bf16: products are exact in f32, summed by Eigen's
+// f32 GEMM (deterministic, within rounding of the ordered sum) and accumulated in f32.
+#include "mxu.h"
+
+#include <cstring>
+
+#include <Eigen/Core>
+
+#include "params.h"
+#include "tpusim/isa/numerics.h"
+
+namespace tpusim::sim::detail {
+
+void declare_mxu_params(std::vector<Param>& out) {
+  ParamSection<MxuParams>(out, "mxu", &ChipConfig::mxu)
+      .add(&MxuParams::rows, "rows", 128, "PEs", "PE rows of the systolic array: the K extent of a weight tile", 1,
+           1024)
+      .add(&MxuParams::cols, "cols", 128, "PEs", "PE columns of the systolic array: the N extent of a weight tile",
+           1, 1024)
+      .add(&MxuParams::acc_rows, "acc_rows", 2048, "rows",
+           "accumulator memory depth, in rows of mxu.cols 32-bit words", 1, 1 << 20);
+}
+
+namespace {
+using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+float element(isa::DType t, const uint8_t* p) {
+  if (t == isa::DType::I8) return static_cast<float>(static_cast<int8_t>(*p));
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return isa::f32_from_bf16(h);
+}
+}  // namespace
+
+Mxu::Mxu(const sc_core::sc_module_name& name, ChipState& st)
+    : UnitModule(name, st, isa::Unit::Mxu), R_(st.cfg.mxu.rows), C_(st.cfg.mxu.cols) {
+  st.events.push_back(&pending_changed_);
+  SC_THREAD(retire_thread);
+}
+
+void Mxu::reset() {
+  UnitModule::reset();
+  pending_ = {};
+  stream_free_ = shadow_free_ = shadow_ready_ = 0;
+  shadow_.reset();
+  active_.reset();
+}
+
+void Mxu::execute(const Entry& e) {
+  switch (e.in.op) {
+    case isa::Op::MXULW: return load_weights(e);
+    case isa::Op::MXUMM: return matmul(e);
+    default: finish(e, st_.now(), st_.now());  // mxu.sync
+  }
+}
+
+void Mxu::load_weights(const Entry& e) {
+  const uint64_t f = st_.now();
+  const int64_t k = e.arg("k"), n = e.arg("n");
+  const isa::DType dt = e.dtype("dtype");
+  if (k < 0 || static_cast<uint64_t>(k) > R_ || n < 0 || static_cast<uint64_t>(n) > C_)
+    st_.fail(e.pc, "weight tile " + std::to_string(k) + "x" + std::to_string(n) + " does not fit the " +
+                       std::to_string(R_) + "x" + std::to_string(C_) + " array");
+  if (dt != isa::DType::I8 && dt != isa::DType::BF16)
+    st_.fail(e.pc, std::string("weights of type ") + isa::dtype_name(dt) + ": the matrix unit takes i8 or bf16");
+  std::string err = check_rows("VMEM read", st_.cfg.vmem_bytes(), std::to_string(st_.cfg.vmem_bytes()) + " bytes",
+                               e.arg("vaddr"), k, n * isa::dtype_size(dt), e.arg("stride"));
+  if (!err.empty()) st_.fail(e.pc, err);
+
+  const uint64_t start = std::max(f, shadow_free_);
+  auto tile = std::make_shared<Tile>();
+  tile->k = static_cast<int>(k), tile->n = static_cast<int>(n), tile->dtype = dt;
+  shadow_ = tile;
+  shadow_ready_ = start + R_;
+  shadow_free_ = shadow_ready_;  // until then it is loading; after that, until the swap (which updates this)
+  schedule(shadow_ready_, e, std::move(tile));
+  if (st_.tracing()) st_.trace(isa::Unit::Mxu, start, R_, e.pc, st_.text(e.pc), "load");
+}
+
+void Mxu::matmul(const Entry& e) {
+  const uint64_t f = st_.now();
+  const int64_t m = e.arg("m"), acc = e.arg("acc");
+  if (m < 0) st_.fail(e.pc, "negative m " + std::to_string(m));
+  if (m == 0) return finish(e, f, f);
+  const std::shared_ptr<Tile>& tile = shadow_ ? shadow_ : active_;
+  if (!tile) st_.fail(e.pc, "no weight tile loaded (no mxu.lw before this mxu.mm)");
+  const isa::DType dt = e.dtype("dtype");
+  if (dt != tile->dtype)
+    st_.fail(e.pc, std::string("inputs of type ") + isa::dtype_name(dt) + " but the weight tile is " +
+                       isa::dtype_name(tile->dtype));
+  const auto acc_rows = static_cast<int64_t>(st_.cfg.mxu.acc_rows);
+  if (acc < 0 || acc > acc_rows || m > acc_rows - acc)
+    st_.fail(e.pc, "accumulator rows [" + std::to_string(acc) + ", " + std::to_string(acc + m) + ") outside " +
+                       std::to_string(acc_rows) + " rows");
+  std::string err = check_rows("VMEM read", st_.cfg.vmem_bytes(), std::to_string(st_.cfg.vmem_bytes()) + " bytes",
+                               e.arg("vaddr"), m, int64_t(tile->k) * isa::dtype_size(dt), e.arg("stride"));
+  if (!err.empty()) st_.fail(e.pc, err);
+
+  uint64_t swap = 0;
+  if (shadow_) {
+    swap = std::max(shadow_ready_, stream_free_);
+    active_ = std::move(shadow_);
+    shadow_.reset();
+    shadow_free_ = swap;
+  }
+  const uint64_t s = std::max({f, stream_free_, swap}), um = static_cast<uint64_t>(m);
+  stream_free_ = s + um;
+  stats().busy_cycles += um;
+  st_.run.stats.mxu_macs += um * static_cast<uint64_t>(active_->k) * static_cast<uint64_t>(active_->n);
+  if (st_.tracing()) st_.trace(isa::Unit::Mxu, s, um, e.pc, st_.text(e.pc), "busy");
+  schedule(s + um + R_ + C_ - 2, e, active_);
+  st_.wait_until(s);
+}
+
+void Mxu::schedule(uint64_t time, const Entry& e, std::shared_ptr<Tile> tile) {
+  const bool earliest = pending_.empty() || time < pending_.top().time;
+  pending_.push({time, seq_++, e, std::move(tile)});
+  if (earliest) pending_changed_.notify();
+}
+
+void Mxu::retire_thread() {
+  for (;;) {
+    try {
+      for (;;) {
+        while (pending_.empty()) sc_core::wait(pending_changed_);
+        const uint64_t t = pending_.top().time, now = st_.now();
+        if (t > now) {
+          sc_core::wait(st_.span(t - now), pending_changed_);
+          st_.check_abort();
+          continue;
+        }
+        Completion c = pending_.top();
+        pending_.pop();
+        complete(c);
+        if (idle()) st_.drained.notify();
+      }
+    } catch (const Abort&) {
+    } catch (const std::exception& e) {
+      st_.record_error(std::string("mxu: internal error: ") + e.what());
+    }
+  }
+}
+
+void Mxu::complete(const Completion& c) {
+  if (st_.functional()) {
+    if (c.e.in.op == isa::Op::MXULW)
+      fill_tile(c.e, *c.tile);
+    else
+      compute(c.e, *c.tile);
+  }
+  st_.signal(c.e.signal_sem());
+}
+
+void Mxu::fill_tile(const Entry& e, Tile& t) {
+  const uint8_t* vmem = st_.mem.vmem.data();
+  const int size = isa::dtype_size(t.dtype);
+  const int64_t vaddr = e.arg("vaddr"), stride = e.arg("stride");
+  t.w.resize(static_cast<size_t>(t.k) * t.n);
+  for (int i = 0; i < t.k; ++i) {
+    const uint8_t* row = vmem + vaddr + i * stride;
+    for (int j = 0; j < t.n; ++j) t.w[static_cast<size_t>(i) * t.n + j] = element(t.dtype, row + j * size);
+  }
+}
+
+void Mxu::compute(const Entry& e, const Tile& t) {
+  const uint8_t* vmem = st_.mem.vmem.data();
+  const int size = isa::dtype_size(t.dtype);
+  const int64_t m = e.arg("m"), vaddr = e.arg("vaddr"), stride = e.arg("stride"), acc = e.arg("acc");
+  const bool accumulate = e.arg("accumulate") != 0;
+  RowMajor a(m, t.k);
+  for (int64_t i = 0; i < m; ++i) {
+    const uint8_t* row = vmem + vaddr + i * stride;
+    for (int l = 0; l < t.k; ++l) a(i, l) = element(t.dtype, row + l * size);
+  }
+  Eigen::Map<const RowMajor> w(t.w.data(), t.k, t.n);
+  RowMajor p(m, t.n);
+  p.noalias() = a * w;
+  for (int64_t i = 0; i < m; ++i) {
+    uint32_t* out = st_.mem.acc.data() + static_cast<size_t>(acc + i) * st_.mem.acc_cols;
+    for (int j = 0; j < t.n; ++j) {
+      if (t.dtype == isa::DType::I8) {
+        auto v = static_cast<uint32_t>(static_cast<int32_t>(p(i, j)));  // exact: |p| <= 2^24
+        out[j] = accumulate ? out[j] + v : v;
+      } else {
+        float v = p(i, j);
+        out[j] = isa::bits_from_f32(accumulate ? isa::f32_from_bits(out[j]) + v : v);
+      }
+    }
+  }
+}
+
+}  // namespace tpusim::sim::detail

@@ -1,0 +1,54 @@
+// The matrix unit: a weight-stationary mxu.rows x mxu.cols systolic array with a double-buffered weight tile
+// (active + shadow), writing into the accumulator memory.
+#pragma once
+
+#include <memory>
+#include <queue>
+#include <vector>
+
+#include "unit.h"
+
+namespace tpusim::sim::detail {
+
+class Mxu : public UnitModule {
+ public:
+  SC_HAS_PROCESS(Mxu);
+  Mxu(const sc_core::sc_module_name& name, ChipState& st);
+  bool idle() const override { return UnitModule::idle() && pending_.empty(); }
+  void reset() override;
+
+ private:
+  struct Tile {
+    int k = 0, n = 0;
+    isa::DType dtype = isa::DType::I8;
+    std::vector<float> w;  // k x n, row-major; filled when its mxu.lw completes (functional runs only)
+  };
+  // Work that completes after the front-end has moved on: a weight load, or an mxu.mm's results.
+  struct Completion {
+    uint64_t time, seq;
+    Entry e;
+    std::shared_ptr<Tile> tile;
+    bool operator>(const Completion& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+  };
+
+  void execute(const Entry& e) override;
+  void load_weights(const Entry& e);
+  void matmul(const Entry& e);
+  void schedule(uint64_t time, const Entry& e, std::shared_ptr<Tile> tile);
+  void retire_thread();
+  void complete(const Completion& c);
+  void fill_tile(const Entry& e, Tile& t);
+  void compute(const Entry& e, const Tile& t);
+
+  const uint64_t R_, C_;
+  std::priority_queue<Completion, std::vector<Completion>, std::greater<>> pending_;
+  sc_core::sc_event pending_changed_;
+  uint64_t seq_ = 0;
+  uint64_t stream_free_ = 0;   // first cycle the array can take another stream of input rows
+  uint64_t shadow_free_ = 0;   // first cycle the shadow buffer may start loading a tile
+  uint64_t shadow_ready_ = 0;  // cycle at which shadow_ is fully loaded
+  std::shared_ptr<Tile> shadow_;  // a tile loaded (or loading) but not yet swapped in
+  std::shared_ptr<Tile> active_;  // the tile in the array
+};
+
+}  // namespace tpusim::sim::detail

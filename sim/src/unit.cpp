@@ -1,0 +1,78 @@
+#include "unit.h"
+
+namespace tpusim::sim::detail {
+
+UnitModule::UnitModule(const sc_core::sc_module_name& name, ChipState& st, isa::Unit unit)
+    : sc_core::sc_module(name), queue(static_cast<size_t>(st.cfg.core.queue_depth)), st_(st), unit_(unit) {
+  st.units[static_cast<int>(unit)] = this;
+  st.events.push_back(&queue.pushed);
+  st.events.push_back(&queue.popped);
+  SC_THREAD(thread);
+}
+
+void UnitModule::reset() {
+  queue.clear();
+  busy_ = false;
+  blocked_sem_ = 0;
+}
+
+std::string UnitModule::blocked() const {
+  if (!blocked_sem_) return "";
+  return std::string(isa::unit_name(unit_)) + " waits for s" + std::to_string(blocked_sem_) + " (value " +
+         std::to_string(st_.sem[blocked_sem_]) + ") at " + st_.where(pc_);
+}
+
+void UnitModule::thread() {
+  for (;;) {
+    try {
+      serve();
+    } catch (const Abort&) {
+    } catch (const std::exception& e) {
+      st_.record_error(std::string(isa::unit_name(unit_)) + ": internal error: " + e.what());
+    }
+    busy_ = false;
+    blocked_sem_ = 0;
+  }
+}
+
+void UnitModule::serve() {
+  for (;;) {
+    busy_ = false;
+    if (idle()) st_.drained.notify();
+    // Not abortable: after an abort the queue is empty and this is where the thread rests.
+    while (queue.empty() || st_.aborting) sc_core::wait(queue.pushed);
+    busy_ = true;
+    // The entry leaves the queue when the unit takes it, before its semaphore wait.
+    Entry e = queue.front();
+    st_.wait_until(e.avail);
+    queue.pop();
+    pc_ = e.pc;
+    ++stats().instructions;
+    acquire(e);
+    execute(e);
+  }
+}
+
+void UnitModule::acquire(const Entry& e) {
+  int s = e.wait_sem();
+  if (!s) return;
+  uint64_t t = st_.now();
+  if (st_.sem[s] == 0) {
+    blocked_sem_ = s;
+    do st_.wait_event(st_.sem_changed[s]);
+    while (st_.sem[s] == 0);
+    blocked_sem_ = 0;
+  }
+  --st_.sem[s];
+  uint64_t waited = st_.now() - t;
+  stats().wait_sem_cycles += waited;
+  if (waited && st_.tracing()) st_.trace(unit_, t, waited, e.pc, "wait s" + std::to_string(s), "wait");
+}
+
+void UnitModule::finish(const Entry& e, uint64_t start, uint64_t end) {
+  stats().busy_cycles += end - start;
+  if (st_.tracing()) st_.trace(unit_, start, end - start, e.pc, st_.text(e.pc), "busy");
+  st_.signal(e.signal_sem());
+}
+
+}  // namespace tpusim::sim::detail

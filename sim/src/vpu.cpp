@@ -1,0 +1,337 @@
+// Timing: an instruction over E elements takes vpu.latency + ceil(E / (vpu.lanes * vpu.sublanes)) cycles, one at
+// a time, in order; its results are written (and its semaphore signalled) when it completes. vpu.sync takes 0.
+//
+// Numerics (isa.def, docs/isa.md): integers compute in i32, wrapping; floats in f32; bf16 is computed in f32
+// and rounded to nearest even on the way out; casts to integers round to nearest even and saturate.
+// Data types: add, sub, mul and rsum take i32, f32, bf16; max, min, relu and rmax also i8 (they cannot
+// overflow); exp, recip and rsqrt take f32 and bf16; cast and vpu.acc's output take all four.
+#include "vpu.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "params.h"
+#include "tpusim/isa/numerics.h"
+
+namespace tpusim::sim::detail {
+
+void declare_vpu_params(std::vector<Param>& out) {
+  ParamSection<VpuParams>(out, "vpu", &ChipConfig::vpu)
+      .add(&VpuParams::lanes, "lanes", 128, "lanes", "vector lanes: elements per cycle per sublane", 1, 65536)
+      .add(&VpuParams::sublanes, "sublanes", 8, "sublanes", "vector sublanes", 1, 1024)
+      .add(&VpuParams::latency, "latency", 8, "cycles", "pipeline cycles added to every vector instruction", 0,
+           1000000);
+}
+
+namespace {
+using isa::DType;
+using isa::Op;
+
+template <class T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+void store(uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+bool is_float(DType t) { return t == DType::BF16 || t == DType::F32; }
+
+// An element as the vector unit computes on it: integer types as i32, float types as f32.
+int32_t load_int(DType t, const uint8_t* p) { return t == DType::I8 ? load<int8_t>(p) : load<int32_t>(p); }
+float load_float(DType t, const uint8_t* p) {
+  return t == DType::BF16 ? isa::f32_from_bf16(load<uint16_t>(p)) : load<float>(p);
+}
+
+// i32 to bf16 with a single rounding (to nearest even): i32 -> f32 rounded to odd, then f32 -> bf16. Rounding to
+// odd at 24 bits keeps enough information for the 8-bit rounding to be correct (no double-rounding error).
+uint16_t bf16_from_i32(int32_t x) {
+  const double d = x;
+  float f = static_cast<float>(d);
+  if (static_cast<double>(f) != d) {
+    uint32_t b = isa::bits_from_f32(f);
+    if (std::fabs(static_cast<double>(f)) > std::fabs(d)) --b;  // truncate toward zero
+    f = isa::f32_from_bits(b | 1u);
+  }
+  return isa::bf16_from_f32(f);
+}
+
+void store_float(DType t, uint8_t* p, float x) {
+  switch (t) {
+    case DType::I8: return store<int8_t>(p, isa::saturate_i8(x));
+    case DType::I32: return store<int32_t>(p, isa::saturate_i32(x));
+    case DType::BF16: return store<uint16_t>(p, isa::bf16_from_f32(x));
+    case DType::F32: return store<float>(p, x);
+  }
+}
+void store_int(DType t, uint8_t* p, int32_t x) {
+  switch (t) {
+    case DType::I8: return store<int8_t>(p, static_cast<int8_t>(std::clamp(x, -128, 127)));
+    case DType::I32: return store<int32_t>(p, x);
+    case DType::BF16: return store<uint16_t>(p, bf16_from_i32(x));
+    case DType::F32: return store<float>(p, static_cast<float>(x));
+  }
+}
+
+int32_t wrap(int64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v))); }
+
+struct Add {
+  int32_t operator()(int32_t a, int32_t b) const { return wrap(int64_t(a) + b); }
+  float operator()(float a, float b) const { return a + b; }
+};
+struct Sub {
+  int32_t operator()(int32_t a, int32_t b) const { return wrap(int64_t(a) - b); }
+  float operator()(float a, float b) const { return a - b; }
+};
+struct Mul {
+  int32_t operator()(int32_t a, int32_t b) const { return wrap(int64_t(a) * b); }
+  float operator()(float a, float b) const { return a * b; }
+};
+struct Max {
+  template <class T>
+  T operator()(T a, T b) const { return a < b ? b : a; }
+};
+struct Min {
+  template <class T>
+  T operator()(T a, T b) const { return b < a ? b : a; }
+};
+struct Relu {
+  template <class T>
+  T operator()(T a) const { return a < T(0) ? T(0) : a; }
+};
+struct Exp {
+  float operator()(float a) const { return std::exp(a); }
+};
+struct Recip {
+  float operator()(float a) const { return 1.0f / a; }
+};
+struct Rsqrt {
+  float operator()(float a) const { return 1.0f / std::sqrt(a); }
+};
+
+// vd[i] = f(va[i], vb[i]) for i < n, in order.
+template <class F>
+void binary(DType t, uint8_t* vm, uint64_t vd, uint64_t va, uint64_t vb, uint64_t n, F f) {
+  const int sz = isa::dtype_size(t);
+  for (uint64_t i = 0, o = 0; i < n; ++i, o += sz) {
+    if (is_float(t))
+      store_float(t, vm + vd + o, f(load_float(t, vm + va + o), load_float(t, vm + vb + o)));
+    else
+      store_int(t, vm + vd + o, f(load_int(t, vm + va + o), load_int(t, vm + vb + o)));
+  }
+}
+
+// vd[i] = f(va[i]) for i < n, in order. Integer types only when F takes integers.
+template <class F>
+void unary(DType t, uint8_t* vm, uint64_t vd, uint64_t va, uint64_t n, F f) {
+  const int sz = isa::dtype_size(t);
+  for (uint64_t i = 0, o = 0; i < n; ++i, o += sz) {
+    if (is_float(t)) {
+      store_float(t, vm + vd + o, f(load_float(t, vm + va + o)));
+    } else if constexpr (std::is_invocable_r_v<int32_t, F, int32_t>) {
+      store_int(t, vm + vd + o, f(load_int(t, vm + va + o)));
+    }
+  }
+}
+
+// vd[i] = reduction over j < cols of elem(va + i*stride + j*size), in order.
+template <class F>
+void reduce(DType t, uint8_t* vm, uint64_t vd, int64_t va, int64_t rows, int64_t cols, int64_t stride, F f) {
+  const int sz = isa::dtype_size(t);
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint8_t* row = vm + va + i * stride;
+    if (is_float(t)) {
+      float x = f.template identity<float>();
+      for (int64_t j = 0; j < cols; ++j) x = f(x, load_float(t, row + j * sz));
+      store_float(t, vm + vd + i * sz, x);
+    } else {
+      int32_t x = f.template identity<int32_t>();
+      for (int64_t j = 0; j < cols; ++j) x = f(x, load_int(t, row + j * sz));
+      store_int(t, vm + vd + i * sz, x);
+    }
+  }
+}
+struct Sum : Add {
+  template <class T>
+  T identity() const { return T(0); }
+};
+struct RMax : Max {
+  template <class T>
+  T identity() const { return std::numeric_limits<T>::lowest(); }  // also for i8 rows: clamps on the way out
+};
+
+}  // namespace
+
+Vpu::Vpu(const sc_core::sc_module_name& name, ChipState& st)
+    : UnitModule(name, st, isa::Unit::Vpu),
+      width_(static_cast<uint64_t>(st.cfg.vpu.lanes) * static_cast<uint64_t>(st.cfg.vpu.sublanes)) {}
+
+void Vpu::execute(const Entry& e) {
+  const uint64_t start = st_.now();
+  if (e.in.op == Op::VSYNC) return finish(e, start, start);
+  const uint64_t elements = check(e);
+  const uint64_t end = start + static_cast<uint64_t>(st_.cfg.vpu.latency) + (elements + width_ - 1) / width_;
+  st_.wait_until(end);
+  if (st_.functional()) compute(e);
+  finish(e, start, end);
+}
+
+uint64_t Vpu::check(const Entry& e) {
+  const uint64_t vmem = st_.cfg.vmem_bytes();
+  const std::string vmem_text = std::to_string(vmem) + " bytes";
+  auto range = [&](const char* what, int64_t addr, int64_t rows, int64_t rowbytes, int64_t stride) {
+    std::string err = check_rows(what, vmem, vmem_text, addr, rows, rowbytes, stride);
+    if (!err.empty()) st_.fail(e.pc, err);
+  };
+  auto nonneg = [&](const char* name) {
+    int64_t v = e.arg(name);
+    if (v < 0) st_.fail(e.pc, std::string("negative ") + name + " " + std::to_string(v));
+    return v;
+  };
+  auto allow = [&](DType t, bool i8, bool i32) {
+    bool ok = is_float(t) || (t == DType::I8 && i8) || (t == DType::I32 && i32);
+    if (!ok) st_.fail(e.pc, std::string("data type ") + isa::dtype_name(t) + " not supported here");
+  };
+  auto count = [&](int64_t rows, int64_t cols) {
+    auto total = static_cast<unsigned __int128>(rows) * static_cast<unsigned __int128>(cols);
+    if (total >> 62) st_.fail(e.pc, "more than 2^62 elements");
+    return static_cast<uint64_t>(total);
+  };
+
+  switch (e.in.op) {
+    case Op::VACC: {
+      const int64_t rows = nonneg("rows"), cols = nonneg("cols"), acc = e.arg("acc");
+      const DType adt = e.dtype("adt"), odt = e.dtype("odt");
+      if (adt != DType::I32 && adt != DType::F32)
+        st_.fail(e.pc, std::string("accumulators read as ") + isa::dtype_name(adt) + ": adt must be i32 or f32");
+      const auto acc_rows = static_cast<int64_t>(st_.cfg.mxu.acc_rows);
+      if (acc < 0 || acc > acc_rows || rows > acc_rows - acc || cols > st_.cfg.mxu.cols)
+        st_.fail(e.pc, "accumulator block [" + std::to_string(acc) + ", " + std::to_string(acc + rows) + ") x " +
+                           std::to_string(cols) + " outside " + std::to_string(acc_rows) + " x " +
+                           std::to_string(st_.cfg.mxu.cols));
+      range("VMEM write", e.arg("vaddr"), rows, cols * isa::dtype_size(odt), e.arg("stride"));
+      if (e.arg("bias_en") && rows) range("VMEM read", e.arg("bias"), 1, cols * 4, 0);
+      return count(rows, cols);
+    }
+    case Op::VADD:
+    case Op::VSUB:
+    case Op::VMUL:
+    case Op::VMAX:
+    case Op::VMIN: {
+      const int64_t n = nonneg("n");
+      const DType t = e.dtype("dtype");
+      allow(t, e.in.op == Op::VMAX || e.in.op == Op::VMIN, true);
+      range("VMEM read", e.arg("va"), 1, n * isa::dtype_size(t), 0);
+      range("VMEM read", e.arg("vb"), 1, n * isa::dtype_size(t), 0);
+      range("VMEM write", e.arg("vd"), 1, n * isa::dtype_size(t), 0);
+      return count(n, 1);
+    }
+    case Op::VRELU:
+    case Op::VEXP:
+    case Op::VRECIP:
+    case Op::VRSQRT: {
+      const int64_t n = nonneg("n");
+      const DType t = e.dtype("dtype");
+      allow(t, e.in.op == Op::VRELU, e.in.op == Op::VRELU);
+      range("VMEM read", e.arg("va"), 1, n * isa::dtype_size(t), 0);
+      range("VMEM write", e.arg("vd"), 1, n * isa::dtype_size(t), 0);
+      return count(n, 1);
+    }
+    case Op::VCAST: {
+      const int64_t n = nonneg("n");
+      range("VMEM read", e.arg("va"), 1, n * isa::dtype_size(e.dtype("sdt")), 0);
+      range("VMEM write", e.arg("vd"), 1, n * isa::dtype_size(e.dtype("ddt")), 0);
+      return count(n, 1);
+    }
+    case Op::VRSUM:
+    case Op::VRMAX: {
+      const int64_t rows = nonneg("rows"), cols = nonneg("cols");
+      const DType t = e.dtype("dtype");
+      allow(t, e.in.op == Op::VRMAX, true);
+      range("VMEM read", e.arg("va"), rows, cols * isa::dtype_size(t), e.arg("stride"));
+      range("VMEM write", e.arg("vd"), 1, rows * isa::dtype_size(t), 0);
+      return count(rows, cols);
+    }
+    default: st_.fail(e.pc, "not a vector instruction");
+  }
+}
+
+void Vpu::compute(const Entry& e) {
+  uint8_t* vm = st_.mem.vmem.data();
+  switch (e.in.op) {
+    case Op::VACC: {
+      const int64_t rows = e.arg("rows"), cols = e.arg("cols"), acc = e.arg("acc"), vaddr = e.arg("vaddr"),
+                    stride = e.arg("stride"), bias = e.arg("bias");
+      const DType adt = e.dtype("adt"), odt = e.dtype("odt");
+      const bool bias_en = e.arg("bias_en"), relu = e.arg("relu"), scale_en = e.arg("scale_en");
+      const float scale = isa::f32_from_bits(static_cast<uint32_t>(e.arg("scale")));
+      const int osz = isa::dtype_size(odt);
+      for (int64_t i = 0; i < rows; ++i) {
+        const uint32_t* a = st_.mem.acc.data() + static_cast<size_t>(acc + i) * st_.mem.acc_cols;
+        uint8_t* out = vm + vaddr + i * stride;
+        for (int64_t j = 0; j < cols; ++j) {
+          if (adt == DType::I32) {
+            int32_t x = static_cast<int32_t>(a[j]);
+            if (bias_en) x = wrap(int64_t(x) + load<int32_t>(vm + bias + j * 4));
+            if (relu) x = std::max(x, 0);
+            if (scale_en)
+              store_float(odt, out + j * osz, static_cast<float>(x) * scale);
+            else
+              store_int(odt, out + j * osz, x);
+          } else {
+            float x = isa::f32_from_bits(a[j]);
+            if (bias_en) x += load<float>(vm + bias + j * 4);
+            if (relu) x = Relu{}(x);
+            if (scale_en) x *= scale;
+            store_float(odt, out + j * osz, x);
+          }
+        }
+      }
+      return;
+    }
+    case Op::VADD: return binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Add{});
+    case Op::VSUB: return binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Sub{});
+    case Op::VMUL: return binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Mul{});
+    case Op::VMAX: return binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Max{});
+    case Op::VMIN: return binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Min{});
+    case Op::VRELU: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Relu{});
+    case Op::VEXP: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Exp{});
+    case Op::VRECIP: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Recip{});
+    case Op::VRSQRT: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Rsqrt{});
+    case Op::VCAST: {
+      const DType sdt = e.dtype("sdt"), ddt = e.dtype("ddt");
+      const int64_t n = e.arg("n"), vd = e.arg("vd"), va = e.arg("va");
+      const bool scale_en = e.arg("scale_en");
+      const float scale = isa::f32_from_bits(static_cast<uint32_t>(e.arg("scale")));
+      const int ssz = isa::dtype_size(sdt), dsz = isa::dtype_size(ddt);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint8_t* in = vm + va + i * ssz;
+        uint8_t* out = vm + vd + i * dsz;
+        if (is_float(sdt)) {
+          float x = load_float(sdt, in);
+          store_float(ddt, out, scale_en ? x * scale : x);
+        } else {
+          int32_t x = load_int(sdt, in);
+          if (scale_en)
+            store_float(ddt, out, static_cast<float>(x) * scale);
+          else
+            store_int(ddt, out, x);
+        }
+      }
+      return;
+    }
+    case Op::VRSUM:
+      return reduce(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("rows"), e.arg("cols"), e.arg("stride"),
+                    Sum{});
+    case Op::VRMAX:
+      return reduce(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("rows"), e.arg("cols"), e.arg("stride"),
+                    RMax{});
+    default: return;
+  }
+}
+
+}  // namespace tpusim::sim::detail

@@ -1,0 +1,147 @@
+// Configuration: presets, INI files, --set overrides, errors, describe() and kernel symbols.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace tpusim::sim {
+namespace {
+
+std::string temp_ini(const std::string& name, const std::string& text) {
+  auto path = (std::filesystem::temp_directory_path() / ("tpusim_sim_test_" + name + ".ini")).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Config, PresetsAreListedAndLoad) {
+  EXPECT_EQ(preset_names(), (std::vector<std::string>{"v1-like", "v4-like", "edge"}));
+  EXPECT_EQ(default_preset(), "v4-like");
+  for (const auto& name : preset_names()) {
+    ChipConfig c = load_config(name);
+    EXPECT_EQ(c.chip.name, name);
+    EXPECT_NE(preset_text(name).find("[mxu]"), std::string::npos);
+  }
+}
+
+TEST(Config, V1LikeFollowsTheIsca2017Paper) {
+  ChipConfig c = load_config("v1-like");
+  EXPECT_EQ(c.chip.clock_mhz, 700);
+  EXPECT_EQ(c.mxu.rows, 256);
+  EXPECT_EQ(c.mxu.cols, 256);
+  EXPECT_EQ(c.mxu.acc_rows, 4096);            // 4 MiB of 256 x 32-bit words
+  EXPECT_EQ(c.vmem_bytes(), 24ull << 20);     // 24 MiB Unified Buffer
+  EXPECT_EQ(c.hbm_bytes(), 8ull << 30);       // 8 GiB DDR3
+  EXPECT_EQ(c.hbm.bandwidth_gbs, 34);
+  EXPECT_EQ(c.vpu.lanes * c.vpu.sublanes, 256);
+  EXPECT_EQ(c.dma.latency, 70);
+  EXPECT_EQ(c.core.queue_depth, 32);
+}
+
+TEST(Config, V4LikeAndEdge) {
+  ChipConfig v4 = load_config("v4-like");
+  EXPECT_EQ(v4.chip.clock_mhz, 1050);
+  EXPECT_EQ(v4.mxu.rows, 128);
+  EXPECT_EQ(v4.mxu.acc_rows, 2048);
+  EXPECT_EQ(v4.vmem_bytes(), 16ull << 20);
+  EXPECT_EQ(v4.hbm_bytes(), 32ull << 30);
+  EXPECT_EQ(v4.hbm.bandwidth_gbs, 1200);
+  EXPECT_EQ(v4.vpu.lanes, 128);
+  EXPECT_EQ(v4.vpu.sublanes, 8);
+  ChipConfig edge = load_config("edge");
+  EXPECT_EQ(edge.chip.clock_mhz, 500);
+  EXPECT_EQ(edge.mxu.rows, 32);
+  EXPECT_DOUBLE_EQ(edge.hbm.bandwidth_gbs, 25.6);
+  EXPECT_DOUBLE_EQ(edge.hbm_bytes_per_cycle(), 51.2);
+  EXPECT_EQ(edge.core.queue_depth, 16);
+}
+
+TEST(Config, DeclaredDefaultsAreTheV4LikePreset) {
+  for (const ParamInfo& p : describe(load_config("v4-like"))) {
+    if (p.key == "chip.name") continue;
+    EXPECT_EQ(p.value, p.default_value) << p.key;
+  }
+}
+
+TEST(Config, DescribeListsEveryParameterWithHelp) {
+  auto params = describe(load_config("edge", {"mxu.rows=8"}));
+  ASSERT_EQ(params.size(), 13u);
+  for (const ParamInfo& p : params) EXPECT_FALSE(p.help.empty()) << p.key;
+  auto rows = std::find_if(params.begin(), params.end(), [](const ParamInfo& p) { return p.key == "mxu.rows"; });
+  ASSERT_NE(rows, params.end());
+  EXPECT_EQ(rows->value, "8");
+  EXPECT_EQ(rows->default_value, "128");
+  EXPECT_EQ(rows->unit, "PEs");
+}
+
+TEST(Config, SetOverridesThePresetAndTheLastSetWins) {
+  ChipConfig c = load_config("edge", {"mxu.rows=8", "hbm.bandwidth_gbs=12.5", "mxu.rows=16", "chip.name=mine"});
+  EXPECT_EQ(c.mxu.rows, 16);
+  EXPECT_EQ(c.mxu.cols, 32);
+  EXPECT_DOUBLE_EQ(c.hbm.bandwidth_gbs, 12.5);
+  EXPECT_EQ(c.chip.name, "mine");
+}
+
+TEST(Config, IniFileWithDefaultsForMissingKeys) {
+  std::string path = temp_ini("file", "# a comment\n[mxu]\nrows = 64\ncols = 32\n\n[chip]\nname = x\n");
+  ChipConfig c = load_config(path, {"mxu.cols=16"});
+  EXPECT_EQ(c.mxu.rows, 64);
+  EXPECT_EQ(c.mxu.cols, 16);
+  EXPECT_EQ(c.mxu.acc_rows, 2048);  // declared default
+  EXPECT_EQ(c.chip.name, "x");
+  std::remove(path.c_str());
+}
+
+TEST(Config, UnknownKeyNamesKeyAndSource) {
+  std::string path = temp_ini("unknown", "[mxu]\nfoo = 1\n");
+  EXPECT_EQ(error_of([&] { load_config(path); }), "unknown configuration key 'mxu.foo' (in " + path + ")");
+  std::remove(path.c_str());
+  EXPECT_EQ(error_of([] { load_config("edge", {"vpu.width=3"}); }),
+            "unknown configuration key 'vpu.width' (in --set vpu.width=3)");
+}
+
+TEST(Config, BadValuesNameTheKey) {
+  EXPECT_EQ(error_of([] { load_config("edge", {"mxu.rows=abc"}); }),
+            "bad value 'abc' for mxu.rows (in --set mxu.rows=abc): expected an integer");
+  EXPECT_EQ(error_of([] { load_config("edge", {"mxu.rows=0"}); }),
+            "mxu.rows = 0 must be in [1, 1024] (in --set mxu.rows=0)");
+  EXPECT_EQ(error_of([] { load_config("edge", {"mxu.cols=2048"}); }),
+            "mxu.cols = 2048 must be in [1, 1024] (in --set mxu.cols=2048)");
+  EXPECT_EQ(error_of([] { load_config("edge", {"chip.clock_mhz=-5"}); }),
+            "chip.clock_mhz = -5 must be in [0.001, 1000000] (in --set chip.clock_mhz=-5)");
+  EXPECT_EQ(error_of([] { load_config("edge", {"mxu.rows"}); }), "bad --set 'mxu.rows': expected section.key=value");
+  std::string path = temp_ini("dup", "[mxu]\nrows = 4\nrows = 8\n");
+  EXPECT_EQ(error_of([&] { load_config(path); }), "configuration key 'mxu.rows' given twice (in " + path + ")");
+  std::remove(path.c_str());
+}
+
+TEST(Config, UnknownPresetListsThePresets) {
+  EXPECT_EQ(error_of([] { load_config("v9-like"); }),
+            "unknown preset or configuration file 'v9-like' (presets: v1-like, v4-like, edge)");
+  EXPECT_EQ(error_of([] { preset_text("v9-like"); }), "unknown preset 'v9-like' (presets: v1-like, v4-like, edge)");
+}
+
+TEST(Config, KernelSymbols) {
+  auto syms = kernel_symbols(load_config("v4-like"));
+  std::map<std::string, int64_t> m(syms.begin(), syms.end());
+  EXPECT_EQ(m.at("MXU_ROWS"), 128);
+  EXPECT_EQ(m.at("MXU_COLS"), 128);
+  EXPECT_EQ(m.at("ACC_ROWS"), 2048);
+  EXPECT_EQ(m.at("VMEM_BYTES"), 16 << 20);
+  EXPECT_EQ(m.at("VPU_WIDTH"), 1024);
+  EXPECT_EQ(m.at("HBM_BYTES"), int64_t(32) << 30);
+}
+
+}  // namespace
+}  // namespace tpusim::sim

@@ -1,0 +1,245 @@
+// Exact cycle counts, each with its arithmetic. small_config(): 4x4 array, dma.latency 10, HBM 32 bytes per
+// cycle, VPU 8 elements per cycle with latency 2, queues of 4.
+//
+// Fixed overheads of the model: every core instruction takes 1 cycle; a unit instruction is dispatched in its
+// cycle and the unit may start it the next cycle; the (implicit or explicit) halt waits for all units to finish
+// and then takes 1 cycle. So a program's cycles = last completion + 1.
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace tpusim::sim::test {
+namespace {
+
+constexpr int64_t kI8 = 0, kI32 = 1;
+
+// r3 = rows 4, r4 = rowbytes 64, r5 = hstride 64, r6 = vstride 64: a 256-byte transfer = 8 data cycles.
+ProgramBuilder dma_registers() {
+  ProgramBuilder b;
+  b.li(3, 4).li(4, 64).li(5, 64).li(6, 64);
+  return b;
+}
+
+TEST(Timing, EmptyProgramTakesOneCycle) {
+  Chip chip(small_config());
+  EXPECT_EQ(chip.run(ProgramBuilder().build()).stats.cycles, 1u);  // the implicit halt
+}
+
+TEST(Timing, ScalarInstructionsTakeOneCycleEach) {
+  Chip chip(small_config());
+  EXPECT_EQ(chip.run(ProgramBuilder().op(Op::NOP).build()).stats.cycles, 2u);  // nop + halt
+  // li; 100 x (addi, bne); halt = 1 + 200 + 1
+  ProgramBuilder b;
+  b.li(1, 100);
+  b.op(Op::ADDI, {1, 1, -1}).op(Op::BNE, {1, 0, 1}).op(Op::HALT);
+  RunResult r = chip.run(b.build());
+  EXPECT_EQ(r.stats.cycles, 202u);
+  EXPECT_EQ(r.stats.units[0].instructions, 202u);  // the explicit halt counts
+}
+
+TEST(Timing, SingleDmaLoad) {
+  Chip chip(small_config());
+  ProgramBuilder b = dma_registers();
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6});
+  RunResult r = chip.run(b.build());
+  // 4 li (cycles 0-3); dma.ld dispatched at 4, starts at 5; data from 5 + 10 = 15 for 256 / 32 = 8 cycles,
+  // complete at 23; halt takes cycle 23: 24 cycles = 4 + 1 + 10 + 8 + 1.
+  EXPECT_EQ(r.stats.cycles, 24u);
+  const UnitStats& dma = r.stats.units[static_cast<int>(isa::Unit::DmaIn)];
+  EXPECT_EQ(dma.instructions, 1u);
+  EXPECT_EQ(dma.busy_cycles, 18u);  // latency + data
+  EXPECT_EQ(r.stats.hbm_bytes_read, 256u);
+  EXPECT_EQ(r.stats.hbm_bytes_written, 0u);
+}
+
+TEST(Timing, FractionalBandwidthRoundsUpExactly) {
+  // 25.6 GB/s at 500 MHz = 51.2 bytes per cycle: 512 bytes take exactly 10 cycles, 513 take 11.
+  Chip chip(small_config({"hbm.bandwidth_gbs=25.6"}));
+  for (auto [bytes, data] : {std::pair{512, 10}, std::pair{513, 11}}) {
+    ProgramBuilder b;
+    b.li(3, 1).li(4, bytes);
+    b.op(Op::DMALD, {0, 0, 3, 4, 0, 0});
+    EXPECT_EQ(chip.run(b.build()).stats.cycles, uint64_t(2 + 1 + 10 + data + 1)) << bytes;
+  }
+}
+
+TEST(Timing, ZeroLengthDmaCompletesAtOnce) {
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.op(Op::DMALD, {0, 0, 0, 0, 0, 0});
+  EXPECT_EQ(chip.run(b.build()).stats.cycles, 2u);  // dispatch at 0, starts and completes at 1, halt
+}
+
+TEST(Timing, ConcurrentLoadAndStoreShareHbm) {
+  Chip chip(small_config());
+  ProgramBuilder b = dma_registers();
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6});         // dispatched 4, starts 5, data [15, 23)
+  b.op(Op::DMAST, {0, 0, 3, 4, 5, 6});         // dispatched 5, starts 6, data [max(16, 23), 31)
+  RunResult r = chip.run(b.build());
+  EXPECT_EQ(r.stats.cycles, 32u);  // 31 + halt; with HBM not shared it would be 6 + 10 + 8 + 1 = 25
+  EXPECT_EQ(r.stats.hbm_bytes_written, 256u);
+  EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::DmaOut)].busy_cycles, 25u);  // [6, 31)
+}
+
+// r1 = 4 (k, n, and the row stride of i8 rows of 4), r2 = 64 (input address), r3 = m.
+ProgramBuilder mxu_registers(int64_t m) {
+  ProgramBuilder b;
+  b.li(1, 4).li(2, 64).li(3, m);
+  return b;
+}
+
+TEST(Timing, IsolatedFoldIsScaleSims2RPlusCPlusMMinus2) {
+  Chip chip(small_config());
+  ProgramBuilder b = mxu_registers(8);
+  b.op(Op::MXULW, {0, 1, 1, 1, kI8});          // dispatched 3, loads [4, 8)
+  b.op(Op::MXUMM, {2, 3, 0, 1, kI8});          // dispatched 4; swap at 8, streams [8, 16), results at 16 + 4 + 4 - 2
+  RunResult r = chip.run(b.build());
+  // From the lw's start (cycle 4) to the results (cycle 22): 2R + C + M - 2 = 8 + 4 + 8 - 2 = 18.
+  // Total: 3 li + 1 dispatch + 18 + 1 halt = 23.
+  EXPECT_EQ(r.stats.cycles, 23u);
+  const UnitStats& mxu = r.stats.units[static_cast<int>(isa::Unit::Mxu)];
+  EXPECT_EQ(mxu.instructions, 2u);
+  EXPECT_EQ(mxu.busy_cycles, 8u);  // streaming only
+  EXPECT_EQ(r.stats.mxu_macs, 8u * 4 * 4);
+  EXPECT_DOUBLE_EQ(r.stats.mxu_mac_utilization, 128.0 / (16.0 * 23));
+}
+
+TEST(Timing, DoubleBufferedWeightLoadIsHidden) {
+  Chip chip(small_config());
+  ProgramBuilder b = mxu_registers(8);
+  b.op(Op::MXULW, {0, 1, 1, 1, kI8});   // loads [4, 8)
+  b.op(Op::MXUMM, {2, 3, 0, 1, kI8});   // streams [8, 16); the front-end moves on at 8
+  b.op(Op::MXULW, {0, 1, 1, 1, kI8});   // the shadow buffer is free since the swap at 8: loads [8, 12)
+  b.op(Op::MXUMM, {2, 3, 0, 1, kI8});   // swap at max(12, 16); streams [16, 24); results at 24 + 6 = 30
+  RunResult r = chip.run(b.build());
+  // 3 li + 1 + (2R + C + 2M - 2 = 26) + 1 halt = 31: the second load costs nothing.
+  EXPECT_EQ(r.stats.cycles, 31u);
+  EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Mxu)].busy_cycles, 16u);
+
+  // With m = 2 < R the second load shows: streams [8, 10); load [8, 12); swap at 12; stream [12, 14);
+  // results at 14 + 6 = 20; 21 cycles.
+  ProgramBuilder c = mxu_registers(2);
+  c.op(Op::MXULW, {0, 1, 1, 1, kI8}).op(Op::MXUMM, {2, 3, 0, 1, kI8});
+  c.op(Op::MXULW, {0, 1, 1, 1, kI8}).op(Op::MXUMM, {2, 3, 0, 1, kI8});
+  EXPECT_EQ(chip.run(c.build()).stats.cycles, 21u);
+}
+
+TEST(Timing, BackToBackMatmulsOnOneTileStreamWithoutGaps) {
+  Chip chip(small_config());
+  ProgramBuilder b = mxu_registers(8);
+  b.op(Op::MXULW, {0, 1, 1, 1, kI8});   // loads [4, 8)
+  b.op(Op::MXUMM, {2, 3, 0, 1, kI8});   // streams [8, 16)
+  b.op(Op::MXUMM, {2, 3, 8, 1, kI8});   // streams [16, 24), results at 24 + 6 = 30
+  b.op(Op::MXUMM, {2, 3, 16, 1, kI8});  // streams [24, 32), results at 32 + 6 = 38
+  EXPECT_EQ(chip.run(b.build()).stats.cycles, 39u);
+}
+
+TEST(Timing, SecondLoadBeforeAnyMatmulReplacesTheFirst) {
+  Chip chip(small_config());
+  ProgramBuilder b = mxu_registers(8);
+  b.op(Op::MXULW, {0, 1, 1, 1, kI8});  // loads [4, 8)
+  b.op(Op::MXULW, {2, 1, 1, 1, kI8});  // front-end at 5; the shadow buffer is busy until 8: loads [8, 12)
+  b.op(Op::MXUMM, {2, 3, 0, 1, kI8});  // swaps at 12, streams [12, 20), results at 26
+  EXPECT_EQ(chip.run(b.build()).stats.cycles, 27u);
+}
+
+TEST(Timing, EmptyMatmulIsANoOp) {
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.op(Op::MXUMM, {0, 0, 0, 0, kI8}).signal(1);  // m = 0 and no weights: nothing to do, signals at 1
+  b.op(Op::VSYNC).wait(1);                       // dispatched 1, starts 2
+  EXPECT_EQ(chip.run(b.build()).stats.cycles, 3u);
+}
+
+TEST(Timing, VectorInstruction) {
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.li(1, 20);
+  b.op(Op::VADD, {0, 0, 0, 1, kI32});  // dispatched 1, starts 2, latency 2 + ceil(20 / 8) = 5: done at 7
+  RunResult r = chip.run(b.build());
+  EXPECT_EQ(r.stats.cycles, 8u);
+  EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, 5u);
+}
+
+TEST(Timing, SemaphoreMakesTheVectorUnitWaitForTheDma) {
+  Chip chip(small_config());
+  ProgramBuilder b = dma_registers();
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6}).signal(1);  // complete at 23, s1 = 1
+  b.op(Op::VADD, {0, 0, 0, 3, kI32}).wait(1);     // dispatched 5, ready at 6, waits to 23, runs 2 + 1 = 3
+  RunResult r = chip.run(b.build());
+  EXPECT_EQ(r.stats.cycles, 27u);  // 26 + halt
+  const UnitStats& vpu = r.stats.units[static_cast<int>(isa::Unit::Vpu)];
+  EXPECT_EQ(vpu.wait_sem_cycles, 17u);  // [6, 23)
+  EXPECT_EQ(vpu.busy_cycles, 3u);
+}
+
+TEST(Timing, FullQueueStallsTheCore) {
+  Chip chip(small_config({"core.queue_depth=2"}));
+  ProgramBuilder b = dma_registers();
+  for (int i = 0; i < 4; ++i) b.op(Op::DMALD, {0, 0, 3, 4, 5, 6});
+  RunResult r = chip.run(b.build());
+  // Each load takes 18 cycles. #1 dispatched 4, runs [5, 23). #2 (5) and #3 (6) fill the queue of 2 (#1 left it
+  // at 5). #4 at 7 finds it full and waits until the engine takes #2 at 23: a 16-cycle stall.
+  // #2 [23, 41), #3 [41, 59), #4 [59, 77); halt: 78.
+  EXPECT_EQ(r.stats.cycles, 78u);
+  EXPECT_EQ(r.stats.units[0].wait_queue_cycles, 16u);
+}
+
+TEST(Timing, SemSetWaitsForTheUnitsLikeAFence) {
+  Chip chip(small_config());
+  ProgramBuilder b = dma_registers();
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6});  // dispatched 4, complete at 23
+  b.op(Op::SEMSET, {1, 1});             // at 5: waits until 23, sets s1 = 1, takes cycle 23
+  b.op(Op::VSYNC).wait(1);              // dispatched 24, starts 25 with s1 = 1: no wait
+  RunResult r = chip.run(b.build());
+  EXPECT_EQ(r.stats.cycles, 26u);
+  EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].wait_sem_cycles, 0u);
+
+  ProgramBuilder f = dma_registers();
+  f.op(Op::DMALD, {0, 0, 3, 4, 5, 6}).op(Op::FENCE).op(Op::VSYNC);  // the same without the semaphore
+  EXPECT_EQ(chip.run(f.build()).stats.cycles, 26u);
+}
+
+TEST(Timing, SemaphoreCountsSignals) {
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.op(Op::DMAINSYNC).signal(2).op(Op::DMAINSYNC).signal(2);  // s2 = 2 at cycles 1 and 2
+  b.op(Op::VSYNC).wait(2).op(Op::VSYNC).wait(2);              // both pass at 3 and 4 without waiting
+  b.op(Op::VSYNC).wait(2);                                    // s2 = 0: waits forever
+  std::string err;
+  try {
+    chip.run(b.build());
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_EQ(err,
+            "deadlock at cycle 5: vpu waits for s2 (value 0) at pc 4 (vpu.sync wait=s2); core waits for the units "
+            "to drain at pc 5 (end of program)");
+}
+
+TEST(Timing, RunsCountFromTheirOwnStart) {
+  Chip chip(small_config());
+  ProgramBuilder b = dma_registers();
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6});
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(chip.run(b.build()).stats.cycles, 24u);
+}
+
+TEST(Timing, TimingOnlyGivesTheSameCycles) {
+  Chip chip(small_config());
+  ProgramBuilder b = dma_registers();
+  b.li(1, 4).li(2, 64).li(7, 8).li(8, 512).li(9, 16).li(10, 8192);
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6}).signal(1);
+  b.op(Op::MXULW, {0, 1, 1, 1, kI8}).wait(1);
+  b.op(Op::MXUMM, {2, 7, 0, 1, kI8}).signal(2);
+  b.op(Op::VACC, {8, 0, 7, 1, 9, 0, 0, kI32, kI32}).wait(2).signal(3);
+  b.op(Op::DMAST, {10, 8, 7, 9, 9, 9}).wait(3);
+  RunOptions timing_only;
+  timing_only.functional = false;
+  RunResult a = chip.run(b.build());
+  RunResult t = chip.run(b.build(), timing_only);
+  EXPECT_EQ(a.stats.cycles, t.stats.cycles);
+  EXPECT_EQ(a.stats.to_json(chip.config()), t.stats.to_json(chip.config()));
+}
+
+}  // namespace
+}  // namespace tpusim::sim::test
