@@ -10,7 +10,8 @@
 //     while this mm streams (double buffering) and the next mm's stream follows this one back to back.
 //   One isolated fold (lw, then mm) from the lw's start: R + m + R + C - 2 = 2R + C + M - 2 cycles, which is
 //   SCALE-Sim's weight-stationary fold (preload R, stream M, skew R - 1, drain C - 1).
-//   m == 0 is a no-op that signals at f. mxu.sync signals at f.
+//   mxu.sync, and an mxu.mm with m == 0, complete at max(f, the latest completion scheduled so far): the matrix
+//   unit signals in order, so `mxu.sync signal=sN` after an mm says its results are in the accumulators.
 // Busy cycles are streaming cycles (sum of m); useful MACs are m*k*n per mm.
 //
 // Functional: lw reads VMEM when it completes, mm reads its inputs and writes the accumulators when it completes
@@ -59,7 +60,7 @@ Mxu::Mxu(const sc_core::sc_module_name& name, ChipState& st)
 void Mxu::reset() {
   UnitModule::reset();
   pending_ = {};
-  stream_free_ = shadow_free_ = shadow_ready_ = 0;
+  stream_free_ = shadow_free_ = shadow_ready_ = last_completion_ = 0;
   shadow_.reset();
   active_.reset();
 }
@@ -68,7 +69,7 @@ void Mxu::execute(const Entry& e) {
   switch (e.in.op) {
     case isa::Op::MXULW: return load_weights(e);
     case isa::Op::MXUMM: return matmul(e);
-    default: finish(e, st_.now(), st_.now());  // mxu.sync
+    default: return retire_in_order(e);  // mxu.sync
   }
 }
 
@@ -99,7 +100,7 @@ void Mxu::matmul(const Entry& e) {
   const uint64_t f = st_.now();
   const int64_t m = e.arg("m"), acc = e.arg("acc");
   if (m < 0) st_.fail(e.pc, "negative m " + std::to_string(m));
-  if (m == 0) return finish(e, f, f);
+  if (m == 0) return retire_in_order(e);
   const std::shared_ptr<Tile>& tile = shadow_ ? shadow_ : active_;
   if (!tile) st_.fail(e.pc, "no weight tile loaded (no mxu.lw before this mxu.mm)");
   const isa::DType dt = e.dtype("dtype");
@@ -130,7 +131,10 @@ void Mxu::matmul(const Entry& e) {
   st_.wait_until(s);
 }
 
+void Mxu::retire_in_order(const Entry& e) { schedule(std::max(st_.now(), last_completion_), e, nullptr); }
+
 void Mxu::schedule(uint64_t time, const Entry& e, std::shared_ptr<Tile> tile) {
+  last_completion_ = std::max(last_completion_, time);
   const bool earliest = pending_.empty() || time < pending_.top().time;
   pending_.push({time, seq_++, e, std::move(tile)});
   if (earliest) pending_changed_.notify();
@@ -160,7 +164,7 @@ void Mxu::retire_thread() {
 }
 
 void Mxu::complete(const Completion& c) {
-  if (st_.functional()) {
+  if (st_.functional() && c.tile) {
     if (c.e.in.op == isa::Op::MXULW)
       fill_tile(c.e, *c.tile);
     else

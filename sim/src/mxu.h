@@ -35,6 +35,7 @@ class Mxu : public UnitModule {
   void load_weights(const Entry& e);
   void matmul(const Entry& e);
   void schedule(uint64_t time, const Entry& e, std::shared_ptr<Tile> tile);
+  void retire_in_order(const Entry& e);  // completes after everything scheduled before it
   void retire_thread();
   void complete(const Completion& c);
   void fill_tile(const Entry& e, Tile& t);
@@ -47,6 +48,7 @@ class Mxu : public UnitModule {
   uint64_t stream_free_ = 0;   // first cycle the array can take another stream of input rows
   uint64_t shadow_free_ = 0;   // first cycle the shadow buffer may start loading a tile
   uint64_t shadow_ready_ = 0;  // cycle at which shadow_ is fully loaded
+  uint64_t last_completion_ = 0;  // latest completion time scheduled so far
   std::shared_ptr<Tile> shadow_;  // a tile loaded (or loading) but not yet swapped in
   std::shared_ptr<Tile> active_;  // the tile in the array
 };

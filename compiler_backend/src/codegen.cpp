@@ -1,0 +1,87 @@
+#include "codegen.h"
+
+#include "tpusim/compiler/compiler.h"
+#include "tpusim/kernels/kernels.h"
+
+namespace tpusim::compiler {
+namespace {
+
+isa::TensorKind kind_of(Buffer::Kind k) {
+  switch (k) {
+    case Buffer::Kind::Input: return isa::TensorKind::Input;
+    case Buffer::Kind::Output: return isa::TensorKind::Output;
+    default: return isa::TensorKind::Const;
+  }
+}
+
+// True if the fragment waits for every unit (sem.set or fence) before it issues any unit instruction.
+bool starts_with_sync(const isa::Program& frag) {
+  for (isa::Word w : frag.code) {
+    isa::Instr in = isa::decode(w);
+    if (in.op == isa::Op::SEMSET || in.op == isa::Op::FENCE) return true;
+    bool branch = in.op == isa::Op::JMP || in.op == isa::Op::BEQ || in.op == isa::Op::BNE ||
+                  in.op == isa::Op::BLT || in.op == isa::Op::BGE;
+    if (branch || in.op == isa::Op::HALT || in.desc().unit != isa::Unit::Core) return false;
+  }
+  return false;
+}
+
+isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
+                           const std::map<std::string, int64_t>& symbols, uint64_t base_pc) {
+  std::map<std::string, int64_t> defines = symbols;
+  for (const auto& [key, value] : call.params) defines[key] = value;
+  std::map<std::string, uint64_t> addr;
+  for (const auto& [tensor, b] : call.tensors) addr[tensor] = plan.buffers[b].addr;
+  try {
+    isa::Program frag = kernels::assemble(call.kernel, defines, addr, base_pc);
+    for (const isa::TensorDecl& t : frag.tensors)
+      if (t.kind == isa::TensorKind::Const)
+        throw Error(call.label + ": kernel " + call.kernel + " declares constant '" + t.name +
+                    "', which the compiler cannot place yet");
+    return frag;
+  } catch (const isa::Error& e) {
+    throw Error(call.label + ": " + call.kernel + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
+                          const std::string& program_name) {
+  isa::Program p;
+  p.name = program_name;
+  for (Buffer::Kind kind : {Buffer::Kind::Input, Buffer::Kind::Output, Buffer::Kind::Const})
+    for (const Buffer& b : plan.buffers) {
+      if (b.kind != kind) continue;
+      isa::TensorDecl t{.name = b.name, .kind = kind_of(kind), .dtype = b.dtype, .shape = b.shape, .hbm_addr = b.addr};
+      if (kind == Buffer::Kind::Const) {
+        t.const_offset = p.const_data.size();
+        p.const_data.insert(p.const_data.end(), b.data.begin(), b.data.end());
+      }
+      p.tensors.push_back(std::move(t));
+    }
+
+  for (size_t c = 0; c < plan.calls.size(); ++c) {
+    const KernelCall& call = plan.calls[c];
+    isa::Program frag = assemble_call(plan, call, symbols, p.code.size());
+    if (c > 0 && !starts_with_sync(frag)) {
+      p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::FENCE}));
+      p.source.push_back(call.label + ": fence before " + call.kernel);
+      frag = assemble_call(plan, call, symbols, p.code.size());
+    }
+    const uint64_t end = p.code.size() + frag.code.size();
+    for (size_t i = 0; i < frag.code.size(); ++i) {
+      isa::Word w = frag.code[i];
+      if (c + 1 < plan.calls.size() && isa::decode(w).op == isa::Op::HALT) {
+        isa::Instr jump{.op = isa::Op::JMP};
+        jump.f[0] = static_cast<int64_t>(end);
+        w = isa::encode(jump);
+      }
+      p.code.push_back(w);
+      p.source.push_back(call.label + ": " + (i < frag.source.size() ? frag.source[i] : call.kernel));
+    }
+  }
+  return p;
+}
+
+}  // namespace tpusim::compiler

@@ -1,0 +1,21 @@
+// Codegen: a placed kernel plan -> one isa::Program, the kernel fragments concatenated in call order.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "kernel_plan.h"
+#include "tpusim/isa/program.h"
+
+namespace tpusim::compiler {
+
+// Each call is assembled by kernels::assemble with the chip `symbols` plus its params, its tensors at their
+// buffers' addresses and base_pc = the code so far; source lines read "<label>: gemm.s:42". A fragment that does
+// not start by synchronising (sem.set or fence before its first unit instruction) gets a `fence` in front, so it
+// never overlaps the previous one; a `halt` inside a fragment other than the last jumps to the next fragment.
+// The Program declares the Input, Output and Const buffers (in that order) with the constants in const_data.
+isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
+                          const std::string& program_name);
+
+}  // namespace tpusim::compiler

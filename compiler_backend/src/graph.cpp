@@ -1,0 +1,68 @@
+#include "graph.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <stdexcept>
+
+namespace tpusim::compiler::ir {
+
+std::string elem_type_name(ElemType t) {
+  if (onnx::TensorProto_DataType_IsValid(t)) return onnx::TensorProto_DataType_Name(t);
+  return "type " + std::to_string(t);
+}
+
+std::vector<int64_t> Value::shape() const {
+  std::vector<int64_t> s;
+  for (const Dim& d : dims) {
+    if (!d.known()) throw std::logic_error("value '" + name + "' has a dynamic dimension");
+    s.push_back(d.size);
+  }
+  return s;
+}
+
+int64_t Value::elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape()) n *= d;
+  return n;
+}
+
+int64_t Node::attr_int(const std::string& key, int64_t def) const {
+  auto it = attrs.find(key);
+  return it == attrs.end() ? def : it->second.i;
+}
+
+float Node::attr_float(const std::string& key, float def) const {
+  auto it = attrs.find(key);
+  return it == attrs.end() ? def : it->second.f;
+}
+
+int Graph::value(const std::string& name) {
+  auto [it, added] = value_index.try_emplace(name, static_cast<int>(values.size()));
+  if (added) {
+    values.emplace_back();
+    values.back().name = name;
+  }
+  return it->second;
+}
+
+std::string shape_str(const Value& v) {
+  if (!v.has_shape) return "(unknown)";
+  std::string s = "[";
+  for (size_t i = 0; i < v.dims.size(); ++i) {
+    if (i) s += ",";
+    const Dim& d = v.dims[i];
+    s += d.known() ? std::to_string(d.size) : (d.param.empty() ? "?" : d.param);
+  }
+  return s + "]";
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace tpusim::compiler::ir

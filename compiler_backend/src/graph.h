@@ -1,0 +1,79 @@
+// The compiler's graph IR: a model as values and nodes, close to ONNX, made by the importer (onnx_import.h),
+// completed by shape inference (shape_inference.h) and read by the lowering (lowering.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tpusim::compiler::ir {
+
+// An ONNX element type (onnx::TensorProto::DataType numbering: 1 = FLOAT, 7 = INT64, ...).
+using ElemType = int32_t;
+inline constexpr ElemType kFloat = 1;
+std::string elem_type_name(ElemType t);  // "FLOAT", "INT64", ...
+
+// A dimension of a value: a size, or unknown (dynamic) with the model's name for it (dim_param, may be empty).
+struct Dim {
+  int64_t size = -1;  // -1: unknown
+  std::string param;
+
+  static Dim sized(int64_t size) { return Dim{size, {}}; }
+  static Dim dynamic(std::string param) { return Dim{-1, std::move(param)}; }
+  bool known() const { return size >= 0; }
+};
+
+// A tensor-valued edge: a graph input, a constant (initializer or Constant node) or a node's output.
+struct Value {
+  std::string name;
+  ElemType elem_type = 0;  // 0: not known yet (set by shape inference for node outputs)
+  bool has_shape = false;  // false: rank unknown too
+  std::vector<Dim> dims;
+  int producer = -1;       // index of the producing node, -1 for graph inputs and constants
+  bool is_const = false;
+  std::vector<float> data; // constants of element type FLOAT: the elements, row-major
+
+  std::vector<int64_t> shape() const;  // sizes; all dims must be known
+  int64_t elements() const;            // product of shape()
+};
+
+struct Attr {
+  enum class Kind { Int, Float, String, Ints, Floats, Other };
+  Kind kind = Kind::Other;
+  int64_t i = 0;
+  float f = 0;
+  std::string s;
+  std::vector<int64_t> ints;
+  std::vector<float> floats;
+};
+
+struct Node {
+  std::string op;    // ONNX op_type
+  std::string name;  // unique and non-empty (the importer names unnamed nodes "<op>_<index>")
+  std::map<std::string, Attr> attrs;
+  std::vector<int> inputs;   // value indices; -1 for an omitted optional input
+  std::vector<int> outputs;  // value indices
+
+  // An attribute's value, or `def` when absent (shape inference has checked the kinds).
+  int64_t attr_int(const std::string& key, int64_t def) const;
+  float attr_float(const std::string& key, float def) const;
+};
+
+struct Graph {
+  std::string model_name;  // for errors: the file name
+  std::vector<Value> values;
+  std::vector<Node> nodes;    // in topological order
+  std::vector<int> inputs;    // graph inputs (not constants), in model order
+  std::vector<int> outputs;   // graph outputs, in model order
+  std::map<std::string, int> value_index;
+
+  // Index of the value called `name`, adding an empty one if new.
+  int value(const std::string& name);
+};
+
+std::string shape_str(const Value& v);              // "[8,64]", "[batch,64]", "[?,64]"; "(unknown)" without shape
+std::string shape_str(const std::vector<int64_t>& s);
+
+}  // namespace tpusim::compiler::ir

@@ -1,0 +1,83 @@
+#include "memory_plan.h"
+
+#include <algorithm>
+#include <iterator>
+#include <limits>
+#include <map>
+
+#include "tpusim/compiler/compiler.h"
+
+namespace tpusim::compiler {
+namespace {
+
+uint64_t align_up(uint64_t x) { return (x + kHbmAlign - 1) / kHbmAlign * kHbmAlign; }
+
+// First-fit allocation of aligned blocks above `base`; freed blocks merge with their free neighbours.
+class Allocator {
+ public:
+  explicit Allocator(uint64_t base) { free_[base] = std::numeric_limits<uint64_t>::max(); }
+
+  uint64_t alloc(uint64_t bytes) {
+    bytes = align_up(std::max<uint64_t>(bytes, 1));
+    auto it = std::find_if(free_.begin(), free_.end(), [&](const auto& b) { return b.second - b.first >= bytes; });
+    uint64_t addr = it->first, end = it->second;
+    free_.erase(it);
+    if (addr + bytes < end) free_[addr + bytes] = end;
+    return addr;
+  }
+
+  void release(uint64_t addr, uint64_t bytes) {
+    uint64_t end = addr + align_up(std::max<uint64_t>(bytes, 1));
+    auto next = free_.find(end);
+    if (next != free_.end()) {
+      end = next->second;
+      free_.erase(next);
+    }
+    auto it = free_.emplace(addr, end).first;
+    if (it != free_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second == addr) {
+        prev->second = end;
+        free_.erase(it);
+      }
+    }
+  }
+
+ private:
+  std::map<uint64_t, uint64_t> free_;  // start -> end
+};
+
+}  // namespace
+
+uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, const std::string& model_name) {
+  uint64_t next = 0;
+  for (Buffer::Kind kind : {Buffer::Kind::Input, Buffer::Kind::Output, Buffer::Kind::Const})
+    for (Buffer& b : plan.buffers)
+      if (b.kind == kind) {
+        b.addr = next;
+        next = align_up(next + b.bytes());
+      }
+
+  // Live range of each intermediate: from the call that first names it to the last.
+  std::vector<int> first(plan.buffers.size(), -1), last(plan.buffers.size(), -1);
+  for (int c = 0; c < static_cast<int>(plan.calls.size()); ++c)
+    for (const auto& [name, b] : plan.calls[c].tensors) {
+      if (first[b] < 0) first[b] = c;
+      last[b] = c;
+    }
+  Allocator heap(next);
+  for (int c = 0; c < static_cast<int>(plan.calls.size()); ++c) {
+    for (size_t b = 0; b < plan.buffers.size(); ++b)
+      if (plan.buffers[b].kind == Buffer::Kind::Temp && first[b] == c) plan.buffers[b].addr = heap.alloc(plan.buffers[b].bytes());
+    for (size_t b = 0; b < plan.buffers.size(); ++b)
+      if (plan.buffers[b].kind == Buffer::Kind::Temp && last[b] == c) heap.release(plan.buffers[b].addr, plan.buffers[b].bytes());
+  }
+  uint64_t total = 0;
+  for (const Buffer& b : plan.buffers) total = std::max(total, b.addr + b.bytes());
+  if (total > hbm_bytes)
+    throw Error(model_name + ": model needs " + std::to_string(total) + " bytes of HBM, the chip has " +
+                std::to_string(hbm_bytes));
+  return total;
+}
+
+}  // namespace tpusim::compiler

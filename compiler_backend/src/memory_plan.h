@@ -1,0 +1,18 @@
+// HBM layout: inputs, outputs and constants first (each aligned), then the intermediates, whose space is reused
+// once their last reader has run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernel_plan.h"
+
+namespace tpusim::compiler {
+
+inline constexpr uint64_t kHbmAlign = 4096;
+
+// Sets every buffer's addr and returns the HBM bytes the program needs (the end of the highest buffer).
+// Throws Error "<model>: model needs N bytes of HBM, the chip has M" when that exceeds `hbm_bytes`.
+uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, const std::string& model_name);
+
+}  // namespace tpusim::compiler

@@ -1,0 +1,195 @@
+// The compiler end to end (ONNX bytes -> Program), with the real kernel library; no simulator.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "onnx_models.h"
+#include "tpusim/compiler/compiler.h"
+#include "tpusim/isa/numerics.h"
+
+namespace tpusim::compiler {
+namespace {
+
+using test::ModelBuilder;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// A chip like sim's default one, as the symbols its kernels read.
+Options chip(int64_t hbm_bytes = int64_t{1} << 30) {
+  Options o;
+  o.target.symbols = {{"MXU_ROWS", 128}, {"MXU_COLS", 128}, {"ACC_ROWS", 2048},
+                      {"VMEM_BYTES", 16 << 20}, {"VPU_WIDTH", 1024}, {"HBM_BYTES", hbm_bytes}};
+  return o;
+}
+
+// The kernel fragments in order, by the label every source line starts with ("fc: gemm.s:12" -> "fc").
+std::vector<std::string> fragments(const isa::Program& p) {
+  std::vector<std::string> labels;
+  for (const std::string& s : p.source) {
+    std::string label = s.substr(0, s.find(": "));
+    if (labels.empty() || labels.back() != label) labels.push_back(label);
+  }
+  return labels;
+}
+
+std::vector<uint16_t> const_bf16(const isa::Program& p, const isa::TensorDecl& t) {
+  std::vector<uint16_t> v(t.elements());
+  std::memcpy(v.data(), p.const_data.data() + t.const_offset, v.size() * 2);
+  return v;
+}
+std::vector<float> const_f32(const isa::Program& p, const isa::TensorDecl& t) {
+  std::vector<float> v(t.elements());
+  std::memcpy(v.data(), p.const_data.data() + t.const_offset, v.size() * 4);
+  return v;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Compile, GemmDeclaresTensorsAndStoresTheTransposedWeightsAsBf16) {
+  const int64_t M = 4, K = 3, N = 2;
+  isa::Program p = compile_onnx(test::linear_model(M, K, N).bytes(), "dir/gemm.onnx", chip());
+  EXPECT_EQ(p.name, "gemm");
+  // Inputs, outputs, then constants, each at a 4096-aligned HBM address.
+  ASSERT_EQ(p.tensors.size(), 4u);
+  EXPECT_EQ(p.tensors[0], (isa::TensorDecl{"x", isa::TensorKind::Input, isa::DType::F32, {M, K}, 0, 0}));
+  EXPECT_EQ(p.tensors[1], (isa::TensorDecl{"y", isa::TensorKind::Output, isa::DType::F32, {M, N}, 4096, 0}));
+  EXPECT_EQ(p.tensors[2], (isa::TensorDecl{"w", isa::TensorKind::Const, isa::DType::BF16, {K, N}, 8192, 0}));
+  EXPECT_EQ(p.tensors[3], (isa::TensorDecl{"b", isa::TensorKind::Const, isa::DType::F32, {N}, 12288, 12}));
+  EXPECT_EQ(p.const_data.size(), 12u + 8u);
+
+  // w is [N,K] in the model (transB=1); the program holds b[K,N] = w^T in bf16.
+  std::vector<float> w = test::ramp(N * K), bias = test::ramp(N, 0.5f);
+  std::vector<uint16_t> wt = const_bf16(p, p.tensors[2]);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) EXPECT_EQ(wt[k * N + n], isa::bf16_from_f32(w[n * K + k])) << k << "," << n;
+  EXPECT_EQ(const_f32(p, p.tensors[3]), bias);
+
+  // The input is cast to bf16 on the chip, then one gemm.s.
+  EXPECT_EQ(fragments(p), (std::vector<std::string>{"cast(x)", "fc"}));
+  ASSERT_EQ(p.source.size(), p.code.size());
+  // Each source line names the node and the kernel line: "fc: <builtin>/gemm.s:42".
+  EXPECT_THAT(p.source.front(), AllOf(StartsWith("cast(x): "), HasSubstr("cast.s:")));
+  EXPECT_THAT(p.source.back(), AllOf(StartsWith("fc: "), HasSubstr("gemm.s:")));
+}
+
+TEST(Compile, MatMulAddReluFuseIntoOneGemmEach) {
+  // x[8,16] -> MatMul w1[16,32] -> Add b1[32] -> Relu -> MatMul w2[32,4] -> Add b2[1,4] -> y
+  ModelBuilder b;
+  b.input("x", {8, 16}).output("y", {8, 4});
+  b.constant("w1", {16, 32}, test::ramp(16 * 32)).constant("b1", {32}, test::ramp(32, 0.1f), false);
+  b.constant("w2", {32, 4}, test::ramp(32 * 4, -0.2f)).constant("b2", {1, 4}, test::ramp(4));
+  b.node("MatMul", "mm1", {"x", "w1"}, {"h"});
+  b.node("Add", "add1", {"h", "b1"}, {"hb"});
+  b.node("Relu", "relu1", {"hb"}, {"r"});
+  b.node("MatMul", "mm2", {"r", "w2"}, {"o"});
+  b.node("Add", "add2", {"b2", "o"}, {"y"});
+  isa::Program p = compile_onnx(b.bytes(), "mlp2.onnx", chip());
+
+  EXPECT_EQ(fragments(p), (std::vector<std::string>{"cast(x)", "mm1", "mm2"}));
+  std::vector<std::string> names;
+  for (const auto& t : p.tensors) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"x", "y", "w1", "b1", "w2", "b2"}));
+  const isa::TensorDecl* w1 = p.find("w1");
+  ASSERT_NE(w1, nullptr);
+  EXPECT_EQ(w1->shape, (std::vector<int64_t>{16, 32}));  // MatMul's B is already [K,N]
+  std::vector<float> w1_data = test::ramp(16 * 32);
+  std::vector<uint16_t> w1_bf16 = const_bf16(p, *w1);
+  for (size_t i = 0; i < w1_data.size(); ++i) ASSERT_EQ(w1_bf16[i], isa::bf16_from_f32(w1_data[i])) << i;
+  EXPECT_EQ(p.find("b2")->shape, (std::vector<int64_t>{4}));  // [1,N] becomes [N]
+  EXPECT_EQ(const_f32(p, *p.find("b1")), test::ramp(32, 0.1f));
+}
+
+TEST(Compile, DynamicBatchNeedsItsShape) {
+  ModelBuilder b = test::linear_model(0, 3, 2, "batch");
+  EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }),
+            "input 'x' has a dynamic dimension 'batch': give its shape");
+
+  Options o = chip();
+  o.input_shapes["x"] = {5, 3};
+  isa::Program p = compile_onnx(b.bytes(), "m.onnx", o);
+  EXPECT_EQ(p.find("x")->shape, (std::vector<int64_t>{5, 3}));
+  EXPECT_EQ(p.find("y")->shape, (std::vector<int64_t>{5, 2}));
+
+  o.input_shapes["x"] = {5, 4};
+  EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", o); }),
+            "input 'x': the given shape [5,4] does not match the model's [batch,3]");
+  o.input_shapes = {{"z", {1}}};
+  EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", o); }),
+            "a shape is given for 'z', which is not an input of model 'm.onnx' (inputs: x)");
+}
+
+TEST(CompileErrors, UnsupportedOperatorNamesOpNodeAndModel) {
+  ModelBuilder b;
+  b.input("x", {1, 3, 8, 8}).output("y");
+  b.constant("k", {4, 3, 3, 3}, test::ramp(4 * 27));
+  b.node("Conv", "conv1", {"x", "k"}, {"y"});
+  EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }),
+            "unsupported operator 'Conv' (node 'conv1') in model 'm.onnx'");
+}
+
+TEST(CompileErrors, UnsupportedAttributeValues) {
+  ModelBuilder b = test::linear_model(4, 3, 2);
+  test::set_int(b.proto().mutable_graph()->mutable_node(0), "transA", 1);
+  EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }), "node 'fc' (Gemm): transA=1 is not supported");
+
+  ModelBuilder c = test::linear_model(4, 3, 2);
+  c.proto().mutable_graph()->mutable_node(0)->mutable_attribute(0)->set_f(0.5f);  // alpha
+  EXPECT_EQ(error_of([&] { compile_onnx(c.bytes(), "m.onnx", chip()); }),
+            "node 'fc' (Gemm): alpha=0.5 is not supported (only 1)");
+}
+
+TEST(CompileErrors, ResidualAddOfTwoActivationsHasNoKernelYet) {
+  ModelBuilder b;
+  b.input("x", {4, 8}).output("y");
+  b.constant("w", {8, 8}, test::ramp(64));
+  b.node("MatMul", "mm", {"x", "w"}, {"h"});
+  b.node("Add", "residual", {"h", "x"}, {"y"});
+  EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "res.onnx", chip()); }),
+            "node 'residual' (Add): elementwise Add of two activations ('h' + 'x') is not supported yet: the kernel "
+            "library has no elementwise add kernel");
+}
+
+TEST(CompileErrors, CorruptOrTruncatedBytes) {
+  EXPECT_EQ(error_of([] { compile_onnx("\xff\xff\xff\xff", "model.onnx", chip()); }),
+            "model.onnx: not a valid ONNX model (protobuf parse failed)");
+  std::string bytes = test::linear_model(4, 3, 2).bytes();
+  EXPECT_EQ(error_of([&] { compile_onnx(bytes.substr(0, bytes.size() / 2), "model.onnx", chip()); }),
+            "model.onnx: not a valid ONNX model (protobuf parse failed)");
+  EXPECT_EQ(error_of([] { compile_onnx("", "model.onnx", chip()); }),
+            "model.onnx: not a valid ONNX model (it has no graph)");
+}
+
+TEST(CompileErrors, HbmTooSmall) {
+  // x f32[4,3] at 0 (48 B), y f32[4,2] at 4096, w bf16[3,2] at 8192, b f32[2] at 12288, then the intermediate
+  // x.bf16 [4,3] (24 B) at 16384: the program needs 16384 + 24 = 16408 bytes.
+  EXPECT_EQ(error_of([] { compile_onnx(test::linear_model(4, 3, 2).bytes(), "m.onnx", chip(16000)); }),
+            "m.onnx: model needs 16408 bytes of HBM, the chip has 16000");
+  EXPECT_NO_THROW(compile_onnx(test::linear_model(4, 3, 2).bytes(), "m.onnx", chip(16408)));
+}
+
+TEST(CompileFile, ReadsTheFileAndNamesTheProgramAfterItsStem) {
+  std::filesystem::path path = std::filesystem::temp_directory_path() / "tpusim_compiler_test_linear.onnx";
+  std::ofstream(path, std::ios::binary) << test::linear_model(4, 3, 2).bytes();
+  isa::Program p = compile_onnx_file(path.string(), chip());
+  std::filesystem::remove(path);
+  EXPECT_EQ(p.name, "tpusim_compiler_test_linear");
+  EXPECT_EQ(p.tensors.size(), 4u);
+
+  EXPECT_THAT(error_of([] { compile_onnx_file("/nonexistent/dir/model.onnx", chip()); }),
+              HasSubstr("'/nonexistent/dir/model.onnx'"));
+}
+
+}  // namespace
+}  // namespace tpusim::compiler
