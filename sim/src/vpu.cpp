@@ -161,7 +161,9 @@ struct Sum : Add {
 };
 struct RMax : Max {
   template <class T>
-  T identity() const { return std::numeric_limits<T>::lowest(); }  // also for i8 rows: clamps on the way out
+  T identity() const {  // -inf for floats (a row of -inf has max -inf); for i8 rows the lowest i32 clamps on the way out
+    return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
+  }
 };
 
 }  // namespace

@@ -1,0 +1,275 @@
+// The reference machine: the core, the DMA engines and the matrix unit. The vector unit is in reference_vpu.cpp.
+#include "reference/reference.h"
+
+#include <cstring>
+#include <limits>
+
+namespace tpusim::reference {
+
+using isa::Op;
+
+namespace {
+constexpr uint64_t kHbmPage = 1 << 16;
+
+std::string hex(int64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v < 0 ? "-0x%llx" : "0x%llx", static_cast<unsigned long long>(v < 0 ? -v : v));
+  return buf;
+}
+}  // namespace
+
+Reference::Reference(const Config& cfg, const Options& opts)
+    : cfg_(cfg), opts_(opts), vmem_(cfg.vmem_bytes), acc_(static_cast<size_t>(cfg.acc_rows) * cfg.cols) {
+  active_.w.assign(static_cast<size_t>(cfg.rows) * cfg.cols, 0.0);
+  shadow_.w = active_.w;
+}
+
+// ---- host access ------------------------------------------------------------------------------------------
+
+uint8_t* Reference::hbm_page(uint64_t page) {
+  auto& p = hbm_[page];
+  if (p.empty()) p.assign(kHbmPage, 0);
+  return p.data();
+}
+
+void Reference::write_hbm(uint64_t addr, const void* data, size_t bytes) {
+  if (addr > cfg_.hbm_bytes || bytes > cfg_.hbm_bytes - addr) throw Error("write_hbm outside HBM");
+  const auto* src = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < bytes;) {
+    uint64_t a = addr + i, off = a % kHbmPage;
+    size_t n = std::min<size_t>(bytes - i, kHbmPage - off);
+    std::memcpy(hbm_page(a / kHbmPage) + off, src + i, n);
+    i += n;
+  }
+}
+
+void Reference::read_hbm(uint64_t addr, void* data, size_t bytes) const {
+  if (addr > cfg_.hbm_bytes || bytes > cfg_.hbm_bytes - addr) throw Error("read_hbm outside HBM");
+  auto* dst = static_cast<uint8_t*>(data);
+  for (size_t i = 0; i < bytes;) {
+    uint64_t a = addr + i, off = a % kHbmPage;
+    size_t n = std::min<size_t>(bytes - i, kHbmPage - off);
+    auto it = hbm_.find(a / kHbmPage);
+    if (it == hbm_.end())
+      std::memset(dst + i, 0, n);
+    else
+      std::memcpy(dst + i, it->second.data() + off, n);
+    i += n;
+  }
+}
+
+void Reference::load_constants(const isa::Program& p) {
+  for (const auto& t : p.tensors)
+    if (t.kind == isa::TensorKind::Const) write_hbm(t.hbm_addr, p.const_data.data() + t.const_offset, t.bytes());
+}
+
+// ---- the fetch loop -----------------------------------------------------------------------------------------
+
+uint64_t Reference::run(const isa::Program& p) {
+  std::fill(std::begin(regs_), std::end(regs_), 0);
+  prog_ = &p;
+  instr_ = nullptr;
+  const int64_t end = static_cast<int64_t>(p.code.size());
+  uint64_t executed = 0;
+  for (int64_t pc = 0; pc >= 0 && pc < end;) {
+    pc_ = pc;
+    isa::Instr in;
+    try {
+      in = isa::decode(p.code[pc]);
+    } catch (const isa::Error& e) {
+      throw Error("pc " + std::to_string(pc) + ": " + e.what());
+    }
+    instr_ = &in;
+    if (++executed > opts_.max_instructions) fail("more than max_instructions executed");
+    switch (in.desc().unit) {
+      case isa::Unit::Core: pc = core(in, pc); continue;
+      case isa::Unit::DmaIn:
+      case isa::Unit::DmaOut: dma(in); break;
+      case isa::Unit::Mxu: mxu(in); break;
+      case isa::Unit::Vpu: vpu(in); break;
+    }
+    ++pc;  // a unit instruction has completed: the next one is dispatched (program order, see reference.h)
+  }
+  instr_ = nullptr;
+  return executed;
+}
+
+// ---- operands, errors, memories -----------------------------------------------------------------------------
+
+int64_t Reference::field(const isa::Instr& in, const char* name) const {
+  int i = in.desc().operand_index(name);
+  if (i < 0) throw std::logic_error(in.desc().mnemonic + " has no operand " + name);
+  return in.f[i];
+}
+
+int64_t Reference::value(const isa::Instr& in, const char* name) const { return regs_[field(in, name)]; }
+
+DType Reference::dtype(const isa::Instr& in, const char* name) const {
+  return static_cast<DType>(field(in, name));
+}
+
+void Reference::fail(const std::string& what) const {
+  std::string where = "pc " + std::to_string(pc_);
+  if (instr_) where += " (" + isa::format(*instr_) + ")";
+  if (prog_ && pc_ < static_cast<int64_t>(prog_->source.size()) && !prog_->source[pc_].empty())
+    where += " [" + prog_->source[pc_] + "]";
+  throw Error(where + ": " + what);
+}
+
+uint8_t* Reference::vmem(int64_t addr, int64_t bytes) {
+  if (addr < 0 || bytes < 0 || static_cast<uint64_t>(addr) + bytes > cfg_.vmem_bytes)
+    fail("VMEM access [" + hex(addr) + ", " + hex(addr + bytes) + ") outside " + std::to_string(cfg_.vmem_bytes) +
+         " bytes");
+  return vmem_.data() + addr;
+}
+
+void Reference::check_hbm(int64_t addr, int64_t bytes) const {
+  if (addr < 0 || bytes < 0 || static_cast<uint64_t>(addr) + bytes > cfg_.hbm_bytes)
+    fail("HBM access [" + hex(addr) + ", " + hex(addr + bytes) + ") outside " + std::to_string(cfg_.hbm_bytes) +
+         " bytes");
+}
+
+Reference::AccWord& Reference::acc(int64_t row, int64_t col) {
+  if (row < 0 || row >= cfg_.acc_rows || col < 0 || col >= cfg_.cols)
+    fail("ACC word [" + std::to_string(row) + "][" + std::to_string(col) + "] outside " +
+         std::to_string(cfg_.acc_rows) + " x " + std::to_string(cfg_.cols));
+  return acc_[static_cast<size_t>(row) * cfg_.cols + col];
+}
+
+// An ACC word read as `adt` (i32 or f32), as a double.
+double Reference::acc_read(int64_t row, int64_t col, DType adt) {
+  const AccWord& a = acc(row, col);
+  if (adt == DType::I32) return a.is_float ? static_cast<int32_t>(bits_of_f32(to_f32(a.f))) : a.i;
+  if (adt == DType::F32) return a.is_float ? to_f32(a.f) : f32_from_bits(static_cast<uint32_t>(a.i));
+  fail("accumulators are read as i32 or f32");
+}
+
+// ---- the scalar core ----------------------------------------------------------------------------------------
+
+int64_t Reference::core(const isa::Instr& in, int64_t pc) {
+  auto set = [&](int64_t v) {
+    if (int rd = static_cast<int>(field(in, "rd")); rd != 0) regs_[rd] = v;  // r0 stays zero
+  };
+  auto wrap = [](uint64_t v) { return static_cast<int64_t>(v); };  // 64-bit wrapping arithmetic
+  auto a = [&] { return value(in, "ra"); };
+  auto b = [&] { return value(in, "rb"); };
+  auto branch = [&](bool taken) {
+    int64_t target = field(in, "target");
+    if (!taken) return pc + 1;
+    if (target > static_cast<int64_t>(prog_->code.size())) fail("branch target outside the program");
+    return target;
+  };
+  switch (in.op) {
+    case Op::NOP: break;
+    case Op::HALT: return -1;
+    case Op::LI: set(field(in, "imm")); break;
+    case Op::ADD: set(wrap(uint64_t(a()) + uint64_t(b()))); break;
+    case Op::SUB: set(wrap(uint64_t(a()) - uint64_t(b()))); break;
+    case Op::MUL: set(wrap(uint64_t(a()) * uint64_t(b()))); break;
+    case Op::DIV:
+    case Op::REM: {
+      int64_t x = a(), y = b();
+      if (y == 0) fail("division by zero");
+      bool overflow = x == std::numeric_limits<int64_t>::min() && y == -1;  // the quotient wraps to x
+      if (in.op == Op::DIV) set(overflow ? x : x / y);
+      else set(overflow ? 0 : x % y);
+      break;
+    }
+    case Op::AND: set(a() & b()); break;
+    case Op::OR: set(a() | b()); break;
+    case Op::XOR: set(a() ^ b()); break;
+    case Op::SHL: set(wrap(uint64_t(a()) << (b() & 63))); break;
+    case Op::SHR: set(a() >> (b() & 63)); break;  // arithmetic
+    case Op::MIN: set(std::min(a(), b())); break;
+    case Op::MAX: set(std::max(a(), b())); break;
+    case Op::ADDI: set(wrap(uint64_t(a()) + uint64_t(field(in, "imm")))); break;
+    case Op::MULI: set(wrap(uint64_t(a()) * uint64_t(field(in, "imm")))); break;
+    case Op::BEQ: return branch(a() == b());
+    case Op::BNE: return branch(a() != b());
+    case Op::BLT: return branch(a() < b());
+    case Op::BGE: return branch(a() >= b());
+    case Op::JMP: return branch(true);
+    case Op::SEMSET:
+    case Op::FENCE: break;  // every earlier instruction has completed already
+    default: fail("not a core instruction");
+  }
+  return pc + 1;
+}
+
+// ---- DMA ------------------------------------------------------------------------------------------------------
+
+void Reference::dma(const isa::Instr& in) {
+  if (in.op == Op::DMAINSYNC || in.op == Op::DMAOUTSYNC) return;
+  bool load = in.op == Op::DMALD;
+  int64_t vaddr = value(in, "vaddr"), haddr = value(in, "haddr"), rows = value(in, "rows"),
+          rowbytes = value(in, "rowbytes"), hstride = value(in, "hstride"), vstride = value(in, "vstride");
+  if (rows < 0 || rowbytes < 0) fail("negative rows or rowbytes");
+  for (int64_t i = 0; i < rows; ++i) {
+    int64_t h = haddr + i * hstride, v = vaddr + i * vstride;
+    check_hbm(h, rowbytes);
+    uint8_t* p = vmem(v, rowbytes);
+    if (load) read_hbm(static_cast<uint64_t>(h), p, static_cast<size_t>(rowbytes));
+    else write_hbm(static_cast<uint64_t>(h), p, static_cast<size_t>(rowbytes));
+  }
+}
+
+// ---- the matrix unit ----------------------------------------------------------------------------------------
+
+void Reference::mxu(const isa::Instr& in) {
+  if (in.op == Op::MXUSYNC) return;
+  DType dt = dtype(in, "dtype");
+  if (dt != DType::I8 && dt != DType::BF16) fail("the matrix unit multiplies i8 or bf16");
+  int64_t vaddr = value(in, "vaddr"), stride = value(in, "stride");
+  const int size = size_of(dt);
+
+  if (in.op == Op::MXULW) {  // W[l][j] = elem(vaddr + l*stride + j*size) for l < k, j < n; zero elsewhere
+    int64_t k = value(in, "k"), n = value(in, "n");
+    if (k < 0 || k > cfg_.rows || n < 0 || n > cfg_.cols)
+      fail("weight tile " + std::to_string(k) + " x " + std::to_string(n) + " larger than the array (" +
+           std::to_string(cfg_.rows) + " x " + std::to_string(cfg_.cols) + ")");
+    shadow_.dtype = dt, shadow_.k = static_cast<int>(k), shadow_.n = static_cast<int>(n);
+    std::fill(shadow_.w.begin(), shadow_.w.end(), 0.0);
+    for (int64_t l = 0; l < k; ++l)
+      for (int64_t j = 0; j < n; ++j) shadow_.w[l * cfg_.cols + j] = vmem_load(vaddr + l * stride + j * size, dt);
+    have_shadow_ = true;
+    return;
+  }
+
+  // mxu.mm: swap in the tile loaded since the last mxu.mm, then for i < m, j < n:
+  // P = sum_l A[i][l] * W[l][j];  ACC[acc+i][j] = P, or += P with `accumulate`.
+  if (have_shadow_) std::swap(active_, shadow_), have_shadow_ = false, have_active_ = true;
+  if (!have_active_) fail("mxu.mm before any mxu.lw");
+  if (dt != active_.dtype) fail("mxu.mm dtype differs from the weight tile's");
+  int64_t m = value(in, "m"), acc0 = value(in, "acc");
+  bool accumulate = field(in, "accumulate") != 0;
+  if (m < 0) fail("negative m");
+  std::vector<double> a(active_.k);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int l = 0; l < active_.k; ++l) a[l] = vmem_load(vaddr + i * stride + l * size, dt);
+    for (int j = 0; j < active_.n; ++j) {
+      AccWord& word = acc(acc0 + i, j);
+      if (dt == DType::I8) {  // exact in int64, then wrapped to i32 (wrapping is associative)
+        int64_t p = 0;
+        for (int l = 0; l < active_.k; ++l)
+          p += static_cast<int64_t>(a[l]) * static_cast<int64_t>(active_.w[l * cfg_.cols + j]);
+        int64_t prev = accumulate ? static_cast<int64_t>(acc_read(acc0 + i, j, DType::I32)) : 0;
+        word.i = static_cast<int32_t>(wrap_to(prev + p, DType::I32));
+        word.is_float = false;
+        continue;
+      }
+      // bf16: each product is exact (in f32, and here in double)
+      double p = 0;
+      if (opts_.sums == FloatSums::Fp64) {
+        for (int l = 0; l < active_.k; ++l) p += a[l] * active_.w[l * cfg_.cols + j];
+        double prev = !accumulate ? 0 : word.is_float ? word.f : acc_read(acc0 + i, j, DType::F32);
+        word.f = prev + p;  // not rounded: the fp64 reference
+      } else {
+        for (int l = 0; l < active_.k; ++l) p = to_f32(p + a[l] * active_.w[l * cfg_.cols + j]);
+        word.f = accumulate ? to_f32(acc_read(acc0 + i, j, DType::F32) + p) : p;
+      }
+      word.is_float = true;
+    }
+  }
+}
+
+}  // namespace tpusim::reference

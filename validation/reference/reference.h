@@ -1,0 +1,122 @@
+// The reference machine: an executable definition of the tpusim ISA (isa.def's semantics and docs/isa.md's
+// "Numerics"), written plainly from those words. It shares no code with the simulator: from the isa library it
+// takes only the decoder and the instruction table (operand names), never isa/numerics.h. Like tinygrad's
+// ops_python.py it is the living definition: when the simulator and this disagree, one of the two is wrong
+// about the document.
+//
+// Execution model. The reference executes a program in PROGRAM ORDER: the core dispatches an instruction and a
+// unit instruction completes right there, before the next one is dispatched. Semaphores (`wait`/`signal`,
+// sem.set) and fences are therefore no-ops. For a race-free program - one whose semaphores order every pair of
+// unit instructions that touch the same memory with at least one writing it - this sequential order gives the
+// same memory contents as the decoupled hardware, whose units run concurrently; that equality is the contract
+// the simulator must meet. (A program with a race may legitimately differ; the reference cannot see races.)
+//
+// State: 32 registers (r0 reads as zero), HBM (sparse: pages appear, zero-filled, when first touched), VMEM,
+// the accumulator memory ACC (acc_rows x cols 32-bit words), and the matrix unit's active and shadow weight
+// tiles. Out-of-range accesses and misuse throw reference::Error naming the pc and the instruction.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <unordered_map>
+#include <vector>
+
+#include "reference/numerics.h"
+#include "tpusim/isa/program.h"
+
+namespace tpusim::reference {
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The architecture, as plain numbers (the caller maps sim::ChipConfig onto this).
+struct Config {
+  int rows = 8;               // matrix unit: K extent of a weight tile
+  int cols = 8;               // matrix unit: N extent of a weight tile; ACC row width
+  int acc_rows = 256;         // ACC depth
+  uint64_t vmem_bytes = 1 << 20;
+  uint64_t hbm_bytes = 1ull << 30;
+};
+
+// How float sums (bf16 matrix products, vpu.rsum) are computed; see tolerance.h.
+enum class FloatSums {
+  Fp64,    // in fp64 (ACC keeps the unrounded fp64 sum; it is rounded to f32 when read): the fp64 reference
+  IsaF32,  // in f32, in index order: what the ISA fixes for vpu.rsum (bit-exact expectations); for mxu.mm, whose
+           // order within a pass the ISA leaves to the implementation, one valid order among others
+};
+
+struct Options {
+  FloatSums sums = FloatSums::Fp64;
+  uint64_t max_instructions = uint64_t{1} << 32;  // a guard against endless loops
+};
+
+class Reference {
+ public:
+  explicit Reference(const Config& cfg, const Options& opts = {});
+
+  const Config& config() const { return cfg_; }
+  void write_hbm(uint64_t addr, const void* data, size_t bytes);
+  void read_hbm(uint64_t addr, void* data, size_t bytes) const;
+  // Copies a program's Const tensors into HBM (the runtime does this before a run; run() does not).
+  void load_constants(const isa::Program& p);
+
+  // Runs `p` from pc 0 until halt or past its last instruction; memories persist between runs, registers are
+  // cleared at the start. Returns the number of instructions executed. Throws Error.
+  uint64_t run(const isa::Program& p);
+
+  int64_t reg(int i) const { return regs_[i]; }
+
+ private:
+  // One ACC word. Integer passes store an i32; float passes store a value that is read as f32 (rounded to f32
+  // on reading with FloatSums::Fp64). Reading a word as the other type reinterprets its 32 bits.
+  struct AccWord {
+    bool is_float = false;
+    int32_t i = 0;
+    double f = 0;
+  };
+  struct Tile {
+    DType dtype = DType::I8;
+    int k = 0, n = 0;
+    std::vector<double> w;  // rows x cols, zero outside k x n
+  };
+
+  // Returns the next pc, or -1 to end the program.
+  int64_t core(const isa::Instr& in, int64_t pc);
+  void dma(const isa::Instr& in);
+  void mxu(const isa::Instr& in);
+  void vpu(const isa::Instr& in);
+  void vpu_elementwise(const isa::Instr& in);
+  void vpu_reduce(const isa::Instr& in);
+  void vpu_acc(const isa::Instr& in);
+  void vpu_cast(const isa::Instr& in);
+
+  // Operand access by the names of isa.def: a field's raw value, or the value of the register it names.
+  int64_t field(const isa::Instr& in, const char* name) const;
+  int64_t value(const isa::Instr& in, const char* name) const;
+  DType dtype(const isa::Instr& in, const char* name) const;
+
+  [[noreturn]] void fail(const std::string& what) const;
+  uint8_t* vmem(int64_t addr, int64_t bytes);
+  double vmem_load(int64_t addr, DType t) { return load_value(vmem(addr, size_of(t)), t); }
+  void vmem_store(int64_t addr, DType t, double v) { store_value(vmem(addr, size_of(t)), t, v); }
+  void check_hbm(int64_t addr, int64_t bytes) const;
+  uint8_t* hbm_page(uint64_t page);
+  AccWord& acc(int64_t row, int64_t col);
+  double acc_read(int64_t row, int64_t col, DType adt);
+
+  Config cfg_;
+  Options opts_;
+  int64_t regs_[isa::kNumRegs] = {};
+  std::unordered_map<uint64_t, std::vector<uint8_t>> hbm_;  // page number -> kHbmPage bytes
+  std::vector<uint8_t> vmem_;
+  std::vector<AccWord> acc_;
+  Tile active_, shadow_;
+  bool have_active_ = false, have_shadow_ = false;
+  // Where we are, for error messages.
+  const isa::Program* prog_ = nullptr;
+  int64_t pc_ = 0;
+  const isa::Instr* instr_ = nullptr;
+};
+
+}  // namespace tpusim::reference

@@ -1,0 +1,110 @@
+// The reference machine's vector unit: element-wise arithmetic, reductions, casts and the accumulator drain.
+#include <cmath>
+
+#include "reference/reference.h"
+
+namespace tpusim::reference {
+
+using isa::Op;
+
+void Reference::vpu(const isa::Instr& in) {
+  switch (in.op) {
+    case Op::VSYNC: return;
+    case Op::VACC: return vpu_acc(in);
+    case Op::VCAST: return vpu_cast(in);
+    case Op::VRSUM:
+    case Op::VRMAX: return vpu_reduce(in);
+    default: return vpu_elementwise(in);
+  }
+}
+
+// vd[i] = op(va[i], vb[i]) or op(va[i]) for i < n. i32 wraps; floats are computed exactly (or in fp64 for
+// exp/recip/rsqrt) and rounded to f32, then to bf16 for bf16 ("compute in f32 and round").
+void Reference::vpu_elementwise(const isa::Instr& in) {
+  const DType dt = dtype(in, "dtype");
+  const bool binary = in.desc().operand_index("vb") >= 0;
+  const bool transcendental = in.op == Op::VEXP || in.op == Op::VRECIP || in.op == Op::VRSQRT;
+  if (transcendental && is_int(dt)) fail(in.desc().mnemonic + " works on f32 or bf16");
+  // i8 arithmetic could overflow and the ISA defines no i8 wrapping: only max, min and relu take i8.
+  if (dt == DType::I8 && (in.op == Op::VADD || in.op == Op::VSUB || in.op == Op::VMUL))
+    fail(in.desc().mnemonic + " does not take i8");
+  int64_t vd = value(in, "vd"), va = value(in, "va"), vb = binary ? value(in, "vb") : 0, n = value(in, "n");
+  const int size = size_of(dt);
+  for (int64_t i = 0; i < n; ++i) {
+    double a = vmem_load(va + i * size, dt), b = binary ? vmem_load(vb + i * size, dt) : 0, r = 0;
+    switch (in.op) {
+      case Op::VADD: r = a + b; break;  // exact for integers; one double rounding at most for floats
+      case Op::VSUB: r = a - b; break;
+      case Op::VMUL: r = is_int(dt) ? static_cast<double>(wrap_to(int64_t(a) * int64_t(b), dt)) : a * b; break;
+      case Op::VMAX: r = a > b ? a : b; break;
+      case Op::VMIN: r = a < b ? a : b; break;
+      case Op::VRELU: r = a > 0 ? a : 0; break;
+      case Op::VEXP: r = std::exp(a); break;
+      case Op::VRECIP: r = 1.0 / a; break;
+      case Op::VRSQRT: r = 1.0 / std::sqrt(a); break;
+      default: fail("not a vector instruction");
+    }
+    vmem_store(vd + i * size, dt, is_int(dt) ? static_cast<double>(wrap_to(static_cast<int64_t>(r), dt)) : float_result(dt, r));
+  }
+}
+
+// vpu.rsum / vpu.rmax: vd[i] = sum (in order j = 0..cols-1) or max over j < cols of elem(va + i*stride + j*size).
+void Reference::vpu_reduce(const isa::Instr& in) {
+  const DType dt = dtype(in, "dtype");
+  int64_t vd = value(in, "vd"), va = value(in, "va"), rows = value(in, "rows"), cols = value(in, "cols"),
+          stride = value(in, "stride");
+  const int size = size_of(dt);
+  if (in.op == Op::VRMAX && cols < 1) fail("vpu.rmax over no columns");
+  if (in.op == Op::VRSUM && dt == DType::I8) fail("vpu.rsum does not take i8");
+  for (int64_t i = 0; i < rows; ++i) {
+    double r = 0;
+    int64_t isum = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      double x = vmem_load(va + i * stride + j * size, dt);
+      if (in.op == Op::VRMAX) r = j == 0 || x > r ? x : r;
+      else if (is_int(dt)) isum += static_cast<int64_t>(x);  // exact in int64, wrapped below
+      else if (opts_.sums == FloatSums::Fp64) r += x;         // the fp64 reference
+      else r = to_f32(r + x);                                 // the ISA's order, in f32
+    }
+    if (in.op == Op::VRSUM) r = is_int(dt) ? static_cast<double>(wrap_to(isum, dt)) : float_result(dt, r);
+    vmem_store(vd + i * size, dt, r);
+  }
+}
+
+// vpu.cast: x = va[i] as sdt; with scale_en x = f32(x) * f32(scale); vd[i] = cast(x, ddt).
+void Reference::vpu_cast(const isa::Instr& in) {
+  const DType sdt = dtype(in, "sdt"), ddt = dtype(in, "ddt");
+  int64_t vd = value(in, "vd"), va = value(in, "va"), n = value(in, "n");
+  const bool scale_en = field(in, "scale_en") != 0;
+  const double scale = f32_from_bits(static_cast<uint64_t>(value(in, "scale")));
+  for (int64_t i = 0; i < n; ++i) {
+    double x = vmem_load(va + i * size_of(sdt), sdt);
+    if (scale_en) x = to_f32(to_f32(x) * scale);
+    vmem_store(vd + i * size_of(ddt), ddt, cast_to(x, ddt));
+  }
+}
+
+// vpu.acc: for i < rows, j < cols: x = ACC[acc+i][j] as adt; x += bias[j] (adt); x = max(x, 0);
+// x = f32(x) * f32(scale); VMEM elem(vaddr + i*stride + j*size(odt)) = cast(x, odt).
+void Reference::vpu_acc(const isa::Instr& in) {
+  const DType adt = dtype(in, "adt"), odt = dtype(in, "odt");
+  if (adt != DType::I32 && adt != DType::F32) fail("vpu.acc reads accumulators as i32 or f32");
+  int64_t vaddr = value(in, "vaddr"), acc0 = value(in, "acc"), rows = value(in, "rows"), cols = value(in, "cols"),
+          stride = value(in, "stride"), bias = value(in, "bias");
+  const bool bias_en = field(in, "bias_en") != 0, relu = field(in, "relu") != 0,
+             scale_en = field(in, "scale_en") != 0;
+  const double scale = f32_from_bits(static_cast<uint64_t>(value(in, "scale")));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      double x = acc_read(acc0 + i, j, adt);
+      if (bias_en) {
+        double b = vmem_load(bias + j * 4, adt);
+        x = adt == DType::I32 ? static_cast<double>(wrap_to(int64_t(x) + int64_t(b), DType::I32)) : to_f32(x + b);
+      }
+      if (relu) x = x > 0 ? x : 0;
+      if (scale_en) x = to_f32(to_f32(x) * scale);
+      vmem_store(vaddr + i * stride + j * size_of(odt), odt, cast_to(x, odt));
+    }
+}
+
+}  // namespace tpusim::reference

@@ -1,0 +1,536 @@
+// Every vector and matrix instruction, each supported data type: the simulator against the reference machine on
+// small programs (DMA random data into VMEM, fence, run the instruction, fence, DMA the result out). Integer
+// results and every result whose roundings the ISA fixes must match bit for bit; float sums and exp/recip/rsqrt
+// within tolerance.h's bounds.
+#include <cstdio>
+#include <functional>
+#include <limits>
+
+#include "reference_harness.h"
+
+namespace tpusim::reftest {
+namespace {
+
+constexpr uint64_t kIn[] = {0x0000, 0x4000, 0x8000};  // VMEM and HBM addresses of the inputs
+constexpr uint64_t kOut = 0x10000;                     // ... and of the result
+constexpr double kInf = std::numeric_limits<double>::infinity();
+const double kNaN = std::nan("");
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g (%a)", v, v);
+  return buf;
+}
+
+// Fails with the first few elements for which ok(i) is false, each described by describe(i).
+void expect_all(const std::string& what, size_t n, const std::function<bool(size_t)>& ok,
+                const std::function<std::string(size_t)>& describe) {
+  size_t bad = 0;
+  std::string first;
+  for (size_t i = 0; i < n; ++i)
+    if (!ok(i) && bad++ < 5) first += "\n    [" + std::to_string(i) + "] " + describe(i);
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << n << " elements differ" << first;
+}
+
+struct Io {
+  std::vector<double> values;
+  DType dt;
+};
+struct Results {
+  std::vector<double> sim, fp64, isaf32;
+};
+
+// Loads the inputs, fills the result area with a pattern (so an element the instruction skips is seen), runs
+// `body` between two fences and stores `out_n` elements of `out_dt`.
+Results run_vector(Machines& m, const std::vector<Io>& ins, const std::function<void(Builder&)>& body, size_t out_n,
+                   DType out_dt) {
+  Builder b;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    m.write(kIn[i], ins[i].values, ins[i].dt);
+    b.load(kIn[i], kIn[i], static_cast<int64_t>(ins[i].values.size()) * ref::size_of(ins[i].dt));
+  }
+  const int64_t out_bytes = static_cast<int64_t>(out_n) * ref::size_of(out_dt);
+  m.write(kOut, std::vector<uint8_t>(out_bytes, 0xa5));
+  b.load(kOut, kOut, out_bytes).fence();
+  body(b);
+  b.fence().store(kOut, kOut, out_bytes);
+  m.run(b.p);
+  return {m.read_sim(kOut, out_n, out_dt), Machines::read(*m.fp64, kOut, out_n, out_dt),
+          Machines::read(*m.isaf32, kOut, out_n, out_dt)};
+}
+
+std::string name(Op op) { return isa::describe(op).mnemonic; }
+std::string name(Op op, DType t) { return name(op) + " " + isa::dtype_name(t); }
+
+// ---- element-wise arithmetic --------------------------------------------------------------------------------
+
+// Operand pairs worth having for each type, then random ones.
+std::pair<std::vector<double>, std::vector<double>> binary_operands(DType t, size_t n, Random& r) {
+  std::vector<double> a, b;
+  if (t == DType::I32) {
+    a = {INT32_MAX, INT32_MIN, INT32_MIN, 65536, -7, 0};
+    b = {1, -1, INT32_MIN, 65536, 7, 0};  // wraps: max+1, min-1, min*min, 2^32
+  } else if (t == DType::I8) {
+    a = {127, -128, 0, -1}, b = {-128, 127, 0, -1};
+  } else {
+    // bf16 ties after the f32 result: 1 + 2^-8 -> 1, (1 + 2^-7) + 2^-8 -> 1 + 2^-6, 256 + 1 -> 256 (255 is odd);
+    // f32: overflow to inf, a subnormal product, cancellation.
+    a = {1, 1 + 0x1p-7, 256, -1, 1e30, 1e-30, 1.5, 3};
+    b = {0x1p-8, 0x1p-8, 1, -0x1p-8, 1e30, 1e-15, -1.5, 3};
+    for (auto& x : a) x = ref::cast_to(x, t);
+    for (auto& x : b) x = ref::cast_to(x, t);
+  }
+  while (a.size() < n) {
+    int e = static_cast<int>(r.integer(-12, 12));
+    a.push_back(r.value(t, e - 3, e + 3)), b.push_back(r.value(t, e - 3, e + 3));  // similar magnitudes, mostly
+  }
+  return {a, b};
+}
+
+TEST(ReferenceVpu, BinaryOpsEveryType) {
+  TPUSIM_MACHINES(m);
+  Random r(11);
+  for (Op op : {Op::VADD, Op::VSUB, Op::VMUL, Op::VMAX, Op::VMIN})
+    for (DType t : {DType::I8, DType::I32, DType::BF16, DType::F32}) {
+      if (t == DType::I8 && op != Op::VMAX && op != Op::VMIN) continue;  // see ReferenceVpuErrors
+      const size_t n = 37;
+      auto [a, b] = binary_operands(t, n, r);
+      Results res = run_vector(*m, {{a, t}, {b, t}}, [&](Builder& p) {
+        p.li(1, kOut).li(2, kIn[0]).li(3, kIn[1]).li(4, n);
+        p.emit(op, {{"vd", 1}, {"va", 2}, {"vb", 3}, {"n", 4}, {"dtype", int64_t(t)}});
+      }, n, t);
+      expect_all(name(op, t), n, [&](size_t i) { return same(res.sim[i], res.fp64[i]); }, [&](size_t i) {
+        return "a " + num(a[i]) + ", b " + num(b[i]) + ": sim " + num(res.sim[i]) + ", reference " + num(res.fp64[i]);
+      });
+    }
+}
+
+TEST(ReferenceVpu, ReluEveryType) {
+  TPUSIM_MACHINES(m);
+  Random r(12);
+  for (DType t : {DType::I8, DType::I32, DType::BF16, DType::F32}) {
+    std::vector<double> a = r.values(t, 29);
+    a[0] = 0, a[1] = ref::is_int(t) ? -1 : -kInf, a[2] = ref::is_int(t) ? 1 : kInf;
+    Results res = run_vector(*m, {{a, t}}, [&](Builder& p) {
+      p.li(1, kOut).li(2, kIn[0]).li(4, a.size());
+      p.emit(Op::VRELU, {{"vd", 1}, {"va", 2}, {"n", 4}, {"dtype", int64_t(t)}});
+    }, a.size(), t);
+    expect_all(name(Op::VRELU, t), a.size(), [&](size_t i) { return same(res.sim[i], res.fp64[i]); },
+               [&](size_t i) { return "a " + num(a[i]) + ": sim " + num(res.sim[i]) + ", reference " + num(res.fp64[i]); });
+  }
+}
+
+TEST(ReferenceVpu, ExpRecipRsqrtWithinTolerance) {
+  TPUSIM_MACHINES(m);
+  Random r(13);
+  for (Op op : {Op::VEXP, Op::VRECIP, Op::VRSQRT})
+    for (DType t : {DType::BF16, DType::F32}) {
+      std::vector<double> a;
+      for (int i = 0; i < 64; ++i) {
+        double x = op == Op::VEXP ? r.real(-80, 80) : std::ldexp(r.real(1, 2), static_cast<int>(r.integer(-40, 40)));
+        if (op == Op::VRECIP && r.integer(0, 1)) x = -x;
+        a.push_back(ref::cast_to(x, t));
+      }
+      Results res = run_vector(*m, {{a, t}}, [&](Builder& p) {
+        p.li(1, kOut).li(2, kIn[0]).li(4, a.size());
+        p.emit(op, {{"vd", 1}, {"va", 2}, {"n", 4}, {"dtype", int64_t(t)}});
+      }, a.size(), t);
+      expect_all(name(op, t), a.size(),
+                 [&](size_t i) { return ref::within_transcendental_bound(t, res.sim[i], res.fp64[i]); }, [&](size_t i) {
+                   return "a " + num(a[i]) + ": sim " + num(res.sim[i]) + ", reference " + num(res.fp64[i]);
+                 });
+    }
+}
+
+TEST(ReferenceVpu, ExpRecipRsqrtSpecialValues) {
+  // IEEE behaviour: exp(+-inf) = inf, 0; overflow to inf; recip(+-0) = +-inf; rsqrt(0) = inf, rsqrt(-1) = NaN.
+  TPUSIM_MACHINES(m);
+  struct Case {
+    Op op;
+    std::vector<double> a;
+  };
+  for (const Case& c : {Case{Op::VEXP, {kInf, -kInf, 100, -200, 0}}, Case{Op::VRECIP, {0.0, -0.0, kInf, -kInf, 2}},
+                        Case{Op::VRSQRT, {0.0, kInf, -1, 4, 0x1p-140}}})
+    for (DType t : {DType::BF16, DType::F32}) {
+      Results res = run_vector(*m, {{c.a, t}}, [&](Builder& p) {
+        p.li(1, kOut).li(2, kIn[0]).li(4, c.a.size());
+        p.emit(c.op, {{"vd", 1}, {"va", 2}, {"n", 4}, {"dtype", int64_t(t)}});
+      }, c.a.size(), t);
+      expect_all(name(c.op, t), c.a.size(),
+                 [&](size_t i) { return ref::within_transcendental_bound(t, res.sim[i], res.fp64[i]); }, [&](size_t i) {
+                   return "a " + num(c.a[i]) + ": sim " + num(res.sim[i]) + ", reference " + num(res.fp64[i]);
+                 });
+    }
+}
+
+// ---- casts ----------------------------------------------------------------------------------------------------
+
+std::vector<double> cast_inputs(DType t, Random& r) {
+  std::vector<double> v;
+  if (t == DType::I8) {
+    for (int x = -128; x < 128; ++x) v.push_back(x);
+  } else if (t == DType::I32) {
+    // 40 * 1/16 = 2.5 (a tie), 24/16 = 1.5, 8/16 = 0.5; 2^24 + 2^16 + 1 rounds to bf16 differently once (up) and
+    // via f32 (down, through the tie 2^24 + 2^16): the reference rounds once (numerics.h, cast_to).
+    v = {INT32_MIN, INT32_MAX, -129, -128, 127, 128, 0, 16777217, 16777219, -16777217, 2147483520, 33554435,
+         16842753, 40, 24, 8, -8, -24};
+    for (int i = 0; i < 40; ++i) v.push_back(static_cast<double>(r.integer(-(1 << 30), 1 << 30)));
+  } else {
+    v = {0.5, 1.5, 2.5, -0.5, -2.5, 126.5, 127.5, -128.5, -129.5, 300.5, -300.5, 1e10, -1e10, 2147483520.0,
+         2147483648.0, -2147483648.0, -2147483904.0, kNaN, kInf, -kInf, 1 + 0x1p-8, 1 + 3 * 0x1p-8, 0x1p-130, 0};
+    for (int i = 0; i < 40; ++i) v.push_back(r.value(DType::F32, -10, 34));
+    for (auto& x : v) x = ref::cast_to(x, t);
+  }
+  return v;
+}
+
+TEST(ReferenceVpu, CastEveryPairWithAndWithoutScale) {
+  TPUSIM_MACHINES(m);
+  Random r(14);
+  const double scales[] = {0.0625, -3.7};  // 1/16 makes ties out of integers; -3.7 is inexact and negative
+  for (DType s : {DType::I8, DType::I32, DType::BF16, DType::F32})
+    for (DType d : {DType::I8, DType::I32, DType::BF16, DType::F32})
+      for (int k = -1; k < 2; ++k) {
+        const bool scaled = k >= 0;
+        const uint32_t bits = scaled ? ref::bits_of_f32(ref::to_f32(scales[k])) : 0;
+        std::vector<double> a = cast_inputs(s, r);
+        Results res = run_vector(*m, {{a, s}}, [&](Builder& p) {
+          p.li(1, kOut).li(2, kIn[0]).li(4, a.size()).li(5, bits);
+          p.emit(Op::VCAST, {{"vd", 1}, {"va", 2}, {"n", 4}, {"scale", 5}, {"sdt", int64_t(s)}, {"ddt", int64_t(d)},
+                             {"scale_en", scaled}});
+        }, a.size(), d);
+        std::string what = std::string("vpu.cast ") + isa::dtype_name(s) + " -> " + isa::dtype_name(d) +
+                           (scaled ? " scale " + num(scales[k]) : "");
+        expect_all(what, a.size(), [&](size_t i) { return same(res.sim[i], res.fp64[i]); }, [&](size_t i) {
+          return "x " + num(a[i]) + ": sim " + num(res.sim[i]) + ", reference " + num(res.fp64[i]);
+        });
+      }
+}
+
+// ---- reductions -----------------------------------------------------------------------------------------------
+
+TEST(ReferenceVpu, RsumRmaxEveryType) {
+  TPUSIM_MACHINES(m);
+  Random r(15);
+  const int64_t rows = 5, cols = 13;
+  for (Op op : {Op::VRSUM, Op::VRMAX})
+    for (DType t : {DType::I8, DType::I32, DType::BF16, DType::F32}) {
+      if (op == Op::VRSUM && t == DType::I8) continue;  // see ReferenceVpuErrors
+      const int64_t pitch = cols + 3;                   // row stride in elements: 3 elements of padding
+      std::vector<double> a = r.values(t, rows * pitch, -6, 6);
+      if (t == DType::I32 && op == Op::VRSUM) a[0] = a[1] = INT32_MAX;  // wraps
+      Results res = run_vector(*m, {{a, t}}, [&](Builder& p) {
+        p.li(1, kOut).li(2, kIn[0]).li(3, rows).li(4, cols).li(5, pitch * ref::size_of(t));
+        p.emit(op, {{"vd", 1}, {"va", 2}, {"rows", 3}, {"cols", 4}, {"stride", 5}, {"dtype", int64_t(t)}});
+      }, rows, t);
+      auto magnitude = [&](size_t i) {
+        double s = 0;
+        for (int64_t j = 0; j < cols; ++j) s += std::fabs(a[i * pitch + j]);
+        return s;
+      };
+      bool fp_sum = op == Op::VRSUM && !ref::is_int(t);
+      expect_all(name(op, t), rows, [&](size_t i) {
+        if (!fp_sum) return same(res.sim[i], res.fp64[i]);
+        return ref::within_sum_bound(t, res.sim[i], res.fp64[i], ref::sum_error_bound(cols, magnitude(i)));
+      }, [&](size_t i) { return "row: sim " + num(res.sim[i]) + ", reference " + num(res.fp64[i]); });
+      if (fp_sum)  // the ISA fixes the order (j = 0..cols-1, in f32): bit for bit
+        expect_all(name(op, t) + " in the ISA's order", rows, [&](size_t i) { return same(res.sim[i], res.isaf32[i]); },
+                   [&](size_t i) { return "row: sim " + num(res.sim[i]) + ", ISA order " + num(res.isaf32[i]); });
+    }
+}
+
+TEST(ReferenceVpu, RmaxOfInfinities) {
+  // max over a row of -inf is -inf (an implementation that starts from the lowest finite value gets -FLT_MAX).
+  TPUSIM_MACHINES(m);
+  for (DType t : {DType::BF16, DType::F32}) {
+    std::vector<double> a = {-kInf, -kInf, -kInf, kInf, -kInf, 1};
+    Results res = run_vector(*m, {{a, t}}, [&](Builder& p) {
+      p.li(1, kOut).li(2, kIn[0]).li(3, 2).li(4, 3).li(5, 3 * ref::size_of(t));
+      p.emit(Op::VRMAX, {{"vd", 1}, {"va", 2}, {"rows", 3}, {"cols", 4}, {"stride", 5}, {"dtype", int64_t(t)}});
+    }, 2, t);
+    EXPECT_EQ(res.fp64, (std::vector<double>{-kInf, kInf}));
+    EXPECT_EQ(res.sim, res.fp64) << "vpu.rmax " << isa::dtype_name(t) << " of [-inf, -inf, -inf]: sim " << res.sim[0];
+  }
+}
+
+// ---- the matrix unit and the accumulator drain -----------------------------------------------------------------
+
+// Two passes into ACC rows [acc0, acc0 + m): a full tile (k = rows, n = cols) without `accumulate`, then a
+// partial tile (k2 x n2) with `accumulate` (only columns < n2 change), then a third pass over a partial tile
+// without `accumulate` into the first rows (columns >= n3 keep their values). Drained as adt into kOut.
+struct MatmulCase {
+  DType dt;
+  int64_t m, acc0, k2, n2, n3;
+  std::vector<double> a1, w1, a2, w2, a3;
+};
+
+MatmulCase make_matmul(DType dt, const sim::ChipConfig& cfg, Random& r) {
+  const int64_t R = cfg.mxu.rows, C = cfg.mxu.cols;
+  MatmulCase c{dt, 11, 3, R - 3, C - 1, C - 3, {}, {}, {}, {}, {}};
+  c.a1 = r.values(dt, c.m * R, -3, 3), c.w1 = r.values(dt, R * C, -3, 3);
+  c.a2 = r.values(dt, c.m * c.k2, -3, 3), c.w2 = r.values(dt, c.k2 * c.n2, -3, 3);
+  c.a3 = r.values(dt, 4 * 2, -3, 3);  // 4 rows of k = 2
+  return c;
+}
+
+// Host math: the exact values (and magnitudes sum |a*w|) of the ACC words after make_matmul's three passes.
+void host_matmul(const MatmulCase& c, int64_t R, int64_t C, std::vector<double>& exact, std::vector<double>& mag) {
+  exact.assign(c.m * C, 0), mag.assign(c.m * C, 0);
+  // a: rows x k (pitch k); w: k x n with row pitch wp.
+  auto pass = [&](const std::vector<double>& a, const std::vector<double>& w, int64_t rows, int64_t k, int64_t n,
+                  int64_t wp, bool accumulate) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0, g = 0;
+        for (int64_t l = 0; l < k; ++l) s += a[i * k + l] * w[l * wp + j], g += std::fabs(a[i * k + l] * w[l * wp + j]);
+        exact[i * C + j] = accumulate ? exact[i * C + j] + s : s;
+        mag[i * C + j] = accumulate ? mag[i * C + j] + g : g;
+      }
+  };
+  pass(c.a1, c.w1, c.m, R, C, C, false);
+  pass(c.a2, c.w2, c.m, c.k2, c.n2, c.n2, true);
+  pass(c.a3, c.w1, 4, 2, c.n3, C, false);
+}
+
+// Emits the three passes; inputs are already in VMEM at kIn[0] (a1 | a2 | a3) and kIn[1] (w1 | w2).
+void emit_matmul(Builder& p, const MatmulCase& c, int64_t R, int64_t C) {
+  const int e = ref::size_of(c.dt);
+  const int64_t dt = int64_t(c.dt);
+  const uint64_t a2 = kIn[0] + c.a1.size() * e, a3 = a2 + c.a2.size() * e, w2 = kIn[1] + c.w1.size() * e;
+  p.li(1, kIn[1]).li(2, R).li(3, C).li(4, C * e).li(5, kIn[0]).li(6, c.m).li(7, c.acc0).li(8, R * e);
+  p.emit(Op::MXULW, {{"vaddr", 1}, {"k", 2}, {"n", 3}, {"stride", 4}, {"dtype", dt}});
+  p.emit(Op::MXUMM, {{"vaddr", 5}, {"m", 6}, {"acc", 7}, {"stride", 8}, {"dtype", dt}});
+  p.li(1, w2).li(2, c.k2).li(3, c.n2).li(4, c.n2 * e).li(5, a2).li(8, c.k2 * e);
+  p.emit(Op::MXULW, {{"vaddr", 1}, {"k", 2}, {"n", 3}, {"stride", 4}, {"dtype", dt}});
+  p.emit(Op::MXUMM, {{"vaddr", 5}, {"m", 6}, {"acc", 7}, {"stride", 8}, {"dtype", dt}, {"accumulate", 1}});
+  // Third pass: the first two rows of w1 (row stride C), only n3 columns; A rows of 2 elements.
+  p.li(1, kIn[1]).li(2, 2).li(3, c.n3).li(4, C * e).li(5, a3).li(6, 4).li(8, 2 * e);
+  p.emit(Op::MXULW, {{"vaddr", 1}, {"k", 2}, {"n", 3}, {"stride", 4}, {"dtype", dt}});
+  p.emit(Op::MXUMM, {{"vaddr", 5}, {"m", 6}, {"acc", 7}, {"stride", 8}, {"dtype", dt}});
+}
+
+std::vector<double> concat(std::initializer_list<const std::vector<double>*> parts) {
+  std::vector<double> out;
+  for (const auto* p : parts) out.insert(out.end(), p->begin(), p->end());
+  return out;
+}
+
+// Runs make_matmul's passes and one vpu.acc per (odt, bias, relu, scale) option set; `check` gets each drain.
+struct Drain {
+  DType odt;
+  bool bias, relu, scale;
+};
+std::vector<Drain> all_drains() {
+  std::vector<Drain> d;
+  for (DType odt : {DType::I8, DType::I32, DType::BF16, DType::F32})
+    for (int o = 0; o < 8; ++o) d.push_back({odt, (o & 1) != 0, (o & 2) != 0, (o & 4) != 0});
+  return d;
+}
+
+void run_matmul_drains(Machines& m, DType dt, double scale, int64_t bias_exp,
+                       const std::function<void(const Drain&, const MatmulCase&, const std::vector<double>& bias,
+                                                const Results&)>& check) {
+  const int64_t R = m.cfg.mxu.rows, C = m.cfg.mxu.cols;
+  Random r(dt == DType::I8 ? 21 : 22);
+  MatmulCase c = make_matmul(dt, m.cfg, r);
+  const DType adt = dt == DType::I8 ? DType::I32 : DType::F32;
+  std::vector<double> bias = r.values(adt, C, bias_exp - 2, bias_exp);
+  if (adt == DType::I32)
+    for (auto& b : bias) b = static_cast<double>(r.integer(-(int64_t{1} << bias_exp), int64_t{1} << bias_exp));
+  const uint32_t scale_bits = ref::bits_of_f32(ref::to_f32(scale));
+  for (const Drain& d : all_drains()) {
+    const int64_t o = ref::size_of(d.odt);
+    Results res = run_vector(m, {{concat({&c.a1, &c.a2, &c.a3}), dt}, {concat({&c.w1, &c.w2}), dt}, {bias, adt}},
+                             [&](Builder& p) {
+                               emit_matmul(p, c, R, C);
+                               p.fence();
+                               p.li(10, kOut).li(11, c.acc0).li(12, c.m).li(13, C).li(14, C * o).li(15, kIn[2]);
+                               p.li(16, scale_bits);
+                               p.emit(Op::VACC, {{"vaddr", 10}, {"acc", 11}, {"rows", 12}, {"cols", 13},
+                                                 {"stride", 14}, {"bias", 15}, {"scale", 16}, {"adt", int64_t(adt)},
+                                                 {"odt", int64_t(d.odt)}, {"bias_en", d.bias}, {"relu", d.relu},
+                                                 {"scale_en", d.scale}});
+                             },
+                             c.m * C, d.odt);
+    check(d, c, bias, res);
+  }
+}
+
+std::string drain_name(const char* in, const Drain& d) {
+  return std::string("mxu ") + in + " -> vpu.acc odt " + isa::dtype_name(d.odt) + (d.bias ? " bias" : "") +
+         (d.relu ? " relu" : "") + (d.scale ? " scale" : "");
+}
+
+TEST(ReferenceMxu, Int8PassesAndEveryDrainBitExact) {
+  TPUSIM_MACHINES(m);
+  const int64_t R = m->cfg.mxu.rows, C = m->cfg.mxu.cols;
+  const double scale = 0.01171875 + 0x1p-20;  // an inexact-looking f32 scale that brings sums into i8 range
+  run_matmul_drains(*m, DType::I8, scale, 12, [&](const Drain& d, const MatmulCase& c, const std::vector<double>& bias,
+                                                   const Results& res) {
+    // Host math for this drain, in plain C++ (int64 sums, the host's own f32 multiply), independent of both models.
+    std::vector<double> exact, mag;
+    host_matmul(c, R, C, exact, mag);
+    std::vector<double> want(exact.size());
+    for (size_t i = 0; i < exact.size(); ++i) {
+      int64_t x = static_cast<int64_t>(exact[i]) + (d.bias ? static_cast<int64_t>(bias[i % C]) : 0);
+      if (d.relu) x = std::max<int64_t>(x, 0);
+      double v = d.scale ? double(float(x) * float(scale)) : double(x);
+      want[i] = d.odt == DType::I8    ? std::clamp(std::nearbyint(v), -128.0, 127.0)
+                : d.odt == DType::I32 ? std::clamp(std::nearbyint(v), double(INT32_MIN), double(INT32_MAX))
+                : d.odt == DType::F32 ? double(float(v))
+                                      : ref::to_bf16(v);
+    }
+    expect_all(drain_name("i8", d), want.size(), [&](size_t i) { return same(res.sim[i], res.fp64[i]); },
+               [&](size_t i) { return "sim " + num(res.sim[i]) + ", reference " + num(res.fp64[i]); });
+    expect_all(drain_name("i8", d) + " (reference vs host math)", want.size(),
+               [&](size_t i) { return same(res.fp64[i], want[i]); },
+               [&](size_t i) { return "reference " + num(res.fp64[i]) + ", host " + num(want[i]); });
+  });
+}
+
+TEST(ReferenceMxu, Bf16PassesAndEveryDrainWithinTolerance) {
+  TPUSIM_MACHINES(m);
+  const int64_t R = m->cfg.mxu.rows, C = m->cfg.mxu.cols;
+  const double scale = 40.1;
+  run_matmul_drains(*m, DType::BF16, scale, 1, [&](const Drain& d, const MatmulCase& c, const std::vector<double>& bias,
+                                                    const Results& res) {
+    std::vector<double> exact, mag;
+    host_matmul(c, R, C, exact, mag);
+    const double s = d.scale ? std::fabs(ref::to_f32(scale)) : 1.0;
+    expect_all(drain_name("bf16", d), exact.size(), [&](size_t i) {
+      double err = ref::sum_error_bound(R + c.k2, mag[i] + (d.bias ? std::fabs(bias[i % C]) : 0), s);
+      return ref::within_sum_bound(d.odt, res.sim[i], res.fp64[i], err);
+    }, [&](size_t i) { return "exact " + num(exact[i]) + ": sim " + num(res.sim[i]) + ", reference " + num(res.fp64[i]); });
+    // And the reference against the exact host value, through the same drain steps in double.
+    expect_all(drain_name("bf16", d) + " (reference vs host math)", exact.size(), [&](size_t i) {
+      double x = exact[i] + (d.bias ? bias[i % C] : 0);
+      if (d.relu) x = std::max(x, 0.0);
+      x *= s * (scale < 0 ? -1 : 1);
+      double err = ref::sum_error_bound(R + c.k2, mag[i] + (d.bias ? std::fabs(bias[i % C]) : 0), s);
+      double want = ref::is_int(d.odt) ? std::clamp(std::nearbyint(x), d.odt == DType::I8 ? -128.0 : double(INT32_MIN),
+                                                    d.odt == DType::I8 ? 127.0 : double(INT32_MAX))
+                                       : x;
+      return ref::within_sum_bound(d.odt, res.fp64[i], want, err);
+    }, [&](size_t i) { return "reference " + num(res.fp64[i]) + ", exact " + num(exact[i]); });
+  });
+}
+
+// A pass of int8 products handed from the matrix unit to the vector unit by semaphore `sem` alone (no fence):
+// `emit_pass` emits the mxu.mm (r5 inputs, r6 rows, r7 accumulator row, r8 stride) and whatever signals `sem`;
+// vpu.acc waits on it. The drained i32 results must equal the reference's exactly, and the host's products.
+void mxu_to_vpu_handover(Machines& m, const std::string& what, const std::function<void(Builder&)>& emit_pass,
+                         int64_t sem, uint64_t seed) {
+  const int64_t R = m.cfg.mxu.rows, C = m.cfg.mxu.cols, M = std::min<int64_t>(16, m.cfg.mxu.acc_rows);
+  Random r(seed);
+  std::vector<double> a = r.values(DType::I8, M * R), w = r.values(DType::I8, R * C);
+  Results res = run_vector(m, {{a, DType::I8}, {w, DType::I8}}, [&](Builder& p) {
+    p.li(1, kIn[1]).li(2, R).li(3, C).li(4, C).li(5, kIn[0]).li(6, M).li(7, 0).li(8, R);
+    p.emit(Op::MXULW, {{"vaddr", 1}, {"k", 2}, {"n", 3}, {"stride", 4}, {"dtype", int64_t(DType::I8)}});
+    emit_pass(p);
+    p.li(10, kOut).li(14, C * 4);
+    p.emit(Op::VACC, {{"vaddr", 10}, {"acc", 7}, {"rows", 6}, {"cols", 3}, {"stride", 14},
+                      {"adt", int64_t(DType::I32)}, {"odt", int64_t(DType::I32)}, {"wait", sem}});
+  }, M * C, DType::I32);
+  std::vector<double> host(M * C, 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t l = 0; l < R; ++l)
+      for (int64_t j = 0; j < C; ++j) host[i * C + j] += a[i * R + l] * w[l * C + j];
+  expect_all(what, host.size(), [&](size_t i) { return res.sim[i] == res.fp64[i] && res.sim[i] == host[i]; },
+             [&](size_t i) { return "sim " + num(res.sim[i]) + ", reference " + num(res.fp64[i]) + ", host " +
+                                    num(host[i]); });
+}
+
+TEST(ReferenceSync, MxuMmSignalOrdersTheDrain) {
+  // mxu.mm signal=s1 ... vpu.acc wait=s1: the drain sees the pass's results.
+  TPUSIM_MACHINES(m);
+  mxu_to_vpu_handover(*m, "mxu.mm signal=s1; vpu.acc wait=s1", [](Builder& p) {
+    p.emit(Op::MXUMM, {{"vaddr", 5}, {"m", 6}, {"acc", 7}, {"stride", 8}, {"dtype", 0}, {"signal", 1}});
+  }, 1, 41);
+}
+
+TEST(ReferenceSync, MxuSyncSignalsAfterEarlierPasses) {
+  // isa.def: mxu.sync "only waits and signals, in the matrix unit's order", and a unit signals "when it completes
+  // (its results are written)". kernels/gemm.s relies on it: mxu.sync signal=s4 after the last pass of a tile.
+  TPUSIM_MACHINES(m);
+  mxu_to_vpu_handover(*m, "mxu.mm; mxu.sync signal=s1; vpu.acc wait=s1", [](Builder& p) {
+    p.emit(Op::MXUMM, {{"vaddr", 5}, {"m", 6}, {"acc", 7}, {"stride", 8}, {"dtype", 0}});
+    p.emit(Op::MXUSYNC, {{"signal", 1}});
+  }, 1, 42);
+}
+
+// ---- DMA ------------------------------------------------------------------------------------------------------
+
+TEST(ReferenceDma, StridedRowsBothWays) {
+  TPUSIM_MACHINES(m);
+  Random r(31);
+  std::vector<uint8_t> src(512), pattern(512, 0x5a);
+  for (auto& b : src) b = static_cast<uint8_t>(r.integer(0, 255));
+  m->write(0x1000, src);
+  m->write(0x3000, pattern);
+  Builder p;
+  // 5 rows of 7 bytes, HBM pitch 11 -> VMEM pitch 9; back out with VMEM pitch 9 -> HBM pitch 13.
+  p.li(1, 0x100).li(2, 0x1000).li(3, 5).li(4, 7).li(5, 11).li(6, 9).li(7, 0x3000).li(8, 13);
+  p.emit(Op::DMALD, {{"vaddr", 1}, {"haddr", 2}, {"rows", 3}, {"rowbytes", 4}, {"hstride", 5}, {"vstride", 6}});
+  p.fence();
+  p.emit(Op::DMAST, {{"haddr", 7}, {"vaddr", 1}, {"rows", 3}, {"rowbytes", 4}, {"hstride", 8}, {"vstride", 6}});
+  m->run(p.p);
+  std::vector<uint8_t> sim(512), ref(512), want = pattern;
+  m->chip->read_hbm(0x3000, sim.data(), sim.size());
+  m->fp64->read_hbm(0x3000, ref.data(), ref.size());
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 7; ++j) want[i * 13 + j] = src[i * 11 + j];
+  EXPECT_EQ(ref, want);
+  EXPECT_EQ(sim, want);
+}
+
+// ---- errors: both models refuse the same programs -----------------------------------------------------------
+
+void expect_both_refuse(Machines& m, const Builder& p, const std::string& what) {
+  bool sim_threw = false, ref_threw = false;
+  try {
+    m.chip->run(p.p);
+  } catch (const sim::Error&) {
+    sim_threw = true;
+  }
+  try {
+    m.fp64->run(p.p);
+  } catch (const ref::Error&) {
+    ref_threw = true;
+  }
+  EXPECT_TRUE(ref_threw) << what << ": the reference accepted it";
+  EXPECT_TRUE(sim_threw) << what << ": the simulator accepted it";
+}
+
+TEST(ReferenceVpuErrors, I8ArithmeticIsRefused) {
+  TPUSIM_MACHINES(m);
+  for (Op op : {Op::VADD, Op::VSUB, Op::VMUL}) {
+    Builder p;
+    p.li(1, 0).li(2, 64).li(3, 128).li(4, 8);
+    p.emit(op, {{"vd", 1}, {"va", 2}, {"vb", 3}, {"n", 4}, {"dtype", int64_t(DType::I8)}});
+    expect_both_refuse(*m, p, name(op, DType::I8));
+  }
+  Builder p;
+  p.li(1, 0).li(2, 64).li(3, 2).li(4, 8);
+  p.emit(Op::VRSUM, {{"vd", 1}, {"va", 2}, {"rows", 3}, {"cols", 4}, {"stride", 4}, {"dtype", int64_t(DType::I8)}});
+  expect_both_refuse(*m, p, "vpu.rsum i8");
+}
+
+TEST(ReferenceErrors, OutOfRangeAccesses) {
+  TPUSIM_MACHINES(m);
+  const int64_t vmem = static_cast<int64_t>(m->cfg.vmem_bytes());
+  Builder dma;
+  dma.load(static_cast<uint64_t>(vmem - 16), 0, 32);
+  expect_both_refuse(*m, dma, "dma.ld past the end of VMEM");
+  Builder lw;
+  lw.li(1, 0).li(2, m->cfg.mxu.rows + 1).li(3, 1);
+  lw.emit(Op::MXULW, {{"vaddr", 1}, {"k", 2}, {"n", 3}, {"stride", 3}, {"dtype", int64_t(DType::I8)}});
+  expect_both_refuse(*m, lw, "mxu.lw with k > mxu.rows");
+  Builder acc;
+  acc.li(1, 0).li(2, m->cfg.mxu.acc_rows).li(3, 1);
+  acc.emit(Op::VACC, {{"vaddr", 1}, {"acc", 2}, {"rows", 3}, {"cols", 3}, {"stride", 3}, {"adt", int64_t(DType::I32)},
+                      {"odt", int64_t(DType::I32)}});
+  expect_both_refuse(*m, acc, "vpu.acc past the last accumulator row");
+}
+
+}  // namespace
+}  // namespace tpusim::reftest
