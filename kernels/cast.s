@@ -6,20 +6,8 @@
 # and dmaout stores chunk i-1. Semaphores: s1 X slot free, s2 X slot full, s3 Y slot free, s4 Y slot full.
 .name "cast"
 .default SCALE, 0
-.if SDT == DT_I8
-.set SE, 1
-.elif SDT == DT_BF16
-.set SE, 2
-.else
-.set SE, 4
-.endif
-.if DDT == DT_I8
-.set DE, 1
-.elif DDT == DT_BF16
-.set DE, 2
-.else
-.set DE, 4
-.endif
+.set SE, sizeof(SDT)
+.set DE, sizeof(DDT)
 .if N < 1
 .error "cast.s: N must be positive"
 .endif

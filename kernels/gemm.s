@@ -31,21 +31,14 @@
 .default SCALE, 0
 
 .if IN_DT == DT_I8
-.set E, 1
 .set ACC_DT, DT_I32
 .elif IN_DT == DT_BF16
-.set E, 2
 .set ACC_DT, DT_F32
 .else
 .error "gemm.s: IN_DT must be DT_I8 or DT_BF16"
 .endif
-.if OUT_DT == DT_I8
-.set O, 1
-.elif OUT_DT == DT_BF16
-.set O, 2
-.else
-.set O, 4
-.endif
+.set E, sizeof(IN_DT)
+.set O, sizeof(OUT_DT)
 .if M < 1 || K < 1 || N < 1
 .error "gemm.s: M, K and N must be positive"
 .endif

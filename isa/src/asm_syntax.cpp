@@ -328,10 +328,20 @@ class Parser {
     return fold(std::move(e));
   }
 
+  // sizeof(DTYPE): bytes of a data type, named (bf16) or given by its number (DT_BF16, a kernel's IN_DT).
   Expr sizeof_arg(const Token& name) {
-    const Token& t = c_.expect_ident("a data type");
-    auto dt = dtype_from_name(t.text);
-    if (!dt) fail(t.loc, "unknown data type '" + t.text + "'");
+    const Token& t = c_.peek();
+    std::optional<DType> dt;
+    if (t.kind == Tok::Ident && !c_.is("(", 1)) dt = dtype_from_name(t.text);
+    if (dt) {
+      c_.next();
+    } else {
+      Expr e = expr();
+      if (e.kind != Expr::Kind::Num) fail(t.loc, "unknown data type '" + (e.kind == Expr::Kind::Sym ? e.name : t.text) + "'");
+      if (e.value < 0 || e.value >= kNumDTypes)
+        fail(t.loc, "data type number " + std::to_string(e.value) + " is not one of DT_I8..DT_F32");
+      dt = static_cast<DType>(e.value);
+    }
     c_.expect(")");
     return num(dtype_size(*dt), name.loc);
   }

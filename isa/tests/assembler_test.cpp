@@ -68,6 +68,7 @@ TEST(AsmExpr, Functions) {
   EXPECT_EQ(value_of("align(16, 8)"), 16);
   EXPECT_EQ(value_of("min(3, -1) + max(3, -1)"), 2);
   EXPECT_EQ(value_of("sizeof(i8) + sizeof(bf16) * 10 + sizeof(float32) * 100"), 421);
+  EXPECT_EQ(value_of("sizeof(DT_BF16) + 10 * sizeof(T)", defines({{"T", 3}})), 42);  // by number: kernel parameters
   EXPECT_EQ(value_of("f32(0.5)"), 0x3f000000);
   EXPECT_EQ(value_of("f32(-2)"), 0xc0000000);
   EXPECT_EQ(value_of("f32(1e-3)"), bits_from_f32(1e-3f));

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -87,6 +89,23 @@ struct Random {
 // Float results compared "bit for bit": equal values, NaN matching NaN (payloads and the sign of zero are not
 // compared: the ISA does not specify them).
 inline bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+// A value as a message shows it: decimal and exact hexadecimal.
+inline std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g (%a)", v, v);
+  return buf;
+}
+
+// Fails with the first few elements for which ok(i) is false, each described by describe(i).
+inline void expect_all(const std::string& what, size_t n, const std::function<bool(size_t)>& ok,
+                       const std::function<std::string(size_t)>& describe) {
+  size_t bad = 0;
+  std::string first;
+  for (size_t i = 0; i < n; ++i)
+    if (!ok(i) && bad++ < 5) first += "\n    [" + std::to_string(i) + "] " + describe(i);
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << n << " elements differ" << first;
+}
 
 // The chip every test in this process runs on, with a reference machine of the same shape for each way of
 // summing floats. SystemC allows one chip per process: ctest runs each test in its own process; run directly,

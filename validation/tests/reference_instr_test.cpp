@@ -16,21 +16,7 @@ constexpr uint64_t kOut = 0x10000;                     // ... and of the result
 constexpr double kInf = std::numeric_limits<double>::infinity();
 const double kNaN = std::nan("");
 
-std::string num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g (%a)", v, v);
-  return buf;
-}
 
-// Fails with the first few elements for which ok(i) is false, each described by describe(i).
-void expect_all(const std::string& what, size_t n, const std::function<bool(size_t)>& ok,
-                const std::function<std::string(size_t)>& describe) {
-  size_t bad = 0;
-  std::string first;
-  for (size_t i = 0; i < n; ++i)
-    if (!ok(i) && bad++ < 5) first += "\n    [" + std::to_string(i) + "] " + describe(i);
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << n << " elements differ" << first;
-}
 
 struct Io {
   std::vector<double> values;

@@ -17,11 +17,6 @@ namespace {
 constexpr int64_t kDtCode[] = {0, 1, 2, 3};  // DT_I8, DT_I32, DT_BF16, DT_F32 = isa::DType values
 int64_t code(DType t) { return kDtCode[static_cast<int>(t)]; }
 
-std::string num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g (%a)", v, v);
-  return buf;
-}
 
 struct Io {
   std::vector<double> values;
@@ -52,15 +47,6 @@ KernelRun run_kernel(Machines& m, const std::string& kernel, std::map<std::strin
           Machines::read(*m.isaf32, o->hbm_addr, n, o->dtype)};
 }
 
-// Counts elements failing ok(i), reporting the first few.
-void expect_all(const std::string& what, size_t n, const std::function<bool(size_t)>& ok,
-                const std::function<std::string(size_t)>& describe) {
-  size_t bad = 0;
-  std::string first;
-  for (size_t i = 0; i < n; ++i)
-    if (!ok(i) && bad++ < 5) first += "\n    [" + std::to_string(i) + "] " + describe(i);
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << n << " elements differ" << first;
-}
 
 struct Shape {
   int64_t m, k, n;
