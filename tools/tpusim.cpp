@@ -136,6 +136,7 @@ int cmd_run(const std::vector<std::string>& args) {
     if (eq == std::string::npos) throw UsageError("--input expects NAME=FILE.npy, got '" + spec + "'");
     inputs[spec.substr(0, eq)] = runtime::read_npy(spec.substr(eq + 1));
   }
+  client.check_fits(exe);
   if (vm.count("random-inputs"))
     for (const auto* d : exe.inputs())
       if (!inputs.count(d->name)) inputs[d->name] = runtime::random_tensor(*d, seed + inputs.size());
@@ -260,6 +261,9 @@ int main(int argc, char** argv) {
   try {
     if (it == commands.end()) throw UsageError("unknown command '" + args[0] + "' (see tpusim --help)");
     return it->second(std::vector<std::string>(args.begin() + 1, args.end()));
+  } catch (const std::bad_alloc&) {
+    std::cerr << "tpusim: error: out of host memory\n";
+    return 1;
   } catch (const UsageError& e) {
     std::cerr << "tpusim: " << e.what() << "\n";
     return 2;

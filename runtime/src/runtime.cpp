@@ -93,14 +93,19 @@ Executable Client::load_file(const std::string& path, const std::map<std::string
   return Executable(isa::load_program(path));
 }
 
+void Client::check_fits(const Executable& exe) const {
+  const isa::Program& p = exe.program();
+  uint64_t hbm = config().hbm_bytes();
+  if (p.hbm_footprint() > hbm)
+    throw Error("program '" + p.name + "' needs " + std::to_string(p.hbm_footprint()) + " bytes of HBM, the chip has " +
+                std::to_string(hbm));
+}
+
 ExecuteResult Client::execute(const Executable& exe, const std::map<std::string, HostTensor>& inputs,
                               const ExecuteOptions& opts) {
   const isa::Program& p = exe.program();
   sim::Chip& chip = impl_->chip;
-  uint64_t hbm = chip.config().hbm_bytes();
-  if (p.hbm_footprint() > hbm)
-    throw Error("program '" + p.name + "' needs " + std::to_string(p.hbm_footprint()) + " bytes of HBM, the chip has " +
-                std::to_string(hbm));
+  check_fits(exe);
   for (const auto& [name, t] : inputs) {
     const isa::TensorDecl* d = p.find(name);
     if (!d || d->kind != isa::TensorKind::Input) {

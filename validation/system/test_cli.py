@@ -228,6 +228,11 @@ class BadInput(Workdir):
         self.expect_error(["run", os.path.join(KERNELS, "gemm_int8.s"), "-D", "M=4", "-D", "K=4", "-D", "N=4",
                            "--input", "a=" + a], r"input 'a': expected i8 \[4, 4\], got f32 \[4, 4\]")
 
+    def test_program_larger_than_hbm(self):
+        self.expect_error(["run", os.path.join(KERNELS, "gemm_int8.s"), "-D", "M=100000000", "-D", "K=100000",
+                           "-D", "N=4", "--random-inputs", "--timing-only"],
+                          r"needs 10001600401408 bytes of HBM, the chip has 34359738368")
+
     def test_unknown_config_key(self):
         self.expect_error(["config", "--show", "v4-like", "--set", "mxu.frobs=3"], r"mxu\.frobs")
 

@@ -55,6 +55,9 @@ class Client {
   Executable load_file(const std::string& path, const std::map<std::string, int64_t>& defines = {},
                        const std::map<std::string, std::vector<int64_t>>& input_shapes = {}) const;
 
+  // Throws Error if the program cannot run on this chip (its tensors do not fit in HBM). execute() checks it too.
+  void check_fits(const Executable& exe) const;
+
   // Checks `inputs` against the executable's declarations (every input given, names known, dtype and shape
   // equal; float32 data for a bf16 input is rounded to bf16, to nearest even), then runs it.
   ExecuteResult execute(const Executable& exe, const std::map<std::string, HostTensor>& inputs,
