@@ -7,21 +7,30 @@
 #   BIAS        1: input `bias` [N] (i32 for DT_I8 inputs, f32 for DT_BF16) is added to the accumulators
 #   RELU        1: max(x, 0) after the bias
 #   SCALE       f32 bit pattern multiplied in after bias and ReLU (requantisation); 0: none
+#   ACT_RESIDENT 1: a and c live in VMEM (`@ vmem`, at A_VADDR and C_VADDR), as a layer's activations do in a
+#               TPUv1's Unified Buffer: the kernel reads a and writes c in place, and only b (and bias) come
+#               from HBM. The runtime writes a into VMEM and reads c from it.
+#   B_TILED     1: b is stored tile by tile, [cdiv(K,R), cdiv(N,C), R, C] (zero-padded), as a compiler lays out
+#               weights: each fold's weights are one contiguous HBM read instead of R strided rows.
 #   MXU_ROWS, MXU_COLS, ACC_ROWS, VMEM_BYTES: the chip (tpusim passes them from the config)
 #
 # Schedule. Weight-stationary: each mxu.lw holds a K-by-N tile of b (R = MXU_ROWS rows of K, C = MXU_COLS
-# columns of N); the rows of a stream through it, TM rows at a time, into one of two accumulator regions.
-#   for n0 in 0..N step C:            (one column strip of c)
-#     for m0 in 0..M step TM:         (one output tile: accumulator region `accslot`)
-#       for k0 in 0..K step R:        (one fold: A tile and B tile in VMEM slot `slot`)
-#         dmain:  load A[m0:+mt, k0:+kt] and B[k0:+kt, n0:+nt] into slot       waits s1 (slot free)
-#         mxu:    lw B tile (waits s2: slot full); mm A tile, overwrite at k0 = 0 (waits s3: region free)
-#                 else accumulate; the mm frees the slot (s1) when done
+# columns of N); TM rows of a, held in VMEM for all of N, stream through it into one of two accumulator regions.
+#   for m0 in 0..M step TM:           (one row tile of a, resident in A region `aslot`)
+#     for n0 in 0..N step C:          (one output tile: accumulator region `accslot`)
+#       for k0 in 0..K step R:        (one fold: B tile in VMEM slot `slot`)
+#         dmain:  in the first strip only, load A[m0:+mt, k0:+kt] into the A region (its first block waits s8:
+#                 region free); then load B[k0:+kt, n0:+nt] into slot (waits s1: slot free; signals s2)
+#         mxu:    lw B tile (waits s2; frees the slot, s1, once the tile is in the array's shadow buffer);
+#                 mm the A region's columns k0.., overwrite at k0 = 0 (waits s3: region free) else accumulate
 #       mxu.sync signals s4 (region full); vpu drains it with bias/ReLU/scale/cast into a C buffer
 #       (waits s5: C buffer free; frees the region: s3, fills the buffer: s6); dmaout stores it (frees s5)
-# Edge tiles are partial: DMA moves only the valid rows and bytes and mxu.lw zero-fills the rest of the tile,
-# so no operand is padded in HBM. Slots, accumulator regions and C buffers are each double-buffered, so the
-# DMA of fold i+1 and the drain of tile t overlap the matrix unit's work on fold i and tile t+1.
+#     mxu.sync signals s8: the A region is free for the row tile after next
+# a is read from HBM once and b once per row tile (M/TM times): activations stay in VMEM and weights stream,
+# as on a TPU. Edge tiles are partial: DMA moves only the valid rows and bytes and mxu.lw zero-fills the rest of
+# the tile, so no operand is padded in HBM. A regions, B slots, accumulator regions and C buffers are each
+# double-buffered, so the DMA of fold i+1, the drain of tile t and the load of the next row tile overlap the
+# matrix unit's work.
 
 .name "gemm"
 .default IN_DT, DT_BF16
@@ -29,6 +38,8 @@
 .default BIAS, 0
 .default RELU, 0
 .default SCALE, 0
+.default ACT_RESIDENT, 0
+.default B_TILED, 0
 
 .if IN_DT == DT_I8
 .set ACC_DT, DT_I32
@@ -45,26 +56,49 @@
 
 .set R, MXU_ROWS
 .set C, MXU_COLS
-# VMEM layout: [bias | A slot 0 | A slot 1 | B slot 0 | B slot 1 | C buffer 0 | C buffer 1]
+.set KT, cdiv(K, R)
+.set NT, cdiv(N, C)
 .set BIAS_BYTES, align(BIAS * N * 4, 64)
-.set TM_VMEM, (VMEM_BYTES - BIAS_BYTES - 2 * R * C * E) / (2 * R * E + 2 * C * O)
+.set B_BYTES, align(R * C * E, 64)
+.if ACT_RESIDENT
+# VMEM layout: [bias | B slot 0 | B slot 1 | a | c]
+.set TM, min(M, ACC_ROWS / 2)
+.set VB0, BIAS_BYTES
+.default A_VADDR, VB0 + 2 * B_BYTES
+.default C_VADDR, align(A_VADDR + M * K * E, 64)
+.if C_VADDR + M * N * O > VMEM_BYTES
+.error "gemm.s: with ACT_RESIDENT, a and c do not fit in VMEM"
+.endif
+.set A_BYTES, 0
+.input a, IN_DT, [M, K] @ vmem A_VADDR
+.else
+# VMEM layout: [bias | A region 0 | A region 1 | B slot 0 | B slot 1 | C buffer 0 | C buffer 1]; an A region
+# holds TM rows of a at their HBM row pitch K*E. (256 bytes cover the alignment of the four aligned regions.)
+.set TM_VMEM, (VMEM_BYTES - BIAS_BYTES - 2 * B_BYTES - 256) / (2 * K * E + 2 * C * O)
 .set TM, min(min(M, ACC_ROWS / 2), TM_VMEM)
 .if TM < 1
-.error "gemm.s: the operand tiles do not fit in VMEM"
+.error "gemm.s: a row of a and the operand tiles do not fit in VMEM"
 .endif
-.set A_BYTES, align(TM * R * E, 64)
-.set B_BYTES, align(R * C * E, 64)
+.set A_BYTES, align(TM * K * E, 64)
 .set C_BYTES, align(TM * C * O, 64)
 .set VA0, BIAS_BYTES
 .set VB0, VA0 + 2 * A_BYTES
 .set VC0, VB0 + 2 * B_BYTES
-
 .input a, IN_DT, [M, K]
+.endif
+.if B_TILED
+.input b, IN_DT, [KT, NT, R, C]
+.else
 .input b, IN_DT, [K, N]
+.endif
 .if BIAS
 .input bias, ACC_DT, [N]
 .endif
+.if ACT_RESIDENT
+.output c, OUT_DT, [M, N] @ vmem C_VADDR
+.else
 .output c, OUT_DT, [M, N]
+.endif
 
 .reg n0, r1
 .reg m0, r2
@@ -85,14 +119,17 @@
 .reg t4, r17
 .reg vc, r18
 .reg scale, r19
+.reg aslot, r20
+.reg abase, r21
 
-    sem.set s1, 2            # A/B slots free
-    sem.set s2, 0            # A/B slot full
+    sem.set s1, 2            # B slots free
+    sem.set s2, 0            # B slot full
     sem.set s3, 2            # accumulator regions free
     sem.set s4, 0            # accumulator region full
     sem.set s5, 2            # C buffers free
     sem.set s6, 0            # C buffer full
     sem.set s7, 0            # bias loaded
+    sem.set s8, 2            # A regions free
     li one, 1
     li scale, SCALE
 .if BIAS
@@ -104,18 +141,26 @@
 .endif
     li slot, 0
     li accslot, 0
+    li aslot, 0
+    li m0, 0
+rowtile:
+    li t0, M
+    sub mt, t0, m0
+    li t0, TM
+    min mt, mt, t0
+.if ACT_RESIDENT
+    muli abase, m0, K * E
+    addi abase, abase, a
+.else
+    muli abase, aslot, A_BYTES
+    addi abase, abase, VA0
+.endif
     li n0, 0
 strip:
     li t0, N
     sub nt, t0, n0
     li t0, C
     min nt, nt, t0
-    li m0, 0
-tile:
-    li t0, M
-    sub mt, t0, m0
-    li t0, TM
-    min mt, mt, t0
     muli acc, accslot, TM
     li k0, 0
 fold:
@@ -123,36 +168,56 @@ fold:
     sub kt, t0, k0
     li t0, R
     min kt, kt, t0
-    # A tile: rows m0.., bytes k0*E.., from a (row pitch K*E) into slot (row pitch R*E)
-    muli va, slot, A_BYTES
-    addi va, va, VA0
+    muli va, k0, E
+    add va, va, abase
+    li t3, K * E
+.if !ACT_RESIDENT
+    bne n0, r0, btile
+    # first strip: A block rows m0.., bytes k0*E.., from a into the A region, both at row pitch K*E
     muli t0, m0, K
     add t0, t0, k0
     muli t0, t0, E
     li t1, a
     add t0, t0, t1
     muli t1, kt, E
-    li t2, K * E
-    li t3, R * E
-    dma.ld va, t0, mt, t1, t2, t3, wait=s1
-    # B tile: rows k0.., bytes n0*E.., from b (row pitch N*E) into slot (row pitch C*E)
+    bne k0, r0, ablock
+    dma.ld va, t0, mt, t1, t3, t3, wait=s8
+    jmp btile
+ablock:
+    dma.ld va, t0, mt, t1, t3, t3
+.endif
+btile:
     muli vb, slot, B_BYTES
     addi vb, vb, VB0
+.if B_TILED
+    # B tile (k0/R, n0/C): R x C elements stored contiguously; its first kt rows of nt elements into slot
+    li t1, R
+    div t0, k0, t1
+    muli t0, t0, NT
+    li t1, C
+    div t1, n0, t1
+    add t0, t0, t1
+    muli t0, t0, R * C * E
+    li t2, C * E
+.else
+    # B tile: rows k0.., bytes n0*E.., from b (row pitch N*E) into slot (row pitch C*E)
     muli t0, k0, N
     add t0, t0, n0
     muli t0, t0, E
+    li t2, N * E
+.endif
     li t1, b
     add t0, t0, t1
     muli t1, nt, E
-    li t2, N * E
     li t4, C * E
-    dma.ld vb, t0, kt, t1, t2, t4, signal=s2
-    mxu.lw vb, kt, nt, t4, IN_DT, wait=s2
+    dma.ld vb, t0, kt, t1, t2, t4, wait=s1, signal=s2
+    # the weights leave the slot once shifted into the array's shadow buffer: the lw frees it (s1)
+    mxu.lw vb, kt, nt, t4, IN_DT, wait=s2, signal=s1
     beq k0, r0, first
-    mxu.mm va, mt, acc, t3, IN_DT, accumulate, signal=s1
+    mxu.mm va, mt, acc, t3, IN_DT, accumulate
     jmp next
 first:
-    mxu.mm va, mt, acc, t3, IN_DT, wait=s3, signal=s1
+    mxu.mm va, mt, acc, t3, IN_DT, wait=s3
 next:
     sub slot, one, slot
     addi k0, k0, R
@@ -160,9 +225,18 @@ next:
     blt k0, t0, fold
     # drain the tile: accumulators -> (bias, relu, scale, cast) -> C buffer -> c[m0.., n0..]
     mxu.sync signal=s4
+    muli t0, n0, 4
+.if ACT_RESIDENT
+    # straight into c[m0.., n0..] in VMEM (row pitch N*O)
+    muli vc, m0, N
+    add vc, vc, n0
+    muli vc, vc, O
+    addi vc, vc, c
+    li t1, N * O
+    vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, scale_en=(SCALE != 0), wait=s4, signal=s3
+.else
     muli vc, accslot, C_BYTES
     addi vc, vc, VC0
-    muli t0, n0, 4
     muli t1, nt, O
     vpu.sync wait=s5
     vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, scale_en=(SCALE != 0), wait=s4, signal=s3
@@ -174,10 +248,13 @@ next:
     add t0, t0, t2
     li t2, N * O
     dma.st t0, vc, mt, t1, t2, t1, wait=s6, signal=s5
+.endif
     sub accslot, one, accslot
-    addi m0, m0, TM
-    li t0, M
-    blt m0, t0, tile
     addi n0, n0, C
     li t0, N
     blt n0, t0, strip
+    mxu.sync signal=s8
+    sub aslot, one, aslot
+    addi m0, m0, TM
+    li t0, M
+    blt m0, t0, rowtile

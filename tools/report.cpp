@@ -1,4 +1,5 @@
 #include <iomanip>
+#include <sstream>
 
 #include "cli.h"
 
@@ -18,6 +19,33 @@ void print_summary(std::ostream& os, const isa::Program& p, const sim::ChipConfi
        << std::setprecision(1) << 100.0 * us.utilization << "%" << std::setw(16) << us.wait_sem_cycles << "\n";
     os.unsetf(std::ios::fixed);
   }
+  // Where the cycles went: each unit's categories add up to the run's cycles (sim::StallBreakdown).
+  os << "  cycles by state (% of the run; semaphore waits by semaphore)\n  " << std::left << std::setw(8) << "unit"
+     << std::right;
+  for (const char* h : {"busy", "memory", "w.load", "sem", "queue", "drain", "idle", "after"}) os << std::setw(8) << h;
+  os << "  waits on\n";
+  auto pct = [&](uint64_t c) {
+    std::ostringstream t;
+    t << std::fixed << std::setprecision(1) << (s.cycles ? 100.0 * static_cast<double>(c) / s.cycles : 0.0);
+    return t.str();
+  };
+  for (int u = 0; u < isa::kNumUnits; ++u) {
+    const sim::StallBreakdown& b = s.units[u].stalls;
+    os << "  " << std::left << std::setw(8) << isa::unit_name(static_cast<isa::Unit>(u)) << std::right;
+    for (uint64_t c : {b.busy, b.wait_memory, b.weight_load, b.wait_sem, b.wait_queue, b.wait_drain, b.idle,
+                       b.idle_after})
+      os << std::setw(8) << pct(c);
+    os << " ";
+    for (int k = 1; k < isa::kNumSems; ++k)
+      if (b.wait_sem_by[k]) os << " s" << k << " " << pct(b.wait_sem_by[k]);
+    os << "\n";
+  }
+  const sim::Tpuv1Counters& v = s.tpuv1;
+  os << std::fixed << std::setprecision(1) << "  TPUv1 counters (% of cycles): array active " << 100 * v.array_active
+     << ", useful MACs " << 100 * v.useful_macs << ", unused MACs " << 100 * v.unused_macs << ", weight stall "
+     << 100 * v.weight_stall << ", weight shift " << 100 * v.weight_shift << ", non-matrix " << 100 * v.non_matrix
+     << " (RAW stall " << 100 * v.raw_stall << ", input stall " << 100 * v.input_stall << ")\n";
+  os.unsetf(std::ios::fixed);
   os << "  MXU MAC utilisation " << std::fixed << std::setprecision(1) << 100.0 * s.mxu_mac_utilization << "% ("
      << s.mxu_macs << " MACs); HBM read " << s.hbm_bytes_read << " B, written " << s.hbm_bytes_written << " B\n";
   os.unsetf(std::ios::fixed);

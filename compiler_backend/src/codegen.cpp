@@ -53,7 +53,7 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   for (Buffer::Kind kind : {Buffer::Kind::Input, Buffer::Kind::Output, Buffer::Kind::Const})
     for (const Buffer& b : plan.buffers) {
       if (b.kind != kind) continue;
-      isa::TensorDecl t{.name = b.name, .kind = kind_of(kind), .dtype = b.dtype, .shape = b.shape, .hbm_addr = b.addr};
+      isa::TensorDecl t{.name = b.name, .kind = kind_of(kind), .dtype = b.dtype, .shape = b.shape, .addr = b.addr};
       if (kind == Buffer::Kind::Const) {
         t.const_offset = p.const_data.size();
         p.const_data.insert(p.const_data.end(), b.data.begin(), b.data.end());

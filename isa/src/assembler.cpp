@@ -419,7 +419,17 @@ void Assembler::dir_tensor(Cursor& c, TensorKind kind) {
     n *= d;
   }
   std::optional<Expr> at, offset;
-  if (c.accept("@")) at = expr(c);
+  if (c.accept("@")) {
+    // `@ vmem ADDR` places the tensor in VMEM (at a fixed address); `@ hbm ADDR` or `@ ADDR` in HBM.
+    const Token& space = c.peek();
+    bool keyword = space.kind == Tok::Ident && (space.text == "vmem" || space.text == "hbm") &&
+                   (c.peek(1).kind == Tok::Number || c.peek(1).kind == Tok::Ident || c.is("(", 1));
+    if (keyword && c.next().text == "vmem") {
+      if (kind == TensorKind::Const) fail(space.loc, "a const tensor lives in HBM, not VMEM");
+      t.space = MemSpace::Vmem;
+    }
+    at = expr(c);
+  }
   if (kind == TensorKind::Const && c.accept(",")) {
     const Token& kw = c.expect_ident("'offset='");
     if (kw.text != "offset") fail(kw.loc, "expected 'offset=', got " + describe(kw));
@@ -427,8 +437,14 @@ void Assembler::dir_tensor(Cursor& c, TensorKind kind) {
     offset = expr(c);
   }
   c.expect_end();
-  t.hbm_addr = place(t.name, t.bytes(), at);
-  define_symbol(t.name, Symbol{Symbol::Tensor, static_cast<int64_t>(t.hbm_addr), name.loc});
+  if (t.space == MemSpace::Vmem) {
+    int64_t v = eval_now(*at);
+    if (v < 0) fail(at->loc, "address " + std::to_string(v) + " is negative");
+    t.addr = static_cast<uint64_t>(v);
+  } else {
+    t.addr = place(t.name, t.bytes(), at);
+  }
+  define_symbol(t.name, Symbol{Symbol::Tensor, static_cast<int64_t>(t.addr), name.loc});
   if (kind == TensorKind::Const) {
     if (offset) {
       int64_t v = eval_now(*offset);

@@ -78,7 +78,7 @@ void emit_tensor(std::ostream& out, const Program& p, const TensorDecl& t, bool 
   out << "." << tensor_kind_name(t.kind) << " " << (is_identifier(t.name) ? t.name : quote(t.name)) << ", "
       << dtype_name(t.dtype) << ", [";
   for (size_t i = 0; i < t.shape.size(); ++i) out << (i ? ", " : "") << t.shape[i];
-  out << "] @ " << hex(t.hbm_addr);
+  out << "] @ " << (t.space == MemSpace::Vmem ? "vmem " : "") << hex(t.addr);
   if (t.kind == TensorKind::Const && !in_order) out << ", offset=" << t.const_offset;
   out << "\n";
   if (t.kind == TensorKind::Const && in_order) emit_data(out, p.const_data, t.const_offset, t.bytes());

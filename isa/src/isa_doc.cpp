@@ -238,6 +238,7 @@ addresses. An instruction sees a `.set` symbol's value at its own line.
 | `.reg NAME, rN` | a register alias, usable wherever a register is expected, from the next line on |
 | `.input NAME, DTYPE, [d0, d1, ...] [@ addr]` | declares an input tensor in HBM (dimensions are expressions; `[]` is a scalar) |
 | `.output NAME, DTYPE, [dims] [@ addr]` | declares an output tensor |
+| `.input NAME, DTYPE, [dims] @ vmem addr` (or `.output`) | a tensor kept in VMEM at a fixed address: the runtime writes (reads) it there directly and the kernel uses it in place, as activations that stay on chip between layers; its name's value is its VMEM address |
 | `.const NAME, DTYPE, [dims] [@ addr]` | declares a constant tensor; the `.data` lines right after it give its bytes, exactly as many as it has |
 | `.const NAME, DTYPE, [dims] [@ addr], offset=N` | a constant tensor whose bytes are at offset N of the constant data (written by `.data` lines not following a `.const`) |
 | `.data "HEX"` | bytes in hexadecimal (whitespace ignored), appended to the constant data |

@@ -2,8 +2,8 @@
 //
 // Section payloads (little-endian):
 //   1 code      u64 instruction words
-//   2 tensors   u32 count, then per tensor: u32 name length, name bytes, u8 kind, u8 dtype, u32 rank,
-//               i64 dims[rank], u64 hbm_addr, u64 const_offset
+//   2 tensors   u32 count, then per tensor: u32 name length, name bytes, u8 kind, u8 dtype, u8 space, u32 rank,
+//               i64 dims[rank], u64 addr, u64 const_offset
 //   3 const     raw bytes
 //   4 name      raw bytes (UTF-8)
 //   5 source    u32 count, then per line: u32 length, bytes
@@ -42,11 +42,14 @@ const TensorDecl* Program::find(const std::string& name) const {
   return nullptr;
 }
 
-uint64_t Program::hbm_footprint() const {
+uint64_t Program::footprint(MemSpace space) const {
   uint64_t end = 0;
-  for (const auto& t : tensors) end = std::max(end, t.hbm_addr + t.bytes());
+  for (const auto& t : tensors)
+    if (t.space == space) end = std::max(end, t.addr + t.bytes());
   return end;
 }
+
+const char* mem_space_name(MemSpace s) { return s == MemSpace::Vmem ? "vmem" : "hbm"; }
 
 namespace {
 
@@ -102,9 +105,10 @@ std::vector<uint8_t> tensors_payload(const Program& p) {
     w.str(t.name);
     w.u8(static_cast<uint8_t>(t.kind));
     w.u8(static_cast<uint8_t>(t.dtype));
+    w.u8(static_cast<uint8_t>(t.space));
     w.u32(static_cast<uint32_t>(t.shape.size()));
     for (int64_t d : t.shape) w.u64(static_cast<uint64_t>(d));
-    w.u64(t.hbm_addr);
+    w.u64(t.addr);
     w.u64(t.const_offset);
   }
   return std::move(w.out);
@@ -214,22 +218,24 @@ TensorDecl read_tensor(Reader& r) {
   size_t at = r.pos();
   TensorDecl t;
   t.name = r.str("tensor name");
-  uint8_t kind = r.u8("tensor kind"), dtype = r.u8("tensor dtype");
+  uint8_t kind = r.u8("tensor kind"), dtype = r.u8("tensor dtype"), space = r.u8("tensor memory space");
   if (kind > 2) r.fail("tensor '" + t.name + "': unknown kind " + std::to_string(kind), at);
+  if (space > 1) r.fail("tensor '" + t.name + "': unknown memory space " + std::to_string(space), at);
+  t.space = static_cast<MemSpace>(space);
   if (dtype >= kNumDTypes) r.fail("tensor '" + t.name + "': unknown data type " + std::to_string(dtype), at);
   t.kind = static_cast<TensorKind>(kind);
   t.dtype = static_cast<DType>(dtype);
   uint32_t rank = r.count("tensor rank", 8);
   for (uint32_t i = 0; i < rank; ++i) t.shape.push_back(static_cast<int64_t>(r.u64("tensor dimension")));
-  t.hbm_addr = r.u64("tensor address");
+  t.addr = r.u64("tensor address");
   t.const_offset = r.u64("tensor constant offset");
   checked_elements(r, t, at);
-  if (t.hbm_addr + t.bytes() < t.hbm_addr) r.fail("tensor '" + t.name + "': extends past the address space", at);
+  if (t.addr + t.bytes() < t.addr) r.fail("tensor '" + t.name + "': extends past the address space", at);
   return t;
 }
 
 void read_tensors(Reader& r, Program& p, std::vector<size_t>& offsets) {
-  uint32_t n = r.count("tensor count", 4 + 1 + 1 + 4 + 8 + 8);
+  uint32_t n = r.count("tensor count", 4 + 1 + 1 + 1 + 4 + 8 + 8);
   std::set<std::string> names;
   for (uint32_t i = 0; i < n; ++i) {
     offsets.push_back(r.pos());

@@ -318,11 +318,11 @@ TEST(AsmTensors, AutoPlacementAlignmentAndFixedAddresses) {
   }());
   EXPECT_EQ(p.name, "placement");
   ASSERT_EQ(p.tensors.size(), 5u);
-  EXPECT_EQ(p.tensors[0].hbm_addr, 0x1000u);
+  EXPECT_EQ(p.tensors[0].addr, 0x1000u);
   EXPECT_EQ(p.tensors[0].shape, (std::vector<int64_t>{3, 5}));
-  EXPECT_EQ(p.tensors[1].hbm_addr, 0x1100u);  // 0x1000 + 60, aligned up
-  EXPECT_EQ(p.tensors[2].hbm_addr, 0x100000u);
-  EXPECT_EQ(p.tensors[3].hbm_addr, 0x100100u);  // past C
+  EXPECT_EQ(p.tensors[1].addr, 0x1100u);  // 0x1000 + 60, aligned up
+  EXPECT_EQ(p.tensors[2].addr, 0x100000u);
+  EXPECT_EQ(p.tensors[3].addr, 0x100100u);  // past C
   EXPECT_EQ(p.tensors[3].kind, TensorKind::Output);
   EXPECT_EQ(p.tensors[3].dtype, DType::I32);
   EXPECT_EQ(p.tensors[3].elements(), 1);
@@ -338,9 +338,9 @@ TEST(AsmTensors, CallerAddressesComeAfterTheSource) {
     o.tensor_addr = {{"A", 0x5000}, {"B", 0x9999}};
     return o;
   }());
-  EXPECT_EQ(p.tensors[0].hbm_addr, 0x5000u);
-  EXPECT_EQ(p.tensors[1].hbm_addr, 64u);  // `@` in the source wins
-  EXPECT_EQ(p.tensors[2].hbm_addr, 0x6000u);
+  EXPECT_EQ(p.tensors[0].addr, 0x5000u);
+  EXPECT_EQ(p.tensors[1].addr, 64u);  // `@` in the source wins
+  EXPECT_EQ(p.tensors[2].addr, 0x6000u);
 }
 
 TEST(AsmTensors, ConstData) {

@@ -108,7 +108,35 @@ TEST(ProgramFormat, BadMagicAndVersion) {
   EXPECT_EQ(error_of(bad), "program: byte 0: not a tpusim program (bad magic)");
   bad = bytes;
   put_u32(bad, 4, 7);
-  EXPECT_EQ(error_of(bad), "program: byte 4: unsupported program version 7 (this build reads 1)");
+  EXPECT_EQ(error_of(bad), "program: byte 4: unsupported program version 7 (this build reads 2)");
+}
+
+TEST(ProgramFormat, VmemTensorsKeepTheirSpace) {
+  // `@ vmem ADDR` places a tensor in VMEM: its symbol is its VMEM address, HBM placement ignores it, and the
+  // space survives the binary format and the disassembly.
+  Program p = assemble(".input a, i8, [4, 4] @ vmem 0x100\n.input b, i8, [4]\n.output c, i32, [4, 4] @ vmem 0x200\n"
+                       "li r1, a\nli r2, c\n", "v.s");
+  ASSERT_EQ(p.tensors.size(), 3u);
+  EXPECT_EQ(p.tensors[0].space, MemSpace::Vmem);
+  EXPECT_EQ(p.tensors[0].addr, 0x100u);
+  EXPECT_EQ(p.tensors[1].space, MemSpace::Hbm);
+  EXPECT_EQ(p.tensors[1].addr, 0u);  // auto-placed HBM tensors start at hbm_base: VMEM tensors take no HBM
+  EXPECT_EQ(p.footprint(MemSpace::Vmem), 0x200u + 64);
+  EXPECT_EQ(p.hbm_footprint(), 4u);
+  EXPECT_EQ(decode(p.code[0]).f[1], 0x100);
+  EXPECT_EQ(decode(p.code[1]).f[1], 0x200);
+  Program q = deserialize(serialize(p));
+  q.source = p.source;
+  EXPECT_EQ(q, p);
+  Program r = assemble(disassemble(p), "d.s");
+  r.source = p.source;
+  EXPECT_EQ(r, p);
+  try {
+    assemble(".const w, i8, [2] @ vmem 0x100\n.data \"0102\"\n", "w.s");
+    ADD_FAILURE() << "a const tensor in VMEM was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "w.s:1:21: a const tensor lives in HBM, not VMEM");
+  }
 }
 
 TEST(ProgramFormat, UndecodableInstruction) {

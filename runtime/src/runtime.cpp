@@ -45,6 +45,20 @@ std::vector<uint8_t> input_bytes(const isa::TensorDecl& decl, const HostTensor& 
   return out;
 }
 
+void write_tensor(sim::Chip& chip, const isa::TensorDecl& d, const uint8_t* bytes) {
+  if (d.space == isa::MemSpace::Vmem)
+    chip.write_vmem(d.addr, bytes, d.bytes());
+  else
+    chip.write_hbm(d.addr, bytes, d.bytes());
+}
+
+void read_tensor(const sim::Chip& chip, const isa::TensorDecl& d, uint8_t* bytes) {
+  if (d.space == isa::MemSpace::Vmem)
+    chip.read_vmem(d.addr, bytes, d.bytes());
+  else
+    chip.read_hbm(d.addr, bytes, d.bytes());
+}
+
 }  // namespace
 
 std::vector<const isa::TensorDecl*> Executable::inputs() const { return of_kind(program_, isa::TensorKind::Input); }
@@ -99,6 +113,10 @@ void Client::check_fits(const Executable& exe) const {
   if (p.hbm_footprint() > hbm)
     throw Error("program '" + p.name + "' needs " + std::to_string(p.hbm_footprint()) + " bytes of HBM, the chip has " +
                 std::to_string(hbm));
+  uint64_t vmem = config().vmem_bytes();
+  if (p.footprint(isa::MemSpace::Vmem) > vmem)
+    throw Error("program '" + p.name + "' keeps tensors in VMEM up to byte " +
+                std::to_string(p.footprint(isa::MemSpace::Vmem)) + ", the chip has " + std::to_string(vmem));
 }
 
 ExecuteResult Client::execute(const Executable& exe, const std::map<std::string, HostTensor>& inputs,
@@ -119,21 +137,21 @@ ExecuteResult Client::execute(const Executable& exe, const std::map<std::string,
     if (it == inputs.end()) throw Error("missing input '" + d->name + "' (" + describe(*d) + ")");
     if (opts.functional) {
       std::vector<uint8_t> bytes = input_bytes(*d, it->second);
-      chip.write_hbm(d->hbm_addr, bytes.data(), bytes.size());
+      write_tensor(chip, *d, bytes.data());
     } else {
       input_bytes(*d, it->second);  // still check it
     }
   }
   if (opts.functional)
     for (const auto& t : p.tensors)
-      if (t.kind == isa::TensorKind::Const) chip.write_hbm(t.hbm_addr, p.const_data.data() + t.const_offset, t.bytes());
+      if (t.kind == isa::TensorKind::Const) chip.write_hbm(t.addr, p.const_data.data() + t.const_offset, t.bytes());
 
   ExecuteResult r;
   r.run = chip.run(p, sim::RunOptions{opts.functional, opts.trace, opts.max_cycles});
   if (opts.functional) {
     for (const auto* d : exe.outputs()) {
       HostTensor t{d->dtype, d->shape, std::vector<uint8_t>(d->bytes())};
-      chip.read_hbm(d->hbm_addr, t.data.data(), t.data.size());
+      read_tensor(chip, *d, t.data.data());
       r.outputs.emplace(d->name, std::move(t));
     }
   }

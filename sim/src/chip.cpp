@@ -1,6 +1,8 @@
 // The chip: declares and connects its modules, and runs programs on them (one sc_start() per run).
 #include "tpusim/sim/chip.h"
 
+#include <cstring>
+
 #include <algorithm>
 
 #include "core.h"
@@ -74,6 +76,24 @@ void Chip::write_hbm(uint64_t addr, const void* data, size_t bytes) {
   impl_->st.mem.hbm.write(addr, data, bytes);
 }
 
+namespace {
+void check_vmem(const ChipConfig& c, const char* what, uint64_t addr, size_t bytes) {
+  std::string err = detail::check_rows(what, c.vmem_bytes(), std::to_string(c.vmem_bytes()) + " bytes",
+                                       static_cast<int64_t>(addr), 1, static_cast<int64_t>(bytes), 0);
+  if (addr > c.vmem_bytes() || !err.empty()) throw Error(err.empty() ? std::string(what) + " outside VMEM" : err);
+}
+}  // namespace
+
+void Chip::write_vmem(uint64_t addr, const void* data, size_t bytes) {
+  check_vmem(impl_->st.cfg, "VMEM write", addr, bytes);
+  if (bytes) std::memcpy(impl_->st.mem.vmem.data() + addr, data, bytes);
+}
+
+void Chip::read_vmem(uint64_t addr, void* data, size_t bytes) const {
+  check_vmem(impl_->st.cfg, "VMEM read", addr, bytes);
+  if (bytes) std::memcpy(data, impl_->st.mem.vmem.data() + addr, bytes);
+}
+
 void Chip::read_hbm(uint64_t addr, void* data, size_t bytes) const {
   const ChipConfig& c = impl_->st.cfg;
   std::string err = detail::check_rows("HBM read", c.hbm_bytes(), std::to_string(c.hbm.size_mib) + " MiB",
@@ -127,6 +147,7 @@ RunResult Chip::Impl::collect() {
     u.utilization = s.cycles ? static_cast<double>(u.busy_cycles) / static_cast<double>(s.cycles) : 0.0;
   const double peak = static_cast<double>(st.cfg.mxu.rows) * st.cfg.mxu.cols * static_cast<double>(s.cycles);
   s.mxu_mac_utilization = peak > 0 ? static_cast<double>(s.mxu_macs) / peak : 0.0;
+  detail::account_stalls(st.cfg, r, s);
   out.trace = std::move(r.trace);
   std::stable_sort(out.trace.begin(), out.trace.end(), [](const TraceEvent& a, const TraceEvent& b) {
     return a.start != b.start ? a.start < b.start : a.unit < b.unit;

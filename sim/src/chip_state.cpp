@@ -34,8 +34,26 @@ void ChipState::signal(int s) {
   sem_changed[s].notify();
 }
 
-void ChipState::trace(isa::Unit u, uint64_t start, uint64_t dur, uint32_t pc, std::string name, const char* kind) {
-  run.trace.push_back({u, start - run.t0, dur, pc, std::move(name), kind});
+void ChipState::trace(isa::Unit u, uint64_t start, uint64_t dur, uint32_t pc, const std::string& name,
+                      const char* kind) {
+  if (u != isa::Unit::Core) {
+    const std::string_view k = kind;
+    if (k == "busy") account(u, start, start + dur, Span::Busy);
+    else if (k == "load") account(u, start, start + dur, Span::Load);
+  }
+  if (keeping_trace()) run.trace.push_back({u, start - run.t0, dur, pc, name, kind});
+}
+
+void ChipState::account(isa::Unit u, uint64_t start, uint64_t end, Span::Kind kind, int sem, isa::Op op) {
+  if (end <= start) return;
+  std::vector<Span>& v = run.spans[static_cast<int>(u)];
+  const uint64_t s = start - run.t0, e = end - run.t0;
+  // Consecutive busy slices (a DMA engine's back-to-back transfers) merge, so that long runs stay small.
+  if (kind == Span::Busy && !v.empty() && v.back().kind == Span::Busy && v.back().end == s) {
+    v.back().end = e;
+    return;
+  }
+  v.push_back({s, e, kind, static_cast<uint8_t>(sem), op});
 }
 
 const std::string& ChipState::text(uint32_t pc) {
@@ -77,7 +95,6 @@ void ChipState::abort_run() {
 
 void ChipState::reset_units() {
   sem.fill(0);
-  hbm_free = 0;
   aborting = false;
   for (UnitModule* u : units)
     if (u) u->reset();

@@ -25,6 +25,16 @@ namespace tpusim::sim::detail {
 // Thrown inside a SystemC thread to unwind it to its idle loop after an error; never leaves that thread.
 struct Abort {};
 
+// One stretch of a unit's time, for the stall accounting (stats.cpp turns them into UnitStats::stalls and
+// RunStats::tpuv1). Cycles count from the run's start.
+struct Span {
+  enum Kind : uint8_t { Busy, Load, Sem, Memory };
+  uint64_t start = 0, end = 0;  // [start, end)
+  Kind kind = Busy;
+  uint8_t sem = 0;              // Sem: the semaphore waited for
+  isa::Op op = isa::Op::NOP;    // Sem: the waiting instruction
+};
+
 // Everything about the program being run; reset by Chip::run before each run.
 struct RunState {
   const isa::Program* program = nullptr;
@@ -38,6 +48,7 @@ struct RunState {
   std::string error;                    // the first error; the run stops there
   RunStats stats;
   std::vector<TraceEvent> trace;
+  std::array<std::vector<Span>, isa::kNumUnits> spans;  // by isa::Unit; the core books its stalls directly
 };
 
 class UnitModule;
@@ -54,7 +65,6 @@ class ChipState {
   std::array<sc_core::sc_event, isa::kNumSems> sem_changed;
   sc_core::sc_event drained;                              // a unit has become idle
   sc_core::sc_event abort_ev;                             // wakes timed waits when a run is aborted
-  uint64_t hbm_free = 0;                                  // first cycle HBM is free: both DMA engines book it
   bool aborting = false;
   std::array<UnitModule*, isa::kNumUnits> units{};        // by isa::Unit; units[Core] stays null
   std::vector<sc_core::sc_event*> events;                 // every event a thread waits on (notified on abort)
@@ -73,8 +83,14 @@ class ChipState {
 
   UnitStats& stats(isa::Unit u) { return run.stats.units[static_cast<int>(u)]; }
   bool functional() const { return run.opts.functional; }
-  bool tracing() const { return run.opts.trace; }
-  void trace(isa::Unit u, uint64_t start, uint64_t dur, uint32_t pc, std::string name, const char* kind);
+  // Units report each slice of their time through trace() (kinds "busy", "load", "wait", "memory"): the stall
+  // accounting is built from the "busy" and "load" slices of every run, so tracing() is always true; TraceEvents
+  // are kept only when RunOptions::trace asks for them (keeping_trace()).
+  bool tracing() const { return true; }
+  bool keeping_trace() const { return run.opts.trace; }
+  void trace(isa::Unit u, uint64_t start, uint64_t dur, uint32_t pc, const std::string& name, const char* kind);
+  // Books [start, end) (SystemC cycles, as now()) of unit u to the stall accounting.
+  void account(isa::Unit u, uint64_t start, uint64_t end, Span::Kind kind, int sem = 0, isa::Op op = isa::Op::NOP);
 
   const std::string& text(uint32_t pc);  // "dma.ld r1, r2, r3, r4, r5, r6"
   std::string where(uint32_t pc);        // "pc 12 (dma.ld r1, ...)", with the source line if the program has one
@@ -92,5 +108,9 @@ class ChipState {
  private:
   uint64_t cycle_value_;  // SystemC time value of one cycle (1 ns)
 };
+
+// Fills every unit's stalls (the core's are booked as it runs) and the TPUv1 counters from run.spans, once
+// run.cycles is known (stats.cpp).
+void account_stalls(const ChipConfig& cfg, const RunState& run, RunStats& out);
 
 }  // namespace tpusim::sim::detail

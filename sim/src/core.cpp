@@ -1,7 +1,8 @@
 // Timing: every instruction takes one cycle of the core. A unit instruction is dispatched in that cycle (the unit
 // may start it the cycle after); if the unit's queue is full the core first stalls until the unit pops an entry
 // (wait_queue_cycles). fence, sem.set and halt first wait until all units are idle with empty queues, then take
-// their cycle. So an empty program takes 1 cycle (the implicit halt), and one scalar instruction 2.
+// their cycle. Stall accounting: each cycle of the core is busy (an instruction's cycle, the implicit halt's
+// included), wait_queue or wait_drain, so they add up to the run's cycles. So an empty program takes 1 cycle (the implicit halt), and one scalar instruction 2.
 #include "core.h"
 
 #include <limits>
@@ -72,7 +73,8 @@ void Core::drain() {
   while (!st_.all_idle()) st_.wait_event(st_.drained);
   block_ = Block::None;
   t_ = st_.now();
-  if (st_.tracing()) st_.trace(isa::Unit::Core, t, t_ - t, pc_, "drain (" + st_.text(pc_) + ")", "wait");
+  st_.stats(isa::Unit::Core).stalls.wait_drain += t_ - t;
+  if (st_.keeping_trace()) st_.trace(isa::Unit::Core, t, t_ - t, pc_, "drain (" + st_.text(pc_) + ")", "wait");
 }
 
 void Core::dispatch(const isa::Instr& in, isa::Unit u) {
@@ -88,7 +90,8 @@ void Core::dispatch(const isa::Instr& in, isa::Unit u) {
       block_ = Block::None;
       t_ = st_.now();
       st_.stats(isa::Unit::Core).wait_queue_cycles += t_ - t;
-      if (st_.tracing())
+      st_.stats(isa::Unit::Core).stalls.wait_queue += t_ - t;
+      if (st_.keeping_trace())
         st_.trace(isa::Unit::Core, t, t_ - t, pc_, std::string("queue full: ") + isa::unit_name(u), "wait");
     }
   }
@@ -115,10 +118,14 @@ void Core::run_program() {
   for (;;) {
     if (t_ >= limit)
       st_.fail_message("still running after " + std::to_string(r.opts.max_cycles) + " cycles at " + st_.where(pc_));
-    if (pc_ == n) break;  // running off the end is a halt
+    if (pc_ == n) {  // running off the end is a halt, which takes its cycle too
+      ++stats.stalls.busy;
+      break;
+    }
     const isa::Instr& in = r.code[pc_];
     ++stats.instructions;
     ++stats.busy_cycles;
+    ++stats.stalls.busy;
     const isa::Unit u = r.unit_of[pc_];
     if (u != isa::Unit::Core) {
       dispatch(in, u);

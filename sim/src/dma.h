@@ -1,5 +1,9 @@
-// The two DMA engines between HBM and VMEM: DmaIn runs dma.ld (and dmain.sync), DmaOut dma.st (and dmaout.sync).
+// The two DMA queues between HBM and VMEM: DmaIn runs dma.ld (and dmain.sync), DmaOut dma.st (and dmaout.sync).
+// Each queue has dma.engines engines: up to that many of its transfers in flight at once, issued in order and
+// completing (data in place, semaphore signalled) in order.
 #pragma once
+
+#include <deque>
 
 #include "unit.h"
 
@@ -7,14 +11,27 @@ namespace tpusim::sim::detail {
 
 class DmaEngine : public UnitModule {
  public:
+  SC_HAS_PROCESS(DmaEngine);
   DmaEngine(const sc_core::sc_module_name& name, ChipState& st, isa::Unit unit);
-
-  // Cycles to move `bytes` at hbm.bandwidth_gbs: ceil(bytes / bytes per cycle), in exact integer arithmetic
-  // (25.6 GB/s at 500 MHz is 51.2 bytes per cycle, which a double does not hold exactly).
-  static uint64_t transfer_cycles(const ChipConfig& cfg, uint64_t bytes);
+  bool idle() const override { return UnitModule::idle() && inflight_.empty(); }
+  void reset() override;
 
  private:
+  struct Transfer {
+    Entry e;
+    uint64_t start = 0, data_start = 0, data_end = 0;  // data_end: HBM side done
+    Rows hbm, vmem;
+    bool load = false;
+  };
   void execute(const Entry& e) override;
+  void retire_thread();
+  void retire(const Transfer& t);
+
+  const size_t engines_;
+  std::deque<Transfer> inflight_;    // issued, not yet signalled; oldest first
+  sc_core::sc_event issued_, retired_;
+  uint64_t last_done_ = 0;           // completion of the latest retired transfer (completions are in order)
+  uint64_t busy_from_ = 0;           // end of the latest busy slice booked
 };
 
 }  // namespace tpusim::sim::detail

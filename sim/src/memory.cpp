@@ -9,14 +9,8 @@
 namespace tpusim::sim::detail {
 
 void declare_memory_params(std::vector<Param>& out) {
-  ParamSection<HbmParams>(out, "hbm", &ChipConfig::hbm)
-      .add(&HbmParams::size_mib, "size_mib", 32768, "MiB", "HBM capacity (allocated lazily by the simulator)", 1,
-           uint64_t(1) << 20)
-      .add(&HbmParams::bandwidth_gbs, "bandwidth_gbs", 1200.0, "GB/s",
-           "HBM bandwidth, 1e9 bytes per second, shared by both DMA engines", 1e-3, 1e6);
-  ParamSection<VmemParams>(out, "vmem", &ChipConfig::vmem)
-      .add(&VmemParams::size_kib, "size_kib", 16384, "KiB", "on-chip vector memory (VMEM) capacity", 1,
-           uint64_t(4) << 20);
+  declare_hbm_params(out);
+  declare_vmem_params(out);
 }
 
 Hbm::Hbm(uint64_t bytes) : size_(bytes), pages_((bytes + kPageBytes - 1) / kPageBytes) {}
@@ -47,7 +41,9 @@ Memories::Memories(const ChipConfig& cfg)
     : hbm(cfg.hbm_bytes()),
       vmem(cfg.vmem_bytes()),
       acc(static_cast<size_t>(cfg.mxu.acc_rows) * cfg.mxu.cols),
-      acc_cols(cfg.mxu.cols) {}
+      acc_cols(cfg.mxu.cols),
+      hbm_channels(cfg),
+      vmem_ports(cfg) {}
 
 std::string hex(uint64_t v) {
   char buf[24];

@@ -1,5 +1,6 @@
-// The chip's memories: HBM (allocated lazily, in pages), VMEM and the accumulator memory (allocated fully).
-// Accesses are unchecked here; callers check ranges first with check_rows(), also in timing-only mode.
+// The chip's memories: HBM (allocated lazily, in pages), VMEM and the accumulator memory (allocated fully), and
+// the timing of their shared resources: HBM channels (HbmChannels, hbm.cpp) and VMEM bank ports (VmemPorts,
+// vmem.cpp). Accesses are unchecked here; callers check ranges first with check_rows(), also in timing-only mode.
 #pragma once
 
 #include <cstdint>
@@ -25,13 +26,99 @@ class Hbm {
   std::vector<std::unique_ptr<uint8_t[]>> pages_;
 };
 
+// An access pattern: rows i < rows of rowbytes bytes at base + i*stride (addresses already checked).
+struct Rows {
+  uint64_t base = 0, rows = 0, rowbytes = 0;
+  int64_t stride = 0;
+  uint64_t bytes() const { return rows * rowbytes; }
+};
+
+// Address interleaving: the byte at address x belongs to unit (x / grain) % counts.size(). Adds to counts[u] the
+// bytes of `r` that belong to unit u, arithmetically: whole periods of grain * units bytes at once, and rows by
+// the period of their start addresses, so the cost does not grow with the bytes moved. Access patterns that would
+// need more than about 2^16 steps (odd strides over huge periods) are spread evenly instead.
+void count_interleaved(std::vector<uint64_t>& counts, uint64_t grain, const Rows& r);
+
+// HBM timing (hbm.cpp). Channel c serves its share of a transfer at hbm.bandwidth_gbs / hbm.channels, one
+// transfer after another (its next free cycle); a transfer's data ends when its last channel is done. Address x
+// is in chunk u = x / hbm.interleave_bytes, bank (u / channels) % banks of channel (u + u / channels) % channels
+// (hbm.channel_skew = 1) or u % channels (0).
+// Bank conflicts, per transfer: every interleave_bytes chunk a bank serves opens a row (row-buffer hits are not
+// modelled) and a bank opens one row per hbm.t_rc_ns, so a bank holding n chunks of a transfer needs at least
+// (n - 1) * tRC + (one chunk at the channel's rate) cycles. Bank state does not carry over between transfers.
+class HbmChannels {
+ public:
+  explicit HbmChannels(const ChipConfig& cfg);
+  // Books the transfer's bytes on the channels from cycle `data_start`; returns the cycle its data is done.
+  uint64_t transfer(uint64_t data_start, const Rows& r);
+  void reset();  // all channels free (before a run)
+
+ private:
+  uint64_t channel_cycles(uint64_t bytes) const;  // ceil(bytes / a channel's bytes per cycle), exactly
+  const uint64_t channels_, banks_, grain_;
+  unsigned __int128 per_s_, khz_;  // a channel's bandwidth in kB/s * channels, and the clock in kHz
+  uint64_t t_rc_;                  // hbm.t_rc_ns in cycles, rounded up
+  std::vector<uint64_t> free_;     // per channel: first free cycle
+  const uint64_t slots_;             // chunks in the address map's period
+  std::vector<uint32_t> slot_unit_;  // per slot: its unit, channel + bank * channels
+  // Scratch, all zero between transfers: bytes per unit, the units touched, bytes and bank limit per channel.
+  std::vector<uint64_t> per_unit_;
+  std::vector<uint32_t> touched_;
+  std::vector<uint64_t> chan_bytes_, chan_bank_limit_;
+  // Recent access patterns (base modulo the period) and their bytes per unit.
+  struct Pattern {
+    Rows key;
+    uint64_t uniform;  // bytes in every slot (whole periods)
+    std::vector<std::pair<uint32_t, uint64_t>> shares;
+  };
+  static constexpr size_t kCachedPatterns = 64;
+  std::vector<Pattern> cache_;
+  size_t next_evict_ = 0;
+};
+
+// VMEM bank ports (vmem.cpp): vmem.banks banks, interleaved every vmem.interleave_bytes, each with one port that
+// moves vmem.port_bytes_per_cycle. Every client (DMA, vector unit, matrix unit) books the bytes it moves on the
+// banks they fall in; a bank serves bookings one after another in the order they are made (its next free cycle),
+// so clients conflict when together they need more bytes per cycle than the ports give.
+class VmemPorts {
+ public:
+  using Demand = std::vector<uint64_t>;  // bytes per bank
+  explicit VmemPorts(const ChipConfig& cfg);
+  Demand demand() const { return Demand(banks_, 0); }
+  void add(Demand& d, const Rows& r) const { count_interleaved(d, grain_, r); }
+  // Cycles the busiest bank of `d` needs.
+  uint64_t cycles(const Demand& d) const;
+  // Books each bank's share from max(earliest, its next free cycle); returns the cycle the last one is done
+  // (`earliest` if d is empty).
+  uint64_t reserve(uint64_t earliest, const Demand& d);
+  // The same for `bytes` spread evenly over all banks, for a client that streams through all of VMEM (the hook
+  // for the matrix unit's reads of inputs and weights: st.mem.vmem_ports.reserve(cycle, bytes)).
+  uint64_t reserve(uint64_t earliest, uint64_t bytes);
+  void reset();  // all banks free (before a run)
+
+ private:
+  const uint64_t banks_, grain_, port_;
+  std::vector<uint64_t> free_;  // per bank: first free cycle
+};
+
 struct Memories {
   explicit Memories(const ChipConfig& cfg);
   Hbm hbm;
   std::vector<uint8_t> vmem;
   std::vector<uint32_t> acc;  // acc_rows x mxu.cols 32-bit words (i32 or f32 bits), row-major
   uint64_t acc_cols;
+  HbmChannels hbm_channels;
+  VmemPorts vmem_ports;
+  void reset_timing() {  // before a run: every resource free
+    hbm_channels.reset();
+    vmem_ports.reset();
+  }
 };
+
+// Parameter declarations of [hbm] (hbm.cpp) and [vmem] (vmem.cpp), called by declare_memory_params.
+struct Param;
+void declare_hbm_params(std::vector<Param>& out);
+void declare_vmem_params(std::vector<Param>& out);
 
 // Checks that rows i < `rows` of `rowbytes` bytes at `base + i*stride` all lie in [0, size). Returns "" or the
 // error, e.g. "HBM read [0x1000, 0x2000) outside 1024 MiB" (`what` is "HBM read", `size_text` "1024 MiB").

@@ -1,8 +1,16 @@
-// Timing (cycles; "front-end" is the in-order stage that takes the unit's queue, after the semaphore wait):
-//   mxu.lw at front-end cycle f: loads from start = max(f, shadow_free) to ready = start + R (one row of the
-//     tile per cycle) and completes (signal) then. The front-end moves on at f: the load overlaps whatever the
-//     array is doing. Only one tile can wait in the shadow buffer: a second lw before an mm swapped the first in
-//     waits for the first load to finish and replaces that tile.
+// Timing (cycles; "front-end" is the in-order stage that takes the unit's queue, after the semaphore wait).
+// The array has R = mxu.rows by C = mxu.cols PEs. mxu.lw holds a K x N tile of b (K <= R, N <= C); mxu.mm
+// streams M rows of a (M x K) against it. Whatever the tile's size, data crosses the whole array (a smaller tile
+// is zero-padded): skew and drain are counted in R and C. The derivations, with the PE-level mechanisms that
+// validation/systolic/ simulates clock by clock, are in docs/dataflows.md; the rules here are their result.
+// Below, Kt = max(K, 1), Nt = max(N, 1) (an empty tile still streams one zero row).
+//
+// mxu.dataflow = ws (weight-stationary; PE (r, c) holds b[r][c]; rows of a stream in from the left, partial sums
+//   flow down and leave the bottom into the accumulators):
+//   mxu.lw at front-end cycle f: shifts the tile into the PEs' shadow registers from start = max(f, shadow_free)
+//     to ready = start + R (one row per cycle) and completes (signal) then. The front-end moves on at f: the load
+//     overlaps whatever the array is doing. Only one tile can wait in the shadow buffer: a second lw before an mm
+//     swapped the first in waits for the first load to finish and replaces that tile.
 //   mxu.mm at front-end cycle f, streaming m input rows: a pending shadow tile is swapped in at
 //     swap = max(ready, stream_free); the stream starts at s = max(f, stream_free, swap) and takes m cycles
 //     (stream_free = s + m); results are in the accumulators (signal) at s + m + R + C - 2, after the last row
@@ -10,9 +18,27 @@
 //     while this mm streams (double buffering) and the next mm's stream follows this one back to back.
 //   One isolated fold (lw, then mm) from the lw's start: R + m + R + C - 2 = 2R + C + M - 2 cycles, which is
 //   SCALE-Sim's weight-stationary fold (preload R, stream M, skew R - 1, drain C - 1).
-//   mxu.sync, and an mxu.mm with m == 0, complete at max(f, the latest completion scheduled so far): the matrix
-//   unit signals in order, so `mxu.sync signal=sN` after an mm says its results are in the accumulators.
-// Busy cycles are streaming cycles (sum of m); useful MACs are m*k*n per mm.
+// mxu.dataflow = os (output-stationary; PE (r, c) accumulates out[row r of the fold][c]; a enters from the
+//   left, b from the top, K streamed; each PE has two accumulator registers, used by alternate folds):
+//   mxu.lw stages the tile in a double-buffered staging buffer above the array, one row per cycle: ready =
+//     start + Kt, start = max(f, shadow_free), as for ws.
+//   mxu.mm: ceil(m/R) folds of R rows. Fold i streams Kt cycles from t_i; its outputs drain down each column,
+//     R cycles, column c from t_i + Kt + R - 1 + c, one column port per column. So a fold may start when
+//     t >= stream_free (= previous t + previous Kt) and t + Kt >= out_free (= previous t + previous Kt + R):
+//     t_0 = max(f, swap, stream_free, out_free - Kt); within an mm t_{i+1} = t_i + max(Kt, R).
+//     Results at t_last + Kt + 2R + C - 2. The front-end moves on at t_last.
+//   One isolated fold from the lw's start: Kt + Kt + 2R + C - 2 = 2K + 2R + C - 2.
+// mxu.dataflow = is (input-stationary; PE (r, c) holds a[row c of the fold][r] in double-buffered registers;
+//   columns of b stream in from the left, N streamed, partial sums flow down and leave the bottom):
+//   mxu.lw stages the tile, ready = start + Kt, as for os.
+//   mxu.mm: ceil(m/C) folds of C rows of a. Fold i shifts its block of a into the PEs' shadow registers in R
+//     cycles from L_i = max(f, a_shadow_free) (a_shadow_free = the previous fold's stream start: its swap), then
+//     streams Nt cycles from t_i = max(L_i + R, stream_free, swap); within an mm t_{i+1} = t_i + max(R, Nt).
+//     Results at t_last + Nt + R + C - 2. The front-end moves on at t_last.
+//   One isolated fold from the lw's start (K <= R): R + Nt + R + C - 2 = 2R + C + N - 2.
+// mxu.sync, and an mxu.mm with m == 0, complete at max(f, the latest completion scheduled so far): the matrix
+// unit signals in order, so `mxu.sync signal=sN` after an mm says its results are in the accumulators.
+// Busy cycles are streaming cycles (ws: m; os: folds * Kt; is: folds * Nt per mm); useful MACs are m*k*n per mm.
 //
 // Functional: lw reads VMEM when it completes, mm reads its inputs and writes the accumulators when it completes
 // (a program must not overwrite them before the instruction signals). int8: products are exact in f32 and a
@@ -37,10 +63,22 @@ void declare_mxu_params(std::vector<Param>& out) {
       .add(&MxuParams::cols, "cols", 128, "PEs", "PE columns of the systolic array: the N extent of a weight tile",
            1, 1024)
       .add(&MxuParams::acc_rows, "acc_rows", 2048, "rows",
-           "accumulator memory depth, in rows of mxu.cols 32-bit words", 1, 1 << 20);
+           "accumulator memory depth, in rows of mxu.cols 32-bit words", 1, 1 << 20)
+      .add(&MxuParams::dataflow, "dataflow", "ws", "",
+           "what stays in the PEs (timing only; results are the same): ws = weight-stationary (the b tile is "
+           "shifted into the PEs, rows of a stream through), os = output-stationary (each PE accumulates one "
+           "output; a and the staged b tile stream in, outputs drain), is = input-stationary (a block of a is "
+           "pinned in the PEs, the staged b tile's columns stream through)");
+  out.back().check = [](const ChipConfig& c) -> std::string {
+    const std::string& d = c.mxu.dataflow;
+    return d == "ws" || d == "os" || d == "is" ? "" : "must be ws, os or is";
+  };
 }
 
 namespace {
+Dataflow dataflow_of(const std::string& d) { return d == "os" ? Dataflow::OS : d == "is" ? Dataflow::IS : Dataflow::WS; }
+uint64_t sub_sat(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 float element(isa::DType t, const uint8_t* p) {
@@ -52,7 +90,8 @@ float element(isa::DType t, const uint8_t* p) {
 }  // namespace
 
 Mxu::Mxu(const sc_core::sc_module_name& name, ChipState& st)
-    : UnitModule(name, st, isa::Unit::Mxu), R_(st.cfg.mxu.rows), C_(st.cfg.mxu.cols) {
+    : UnitModule(name, st, isa::Unit::Mxu), R_(st.cfg.mxu.rows), C_(st.cfg.mxu.cols),
+      df_(dataflow_of(st.cfg.mxu.dataflow)) {
   st.events.push_back(&pending_changed_);
   SC_THREAD(retire_thread);
 }
@@ -60,7 +99,7 @@ Mxu::Mxu(const sc_core::sc_module_name& name, ChipState& st)
 void Mxu::reset() {
   UnitModule::reset();
   pending_ = {};
-  stream_free_ = shadow_free_ = shadow_ready_ = last_completion_ = 0;
+  stream_free_ = shadow_free_ = shadow_ready_ = last_completion_ = out_free_ = a_shadow_free_ = 0;
   shadow_.reset();
   active_.reset();
 }
@@ -90,10 +129,10 @@ void Mxu::load_weights(const Entry& e) {
   auto tile = std::make_shared<Tile>();
   tile->k = static_cast<int>(k), tile->n = static_cast<int>(n), tile->dtype = dt;
   shadow_ = tile;
-  shadow_ready_ = start + R_;
+  shadow_ready_ = start + (df_ == Dataflow::WS ? R_ : std::max<uint64_t>(k, 1));
   shadow_free_ = shadow_ready_;  // until then it is loading; after that, until the swap (which updates this)
   schedule(shadow_ready_, e, std::move(tile));
-  if (st_.tracing()) st_.trace(isa::Unit::Mxu, start, R_, e.pc, st_.text(e.pc), "load");
+  if (st_.tracing()) st_.trace(isa::Unit::Mxu, start, shadow_ready_ - start, e.pc, st_.text(e.pc), "load");
 }
 
 void Mxu::matmul(const Entry& e) {
@@ -122,13 +161,41 @@ void Mxu::matmul(const Entry& e) {
     shadow_.reset();
     shadow_free_ = swap;
   }
-  const uint64_t s = std::max({f, stream_free_, swap}), um = static_cast<uint64_t>(m);
-  stream_free_ = s + um;
-  stats().busy_cycles += um;
+  const auto um = static_cast<uint64_t>(m);
+  std::vector<uint64_t> folds;  // stream start of each fold
+  uint64_t len = um, done = 0;   // stream cycles per fold; completion
+  if (df_ == Dataflow::WS) {
+    const uint64_t s = std::max({f, stream_free_, swap});
+    folds.push_back(s);
+    stream_free_ = s + um;
+    done = s + um + R_ + C_ - 2;
+  } else if (df_ == Dataflow::OS) {
+    len = std::max<uint64_t>(active_->k, 1);
+    uint64_t t = std::max({f, swap, stream_free_, sub_sat(out_free_, len)});
+    for (uint64_t i = 0; i < (um + R_ - 1) / R_; ++i) {
+      if (i) t = std::max(stream_free_, sub_sat(out_free_, len));
+      folds.push_back(t);
+      stream_free_ = t + len;
+      out_free_ = t + len + R_;
+    }
+    done = folds.back() + len + 2 * R_ + C_ - 2;
+  } else {
+    len = std::max<uint64_t>(active_->n, 1);
+    uint64_t load = std::max(f, a_shadow_free_), t = std::max({load + R_, stream_free_, swap});
+    for (uint64_t i = 0; i < (um + C_ - 1) / C_; ++i) {
+      if (i) load = std::max(load + R_, a_shadow_free_), t = std::max(load + R_, stream_free_);
+      folds.push_back(t);
+      a_shadow_free_ = t;
+      stream_free_ = t + len;
+    }
+    done = folds.back() + len + R_ + C_ - 2;
+  }
+  stats().busy_cycles += len * folds.size();
   st_.run.stats.mxu_macs += um * static_cast<uint64_t>(active_->k) * static_cast<uint64_t>(active_->n);
-  if (st_.tracing()) st_.trace(isa::Unit::Mxu, s, um, e.pc, st_.text(e.pc), "busy");
-  schedule(s + um + R_ + C_ - 2, e, active_);
-  st_.wait_until(s);
+  if (st_.tracing())
+    for (uint64_t t : folds) st_.trace(isa::Unit::Mxu, t, len, e.pc, st_.text(e.pc), "busy");
+  schedule(done, e, active_);
+  st_.wait_until(folds.back());
 }
 
 void Mxu::retire_in_order(const Entry& e) { schedule(std::max(st_.now(), last_completion_), e, nullptr); }

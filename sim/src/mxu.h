@@ -1,5 +1,6 @@
-// The matrix unit: a weight-stationary mxu.rows x mxu.cols systolic array with a double-buffered weight tile
-// (active + shadow), writing into the accumulator memory.
+// The matrix unit: an mxu.rows x mxu.cols systolic array with a double-buffered tile of b (active + shadow),
+// writing into the accumulator memory. Its dataflow (mxu.dataflow: weight-, output- or input-stationary) sets
+// the timing only; the results are the same (mxu.cpp, docs/dataflows.md).
 #pragma once
 
 #include <memory>
@@ -9,6 +10,8 @@
 #include "unit.h"
 
 namespace tpusim::sim::detail {
+
+enum class Dataflow { WS, OS, IS };
 
 class Mxu : public UnitModule {
  public:
@@ -42,6 +45,7 @@ class Mxu : public UnitModule {
   void compute(const Entry& e, const Tile& t);
 
   const uint64_t R_, C_;
+  const Dataflow df_;
   std::priority_queue<Completion, std::vector<Completion>, std::greater<>> pending_;
   sc_core::sc_event pending_changed_;
   uint64_t seq_ = 0;
@@ -49,6 +53,8 @@ class Mxu : public UnitModule {
   uint64_t shadow_free_ = 0;   // first cycle the shadow buffer may start loading a tile
   uint64_t shadow_ready_ = 0;  // cycle at which shadow_ is fully loaded
   uint64_t last_completion_ = 0;  // latest completion time scheduled so far
+  uint64_t out_free_ = 0;      // os: a fold's stream may end no earlier (its outputs drain after the last fold's)
+  uint64_t a_shadow_free_ = 0; // is: first cycle the PEs' shadow registers may load another block of a
   std::shared_ptr<Tile> shadow_;  // a tile loaded (or loading) but not yet swapped in
   std::shared_ptr<Tile> active_;  // the tile in the array
 };

@@ -1,9 +1,116 @@
-// The stats file: RunStats as JSON, keys in a fixed order.
+// The stall accounting (where each unit's cycles went, and TPUv1's counters) and the stats file: RunStats as
+// JSON, keys in a fixed order.
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
+#include "chip_state.h"
 #include "tpusim/sim/chip.h"
 
 namespace tpusim::sim {
+namespace detail {
+namespace {
+
+// TPUv1's categories of a matrix unit cycle, in cycles (Tpuv1Counters has the definitions).
+struct Tpuv1Cycles {
+  uint64_t active = 0, weight_stall = 0, weight_shift = 0, non_matrix = 0, raw = 0, input = 0;
+};
+
+// For each semaphore, the units whose instructions signal it (bit per isa::Unit; the core's bit for sem.set).
+std::array<uint32_t, isa::kNumSems> signallers(const RunState& run) {
+  std::array<uint32_t, isa::kNumSems> out{};
+  for (size_t pc = 0; pc < run.code.size(); ++pc) {
+    const isa::Instr& in = run.code[pc];
+    const isa::Unit u = run.unit_of[pc];
+    int64_t s = 0;
+    if (u != isa::Unit::Core) s = in.f[in.desc().num_operands - 1];
+    else if (in.op == isa::Op::SEMSET) s = in.f[0];
+    if (s > 0 && s < isa::kNumSems) out[static_cast<size_t>(s)] |= 1u << static_cast<int>(u);
+  }
+  return out;
+}
+
+// Sweeps one unit's spans over [0, cycles): each stretch goes to the first of memory, busy, weight load,
+// semaphore wait that covers it, else to idle (before the unit's last span ends) or idle_after.
+void sweep(const std::vector<Span>& spans, uint64_t cycles, const std::array<uint32_t, isa::kNumSems>& sig,
+           StallBreakdown& b, Tpuv1Cycles* v1) {
+  struct Edge {
+    uint64_t t;
+    int delta;
+    size_t i;
+  };
+  std::vector<Edge> edges;
+  edges.reserve(2 * spans.size());
+  uint64_t last = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const uint64_t s = std::min(spans[i].start, cycles), e = std::min(spans[i].end, cycles);
+    if (e <= s) continue;
+    edges.push_back({s, +1, i});
+    edges.push_back({e, -1, i});
+    last = std::max(last, e);
+  }
+  std::sort(edges.begin(), edges.end(), [](const Edge& x, const Edge& y) { return x.t < y.t; });
+  std::array<int, 4> count{};
+  std::vector<size_t> sems;  // the semaphore spans open now (one, unless the spans overlap)
+  uint64_t prev = 0;
+  auto book = [&](uint64_t len) {
+    if (!len) return;
+    if (count[Span::Memory]) b.wait_memory += len;
+    else if (count[Span::Busy]) b.busy += len;
+    else if (count[Span::Load]) b.weight_load += len;
+    else if (!sems.empty()) {
+      b.wait_sem += len;
+      b.wait_sem_by[spans[sems.back()].sem] += len;
+    } else if (prev < last) b.idle += len;
+    else b.idle_after += len;
+    if (!v1) return;
+    if (count[Span::Busy]) v1->active += len;
+    else if (count[Span::Load]) v1->weight_shift += len;
+    else if (!sems.empty() && spans[sems.back()].op == isa::Op::MXULW) v1->weight_stall += len;
+    else {
+      v1->non_matrix += len;
+      if (!sems.empty())
+        (sig[spans[sems.back()].sem] == 1u << static_cast<int>(isa::Unit::DmaIn) ? v1->input : v1->raw) += len;
+    }
+  };
+  for (const Edge& e : edges) {
+    book(e.t - prev);
+    prev = e.t;
+    const Span& sp = spans[e.i];
+    count[sp.kind] += e.delta;
+    if (sp.kind == Span::Sem) {
+      if (e.delta > 0) sems.push_back(e.i);
+      else std::erase(sems, e.i);
+    }
+  }
+  book(cycles - prev);
+}
+
+}  // namespace
+
+void account_stalls(const ChipConfig& cfg, const RunState& run, RunStats& out) {
+  const auto sig = signallers(run);
+  Tpuv1Cycles v1;
+  for (int u = 0; u < isa::kNumUnits; ++u) {
+    if (static_cast<isa::Unit>(u) == isa::Unit::Core) continue;  // booked as it ran (core.cpp)
+    StallBreakdown& b = out.units[u].stalls;
+    b = StallBreakdown{};
+    sweep(run.spans[u], out.cycles, sig, b, static_cast<isa::Unit>(u) == isa::Unit::Mxu ? &v1 : nullptr);
+  }
+  const double c = out.cycles ? static_cast<double>(out.cycles) : 1.0;
+  Tpuv1Counters& t = out.tpuv1;
+  t.array_active = static_cast<double>(v1.active) / c;
+  t.useful_macs = out.mxu_mac_utilization;
+  t.unused_macs = std::max(0.0, t.array_active - t.useful_macs);
+  t.weight_stall = static_cast<double>(v1.weight_stall) / c;
+  t.weight_shift = static_cast<double>(v1.weight_shift) / c;
+  t.non_matrix = static_cast<double>(v1.non_matrix) / c;
+  t.raw_stall = static_cast<double>(v1.raw) / c;
+  t.input_stall = static_cast<double>(v1.input) / c;
+  (void)cfg;
+}
+
+}  // namespace detail
 
 std::string RunStats::to_json(const ChipConfig& cfg) const {
   nlohmann::ordered_json j;
@@ -14,15 +121,35 @@ std::string RunStats::to_json(const ChipConfig& cfg) const {
   nlohmann::ordered_json u = nlohmann::ordered_json::object();
   for (int i = 0; i < isa::kNumUnits; ++i) {
     const UnitStats& s = units[i];
+    const StallBreakdown& b = s.stalls;
+    nlohmann::ordered_json by = nlohmann::ordered_json::object();
+    for (int k = 1; k < isa::kNumSems; ++k)
+      if (b.wait_sem_by[k]) by["s" + std::to_string(k)] = b.wait_sem_by[k];
     u[isa::unit_name(static_cast<isa::Unit>(i))] = {
         {"instructions", s.instructions},         {"busy_cycles", s.busy_cycles},
         {"wait_sem_cycles", s.wait_sem_cycles},   {"wait_queue_cycles", s.wait_queue_cycles},
         {"utilization", s.utilization},
+        // Every cycle of the run in one category: they add up to "cycles" (StallBreakdown in chip.h).
+        {"stalls",
+         {{"busy", b.busy},
+          {"wait_memory", b.wait_memory},
+          {"weight_load", b.weight_load},
+          {"wait_sem", b.wait_sem},
+          {"wait_sem_by", std::move(by)},
+          {"wait_queue", b.wait_queue},
+          {"wait_drain", b.wait_drain},
+          {"idle", b.idle},
+          {"idle_after", b.idle_after}}},
     };
   }
   j["units"] = std::move(u);
   j["mxu"] = {{"macs", mxu_macs}, {"mac_utilization", mxu_mac_utilization}};
   j["hbm"] = {{"bytes_read", hbm_bytes_read}, {"bytes_written", hbm_bytes_written}};
+  // Fractions of "cycles" (Tpuv1Counters in chip.h defines each on our matrix unit).
+  j["tpuv1_counters"] = {{"array_active", tpuv1.array_active}, {"useful_macs", tpuv1.useful_macs},
+                         {"unused_macs", tpuv1.unused_macs},   {"weight_stall", tpuv1.weight_stall},
+                         {"weight_shift", tpuv1.weight_shift}, {"non_matrix", tpuv1.non_matrix},
+                         {"raw_stall", tpuv1.raw_stall},       {"input_stall", tpuv1.input_stall}};
   return j.dump(2);
 }
 

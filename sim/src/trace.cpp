@@ -1,6 +1,8 @@
 // Chrome trace event JSON (Perfetto opens it): complete ("X") events on one track per unit, in microseconds of
 // simulated time. The matrix unit's weight loads and semaphore waits overlap its streaming, so they get tracks
-// of their own ("mxu.lw", "mxu.wait"): slices on one track must nest.
+// of their own ("mxu.lw", "mxu.wait"): slices on one track must nest. Waits are slices named after what they
+// wait for ("wait s3", "queue full: mxu", "drain (...)"); a unit's memory waits ("memory wait", kind "memory")
+// lie inside its busy slice on the same track. Cycles with no slice on a unit's tracks are idle.
 #include <nlohmann/json.hpp>
 
 #include "tpusim/sim/chip.h"
@@ -12,7 +14,7 @@ enum Track { kCore = 1, kDmaIn, kDmaOut, kMxu, kVpu, kMxuLoad, kMxuWait };
 
 int track(const TraceEvent& e) {
   if (e.unit == isa::Unit::Mxu && e.kind == "load") return kMxuLoad;
-  if (e.unit == isa::Unit::Mxu && e.kind == "wait") return kMxuWait;
+  if (e.unit == isa::Unit::Mxu && (e.kind == "wait" || e.kind == "memory")) return kMxuWait;
   return static_cast<int>(e.unit) + 1;
 }
 

@@ -65,14 +65,22 @@ void UnitModule::acquire(const Entry& e) {
   }
   --st_.sem[s];
   uint64_t waited = st_.now() - t;
+  if (!waited) return;
   stats().wait_sem_cycles += waited;
-  if (waited && st_.tracing()) st_.trace(unit_, t, waited, e.pc, "wait s" + std::to_string(s), "wait");
+  st_.account(unit_, t, t + waited, Span::Sem, s, e.in.op);
+  if (st_.keeping_trace()) st_.trace(unit_, t, waited, e.pc, "wait s" + std::to_string(s), "wait");
 }
 
 void UnitModule::finish(const Entry& e, uint64_t start, uint64_t end) {
   stats().busy_cycles += end - start;
-  if (st_.tracing()) st_.trace(unit_, start, end - start, e.pc, st_.text(e.pc), "busy");
+  st_.trace(unit_, start, end - start, e.pc, st_.text(e.pc), "busy");
   st_.signal(e.signal_sem());
+}
+
+void UnitModule::note_memory_wait(uint64_t start, uint64_t end) {
+  if (end <= start) return;
+  st_.account(unit_, start, end, Span::Memory);
+  if (st_.keeping_trace()) st_.trace(unit_, start, end - start, pc_, "memory wait", "memory");
 }
 
 }  // namespace tpusim::sim::detail

@@ -74,6 +74,12 @@ class UnitModule : public sc_core::sc_module {
   virtual void execute(const Entry& e) = 0;
   // Books busy cycles [start, end) and their trace slice, and signals e's semaphore (the caller is at `end`).
   void finish(const Entry& e, uint64_t start, uint64_t end);
+  // For the memory system: the instruction executing now was stalled on memory during [start, end) (cycles as
+  // st_.now(); within its busy slice, e.g. a DMA's latency or HBM contention). Those cycles move from busy to
+  // wait_memory in the stall accounting and get a "memory wait" trace slice. Call it before finish().
+  void note_memory_wait(uint64_t start, uint64_t end);
+  // The same for the `cycles` cycles just before now (after a wait_until on memory).
+  void note_memory_wait(uint64_t cycles) { note_memory_wait(st_.now() - cycles, st_.now()); }
   UnitStats& stats() { return st_.stats(unit_); }
 
   ChipState& st_;

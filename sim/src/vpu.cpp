@@ -1,5 +1,8 @@
 // Timing: an instruction over E elements takes vpu.latency + ceil(E / (vpu.lanes * vpu.sublanes)) cycles, one at
 // a time, in order; its results are written (and its semaphore signalled) when it completes. vpu.sync takes 0.
+// The VMEM bytes it reads and writes are booked on VMEM's bank ports from its start (VmemPorts, memory.h); when
+// the ports are busier than that (DMA traffic, or more bytes per cycle than they give), it ends vpu.latency after
+// its VMEM traffic does instead.
 //
 // Numerics (isa.def, docs/isa.md): integers compute in i32, wrapping; floats in f32; bf16 is computed in f32
 // and rounded to nearest even on the way out; casts to integers round to nearest even and saturate.
@@ -7,6 +10,7 @@
 // overflow); exp, recip and rsqrt take f32 and bf16; cast and vpu.acc's output take all four.
 #include "vpu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -166,6 +170,49 @@ struct RMax : Max {
   }
 };
 
+// The VMEM bytes an instruction reads and writes (operands already checked), as VmemPorts demand per bank.
+VmemPorts::Demand vmem_traffic(const Entry& e, const VmemPorts& ports) {
+  VmemPorts::Demand d = ports.demand();
+  auto add = [&](int64_t addr, int64_t rows, int64_t rowbytes, int64_t stride) {
+    if (rows > 0 && rowbytes > 0)
+      ports.add(d, {static_cast<uint64_t>(addr), static_cast<uint64_t>(rows), static_cast<uint64_t>(rowbytes), stride});
+  };
+  auto n_bytes = [&](const char* dt) { return e.arg("n") * isa::dtype_size(e.dtype(dt)); };
+  switch (e.in.op) {
+    case Op::VACC:
+      add(e.arg("vaddr"), e.arg("rows"), e.arg("cols") * isa::dtype_size(e.dtype("odt")), e.arg("stride"));
+      if (e.arg("bias_en") && e.arg("rows")) add(e.arg("bias"), 1, e.arg("cols") * 4, 0);
+      break;
+    case Op::VADD:
+    case Op::VSUB:
+    case Op::VMUL:
+    case Op::VMAX:
+    case Op::VMIN:
+      add(e.arg("vb"), 1, n_bytes("dtype"), 0);
+      [[fallthrough]];
+    case Op::VRELU:
+    case Op::VEXP:
+    case Op::VRECIP:
+    case Op::VRSQRT:
+      add(e.arg("va"), 1, n_bytes("dtype"), 0);
+      add(e.arg("vd"), 1, n_bytes("dtype"), 0);
+      break;
+    case Op::VCAST:
+      add(e.arg("va"), 1, n_bytes("sdt"), 0);
+      add(e.arg("vd"), 1, n_bytes("ddt"), 0);
+      break;
+    case Op::VRSUM:
+    case Op::VRMAX: {
+      const int size = isa::dtype_size(e.dtype("dtype"));
+      add(e.arg("va"), e.arg("rows"), e.arg("cols") * size, e.arg("stride"));
+      add(e.arg("vd"), 1, e.arg("rows") * size, 0);
+      break;
+    }
+    default: break;
+  }
+  return d;
+}
+
 }  // namespace
 
 Vpu::Vpu(const sc_core::sc_module_name& name, ChipState& st)
@@ -176,10 +223,14 @@ void Vpu::execute(const Entry& e) {
   const uint64_t start = st_.now();
   if (e.in.op == Op::VSYNC) return finish(e, start, start);
   const uint64_t elements = check(e);
-  const uint64_t end = start + static_cast<uint64_t>(st_.cfg.vpu.latency) + (elements + width_ - 1) / width_;
+  const auto latency = static_cast<uint64_t>(st_.cfg.vpu.latency);
+  const uint64_t vmem_done = st_.mem.vmem_ports.reserve(start, vmem_traffic(e, st_.mem.vmem_ports));
+  const uint64_t compute_end = start + latency + (elements + width_ - 1) / width_;
+  const uint64_t end = std::max(compute_end, vmem_done + latency);
   st_.wait_until(end);
   if (st_.functional()) compute(e);
   finish(e, start, end);
+  note_memory_wait(compute_end, end);  // the VMEM ports, not the lanes, set the pace
 }
 
 uint64_t Vpu::check(const Entry& e) {

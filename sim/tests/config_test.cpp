@@ -76,7 +76,7 @@ TEST(Config, DeclaredDefaultsAreTheV4LikePreset) {
 
 TEST(Config, DescribeListsEveryParameterWithHelp) {
   auto params = describe(load_config("edge", {"mxu.rows=8"}));
-  ASSERT_EQ(params.size(), 13u);
+  ASSERT_EQ(params.size(), 23u);
   for (const ParamInfo& p : params) EXPECT_FALSE(p.help.empty()) << p.key;
   auto rows = std::find_if(params.begin(), params.end(), [](const ParamInfo& p) { return p.key == "mxu.rows"; });
   ASSERT_NE(rows, params.end());

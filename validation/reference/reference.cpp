@@ -60,7 +60,7 @@ void Reference::read_hbm(uint64_t addr, void* data, size_t bytes) const {
 
 void Reference::load_constants(const isa::Program& p) {
   for (const auto& t : p.tensors)
-    if (t.kind == isa::TensorKind::Const) write_hbm(t.hbm_addr, p.const_data.data() + t.const_offset, t.bytes());
+    if (t.kind == isa::TensorKind::Const) write_hbm(t.addr, p.const_data.data() + t.const_offset, t.bytes());
 }
 
 // ---- the fetch loop -----------------------------------------------------------------------------------------

@@ -94,6 +94,26 @@ class GemmAgainstNumpy(Workdir):
         self.assertEqual(stats["units"]["mxu"]["instructions"] > 0, True)
         self.assertGreater(stats["mxu"]["mac_utilization"], 0.0)
 
+    def test_resident_activations_and_tiled_weights(self):
+        # ACT_RESIDENT keeps a and c in VMEM (the runtime writes and reads them there); B_TILED takes b stored
+        # tile by tile, [cdiv(K,R), cdiv(N,C), R, C]. Same results either way.
+        rng = np.random.default_rng(7)
+        m, k, n, r, c = 37, 70, 45, 32, 32
+        a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, size=(k, n), dtype=np.int8)
+        kt, nt = -(-k // r), -(-n // c)
+        padded = np.zeros((kt * r, nt * c), np.int8)
+        padded[:k, :n] = b
+        tiled = padded.reshape(kt, r, nt, c).transpose(0, 2, 1, 3).copy()
+        want = a.astype(np.int32) @ b.astype(np.int32)
+        for resident, tiles in [(1, 0), (0, 1), (1, 1)]:
+            out = self.path(f"o{resident}{tiles}")
+            tpusim("run", os.path.join(KERNELS, "gemm_int8.s"), "--config", "edge", "-D", f"M={m}", "-D", f"K={k}",
+                   "-D", f"N={n}", "-D", f"ACT_RESIDENT={resident}", "-D", f"B_TILED={tiles}",
+                   "--input", "a=" + self.save("a.npy", a), "--input", "b=" + self.save("b.npy", tiled if tiles else b),
+                   "--output-dir", out)
+            np.testing.assert_array_equal(np.load(os.path.join(out, "c.npy")), want)
+
     def test_bf16_within_tolerance(self):
         # Inputs are float32 files; the runtime rounds them to bf16 (nearest even). Products of bf16 values are
         # exact in f32 and the sums are f32, so against a float64 computation on the same bf16 values the error
@@ -126,6 +146,15 @@ class Outputs(Workdir):
             u = stats["units"][unit]
             self.assertLessEqual(u["busy_cycles"], stats["cycles"])
             self.assertAlmostEqual(u["utilization"], u["busy_cycles"] / stats["cycles"], delta=1e-9)
+            # Stall accounting: every cycle of every unit in exactly one category.
+            st = u["stalls"]
+            self.assertEqual(sum(v for k, v in st.items() if k != "wait_sem_by"), stats["cycles"], unit)
+            self.assertEqual(sum(st["wait_sem_by"].values()), st["wait_sem"], unit)
+        v1 = stats["tpuv1_counters"]
+        self.assertAlmostEqual(v1["array_active"] + v1["weight_stall"] + v1["weight_shift"] + v1["non_matrix"], 1.0,
+                               delta=1e-9)
+        self.assertAlmostEqual(v1["useful_macs"], stats["mxu"]["mac_utilization"], delta=1e-12)
+        self.assertGreater(v1["array_active"], 0.0)
         trace = json.loads(read(self.path("t.json")))
         names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("ph") == "M" and e["name"] == "thread_name"}
         self.assertTrue({"dmain", "dmaout", "mxu", "vpu"} <= names)

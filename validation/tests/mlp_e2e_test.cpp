@@ -74,11 +74,11 @@ TEST(MlpEndToEnd, MatchesPyTorchAndTimingOnlyGivesTheSameCycles) {
 
   sim::Chip chip(cfg);
   for (const isa::TensorDecl& t : p.tensors)
-    if (t.kind == isa::TensorKind::Const) chip.write_hbm(t.hbm_addr, p.const_data.data() + t.const_offset, t.bytes());
-  chip.write_hbm(xd->hbm_addr, x.data.data(), x.data.size());
+    if (t.kind == isa::TensorKind::Const) chip.write_hbm(t.addr, p.const_data.data() + t.const_offset, t.bytes());
+  chip.write_hbm(xd->addr, x.data.data(), x.data.size());
   sim::RunResult run = chip.run(p);
   std::vector<float> y(yd->elements());
-  chip.read_hbm(yd->hbm_addr, y.data(), y.size() * sizeof(float));
+  chip.read_hbm(yd->addr, y.data(), y.size() * sizeof(float));
 
   std::vector<float> ref(y.size());
   std::memcpy(ref.data(), y_ref.data.data(), ref.size() * sizeof(float));

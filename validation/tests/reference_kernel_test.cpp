@@ -37,14 +37,14 @@ KernelRun run_kernel(Machines& m, const std::string& kernel, std::map<std::strin
     if (!d) throw std::logic_error(kernel + " has no tensor " + name);
     if (d->dtype != io.dt || static_cast<size_t>(d->elements()) != io.values.size())
       throw std::logic_error(kernel + ": tensor " + name + " of another type or size");
-    m.write(d->hbm_addr, io.values, io.dt);
+    m.write(d->addr, io.values, io.dt);
   }
   const isa::TensorDecl* o = p.find(out);
-  m.write(o->hbm_addr, std::vector<uint8_t>(o->bytes(), 0xa5));
+  m.write(o->addr, std::vector<uint8_t>(o->bytes(), 0xa5));
   m.run(p);
   const size_t n = static_cast<size_t>(o->elements());
-  return {m.read_sim(o->hbm_addr, n, o->dtype), Machines::read(*m.fp64, o->hbm_addr, n, o->dtype),
-          Machines::read(*m.isaf32, o->hbm_addr, n, o->dtype)};
+  return {m.read_sim(o->addr, n, o->dtype), Machines::read(*m.fp64, o->addr, n, o->dtype),
+          Machines::read(*m.isaf32, o->addr, n, o->dtype)};
 }
 
 

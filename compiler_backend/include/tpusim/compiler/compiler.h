@@ -6,7 +6,7 @@
 //
 // The Program declares the model's inputs and outputs (f32) and its constants (bf16 weights [K,N] row-major,
 // f32 biases [N], bytes in Program::const_data); intermediates live in HBM after them and are not declared. To run
-// it: write every Const tensor's bytes and every input at its hbm_addr, run, read the outputs at theirs.
+// it: write every Const tensor's bytes and every input at its addr, run, read the outputs at theirs.
 #pragma once
 
 #include <cstdint>

@@ -12,15 +12,21 @@ namespace tpusim::isa {
 enum class TensorKind : uint8_t { Input = 0, Output = 1, Const = 2 };
 const char* tensor_kind_name(TensorKind k);  // "input", "output", "const"
 
-// A tensor the program reads or writes in HBM, row-major and densely packed at `hbm_addr`.
+// Where a tensor lives: HBM, or VMEM for activations kept on chip (the runtime writes and reads a VMEM tensor
+// there directly, as a TPUv1 host fills its Unified Buffer; its kernel never moves it through HBM).
+enum class MemSpace : uint8_t { Hbm = 0, Vmem = 1 };
+const char* mem_space_name(MemSpace s);  // "hbm", "vmem"
+
+// A tensor the program reads or writes, row-major and densely packed at `addr` of memory `space`.
 struct TensorDecl {
   std::string name;
   TensorKind kind = TensorKind::Input;
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
-  uint64_t hbm_addr = 0;
+  uint64_t addr = 0;  // in `space`
   // Const tensors only: where the tensor's bytes start in Program::const_data (its length is bytes()).
   uint64_t const_offset = 0;
+  MemSpace space = MemSpace::Hbm;
 
   int64_t elements() const;
   uint64_t bytes() const { return static_cast<uint64_t>(elements()) * dtype_size(dtype); }
@@ -35,12 +41,13 @@ struct Program {
   std::vector<std::string> source;   // optional: per instruction, where it came from ("gemm.s:42"), for errors
 
   const TensorDecl* find(const std::string& name) const;
-  // Lowest HBM address past every declared tensor.
-  uint64_t hbm_footprint() const;
+  // Lowest address past every tensor declared in `space`.
+  uint64_t footprint(MemSpace space) const;
+  uint64_t hbm_footprint() const { return footprint(MemSpace::Hbm); }
   bool operator==(const Program&) const = default;
 };
 
-inline constexpr uint32_t kProgramVersion = 1;
+inline constexpr uint32_t kProgramVersion = 2;  // 2: tensors carry their memory space
 
 // Binary format: "TPUB", u32 version, u32 section count, then sections (u32 id, u64 byte length, payload);
 // little-endian throughout. Sections: 1 code (u64 words), 2 tensors, 3 constant data, 4 name, 5 source lines.

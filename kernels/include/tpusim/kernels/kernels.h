@@ -7,7 +7,9 @@
 //               RELU (0/1); SCALE (f32 bits applied to the accumulator before the cast; 0 = none).
 //               Tensors: inputs a, b (IN_DT), [bias]; output c (OUT_DT).
 //  gemm_int8.s  gemm.s with IN_DT=DT_I8, OUT_DT=DT_I32.     gemm_bf16.s  gemm.s with IN_DT=DT_BF16, OUT_DT=DT_F32.
+//               ACT_RESIDENT (a and c kept in VMEM), B_TILED (b stored tile by tile): see gemm.s.
 //  cast.s       y[N] = cast(x[N] * SCALE?) from SDT to DDT. Defines N, SDT, DDT, SCALE (0 = none).
+//  vadd.s       y[N] = a[N] + b[N], a memory-bound stream (see vadd.s for its defines).
 // Every kernel also reads the chip symbols the caller defines (MXU_ROWS, MXU_COLS, ACC_ROWS, VMEM_BYTES,
 // VPU_WIDTH; see sim::kernel_symbols) and uses semaphores s1..s8, which it initialises itself.
 #pragma once

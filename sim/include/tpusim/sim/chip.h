@@ -20,12 +20,48 @@ struct RunOptions {
   uint64_t max_cycles = 0;    // 0: unlimited; otherwise a run still going after this many cycles is an error
 };
 
+// Where each cycle of a run went, for one unit: every cycle in exactly one category, so that they add up to
+// RunStats::cycles. Built from the unit's slices (busy, weight load, semaphore wait, memory wait); where slices
+// overlap (the matrix unit's front-end waits while its array streams), the first category listed wins.
+struct StallBreakdown {
+  uint64_t wait_memory = 0;  // an executing instruction stalled on the memory system (UnitModule::note_memory_wait)
+  uint64_t busy = 0;         // executing an instruction (the matrix unit: streaming input rows), not stalled on memory
+  uint64_t weight_load = 0;  // matrix unit only: not streaming while a weight tile shifts into the array (mxu.lw)
+  uint64_t wait_sem = 0;     // waiting for an instruction's `wait=` semaphore; the sum of wait_sem_by
+  std::array<uint64_t, isa::kNumSems> wait_sem_by{};  // the same, per semaphore (index = semaphore number)
+  uint64_t wait_queue = 0;   // core only: stalled because the queue it dispatches to is full
+  uint64_t wait_drain = 0;   // core only: fence, sem.set or halt waiting until every unit is idle
+  uint64_t idle = 0;         // units: nothing to do (queue empty, nothing executing), before the unit's last work
+  uint64_t idle_after = 0;   // units: after the unit's last work, to the end of the run
+  uint64_t total() const {
+    return wait_memory + busy + weight_load + wait_sem + wait_queue + wait_drain + idle + idle_after;
+  }
+};
+
 struct UnitStats {
   uint64_t instructions = 0;
   uint64_t busy_cycles = 0;       // cycles with an instruction executing
-  uint64_t wait_sem_cycles = 0;   // cycles waiting for a semaphore (`wait=`)
+  uint64_t wait_sem_cycles = 0;   // cycles waiting for a semaphore (`wait=`), overlapping work included
   uint64_t wait_queue_cycles = 0; // core only: cycles stalled because a unit's queue was full
   double utilization = 0;         // busy_cycles / total cycles
+  StallBreakdown stalls;
+};
+
+// The performance counters of TPUv1 (Jouppi et al., ISCA 2017, Table 3), as fractions of the run's cycles,
+// defined on our matrix unit. Each cycle is in exactly one of array_active, weight_stall, weight_shift and
+// non_matrix (they add up to 1, as the paper's first rows do); raw_stall and input_stall are parts of non_matrix.
+//   array_active  the array streams input rows (mxu.mm); = mxu.busy_cycles / cycles
+//   useful_macs   mxu_macs / (rows * cols * cycles) (= mxu_mac_utilization); unused_macs = array_active - this
+//   weight_shift  not streaming, while a weight tile shifts from VMEM into the array (mxu.lw, mxu.rows cycles)
+//   weight_stall  not streaming nor shifting, the matrix unit waiting on the semaphore of an mxu.lw: its weights
+//                 are not in VMEM yet (the weight DMA has not signalled)
+//   non_matrix    the rest: no matrix work to do (queue empty, the array's skew and drain, after the last mm),
+//                 or waiting on a semaphore for something other than weights:
+//   input_stall   ... the semaphore of an mxu.mm or mxu.sync that only dmain instructions signal (inputs loading)
+//   raw_stall     ... any other semaphore (e.g. accumulators freed by the vector unit, a sem.set by the core)
+struct Tpuv1Counters {
+  double array_active = 0, useful_macs = 0, unused_macs = 0, weight_stall = 0, weight_shift = 0, non_matrix = 0,
+         raw_stall = 0, input_stall = 0;
 };
 
 struct RunStats {
@@ -36,6 +72,7 @@ struct RunStats {
   double mxu_mac_utilization = 0; // mxu_macs / (rows * cols * cycles)
   uint64_t hbm_bytes_read = 0;
   uint64_t hbm_bytes_written = 0;
+  Tpuv1Counters tpuv1;
 
   std::string to_json(const ChipConfig& cfg) const;  // the stats file, with the chip's name and clock
 };
@@ -46,7 +83,8 @@ struct TraceEvent {
   uint64_t duration = 0;
   uint32_t pc = 0;
   std::string name;     // the instruction as assembly text
-  std::string kind;     // "busy" or "wait" (a semaphore wait, named in `name`)
+  std::string kind;     // "busy", "load" (mxu.lw), "wait" (a semaphore, queue or drain wait, named in `name`:
+                        // "wait s3"), or "memory" (a memory wait inside a busy slice: "memory wait")
 };
 
 // Chrome trace event JSON (Perfetto opens it): one track per unit, timestamps in microseconds of simulated time.
@@ -65,6 +103,8 @@ struct RunResult {
 //   dma.ld of B bytes 1 + dma.latency + ceil(B / HBM bytes per cycle) + 1.
 // - A unit waits for its `wait` semaphore before starting an instruction (wait_sem_cycles) and increments its
 //   `signal` semaphore when the instruction completes.
+// - Every cycle of every unit is booked to one stall category (UnitStats::stalls); RunStats::tpuv1 derives
+//   TPUv1's counters from the matrix unit's categories.
 class Chip {
  public:
   // Elaborates the chip. SystemC allows one elaboration per process: every Chip must be constructed before the
@@ -79,6 +119,9 @@ class Chip {
   // Host access to the chip's HBM; throws Error on an access outside hbm.size_mib.
   void write_hbm(uint64_t addr, const void* data, size_t bytes);
   void read_hbm(uint64_t addr, void* data, size_t bytes) const;
+  // Host access to VMEM (tensors a program keeps on chip, `.input x, ... @ vmem ADDR`); bounds-checked the same way.
+  void write_vmem(uint64_t addr, const void* data, size_t bytes);
+  void read_vmem(uint64_t addr, void* data, size_t bytes) const;
 
   // Runs a program to completion from pc 0. Memory contents persist between runs. Throws Error on a run-time
   // fault ("pc 12 (dma.ld r1, ...): VMEM access [0x1000, 0x2000) outside 1048576 bytes"), on a deadlock

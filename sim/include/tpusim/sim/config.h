@@ -28,6 +28,7 @@ struct MxuParams {
   int rows;             // mxu.rows: PE rows = the K extent of a weight tile
   int cols;             // mxu.cols: PE columns = the N extent of a weight tile
   int acc_rows;         // mxu.acc_rows: accumulator memory depth, rows of mxu.cols 32-bit words
+  std::string dataflow; // mxu.dataflow: ws, os or is (sim/src/mxu.cpp, docs/dataflows.md)
 };
 struct VpuParams {
   int lanes;            // vpu.lanes
@@ -35,14 +36,23 @@ struct VpuParams {
   int latency;          // vpu.latency: pipeline cycles added to each instruction
 };
 struct DmaParams {
-  int latency;          // dma.latency: cycles from issue to first byte
+  int latency;          // dma.latency: cycles from issue to first byte (the HBM access latency included)
+  int engines;          // dma.engines: transfers each DMA queue (dma.ld, dma.st) may have in flight
 };
 struct HbmParams {
   uint64_t size_mib;    // hbm.size_mib
-  double bandwidth_gbs; // hbm.bandwidth_gbs: GB/s (1e9 bytes per second)
+  double bandwidth_gbs; // hbm.bandwidth_gbs: GB/s (1e9 bytes per second), all channels together
+  int channels;         // hbm.channels: independent channels, each with bandwidth_gbs / channels
+  int banks;            // hbm.banks: banks per channel
+  uint64_t interleave_bytes;  // hbm.interleave_bytes: consecutive bytes on one channel (and bank)
+  double t_rc_ns;       // hbm.t_rc_ns: row cycle time, the least time between two chunks served by one bank
+  int channel_skew;     // hbm.channel_skew: 1 = rotate the channel order every `channels` chunks (address hash)
 };
 struct VmemParams {
   uint64_t size_kib;    // vmem.size_kib
+  int banks;            // vmem.banks: banks, one port each
+  uint64_t port_bytes_per_cycle;  // vmem.port_bytes_per_cycle: bytes one bank's port moves per cycle
+  uint64_t interleave_bytes;      // vmem.interleave_bytes: consecutive bytes in one bank
 };
 
 struct ChipConfig {

@@ -1,0 +1,179 @@
+// HBM timing: channels, banks and address interleaving (memory.h, HbmChannels), and the arithmetic that splits an
+// access pattern over interleaved units, which VMEM's banks use too.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include "memory.h"
+#include "params.h"
+
+namespace tpusim::sim::detail {
+
+void declare_hbm_params(std::vector<Param>& out) {
+  ParamSection<HbmParams>(out, "hbm", &ChipConfig::hbm)
+      .add(&HbmParams::size_mib, "size_mib", 32768, "MiB", "HBM capacity (allocated lazily by the simulator)", 1,
+           uint64_t(1) << 20)
+      .add(&HbmParams::bandwidth_gbs, "bandwidth_gbs", 1200.0, "GB/s",
+           "HBM bandwidth of all channels together, 1e9 bytes per second, shared by all DMA transfers", 1e-3, 1e6)
+      .add(&HbmParams::channels, "channels", 32, "channels",
+           "independent channels, each with bandwidth_gbs / channels and its own queue of transfers", 1, 4096)
+      .add(&HbmParams::banks, "banks", 16, "banks", "banks per channel (bank conflicts: see t_rc_ns)", 1, 4096)
+      .add(&HbmParams::interleave_bytes, "interleave_bytes", 256, "bytes",
+           "address interleaving: consecutive chunks of this many bytes go to consecutive channels, then banks", 1,
+           uint64_t(1) << 30)
+      .add(&HbmParams::t_rc_ns, "t_rc_ns", 45.0, "ns",
+           "row cycle time: a bank opens one row (serves one interleave_bytes chunk) per t_rc_ns", 0.0, 1e6)
+      .add(&HbmParams::channel_skew, "channel_skew", 1, "0/1",
+           "1: chunk u goes to channel (u + u / channels) % channels, so that strides of a multiple of channels "
+           "chunks still spread over the channels (a simple form of a controller's address hash); "
+           "0: channel u % channels",
+           0, 1);
+}
+
+namespace {
+
+// Calls add(unit, bytes) for the bytes of [a, a + n) of each unit (x / grain) % units, times mult; the bytes of
+// whole periods (p = grain * units) go to *uniform, per unit, instead.
+template <class Add>
+void share_range(uint64_t grain, uint64_t p, uint64_t a, uint64_t n, uint64_t mult, uint64_t& uniform, Add& add) {
+  uniform += (n / p) * grain * mult;
+  n %= p;
+  a %= p;
+  while (n) {  // fewer than units + 1 steps
+    const uint64_t take = std::min(n, grain - a % grain);
+    add(a / grain, take * mult);
+    n -= take;
+    a += take;
+    if (a == p) a = 0;
+  }
+}
+
+// count_interleaved's arithmetic, reporting each unit's share through add() and whole periods through uniform.
+template <class Add>
+void share_rows(uint64_t units, uint64_t grain, const Rows& r, uint64_t& uniform, Add&& add) {
+  if (!r.rows || !r.rowbytes || !units) return;
+  const uint64_t p = grain * units;
+  if (r.rows == 1 || r.stride == static_cast<int64_t>(r.rowbytes))
+    return share_range(grain, p, r.base, r.bytes(), 1, uniform, add);
+  // Row i starts at (base + i * s) mod p, s = stride mod p: the starts repeat every q = p / gcd(s, p) rows.
+  const auto sp = static_cast<__int128>(p);
+  const auto s = static_cast<uint64_t>(((static_cast<__int128>(r.stride) % sp) + sp) % sp);
+  const uint64_t q = p / std::gcd(s, p);
+  const uint64_t distinct = std::min(r.rows, q);
+  const uint64_t steps_per_row = std::min(units, r.rowbytes % p / grain + 2);
+  if (distinct > (uint64_t(1) << 16) / steps_per_row) {  // too irregular to count cheaply: spread evenly
+    const uint64_t total = r.bytes();
+    uniform += total / units;
+    for (uint64_t u = 0; u < total % units; ++u) add(u, 1);
+    return;
+  }
+  uint64_t a = r.base % p;
+  for (uint64_t i = 0; i < distinct; ++i) {
+    const uint64_t mult = r.rows / q + (i < r.rows % q ? 1 : 0);  // rows i, i + q, i + 2q, ... (1 if rows < q)
+    share_range(grain, p, a, r.rowbytes, mult, uniform, add);
+    a = static_cast<uint64_t>((static_cast<unsigned __int128>(a) + s) % p);
+  }
+}
+
+}  // namespace
+
+void count_interleaved(std::vector<uint64_t>& counts, uint64_t grain, const Rows& r) {
+  uint64_t uniform = 0;
+  share_rows(counts.size(), grain, r, uniform, [&](uint64_t u, uint64_t n) { counts[u] += n; });
+  if (uniform)
+    for (uint64_t& c : counts) c += uniform;
+}
+
+// Derived timing, computed here only: a channel moves bandwidth_gbs / channels bytes per cycle, i.e.
+// (bandwidth in kB/s) / (channels * clock in kHz), kept as a ratio of integers (25.6 GB/s at 500 MHz over 4
+// channels is 12.8 bytes per cycle, which a double does not hold exactly); tRC in cycles is rounded up.
+HbmChannels::HbmChannels(const ChipConfig& cfg)
+    : channels_(static_cast<uint64_t>(cfg.hbm.channels)),
+      banks_(static_cast<uint64_t>(cfg.hbm.banks)),
+      grain_(cfg.hbm.interleave_bytes),
+      per_s_(static_cast<unsigned __int128>(std::llround(cfg.hbm.bandwidth_gbs * 1e6))),
+      khz_(static_cast<unsigned __int128>(std::max<long long>(1, std::llround(cfg.chip.clock_mhz * 1e3)))),
+      t_rc_(static_cast<uint64_t>(std::ceil(cfg.hbm.t_rc_ns * cfg.chip.clock_mhz / 1e3 - 1e-9))),
+      free_(channels_, 0),
+      // The (channel, bank) of chunk u repeats every channels * lcm(channels, banks) chunks with the skew (the
+      // rotation u / channels repeats every channels rows of chunks, the bank every banks), else every
+      // channels * banks.
+      slots_(channels_ * (cfg.hbm.channel_skew ? std::lcm(channels_, banks_) : banks_)),
+      per_unit_(channels_ * banks_, 0),
+      chan_bytes_(channels_, 0),
+      chan_bank_limit_(channels_, 0) {
+  slot_unit_.resize(slots_);
+  for (uint64_t u = 0; u < slots_; ++u) {
+    const uint64_t hi = u / channels_;
+    const uint64_t channel = (u % channels_ + (cfg.hbm.channel_skew ? hi : 0)) % channels_;
+    slot_unit_[u] = static_cast<uint32_t>(channel + (hi % banks_) * channels_);
+  }
+}
+
+void HbmChannels::reset() { std::fill(free_.begin(), free_.end(), 0); }  // the pattern cache stays valid
+
+uint64_t HbmChannels::channel_cycles(uint64_t bytes) const {
+  uint64_t x;
+  const auto k = static_cast<uint64_t>(khz_) * channels_, per_s = static_cast<uint64_t>(per_s_);
+  if (!__builtin_mul_overflow(bytes, k, &x) && x <= UINT64_MAX - per_s) return (x + per_s - 1) / per_s;
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(bytes) * khz_ * channels_ + per_s_ - 1) / per_s_);
+}
+
+uint64_t HbmChannels::transfer(uint64_t data_start, const Rows& r) {
+  // Bytes per (channel, bank): the shares of whole periods (every slot the same, so every unit the same: each
+  // owns slots / units slots), plus the rest, collected sparsely so that small transfers cost little.
+  // Kernels repeat their access patterns (tiles of one matrix): the shares of the last few patterns are kept,
+  // keyed by the pattern with its base taken modulo the period.
+  const Rows key{r.base % (grain_ * slots_), r.rows, r.rowbytes, r.stride};
+  auto same = [&](const Pattern& p) {
+    return p.key.base == key.base && p.key.rows == key.rows && p.key.rowbytes == key.rowbytes &&
+           p.key.stride == key.stride;
+  };
+  auto hit = std::find_if(cache_.begin(), cache_.end(), same);
+  if (hit == cache_.end()) {
+    Pattern p{key, 0, {}};
+    share_rows(slots_, grain_, key, p.uniform, [&](uint64_t slot, uint64_t n) {
+      uint64_t& b = per_unit_[slot_unit_[slot]];
+      if (!b) p.shares.push_back({slot_unit_[slot], 0});
+      b += n;
+    });
+    for (auto& [u, n] : p.shares) n = std::exchange(per_unit_[u], 0);
+    if (cache_.size() < kCachedPatterns) cache_.push_back(std::move(p));
+    else cache_[next_evict_++ % kCachedPatterns] = std::move(p);
+    hit = std::find_if(cache_.begin(), cache_.end(), same);
+  }
+  const uint64_t uniform = hit->uniform;
+  touched_.clear();
+  for (const auto& [u, n] : hit->shares) {
+    per_unit_[u] = n;
+    touched_.push_back(u);
+  }
+  if (uniform) {  // at least a whole period: every unit is touched
+    touched_.clear();
+    const uint64_t each = uniform * (slots_ / per_unit_.size());
+    for (uint32_t u = 0; u < per_unit_.size(); ++u) {
+      per_unit_[u] += each;
+      touched_.push_back(u);
+    }
+  }
+  const uint64_t chunk_cycles = channel_cycles(grain_);
+  for (uint32_t u : touched_) {
+    const uint64_t n = per_unit_[u], c = u % channels_;
+    per_unit_[u] = 0;
+    chan_bytes_[c] += n;
+    if (n > grain_)  // (chunks - 1) * tRC + one chunk; a single chunk never limits more than its channel does
+      chan_bank_limit_[c] = std::max(chan_bank_limit_[c], ((n + grain_ - 1) / grain_ - 1) * t_rc_ + chunk_cycles);
+  }
+  uint64_t end = data_start;
+  for (uint32_t u : touched_) {
+    const uint64_t c = u % channels_;
+    if (!chan_bytes_[c]) continue;  // done already
+    free_[c] = std::max(data_start, free_[c]) + std::max(channel_cycles(chan_bytes_[c]), chan_bank_limit_[c]);
+    end = std::max(end, free_[c]);
+    chan_bytes_[c] = chan_bank_limit_[c] = 0;
+  }
+  return end;
+}
+
+}  // namespace tpusim::sim::detail

@@ -1,0 +1,127 @@
+// The memory system's timing, exact cycles with their arithmetic. small_config() (test_util.h) is the edge preset
+// shrunk: HBM 16 GB/s at 500 MHz = 32 bytes per cycle over edge's 4 channels = 8 bytes per cycle per channel;
+// interleaving 64 bytes (address x: chunk u = x / 64, bank (u / 4) % 8, channel (u + u / 4) % 4, or u % 4 with
+// hbm.channel_skew=0, which the conflict tests set); tRC 60 ns = 30 cycles;
+// dma.latency 10; one engine per DMA queue; VMEM 8 banks, 64-byte grains, 64 bytes per cycle per port; VPU 8
+// elements per cycle, latency 2. A program's cycles = last completion + 1 (the halt); a unit starts an
+// instruction the cycle after its dispatch.
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace tpusim::sim::test {
+namespace {
+
+constexpr int64_t kI32 = 1;
+const int kDmaIn = static_cast<int>(isa::Unit::DmaIn);
+
+// One dma.ld of `rows` rows of 64 bytes, `hstride` apart in HBM, to VMEM 0: 4 li (cycles 0-3), dispatched at 4,
+// starts at 5, data from 15.
+uint64_t strided_load_cycles(Chip& chip, int64_t rows, int64_t hstride) {
+  ProgramBuilder b;
+  b.li(3, rows).li(4, 64).li(5, hstride).li(6, 64);
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6});
+  return chip.run(b.build()).stats.cycles;
+}
+
+TEST(Memory, SingleTransferUsesEveryChannel) {
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.li(1, 1).li(2, 4096);
+  b.op(Op::DMALD, {0, 0, 1, 2, 0, 0});
+  RunResult r = chip.run(b.build());
+  // 4096 contiguous bytes = 64 chunks, 16 per channel = 1024 bytes at 8 bytes per cycle = 128 cycles (the same as
+  // 4096 / 32 over the whole HBM). Each channel's 16 chunks fall in its 8 banks, 2 each: (2 - 1) * 30 + 64 / 8 =
+  // 38 cycles < 128, no bank limit. Dispatched 2, starts 3, data [13, 141); halt: 142.
+  EXPECT_EQ(r.stats.cycles, 142u);
+  EXPECT_EQ(r.stats.units[kDmaIn].busy_cycles, 138u);  // [3, 141)
+}
+
+TEST(Memory, RowsOnOneChannelAreFourTimesSlower) {
+  Chip chip(small_config({"hbm.channel_skew=0"}));
+  // 4 rows of 64 bytes 256 bytes apart: chunks 0, 4, 8, 12, all on channel 0 (banks 0-3): 256 bytes at 8 bytes
+  // per cycle = 32 cycles instead of 8. Data [15, 47); halt: 48.
+  EXPECT_EQ(strided_load_cycles(chip, 4, 256), 48u);
+  // The same rows 64 bytes apart (contiguous) spread over the 4 channels: data [15, 23); halt: 24.
+  EXPECT_EQ(strided_load_cycles(chip, 4, 64), 24u);
+  // A stride of 3 chunks (192 bytes) visits channels 0, 3, 2, 1, 0, 3, 2, 1: 8 rows = 2 per channel = 128 bytes =
+  // 16 cycles. Data [15, 31); halt: 32.
+  EXPECT_EQ(strided_load_cycles(chip, 8, 192), 32u);
+}
+
+TEST(Memory, RowsOnOneBankWaitForTheRowCycle) {
+  Chip chip(small_config({"hbm.channel_skew=0"}));
+  // 4 rows 2048 bytes apart (= 4 channels x 8 banks x 64 bytes): all in channel 0, bank 0. The channel needs
+  // 256 / 8 = 32 cycles, the bank (4 - 1) * tRC 30 + 64 / 8 = 98. Data [15, 113); halt: 114.
+  EXPECT_EQ(strided_load_cycles(chip, 4, 2048), 114u);
+  // 64 rows 4096 bytes apart (a multiple of the 2048-byte period: counted once, times 64): 63 * 30 + 8 = 1898
+  // cycles. Data [15, 1913); halt: 1914.
+  EXPECT_EQ(strided_load_cycles(chip, 64, 4096), 1914u);
+}
+
+TEST(Memory, ChannelSkewSpreadsPowerOfTwoStrides) {
+  Chip chip(small_config());
+  // 4 rows 256 bytes apart: chunks 0, 4, 8, 12 go to channels (u + u / 4) % 4 = 0, 1, 2, 3: 8 cycles, as if
+  // contiguous. Data [15, 23); halt: 24.
+  EXPECT_EQ(strided_load_cycles(chip, 4, 256), 24u);
+  // 4 rows 1024 bytes apart (16 chunks = 4 x 4): chunks 0, 16, 32, 48 go to channels 0, 4 % 4, 8 % 4, 12 % 4 =
+  // all 0, banks 0, 4, 0, 4: the channel needs 32 cycles, banks 0 and 4 two chunks each: 30 + 8 = 38.
+  // Data [15, 53); halt: 54.
+  EXPECT_EQ(strided_load_cycles(chip, 4, 1024), 54u);
+}
+
+TEST(Memory, TwoConcurrentStreamsShareTheBandwidth) {
+  // Two dma.ld of B = 4096 bytes (128 cycles each at 32 bytes per cycle) to different VMEM addresses.
+  ProgramBuilder b;
+  b.li(1, 1).li(2, 4096).li(7, 4096);
+  b.op(Op::DMALD, {0, 0, 1, 2, 0, 0});  // dispatched 3, starts 4, data [14, 142)
+  b.op(Op::DMALD, {7, 7, 1, 2, 0, 0});  // dispatched 4
+  Chip two(small_config({"dma.engines=2"})), one(small_config());  // both before the first run (SystemC)
+  // Two engines: the second starts at 5, its latency overlaps the first's data, but every channel is busy until
+  // 142: data [142, 270) = 2B / bandwidth after the first byte, not B / bandwidth. Halt: 271.
+  RunResult r = two.run(b.build());
+  EXPECT_EQ(r.stats.cycles, 271u);
+  EXPECT_EQ(r.stats.units[kDmaIn].busy_cycles, 266u);  // [4, 270): busy while anything is in flight
+  // One engine: the second starts when the first completes (142); data [152, 280); halt: 281.
+  EXPECT_EQ(one.run(b.build()).stats.cycles, 281u);
+}
+
+TEST(Memory, EnginesOverlapLatencyOfSmallTransfers) {
+  // Four dma.ld of 256 bytes (8 data cycles each) at addresses 0, 256, 512, 768, dispatched at 5, 6, 7, 8.
+  ProgramBuilder b;
+  b.li(1, 1).li(2, 256).li(3, 256).li(4, 512).li(5, 768);
+  for (int a : {0, 3, 4, 5}) b.op(Op::DMALD, {a, a, 1, 2, 0, 0});
+  Chip one(small_config()), four(small_config({"dma.engines=4"}));
+  // One engine: each takes 10 + 8 = 18 cycles after the previous one: [6, 24), [24, 42), [42, 60), [60, 78);
+  // halt: 79.
+  EXPECT_EQ(one.run(b.build()).stats.cycles, 79u);
+  // Four engines: starts 6, 7, 8, 9; data from 16, 17, 18, 19 but the channels are busy: [16, 24), [24, 32),
+  // [32, 40), [40, 48); completions in order; halt: 49.
+  EXPECT_EQ(four.run(b.build()).stats.cycles, 49u);
+}
+
+TEST(Memory, VectorUnitLimitedByVmemPorts) {
+  // Ports of 4 bytes per cycle. vpu.add of 64 i32 at va = vb = vd = 0: three 256-byte ranges, each over banks 0-3
+  // (64 bytes each), so banks 0-3 move 192 bytes = 48 cycles. Dispatched 1, starts 2: VMEM [2, 50), result at
+  // 50 + latency 2 = 52 (the lanes alone need 2 + 64 / 8 = 10); halt: 53.
+  Chip chip(small_config({"vmem.port_bytes_per_cycle=4"}));
+  ProgramBuilder b;
+  b.li(1, 64);
+  b.op(Op::VADD, {0, 0, 0, 1, kI32});
+  EXPECT_EQ(chip.run(b.build()).stats.cycles, 53u);
+}
+
+TEST(Memory, DmaWaitsForVmemPortsHeldByTheVectorUnit) {
+  Chip chip(small_config({"vmem.port_bytes_per_cycle=4"}));
+  ProgramBuilder b;
+  b.li(1, 64).li(3, 4).li(4, 64).li(5, 64);
+  b.op(Op::VADD, {0, 0, 0, 1, kI32});   // dispatched 4, starts 5: banks 0-3 booked [5, 53), result at 55
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 4});  // dispatched 5, starts 6, HBM data [16, 24)
+  // At 24 the load books its 64 bytes on each of banks 0-3 (16 cycles at 4 bytes per cycle, backdated to
+  // max(16, 24 - 16) = 16), but they are held until 53: [53, 69). Completion 69; halt: 70.
+  // Alone it would complete at max(24, 16 + 16) = 32: slow ports limit a DMA too.
+  EXPECT_EQ(chip.run(b.build()).stats.cycles, 70u);
+}
+
+}  // namespace
+}  // namespace tpusim::sim::test

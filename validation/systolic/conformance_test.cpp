@@ -1,0 +1,283 @@
+// Conformance: the simulator's transaction-level matrix unit (sim::Chip, sim/src/mxu.cpp) against the PE-level
+// model (systolic.h), for every dataflow. `ctest -L conformance` runs it.
+//
+// (a) Instruction by instruction. Random straight-line programs of mxu.lw / mxu.mm (random tile shapes, m up to
+//     three times the array, random gaps of nops) on random arrays of 4..32 PEs a side, square or not. The
+//     fast model gives each instruction's start from its trace (lw: its "load" slice; mm: its first "busy"
+//     slice) and its end from a probe: the program cut after the instruction, which signals s1, and a
+//     vpu.sync wait=s1 right after it: the vector unit takes the sync at pc + 2 (one cycle to dispatch, one to
+//     start), so end = pc + 2 + the vector unit's semaphore-wait cycles. The PE model gets the same instructions
+//     arriving when the fast model's front-end could first take them (pc + 1: no semaphores, deep queues) and
+//     reports start and end itself; its products are checked against a plain matmul.
+// (b) A whole kernel. kernels/gemm.s runs on the fast model with its DMA, vector unit and semaphores. The
+//     matrix unit's timing can only be compared given the same non-MXU timing, so the fast model's trace is
+//     replayed: each mxu instruction reaches the PE model when the fast model started it (its operands were
+//     in VMEM and its semaphore acquired by then; for is, R cycles earlier, see below), and the PE model says when each starts and ends and when the
+//     array finishes its last instruction. The kernel's PE-level total is the fast model's total moved by the
+//     difference in that finish (the last mxu.sync's signal, seen as the end of the vector unit's last wait on
+//     it): what follows the array (the last drain through the VPU and DMA) is the same in both. Starts that
+//     differ would mean the fast model lets an instruction start earlier or later than the array allows.
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "systolic.h"
+#include "tpusim/isa/isa.h"
+#include "tpusim/kernels/kernels.h"
+#include "tpusim/sim/chip.h"
+
+namespace tpusim {
+namespace {
+
+using isa::Op;
+using systolic::Dataflow;
+
+struct Errors {
+  int cases = 0;
+  double max_abs = 0, sum_abs = 0;
+  void add(uint64_t fast, uint64_t pe) {
+    const double e = std::fabs(static_cast<double>(fast) - static_cast<double>(pe));
+    ++cases, sum_abs += e, max_abs = std::max(max_abs, e);
+  }
+  void print(const char* what) const {
+    std::printf("[conformance] %s: %d cases, cycle error max %.0f, mean %.3f\n", what, cases, max_abs,
+                cases ? sum_abs / cases : 0.0);
+  }
+};
+
+class Builder {
+ public:
+  Builder& op(Op o, std::initializer_list<int64_t> operands) {
+    isa::Instr in;
+    in.op = o;
+    int i = 0;
+    for (int64_t v : operands) in.f[i++] = v;
+    code_.push_back(in);
+    return *this;
+  }
+  Builder& with(const char* name, int64_t v) {
+    code_.back().f[code_.back().desc().operand_index(name)] = v;
+    return *this;
+  }
+  size_t pc() const { return code_.size(); }
+  isa::Program build(size_t n = ~size_t{0}) const {
+    isa::Program p;
+    p.name = "conformance";
+    for (size_t i = 0; i < std::min(n, code_.size()); ++i) p.code.push_back(isa::encode(code_[i]));
+    return p;
+  }
+  std::vector<isa::Instr> code_;
+};
+
+sim::ChipConfig config(Dataflow df, int R, int C, int acc_rows = 4096) {
+  return sim::load_config("edge", {"mxu.dataflow=" + std::string(systolic::name(df)), "mxu.rows=" + std::to_string(R),
+                                   "mxu.cols=" + std::to_string(C), "core.queue_depth=64",
+                                   "mxu.acc_rows=" + std::to_string(acc_rows)});
+}
+
+// One random program: its instructions for the PE model, and where each sits in the fast model's program.
+struct Case {
+  Builder b;
+  std::vector<systolic::Instr> instrs;
+  std::vector<size_t> pcs;
+};
+
+Case random_case(std::mt19937& rng, int R, int C) {
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Case c;
+  const int tiles = uni(1, 3);
+  for (int t = 0; t < tiles; ++t) {
+    const int k = uni(1, R), n = uni(1, C), mms = uni(1, 2);
+    if (uni(0, 3) == 0) {  // a tile that is replaced before any mm uses it
+      c.b.op(Op::LI, {1, uni(1, R)}).op(Op::LI, {2, uni(1, C)});
+      systolic::Instr lw;
+      lw.kind = systolic::Instr::LW, lw.k = static_cast<int>(c.b.code_[c.b.pc() - 2].f[1]),
+      lw.n = static_cast<int>(c.b.code_[c.b.pc() - 1].f[1]), lw.arrive = c.b.pc() + 1;
+      lw.b.assign(static_cast<size_t>(lw.k) * lw.n, 1);
+      c.pcs.push_back(c.b.pc());
+      c.b.op(Op::MXULW, {0, 1, 2, 2, 0});
+      c.instrs.push_back(lw);
+    }
+    for (int g = uni(0, 3); g > 0; --g) c.b.op(Op::NOP, {});
+    c.b.op(Op::LI, {1, k}).op(Op::LI, {2, n});
+    systolic::Instr lw;
+    lw.kind = systolic::Instr::LW, lw.k = k, lw.n = n, lw.arrive = c.b.pc() + 1;
+    for (int i = 0; i < k * n; ++i) lw.b.push_back(uni(-128, 127));
+    c.pcs.push_back(c.b.pc());
+    c.b.op(Op::MXULW, {0, 1, 2, 2, 0});  // vaddr r0 = 0, k r1, n r2, stride r2 (i8)
+    c.instrs.push_back(lw);
+    for (int j = 0; j < mms; ++j) {
+      const int m = uni(1, 3 * std::max(R, C));
+      for (int g = uni(0, 2); g > 0; --g) c.b.op(Op::NOP, {});
+      c.b.op(Op::LI, {3, m}).op(Op::LI, {4, k});
+      systolic::Instr mm;
+      mm.kind = systolic::Instr::MM, mm.m = m, mm.arrive = c.b.pc() + 1;
+      for (int i = 0; i < m * k; ++i) mm.a.push_back(uni(-128, 127));
+      c.pcs.push_back(c.b.pc());
+      c.b.op(Op::MXUMM, {0, 3, 0, 4, 0});  // vaddr 0, m r3, acc 0, stride r4 = k
+      c.instrs.push_back(mm);
+    }
+  }
+  return c;
+}
+
+int folds(Dataflow df, int m, int R, int C) { return df == Dataflow::WS ? 1 : df == Dataflow::OS ? (m + R - 1) / R : (m + C - 1) / C; }
+
+void check_products(const Case& c, const systolic::Result& r) {
+  const systolic::Instr* lw = nullptr;
+  for (size_t j = 0; j < c.instrs.size(); ++j) {
+    const auto& in = c.instrs[j];
+    if (in.kind == systolic::Instr::LW) {
+      lw = &in;
+      continue;
+    }
+    for (int i = 0; i < in.m; ++i)
+      for (int col = 0; col < lw->n; ++col) {
+        int64_t ref = 0;
+        for (int l = 0; l < lw->k; ++l) ref += int64_t(in.a[i * lw->k + l]) * lw->b[l * lw->n + col];
+        ASSERT_EQ(r.out[j][i * lw->n + col], ref) << "instruction " << j << " row " << i << " column " << col;
+      }
+  }
+}
+
+void instruction_sweep(Dataflow df, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::pair<int, int>> sizes = {{4, 4}, {32, 32}};
+  for (int i = 0; i < 6; ++i) sizes.push_back({std::uniform_int_distribution<int>(4, 32)(rng), std::uniform_int_distribution<int>(4, 32)(rng)});
+  std::vector<std::unique_ptr<sim::Chip>> chips;  // all elaborated before the first run
+  for (auto [R, C] : sizes) chips.push_back(std::make_unique<sim::Chip>(config(df, R, C)));
+  Errors err;
+  sim::RunOptions timing;
+  timing.functional = false;
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    const auto [R, C] = sizes[s];
+    for (int rep = 0; rep < 15; ++rep) {
+      Case c = random_case(rng, R, C);
+      const systolic::Result pe = systolic::run(df, R, C, c.instrs);
+      check_products(c, pe);
+      // Starts from the fast model's trace, in execution order.
+      sim::RunOptions traced = timing;
+      traced.trace = true;
+      sim::RunResult full = chips[s]->run(c.b.build(), traced);
+      std::vector<sim::TraceEvent> ev;
+      for (const auto& e : full.trace)
+        if (e.unit == isa::Unit::Mxu && (e.kind == "load" || e.kind == "busy")) ev.push_back(e);
+      size_t next = 0;
+      for (size_t j = 0; j < c.instrs.size(); ++j) {
+        const auto& in = c.instrs[j];
+        ASSERT_LT(next, ev.size());
+        const uint64_t start = ev[next].start;
+        uint64_t end;
+        if (in.kind == systolic::Instr::LW) {
+          end = ev[next].start + ev[next].duration;
+          next += 1;
+        } else {
+          next += folds(df, in.m, R, C);
+          Builder probe;
+          probe.code_.assign(c.b.code_.begin(), c.b.code_.begin() + c.pcs[j] + 1);
+          probe.with("signal", 1).op(Op::VSYNC, {}).with("wait", 1);
+          const sim::RunResult r = chips[s]->run(probe.build(), timing);
+          end = c.pcs[j] + 2 + r.stats.units[static_cast<int>(isa::Unit::Vpu)].wait_sem_cycles;
+        }
+        std::string seq;
+        for (const auto& x : c.instrs)
+          seq += x.kind == systolic::Instr::LW ? " lw(k=" + std::to_string(x.k) + ",n=" + std::to_string(x.n) + ")@" + std::to_string(x.arrive)
+                                               : " mm(m=" + std::to_string(x.m) + ")@" + std::to_string(x.arrive);
+        EXPECT_EQ(start, pe.timing[j].start) << systolic::name(df) << " " << R << "x" << C << " instruction " << j << ":" << seq;
+        EXPECT_EQ(end, pe.timing[j].end) << systolic::name(df) << " " << R << "x" << C << " instruction " << j;
+        err.add(start, pe.timing[j].start);
+        err.add(end, pe.timing[j].end);
+      }
+      EXPECT_EQ(next, ev.size());
+    }
+  }
+  err.print((std::string(systolic::name(df)) + " instruction start and end cycles").c_str());
+}
+
+TEST(Conformance, InstructionsWeightStationary) { instruction_sweep(Dataflow::WS, 11); }
+TEST(Conformance, InstructionsOutputStationary) { instruction_sweep(Dataflow::OS, 12); }
+TEST(Conformance, InstructionsInputStationary) { instruction_sweep(Dataflow::IS, 13); }
+
+// ---- (b) kernels/gemm.s -------------------------------------------------------------------------------------
+
+// The gemm.s schedule (its header comment): for m0 step TM, for n0 step C, for k0 step R: lw (kt x nt), mm (mt).
+std::vector<systolic::Instr> gemm_schedule(int64_t M, int64_t K, int64_t N, int64_t R, int64_t C, int64_t TM) {
+  std::vector<systolic::Instr> v;
+  for (int64_t m0 = 0; m0 < M; m0 += TM)
+    for (int64_t n0 = 0; n0 < N; n0 += C)
+      for (int64_t k0 = 0; k0 < K; k0 += R) {
+        systolic::Instr lw, mm;
+        lw.kind = systolic::Instr::LW, lw.k = static_cast<int>(std::min(R, K - k0)), lw.n = static_cast<int>(std::min(C, N - n0));
+        mm.kind = systolic::Instr::MM, mm.m = static_cast<int>(std::min(TM, M - m0));
+        v.push_back(lw), v.push_back(mm);
+      }
+  return v;
+}
+
+void kernel_check(const std::vector<std::pair<Dataflow, std::pair<int, int>>>& points) {
+  // 64 accumulator rows: row tiles of TM = 32, so all three of the kernel's loops run more than once.
+  const int64_t M = 72, K = 40, N = 44;
+  std::vector<std::unique_ptr<sim::Chip>> chips;
+  for (auto [df, rc] : points) chips.push_back(std::make_unique<sim::Chip>(config(df, rc.first, rc.second, 64)));
+  Errors starts, totals;
+  for (size_t p = 0; p < points.size(); ++p) {
+    const auto [df, rc] = points[p];
+    const auto [R, C] = rc;
+    const sim::ChipConfig& cfg = chips[p]->config();
+    std::map<std::string, int64_t> d{{"M", M}, {"K", K}, {"N", N}};
+    for (const auto& [k, v] : sim::kernel_symbols(cfg)) d[k] = v;
+    const isa::Program prog = kernels::assemble("gemm.s", d);
+    sim::RunOptions o;
+    o.functional = false, o.trace = true;
+    const sim::RunResult r = chips[p]->run(prog, o);
+    // TM as gemm.s computes it (bf16 in, f32 out, no bias).
+    const int64_t E = 2, O = 4, vmem = d.at("VMEM_BYTES"), acc_rows = d.at("ACC_ROWS");
+    const int64_t b_bytes = (R * C * E + 63) / 64 * 64;
+    const int64_t tm_vmem = (vmem - 2 * b_bytes - 256) / (2 * K * E + 2 * C * O);
+    const int64_t TM = std::min(std::min(M, acc_rows / 2), tm_vmem);
+    std::vector<systolic::Instr> instrs = gemm_schedule(M, K, N, R, C, TM);
+    uint64_t finish = 0;  // the last mxu.sync's signal: the end of the vector unit's last wait on s4
+    for (const auto& e : r.trace)
+      if (e.unit == isa::Unit::Vpu && e.kind == "wait" && e.name == "wait s4") finish = e.start + e.duration;
+    ASSERT_GT(finish, 0u) << "the vector unit never waited for the matrix unit";
+    // Starts, in execution order: one "load" slice per lw, one "busy" slice per fold of an mm.
+    size_t next = 0;
+    std::vector<uint64_t> fast_start;
+    std::vector<sim::TraceEvent> ev;
+    for (const auto& e : r.trace)
+      if (e.unit == isa::Unit::Mxu && (e.kind == "load" || e.kind == "busy")) ev.push_back(e);
+    for (auto& in : instrs) {
+      ASSERT_LT(next, ev.size());
+      // An is mm shifts its first block of a into the PEs during the R cycles before its stream: it arrives
+      // R cycles before its observed start, the latest arrival consistent with that start (any earlier one
+      // gives the PE model the same start, its shadow registers and input port allowing).
+      const bool is_mm = df == Dataflow::IS && in.kind == systolic::Instr::MM;
+      in.arrive = ev[next].start - (is_mm ? std::min<uint64_t>(R, ev[next].start) : 0);
+      fast_start.push_back(ev[next].start);
+      next += in.kind == systolic::Instr::LW ? 1 : folds(df, in.m, R, C);
+    }
+    ASSERT_EQ(next, ev.size());
+    const systolic::Result pe = systolic::run(df, R, C, instrs, false);
+    for (size_t j = 0; j < instrs.size(); ++j) starts.add(fast_start[j], pe.timing[j].start);
+    const uint64_t fast_total = r.stats.cycles, pe_total = fast_total - finish + pe.total;
+    const double rel = std::fabs(double(pe_total) - double(fast_total)) / double(fast_total);
+    std::printf("[conformance] gemm.s %ldx%ldx%ld on %s %dx%d: fast %lu cycles, PE-level %lu (array finish %lu vs %lu), "
+                "error %.4f%%\n", long(M), long(K), long(N), systolic::name(df), R, C, (unsigned long)fast_total,
+                (unsigned long)pe_total, (unsigned long)finish, (unsigned long)pe.total, 100 * rel);
+    EXPECT_LE(rel, 0.01);
+    totals.add(fast_total, pe_total);
+  }
+  starts.print("gemm.s instruction starts");
+  totals.print("gemm.s kernel totals");
+}
+
+TEST(Conformance, GemmKernelWithinOnePercent) {
+  kernel_check({{Dataflow::WS, {16, 12}}, {Dataflow::OS, {16, 12}}, {Dataflow::IS, {16, 12}},
+                {Dataflow::WS, {8, 8}}, {Dataflow::OS, {12, 20}}, {Dataflow::IS, {20, 8}}});
+}
+
+}  // namespace
+}  // namespace tpusim
+
