@@ -91,9 +91,6 @@ class VmemPorts {
   // Books each bank's share from max(earliest, its next free cycle); returns the cycle the last one is done
   // (`earliest` if d is empty).
   uint64_t reserve(uint64_t earliest, const Demand& d);
-  // The same for `bytes` spread evenly over all banks, for a client that streams through all of VMEM (the hook
-  // for the matrix unit's reads of inputs and weights: st.mem.vmem_ports.reserve(cycle, bytes)).
-  uint64_t reserve(uint64_t earliest, uint64_t bytes);
   void reset();  // all banks free (before a run)
 
  private:

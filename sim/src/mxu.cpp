@@ -36,6 +36,10 @@
 //     streams Nt cycles from t_i = max(L_i + R, stream_free, swap); within an mm t_{i+1} = t_i + max(R, Nt).
 //     Results at t_last + Nt + R + C - 2. The front-end moves on at t_last.
 //   One isolated fold from the lw's start (K <= R): R + Nt + R + C - 2 = 2R + C + N - 2.
+// VMEM: mxu.lw reads its tile and mxu.mm its input rows through VMEM's bank ports (vmem.banks, shared with DMA
+// and the vector unit; memory.h). The matrix unit has priority there: its reads are booked on the ports from the
+// load's or the stream's start, so DMA and vector traffic waits for them, but they never wait themselves (the
+// presets' ports move several times the array's input rate), and the times above hold as they are.
 // mxu.sync, and an mxu.mm with m == 0, complete at max(f, the latest completion scheduled so far): the matrix
 // unit signals in order, so `mxu.sync signal=sN` after an mm says its results are in the accumulators.
 // Busy cycles are streaming cycles (ws: m; os: folds * Kt; is: folds * Nt per mm); useful MACs are m*k*n per mm.
@@ -112,6 +116,13 @@ void Mxu::execute(const Entry& e) {
   }
 }
 
+void Mxu::read_vmem(uint64_t from, int64_t vaddr, int64_t rows, int64_t rowbytes, int64_t stride) {
+  VmemPorts& ports = st_.mem.vmem_ports;
+  VmemPorts::Demand d = ports.demand();
+  ports.add(d, Rows{static_cast<uint64_t>(vaddr), static_cast<uint64_t>(rows), static_cast<uint64_t>(rowbytes), stride});
+  ports.reserve(from, d);
+}
+
 void Mxu::load_weights(const Entry& e) {
   const uint64_t f = st_.now();
   const int64_t k = e.arg("k"), n = e.arg("n");
@@ -129,6 +140,7 @@ void Mxu::load_weights(const Entry& e) {
   auto tile = std::make_shared<Tile>();
   tile->k = static_cast<int>(k), tile->n = static_cast<int>(n), tile->dtype = dt;
   shadow_ = tile;
+  read_vmem(start, e.arg("vaddr"), k, n * isa::dtype_size(dt), e.arg("stride"));
   shadow_ready_ = start + (df_ == Dataflow::WS ? R_ : std::max<uint64_t>(k, 1));
   shadow_free_ = shadow_ready_;  // until then it is loading; after that, until the swap (which updates this)
   schedule(shadow_ready_, e, std::move(tile));
@@ -190,6 +202,7 @@ void Mxu::matmul(const Entry& e) {
     }
     done = folds.back() + len + R_ + C_ - 2;
   }
+  read_vmem(folds.front(), e.arg("vaddr"), m, int64_t(active_->k) * isa::dtype_size(dt), e.arg("stride"));
   stats().busy_cycles += len * folds.size();
   st_.run.stats.mxu_macs += um * static_cast<uint64_t>(active_->k) * static_cast<uint64_t>(active_->n);
   if (st_.tracing())

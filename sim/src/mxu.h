@@ -38,7 +38,10 @@ class Mxu : public UnitModule {
   void load_weights(const Entry& e);
   void matmul(const Entry& e);
   void schedule(uint64_t time, const Entry& e, std::shared_ptr<Tile> tile);
-  void retire_in_order(const Entry& e);  // completes after everything scheduled before it
+  void retire_in_order(const Entry& e);
+  // Books a read of `rows` rows on VMEM's bank ports from cycle `from` (the matrix unit's reads have priority:
+  // they are booked, so others wait for them, and never delayed).
+  void read_vmem(uint64_t from, int64_t vaddr, int64_t rows, int64_t rowbytes, int64_t stride);  // completes after everything scheduled before it
   void retire_thread();
   void complete(const Completion& c);
   void fill_tile(const Entry& e, Tile& t);

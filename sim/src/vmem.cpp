@@ -43,15 +43,4 @@ uint64_t VmemPorts::reserve(uint64_t earliest, const Demand& d) {
   return end;
 }
 
-uint64_t VmemPorts::reserve(uint64_t earliest, uint64_t bytes) {
-  uint64_t end = earliest;
-  for (uint64_t b = 0; b < banks_ && bytes; ++b) {
-    const uint64_t share = bytes / banks_ + (b < bytes % banks_ ? 1 : 0);
-    if (!share) continue;
-    free_[b] = std::max(earliest, free_[b]) + (share + port_ - 1) / port_;
-    end = std::max(end, free_[b]);
-  }
-  return end;
-}
-
 }  // namespace tpusim::sim::detail

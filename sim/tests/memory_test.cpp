@@ -12,7 +12,7 @@
 namespace tpusim::sim::test {
 namespace {
 
-constexpr int64_t kI32 = 1;
+constexpr int64_t kI8 = static_cast<int64_t>(isa::DType::I8), kI32 = static_cast<int64_t>(isa::DType::I32);
 const int kDmaIn = static_cast<int>(isa::Unit::DmaIn);
 
 // One dma.ld of `rows` rows of 64 bytes, `hstride` apart in HBM, to VMEM 0: 4 li (cycles 0-3), dispatched at 4,
@@ -121,6 +121,32 @@ TEST(Memory, DmaWaitsForVmemPortsHeldByTheVectorUnit) {
   // max(16, 24 - 16) = 16), but they are held until 53: [53, 69). Completion 69; halt: 70.
   // Alone it would complete at max(24, 16 + 16) = 32: slow ports limit a DMA too.
   EXPECT_EQ(chip.run(b.build()).stats.cycles, 70u);
+}
+
+TEST(Memory, MatrixUnitReadsHavePriorityAtTheVmemPorts) {
+  // Ports of 4 bytes per cycle. An mxu.mm streams 64 rows of 4 i8 at stride 4 from VMEM 0: 256 bytes on banks
+  // 0-3, booked from its stream start, 16 cycles per bank. A dma.ld of 256 bytes issued right after it books its
+  // VMEM side on banks 0-3 too (destination 0) and must wait for the array's reads, or on banks 4-7
+  // (destination 256) and need not: its transfer ends later in the first case. The mm itself is not delayed.
+  Chip chip(small_config({"vmem.port_bytes_per_cycle=4"}));  // one chip per process: both programs run on it
+  auto run = [&chip](int64_t dma_dst) {
+    ProgramBuilder b;
+    b.li(1, 4).li(2, 64).li(3, 0).li(4, 4).li(5, 256).li(6, 1).li(7, dma_dst);
+    b.op(Op::MXULW, {3, 1, 1, 4, kI8});
+    b.op(Op::MXUMM, {3, 2, 3, 4, kI8, 0});
+    b.op(Op::DMALD, {7, 3, 6, 5, 5, 5});
+    return chip.run(b.build(), RunOptions{false, true, 0});
+  };
+  RunResult same_banks = run(0), other_banks = run(256);
+  auto end_of = [](const RunResult& r, isa::Unit unit, const char* mnemonic) {
+    for (const auto& e : r.trace)
+      if (e.unit == unit && e.kind == "busy" && e.name.rfind(mnemonic, 0) == 0) return e.start + e.duration;
+    return uint64_t{0};
+  };
+  EXPECT_GT(end_of(same_banks, isa::Unit::DmaIn, "dma.ld"), end_of(other_banks, isa::Unit::DmaIn, "dma.ld"));
+  EXPECT_EQ(end_of(same_banks, isa::Unit::Mxu, "mxu.mm"), end_of(other_banks, isa::Unit::Mxu, "mxu.mm"));
+  EXPECT_GT(end_of(same_banks, isa::Unit::Mxu, "mxu.mm"), 0u);
+  EXPECT_EQ(same_banks.stats.cycles, other_banks.stats.cycles);  // the array's drain ends both programs
 }
 
 }  // namespace
