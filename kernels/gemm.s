@@ -60,25 +60,29 @@
 .set NT, cdiv(N, C)
 .set BIAS_BYTES, align(BIAS * N * 4, 64)
 .set B_BYTES, align(R * C * E, 64)
+# Row tiles of at most TM_MAX rows (half the accumulators: two tiles in flight), all of the same size: M = 2700
+# with TM_MAX = 2048 runs as 2 x 1350, not 2048 + 652, whose weight loads the short tile could not hide.
 .if ACT_RESIDENT
 # VMEM layout: [bias | B slot 0 | B slot 1 | a | c]
-.set TM, min(M, ACC_ROWS / 2)
+.set TM_MAX, ACC_ROWS / 2
 .set VB0, BIAS_BYTES
 .default A_VADDR, VB0 + 2 * B_BYTES
 .default C_VADDR, align(A_VADDR + M * K * E, 64)
 .if C_VADDR + M * N * O > VMEM_BYTES
 .error "gemm.s: with ACT_RESIDENT, a and c do not fit in VMEM"
 .endif
+.set TM, cdiv(M, cdiv(M, TM_MAX))
 .set A_BYTES, 0
 .input a, IN_DT, [M, K] @ vmem A_VADDR
 .else
 # VMEM layout: [bias | A region 0 | A region 1 | B slot 0 | B slot 1 | C buffer 0 | C buffer 1]; an A region
 # holds TM rows of a at their HBM row pitch K*E. (256 bytes cover the alignment of the four aligned regions.)
 .set TM_VMEM, (VMEM_BYTES - BIAS_BYTES - 2 * B_BYTES - 256) / (2 * K * E + 2 * C * O)
-.set TM, min(min(M, ACC_ROWS / 2), TM_VMEM)
-.if TM < 1
+.set TM_MAX, min(ACC_ROWS / 2, TM_VMEM)
+.if TM_MAX < 1
 .error "gemm.s: a row of a and the operand tiles do not fit in VMEM"
 .endif
+.set TM, cdiv(M, cdiv(M, TM_MAX))
 .set A_BYTES, align(TM * K * E, 64)
 .set C_BYTES, align(TM * C * O, 64)
 .set VA0, BIAS_BYTES

@@ -217,7 +217,7 @@ std::vector<systolic::Instr> gemm_schedule(int64_t M, int64_t K, int64_t N, int6
 }
 
 void kernel_check(const std::vector<std::pair<Dataflow, std::pair<int, int>>>& points) {
-  // 64 accumulator rows: row tiles of TM = 32, so all three of the kernel's loops run more than once.
+  // 64 accumulator rows: 3 row tiles of TM = 24, so all three of the kernel's loops run more than once.
   const int64_t M = 72, K = 40, N = 44;
   std::vector<std::unique_ptr<sim::Chip>> chips;
   for (auto [df, rc] : points) chips.push_back(std::make_unique<sim::Chip>(config(df, rc.first, rc.second, 64)));
@@ -236,7 +236,8 @@ void kernel_check(const std::vector<std::pair<Dataflow, std::pair<int, int>>>& p
     const int64_t E = 2, O = 4, vmem = d.at("VMEM_BYTES"), acc_rows = d.at("ACC_ROWS");
     const int64_t b_bytes = (R * C * E + 63) / 64 * 64;
     const int64_t tm_vmem = (vmem - 2 * b_bytes - 256) / (2 * K * E + 2 * C * O);
-    const int64_t TM = std::min(std::min(M, acc_rows / 2), tm_vmem);
+    const int64_t tm_max = std::min(acc_rows / 2, tm_vmem), tiles = (M + tm_max - 1) / tm_max;
+    const int64_t TM = (M + tiles - 1) / tiles;  // equal row tiles
     std::vector<systolic::Instr> instrs = gemm_schedule(M, K, N, R, C, TM);
     uint64_t finish = 0;  // the last mxu.sync's signal: the end of the vector unit's last wait on s4
     for (const auto& e : r.trace)
