@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <iomanip>
 #include <sstream>
 
@@ -49,6 +50,42 @@ void print_summary(std::ostream& os, const isa::Program& p, const sim::ChipConfi
   os << "  MXU MAC utilisation " << std::fixed << std::setprecision(1) << 100.0 * s.mxu_mac_utilization << "% ("
      << s.mxu_macs << " MACs); HBM read " << s.hbm_bytes_read << " B, written " << s.hbm_bytes_written << " B\n";
   os.unsetf(std::ios::fixed);
+}
+
+void print_profile(std::ostream& os, const runtime::Profile& p, const std::string& program_name, size_t top) {
+  std::vector<const runtime::RegionProfile*> rows;
+  for (size_t i : p.top(isa::kRegionNode, top)) rows.push_back(&p.regions[i]);
+  const size_t nodes = p.top(isa::kRegionNode).size();
+  if (nodes == 0) rows.push_back(&p.program);  // a program without node regions: one row for all of it
+  os << "profile of " << (program_name.empty() ? "(unnamed)" : program_name) << " on " << p.chip << ": " << p.cycles
+     << " cycles, " << std::setprecision(4) << static_cast<double>(p.cycles) / p.clock_mhz << " us; " << nodes
+     << " nodes" << (rows.size() < nodes ? ", top " + std::to_string(rows.size()) + " by time" : "") << "\n";
+  size_t w = 4;
+  for (const auto* r : rows) w = std::max(w, r->name.size());
+  os << "  " << std::left << std::setw(w + 2) << "node" << std::right << std::setw(10) << "cycles" << std::setw(8)
+     << "share" << std::setw(10) << "MXU util";
+  for (const char* u : {"dmain", "mxu", "vpu", "dmaout"}) os << std::setw(9) << u;
+  os << std::setw(9) << "waits" << "  kernels\n";
+  os << std::fixed << std::setprecision(1);
+  for (const auto* r : rows) {
+    os << "  " << std::left << std::setw(w + 2) << r->name << std::right << std::setw(10) << r->cycles()
+       << std::setw(7) << 100 * r->share << "%" << std::setw(9) << 100 * r->mxu_utilization << "%";
+    uint64_t waits = 0;
+    for (isa::Unit u : {isa::Unit::DmaIn, isa::Unit::Mxu, isa::Unit::Vpu, isa::Unit::DmaOut}) {
+      const runtime::UnitProfile& up = r->units[static_cast<int>(u)];
+      os << std::setw(9) << up.busy();
+      if (auto it = up.cycles.find("wait"); it != up.cycles.end()) waits += it->second;
+    }
+    os << std::setw(9) << waits << "  ";
+    std::string kernels;
+    for (const auto& k : p.regions)
+      if (k.kind == isa::kRegionKernel && k.begin >= r->begin && k.end <= r->end && &k != r)
+        kernels += (kernels.empty() ? "" : ", ") + k.name;
+    os << (kernels.empty() ? "-" : kernels) << "\n";
+  }
+  os.unsetf(std::ios::fixed);
+  os << "  cycles: first to last cycle of the node's unit slices; share: of the run's cycles; MXU util: MXU busy / "
+        "cycles\n  unit columns: busy cycles; waits: those units' semaphore wait cycles, summed\n";
 }
 
 void print_config(std::ostream& os, const sim::ChipConfig& cfg) {

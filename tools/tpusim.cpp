@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "tpusim/isa/assembler.h"
+#include "tpusim/runtime/profile.h"
 #include "tpusim/runtime/runtime.h"
 
 namespace po = boost::program_options;
@@ -29,6 +30,7 @@ const char* kUsage =
     "  disasm FILE.tpub [-o FILE.s] disassemble a program\n"
     "  compile FILE.onnx -o FILE.tpub  compile an ONNX model\n"
     "  config --list | --show [NAME]   list the chip presets, or show every parameter of one\n"
+    "  profile FILE                 run a model, program or kernel and list its graph nodes by time\n"
     "\n"
     "`tpusim <command> --help` lists a command's options.\n";
 
@@ -161,6 +163,50 @@ int cmd_run(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_profile(const std::vector<std::string>& args) {
+  std::string file, config, trace_path, json_path;
+  std::vector<std::string> sets, defines, input_specs, shapes;
+  uint64_t max_cycles = 0, seed = 1;
+  size_t top = 10;
+  po::options_description desc = chip_options(config, sets);
+  desc.add_options()
+      ("define,D", po::value(&defines)->composing(), "kernel symbol NAME=VALUE (repeatable)")
+      ("input,i", po::value(&input_specs)->composing(), "NAME=FILE.npy (repeatable); others get random data")
+      ("seed", po::value(&seed)->default_value(1), "seed for the random inputs")
+      ("shape", po::value(&shapes)->composing(), "NAME=D0,D1,...: a model input's shape, for dynamic dims")
+      ("top", po::value(&top)->default_value(10), "list this many nodes (0: all)")
+      ("trace", po::value(&trace_path), "write a Chrome trace with a track of graph nodes (open it in Perfetto)")
+      ("json", po::value(&json_path), "write the profile of every region as JSON")
+      ("timing-only", "skip the arithmetic; same cycles")
+      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000), "stop a run that goes on longer");
+  po::variables_map vm;
+  if (!parse(args, desc, "usage: tpusim profile MODEL.onnx|PROGRAM.tpub|KERNEL.s [options]", vm, &file)) return 0;
+
+  runtime::Client client(sim::load_config(config, sets));
+  runtime::Executable exe = client.load_file(file, parse_defines(defines), parse_shapes(shapes));
+  std::map<std::string, runtime::HostTensor> inputs;
+  for (const auto& spec : input_specs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos) throw UsageError("--input expects NAME=FILE.npy, got '" + spec + "'");
+    inputs[spec.substr(0, eq)] = runtime::read_npy(spec.substr(eq + 1));
+  }
+  client.check_fits(exe);
+  for (const auto* d : exe.inputs())
+    if (!inputs.count(d->name)) inputs[d->name] = runtime::random_tensor(*d, seed + inputs.size());
+  runtime::ExecuteOptions opts;
+  opts.functional = !vm.count("timing-only");
+  opts.trace = true;
+  opts.max_cycles = max_cycles;
+  runtime::ExecuteResult r = client.execute(exe, inputs, opts);
+
+  runtime::Profile prof = runtime::make_profile(exe.program(), r.run, client.config());
+  print_profile(std::cout, prof, exe.program().name, top);
+  if (!json_path.empty()) write_text(json_path, runtime::profile_json(prof));
+  if (!trace_path.empty())
+    write_text(trace_path, runtime::profile_trace_json(exe.program(), r.run, client.config(), prof));
+  return 0;
+}
+
 int cmd_asm(const std::vector<std::string>& args) {
   std::string file, out, config;
   std::vector<std::string> sets, defines;
@@ -256,7 +302,7 @@ int main(int argc, char** argv) {
   }
   static const std::map<std::string, int (*)(const std::vector<std::string>&)> commands = {
       {"run", cmd_run}, {"asm", cmd_asm}, {"disasm", cmd_disasm},
-      {"compile", cmd_compile}, {"config", cmd_config}, {"demo", cmd_demo}};
+      {"compile", cmd_compile}, {"config", cmd_config}, {"demo", cmd_demo}, {"profile", cmd_profile}};
   auto it = commands.find(args[0]);
   try {
     if (it == commands.end()) throw UsageError("unknown command '" + args[0] + "' (see tpusim --help)");

@@ -61,8 +61,10 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
       p.tensors.push_back(std::move(t));
     }
 
+  int node = -1;  // the "node" region of the previous call, which a call with the same label extends
   for (size_t c = 0; c < plan.calls.size(); ++c) {
     const KernelCall& call = plan.calls[c];
+    const auto call_begin = static_cast<uint32_t>(p.code.size());
     isa::Program frag = assemble_call(plan, call, symbols, p.code.size());
     if (c > 0 && !starts_with_sync(frag)) {
       p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::FENCE}));
@@ -70,6 +72,17 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
       frag = assemble_call(plan, call, symbols, p.code.size());
     }
     const uint64_t end = p.code.size() + frag.code.size();
+    if (node < 0 || p.regions[node].name != call.label) {
+      node = static_cast<int>(p.regions.size());
+      p.regions.push_back(isa::Region{isa::kRegionNode, call.label, call_begin, 0});
+    }
+    p.regions[node].end = static_cast<uint32_t>(end);
+    const auto frag_begin = static_cast<uint32_t>(p.code.size());
+    p.regions.push_back(isa::Region{isa::kRegionKernel, call.kernel, frag_begin, static_cast<uint32_t>(end)});
+    for (isa::Region r : frag.regions) {  // the kernel's own regions, if it marks any
+      r.begin += frag_begin, r.end += frag_begin;
+      p.regions.push_back(std::move(r));
+    }
     for (size_t i = 0; i < frag.code.size(); ++i) {
       isa::Word w = frag.code[i];
       if (c + 1 < plan.calls.size() && isa::decode(w).op == isa::Op::HALT) {

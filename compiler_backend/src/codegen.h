@@ -15,6 +15,11 @@ namespace tpusim::compiler {
 // not start by synchronising (sem.set or fence before its first unit instruction) gets a `fence` in front, so it
 // never overlaps the previous one; a `halt` inside a fragment other than the last jumps to the next fragment.
 // The Program declares the Input, Output and Const buffers (in that order) with the constants in const_data.
+// Regions (for profiles): each call's code (its fence included) lies in a "node" region named after the call's
+// label, which names the graph nodes it implements: for a fused group the MatMul/Gemm node that heads it and the
+// Add and Relu nodes folded into it, joined by "+", "cast(x)" for the cast of a graph value x the compiler inserts; consecutive
+// calls with one label share one node region. Inside it, each fragment is a "kernel" region named after its
+// kernel file ("gemm.s"), holding the kernel's own regions, if it marks any.
 isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
                           const std::string& program_name);
 

@@ -133,6 +133,7 @@ class Fuser {
     } else {
       for (int64_t j = 0; j < op.n; ++j) op.bias[j] += add[j];
     }
+    op.fused.push_back(n.name);
     retarget(op, v, n.outputs[0]);
   }
 
@@ -140,6 +141,7 @@ class Fuser {
     int v = resolve(n.inputs[0]);
     FusedMatMul& op = fusable_producer(n, v, "a Relu");
     op.relu = true;
+    op.fused.push_back(n.name);
     retarget(op, v, n.outputs[0]);
   }
 

@@ -16,6 +16,7 @@ namespace tpusim::compiler {
 
 struct FusedMatMul {
   std::string name;          // the MatMul/Gemm node
+  std::vector<std::string> fused;  // the Add and Relu nodes folded into it, in order
   int a = -1, b = -1;        // operand values, [m,k] and [k,n] ([n,k] when transpose_b)
   bool transpose_b = false;  // only for a constant b (transposed at compile time)
   int64_t m = 0, k = 0, n = 0;

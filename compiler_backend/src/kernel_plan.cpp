@@ -81,7 +81,8 @@ class Selector {
 
   void add_gemm(const FusedMatMul& op) {
     KernelCall call;
-    call.label = op.name;
+    call.label = op.name;  // the fused group: "fc+add+relu"
+    for (const std::string& f : op.fused) call.label += "+" + f;
     call.kernel = "gemm.s";
     call.tensors["a"] = bf16_operand(op.a, false);
     call.tensors["b"] = bf16_operand(op.b, op.transpose_b);

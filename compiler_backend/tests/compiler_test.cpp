@@ -97,7 +97,8 @@ TEST(Compile, MatMulAddReluFuseIntoOneGemmEach) {
   b.node("Add", "add2", {"b2", "o"}, {"y"});
   isa::Program p = compile_onnx(b.bytes(), "mlp2.onnx", chip());
 
-  EXPECT_EQ(fragments(p), (std::vector<std::string>{"cast(x)", "mm1", "mm2"}));
+  // One gemm.s each, labelled with the nodes it implements.
+  EXPECT_EQ(fragments(p), (std::vector<std::string>{"cast(x)", "mm1+add1+relu1", "mm2+add2"}));
   std::vector<std::string> names;
   for (const auto& t : p.tensors) names.push_back(t.name);
   EXPECT_EQ(names, (std::vector<std::string>{"x", "y", "w1", "b1", "w2", "b2"}));
@@ -109,6 +110,44 @@ TEST(Compile, MatMulAddReluFuseIntoOneGemmEach) {
   for (size_t i = 0; i < w1_data.size(); ++i) ASSERT_EQ(w1_bf16[i], isa::bf16_from_f32(w1_data[i])) << i;
   EXPECT_EQ(p.find("b2")->shape, (std::vector<int64_t>{4}));  // [1,N] becomes [N]
   EXPECT_EQ(const_f32(p, *p.find("b1")), test::ramp(32, 0.1f));
+}
+
+TEST(Compile, RegionsMarkEachNodeAndKernelFragment) {
+  ModelBuilder b;
+  b.input("x", {8, 16}).output("y", {8, 4});
+  b.constant("w1", {16, 32}, test::ramp(16 * 32)).constant("b1", {32}, test::ramp(32, 0.1f), false);
+  b.constant("w2", {32, 4}, test::ramp(32 * 4, -0.2f));
+  b.node("MatMul", "mm1", {"x", "w1"}, {"h"});
+  b.node("Add", "add1", {"h", "b1"}, {"hb"});
+  b.node("Relu", "relu1", {"hb"}, {"r"});
+  b.node("MatMul", "mm2", {"r", "w2"}, {"y"});
+  isa::Program p = compile_onnx(b.bytes(), "mlp2.onnx", chip());
+  isa::validate_regions(p);
+  // Pre-order: each node region, then the kernel region inside it; the node regions tile the code.
+  std::vector<std::string> names;
+  uint32_t next = 0;
+  for (const isa::Region& r : p.regions) {
+    names.push_back(r.kind + " " + r.name);
+    if (r.kind == isa::kRegionNode) {
+      EXPECT_EQ(r.begin, next);
+      next = r.end;
+    }
+    // Every instruction of a region comes from its node: "mm1: gemm.s:12", or "mm1: fence before gemm.s".
+    const std::string node = r.kind == isa::kRegionNode ? r.name : names[names.size() - 2].substr(5);
+    for (uint32_t i = r.begin; i < r.end; ++i) {
+      EXPECT_THAT(p.source[i], StartsWith(node + ": ")) << i;
+      if (r.kind == isa::kRegionKernel) EXPECT_THAT(p.source[i], ::testing::Not(HasSubstr("fence before")));
+    }
+  }
+  EXPECT_EQ(next, p.code.size());
+  EXPECT_EQ(names, (std::vector<std::string>{"node cast(x)", "kernel cast.s", "node mm1+add1+relu1", "kernel gemm.s",
+                                             "node mm2", "kernel gemm.s"}));
+  // A fragment that does not begin by synchronising has the fence in front inside its node, not its kernel.
+  for (size_t i = 2; i < p.regions.size(); i += 2) {
+    const isa::Region &node = p.regions[i], &kernel = p.regions[i + 1];
+    EXPECT_EQ(kernel.end, node.end);
+    EXPECT_EQ(kernel.begin, node.begin + (p.source[node.begin].find("fence before") != std::string::npos ? 1 : 0));
+  }
 }
 
 TEST(Compile, DynamicBatchNeedsItsShape) {

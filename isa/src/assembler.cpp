@@ -156,6 +156,12 @@ struct CondFrame {
   bool parent_active, active, taken, seen_else = false;
 };
 
+// A .region waiting for its .endregion.
+struct OpenRegion {
+  size_t index;  // in Program::regions
+  Loc loc;
+};
+
 // A .const waiting for its .data lines.
 struct ConstFill {
   size_t tensor;
@@ -199,6 +205,8 @@ class Assembler {
   void dir_tensor(Cursor& c, TensorKind kind);
   void dir_data(Cursor& c, const Token& head);
   void dir_include(Cursor& c, const Token& head);
+  void dir_region(Cursor& c, const Token& head);
+  void dir_endregion(Cursor& c, const Token& head);
   void close_fill();
   uint64_t place(const std::string& name, uint64_t bytes, const std::optional<Expr>& at);
   std::vector<int64_t> parse_dims(Cursor& c);
@@ -233,6 +241,7 @@ class Assembler {
   std::vector<PendingInstr> pending_;
   std::vector<Loc> tensor_locs_;
   std::optional<ConstFill> fill_;
+  std::vector<OpenRegion> regions_;  // open .region directives, innermost last
   uint64_t next_free_ = 0;  // auto-placed tensors start at or above this HBM address
   int include_depth_ = 0;
 };
@@ -240,6 +249,7 @@ class Assembler {
 void Assembler::read_file(const std::string& text, const std::string& name) {
   const std::string* file = intern(name);
   std::vector<CondFrame> conds;
+  const size_t open_regions = regions_.size();
   std::istringstream in(text);
   std::string s;
   for (int lineno = 1; std::getline(in, s); ++lineno) {
@@ -248,6 +258,7 @@ void Assembler::read_file(const std::string& text, const std::string& name) {
   }
   close_fill();
   if (!conds.empty()) fail(conds.back().loc, "'.if' without '.endif'");
+  if (regions_.size() > open_regions) fail(regions_.back().loc, "'.region' without '.endregion'");
 }
 
 void Assembler::line(const std::vector<Token>& toks, std::vector<CondFrame>& conds) {
@@ -340,6 +351,8 @@ void Assembler::directive(Cursor& c, const Token& head) {
   if (d == ".const") return dir_tensor(c, TensorKind::Const);
   if (d == ".data") return dir_data(c, head);
   if (d == ".include") return dir_include(c, head);
+  if (d == ".region") return dir_region(c, head);
+  if (d == ".endregion") return dir_endregion(c, head);
   if (d == ".name") {
     prog_.name = c.expect_string("a program name").text;
     return c.expect_end();
@@ -511,6 +524,27 @@ void Assembler::dir_include(Cursor& c, const Token& head) {
   ++include_depth_;
   read_file(*text, shown);
   --include_depth_;
+}
+
+// `.region KIND, "name"` ... `.endregion`: a named range of the instructions between them (Program::regions).
+void Assembler::dir_region(Cursor& c, const Token& head) {
+  const Token& kind = c.expect_ident("a region kind (node, kernel, ...)");
+  if (kind.text.find('.') != std::string::npos) fail(kind.loc, "a region kind is letters, digits and '_'");
+  c.expect(",");
+  const Token& name = c.peek().kind == Tok::String ? c.next() : c.expect_ident("a region name");
+  c.expect_end();
+  regions_.push_back(OpenRegion{prog_.regions.size(), head.loc});
+  const auto here = static_cast<uint32_t>(pending_.size());
+  prog_.regions.push_back(Region{kind.text, name.text, here, here});
+}
+
+void Assembler::dir_endregion(Cursor& c, const Token& head) {
+  c.expect_end();
+  if (regions_.empty()) fail(head.loc, "'.endregion' without '.region'");
+  Region& r = prog_.regions[regions_.back().index];
+  r.end = static_cast<uint32_t>(pending_.size());
+  if (r.end == r.begin) fail(head.loc, "region '" + r.name + "' holds no instructions");
+  regions_.pop_back();
 }
 
 // ---- instructions ---------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // The disassembler: text that assemble() (with the default AsmOptions, base_pc 0) turns back into an identical
-// Program, except `source`, which then names the disassembly's own lines. Instructions come from isa::format;
+// Program (regions as `.region`/`.endregion` around their instructions), except `source`, which then names the
+// disassembly's own lines. Instructions come from isa::format;
 // branch targets stay absolute instruction indices, so no labels are needed.
 #include <algorithm>
 #include <cctype>
@@ -94,7 +95,19 @@ std::string disassemble(const Program& p) {
   bool in_order = consts_in_order(p);
   if (!in_order) emit_data(out, p.const_data, 0, p.const_data.size());
   for (const auto& t : p.tensors) emit_tensor(out, p, t, in_order);
+  try {
+    validate_regions(p);
+  } catch (const Error& e) {
+    throw Error(std::string("disassemble: ") + e.what());
+  }
+  size_t next_region = 0;
+  std::vector<uint32_t> open_ends;  // ends of the open regions, innermost last
   for (size_t pc = 0; pc < p.code.size(); ++pc) {
+    for (; next_region < p.regions.size() && p.regions[next_region].begin == pc; ++next_region) {
+      const Region& r = p.regions[next_region];
+      out << std::string(2 * open_ends.size(), ' ') << ".region " << r.kind << ", " << quote(r.name) << "\n";
+      open_ends.push_back(r.end);
+    }
     Instr in;
     try {
       in = decode(p.code[pc]);
@@ -106,6 +119,8 @@ std::string disassemble(const Program& p) {
     out << line << "# pc " << pc;
     if (pc < p.source.size() && !p.source[pc].empty()) out << " (" << printable(p.source[pc]) << ")";
     out << "\n";
+    for (; !open_ends.empty() && open_ends.back() == pc + 1; open_ends.pop_back())
+      out << std::string(2 * (open_ends.size() - 1), ' ') << ".endregion\n";
   }
   return out.str();
 }

@@ -7,10 +7,13 @@
 //   3 const     raw bytes
 //   4 name      raw bytes (UTF-8)
 //   5 source    u32 count, then per line: u32 length, bytes
+//   6 regions   u32 count, then per region: u32 kind length, kind bytes, u32 name length, name bytes, u32 begin,
+//               u32 end (instruction indices; rules in program.h, checked after every section is read)
 // Every field is bounds-checked before it is read, so corrupt input ends in an isa::Error, never a crash.
 #include "tpusim/isa/program.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -54,7 +57,7 @@ const char* mem_space_name(MemSpace s) { return s == MemSpace::Vmem ? "vmem" : "
 namespace {
 
 constexpr char kMagic[4] = {'T', 'P', 'U', 'B'};
-enum SectionId : uint32_t { kCode = 1, kTensors = 2, kConst = 3, kName = 4, kSource = 5 };
+enum SectionId : uint32_t { kCode = 1, kTensors = 2, kConst = 3, kName = 4, kSource = 5, kRegions = 6 };
 
 const char* section_name(uint32_t id) {
   switch (id) {
@@ -63,6 +66,7 @@ const char* section_name(uint32_t id) {
     case kConst: return "constant data";
     case kName: return "name";
     case kSource: return "source";
+    case kRegions: return "regions";
   }
   return "unknown";
 }
@@ -118,6 +122,18 @@ std::vector<uint8_t> source_payload(const Program& p) {
   Writer w;
   w.u32(static_cast<uint32_t>(p.source.size()));
   for (const auto& s : p.source) w.str(s);
+  return std::move(w.out);
+}
+
+std::vector<uint8_t> regions_payload(const Program& p) {
+  Writer w;
+  w.u32(static_cast<uint32_t>(p.regions.size()));
+  for (const Region& r : p.regions) {
+    w.str(r.kind);
+    w.str(r.name);
+    w.u32(r.begin);
+    w.u32(r.end);
+  }
   return std::move(w.out);
 }
 
@@ -250,8 +266,21 @@ void read_source(Reader& r, Program& p) {
   for (uint32_t i = 0; i < n; ++i) p.source.push_back(r.str("source line"));
 }
 
+void read_regions(Reader& r, Program& p) {
+  uint32_t n = r.count("region count", 4 + 4 + 4 + 4);
+  for (uint32_t i = 0; i < n; ++i) {
+    Region g;
+    g.kind = r.str("region kind");
+    g.name = r.str("region name");
+    g.begin = r.u32("region begin");
+    g.end = r.u32("region end");
+    p.regions.push_back(std::move(g));
+  }
+}
+
 // Checks that need every section: const tensors inside the constant data, one source line per instruction.
-void validate(const Program& p, const std::vector<size_t>& tensor_offsets, size_t source_offset) {
+void validate(const Program& p, const std::vector<size_t>& tensor_offsets, size_t source_offset,
+              size_t regions_offset) {
   for (size_t i = 0; i < p.tensors.size(); ++i) {
     const TensorDecl& t = p.tensors[i];
     if (t.kind != TensorKind::Const) continue;
@@ -264,20 +293,67 @@ void validate(const Program& p, const std::vector<size_t>& tensor_offsets, size_
   if (!p.source.empty() && p.source.size() != p.code.size())
     throw Error("program: byte " + std::to_string(source_offset) + ": " + std::to_string(p.source.size()) +
                 " source lines for " + std::to_string(p.code.size()) + " instructions");
+  try {
+    validate_regions(p);
+  } catch (const Error& e) {
+    throw Error("program: byte " + std::to_string(regions_offset) + ": " + e.what());
+  }
+}
+
+std::string region_text(const Region& r, size_t i) {
+  return "region " + std::to_string(i) + " (" + r.kind + " '" + r.name + "', [" + std::to_string(r.begin) + ", " +
+         std::to_string(r.end) + "))";
+}
+
+// What the assembler reads as a `.region` kind: letters, digits and '_', not starting with a digit.
+bool is_region_kind(const std::string& s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](unsigned char ch) { return std::isalnum(ch) || ch == '_'; });
 }
 
 }  // namespace
+
+// One pass with a stack of the regions that enclose the current one.
+void validate_regions(const Program& p) {
+  std::vector<size_t> open;
+  for (size_t i = 0; i < p.regions.size(); ++i) {
+    const Region& r = p.regions[i];
+    if (!is_region_kind(r.kind)) throw Error(region_text(r, i) + ": the kind is not an identifier");
+    if (r.begin >= r.end) throw Error(region_text(r, i) + " holds no instructions");
+    if (r.end > p.code.size())
+      throw Error(region_text(r, i) + " ends past the code (" + std::to_string(p.code.size()) + " instructions)");
+    if (i > 0 && r.begin < p.regions[i - 1].begin)
+      throw Error(region_text(r, i) + " begins before the region listed before it (regions are listed by begin)");
+    while (!open.empty() && p.regions[open.back()].end <= r.begin) open.pop_back();
+    if (!open.empty() && r.end > p.regions[open.back()].end)
+      throw Error(region_text(r, i) + " overlaps " + region_text(p.regions[open.back()], open.back()) +
+                  " without nesting in it");
+    open.push_back(i);
+  }
+}
+
+std::vector<int> region_parents(const std::vector<Region>& regions) {
+  std::vector<int> parent(regions.size(), -1);
+  std::vector<int> open;
+  for (size_t i = 0; i < regions.size(); ++i) {
+    while (!open.empty() && regions[open.back()].end <= regions[i].begin) open.pop_back();
+    if (!open.empty()) parent[i] = open.back();
+    open.push_back(static_cast<int>(i));
+  }
+  return parent;
+}
 
 std::vector<uint8_t> serialize(const Program& p) {
   Writer w;
   w.raw(kMagic, 4);
   w.u32(kProgramVersion);
-  w.u32(p.source.empty() ? 4 : 5);
+  w.u32(4 + !p.source.empty() + !p.regions.empty());
   w.section(kCode, code_payload(p));
   w.section(kTensors, tensors_payload(p));
   w.section(kConst, p.const_data);
   w.section(kName, std::vector<uint8_t>(p.name.begin(), p.name.end()));
   if (!p.source.empty()) w.section(kSource, source_payload(p));
+  if (!p.regions.empty()) w.section(kRegions, regions_payload(p));
   return std::move(w.out);
 }
 
@@ -295,7 +371,7 @@ Program deserialize(const std::vector<uint8_t>& bytes) {
 
   Program p;
   std::vector<size_t> tensor_offsets;
-  size_t source_offset = 0;
+  size_t source_offset = 0, regions_offset = 0;
   std::set<uint32_t> seen;
   for (uint32_t s = 0; s < sections; ++s) {
     size_t at = head.pos();
@@ -305,7 +381,7 @@ Program deserialize(const std::vector<uint8_t>& bytes) {
     if (len > head.left())
       head.fail(what + " truncated: needs " + std::to_string(len) + " bytes, " + std::to_string(head.left()) + " left",
                 at);
-    if (id >= kCode && id <= kSource && !seen.insert(id).second) head.fail("duplicate " + what, at);
+    if (id >= kCode && id <= kRegions && !seen.insert(id).second) head.fail("duplicate " + what, at);
     Reader r(bytes, head.pos(), head.pos() + len, what);
     head.skip(len, "section");
     switch (id) {
@@ -314,12 +390,13 @@ Program deserialize(const std::vector<uint8_t>& bytes) {
       case kConst: p.const_data = r.raw(len, "constant data"); break;
       case kName: p.name = r.bytes(len, "name"); break;
       case kSource: source_offset = at, read_source(r, p); break;
+      case kRegions: regions_offset = at, read_regions(r, p); break;
       default: r.skip(len, "section"); break;  // unknown section: skipped, so later versions can add some
     }
     r.expect_end();
   }
   head.expect_end();
-  validate(p, tensor_offsets, source_offset);
+  validate(p, tensor_offsets, source_offset, regions_offset);
   return p;
 }
 

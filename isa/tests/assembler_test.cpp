@@ -254,6 +254,44 @@ TEST(AsmConditionals, Errors) {
   EXPECT_EQ(error_of(".error \"stop here\"\n"), "k.s:1:1: stop here");
 }
 
+TEST(AsmRegions, NestedAndAdjacent) {
+  AsmOptions o;
+  o.base_pc = 100;  // regions count this program's instructions, not pcs
+  Program p = assemble(
+      "nop\n"
+      ".region node, \"fc1\"\n"
+      "  nop\n"
+      "  .region kernel, \"cast.s\"\n"
+      "    nop\n"
+      "  .endregion\n"
+      "  .region kernel, gemm\n"
+      "    nop\n"
+      "    nop\n"
+      "  .endregion\n"
+      ".endregion\n"
+      ".region node, \"fc2 + relu\"\n"
+      "  halt\n"
+      ".endregion\n",
+      "k.s", o);
+  std::vector<Region> want = {
+      {"node", "fc1", 1, 5}, {"kernel", "cast.s", 2, 3}, {"kernel", "gemm", 3, 5}, {"node", "fc2 + relu", 5, 6}};
+  EXPECT_EQ(p.regions, want);
+  EXPECT_EQ(region_parents(p.regions), (std::vector<int>{-1, 0, 0, -1}));
+}
+
+TEST(AsmRegions, Errors) {
+  EXPECT_EQ(error_of("nop\n.region node, \"a\"\nnop\n"), "k.s:2:1: '.region' without '.endregion'");
+  EXPECT_EQ(error_of(".endregion\n"), "k.s:1:1: '.endregion' without '.region'");
+  EXPECT_EQ(error_of(".region node, \"a\"\n.endregion\n"), "k.s:2:1: region 'a' holds no instructions");
+  EXPECT_EQ(error_of(".region node\n"), "k.s:1:13: expected ',', got end of line");
+  EXPECT_EQ(error_of(".region \"a\", node\n"), "k.s:1:9: expected a region kind (node, kernel, ...), got string \"a\"");
+  EXPECT_EQ(error_of(".region node, \"a\" x\n"), "k.s:1:19: trailing garbage 'x'");
+  // Each file closes its own regions, as it does its .if blocks.
+  AsmOptions o;
+  o.include = [](const std::string&, const std::string&) { return std::string(".region node, \"in\"\nnop\n"); };
+  EXPECT_EQ(error_of(".include \"x.s\"\nnop\n.endregion\n", o), "x.s:1:1: '.region' without '.endregion'");
+}
+
 TEST(AsmInclude, CustomResolver) {
   AsmOptions o;
   o.include = [](const std::string& name, const std::string& from) -> std::optional<std::string> {
@@ -435,6 +473,27 @@ TEST(Disassembler, RoundTripsTensorsConstsAndCode) {
   Program back = assemble(text, "k.dis.s");
   back.source = p.source;  // the only difference, by design
   EXPECT_EQ(back, p) << text;
+}
+
+TEST(Disassembler, RoundTripsRegions) {
+  Program p;
+  for (int i = 0; i < 6; ++i) p.code.push_back(encode(Instr{.op = Op::NOP}));
+  // Nested with equal bounds, adjacent, ending together, and names that need quoting.
+  p.regions = {{"node", "a \"quoted\"", 0, 4}, {"kernel", "same", 0, 4}, {"kernel", "x.s", 0, 1},
+               {"kernel", "y.s", 1, 4},         {"step", "deep", 2, 4},   {"node", "b", 5, 6}};
+  std::string text = disassemble(p);
+  EXPECT_NE(text.find("  .region kernel, \"x.s\"\n"), std::string::npos) << text;
+  Program back = assemble(text, "d.s");
+  back.source.clear();  // names the disassembly's lines
+  EXPECT_EQ(back, p) << text;
+  p.regions = {{"node", "a", 0, 4}, {"node", "b", 3, 6}};
+  try {
+    disassemble(p);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "disassemble: region 1 (node 'b', [3, 6)) overlaps region 0 (node 'a', [0, 4)) without "
+                           "nesting in it");
+  }
 }
 
 TEST(Disassembler, RoundTripsConstsOutOfOrder) {

@@ -74,6 +74,48 @@ TEST(ProgramFormat, RoundTrip) {
   EXPECT_EQ(deserialize(serialize(Program{})), Program{});
 }
 
+TEST(ProgramFormat, RegionsRoundTrip) {
+  Program p = small_program();
+  p.regions = {{"node", "fc1", 0, 3}, {"kernel", "gemm.s", 1, 3}};
+  std::vector<uint8_t> bytes = serialize(p);
+  EXPECT_EQ(deserialize(bytes), p);
+  // A program without regions has no regions section: files stay as they were before regions existed.
+  EXPECT_EQ(payload_of(serialize(small_program()), 6), 0u);
+  EXPECT_NE(payload_of(bytes, 6), 0u);
+}
+
+TEST(ProgramFormat, BadRegionsAreErrors) {
+  auto error_with = [](std::vector<Region> regions) {
+    Program p = small_program();  // 3 instructions
+    p.regions = std::move(regions);
+    std::vector<uint8_t> bytes = serialize(p);
+    std::string e = error_of(bytes);
+    std::string at = "program: byte " + std::to_string(payload_of(bytes, 6) - 12) + ": ";
+    EXPECT_EQ(e.rfind(at, 0), 0u) << e;
+    return e.substr(std::min(e.size(), at.size()));
+  };
+  EXPECT_EQ(error_with({{"node", "a", 1, 4}}), "region 0 (node 'a', [1, 4)) ends past the code (3 instructions)");
+  EXPECT_EQ(error_with({{"node", "a", 2, 2}}), "region 0 (node 'a', [2, 2)) holds no instructions");
+  EXPECT_EQ(error_with({{"node", "a", 2, 1}}), "region 0 (node 'a', [2, 1)) holds no instructions");
+  EXPECT_EQ(error_with({{"node", "a", 0, 2}, {"node", "b", 1, 3}}),
+            "region 1 (node 'b', [1, 3)) overlaps region 0 (node 'a', [0, 2)) without nesting in it");
+  EXPECT_EQ(error_with({{"node", "a", 1, 2}, {"node", "b", 0, 1}}),
+            "region 1 (node 'b', [0, 1)) begins before the region listed before it (regions are listed by begin)");
+  EXPECT_EQ(error_with({{"kernel", "in", 0, 1}, {"node", "out", 0, 3}}),
+            "region 1 (node 'out', [0, 3)) overlaps region 0 (kernel 'in', [0, 1)) without nesting in it");
+  EXPECT_EQ(error_with({{"no de", "a", 0, 1}}), "region 0 (no de 'a', [0, 1)): the kind is not an identifier");
+  // A truncated region record.
+  Program p = small_program();
+  p.regions = {{"node", "a", 0, 1}};
+  std::vector<uint8_t> bytes = serialize(p);
+  size_t len_at = payload_of(bytes, 6) - 8;
+  bytes[len_at] -= 4;  // the regions section is the last: cut its last 4 bytes, and its length with them
+  bytes.resize(bytes.size() - 4);
+  EXPECT_NE(error_of(bytes).find("section 6 (regions) truncated: region end needs 4 bytes, 0 left"),
+            std::string::npos)
+      << error_of(bytes);
+}
+
 TEST(ProgramFormat, SkipsUnknownSections) {
   std::vector<uint8_t> bytes = serialize(small_program());
   put_u32(bytes, 8, bytes[8] + 1);                                               // one more section...

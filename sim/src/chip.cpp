@@ -51,7 +51,7 @@ struct Chip::Impl {
       : st(cfg), top(("chip" + std::to_string(detail::next_chip_id++)).c_str(), st) {}
   detail::ChipState st;
   detail::ChipTop top;
-  bool running = false;
+  enum State { Idle, Started, Ran } state = Idle;  // Ran: run_started() is done, finish() not yet called
 
   void prepare(const isa::Program& program, const RunOptions& opts);
   std::string stopped_message();
@@ -123,7 +123,10 @@ void Chip::Impl::prepare(const isa::Program& program, const RunOptions& opts) {
 // Why a run stopped without finishing or failing: out of cycles, or out of events (a deadlock).
 std::string Chip::Impl::stopped_message() {
   detail::RunState& r = st.run;
-  if (sc_core::sc_pending_activity())
+  // Out of cycles: run_started stopped at the latest limit of the chips it ran with events still pending (with
+  // SC_EXIT_ON_STARVATION, time stays at the last event before the limit). With several chips, an unfinished
+  // chip with a limit is reported as out of cycles then, even if only another chip's events were pending.
+  if (sc_core::sc_pending_activity() && r.opts.max_cycles)
     return "still running after " + std::to_string(r.opts.max_cycles) + " cycles at " + st.where(top.core.pc());
   std::string s = "deadlock at cycle " + std::to_string(st.now() - r.t0) + ": ";
   std::string waits;
@@ -155,34 +158,73 @@ RunResult Chip::Impl::collect() {
   return out;
 }
 
-RunResult Chip::run(const isa::Program& program, const RunOptions& opts) {
+void Chip::start(const isa::Program& program, const RunOptions& opts) {
   Impl& m = *impl_;
-  if (m.running) throw Error("Chip::run called while the chip is running");
+  if (m.state != Impl::Idle) throw Error("Chip::start called while the chip is running");
   m.prepare(program, opts);
-  m.running = true;
-  detail::RunState& r = m.st.run;
-  try {
-    if (sc_core::sc_get_status() == sc_core::SC_ELABORATION) sc_core::sc_start(sc_core::SC_ZERO_TIME);
-    r.t0 = m.st.now();
-    m.top.core.start.notify(sc_core::SC_ZERO_TIME);
-    if (opts.max_cycles)  // two cycles of slack: the core itself reports overruns it sees
-      sc_core::sc_start(m.st.span(opts.max_cycles + 2), sc_core::SC_EXIT_ON_STARVATION);
+  if (sc_core::sc_get_status() == sc_core::SC_ELABORATION) sc_core::sc_start(sc_core::SC_ZERO_TIME);
+  m.st.run.t0 = m.st.now();
+  m.top.core.start.notify(sc_core::SC_ZERO_TIME);
+  m.state = Impl::Started;
+}
+
+void Chip::run_started(const std::vector<Chip*>& chips) {
+  std::vector<Impl*> started;
+  bool limited = true;
+  uint64_t until = 0;  // SystemC cycle past which no started chip may run (with two cycles of slack: the core
+                       // itself reports overruns it sees)
+  for (Chip* c : chips) {
+    if (!c || c->impl_->state != Impl::Started) continue;
+    Impl& m = *c->impl_;
+    started.push_back(&m);
+    if (!m.st.run.opts.max_cycles)
+      limited = false;
     else
-      sc_core::sc_start();
-    if (!r.finished && r.error.empty()) r.error = m.stopped_message();
+      until = std::max(until, m.st.run.t0 + m.st.run.opts.max_cycles + 2);
+  }
+  if (started.empty()) return;
+  for (Impl* m : started) m->state = Impl::Ran;
+  if (limited) {
+    uint64_t now = started.front()->st.now();
+    sc_core::sc_start(started.front()->st.span(until > now ? until - now : 0), sc_core::SC_EXIT_ON_STARVATION);
+  } else {
+    sc_core::sc_start();
+  }
+  bool unwind = false;
+  for (Impl* m : started) {
+    detail::RunState& r = m->st.run;
+    if (!r.finished && r.error.empty()) r.error = m->stopped_message();
     if (!r.error.empty()) {
       // Unwind every thread to its idle loop, so that the chip can run again.
-      m.st.abort_run();
-      if (sc_core::sc_pending_activity()) sc_core::sc_start();
-      m.st.reset_units();
+      m->st.abort_run();
+      unwind = true;
     }
+  }
+  if (unwind) {
+    if (sc_core::sc_pending_activity()) sc_core::sc_start();
+    for (Impl* m : started)
+      if (!m->st.run.error.empty()) m->st.reset_units();
+  }
+}
+
+RunResult Chip::finish() {
+  Impl& m = *impl_;
+  if (m.state == Impl::Idle) throw Error("Chip::finish called without Chip::start");
+  if (m.state == Impl::Started) throw Error("Chip::finish called before Chip::run_started");
+  m.state = Impl::Idle;
+  if (!m.st.run.error.empty()) throw Error(m.st.run.error);
+  return m.collect();
+}
+
+RunResult Chip::run(const isa::Program& program, const RunOptions& opts) {
+  start(program, opts);
+  try {
+    run_started({this});
   } catch (...) {
-    m.running = false;
+    impl_->state = Impl::Idle;
     throw;
   }
-  m.running = false;
-  if (!r.error.empty()) throw Error(r.error);
-  return m.collect();
+  return finish();
 }
 
 }  // namespace tpusim::sim

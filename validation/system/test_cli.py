@@ -205,6 +205,29 @@ class Outputs(Workdir):
         self.assertGreaterEqual(cos, 0.999)
         self.assertLessEqual(np.linalg.norm(y - ref) / np.linalg.norm(ref), 2e-2)
 
+    def test_profile_lists_the_graph_nodes(self):
+        out = tpusim("profile", os.path.join(MLP_DIR, "mlp.onnx"), "--config", "v4-like",
+                     "--json", self.path("p.json"), "--trace", self.path("t.json")).stdout
+        prof = json.loads(read(self.path("p.json")))
+        nodes = [r for r in prof["regions"] if r["kind"] == "node"]
+        kernels = [r for r in prof["regions"] if r["kind"] == "kernel"]
+        self.assertEqual(len(kernels), len(nodes))  # one kernel fragment per node in this MLP
+        self.assertGreaterEqual(len(nodes), 3)  # its Gemm nodes, and the cast of its input
+        for r in nodes:
+            self.assertIn(r["name"], out)
+            self.assertGreater(r["cycles"], 0)
+            self.assertLessEqual(r["cycles"], prof["cycles"])
+            self.assertTrue(0 <= r["mxu_utilization"] <= 1)
+        self.assertIn(f"{prof['cycles']} cycles", out)
+        trace = json.loads(read(self.path("t.json")))["traceEvents"]
+        node_slices = [e for e in trace if e["ph"] == "X" and e.get("cat") == "node"]
+        self.assertEqual(sorted(e["name"] for e in node_slices), sorted(r["name"] for r in nodes))
+        # --top limits the table to the longest nodes.
+        longest = max(nodes, key=lambda r: r["cycles"])["name"]
+        top1 = tpusim("profile", os.path.join(MLP_DIR, "mlp.onnx"), "--config", "v4-like", "--top", "1").stdout
+        self.assertIn(longest, top1)
+        self.assertEqual(sum(r["name"] in top1 for r in nodes), 1)
+
 
 class BadInput(Workdir):
     """Each mistake gives one clear line on stderr and a non-zero exit, never a crash."""

@@ -33,12 +33,26 @@ struct TensorDecl {
   bool operator==(const TensorDecl&) const = default;
 };
 
+// A named range [begin, end) of instruction indices, for profiles: kind "node" marks the code of a graph node,
+// "kernel" one kernel fragment (any other kind is allowed). Regions nest properly: two regions are disjoint or
+// one contains the other; Program::regions lists them in pre-order (by begin; an enclosing region before the
+// regions inside it, as their `.region` lines come), and each holds at least one instruction.
+struct Region {
+  std::string kind;
+  std::string name;
+  uint32_t begin = 0, end = 0;
+  bool operator==(const Region&) const = default;
+};
+inline constexpr const char* kRegionNode = "node";
+inline constexpr const char* kRegionKernel = "kernel";
+
 struct Program {
   std::string name;                  // informational (kernel or model name)
   std::vector<Word> code;            // executed from index 0; running past the end ends the program
   std::vector<TensorDecl> tensors;   // inputs, outputs and constants
   std::vector<uint8_t> const_data;   // bytes of the Const tensors
   std::vector<std::string> source;   // optional: per instruction, where it came from ("gemm.s:42"), for errors
+  std::vector<Region> regions;       // optional: named ranges of `code`, in pre-order (see Region)
 
   const TensorDecl* find(const std::string& name) const;
   // Lowest address past every tensor declared in `space`.
@@ -47,14 +61,21 @@ struct Program {
   bool operator==(const Program&) const = default;
 };
 
+// Throws isa::Error if `p.regions` break the rules of Region (empty, past the code, not nested, not in pre-order).
+void validate_regions(const Program& p);
+// For each region, the index of the region directly enclosing it, or -1 (regions must be valid).
+std::vector<int> region_parents(const std::vector<Region>& regions);
+
 inline constexpr uint32_t kProgramVersion = 2;  // 2: tensors carry their memory space
 
 // Binary format: "TPUB", u32 version, u32 section count, then sections (u32 id, u64 byte length, payload);
-// little-endian throughout. Sections: 1 code (u64 words), 2 tensors, 3 constant data, 4 name, 5 source lines.
-// Readers skip sections with unknown ids, so later versions can add some.
+// little-endian throughout. Sections: 1 code (u64 words), 2 tensors, 3 constant data, 4 name, 5 source lines,
+// 6 regions (written only when there are some). Readers skip sections with unknown ids, so later versions can
+// add some (a reader that predates section 6 loads such a file without its regions).
 std::vector<uint8_t> serialize(const Program& p);
 // Throws isa::Error naming the byte offset and what was wrong (bad magic, unsupported version, truncated section,
-// undecodable instruction word, tensor outside the constant data, ...).
+// undecodable instruction word, tensor outside the constant data, region outside the code or overlapping another
+// without nesting, ...).
 Program deserialize(const std::vector<uint8_t>& bytes);
 
 void save_program(const Program& p, const std::string& path);

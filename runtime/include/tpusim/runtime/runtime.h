@@ -1,38 +1,117 @@
-// The runtime (first cut of a PjRT-like API): a client owns simulated chips; executables are programs with a
-// tensor interface, made by assembling a kernel, compiling an ONNX model or loading a .tpub file; execute() moves
-// host tensors into the chip's HBM, runs, and returns the outputs with the run's statistics and trace.
+// The runtime: a PjRT-like API over simulated chips (STYLE.md, "Runtimes that last"), and a convenience layer.
 //
-// SystemC allows one elaboration per process (DESIGN.md, pitfalls): a process makes one Client, and execute()
-// runs on the calling thread. Errors are runtime::Error (or the isa/sim/compiler library's error) with one line.
+// A Client is made from a chip config with N devices: N identical chips, elaborated once, on a dedicated
+// simulation thread that owns every SystemC call (DESIGN.md, pitfalls: one SystemC kernel per process, so one
+// Client per process). Every other thread hands that thread work through a FIFO queue, so work is done in the
+// order it was submitted; calls return at once with a Future or Event. Any number of host threads may call one
+// Client, its Buffers and Executables at the same time.
+//
+// Memory (per device): buffers live in the device's HBM, placed by an HbmAllocator from the top of HBM down.
+// Today's programs declare their tensors at fixed addresses (from 0 up) and are not relocatable, so an
+// execution reserves the executable's declared HBM range [0, hbm_footprint) in the allocator while it runs;
+// the simulated chip's host interface copies the input buffers into their declared places before the run and
+// the outputs from theirs into new buffers after it, then the range is freed. A buffer that overlaps that range
+// makes the execution fail with kOutOfMemory naming it. Tensors a program keeps in VMEM are copied the same way.
+// Memory spaces: "hbm" of each device, and "host" (buffers whose bytes stay in host memory: zero-copy buffers,
+// and outputs asked for in host memory, which need no HBM of their own).
+//
+// Errors: the API returns Status / StatusOr / Future values (code + one line); it never throws for a caller's
+// mistake. The convenience layer (assemble_file ... execute(exe, host tensors)) throws runtime::Error as before.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "tpusim/isa/program.h"
+#include "tpusim/runtime/allocator.h"
+#include "tpusim/runtime/executable.h"
 #include "tpusim/runtime/npy.h"
+#include "tpusim/runtime/status.h"
 #include "tpusim/sim/chip.h"
 #include "tpusim/sim/config.h"
 
 namespace tpusim::runtime {
 
-class Executable {
+class Client;
+namespace detail {
+struct ClientCore;
+struct BufferState;
+}  // namespace detail
+
+enum class MemoryKind { kHbm, kHost };
+
+struct MemorySpace {
+  MemoryKind kind = MemoryKind::kHbm;
+  int device = -1;         // kHbm: its device; kHost: -1 (every device reaches it)
+  uint64_t capacity = 0;   // bytes (kHost: 0, unbounded)
+  std::string name;        // "device 0 hbm", "host"
+};
+
+struct DeviceDescription {
+  int id = 0;
+  std::string kind = "tpusim";   // what every device of this runtime is
+  std::string chip;              // chip.name of the config ("v4-like")
+  // Sizes and clocks from the config: mxu_rows, mxu_cols, clock_mhz, hbm_bytes, vmem_bytes, acc_bytes (if any),
+  // hbm_bandwidth_gbs.
+  std::map<std::string, double> attributes;
+  std::string to_string() const;  // "tpusim:0 (v4-like, mxu 128x128, 1050 MHz, hbm 32 GiB)"
+};
+
+// How buffer_from_host treats the caller's bytes.
+enum class HostSemantics {
+  kCopy,      // copied before the call returns; the caller may reuse its memory at once
+  kZeroCopy,  // not copied: the buffer refers to the caller's memory, which must stay alive and unchanged until
+              // the buffer is deleted or destroyed (and every execution using it has finished). The buffer is in
+              // the host memory space and takes no HBM; executions copy from it directly into the chip.
+};
+
+// A device array: dims and dtype, on a device, in a memory space. A handle: copies refer to the same buffer.
+// Delete() releases its memory at once (or when the last execution using it finishes); later use of the buffer
+// (to_host, execute) is an error status, never a crash.
+class Buffer {
  public:
-  explicit Executable(isa::Program program) : program_(std::move(program)) {}
-  const isa::Program& program() const { return program_; }
-  std::vector<const isa::TensorDecl*> inputs() const;
-  std::vector<const isa::TensorDecl*> outputs() const;
+  Buffer() = default;  // no buffer: valid() is false
+  bool valid() const { return s_ != nullptr; }
+  int device() const;
+  isa::DType dtype() const;
+  const std::vector<int64_t>& dims() const;
+  uint64_t bytes() const;
+  MemoryKind memory() const;
+  // Ready when the bytes are in place (the host-to-device copy or the execution that made it is done).
+  Event ready() const;
+  // Copies the buffer's bytes to a new host tensor, asynchronously.
+  Future<HostTensor> to_host() const;
+  void Delete();
+  bool deleted() const;
 
  private:
-  isa::Program program_;
+  friend class Client;
+  friend struct detail::ClientCore;
+  explicit Buffer(std::shared_ptr<detail::BufferState> s) : s_(std::move(s)) {}
+  std::shared_ptr<detail::BufferState> s_;
 };
 
 struct ExecuteOptions {
-  bool functional = true;   // false: timing only (no arithmetic; outputs are not produced)
+  bool functional = true;   // false: timing only (no arithmetic; no outputs are produced)
   bool trace = false;
   uint64_t max_cycles = 0;  // 0: no limit
+  MemoryKind output_memory = MemoryKind::kHbm;  // where output buffers are made
+};
+
+// One device's part of an execution.
+struct ExecuteArgs {
+  int device = 0;
+  std::map<std::string, Buffer> inputs;  // by the program's input names; every input must be given
+  // Inputs whose buffers are donated: deleted by the call, their HBM reused for an output of the same size.
+  std::set<std::string> donate;
+};
+
+struct ExecuteOutput {
+  std::map<std::string, Buffer> outputs;  // empty in timing-only mode
+  sim::RunResult run;
 };
 
 struct ExecuteResult {
@@ -40,32 +119,67 @@ struct ExecuteResult {
   sim::RunResult run;
 };
 
+struct CacheStats {
+  uint64_t compilations = 0;  // ONNX models compiled
+  uint64_t hits = 0;          // compile_onnx / load_program answered from the cache
+};
+
 class Client {
  public:
-  explicit Client(const sim::ChipConfig& cfg);
-  ~Client();
-  const sim::ChipConfig& config() const;
+  // Elaborates `num_devices` chips of `cfg` on the simulation thread. One Client per process (SystemC).
+  explicit Client(const sim::ChipConfig& cfg, int num_devices = 1);
+  ~Client();  // finishes the queued work, then stops the simulation thread
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
 
+  const sim::ChipConfig& config() const;
+  int device_count() const;
+  const std::vector<DeviceDescription>& devices() const;
+  std::vector<MemorySpace> memory_spaces() const;
+  AllocatorStats memory_stats(int device) const;  // of the device's HBM allocator
+  CacheStats cache_stats() const;
+
+  // --- Buffers
+  StatusOr<Buffer> buffer_from_host(const void* data, isa::DType dtype, const std::vector<int64_t>& dims, int device,
+                                    HostSemantics semantics = HostSemantics::kCopy);
+  StatusOr<Buffer> buffer_from_host(const HostTensor& t, int device);  // kCopy
+
+  // --- Executables. Programs are cached by fingerprint (load_program returns the cached executable for an
+  // equal program), ONNX models by path, modification time and input shapes: the second compile is free.
+  StatusOr<Executable> compile_onnx(const std::string& path,
+                                    const std::map<std::string, std::vector<int64_t>>& input_shapes = {});
+  StatusOr<Executable> load_program(isa::Program program);
+  StatusOr<Executable> deserialize_executable(const std::vector<uint8_t>& bytes);
+  // kInvalidArgument if the program cannot run on this chip (its tensors do not fit in HBM or VMEM).
+  Status fits(const Executable& exe) const;
+  // Runs the program once timing-only (on device 0, through the simulation thread); cached by fingerprint.
+  StatusOr<CostAnalysis> cost_analysis(const Executable& exe);
+
+  // --- Execution. Checks every argument at once (errors come back in the Future); the run happens on the
+  // simulation thread. With several ExecuteArgs (distinct devices), the devices run together in one simulation,
+  // overlapping in simulated time; one Future per ExecuteArgs, in order.
+  Future<ExecuteOutput> execute_async(const Executable& exe, const ExecuteArgs& args, const ExecuteOptions& opts = {});
+  std::vector<Future<ExecuteOutput>> execute_async(const Executable& exe, const std::vector<ExecuteArgs>& args,
+                                                   const ExecuteOptions& opts = {});
+
+  // --- Convenience layer (throws runtime::Error or the isa/sim/compiler library's error; device 0).
   // Assembles a kernel file (kernels/*.s, or any file that includes them) with the chip's symbols and `defines`.
   Executable assemble_file(const std::string& path, const std::map<std::string, int64_t>& defines = {}) const;
-  // Compiles an ONNX model for this chip; `input_shapes` gives values for dynamic dimensions.
+  // Compiles an ONNX model for this chip (cached); `input_shapes` gives values for dynamic dimensions.
   Executable compile_onnx_file(const std::string& path,
                                const std::map<std::string, std::vector<int64_t>>& input_shapes = {}) const;
   // .s -> assemble, .onnx -> compile, anything else -> a .tpub binary.
   Executable load_file(const std::string& path, const std::map<std::string, int64_t>& defines = {},
                        const std::map<std::string, std::vector<int64_t>>& input_shapes = {}) const;
-
-  // Throws Error if the program cannot run on this chip (its tensors do not fit in HBM). execute() checks it too.
-  void check_fits(const Executable& exe) const;
-
+  void check_fits(const Executable& exe) const;  // fits(), thrown
   // Checks `inputs` against the executable's declarations (every input given, names known, dtype and shape
-  // equal; float32 data for a bf16 input is rounded to bf16, to nearest even), then runs it.
+  // equal; float32 data for a bf16 input is rounded to bf16, to nearest even), then runs it on device 0 with
+  // zero-copy inputs and host-memory outputs, and waits.
   ExecuteResult execute(const Executable& exe, const std::map<std::string, HostTensor>& inputs,
                         const ExecuteOptions& opts = {});
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<detail::ClientCore> core_;
 };
 
 // Deterministic pseudo-random tensor of a declaration's dtype and shape (small integers for i8/i32, uniform in

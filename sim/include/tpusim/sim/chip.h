@@ -128,6 +128,18 @@ class Chip {
   // (naming which unit waits on which semaphore), or past max_cycles.
   RunResult run(const isa::Program& program, const RunOptions& opts = {});
 
+  // The same run in three steps, so that several chips run their programs together, overlapping in simulated
+  // time, in one sc_start (run() is start, run_started({this}), finish()):
+  // - start() checks and decodes the program and arms the chip's core at the current simulated time; it does not
+  //   advance time. `program` must outlive finish(). Throws Error if the chip is already started or on a bad word.
+  // - run_started() advances the simulation until every started chip has finished, failed or deadlocked (each
+  //   chip's max_cycles applies to it alone), then unwinds the chips that failed so that they can run again.
+  // - finish() returns the chip's RunResult, or throws the same Error run() would have; the chip can start again.
+  // Like every SystemC call, all three must be called on the one thread that constructed the chips.
+  void start(const isa::Program& program, const RunOptions& opts = {});
+  static void run_started(const std::vector<Chip*>& chips);
+  RunResult finish();
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

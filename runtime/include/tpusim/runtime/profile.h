@@ -1,0 +1,74 @@
+// Profiles: a traced run's time and unit activity attributed to the program's regions (isa::Region: graph nodes
+// and kernel fragments, as the compiler marks them), a Chrome trace with a track of node slices, and JSON.
+//
+// Attribution: every trace event (sim::TraceEvent) belongs to the innermost region holding its pc, and so to
+// every region enclosing that one: a region's numbers include those of the regions inside it. Events outside
+// every region count only towards Profile::program.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tpusim/isa/program.h"
+#include "tpusim/sim/chip.h"
+#include "tpusim/sim/config.h"
+
+namespace tpusim::runtime {
+
+// One unit's part of a region.
+struct UnitProfile {
+  uint64_t instructions = 0;  // static: instructions of this unit in the region's code (each counted once)
+  uint64_t events = 0;        // trace slices (an mxu.mm gives one busy slice per fold of its rows)
+  // Cycles by trace event kind: "busy", "load" (mxu.lw), "wait" (semaphore; for the core: queue full, drain),
+  // "memory" (a memory stall, which lies inside a busy slice): summed slice durations. Kinds overlap as slices do.
+  std::map<std::string, uint64_t> cycles;
+  uint64_t busy() const;
+};
+
+struct RegionProfile {
+  std::string kind, name;      // "program" and the program's name for Profile::program
+  uint32_t begin = 0, end = 0; // instruction indices [begin, end)
+  int parent = -1;             // index in Profile::regions of the enclosing region, or -1
+  int depth = 0;               // 0 for a top-level region
+  // Time: from the first start to the last end of the region's slices on the accelerator units (dmain, dmaout,
+  // mxu, vpu). Core slices (queue-full and drain waits) are counted in `units` but do not widen it: a fence's
+  // drain waits for the work before it.
+  uint64_t first_cycle = 0, last_cycle = 0;
+  uint64_t cycles() const { return last_cycle - first_cycle; }
+  double share = 0;            // cycles() / the run's cycles
+  double mxu_utilization = 0;  // the MXU's busy cycles in the region / cycles() (0 when cycles() is 0)
+  uint64_t instructions = 0;   // static: end - begin
+  std::array<UnitProfile, isa::kNumUnits> units{};  // indexed by isa::Unit
+};
+
+struct Profile {
+  std::string chip;
+  double clock_mhz = 0;
+  uint64_t cycles = 0;                // the run's cycles
+  RegionProfile program;              // the whole program, every event
+  std::vector<RegionProfile> regions; // as isa::Program::regions, in the same order
+
+  // Indices in `regions` of the regions of `kind`, longest first (ties: in program order); at most `n` (0: all).
+  std::vector<size_t> top(const std::string& kind, size_t n = 0) const;
+};
+
+// Needs the run's trace (RunOptions::trace / ExecuteOptions::trace): throws runtime::Error when the trace is empty
+// but the program has unit instructions.
+Profile make_profile(const isa::Program& program, const sim::RunResult& run, const sim::ChipConfig& cfg);
+
+// The profile as JSON: {"chip", "clock_mhz", "cycles", "program": {...}, "regions": [{"kind", "name", "begin",
+// "end", "parent", "cycles", "first_cycle", "share", "mxu_utilization", "instructions", "units": {"mxu":
+// {"instructions", "events", "cycles": {"busy": N, ...}}, ...}}, ...]}.
+std::string profile_json(const Profile& profile);
+
+// sim::chrome_trace_json's trace (one track per unit, pid 1) plus a "nodes" track of "node" region slices and a
+// "kernels" track of "kernel" region slices, each slice spanning its region's first to last cycle; every unit
+// slice gets its node's name in args.node. Overlapping node spans (possible without fences) make Perfetto
+// nest or clip slices on the nodes track.
+std::string profile_trace_json(const isa::Program& program, const sim::RunResult& run, const sim::ChipConfig& cfg,
+                               const Profile& profile);
+
+}  // namespace tpusim::runtime

@@ -1,0 +1,177 @@
+// Profiles from a run's trace (definitions in profile.h).
+#include "tpusim/runtime/profile.h"
+
+#include <algorithm>
+#include <deque>
+#include <nlohmann/json.hpp>
+
+#include "tpusim/runtime/npy.h"  // runtime::Error
+
+namespace tpusim::runtime {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// For each instruction index, the innermost region holding it, or -1.
+std::vector<int> innermost(const isa::Program& p) {
+  std::vector<int> at(p.code.size(), -1);
+  for (size_t i = 0; i < p.regions.size(); ++i)  // pre-order: an inner region comes after, and overwrites, its outer
+    std::fill(at.begin() + p.regions[i].begin, at.begin() + p.regions[i].end, static_cast<int>(i));
+  return at;
+}
+
+void count_static(const isa::Program& p, RegionProfile& r) {
+  r.instructions = r.end - r.begin;
+  for (uint32_t pc = r.begin; pc < r.end; ++pc)
+    ++r.units[static_cast<int>(isa::decode(p.code[pc]).desc().unit)].instructions;
+}
+
+void add_event(RegionProfile& r, const sim::TraceEvent& e, bool& timed) {
+  UnitProfile& u = r.units[static_cast<int>(e.unit)];
+  ++u.events;
+  u.cycles[e.kind] += e.duration;
+  if (e.unit == isa::Unit::Core) return;
+  const uint64_t end = e.start + e.duration;
+  r.first_cycle = timed ? std::min(r.first_cycle, e.start) : e.start;
+  r.last_cycle = timed ? std::max(r.last_cycle, end) : end;
+  timed = true;
+}
+
+void finish(RegionProfile& r, uint64_t run_cycles) {
+  const uint64_t span = r.cycles();
+  r.share = run_cycles ? static_cast<double>(span) / static_cast<double>(run_cycles) : 0.0;
+  r.mxu_utilization =
+      span ? static_cast<double>(r.units[static_cast<int>(isa::Unit::Mxu)].busy()) / static_cast<double>(span) : 0.0;
+}
+
+json region_json(const RegionProfile& r) {
+  json units = json::object();
+  for (int u = 0; u < isa::kNumUnits; ++u) {
+    const UnitProfile& up = r.units[u];
+    json cycles = json::object();
+    for (const auto& [kind, c] : up.cycles) cycles[kind] = c;
+    units[isa::unit_name(static_cast<isa::Unit>(u))] = {
+        {"instructions", up.instructions}, {"events", up.events}, {"cycles", std::move(cycles)}};
+  }
+  return {{"kind", r.kind},
+          {"name", r.name},
+          {"begin", r.begin},
+          {"end", r.end},
+          {"parent", r.parent},
+          {"cycles", r.cycles()},
+          {"first_cycle", r.first_cycle},
+          {"share", r.share},
+          {"mxu_utilization", r.mxu_utilization},
+          {"instructions", r.instructions},
+          {"units", std::move(units)}};
+}
+
+}  // namespace
+
+uint64_t UnitProfile::busy() const {
+  auto it = cycles.find("busy");
+  return it == cycles.end() ? 0 : it->second;
+}
+
+std::vector<size_t> Profile::top(const std::string& kind, size_t n) const {
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < regions.size(); ++i)
+    if (regions[i].kind == kind) idx.push_back(i);
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](size_t a, size_t b) { return regions[a].cycles() > regions[b].cycles(); });
+  if (n && idx.size() > n) idx.resize(n);
+  return idx;
+}
+
+Profile make_profile(const isa::Program& program, const sim::RunResult& run, const sim::ChipConfig& cfg) {
+  isa::validate_regions(program);
+  if (run.trace.empty())
+    for (isa::Word w : program.code)
+      if (isa::decode(w).desc().unit != isa::Unit::Core)
+        throw Error("a profile needs the run's trace: run with tracing on (ExecuteOptions::trace)");
+
+  Profile prof;
+  prof.chip = cfg.chip.name;
+  prof.clock_mhz = cfg.chip.clock_mhz;
+  prof.cycles = run.stats.cycles;
+  prof.program.kind = "program";
+  prof.program.name = program.name;
+  prof.program.end = static_cast<uint32_t>(program.code.size());
+  count_static(program, prof.program);
+  const std::vector<int> parents = isa::region_parents(program.regions);
+  for (size_t i = 0; i < program.regions.size(); ++i) {
+    const isa::Region& g = program.regions[i];
+    RegionProfile r;
+    r.kind = g.kind, r.name = g.name, r.begin = g.begin, r.end = g.end, r.parent = parents[i];
+    r.depth = r.parent < 0 ? 0 : prof.regions[r.parent].depth + 1;
+    count_static(program, r);
+    prof.regions.push_back(std::move(r));
+  }
+
+  const std::vector<int> at = innermost(program);
+  std::deque<bool> timed(prof.regions.size(), false);  // has a unit slice yet
+  bool program_timed = false;
+  for (const sim::TraceEvent& e : run.trace) {
+    add_event(prof.program, e, program_timed);
+    for (int r = e.pc < at.size() ? at[e.pc] : -1; r >= 0; r = prof.regions[r].parent)
+      add_event(prof.regions[r], e, timed[r]);
+  }
+  finish(prof.program, prof.cycles);
+  for (RegionProfile& r : prof.regions) finish(r, prof.cycles);
+  return prof;
+}
+
+std::string profile_json(const Profile& p) {
+  json regions = json::array();
+  for (const RegionProfile& r : p.regions) regions.push_back(region_json(r));
+  json j = {{"chip", p.chip},
+            {"clock_mhz", p.clock_mhz},
+            {"cycles", p.cycles},
+            {"program", region_json(p.program)},
+            {"regions", std::move(regions)}};
+  return j.dump(1);
+}
+
+std::string profile_trace_json(const isa::Program& program, const sim::RunResult& run, const sim::ChipConfig& cfg,
+                               const Profile& profile) {
+  json j = json::parse(sim::chrome_trace_json(run.trace, cfg));
+  json& list = j["traceEvents"];
+  // The node of each instruction, named in the unit slices' args.
+  std::vector<int> node(program.code.size(), -1);
+  for (size_t i = 0; i < program.regions.size(); ++i)
+    if (program.regions[i].kind == isa::kRegionNode)
+      std::fill(node.begin() + program.regions[i].begin, node.begin() + program.regions[i].end, static_cast<int>(i));
+  for (json& e : list) {
+    if (e["ph"] != "X") continue;
+    const auto pc = e["args"]["pc"].get<uint32_t>();
+    if (pc < node.size() && node[pc] >= 0) e["args"]["node"] = program.regions[node[pc]].name;
+  }
+  // Tracks after the units' (sim's trace numbers its tracks from 1, fewer than 100).
+  constexpr int kNodes = 100, kKernels = 101;
+  for (const auto& [tid, name] : {std::pair{kNodes, "nodes"}, std::pair{kKernels, "kernels"}}) {
+    list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"name", name}}}});
+    list.push_back(
+        {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"sort_index", tid}}}});
+  }
+  const double us_per_cycle = 1.0 / cfg.chip.clock_mhz;
+  for (const RegionProfile& r : profile.regions) {
+    const int tid = r.kind == isa::kRegionNode ? kNodes : r.kind == isa::kRegionKernel ? kKernels : 0;
+    if (!tid || r.cycles() == 0) continue;
+    list.push_back({{"name", r.name},
+                    {"cat", r.kind},
+                    {"ph", "X"},
+                    {"pid", 1},
+                    {"tid", tid},
+                    {"ts", static_cast<double>(r.first_cycle) * us_per_cycle},
+                    {"dur", static_cast<double>(r.cycles()) * us_per_cycle},
+                    {"args",
+                     {{"cycle", r.first_cycle},
+                      {"dur_cycles", r.cycles()},
+                      {"share", r.share},
+                      {"mxu_utilization", r.mxu_utilization},
+                      {"pcs", std::to_string(r.begin) + ".." + std::to_string(r.end)}}}});
+  }
+  return j.dump();
+}
+
+}  // namespace tpusim::runtime

@@ -1,0 +1,296 @@
+// The client API over simulated chips: devices, buffers, executables, asynchronous execution on one and several
+// devices, and every error as a status. Each test runs in its own process (one SystemC elaboration each).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "onnx_models.h"
+#include "tpusim/kernels/kernels.h"
+#include "tpusim/runtime/runtime.h"
+
+namespace {
+using namespace tpusim;
+using runtime::Buffer;
+using runtime::Client;
+using runtime::ExecuteArgs;
+using runtime::Executable;
+using runtime::HostTensor;
+using runtime::StatusCode;
+
+sim::ChipConfig config() { return sim::load_config("v4-like"); }
+
+Executable kernel(const Client& c, const char* name, std::map<std::string, int64_t> d) {
+  for (const auto& [k, v] : sim::kernel_symbols(c.config())) d[k] = v;
+  return Executable(kernels::assemble(name, d));
+}
+Executable gemm(const Client& c, int64_t m, int64_t k, int64_t n) {
+  return kernel(c, "gemm_int8.s", {{"M", m}, {"K", k}, {"N", n}});
+}
+
+std::map<std::string, HostTensor> random_inputs(const Executable& exe, uint64_t seed) {
+  std::map<std::string, HostTensor> in;
+  for (const auto* d : exe.inputs()) in[d->name] = runtime::random_tensor(*d, seed + in.size());
+  return in;
+}
+
+ExecuteArgs upload(Client& c, const std::map<std::string, HostTensor>& in, int device) {
+  ExecuteArgs a;
+  a.device = device;
+  for (const auto& [name, t] : in) a.inputs[name] = c.buffer_from_host(t, device).value();
+  return a;
+}
+
+TEST(Client, DevicesAndMemorySpaces) {
+  Client c(config(), 2);
+  ASSERT_EQ(c.device_count(), 2);
+  EXPECT_EQ(c.devices()[1].id, 1);
+  EXPECT_EQ(c.devices()[0].kind, "tpusim");
+  EXPECT_EQ(c.devices()[0].attributes.at("mxu_rows"), c.config().mxu.rows);
+  EXPECT_EQ(c.devices()[0].attributes.at("hbm_bytes"), double(c.config().hbm_bytes()));
+  EXPECT_NE(c.devices()[0].to_string().find("tpusim:0 ("), std::string::npos);
+  auto spaces = c.memory_spaces();
+  ASSERT_EQ(spaces.size(), 3u);
+  EXPECT_EQ(spaces[1].device, 1);
+  EXPECT_EQ(spaces[2].kind, runtime::MemoryKind::kHost);
+}
+
+TEST(Client, BufferRoundTripCopiesAtTheCall) {
+  Client c(config());
+  std::vector<int32_t> host{1, 2, 3, 4, 5, 6};
+  Buffer b = c.buffer_from_host(host.data(), isa::DType::I32, {2, 3}, 0).value();
+  host.assign(6, 0);  // copy semantics: the caller may reuse its memory at once
+  EXPECT_TRUE(b.ready().await().ok());
+  EXPECT_EQ(b.dims(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(b.bytes(), 24u);
+  EXPECT_EQ(c.memory_stats(0).live_count, 1u);
+  HostTensor t = b.to_host().await().value();
+  std::vector<int32_t> back(6);
+  std::memcpy(back.data(), t.data.data(), 24);
+  EXPECT_EQ(back, (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
+  b.Delete();
+  EXPECT_TRUE(b.deleted());
+  EXPECT_EQ(c.memory_stats(0).live_count, 0u);
+  auto r = b.to_host().await();
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "to_host of a deleted buffer");
+}
+
+TEST(Client, ZeroCopyBufferTakesNoHbm) {
+  Client c(config());
+  std::vector<float> host{1.5f, -2.0f};
+  Buffer b = c.buffer_from_host(host.data(), isa::DType::F32, {2}, 0, runtime::HostSemantics::kZeroCopy).value();
+  EXPECT_EQ(b.memory(), runtime::MemoryKind::kHost);
+  EXPECT_EQ(c.memory_stats(0).live_count, 0u);
+  host[0] = 7.0f;  // zero copy: the buffer sees the caller's memory
+  HostTensor t = b.to_host().await().value();
+  float f;
+  std::memcpy(&f, t.data.data(), 4);
+  EXPECT_EQ(f, 7.0f);
+}
+
+TEST(Client, ExecuteMatchesTheConvenienceLayer) {
+  Client c(config());
+  Executable exe = gemm(c, 64, 128, 96);
+  auto in = random_inputs(exe, 5);
+  runtime::ExecuteResult want = c.execute(exe, in);
+  auto f = c.execute_async(exe, upload(c, in, 0));
+  const auto& out = f.await();
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(out.value().run.stats.cycles, want.run.stats.cycles);
+  for (const auto& [name, t] : want.outputs)
+    EXPECT_EQ(out.value().outputs.at(name).to_host().await().value().data, t.data) << name;
+}
+
+TEST(Client, ArgumentErrorsAreStatuses) {
+  Client c(config(), 2);
+  Executable exe = gemm(c, 16, 32, 16);
+  auto in = random_inputs(exe, 1);
+  auto code_and_message = [&](ExecuteArgs a) {
+    const auto& r = c.execute_async(exe, a).await();
+    EXPECT_FALSE(r.ok());
+    return r.status().to_string();
+  };
+  ExecuteArgs good = upload(c, in, 0);
+  ExecuteArgs a = good;
+  a.inputs.erase("a");
+  EXPECT_EQ(code_and_message(a), "INVALID_ARGUMENT: missing input 'a' (a: i8 [16, 32])");
+  a = good;
+  a.device = 1;
+  EXPECT_EQ(code_and_message(a), "INVALID_ARGUMENT: input 'a': the buffer is on device 0, the execution on device 1");
+  a.device = 7;
+  EXPECT_EQ(code_and_message(a), "INVALID_ARGUMENT: device 7 does not exist (the client has 2)");
+  a = good;
+  a.inputs["a"] = a.inputs["b"];
+  EXPECT_EQ(code_and_message(a), "INVALID_ARGUMENT: input 'a': expected i8 [16, 32], got i8 [32, 16]");
+  std::vector<float> f(16 * 32);
+  a.inputs["a"] = c.buffer_from_host(f.data(), isa::DType::F32, {16, 32}, 0).value();
+  EXPECT_EQ(code_and_message(a), "INVALID_ARGUMENT: input 'a': expected i8 [16, 32], got f32 [16, 32]");
+  a = good;
+  a.inputs["q"] = good.inputs["a"];
+  EXPECT_EQ(code_and_message(a), "INVALID_ARGUMENT: program 'gemm_int8' has no input 'q' (its inputs: a, b)");
+  a = good;
+  Buffer gone = c.buffer_from_host(in.at("a"), 0).value();
+  a.inputs["a"] = gone;
+  gone.Delete();
+  EXPECT_EQ(code_and_message(a), "INVALID_ARGUMENT: input 'a': the buffer was deleted");
+  a = good;
+  a.inputs["a"] = Buffer();
+  EXPECT_EQ(code_and_message(a), "INVALID_ARGUMENT: input 'a': no buffer");
+  EXPECT_TRUE(c.execute_async(exe, good).await().ok());  // nothing above broke the client
+}
+
+TEST(Client, OutOfMemoryNamesTheRequestAndTheLiveBuffers) {
+  sim::ChipConfig cfg = config();
+  cfg.hbm.size_mib = 4;
+  Client c(cfg);
+  const int64_t n = (4 << 20) - 512;  // all of HBM but its first 512 bytes
+  std::vector<uint8_t> big(n);
+  Buffer b = c.buffer_from_host(big.data(), isa::DType::I8, {n}, 0).value();
+  auto r = c.buffer_from_host(big.data(), isa::DType::I8, {2 << 20}, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(r.status().message().find("device 0 HBM: out of memory allocating 2097152 bytes"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("live: 1 allocations, 4193792 bytes; largest: 'i8 [4193792] from host'"),
+            std::string::npos)
+      << r.status().message();
+  // A buffer in the program's declared range makes its execution fail the same way, naming it.
+  Executable small = gemm(c, 16, 32, 16);  // a, b, c from address 0: 512 + 512 + 1024 bytes
+  auto in = random_inputs(small, 1);
+  ExecuteArgs args;
+  for (const auto& [name, t] : in)
+    args.inputs[name] =
+        c.buffer_from_host(t.data.data(), t.dtype, t.shape, 0, runtime::HostSemantics::kZeroCopy).value();
+  const auto& e = c.execute_async(small, args).await();
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(e.status().message().find("in use by 'i8 [4193792] from host'"), std::string::npos)
+      << e.status().message();
+  b.Delete();
+  EXPECT_TRUE(c.execute_async(small, args).await().ok());
+  EXPECT_EQ(c.fits(gemm(c, 1024, 1024, 1024)).code(), StatusCode::kInvalidArgument);  // 6 MiB of tensors
+}
+
+TEST(Client, DonationReusesTheInputsMemory) {
+  Client c(config());
+  Executable exe = kernel(c, "vadd.s", {{"N", 4096}});  // y = a + b, all f32 [4096]
+  auto in = random_inputs(exe, 3);
+  ExecuteArgs args = upload(c, in, 0);
+  args.donate = {"a"};
+  Buffer a = args.inputs["a"];
+  ASSERT_EQ(c.memory_stats(0).live_count, 2u);
+  auto f = c.execute_async(exe, args);
+  EXPECT_TRUE(a.deleted());  // donated: gone at the call
+  const auto& r = f.await();
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(c.memory_stats(0).live_count, 2u);  // b, and y in a's old place
+  EXPECT_EQ(c.memory_stats(0).total_allocations, 3u);  // a, b and the declared range: y took a's place
+  EXPECT_EQ(c.execute_async(exe, args).await().status().message(), "input 'a': the buffer was deleted");
+  EXPECT_EQ(r.value().outputs.at("y").to_host().await().value().data, c.execute(exe, in).outputs.at("y").data);
+}
+
+TEST(Client, NoLeakOverThousandsOfExecutions) {
+  Client c(config());
+  Executable exe = kernel(c, "vadd.s", {{"N", 256}});
+  auto in = random_inputs(exe, 3);
+  ExecuteArgs args = upload(c, in, 0);
+  const uint64_t before = c.memory_stats(0).live_count;
+  for (int i = 0; i < 3000; ++i) {
+    const auto& r = c.execute_async(exe, args).await();
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    if (i % 2) {  // drop the outputs now, or let the next iteration's reassignment do it
+      for (auto [n, b] : r.value().outputs) b.Delete();
+    }
+  }
+  EXPECT_EQ(c.memory_stats(0).live_count, before);
+  EXPECT_EQ(c.memory_stats(0).live_bytes, 2u * 256 * 4);
+  EXPECT_EQ(c.memory_stats(0).total_allocations, 2u + 2u * 3000);  // one output + the declared range each time
+}
+
+TEST(Client, SeveralDevicesRunTogether) {
+  Client c(config(), 3);
+  Executable exe = gemm(c, 64, 64, 64);
+  std::vector<std::map<std::string, HostTensor>> in;
+  std::vector<ExecuteArgs> args;
+  for (int d = 0; d < 3; ++d) {
+    in.push_back(random_inputs(exe, 10 * d));
+    args.push_back(upload(c, in.back(), d));
+  }
+  auto futures = c.execute_async(exe, args);
+  ASSERT_EQ(futures.size(), 3u);
+  for (int d = 0; d < 3; ++d) {
+    const auto& r = futures[d].await();
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    runtime::ExecuteResult serial = c.execute(exe, in[d]);
+    EXPECT_EQ(r.value().run.stats.cycles, serial.run.stats.cycles);
+    EXPECT_EQ(r.value().outputs.at("c").device(), d);
+    EXPECT_EQ(r.value().outputs.at("c").to_host().await().value().data, serial.outputs.at("c").data);
+  }
+  args[1].device = 0;
+  EXPECT_EQ(c.execute_async(exe, args)[0].await().status().message(), "device 0 is given twice in one execution");
+}
+
+TEST(Client, FaultsAreAbortedStatusesAndTheChipRunsOn) {
+  Client c(config(), 2);
+  Executable exe = gemm(c, 64, 64, 64);
+  auto in = random_inputs(exe, 1);
+  runtime::ExecuteOptions o;
+  o.max_cycles = 10;
+  auto fs = c.execute_async(exe, {upload(c, in, 0), upload(c, in, 1)}, o);
+  for (auto& f : fs) {
+    EXPECT_EQ(f.await().status().code(), StatusCode::kAborted);
+    EXPECT_NE(f.await().status().message().find("still running after 10 cycles"), std::string::npos);
+  }
+  EXPECT_TRUE(c.execute_async(exe, upload(c, in, 1)).await().ok());
+  EXPECT_THROW(c.execute(exe, in, o), runtime::Error);
+}
+
+TEST(Executable, FingerprintSerializeAndCache) {
+  EXPECT_EQ(runtime::fnv1a64(reinterpret_cast<const uint8_t*>("a"), 1), 0xaf63dc4c8601ec8cull);  // FNV-1a's own
+  Client c(config());
+  Executable a = gemm(c, 16, 32, 16), b = gemm(c, 16, 32, 16), other = gemm(c, 16, 32, 32);
+  EXPECT_EQ(a.fingerprint(), b.fingerprint());
+  EXPECT_NE(a.fingerprint(), other.fingerprint());
+  EXPECT_EQ(a.fingerprint_hex().size(), 16u);
+  Executable back = Executable::deserialize(a.serialize()).value();
+  EXPECT_EQ(back.program(), a.program());
+  EXPECT_EQ(back.fingerprint(), a.fingerprint());
+  EXPECT_EQ(Executable::deserialize({1, 2, 3}).status().code(), StatusCode::kInvalidArgument);
+  Executable l1 = c.load_program(a.program()).value();
+  Executable l2 = c.deserialize_executable(a.serialize()).value();
+  EXPECT_EQ(&l1.program(), &l2.program());  // the cached one
+  EXPECT_EQ(c.cache_stats().hits, 1u);
+}
+
+TEST(Executable, OnnxCompiledOnce) {
+  Client c(config());
+  auto path = std::filesystem::temp_directory_path() / ("rt_cache_" + std::to_string(::getpid()) + ".onnx");
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << compiler::test::linear_model(8, 64, 32).bytes();
+  }
+  Executable e1 = c.compile_onnx(path.string()).value();
+  EXPECT_EQ(c.cache_stats().compilations, 1u);
+  Executable e2 = c.compile_onnx_file(path.string());
+  EXPECT_EQ(c.cache_stats().compilations, 1u);
+  EXPECT_EQ(c.cache_stats().hits, 1u);
+  EXPECT_EQ(&e1.program(), &e2.program());
+  EXPECT_EQ(c.compile_onnx("/nonexistent.onnx").status().code(), StatusCode::kNotFound);
+  std::filesystem::remove(path);
+}
+
+TEST(Executable, CostAnalysis) {
+  Client c(config());
+  Executable exe = gemm(c, 64, 128, 96);
+  runtime::CostAnalysis cost = c.cost_analysis(exe).value();
+  EXPECT_EQ(cost.macs, 64u * 128 * 96);
+  EXPECT_EQ(cost.flops, 2u * 64 * 128 * 96);
+  EXPECT_EQ(cost.input_bytes, 64u * 128 + 128u * 96);
+  EXPECT_EQ(cost.output_bytes, 64u * 96 * 4);
+  EXPECT_EQ(cost.cycles, c.execute(exe, random_inputs(exe, 1)).run.stats.cycles);
+}
+
+}  // namespace

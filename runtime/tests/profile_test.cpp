@@ -1,0 +1,174 @@
+// Profiles: exact attribution of a hand-written trace to nested regions, and a real run on the simulated chip.
+#include "tpusim/runtime/profile.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tpusim/isa/assembler.h"
+#include "tpusim/runtime/npy.h"
+
+namespace tpusim::runtime {
+namespace {
+
+using isa::Unit;
+
+// pc 0 li (core), 1 dma.ld (dmain), 2 mxu.lw (mxu), 3 nop, 4 dma.st (dmaout), 5 halt.
+isa::Program two_nodes() {
+  return isa::assemble(
+      ".name \"two\"\n"
+      ".region node, \"a\"\n"
+      "  li r2, 1\n"
+      "  dma.ld r1, r1, r2, r3, r4, r5, signal=s1\n"
+      "  .region kernel, \"k.s\"\n"
+      "    mxu.lw r1, r2, r3, r4, bf16, wait=s1\n"
+      "    nop\n"
+      "  .endregion\n"
+      ".endregion\n"
+      ".region node, \"b\"\n"
+      "  dma.st r1, r1, r2, r3, r4, r5\n"
+      ".endregion\n"
+      "halt\n",
+      "two.s");
+}
+
+sim::ChipConfig config() { return sim::load_config("v4-like"); }
+
+TEST(Profile, AttributesEachEventToItsRegionAndTheRegionsAroundIt) {
+  sim::RunResult run;
+  run.stats.cycles = 32;
+  run.trace = {
+      {Unit::DmaIn, 2, 10, 1, "dma.ld", "busy"},   // node a
+      {Unit::DmaIn, 5, 3, 1, "memory wait", "memory"},
+      {Unit::Mxu, 2, 10, 2, "wait s1", "wait"},    // kernel k.s, so node a too
+      {Unit::Mxu, 12, 8, 2, "mxu.lw", "load"},
+      {Unit::Mxu, 20, 4, 2, "mxu.lw", "busy"},
+      {Unit::Core, 3, 2, 4, "queue full: dmaout", "wait"},  // node b: counted, but a core slice: no widening
+      {Unit::DmaOut, 24, 6, 4, "dma.st", "busy"},  // node b
+      {Unit::Core, 1, 30, 5, "drain (halt)", "wait"},  // in no region: the program only
+  };
+  Profile p = make_profile(two_nodes(), run, config());
+  ASSERT_EQ(p.regions.size(), 3u);
+  const RegionProfile &a = p.regions[0], &k = p.regions[1], &b = p.regions[2];
+  EXPECT_EQ(a.name, "a");
+  EXPECT_EQ(k.parent, 0);
+  EXPECT_EQ(k.depth, 1);
+  EXPECT_EQ(b.parent, -1);
+
+  // k.s: only pc 2's slices, from cycle 2 (the wait) to 24 (the busy slice's end): 22 cycles, 4 of them MXU busy.
+  EXPECT_EQ(k.first_cycle, 2u);
+  EXPECT_EQ(k.cycles(), 22u);
+  EXPECT_DOUBLE_EQ(k.mxu_utilization, 4.0 / 22);
+  EXPECT_DOUBLE_EQ(k.share, 22.0 / 32);
+  const UnitProfile& kmxu = k.units[static_cast<int>(Unit::Mxu)];
+  EXPECT_EQ(kmxu.cycles, (std::map<std::string, uint64_t>{{"busy", 4}, {"load", 8}, {"wait", 10}}));
+  EXPECT_EQ(kmxu.events, 3u);
+  EXPECT_EQ(k.instructions, 2u);  // mxu.lw and nop
+  EXPECT_EQ(kmxu.instructions, 1u);
+  EXPECT_EQ(k.units[static_cast<int>(Unit::DmaIn)].events, 0u);
+
+  // Node a holds k.s: the same span (the dma.ld runs in 2..12), plus the load engine's busy and memory cycles.
+  EXPECT_EQ(a.cycles(), 22u);
+  EXPECT_EQ(a.units[static_cast<int>(Unit::DmaIn)].cycles,
+            (std::map<std::string, uint64_t>{{"busy", 10}, {"memory", 3}}));
+  EXPECT_EQ(a.units[static_cast<int>(Unit::Mxu)].cycles, kmxu.cycles);
+  EXPECT_EQ(a.instructions, 4u);
+  EXPECT_EQ(a.units[static_cast<int>(Unit::Core)].instructions, 2u);  // li, nop
+
+  // Node b: the store's 24..30; the core's queue-full wait (3..5) is counted but does not widen the span.
+  EXPECT_EQ(b.first_cycle, 24u);
+  EXPECT_EQ(b.cycles(), 6u);
+  EXPECT_EQ(b.units[static_cast<int>(Unit::Core)].cycles.at("wait"), 2u);
+  EXPECT_EQ(b.mxu_utilization, 0.0);
+
+  // The program: every slice; the unit slices run from 2 to 30.
+  EXPECT_EQ(p.program.cycles(), 28u);
+  EXPECT_EQ(p.program.units[static_cast<int>(Unit::Core)].cycles.at("wait"), 32u);
+  EXPECT_EQ(p.program.instructions, 6u);
+  EXPECT_EQ(p.top("node"), (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(p.top("node", 1), (std::vector<size_t>{0}));
+  EXPECT_EQ(p.top("kernel"), (std::vector<size_t>{1}));
+
+  auto j = nlohmann::json::parse(profile_json(p));
+  EXPECT_EQ(j["cycles"], 32);
+  EXPECT_EQ(j["regions"][1]["name"], "k.s");
+  EXPECT_EQ(j["regions"][1]["units"]["mxu"]["cycles"]["load"], 8);
+  EXPECT_EQ(j["regions"][0]["cycles"], 22);
+
+  // The trace: the units' slices name their node; one slice per node region on the "nodes" track.
+  auto t = nlohmann::json::parse(profile_trace_json(two_nodes(), run, config(), p));
+  int node_slices = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    if (e["tid"] == 100) {
+      ++node_slices;
+      if (e["name"] == "b") {
+        EXPECT_EQ(e["args"]["dur_cycles"], 6);
+      }
+    } else if (e["args"]["pc"] == 1) {
+      EXPECT_EQ(e["args"]["node"], "a");
+    } else if (e["args"]["pc"] == 5) {
+      EXPECT_FALSE(e["args"].contains("node"));
+    }
+  }
+  EXPECT_EQ(node_slices, 2);
+}
+
+TEST(Profile, NeedsTheTrace) {
+  sim::RunResult run;
+  run.stats.cycles = 40;
+  try {
+    make_profile(two_nodes(), run, config());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "a profile needs the run's trace: run with tracing on (ExecuteOptions::trace)");
+  }
+}
+
+// On the chip: the numbers add up against the run's own statistics.
+TEST(Profile, OfARealRun) {
+  sim::ChipConfig cfg = config();
+  sim::Chip chip(cfg);
+  isa::Program prog = isa::assemble(
+      ".region node, \"load\"\n"
+      "  li r2, 8\n"
+      "  li r3, 256\n"
+      "  li r4, 256\n"
+      "  li r5, 256\n"
+      "  dma.ld r1, r1, r2, r3, r4, r5, signal=s1\n"
+      "  .region kernel, \"lw.s\"\n"
+      "    li r6, 128\n"
+      "    mxu.lw r1, r2, r6, r3, bf16, wait=s1\n"
+      "  .endregion\n"
+      ".endregion\n"
+      ".region node, \"store\"\n"
+      "  fence\n"
+      "  dma.st r1, r1, r2, r3, r4, r5\n"
+      ".endregion\n"
+      "halt\n",
+      "real.s");
+  sim::RunOptions opts;
+  opts.trace = true;
+  sim::RunResult run = chip.run(prog, opts);
+  Profile p = make_profile(prog, run, cfg);
+  ASSERT_EQ(p.regions.size(), 3u);
+  const RegionProfile &load = p.regions[0], &lw = p.regions[1], &store = p.regions[2];
+  const auto unit = [](const RegionProfile& r, Unit u) -> const UnitProfile& { return r.units[static_cast<int>(u)]; };
+  // Each unit's busy cycles in the profile are those of the run's statistics.
+  EXPECT_EQ(unit(load, Unit::DmaIn).busy(), run.stats.units[static_cast<int>(Unit::DmaIn)].busy_cycles);
+  EXPECT_EQ(unit(store, Unit::DmaOut).busy(), run.stats.units[static_cast<int>(Unit::DmaOut)].busy_cycles);
+  EXPECT_EQ(unit(lw, Unit::Mxu).cycles.at("load"), unit(load, Unit::Mxu).cycles.at("load"));
+  EXPECT_EQ(unit(load, Unit::DmaOut).events, 0u);
+  EXPECT_EQ(unit(store, Unit::DmaIn).events, 0u);
+  // The fence keeps the nodes apart in time, and both lie inside the run.
+  EXPECT_GT(load.cycles(), 0u);
+  EXPECT_GT(store.cycles(), 0u);
+  EXPECT_LE(load.last_cycle, store.first_cycle);
+  EXPECT_LE(store.last_cycle, run.stats.cycles);
+  EXPECT_LE(lw.first_cycle, lw.last_cycle);
+  EXPECT_GE(lw.first_cycle, load.first_cycle);
+  EXPECT_LE(lw.last_cycle, load.last_cycle);
+}
+
+}  // namespace
+}  // namespace tpusim::runtime
