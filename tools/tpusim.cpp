@@ -287,7 +287,7 @@ int cmd_demo(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace tpusim::cli
 
-// libsystemc refers to sc_main; the sim library defines the stub, so nothing is needed here.
+// libsystemc refers to sc_main; the sim library defines it (never called), so nothing is needed here.
 int main(int argc, char** argv) {
   using namespace tpusim::cli;
   setenv("SC_COPYRIGHT_MESSAGE", "DISABLE", 0);

@@ -12,7 +12,7 @@
 #include "vpu.h"
 
 // Debian's libsystemc.so refers to sc_main (DESIGN.md, "Known pitfalls"): every program linking the sim library
-// gets this stub, which is never called (programs have their own main).
+// gets this definition, which is never called (programs have their own main).
 extern "C" int sc_main(int, char**) { return 0; }
 
 namespace tpusim::sim {
