@@ -14,6 +14,8 @@ PACKAGES=(
   libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev
   # Python (Debian's interpreter, /usr/bin/python3): model export and numeric references
   python3 python3-numpy python3-torch python3-onnx python3-venv
+  # the Python module `tpusim` (runtime/python): headers and Debian's pybind11
+  python3-dev pybind11-dev
   ca-certificates
 )
 

@@ -129,27 +129,87 @@ std::string DeviceDescription::to_string() const {
 
 void ClientCore::loop() {
   for (;;) {
-    std::function<void()> task;
+    std::vector<Work> batch;
     {
       std::unique_lock<std::mutex> lock(queue_mu);
       queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
       if (queue.empty()) break;  // stopping, and everything queued is done
-      task = std::move(queue.front());
-      queue.pop_front();
+      take_batch(batch);
     }
-    task();  // tasks report their own errors through their promises
+    run_batch(batch);
   }
   chips.clear();  // SystemC objects die on the thread that made them
 }
 
-bool ClientCore::post(std::function<void()> task) {
+void ClientCore::take_batch(std::vector<Work>& batch) {
+  std::vector<bool> busy(num_devices, false);  // devices of the executions taken
+  while (!queue.empty()) {
+    Work& w = queue.front();
+    if (w.exec) {
+      for (int d : w.exec->devices)
+        if (busy[d]) return;  // a second execution on a device: after this batch
+      for (int d : w.exec->devices) busy[d] = true;
+    } else if (w.device < 0) {
+      if (!batch.empty()) return;  // runs alone, after everything before it
+      batch.push_back(std::move(w));
+      queue.pop_front();
+      return;
+    } else if (busy[w.device]) {
+      return;  // waits for the execution on its device
+    }
+    batch.push_back(std::move(w));
+    queue.pop_front();
+    if (!batching) return;
+  }
+}
+
+void ClientCore::run_batch(std::vector<Work>& batch) {
+  for (Work& w : batch)
+    if (!w.exec) {
+      w.task();  // tasks report their own errors through their promises
+      w.task = nullptr;  // let go of what it captured before the executions complete
+    }
+  std::vector<sim::Chip*> started;
+  for (Work& w : batch)
+    if (w.exec) w.exec->start(started);
+  Status sim_error;
+  if (!started.empty()) {
+    ++simulations;
+    chips_simulated += started.size();
+    try {
+      sim::Chip::run_started(started);
+    } catch (const std::exception& e) {
+      sim_error = Status(StatusCode::kInternal, e.what());
+    }
+  }
+  for (Work& w : batch)
+    if (w.exec) {
+      w.exec->finish(sim_error);
+      w.exec.reset();
+    }
+}
+
+bool ClientCore::push(Work w) {
   {
     std::lock_guard<std::mutex> lock(queue_mu);
     if (stopping) return false;
-    queue.push_back(std::move(task));
+    queue.push_back(std::move(w));
   }
   queue_cv.notify_one();
   return true;
+}
+
+bool ClientCore::post(std::function<void()> task, int device) {
+  Work w;
+  w.task = std::move(task);
+  w.device = device >= 0 && device < num_devices ? device : -1;
+  return push(std::move(w));
+}
+
+bool ClientCore::post(std::shared_ptr<Execution> exec) {
+  Work w;
+  w.exec = std::move(exec);
+  return push(std::move(w));
 }
 
 void ClientCore::stop() {
@@ -216,7 +276,7 @@ Future<HostTensor> Buffer::to_host() const {
     }
     st.reset();  // let go before the caller wakes, so that a Delete() frees the memory at once
     p->set_value(std::move(t));
-  });
+  }, device);
   if (!posted) return Future<HostTensor>::ready_with(shutting_down());
   return f;
 }
@@ -319,7 +379,7 @@ StatusOr<Buffer> Client::buffer_from_host(const void* data, isa::DType dtype, co
       return p->set_value(Status(StatusCode::kInternal, e.what()));
     }
     p->set_value(Done{});
-  });
+  }, device);
   if (!posted) return shutting_down();
   return make_buffer(core_, device, dtype, dims, std::move(st), std::move(ready));
 }
@@ -333,13 +393,47 @@ StatusOr<Buffer> Client::buffer_from_host(const HostTensor& t, int device) {
   return buffer_from_host(t.data.data(), t.dtype, t.shape, device, HostSemantics::kCopy);
 }
 
-StatusOr<Executable> Client::load_program(isa::Program program) {
+StatusOr<Executable> ClientCore::load_program(isa::Program program) {
   Executable exe(std::move(program));
-  std::lock_guard<std::mutex> lock(core_->cache_mu);
-  auto [it, inserted] = core_->programs.emplace(exe.fingerprint(), exe);
-  if (!inserted) ++core_->cache.hits;
+  std::lock_guard<std::mutex> lock(cache_mu);
+  auto [it, inserted] = programs.emplace(exe.fingerprint(), exe);
+  if (!inserted) ++cache.hits;
   return it->second;
 }
+
+StatusOr<Executable> ClientCore::compile_onnx(const std::string& path,
+                                              const std::map<std::string, std::vector<int64_t>>& input_shapes) {
+  std::error_code ec;
+  auto mtime = std::filesystem::last_write_time(path, ec);
+  if (ec) return Status(StatusCode::kNotFound, path + ": " + ec.message());
+  std::string key = std::filesystem::absolute(path).string() + "|" +
+                    std::to_string(mtime.time_since_epoch().count());
+  for (const auto& [name, shape] : input_shapes) key += "|" + name + "=" + shape_text(shape);
+  {
+    std::lock_guard<std::mutex> lock(cache_mu);
+    auto it = models.find(key);
+    if (it != models.end()) {
+      ++cache.hits;
+      return it->second;
+    }
+  }
+  compiler::Options opts;
+  for (const auto& [k, v] : sim::kernel_symbols(cfg)) opts.target.symbols[k] = v;
+  opts.input_shapes = input_shapes;
+  isa::Program program;
+  try {
+    program = compiler::compile_onnx_file(path, opts);
+  } catch (const std::exception& e) {
+    return invalid(e.what());
+  }
+  StatusOr<Executable> exe = load_program(std::move(program));
+  std::lock_guard<std::mutex> lock(cache_mu);
+  ++cache.compilations;
+  models.emplace(key, exe.value());
+  return exe;
+}
+
+StatusOr<Executable> Client::load_program(isa::Program program) { return core_->load_program(std::move(program)); }
 
 StatusOr<Executable> Client::deserialize_executable(const std::vector<uint8_t>& bytes) {
   StatusOr<Executable> e = Executable::deserialize(bytes);
@@ -349,34 +443,7 @@ StatusOr<Executable> Client::deserialize_executable(const std::vector<uint8_t>& 
 
 StatusOr<Executable> Client::compile_onnx(const std::string& path,
                                           const std::map<std::string, std::vector<int64_t>>& input_shapes) {
-  std::error_code ec;
-  auto mtime = std::filesystem::last_write_time(path, ec);
-  if (ec) return Status(StatusCode::kNotFound, path + ": " + ec.message());
-  std::string key = std::filesystem::absolute(path).string() + "|" +
-                    std::to_string(mtime.time_since_epoch().count());
-  for (const auto& [name, shape] : input_shapes) key += "|" + name + "=" + shape_text(shape);
-  {
-    std::lock_guard<std::mutex> lock(core_->cache_mu);
-    auto it = core_->models.find(key);
-    if (it != core_->models.end()) {
-      ++core_->cache.hits;
-      return it->second;
-    }
-  }
-  compiler::Options opts;
-  for (const auto& [k, v] : sim::kernel_symbols(core_->cfg)) opts.target.symbols[k] = v;
-  opts.input_shapes = input_shapes;
-  isa::Program program;
-  try {
-    program = compiler::compile_onnx_file(path, opts);
-  } catch (const std::exception& e) {
-    return invalid(e.what());
-  }
-  StatusOr<Executable> exe = load_program(std::move(program));
-  std::lock_guard<std::mutex> lock(core_->cache_mu);
-  ++core_->cache.compilations;
-  core_->models.emplace(key, exe.value());
-  return exe;
+  return core_->compile_onnx(path, input_shapes);
 }
 
 Status Client::fits(const Executable& exe) const {
@@ -411,7 +478,7 @@ StatusOr<CostAnalysis> Client::cost_analysis(const Executable& exe) {
     } catch (const std::exception& e) {
       p->set_value(Status(StatusCode::kAborted, e.what()));
     }
-  });
+  }, 0);  // device 0 only; it runs before (not with) the executions of a batch
   if (!posted) return shutting_down();
   StatusOr<sim::RunResult> r = fut.get();
   if (!r.ok()) return r.status();
@@ -485,42 +552,25 @@ Status check_args(const ClientCore& core, const Executable& exe, const ExecuteAr
   return Status::Ok();
 }
 
-}  // namespace
+// One execute_async call on the simulation thread (detail::Execution): its devices' Items.
+struct Run : detail::Execution {
+  Run(Executable e, ExecuteOptions o) : exe(std::move(e)), opts(o) {}
+  ClientCore* core = nullptr;
+  std::weak_ptr<ClientCore> weak;  // for the output buffers
+  Executable exe;
+  ExecuteOptions opts;
+  std::vector<Item> items;
 
-std::vector<Future<ExecuteOutput>> Client::execute_async(const Executable& exe, const std::vector<ExecuteArgs>& args,
-                                                         const ExecuteOptions& opts) {
-  auto items = std::make_shared<std::vector<Item>>(args.size());
-  std::vector<Future<ExecuteOutput>> futures;
-  for (Item& it : *items) futures.emplace_back(it.promise.get_future().share());
-  Status common = fits(exe);
-  std::set<int> seen;
-  for (const ExecuteArgs& a : args)
-    if (common.ok() && !seen.insert(a.device).second)
-      common = invalid("device " + std::to_string(a.device) + " is given twice in one execution");
-  bool any = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    Item& it = (*items)[i];
-    it.status = common.ok() ? check_args(*core_, exe, args[i], it) : common;
-    if (!it.status.ok()) {
-      it.promise.set_value(it.status);
-      it.inputs.clear();
-      it.donated.clear();
-    }
-    any = any || it.status.ok();
-  }
-  if (!any) return futures;
-  std::weak_ptr<ClientCore> weak = core_;
-  bool posted = core_->post([core = core_.get(), weak, items, exe, opts] {
+  void start(std::vector<sim::Chip*>& started) override {
     const isa::Program& p = exe.program();
     const uint64_t footprint = p.hbm_footprint();
-    std::vector<sim::Chip*> started;
-    for (Item& it : *items) {
+    for (Item& it : items) {
       if (!it.status.ok()) continue;
       sim::Chip& chip = *core->chips[it.device];
       HbmAllocator& alloc = *core->allocators[it.device];
       auto fail = [&](Status s) { it.status = std::move(s); };
       for (size_t i = 0; i < it.inputs.size() && it.status.ok(); ++i) {
-        const StatusOr<Done>& r = it.input_ready[i].await();  // done: queued before this execution
+        const StatusOr<Done>& r = it.input_ready[i].await();  // done: queued before this execution, same device
         if (!r.ok()) fail(Status(r.status().code(), "input '" + it.inputs[i].first->name + "': " + r.status().message()));
       }
       if (it.status.ok() && footprint) {
@@ -578,15 +628,12 @@ std::vector<Future<ExecuteOutput>> Client::execute_async(const Executable& exe, 
         fail(Status(StatusCode::kAborted, e.what()));
       }
     }
-    Status sim_error;
-    try {
-      sim::Chip::run_started(started);
-    } catch (const std::exception& e) {
-      sim_error = Status(StatusCode::kInternal, e.what());
-    }
+  }
+
+  void finish(const Status& sim_error) override {
     std::shared_ptr<ClientCore> owner = weak.lock();
     std::vector<std::pair<Item*, ExecuteOutput>> done;
-    for (Item& it : *items) {
+    for (Item& it : items) {
       if (it.started) {
         sim::Chip& chip = *core->chips[it.device];
         ExecuteOutput out;
@@ -611,16 +658,51 @@ std::vector<Future<ExecuteOutput>> Client::execute_async(const Executable& exe, 
       }
       // Everything the execution held goes before its caller wakes up.
       if (it.reserved) core->allocators[it.device]->free(0);
+      it.reserved = it.started = false;
       it.inputs.clear();
+      it.input_ready.clear();
       it.donated.clear();
       it.outputs.clear();
       if (!it.status.ok()) it.promise.set_value(it.status);
     }
     for (auto& [it, out] : done) it->promise.set_value(std::move(out));
-  });
-  if (!posted)
-    for (Item& it : *items)
-      if (it.status.ok()) it.promise.set_value(shutting_down());
+  }
+};
+
+}  // namespace
+
+std::vector<Future<ExecuteOutput>> Client::execute_async(const Executable& exe, const std::vector<ExecuteArgs>& args,
+                                                         const ExecuteOptions& opts) {
+  auto run = std::make_shared<Run>(exe, opts);
+  run->items.resize(args.size());
+  std::vector<Future<ExecuteOutput>> futures;
+  for (Item& it : run->items) futures.emplace_back(it.promise.get_future().share());
+  Status common = fits(exe);
+  std::set<int> seen;
+  for (const ExecuteArgs& a : args)
+    if (common.ok() && !seen.insert(a.device).second)
+      common = invalid("device " + std::to_string(a.device) + " is given twice in one execution");
+  for (size_t i = 0; i < args.size(); ++i) {
+    Item& it = run->items[i];
+    it.status = common.ok() ? check_args(*core_, exe, args[i], it) : common;
+    if (!it.status.ok()) {
+      it.promise.set_value(it.status);
+      it.inputs.clear();
+      it.donated.clear();
+    } else {
+      run->devices.push_back(it.device);
+    }
+  }
+  if (run->devices.empty()) return futures;
+  run->core = core_.get();
+  run->weak = core_;
+  if (!core_->post(run))
+    for (Item& it : run->items)
+      if (it.status.ok()) {
+        it.promise.set_value(shutting_down());
+        it.inputs.clear();
+        it.donated.clear();
+      }
   return futures;
 }
 
@@ -637,15 +719,14 @@ Executable Client::assemble_file(const std::string& path, const std::map<std::st
 
 Executable Client::compile_onnx_file(const std::string& path,
                                      const std::map<std::string, std::vector<int64_t>>& input_shapes) const {
-  // Compilation does not touch the chips; the cache is the client's, so this const method shares it.
-  Client& self = const_cast<Client&>(*this);
+  // Compilation does not touch the chips; the cache is the client core's, shared with compile_onnx.
   if (!std::filesystem::exists(path)) {  // the compiler's own message for a missing file
     compiler::Options opts;
     for (const auto& [k, v] : sim::kernel_symbols(config())) opts.target.symbols[k] = v;
     opts.input_shapes = input_shapes;
     return Executable(compiler::compile_onnx_file(path, opts));
   }
-  return self.compile_onnx(path, input_shapes).value();
+  return core_->compile_onnx(path, input_shapes).value();
 }
 
 Executable Client::load_file(const std::string& path, const std::map<std::string, int64_t>& defines,

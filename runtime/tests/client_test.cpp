@@ -5,8 +5,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 
+#include "../src/client_core.h"  // the simulation thread's counters and queue, for the batching tests
 #include "onnx_models.h"
 #include "tpusim/kernels/kernels.h"
 #include "tpusim/runtime/runtime.h"
@@ -231,6 +233,182 @@ TEST(Client, SeveralDevicesRunTogether) {
   }
   args[1].device = 0;
   EXPECT_EQ(c.execute_async(exe, args)[0].await().status().message(), "device 0 is given twice in one execution");
+}
+
+// The client's core, reached through a buffer (test-only: the simulation thread's counters and queue).
+std::shared_ptr<runtime::detail::ClientCore> core_of(Client& c) {
+  Buffer b = c.buffer_from_host(nullptr, isa::DType::I8, {0}, 0, runtime::HostSemantics::kZeroCopy).value();
+  return runtime::detail::ClientCore::state_of(b)->client.lock();
+}
+
+// Holds the simulation thread (a task on no device runs alone) until open() or destruction, so that what is
+// submitted meanwhile waits in the queue together.
+struct Gate {
+  explicit Gate(runtime::detail::ClientCore& core) {
+    std::shared_future<void> f = p.get_future().share();
+    EXPECT_TRUE(core.post([f] { f.wait(); }));
+  }
+  ~Gate() { open(); }
+  void open() {
+    if (!opened) p.set_value();
+    opened = true;
+  }
+  std::promise<void> p;
+  bool opened = false;
+};
+
+// Simulations (sc_start runs) made for executions since construction, and chips started in them.
+struct Sims {
+  explicit Sims(const runtime::detail::ClientCore& c) : core(c), sims0(c.simulations), chips0(c.chips_simulated) {}
+  uint64_t simulations() const { return core.simulations - sims0; }
+  uint64_t chips() const { return core.chips_simulated - chips0; }
+  const runtime::detail::ClientCore& core;
+  const uint64_t sims0, chips0;
+};
+
+TEST(Client, SeparateSubmissionsOnDevicesRunTogether) {
+  Client c(config(), 2);
+  auto core = core_of(c);
+  Executable exe = gemm(c, 64, 128, 96);
+  std::vector<std::map<std::string, HostTensor>> in;
+  std::vector<ExecuteArgs> args;
+  for (int d = 0; d < 2; ++d) {
+    in.push_back(random_inputs(exe, 20 + d));
+    args.push_back(upload(c, in.back(), d));
+    for (const auto& [n, b] : args.back().inputs) ASSERT_TRUE(b.ready().await().ok());
+  }
+  std::vector<runtime::Future<runtime::ExecuteOutput>> f(2);
+  Sims sims(*core);
+  {
+    Gate gate(*core);
+    std::vector<std::thread> threads;  // two threads, one execution each, on different devices
+    for (int d = 0; d < 2; ++d) threads.emplace_back([&, d] { f[d] = c.execute_async(exe, args[d]); });
+    for (auto& t : threads) t.join();
+  }
+  for (int d = 0; d < 2; ++d) ASSERT_TRUE(f[d].await().ok()) << f[d].await().status().to_string();
+  EXPECT_EQ(sims.simulations(), 1u);  // both in one simulation
+  EXPECT_EQ(sims.chips(), 2u);
+  for (int d = 0; d < 2; ++d) {
+    runtime::ExecuteResult serial = c.execute(exe, in[d]);  // alone, on device 0
+    EXPECT_EQ(f[d].await().value().run.stats.cycles, serial.run.stats.cycles) << d;
+    EXPECT_EQ(f[d].await().value().run.stats.units[0].instructions, serial.run.stats.units[0].instructions) << d;
+    EXPECT_EQ(f[d].await().value().outputs.at("c").device(), d);
+    EXPECT_EQ(f[d].await().value().outputs.at("c").to_host().await().value().data, serial.outputs.at("c").data) << d;
+  }
+}
+
+TEST(Client, BatchStopsAtWorkThatMustWait) {
+  Client c(config(), 2);
+  auto core = core_of(c);
+  Executable exe = gemm(c, 64, 64, 64);
+  auto in0 = random_inputs(exe, 1), in1 = random_inputs(exe, 2);
+  ExecuteArgs a0 = upload(c, in0, 0), a1 = upload(c, in1, 1);
+  const uint64_t cycles = c.execute(exe, in0).run.stats.cycles;
+  auto ok = [&](const runtime::Future<runtime::ExecuteOutput>& f) {
+    const auto& r = f.await();
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() && r.value().run.stats.cycles == cycles;
+  };
+  {  // A to_host on a device of the batch waits for the batch's execution there: the batch ends before it.
+    Sims sims(*core);
+    Gate gate(*core);
+    auto e0 = c.execute_async(exe, a0);
+    auto host = a0.inputs.at("a").to_host();
+    auto e1 = c.execute_async(exe, a1);
+    gate.open();
+    ASSERT_TRUE(host.await().ok());
+    EXPECT_TRUE(e0.ready());  // completed before the to_host ran
+    EXPECT_EQ(host.await().value().data, in0.at("a").data);
+    EXPECT_TRUE(ok(e0));
+    EXPECT_TRUE(ok(e1));
+    EXPECT_EQ(sims.simulations(), 2u);  // e0 alone; then e1 after the to_host
+    EXPECT_EQ(sims.chips(), 2u);
+  }
+  {  // ... but not one on another device, nor an execution after it: e0 and e1 run together, the to_host after.
+    Sims sims(*core);
+    Gate gate(*core);
+    auto e0 = c.execute_async(exe, a0);
+    auto e1 = c.execute_async(exe, a1);
+    auto host = a0.inputs.at("b").to_host();
+    gate.open();
+    ASSERT_TRUE(host.await().ok());
+    EXPECT_TRUE(e0.ready());
+    EXPECT_TRUE(ok(e0));
+    EXPECT_TRUE(ok(e1));
+    EXPECT_EQ(sims.simulations(), 1u);
+    EXPECT_EQ(sims.chips(), 2u);
+  }
+  {  // A second execution on a device of the batch ends it, even if later work could have joined.
+    Sims sims(*core);
+    Gate gate(*core);
+    auto e0 = c.execute_async(exe, a0);
+    auto again = c.execute_async(exe, a0);
+    auto e1 = c.execute_async(exe, a1);
+    gate.open();
+    EXPECT_TRUE(ok(e0));
+    EXPECT_TRUE(ok(again));
+    EXPECT_TRUE(ok(e1));
+    EXPECT_EQ(sims.simulations(), 2u);  // e0; then again and e1 together
+    EXPECT_EQ(sims.chips(), 3u);
+  }
+  {  // A host-to-device copy for another device goes first, and the execution using it joins the batch.
+    Sims sims(*core);
+    Gate gate(*core);
+    auto e0 = c.execute_async(exe, a0);
+    ExecuteArgs fresh = upload(c, in0, 1);  // copies queued after e0
+    auto e1 = c.execute_async(exe, fresh);
+    gate.open();
+    EXPECT_TRUE(ok(e0));
+    EXPECT_TRUE(ok(e1));
+    EXPECT_EQ(sims.simulations(), 1u);
+    EXPECT_EQ(sims.chips(), 2u);
+    EXPECT_EQ(e1.await().value().outputs.at("c").to_host().await().value().data,
+              e0.await().value().outputs.at("c").to_host().await().value().data);
+  }
+  {  // A donated input is gone at the call (a later execution using it fails at once); the batch runs on.
+    Sims sims(*core);
+    Gate gate(*core);
+    ExecuteArgs d0 = upload(c, in0, 0);
+    d0.donate = {"a"};
+    auto e0 = c.execute_async(exe, d0);
+    EXPECT_TRUE(d0.inputs.at("a").deleted());
+    auto after = c.execute_async(exe, d0);  // its input was donated: an error at the call
+    auto e1 = c.execute_async(exe, a1);
+    gate.open();
+    EXPECT_TRUE(ok(e0));
+    EXPECT_TRUE(ok(e1));
+    EXPECT_EQ(after.await().status().message(), "input 'a': the buffer was deleted");
+    EXPECT_EQ(sims.simulations(), 1u);
+  }
+  {  // A task on no particular device keeps its place: executions before and after it do not run together.
+    Sims sims(*core);
+    Gate gate(*core);
+    auto e0 = c.execute_async(exe, a0);
+    std::promise<bool> saw;
+    ASSERT_TRUE(core->post([&saw, e0] { saw.set_value(e0.ready()); }));
+    auto e1 = c.execute_async(exe, a1);
+    gate.open();
+    EXPECT_TRUE(saw.get_future().get());
+    EXPECT_TRUE(ok(e0));
+    EXPECT_TRUE(ok(e1));
+    EXPECT_EQ(sims.simulations(), 2u);
+  }
+  {  // Without batching, one item at a time (as before).
+    core->batching = false;
+    Sims sims(*core);
+    Gate gate(*core);
+    auto e0 = c.execute_async(exe, a0);
+    auto e1 = c.execute_async(exe, a1);
+    gate.open();
+    EXPECT_TRUE(ok(e0));
+    EXPECT_TRUE(ok(e1));
+    EXPECT_EQ(sims.simulations(), 2u);
+    core->batching = true;
+  }
+  // The simulation thread lets go of a batch (and the results in its promises) after completing it: once a later
+  // execution is done, every earlier one is gone.
+  c.execute(exe, in0);
+  for (int d = 0; d < 2; ++d) EXPECT_EQ(c.memory_stats(d).live_count, 2u) << d;  // a and b of a0 / a1
 }
 
 TEST(Client, FaultsAreAbortedStatusesAndTheChipRunsOn) {

@@ -1,0 +1,278 @@
+"""Tests of the Python module `tpusim` (runtime/python). One Client per process (SystemC elaborates once), so
+each TestCase class makes its client in setUpClass and ctest runs each class in a process of its own:
+
+    PYTHONPATH=build/runtime/python /usr/bin/python3 -m unittest -v test_tpusim.GemmTest
+"""
+import json
+import os
+import threading
+import unittest
+
+import numpy as np
+
+import tpusim
+
+SOURCE = os.environ.get("TPUSIM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+WORKLOADS = os.environ.get("TPUSIM_WORKLOADS_DIR", os.path.join(SOURCE, "build", "workloads"))
+KERNELS = os.path.join(SOURCE, "kernels")
+
+
+def int8(rng, shape):
+    return rng.integers(-128, 128, shape, dtype=np.int8)
+
+
+def bf16(x):
+    """float32 rounded to bf16 (nearest even), as float32."""
+    b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16 << 16
+    return b.astype(np.uint32).view(np.float32)
+
+
+class GemmTest(unittest.TestCase):
+    """gemm_int8.s on "edge" against numpy, exactly; stats, timing-only, profiles, serialization."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.client = tpusim.Client("edge")
+        cls.exe = cls.client.assemble(os.path.join(KERNELS, "gemm_int8.s"), {"M": 70, "K": 100, "N": 45})
+
+    def test_gemm_exact(self):
+        c, exe = self.client, self.exe
+        self.assertEqual(c.chip, "edge")
+        self.assertEqual(len(c.devices), 1)
+        self.assertEqual(c.devices[0].attributes["mxu_rows"], 32)
+        self.assertEqual(c.config["mxu.rows"], "32")
+        self.assertEqual(exe.name, "gemm_int8")
+        self.assertEqual(exe.inputs, [("a", "i8", (70, 100)), ("b", "i8", (100, 45))])
+        self.assertEqual(exe.outputs, [("c", "i32", (70, 45))])
+        rng = np.random.default_rng(1)
+        a, b = int8(rng, (70, 100)), int8(rng, (100, 45))
+        r = c.execute(exe, {"a": a, "b": b})
+        out = r.outputs["c"]
+        self.assertEqual(out.dtype, np.int32)
+        self.assertEqual(out.shape, (70, 45))
+        np.testing.assert_array_equal(out, a.astype(np.int32) @ b.astype(np.int32))
+        # Non-contiguous views are accepted (copied in C order).
+        at = np.ascontiguousarray(a.T).T
+        self.assertFalse(at.flags.c_contiguous)
+        np.testing.assert_array_equal(c.execute(exe, {"a": at, "b": b}).outputs["c"], out)
+
+    def test_stats_and_timing_only(self):
+        c, exe = self.client, self.exe
+        rng = np.random.default_rng(2)
+        r = c.execute(exe, {"a": int8(rng, (70, 100)), "b": int8(rng, (100, 45))})
+        self.assertGreater(r.cycles, 0)
+        self.assertAlmostEqual(r.seconds, r.cycles / 500e6, delta=1e-12)
+        s = r.stats
+        for key in ("chip", "clock_mhz", "cycles", "seconds", "units", "mxu", "hbm", "tpuv1_counters"):
+            self.assertIn(key, s)
+        self.assertEqual(s["chip"], "edge")
+        self.assertEqual(s["cycles"], r.cycles)
+        self.assertEqual(s["mxu"]["macs"], 70 * 100 * 45)
+        # Timing only: the same cycles, no outputs, and inputs may be left out.
+        t = c.execute(exe, {}, timing_only=True)
+        self.assertEqual(t.cycles, r.cycles)
+        self.assertEqual(t.outputs, {})
+        cost = c.cost_analysis(exe)
+        self.assertEqual(cost["cycles"], r.cycles)
+        self.assertEqual(cost["macs"], 70 * 100 * 45)
+
+    def test_profile_and_trace(self):
+        c, exe = self.client, self.exe
+        rng = np.random.default_rng(3)
+        inputs = {"a": int8(rng, (70, 100)), "b": int8(rng, (100, 45))}
+        with self.assertRaisesRegex(RuntimeError, "trace=True"):
+            c.execute(exe, inputs).profile()
+        r = c.execute(exe, inputs, trace=True)
+        p = r.profile()
+        self.assertEqual(p["cycles"], r.cycles)
+        self.assertEqual(p["chip"], "edge")
+        self.assertIn("gemm_int8", r.profile("table"))
+        self.assertEqual(json.loads(r.profile("json"))["cycles"], r.cycles)
+        self.assertIn("traceEvents", json.loads(r.trace_json()))
+
+    def test_serialize_and_one_client(self):
+        c, exe = self.client, self.exe
+        data = exe.serialize()
+        self.assertIsInstance(data, bytes)
+        back = c.deserialize(data)
+        self.assertEqual(back.fingerprint, exe.fingerprint)
+        self.assertEqual(len(exe.fingerprint_hex), 16)
+        # SystemC allows one Client per process: a second one is refused with a clear error.
+        with self.assertRaisesRegex(RuntimeError, "one per process"):
+            tpusim.Client("edge")
+
+
+class MlpTest(unittest.TestCase):
+    """The MLP workload (ONNX exported by PyTorch) against PyTorch's output."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = os.path.join(WORKLOADS, "mlp")
+        if not os.path.exists(os.path.join(cls.dir, "mlp.onnx")):
+            raise unittest.SkipTest(f"{cls.dir}/mlp.onnx is missing (built by the workload_mlp target)")
+        cls.client = tpusim.Client()  # v4-like
+
+    def test_mlp_matches_torch(self):
+        c = self.client
+        self.assertEqual(c.chip, "v4-like")
+        exe = c.compile(os.path.join(self.dir, "mlp.onnx"))
+        self.assertEqual(c.compile(os.path.join(self.dir, "mlp.onnx")).fingerprint, exe.fingerprint)  # cached
+        x = np.load(os.path.join(self.dir, "x.npy"))
+        y_ref = np.load(os.path.join(self.dir, "y_ref.npy"))
+        (in_name, _, in_shape), = exe.inputs
+        (out_name, _, out_shape), = exe.outputs
+        self.assertEqual(in_shape, x.shape)
+        self.assertEqual(out_shape, y_ref.shape)
+        r = c.execute(exe, {in_name: x}, trace=True)
+        y = r.outputs[out_name]
+        self.assertEqual(y.dtype, np.float32)  # bf16 outputs come back as float32
+        cos = float(np.dot(y.ravel(), y_ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(y_ref)))
+        self.assertGreaterEqual(cos, 0.999, f"cosine {cos}")
+        self.assertGreater(r.stats["mxu"]["macs"], 0)
+        self.assertGreater(len([g for g in r.profile()["regions"] if g["kind"] == "node"]), 0)
+        # load() of an .onnx compiles it too (from the cache).
+        self.assertEqual(c.load(os.path.join(self.dir, "mlp.onnx")).fingerprint, exe.fingerprint)
+
+
+class AsyncTest(unittest.TestCase):
+    """Buffers and execute_async on two devices."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.client = tpusim.Client("edge", devices=2)
+        cls.exe = cls.client.assemble(os.path.join(KERNELS, "gemm_int8.s"), {"M": 40, "K": 64, "N": 33})
+
+    def test_buffers(self):
+        c = self.client
+        self.assertEqual([d.id for d in c.devices], [0, 1])
+        x = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+        b = c.buffer(x, device=1)
+        self.assertEqual(b.dims, (2, 3, 4))
+        self.assertEqual(b.dtype, "i32")
+        self.assertEqual(b.device, 1)
+        self.assertEqual(b.nbytes, 96)
+        self.assertEqual(b.memory, "hbm")
+        np.testing.assert_array_equal(b.to_numpy(), x)
+        h = c.buffer(np.array([1.0, 1.00390625, -3.5], np.float32), dtype="bf16")
+        self.assertEqual(h.dtype, "bf16")
+        np.testing.assert_array_equal(h.to_numpy(), np.array([1.0, 1.0, -3.5], np.float32))
+        b.delete()
+        self.assertTrue(b.deleted)
+        with self.assertRaisesRegex(ValueError, "deleted"):
+            b.to_numpy()
+
+    def test_execute_async(self):
+        c, exe = self.client, self.exe
+        rng = np.random.default_rng(4)
+        runs = []
+        for dev in (0, 1):
+            a, b = int8(rng, (40, 64)), int8(rng, (64, 33))
+            f = c.execute_async(exe, {"a": c.buffer(a, dev), "b": c.buffer(b, dev)}, device=dev)
+            runs.append((f, a.astype(np.int32) @ b.astype(np.int32), dev))
+        for f, want, dev in runs:
+            r = f.result()
+            self.assertTrue(f.done())
+            out = r.outputs["c"]
+            self.assertIsInstance(out, tpusim.Buffer)
+            self.assertEqual(out.device, dev)
+            np.testing.assert_array_equal(out.to_numpy(), want)
+            self.assertGreater(r.cycles, 0)
+            self.assertEqual(r.stats["cycles"], r.cycles)
+        # A deleted input buffer is a ValueError naming it.
+        a = c.buffer(int8(rng, (40, 64)))
+        a.delete()
+        with self.assertRaisesRegex(ValueError, "input 'a'"):
+            c.execute_async(exe, {"a": a, "b": c.buffer(int8(rng, (64, 33)))}).result()
+
+    def test_threads(self):
+        # Host threads submit and wait at the same time (result() releases the GIL).
+        c, exe = self.client, self.exe
+        errors, lock = [], threading.Lock()
+
+        def work(seed):
+            try:
+                r = np.random.default_rng(seed)
+                a, b = int8(r, (40, 64)), int8(r, (64, 33))
+                dev = seed % 2
+                f = c.execute_async(exe, {"a": c.buffer(a, dev), "b": c.buffer(b, dev)}, device=dev)
+                got = f.result().outputs["c"].to_numpy()
+                np.testing.assert_array_equal(got, a.astype(np.int32) @ b.astype(np.int32))
+                got = c.execute(exe, {"a": a, "b": b}, device=dev).outputs["c"]
+                np.testing.assert_array_equal(got, a.astype(np.int32) @ b.astype(np.int32))
+            except Exception as e:  # noqa: BLE001 (reported below)
+                with lock:
+                    errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+
+    def test_bf16_inputs(self):
+        c = self.client
+        exe = c.assemble(os.path.join(KERNELS, "gemm_bf16.s"), {"M": 16, "K": 48, "N": 20})
+        self.assertEqual(exe.inputs[0][1], "bf16")
+        rng = np.random.default_rng(5)
+        a = rng.uniform(-1, 1, (16, 48)).astype(np.float32)
+        b = rng.uniform(-1, 1, (48, 20)).astype(np.float32)
+        want = bf16(a).astype(np.float64) @ bf16(b).astype(np.float64)
+        got = c.execute(exe, {"a": a, "b": b}).outputs["c"]
+        self.assertEqual(got.dtype, np.float32)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        f = c.execute_async(exe, {"a": c.buffer(a, dtype="bf16"), "b": c.buffer(b, dtype="bf16")})
+        np.testing.assert_array_equal(f.result().outputs["c"].to_numpy(), got)
+
+
+class ErrorsTest(unittest.TestCase):
+    """The runtime's errors as Python exceptions, with its one-line messages."""
+
+    def test_errors(self):
+        with self.assertRaisesRegex(ValueError, "no-such-chip"):
+            tpusim.Client("no-such-chip")
+        with self.assertRaisesRegex(ValueError, "mxu.frobs"):
+            tpusim.Client("edge", sets=["mxu.frobs=3"])
+        with self.assertRaises(ValueError):
+            tpusim.Client("edge", devices=0)
+        # Failed attempts make no client: this one is the process's first.
+        c = tpusim.Client("edge", sets=["hbm.size_mib=1"])
+        exe = c.assemble(os.path.join(KERNELS, "gemm_int8.s"), {"M": 8, "K": 16, "N": 8})
+        rng = np.random.default_rng(6)
+        a, b = int8(rng, (8, 16)), int8(rng, (16, 8))
+        np.testing.assert_array_equal(c.execute(exe, {"a": a, "b": b}).outputs["c"],
+                                      a.astype(np.int32) @ b.astype(np.int32))
+        with self.assertRaises(ValueError) as cm:
+            c.execute(exe, {"a": a[:, :15], "b": b})
+        self.assertEqual(str(cm.exception), "input 'a': expected i8 [8, 16], got i8 [8, 15]")
+        with self.assertRaisesRegex(ValueError, r"input 'a': expected i8 \[8, 16\], got float64 \[8, 16\]"):
+            c.execute(exe, {"a": a.astype(np.float64), "b": b})
+        with self.assertRaisesRegex(ValueError, "has no input 'x'"):
+            c.execute(exe, {"a": a, "b": b, "x": a})
+        with self.assertRaisesRegex(ValueError, "missing input 'b'"):
+            c.execute(exe, {"a": a})
+        with self.assertRaisesRegex(ValueError, "device 3 does not exist"):
+            c.execute(exe, {"a": a, "b": b}, device=3)
+        with self.assertRaisesRegex(ValueError, "input 'a': expected i8"):
+            c.execute_async(exe, {"a": c.buffer(a[:4]), "b": c.buffer(b)})
+        with self.assertRaisesRegex(ValueError, "tpusim.Buffer"):
+            c.execute_async(exe, {"a": a, "b": b})
+        with self.assertRaisesRegex(ValueError, "unsupported dtype"):
+            c.buffer(np.zeros(4, np.float64))
+        with self.assertRaises(MemoryError) as cm:
+            c.buffer(np.zeros(2 << 20, np.int8))  # HBM is 1 MiB
+        self.assertIn("HBM", str(cm.exception))
+        with self.assertRaises(ValueError):
+            c.deserialize(b"not a program")
+        with self.assertRaises(RuntimeError):
+            c.assemble(os.path.join(KERNELS, "no_such_kernel.s"))
+        with self.assertRaises(RuntimeError):
+            c.execute(exe, {"a": a, "b": b}, max_cycles=5)  # the simulator's error
+        c.close()
+        with self.assertRaisesRegex(RuntimeError, "closed"):
+            c.execute(exe, {"a": a, "b": b})
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,572 @@
+// The Python module `tpusim` (issue 5): the runtime's C++ API (runtime.h) bound with Debian's pybind11.
+//
+//   c = tpusim.Client("edge")                         # one Client per process (SystemC elaborates once)
+//   exe = c.assemble("kernels/gemm_int8.s", {"M": 64, "K": 64, "N": 64})
+//   r = c.execute(exe, {"a": a, "b": b})              # numpy in, numpy out; r.cycles, r.stats, r.profile()
+//   buf = c.buffer(a); f = c.execute_async(exe, {"a": buf, ...}); f.result().outputs["c"].to_numpy()
+//
+// Errors: the runtime's Status codes become Python exceptions with the runtime's one-line message:
+// INVALID_ARGUMENT -> ValueError, OUT_OF_MEMORY -> MemoryError, anything else -> RuntimeError (so do the
+// exceptions of the convenience layer: assembler, compiler and simulator errors). Waiting calls (execute,
+// Future.result, Buffer.to_numpy, compile) release the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/numpy.h>
+
+#include <cstring>
+#include <iomanip>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tpusim/isa/numerics.h"
+#include "tpusim/runtime/profile.h"
+#include "tpusim/runtime/runtime.h"
+#include "tpusim/sim/config.h"
+
+namespace py = pybind11;
+using namespace tpusim;
+
+namespace {
+
+// --- Errors
+
+struct OutOfMemory : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void raise(const runtime::Status& s) {
+  switch (s.code()) {
+    case runtime::StatusCode::kInvalidArgument: throw py::value_error(s.message());
+    case runtime::StatusCode::kOutOfMemory: throw OutOfMemory(s.message());
+    default: throw std::runtime_error(s.message());
+  }
+}
+
+template <class T>
+T take(runtime::StatusOr<T>&& r) {
+  if (!r.ok()) raise(r.status());
+  return std::move(r).value();
+}
+
+// Awaits a runtime Future without holding the GIL.
+template <class T>
+runtime::StatusOr<T> await_nogil(const runtime::Future<T>& f) {
+  py::gil_scoped_release nogil;
+  return f.await();
+}
+
+// --- dtypes and shapes
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "]";
+  return s.str();
+}
+
+py::tuple shape_tuple(const std::vector<int64_t>& shape) {
+  py::tuple t(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) t[i] = py::int_(shape[i]);
+  return t;
+}
+
+std::vector<int64_t> shape_of(const py::array& a) {
+  return std::vector<int64_t>(a.shape(), a.shape() + a.ndim());
+}
+
+// The isa dtype of a numpy array (int8, int32, float32), or nullopt.
+std::optional<isa::DType> dtype_of(const py::array& a) {
+  if (py::isinstance<py::array_t<int8_t>>(a)) return isa::DType::I8;
+  if (py::isinstance<py::array_t<int32_t>>(a)) return isa::DType::I32;
+  if (py::isinstance<py::array_t<float>>(a)) return isa::DType::F32;
+  return std::nullopt;
+}
+
+std::string numpy_dtype_name(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
+
+std::string dtype_text(const py::array& a) {
+  auto d = dtype_of(a);
+  return d ? isa::dtype_name(*d) : numpy_dtype_name(a);
+}
+
+py::array as_array(const py::handle& h) {
+  if (py::isinstance<py::array>(h)) return py::reinterpret_borrow<py::array>(h);
+  throw py::value_error("expected a numpy array, got " + py::str(py::type::of(h)).cast<std::string>());
+}
+
+// The bytes of `a` (C order) as `want`: `a` must have dtype `want`, or float32 when `want` is bf16 (rounded to
+// nearest even, as the runtime does).
+std::vector<uint8_t> array_bytes(const py::array& a, isa::DType want) {
+  auto have = dtype_of(a);
+  bool f32_for_bf16 = want == isa::DType::BF16 && have == isa::DType::F32;
+  if (!have || (*have != want && !f32_for_bf16))
+    throw py::value_error(std::string("expected ") + isa::dtype_name(want) + " data, got " + dtype_text(a));
+  py::array c = py::array::ensure(a, py::array::c_style);
+  const size_t n = static_cast<size_t>(c.size());
+  std::vector<uint8_t> out(n * isa::dtype_size(want));
+  if (f32_for_bf16) {
+    const float* src = static_cast<const float*>(c.data());
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h = isa::bf16_from_f32(src[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  } else if (!out.empty()) {
+    std::memcpy(out.data(), c.data(), out.size());
+  }
+  return out;
+}
+
+// A host tensor as a numpy array (bf16 as float32, exactly).
+py::array to_numpy(const runtime::HostTensor& t) {
+  std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
+  const size_t n = static_cast<size_t>(t.elements());
+  switch (t.dtype) {
+    case isa::DType::I8: {
+      py::array_t<int8_t> a(shape);
+      if (n) std::memcpy(a.mutable_data(), t.data.data(), n);
+      return a;
+    }
+    case isa::DType::I32: {
+      py::array_t<int32_t> a(shape);
+      if (n) std::memcpy(a.mutable_data(), t.data.data(), 4 * n);
+      return a;
+    }
+    case isa::DType::F32: {
+      py::array_t<float> a(shape);
+      if (n) std::memcpy(a.mutable_data(), t.data.data(), 4 * n);
+      return a;
+    }
+    case isa::DType::BF16: {
+      py::array_t<float> a(shape);
+      float* dst = a.mutable_data();
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, t.data.data() + 2 * i, 2);
+        dst[i] = isa::f32_from_bf16(h);
+      }
+      return a;
+    }
+  }
+  throw std::runtime_error("unknown dtype");
+}
+
+isa::DType parse_dtype(const std::string& s) {
+  for (isa::DType d : {isa::DType::I8, isa::DType::I32, isa::DType::BF16, isa::DType::F32})
+    if (s == isa::dtype_name(d)) return d;
+  if (s == "int8") return isa::DType::I8;
+  if (s == "int32") return isa::DType::I32;
+  if (s == "float32") return isa::DType::F32;
+  if (s == "bfloat16") return isa::DType::BF16;
+  throw py::value_error("unknown dtype '" + s + "' (i8, i32, bf16 or f32)");
+}
+
+py::object json_loads(const std::string& text) { return py::module_::import("json").attr("loads")(text); }
+
+py::list tensor_list(const std::vector<const isa::TensorDecl*>& decls) {
+  py::list l;
+  for (const auto* d : decls) l.append(py::make_tuple(d->name, isa::dtype_name(d->dtype), shape_tuple(d->shape)));
+  return l;
+}
+
+// --- Profiles as a table (the CLI's `profile` report, compactly)
+
+std::string profile_table(const runtime::Profile& p, const std::string& program_name) {
+  std::vector<const runtime::RegionProfile*> rows;
+  for (size_t i : p.top(isa::kRegionNode)) rows.push_back(&p.regions[i]);
+  const size_t nodes = rows.size();
+  if (rows.empty()) rows.push_back(&p.program);
+  std::ostringstream os;
+  os << "profile of " << (program_name.empty() ? "(unnamed)" : program_name) << " on " << p.chip << ": " << p.cycles
+     << " cycles, " << std::setprecision(4) << static_cast<double>(p.cycles) / p.clock_mhz << " us; " << nodes
+     << " nodes\n";
+  size_t w = 4;
+  for (const auto* r : rows) w = std::max(w, r->name.size());
+  os << "  " << std::left << std::setw(w + 2) << "node" << std::right << std::setw(10) << "cycles" << std::setw(8)
+     << "share" << std::setw(10) << "MXU util";
+  for (const char* u : {"dmain", "mxu", "vpu", "dmaout"}) os << std::setw(9) << u;
+  os << "\n" << std::fixed << std::setprecision(1);
+  for (const auto* r : rows) {
+    os << "  " << std::left << std::setw(w + 2) << r->name << std::right << std::setw(10) << r->cycles()
+       << std::setw(7) << 100 * r->share << "%" << std::setw(9) << 100 * r->mxu_utilization << "%";
+    for (isa::Unit u : {isa::Unit::DmaIn, isa::Unit::Mxu, isa::Unit::Vpu, isa::Unit::DmaOut})
+      os << std::setw(9) << r->units[static_cast<int>(u)].busy();
+    os << "\n";
+  }
+  return os.str();
+}
+
+// --- Python-side objects
+
+struct PyBuffer {
+  runtime::Buffer b;
+
+  void check() const {
+    if (!b.valid()) throw py::value_error("no buffer");
+  }
+  py::array to_numpy() const {
+    check();
+    return ::to_numpy(take(await_nogil(b.to_host())));
+  }
+  std::string repr() const {
+    if (!b.valid()) return "<tpusim.Buffer (none)>";
+    return "<tpusim.Buffer " + std::string(isa::dtype_name(b.dtype())) + " " + shape_text(b.dims()) + " on device " +
+           std::to_string(b.device()) + (b.memory() == runtime::MemoryKind::kHost ? " (host)" : " (hbm)") +
+           (b.deleted() ? ", deleted" : "") + ">";
+  }
+};
+
+// The result of one execution: outputs (numpy arrays from Client.execute, Buffers from Future.result), cycles,
+// stats and, for a traced run, the profile.
+struct PyResult {
+  py::dict outputs;
+  sim::RunResult run;
+  runtime::Executable exe;
+  sim::ChipConfig cfg;
+  bool traced = false;
+  py::object stats_cache;
+
+  py::object stats() {
+    if (!stats_cache) stats_cache = json_loads(run.stats.to_json(cfg));
+    return stats_cache;
+  }
+  runtime::Profile profile_of() const {
+    if (!traced) throw std::runtime_error("profile() needs an execution with trace=True");
+    return runtime::make_profile(exe.program(), run, cfg);
+  }
+  py::object profile(const std::string& format) const {
+    runtime::Profile p = profile_of();
+    if (format == "dict") return json_loads(runtime::profile_json(p));
+    if (format == "json") return py::str(runtime::profile_json(p));
+    if (format == "table") return py::str(profile_table(p, exe.program().name));
+    throw py::value_error("unknown profile format '" + format + "' (dict, json or table)");
+  }
+  std::string trace_json() const {
+    runtime::Profile p = profile_of();
+    return runtime::profile_trace_json(exe.program(), run, cfg, p);
+  }
+};
+
+struct PyFuture {
+  runtime::Future<runtime::ExecuteOutput> f;
+  runtime::Executable exe;
+  sim::ChipConfig cfg;
+  bool traced = false;
+
+  PyResult result() const {
+    runtime::ExecuteOutput out = take(await_nogil(f));
+    PyResult r{py::dict(), std::move(out.run), exe, cfg, traced, py::object()};
+    for (auto& [name, b] : out.outputs) r.outputs[py::str(name)] = py::cast(PyBuffer{b});
+    return r;
+  }
+  bool done() const { return f.ready(); }
+};
+
+// One Client per process: SystemC elaborates once, and a second Client would elaborate chips on another thread.
+bool g_client_made = false;
+struct PyClient;
+PyClient* g_live_client = nullptr;
+
+struct PyClient {
+  std::unique_ptr<runtime::Client> c;
+
+  PyClient(const std::string& config, const std::vector<std::string>& sets, int devices) {
+    if (g_client_made)
+      throw std::runtime_error(
+          "tpusim: this process already made a Client, and SystemC allows one per process: make one Client "
+          "and reuse it (start another process for another configuration)");
+    if (devices < 1) throw py::value_error("a client needs at least one device, not " + std::to_string(devices));
+    sim::ChipConfig cfg;
+    try {
+      cfg = sim::load_config(config, sets);
+    } catch (const std::exception& e) {
+      throw py::value_error(e.what());
+    }
+    g_client_made = true;
+    {
+      py::gil_scoped_release nogil;
+      c = std::make_unique<runtime::Client>(cfg, devices);
+    }
+    g_live_client = this;
+  }
+  ~PyClient() { close(); }
+
+  void close() {
+    if (g_live_client == this) g_live_client = nullptr;
+    if (!c) return;
+    std::unique_ptr<runtime::Client> gone = std::move(c);
+    if (PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      gone.reset();
+    } else {
+      gone.reset();
+    }
+  }
+
+  runtime::Client& client() const {
+    if (!c) throw std::runtime_error("the client is closed");
+    return *c;
+  }
+
+  py::dict config() const {
+    py::dict d;
+    for (const auto& p : sim::describe(client().config())) d[py::str(p.key)] = p.value;
+    return d;
+  }
+
+  runtime::Executable compile(const std::string& path,
+                              const std::optional<std::map<std::string, std::vector<int64_t>>>& shapes) {
+    runtime::Client& cl = client();
+    runtime::StatusOr<runtime::Executable> r = runtime::Status(runtime::StatusCode::kInternal, "not compiled");
+    {
+      py::gil_scoped_release nogil;
+      r = cl.compile_onnx(path, shapes.value_or(std::map<std::string, std::vector<int64_t>>{}));
+    }
+    return take(std::move(r));
+  }
+
+  runtime::Executable load(const std::string& path, const std::map<std::string, int64_t>& defines,
+                           const std::optional<std::map<std::string, std::vector<int64_t>>>& shapes) {
+    runtime::Client& cl = client();
+    py::gil_scoped_release nogil;
+    return cl.load_file(path, defines, shapes.value_or(std::map<std::string, std::vector<int64_t>>{}));
+  }
+
+  runtime::Executable assemble(const std::string& path, const std::map<std::string, int64_t>& defines) {
+    return client().assemble_file(path, defines);
+  }
+
+  runtime::Executable deserialize(const py::bytes& b) {
+    std::string s = b;
+    return take(client().deserialize_executable(std::vector<uint8_t>(s.begin(), s.end())));
+  }
+
+  py::dict cost_analysis(const runtime::Executable& exe) {
+    runtime::Client& cl = client();
+    runtime::StatusOr<runtime::CostAnalysis> r = runtime::Status(runtime::StatusCode::kInternal, "not run");
+    {
+      py::gil_scoped_release nogil;
+      r = cl.cost_analysis(exe);
+    }
+    runtime::CostAnalysis a = take(std::move(r));
+    py::dict d;
+    d["macs"] = a.macs;
+    d["flops"] = a.flops;
+    d["cycles"] = a.cycles;
+    d["seconds"] = a.seconds;
+    d["input_bytes"] = a.input_bytes;
+    d["output_bytes"] = a.output_bytes;
+    d["const_bytes"] = a.const_bytes;
+    d["hbm_bytes_read"] = a.hbm_bytes_read;
+    d["hbm_bytes_written"] = a.hbm_bytes_written;
+    return d;
+  }
+
+  PyBuffer buffer(const py::object& obj, int device, const std::optional<std::string>& dtype) {
+    py::array a = as_array(obj);
+    isa::DType d;
+    if (dtype) {
+      d = parse_dtype(*dtype);
+    } else {
+      auto have = dtype_of(a);
+      if (!have)
+        throw py::value_error("unsupported dtype " + numpy_dtype_name(a) +
+                              " (tpusim takes int8, int32 and float32 arrays; dtype='bf16' rounds float32)");
+      d = *have;
+    }
+    std::vector<uint8_t> bytes = array_bytes(a, d);
+    return PyBuffer{take(client().buffer_from_host(bytes.data(), d, shape_of(a), device))};
+  }
+
+  // Checks the names of `inputs` against the program's inputs (ValueError naming them).
+  static void check_names(const runtime::Executable& exe, const py::dict& inputs) {
+    for (auto item : inputs) {
+      std::string name = py::str(item.first);
+      const isa::TensorDecl* d = exe.program().find(name);
+      if (!d || d->kind != isa::TensorKind::Input) {
+        std::string known;
+        for (const auto* i : exe.inputs()) known += (known.empty() ? "" : ", ") + i->name;
+        throw py::value_error("program '" + exe.program().name + "' has no input '" + name + "' (its inputs: " +
+                              known + ")");
+      }
+    }
+  }
+
+  runtime::ExecuteOptions options(bool timing_only, bool trace, uint64_t max_cycles) const {
+    runtime::ExecuteOptions o;
+    o.functional = !timing_only;
+    o.trace = trace;
+    o.max_cycles = max_cycles;
+    return o;
+  }
+
+  PyResult execute(const runtime::Executable& exe, const py::dict& inputs, bool timing_only, bool trace, int device,
+                   uint64_t max_cycles) {
+    runtime::Client& cl = client();
+    check_names(exe, inputs);
+    // Host bytes (rounded to bf16 where declared), kept alive until the run is done: zero-copy buffers.
+    std::vector<std::vector<uint8_t>> host;
+    host.reserve(exe.inputs().size());
+    runtime::ExecuteArgs args;
+    args.device = device;
+    for (const auto* d : exe.inputs()) {
+      py::str key(d->name);
+      if (!inputs.contains(key)) {
+        if (!timing_only) throw py::value_error("missing input '" + d->name + "' (" + runtime::describe(*d) + ")");
+        host.emplace_back(d->bytes(), 0);  // timing only: the values do not matter
+      } else {
+        py::array a = as_array(inputs[key]);
+        auto have = dtype_of(a);
+        bool ok_dtype = have && (*have == d->dtype || (d->dtype == isa::DType::BF16 && *have == isa::DType::F32));
+        if (!ok_dtype || shape_of(a) != d->shape)
+          throw py::value_error("input '" + d->name + "': expected " + isa::dtype_name(d->dtype) + " " +
+                                shape_text(d->shape) + ", got " + dtype_text(a) + " " + shape_text(shape_of(a)));
+        host.push_back(array_bytes(a, d->dtype));
+      }
+      args.inputs[d->name] = take(cl.buffer_from_host(host.back().data(), d->dtype, d->shape, device,
+                                                      runtime::HostSemantics::kZeroCopy));
+    }
+    runtime::ExecuteOptions o = options(timing_only, trace, max_cycles);
+    o.output_memory = runtime::MemoryKind::kHost;
+    runtime::ExecuteOutput out = take(await_nogil(cl.execute_async(exe, args, o)));
+    args.inputs.clear();
+    PyResult r{py::dict(), std::move(out.run), exe, cl.config(), trace, py::object()};
+    for (auto& [name, b] : out.outputs) r.outputs[py::str(name)] = ::to_numpy(take(await_nogil(b.to_host())));
+    return r;
+  }
+
+  PyFuture execute_async(const runtime::Executable& exe, const py::dict& inputs, int device, bool timing_only,
+                         bool trace, uint64_t max_cycles, const std::vector<std::string>& donate) {
+    runtime::Client& cl = client();
+    runtime::ExecuteArgs args;
+    args.device = device;
+    for (auto item : inputs) {
+      std::string name = py::str(item.first);
+      if (!py::isinstance<PyBuffer>(item.second))
+        throw py::value_error("input '" + name + "': execute_async takes tpusim.Buffer values (client.buffer(array))");
+      args.inputs[name] = item.second.cast<const PyBuffer&>().b;
+    }
+    args.donate.insert(donate.begin(), donate.end());
+    PyFuture f{cl.execute_async(exe, args, options(timing_only, trace, max_cycles)), exe, cl.config(), trace};
+    // A mistake in the arguments is found at once (the Future is ready with it): raise it here, not at result().
+    if (f.f.ready() && !f.f.await().ok()) raise(f.f.await().status());
+    return f;
+  }
+};
+
+}  // namespace
+
+PYBIND11_MODULE(tpusim, m) {
+  m.doc() = "tpusim: a simulated TPU-like accelerator behind a PjRT-like runtime (Client, Buffer, Executable)";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const OutOfMemory& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
+    }
+  });
+
+  m.def("presets", &sim::preset_names, "The names of the shipped chip presets (\"v4-like\", \"edge\", ...).");
+  m.def("default_preset", &sim::default_preset);
+
+  py::class_<runtime::DeviceDescription>(m, "Device", "A simulated chip of a Client.")
+      .def_readonly("id", &runtime::DeviceDescription::id)
+      .def_readonly("kind", &runtime::DeviceDescription::kind)
+      .def_readonly("chip", &runtime::DeviceDescription::chip)
+      .def_readonly("attributes", &runtime::DeviceDescription::attributes)
+      .def("__str__", &runtime::DeviceDescription::to_string)
+      .def("__repr__", [](const runtime::DeviceDescription& d) { return "<tpusim.Device " + d.to_string() + ">"; });
+
+  py::class_<runtime::Executable>(m, "Executable", "A program with a tensor interface (immutable, shareable).")
+      .def_property_readonly("name", [](const runtime::Executable& e) { return e.program().name; })
+      .def_property_readonly("inputs", [](const runtime::Executable& e) { return tensor_list(e.inputs()); },
+                             "[(name, dtype, shape)], dtype one of i8, i32, bf16, f32")
+      .def_property_readonly("outputs", [](const runtime::Executable& e) { return tensor_list(e.outputs()); })
+      .def_property_readonly("fingerprint", &runtime::Executable::fingerprint, "FNV-1a 64 of serialize()")
+      .def_property_readonly("fingerprint_hex", &runtime::Executable::fingerprint_hex)
+      .def_property_readonly("instructions", [](const runtime::Executable& e) { return e.program().code.size(); })
+      .def("serialize",
+           [](const runtime::Executable& e) {
+             std::vector<uint8_t> b = e.serialize();
+             return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+           })
+      .def("__repr__", [](const runtime::Executable& e) {
+        return "<tpusim.Executable '" + e.program().name + "' " + e.fingerprint_hex() + ", " +
+               std::to_string(e.program().code.size()) + " instructions>";
+      });
+
+  py::class_<PyBuffer>(m, "Buffer", "A device array (in a device's HBM, or in host memory).")
+      .def_property_readonly("dims", [](const PyBuffer& b) { b.check(); return shape_tuple(b.b.dims()); })
+      .def_property_readonly("shape", [](const PyBuffer& b) { b.check(); return shape_tuple(b.b.dims()); })
+      .def_property_readonly("dtype", [](const PyBuffer& b) { b.check(); return std::string(isa::dtype_name(b.b.dtype())); })
+      .def_property_readonly("device", [](const PyBuffer& b) { b.check(); return b.b.device(); })
+      .def_property_readonly("nbytes", [](const PyBuffer& b) { b.check(); return b.b.bytes(); })
+      .def_property_readonly("memory", [](const PyBuffer& b) {
+        b.check();
+        return std::string(b.b.memory() == runtime::MemoryKind::kHost ? "host" : "hbm");
+      })
+      .def_property_readonly("deleted", [](const PyBuffer& b) { b.check(); return b.b.deleted(); })
+      .def("to_numpy", &PyBuffer::to_numpy, "Copies the buffer to a new numpy array (bf16 as float32); waits.")
+      .def("delete", [](PyBuffer& b) { b.check(); b.b.Delete(); }, "Releases the buffer's memory now.")
+      .def("__repr__", &PyBuffer::repr);
+
+  py::class_<PyResult>(m, "Result", "One execution's outputs, cycles, stats and (trace=True) profile.")
+      .def_readonly("outputs", &PyResult::outputs)
+      .def_property_readonly("cycles", [](const PyResult& r) { return r.run.stats.cycles; })
+      .def_property_readonly("seconds", [](const PyResult& r) { return r.run.stats.seconds; })
+      .def_property_readonly("stats", &PyResult::stats, "The stats JSON (tpusim run --stats) as a dict")
+      .def("profile", &PyResult::profile, py::arg("format") = "dict",
+           "Per-node profile of a traced run: format 'dict' (profile JSON parsed), 'json' or 'table' (text)")
+      .def("trace_json", &PyResult::trace_json, "Chrome trace event JSON (Perfetto) of a traced run")
+      .def("__repr__", [](const PyResult& r) {
+        return "<tpusim.Result " + std::to_string(r.run.stats.cycles) + " cycles, " +
+               std::to_string(py::len(r.outputs)) + " outputs>";
+      });
+
+  py::class_<PyFuture>(m, "Future", "An execution in flight (Client.execute_async).")
+      .def("result", &PyFuture::result, "Waits (without the GIL) and returns the Result; outputs are Buffers")
+      .def("done", &PyFuture::done);
+
+  py::class_<PyClient>(m, "Client",
+                       "Simulated chips of one configuration. One Client per process (SystemC elaborates once).")
+      .def(py::init<const std::string&, const std::vector<std::string>&, int>(), py::arg("config") = "v4-like",
+           py::arg("sets") = std::vector<std::string>{}, py::arg("devices") = 1,
+           "config: a preset name or an INI file; sets: ['section.key=value', ...]; devices: identical chips")
+      .def_property_readonly("devices", [](const PyClient& c) { return c.client().devices(); })
+      .def_property_readonly("config", &PyClient::config, "every parameter: {'mxu.rows': '128', ...}")
+      .def_property_readonly("chip", [](const PyClient& c) { return c.client().config().chip.name; })
+      .def("compile", &PyClient::compile, py::arg("path"), py::arg("shapes") = py::none(),
+           "Compiles an ONNX model (cached); shapes: {input: [dims]} for dynamic dimensions")
+      .def("load", &PyClient::load, py::arg("path"), py::arg("defines") = std::map<std::string, int64_t>{},
+           py::arg("shapes") = py::none(), ".s: assemble, .onnx: compile, else a .tpub binary")
+      .def("assemble", &PyClient::assemble, py::arg("path"), py::arg("defines") = std::map<std::string, int64_t>{})
+      .def("deserialize", &PyClient::deserialize, py::arg("data"), "The inverse of Executable.serialize()")
+      .def("cost_analysis", &PyClient::cost_analysis, py::arg("executable"))
+      .def("buffer", &PyClient::buffer, py::arg("array"), py::arg("device") = 0, py::arg("dtype") = py::none(),
+           "Copies a numpy array into a device's HBM; dtype='bf16' rounds float32 data to bf16")
+      .def("execute", &PyClient::execute, py::arg("executable"), py::arg("inputs"), py::arg("timing_only") = false,
+           py::arg("trace") = false, py::arg("device") = 0, py::arg("max_cycles") = 0,
+           "Runs with numpy inputs {name: array} and waits; outputs are numpy arrays (bf16 as float32). "
+           "timing_only: no arithmetic, no outputs, inputs may be left out")
+      .def("execute_async", &PyClient::execute_async, py::arg("executable"), py::arg("inputs"), py::arg("device") = 0,
+           py::arg("timing_only") = false, py::arg("trace") = false, py::arg("max_cycles") = 0,
+           py::arg("donate") = std::vector<std::string>{}, "Runs with Buffer inputs; returns a Future at once")
+      .def("close", &PyClient::close, "Finishes queued work and stops the chips (no new Client can follow)")
+      .def("__enter__", [](PyClient& c) -> PyClient& { return c; }, py::return_value_policy::reference)
+      .def("__exit__", [](PyClient& c, py::args) { c.close(); })
+      .def("__repr__", [](const PyClient& c) {
+        if (!c.c) return std::string("<tpusim.Client (closed)>");
+        return "<tpusim.Client " + c.c->config().chip.name + ", " + std::to_string(c.c->device_count()) +
+               " device(s)>";
+      });
+
+  // Stop the simulation thread before the interpreter (and the process's static objects) go away.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    if (g_live_client) g_live_client->close();
+  }));
+  m.attr("__version__") = "0.1.0";
+}
