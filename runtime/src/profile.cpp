@@ -132,8 +132,11 @@ std::string profile_json(const Profile& p) {
   return j.dump(1);
 }
 
-std::string profile_trace_json(const isa::Program& program, const sim::RunResult& run, const sim::ChipConfig& cfg,
-                               const Profile& profile) {
+namespace {
+
+// One device's trace: sim::chrome_trace_json's tracks plus the node and kernel tracks, all as process `pid`.
+json device_trace(const isa::Program& program, const sim::RunResult& run, const sim::ChipConfig& cfg,
+                  const Profile& profile, int pid, const std::string& process) {
   json j = json::parse(sim::chrome_trace_json(run.trace, cfg));
   json& list = j["traceEvents"];
   // The node of each instruction, named in the unit slices' args.
@@ -142,6 +145,8 @@ std::string profile_trace_json(const isa::Program& program, const sim::RunResult
     if (program.regions[i].kind == isa::kRegionNode)
       std::fill(node.begin() + program.regions[i].begin, node.begin() + program.regions[i].end, static_cast<int>(i));
   for (json& e : list) {
+    e["pid"] = pid;
+    if (e["name"] == "process_name") e["args"]["name"] = process;
     if (e["ph"] != "X") continue;
     const auto pc = e["args"]["pc"].get<uint32_t>();
     if (pc < node.size() && node[pc] >= 0) e["args"]["node"] = program.regions[node[pc]].name;
@@ -149,9 +154,9 @@ std::string profile_trace_json(const isa::Program& program, const sim::RunResult
   // Tracks after the units' (sim's trace numbers its tracks from 1, fewer than 100).
   constexpr int kNodes = 100, kKernels = 101;
   for (const auto& [tid, name] : {std::pair{kNodes, "nodes"}, std::pair{kKernels, "kernels"}}) {
-    list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"name", name}}}});
+    list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}});
     list.push_back(
-        {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"sort_index", tid}}}});
+        {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"sort_index", tid}}}});
   }
   const double us_per_cycle = 1.0 / cfg.chip.clock_mhz;
   for (const RegionProfile& r : profile.regions) {
@@ -160,7 +165,7 @@ std::string profile_trace_json(const isa::Program& program, const sim::RunResult
     list.push_back({{"name", r.name},
                     {"cat", r.kind},
                     {"ph", "X"},
-                    {"pid", 1},
+                    {"pid", pid},
                     {"tid", tid},
                     {"ts", static_cast<double>(r.first_cycle) * us_per_cycle},
                     {"dur", static_cast<double>(r.cycles()) * us_per_cycle},
@@ -171,7 +176,27 @@ std::string profile_trace_json(const isa::Program& program, const sim::RunResult
                       {"mxu_utilization", r.mxu_utilization},
                       {"pcs", std::to_string(r.begin) + ".." + std::to_string(r.end)}}}});
   }
-  return j.dump();
+  return j;
+}
+
+}  // namespace
+
+std::string profile_trace_json(const isa::Program& program, const sim::RunResult& run, const sim::ChipConfig& cfg,
+                               const Profile& profile) {
+  return profile_trace_json(program, {DeviceRun{0, &run, &profile}}, cfg);
+}
+
+std::string profile_trace_json(const isa::Program& program, const std::vector<DeviceRun>& runs,
+                               const sim::ChipConfig& cfg) {
+  json all;
+  all["traceEvents"] = json::array();
+  for (const DeviceRun& d : runs) {
+    json j = device_trace(program, *d.run, cfg, *d.profile, d.device + 1,
+                          "tpusim:" + std::to_string(d.device) + " (" + cfg.chip.name + ")");
+    for (json& e : j["traceEvents"]) all["traceEvents"].push_back(std::move(e));
+  }
+  all["displayTimeUnit"] = "ns";
+  return all.dump();
 }
 
 }  // namespace tpusim::runtime

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "tpusim/isa/assembler.h"
@@ -168,6 +171,44 @@ TEST(Profile, OfARealRun) {
   EXPECT_LE(lw.first_cycle, lw.last_cycle);
   EXPECT_GE(lw.first_cycle, load.first_cycle);
   EXPECT_LE(lw.last_cycle, load.last_cycle);
+}
+
+// Two devices running one program together: a process per device in the trace, each with its unit tracks and
+// the node slices, and the same numbers on both (identical chips, identical inputs).
+TEST(Profile, TraceOfTwoDevicesHasAProcessEach) {
+  sim::ChipConfig cfg = config();
+  sim::Chip a(cfg), b(cfg);
+  isa::Program prog = isa::assemble(
+      ".region node, \"load\"\n"
+      "  li r2, 8\n  li r3, 256\n  li r4, 256\n  li r5, 256\n"
+      "  dma.ld r1, r1, r2, r3, r4, r5\n"
+      ".endregion\n",
+      "two.s");
+  sim::RunOptions opts;
+  opts.trace = true;
+  a.start(prog, opts);
+  b.start(prog, opts);
+  sim::Chip::run_started({&a, &b});
+  sim::RunResult ra = a.finish(), rb = b.finish();
+  Profile pa = make_profile(prog, ra, cfg), pb = make_profile(prog, rb, cfg);
+  EXPECT_EQ(pa.regions.at(0).cycles(), pb.regions.at(0).cycles());
+  auto j = nlohmann::json::parse(profile_trace_json(prog, {DeviceRun{0, &ra, &pa}, DeviceRun{1, &rb, &pb}}, cfg));
+  std::map<int, std::set<std::string>> tracks;      // pid -> thread names
+  std::map<int, std::string> processes;              // pid -> process name
+  std::map<int, int> node_slices;                    // pid -> node slices
+  for (const auto& e : j["traceEvents"]) {
+    const int pid = e["pid"].get<int>();
+    if (e["name"] == "thread_name") tracks[pid].insert(e["args"]["name"].get<std::string>());
+    if (e["name"] == "process_name") processes[pid] = e["args"]["name"].get<std::string>();
+    if (e["ph"] == "X" && e["cat"] == "node") ++node_slices[pid];
+  }
+  ASSERT_EQ(tracks.size(), 2u);
+  for (int pid : {1, 2}) {
+    EXPECT_TRUE(tracks[pid].count("dmain") && tracks[pid].count("mxu") && tracks[pid].count("nodes")) << pid;
+    EXPECT_EQ(node_slices[pid], 1) << pid;
+  }
+  EXPECT_EQ(processes[1], "tpusim:0 (" + cfg.chip.name + ")");
+  EXPECT_EQ(processes[2], "tpusim:1 (" + cfg.chip.name + ")");
 }
 
 }  // namespace

@@ -71,4 +71,15 @@ std::string profile_json(const Profile& profile);
 std::string profile_trace_json(const isa::Program& program, const sim::RunResult& run, const sim::ChipConfig& cfg,
                                const Profile& profile);
 
+// The same for one execution on several devices (execute_async with several ExecuteArgs): one process per device
+// (pid = device + 1, named "tpusim:N (chip)"), each with its unit, node and kernel tracks. Each device's times
+// count from its own start; the devices started together.
+struct DeviceRun {
+  int device = 0;
+  const sim::RunResult* run = nullptr;
+  const Profile* profile = nullptr;
+};
+std::string profile_trace_json(const isa::Program& program, const std::vector<DeviceRun>& runs,
+                               const sim::ChipConfig& cfg);
+
 }  // namespace tpusim::runtime
