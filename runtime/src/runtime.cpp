@@ -243,41 +243,57 @@ void Buffer::Delete() {
   gone = std::move(s_->storage);
 }
 
-Future<HostTensor> Buffer::to_host() const {
-  if (!s_) return Future<HostTensor>::ready_with(invalid("to_host of no buffer"));
+namespace {
+
+// Copies buffer `s`'s bytes into `dst` (bytes() of them): on the simulation thread, after the buffer is ready and in
+// its device's order, or at once for a buffer in host memory; `done` gets the outcome, on whichever thread did it.
+void copy_out(const std::shared_ptr<detail::BufferState>& s, void* dst, std::function<void(Status)> done) {
   std::shared_ptr<Storage> st;
   {
-    std::lock_guard<std::mutex> lock(s_->mu);
-    st = s_->storage;
+    std::lock_guard<std::mutex> lock(s->mu);
+    st = s->storage;
   }
-  if (!st) return Future<HostTensor>::ready_with(invalid("to_host of a deleted buffer"));
-  HostTensor t{s_->dtype, s_->dims, {}};
+  if (!st) return done(invalid("to_host of a deleted buffer"));
   if (st->kind == MemoryKind::kHost) {
-    const StatusOr<Done>& r = s_->ready.await();
-    if (!r.ok()) return Future<HostTensor>::ready_with(r.status());
-    t.data.assign(st->host_data(), st->host_data() + st->bytes);
-    return Future<HostTensor>::ready_with(std::move(t));
+    const StatusOr<Done>& r = s->ready.await();
+    if (r.ok()) std::memcpy(dst, st->host_data(), st->bytes);
+    return done(r.status());
   }
-  std::shared_ptr<ClientCore> core = s_->client.lock();
-  if (!core) return Future<HostTensor>::ready_with(shutting_down());
-  auto p = std::make_shared<Promise<HostTensor>>();
-  Future<HostTensor> f(p->get_future().share());
-  Event ready = s_->ready;
-  int device = s_->device;
-  bool posted = core->post([core_raw = core.get(), p, st, t = std::move(t), ready, device]() mutable {
+  std::shared_ptr<ClientCore> core = s->client.lock();
+  if (!core) return done(shutting_down());
+  const int device = s->device;
+  bool posted = core->post([core_raw = core.get(), st, dst, ready = s->ready, device, done]() mutable {
     const StatusOr<Done>& r = ready.await();  // already done: its copy was queued before this
-    if (!r.ok()) return p->set_value(r.status());
-    t.data.resize(st->bytes);
-    try {
-      core_raw->chips[device]->read_hbm(st->addr, t.data.data(), st->bytes);
-    } catch (const std::exception& e) {
-      st.reset();
-      return p->set_value(Status(StatusCode::kInternal, e.what()));
+    Status result = r.status();
+    if (r.ok()) {
+      try {
+        core_raw->chips[device]->read_hbm(st->addr, dst, st->bytes);
+      } catch (const std::exception& e) {
+        result = Status(StatusCode::kInternal, e.what());
+      }
     }
     st.reset();  // let go before the caller wakes, so that a Delete() frees the memory at once
-    p->set_value(std::move(t));
+    done(result);
   }, device);
-  if (!posted) return Future<HostTensor>::ready_with(shutting_down());
+  if (!posted) done(shutting_down());
+}
+
+}  // namespace
+
+Event Buffer::to_host(void* dst) const {
+  if (!s_) return Event::ready_with(invalid("to_host of no buffer"));
+  auto p = std::make_shared<Promise<Done>>();
+  Event f(p->get_future().share());
+  copy_out(s_, dst, [p](Status st) { st.ok() ? p->set_value(Done{}) : p->set_value(st); });
+  return f;
+}
+
+Future<HostTensor> Buffer::to_host() const {
+  if (!s_) return Future<HostTensor>::ready_with(invalid("to_host of no buffer"));
+  auto t = std::make_shared<HostTensor>(HostTensor{s_->dtype, s_->dims, std::vector<uint8_t>(bytes())});
+  auto p = std::make_shared<Promise<HostTensor>>();
+  Future<HostTensor> f(p->get_future().share());
+  copy_out(s_, t->data.data(), [p, t](Status st) { st.ok() ? p->set_value(std::move(*t)) : p->set_value(st); });
   return f;
 }
 

@@ -72,12 +72,16 @@ TEST(Client, BufferRoundTripCopiesAtTheCall) {
   std::vector<int32_t> back(6);
   std::memcpy(back.data(), t.data.data(), 24);
   EXPECT_EQ(back, (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
+  std::vector<int32_t> into(6, -1);  // the same into the caller's memory
+  EXPECT_TRUE(b.to_host(into.data()).await().ok());
+  EXPECT_EQ(into, (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
   b.Delete();
   EXPECT_TRUE(b.deleted());
   EXPECT_EQ(c.memory_stats(0).live_count, 0u);
   auto r = b.to_host().await();
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(), "to_host of a deleted buffer");
+  EXPECT_EQ(b.to_host(into.data()).await().status().message(), "to_host of a deleted buffer");
 }
 
 TEST(Client, ZeroCopyBufferTakesNoHbm) {

@@ -84,6 +84,9 @@ class Buffer {
   Event ready() const;
   // Copies the buffer's bytes to a new host tensor, asynchronously.
   Future<HostTensor> to_host() const;
+  // Copies the buffer's bytes() bytes into `dst`, asynchronously, with no allocation (the way to move large
+  // buffers): `dst` must stay valid until the returned event is ready.
+  Event to_host(void* dst) const;
   void Delete();
   bool deleted() const;
 
