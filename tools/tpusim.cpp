@@ -111,6 +111,24 @@ void write_text(const std::string& path, const std::string& text) {
   if (!out || !(out << text)) throw UsageError("cannot write '" + path + "'");
 }
 
+// The inputs of `--input NAME=FILE.npy`, and with `random` deterministic random data for the others (after
+// checking that the program fits the chip, so that a huge program is refused before its inputs are made).
+std::map<std::string, runtime::HostTensor> gather_inputs(const runtime::Client& client, const runtime::Executable& exe,
+                                                         const std::vector<std::string>& specs, bool random,
+                                                         uint64_t seed) {
+  std::map<std::string, runtime::HostTensor> inputs;
+  for (const auto& spec : specs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos) throw UsageError("--input expects NAME=FILE.npy, got '" + spec + "'");
+    inputs[spec.substr(0, eq)] = runtime::read_npy(spec.substr(eq + 1));
+  }
+  client.check_fits(exe);
+  if (random)
+    for (const auto* d : exe.inputs())
+      if (!inputs.count(d->name)) inputs[d->name] = runtime::random_tensor(*d, seed + inputs.size());
+  return inputs;
+}
+
 int cmd_run(const std::vector<std::string>& args) {
   std::string file, config, out_dir, stats_path, trace_path;
   std::vector<std::string> sets, defines, input_specs, shapes;
@@ -132,16 +150,7 @@ int cmd_run(const std::vector<std::string>& args) {
 
   runtime::Client client(sim::load_config(config, sets));
   runtime::Executable exe = client.load_file(file, parse_defines(defines), parse_shapes(shapes));
-  std::map<std::string, runtime::HostTensor> inputs;
-  for (const auto& spec : input_specs) {
-    auto eq = spec.find('=');
-    if (eq == std::string::npos) throw UsageError("--input expects NAME=FILE.npy, got '" + spec + "'");
-    inputs[spec.substr(0, eq)] = runtime::read_npy(spec.substr(eq + 1));
-  }
-  client.check_fits(exe);
-  if (vm.count("random-inputs"))
-    for (const auto* d : exe.inputs())
-      if (!inputs.count(d->name)) inputs[d->name] = runtime::random_tensor(*d, seed + inputs.size());
+  auto inputs = gather_inputs(client, exe, input_specs, vm.count("random-inputs") != 0, seed);
 
   runtime::ExecuteOptions opts;
   opts.functional = !vm.count("timing-only");
@@ -184,15 +193,7 @@ int cmd_profile(const std::vector<std::string>& args) {
 
   runtime::Client client(sim::load_config(config, sets));
   runtime::Executable exe = client.load_file(file, parse_defines(defines), parse_shapes(shapes));
-  std::map<std::string, runtime::HostTensor> inputs;
-  for (const auto& spec : input_specs) {
-    auto eq = spec.find('=');
-    if (eq == std::string::npos) throw UsageError("--input expects NAME=FILE.npy, got '" + spec + "'");
-    inputs[spec.substr(0, eq)] = runtime::read_npy(spec.substr(eq + 1));
-  }
-  client.check_fits(exe);
-  for (const auto* d : exe.inputs())
-    if (!inputs.count(d->name)) inputs[d->name] = runtime::random_tensor(*d, seed + inputs.size());
+  auto inputs = gather_inputs(client, exe, input_specs, true, seed);
   runtime::ExecuteOptions opts;
   opts.functional = !vm.count("timing-only");
   opts.trace = true;
