@@ -84,7 +84,8 @@ struct TraceEvent {
   uint32_t pc = 0;
   std::string name;     // the instruction as assembly text
   std::string kind;     // "busy", "load" (mxu.lw), "wait" (a semaphore, queue or drain wait, named in `name`:
-                        // "wait s3"), or "memory" (a memory wait inside a busy slice: "memory wait")
+                        // "wait s3"), "memory" (a memory wait inside a busy slice: "memory wait"), or "sync" (an
+                        // instant: an mxu.sync completing, when the matrix unit's earlier work has landed)
 };
 
 // Chrome trace event JSON (Perfetto opens it): one track per unit, timestamps in microseconds of simulated time.
