@@ -136,7 +136,9 @@ TEST(Compile, RegionsMarkEachNodeAndKernelFragment) {
     const std::string node = r.kind == isa::kRegionNode ? r.name : names[names.size() - 2].substr(5);
     for (uint32_t i = r.begin; i < r.end; ++i) {
       EXPECT_THAT(p.source[i], StartsWith(node + ": ")) << i;
-      if (r.kind == isa::kRegionKernel) EXPECT_THAT(p.source[i], ::testing::Not(HasSubstr("fence before")));
+      if (r.kind == isa::kRegionKernel) {
+        EXPECT_THAT(p.source[i], ::testing::Not(HasSubstr("fence before")));
+      }
     }
   }
   EXPECT_EQ(next, p.code.size());
