@@ -102,6 +102,9 @@ class Fuser {
     const std::string& name = g_.values[v].name;
     if (it == producer_.end())
       fail(n, "only " + what + " right after MatMul/Gemm is supported, and '" + name + "' is not a matmul result");
+    if (f_.ops[it->second].kind != FusedMatMul::Kind::MatMul)
+      fail(n, "only " + what + " right after MatMul/Gemm is supported, and '" + name +
+                  "' is the result of an elementwise Add");
     if (uses_[v] != 1 || is_output_[v])
       fail(n, "only " + what + " right after MatMul/Gemm is supported, and '" + name +
                   "' is also used elsewhere (" + (is_output_[v] ? "a graph output" : "another node") + ")");
@@ -113,11 +116,18 @@ class Fuser {
     const ir::Value &vx = g_.values[x], &vy = g_.values[y];
     if (vx.is_const && vy.is_const) fail(n, "adding two constants is not supported");
     if (!vx.is_const && !vy.is_const) {
-      if (vx.shape() == vy.shape())
-        fail(n, "elementwise Add of two activations ('" + vx.name + "' + '" + vy.name +
-                    "') is not supported yet: the kernel library has no elementwise add kernel");
-      fail(n, "broadcasting Add of two activations " + ir::shape_str(vx) + " + " + ir::shape_str(vy) +
-                  " is not supported");
+      if (vx.shape() != vy.shape())
+        fail(n, "broadcasting Add of two activations " + ir::shape_str(vx) + " + " + ir::shape_str(vy) +
+                    " is not supported");
+      FusedMatMul op;  // a residual connection: an elementwise add
+      op.kind = FusedMatMul::Kind::Add;
+      op.name = n.name;
+      op.a = x;
+      op.b = y;
+      op.out = n.outputs[0];
+      producer_[op.out] = f_.ops.size();
+      f_.ops.push_back(std::move(op));
+      return;
     }
     int v = vx.is_const ? y : x;
     const ir::Value& c = vx.is_const ? vx : vy;

@@ -3,7 +3,9 @@
 //
 // Identity nodes are aliased away and nodes that no graph output needs are dropped. MatMul and Gemm become a
 // FusedMatMul (Gemm's C, a constant, becomes the bias); an Add of a constant bias [N] / [1,N] to a matmul's only
-// use folds into its bias, and a Relu of a matmul's only use sets `relu`. Anything else is an Error naming the node.
+// use folds into its bias, and a Relu of a matmul's only use sets `relu`. An Add of two activations of the same
+// shape (a residual connection) becomes an op of kind Add: out = a + b, elementwise. A broadcasting Add of two
+// activations, and anything else, is an Error naming the node.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +17,9 @@
 namespace tpusim::compiler {
 
 struct FusedMatMul {
-  std::string name;          // the MatMul/Gemm node
+  enum class Kind { MatMul, Add };  // Add: out = a + b elementwise (same shapes); only name, a, b, out are set
+  Kind kind = Kind::MatMul;
+  std::string name;          // the MatMul/Gemm node (the Add node for kind Add)
   std::vector<std::string> fused;  // the Add and Relu nodes folded into it, in order
   int a = -1, b = -1;        // operand values, [m,k] and [k,n] ([n,k] when transpose_b)
   bool transpose_b = false;  // only for a constant b (transposed at compile time)

@@ -31,7 +31,10 @@ class Selector {
   KernelPlan run() {
     for (int in : g_.inputs) f32_[in] = add(g_.values[in].name, Buffer::Kind::Input, isa::DType::F32, in);
     for (const FusedGraph::Output& o : f_.outputs) f32_[o.value] = add(o.name, Buffer::Kind::Output, isa::DType::F32, o.value);
-    for (const FusedMatMul& op : f_.ops) add_gemm(op);
+    for (const FusedMatMul& op : f_.ops) {
+      if (op.kind == FusedMatMul::Kind::Add) add_vadd(op);
+      else add_gemm(op);
+    }
     return std::move(plan_);
   }
 
@@ -97,6 +100,27 @@ class Selector {
                    {"IN_DT", dt(isa::DType::BF16)}, {"OUT_DT", dt(is_output ? isa::DType::F32 : isa::DType::BF16)},
                    {"BIAS", op.bias.empty() ? 0 : 1}, {"RELU", op.relu ? 1 : 0}, {"SCALE", 0}};
     plan_.calls.push_back(std::move(call));
+  }
+
+  // out = a + b in bf16 (vadd.s, DT_BF16). A graph output gets the sum in a bf16 temporary, then cast to f32: the
+  // temporary also serves any later matmul that reads the output.
+  void add_vadd(const FusedMatMul& op) {
+    const ir::Value& out = g_.values[op.out];
+    int a = bf16_operand(op.a, false), b = bf16_operand(op.b, false);
+    bool is_output = f32_.count(op.out) > 0;
+    int sum = bf16_[op.out] = add(is_output ? out.name + ".bf16" : out.name, Buffer::Kind::Temp, isa::DType::BF16,
+                                  op.out);
+    plan_.calls.push_back(KernelCall{
+        .label = op.name,
+        .kernel = "vadd.s",
+        .params = {{"N", out.elements()}, {"DT", dt(isa::DType::BF16)}},
+        .tensors = {{"a", a}, {"b", b}, {"y", sum}}});
+    if (!is_output) return;
+    plan_.calls.push_back(KernelCall{
+        .label = op.name,
+        .kernel = "cast.s",
+        .params = {{"N", out.elements()}, {"SDT", dt(isa::DType::BF16)}, {"DDT", dt(isa::DType::F32)}, {"SCALE", 0}},
+        .tensors = {{"x", sum}, {"y", f32_.at(op.out)}}});
   }
 
   const ir::Graph& g_;

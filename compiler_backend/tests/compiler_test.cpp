@@ -191,15 +191,64 @@ TEST(CompileErrors, UnsupportedAttributeValues) {
             "node 'fc' (Gemm): alpha=0.5 is not supported (only 1)");
 }
 
-TEST(CompileErrors, ResidualAddOfTwoActivationsHasNoKernelYet) {
+// x -> MatMul(w1)+Relu -> h; y = h + MatMul(h, w2): a residual block. The Add becomes one vadd.s in bf16 on the
+// bf16 intermediates; its result is the graph output, so it is cast to f32 after, under the Add's label.
+ModelBuilder residual_block() {
+  ModelBuilder b;
+  b.input("x", {4, 16}).output("y", {4, 32});
+  b.constant("w1", {16, 32}, test::ramp(16 * 32)).constant("w2", {32, 32}, test::ramp(32 * 32, 0.1f));
+  b.node("MatMul", "fc1", {"x", "w1"}, {"h0"});
+  b.node("Relu", "relu1", {"h0"}, {"h"});
+  b.node("MatMul", "fc2", {"h", "w2"}, {"g"});
+  b.node("Add", "residual", {"h", "g"}, {"y"});
+  return b;
+}
+
+TEST(Compile, ResidualAddOfTwoActivationsIsOneBf16Vadd) {
+  isa::Program p = compile_onnx(residual_block().bytes(), "res.onnx", chip());
+  EXPECT_EQ(fragments(p), (std::vector<std::string>{"cast(x)", "fc1+relu1", "fc2", "residual"}));
+  std::vector<std::string> kernels;
+  for (const isa::Region& r : p.regions)
+    if (r.kind == isa::kRegionKernel) kernels.push_back(r.name);
+  EXPECT_EQ(kernels, (std::vector<std::string>{"cast.s", "gemm.s", "gemm.s", "vadd.s", "cast.s"}));
+  int residual_nodes = 0;
+  for (const isa::Region& r : p.regions) residual_nodes += r.kind == isa::kRegionNode && r.name == "residual";
+  EXPECT_EQ(residual_nodes, 1);  // vadd.s and its cast share the Add's node region
+  EXPECT_EQ(p.find("y")->dtype, isa::DType::F32);
+  EXPECT_EQ(p.find("y")->shape, (std::vector<int64_t>{4, 32}));
+}
+
+TEST(Compile, ResidualAddOfAGraphInputCastsItFirst) {
+  ModelBuilder b;
+  b.input("x", {4, 8}).output("y").output("z");
+  b.constant("w", {8, 8}, test::ramp(64));
+  b.node("MatMul", "mm", {"x", "w"}, {"h"});
+  b.node("Add", "residual", {"h", "x"}, {"y"});
+  b.node("MatMul", "mm2", {"y", "w"}, {"z"});  // reads the output's bf16 sum, not a cast of the f32 one
+  isa::Program p = compile_onnx(b.bytes(), "res.onnx", chip());
+  EXPECT_EQ(fragments(p), (std::vector<std::string>{"cast(x)", "mm", "residual", "mm2"}));
+}
+
+TEST(CompileErrors, BroadcastingAddOfTwoActivations) {
+  ModelBuilder b;
+  b.input("x", {4, 8}).input("r", {1, 8}).output("y");
+  b.constant("w", {8, 8}, test::ramp(64));
+  b.node("MatMul", "mm", {"x", "w"}, {"h"});
+  b.node("Add", "residual", {"h", "r"}, {"y"});
+  EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "res.onnx", chip()); }),
+            "node 'residual' (Add): broadcasting Add of two activations [4,8] + [1,8] is not supported");
+}
+
+TEST(CompileErrors, ReluOfAResidualAdd) {
   ModelBuilder b;
   b.input("x", {4, 8}).output("y");
   b.constant("w", {8, 8}, test::ramp(64));
   b.node("MatMul", "mm", {"x", "w"}, {"h"});
-  b.node("Add", "residual", {"h", "x"}, {"y"});
+  b.node("Add", "residual", {"h", "x"}, {"s"});
+  b.node("Relu", "relu", {"s"}, {"y"});
   EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "res.onnx", chip()); }),
-            "node 'residual' (Add): elementwise Add of two activations ('h' + 'x') is not supported yet: the kernel "
-            "library has no elementwise add kernel");
+            "node 'relu' (Relu): only a Relu right after MatMul/Gemm is supported, and 's' is the result of an "
+            "elementwise Add");
 }
 
 TEST(CompileErrors, CorruptOrTruncatedBytes) {

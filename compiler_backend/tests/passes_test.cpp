@@ -160,6 +160,38 @@ TEST(KernelSelection, AGraphOutputReadByALaterMatMulIsCastAgain) {
   EXPECT_EQ(plan.calls[1].tensors.at("b"), plan.calls[3].tensors.at("b"));  // one copy of w
 }
 
+TEST(KernelSelection, ResidualAddIsAVaddInBf16) {
+  ModelBuilder b;
+  b.input("x", {4, 16}).output("y", {4, 32});
+  b.constant("w1", {16, 32}, test::ramp(16 * 32)).constant("w2", {32, 32}, test::ramp(32 * 32));
+  b.node("MatMul", "fc1", {"x", "w1"}, {"h0"});
+  b.node("Relu", "relu1", {"h0"}, {"h"});
+  b.node("MatMul", "fc2", {"h", "w2"}, {"g"});
+  b.node("Add", "residual", {"h", "g"}, {"y"});
+  ir::Graph g = load(b);
+  FusedGraph f = fuse(g);
+  ASSERT_EQ(f.ops.size(), 3u);
+  EXPECT_EQ(f.ops[2].kind, FusedMatMul::Kind::Add);
+  EXPECT_EQ(f.ops[2].a, f.ops[0].out);
+  EXPECT_EQ(f.ops[2].b, f.ops[1].out);
+  KernelPlan plan = select_kernels(g, f);
+  ASSERT_EQ(plan.calls.size(), 5u);  // cast(x), fc1, fc2, vadd, cast of the sum to the f32 output
+  const KernelCall& add = plan.calls[3];
+  EXPECT_EQ(add.label, "residual");
+  EXPECT_EQ(add.kernel, "vadd.s");
+  EXPECT_EQ(add.params, (std::map<std::string, int64_t>{{"N", 128}, {"DT", 2}}));
+  EXPECT_EQ(add.tensors.at("a"), plan.calls[1].tensors.at("c"));
+  EXPECT_EQ(add.tensors.at("b"), plan.calls[2].tensors.at("c"));
+  EXPECT_EQ(plan.buffers[add.tensors.at("y")].dtype, isa::DType::BF16);
+  const KernelCall& cast = plan.calls[4];
+  EXPECT_EQ(cast.label, "residual");
+  EXPECT_EQ(cast.kernel, "cast.s");
+  EXPECT_EQ(cast.params, (std::map<std::string, int64_t>{{"N", 128}, {"SDT", 2}, {"DDT", 3}, {"SCALE", 0}}));
+  EXPECT_EQ(cast.tensors.at("x"), add.tensors.at("y"));
+  EXPECT_EQ(plan.buffers[cast.tensors.at("y")].name, "y");
+  EXPECT_EQ(plan.buffers[cast.tensors.at("y")].kind, Buffer::Kind::Output);
+}
+
 TEST(MemoryPlan, IntermediatesReuseSpaceAfterTheirLastReader) {
   ir::Graph g = load(three_layers());
   KernelPlan plan = select_kernels(g, fuse(g));

@@ -8,8 +8,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
 
+#include "onnx_models.h"
 #include "tpusim/compiler/compiler.h"
+#include "tpusim/isa/numerics.h"
 #include "tpusim/runtime/npy.h"
 #include "tpusim/sim/chip.h"
 #include "tpusim/sim/config.h"
@@ -24,6 +29,13 @@ bool have_workload() { return std::filesystem::exists(mlp_file("mlp.onnx")); }
   if (!have_workload())                                                                                   \
   GTEST_SKIP() << mlp_file("mlp.onnx") << " is missing: build the workload_mlp target (needs /usr/bin/python3 " \
                                           "with torch and onnx)"
+
+// The chip both end-to-end tests run on: SystemC elaborates once, so a process cannot construct a Chip after its
+// first Chip::run, and the tests share one (each writes every input and constant it reads).
+sim::Chip& default_chip() {
+  static sim::Chip chip(sim::load_config(sim::default_preset()));
+  return chip;
+}
 
 compiler::Options options_for(const sim::ChipConfig& cfg) {
   compiler::Options o;
@@ -72,7 +84,7 @@ TEST(MlpEndToEnd, MatchesPyTorchAndTimingOnlyGivesTheSameCycles) {
   ASSERT_EQ(x.shape, xd->shape);
   ASSERT_EQ(y_ref.shape, yd->shape);
 
-  sim::Chip chip(cfg);
+  sim::Chip& chip = default_chip();
   for (const isa::TensorDecl& t : p.tensors)
     if (t.kind == isa::TensorKind::Const) chip.write_hbm(t.addr, p.const_data.data() + t.const_offset, t.bytes());
   chip.write_hbm(xd->addr, x.data.data(), x.data.size());
@@ -100,6 +112,103 @@ TEST(MlpEndToEnd, MatchesPyTorchAndTimingOnlyGivesTheSameCycles) {
   sim::RunOptions timing_only;
   timing_only.functional = false;
   EXPECT_EQ(chip.run(p, timing_only).stats.cycles, run.stats.cycles);
+}
+
+// ---- A residual block, built with the compiler tests' ONNX helpers ---------------------------------------
+
+std::vector<float> ramp(size_t n, int mul, float scale, float offset = 0) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(static_cast<int>(i * mul % 101) - 50) + offset;
+  return v;
+}
+
+// x[8,64] -> fc1 (MatMul w1[64,64], Add b1, Relu) -> h; s = x + h (an Add with a graph input: x is cast to bf16
+// first); g = s @ w2 + b2; y = s + g (an Add producing the f32 graph output).
+struct Residual {
+  static constexpr int64_t M = 8, D = 64;
+  std::vector<float> x = ramp(M * D, 37, 0.02f), w1 = ramp(D * D, 41, 0.003f), b1 = ramp(D, 13, 0.01f, 0.05f),
+                     w2 = ramp(D * D, 43, 0.002f), b2 = ramp(D, 17, 0.01f);
+
+  std::string onnx() const {
+    compiler::test::ModelBuilder m;
+    m.input("x", {M, D}).output("y", {M, D});
+    m.constant("w1", {D, D}, w1).constant("b1", {D}, b1).constant("w2", {D, D}, w2).constant("b2", {D}, b2);
+    m.node("MatMul", "fc1", {"x", "w1"}, {"h0"});
+    m.node("Add", "fc1_bias", {"h0", "b1"}, {"h1"});
+    m.node("Relu", "relu1", {"h1"}, {"h"});
+    m.node("Add", "residual1", {"x", "h"}, {"s"});
+    m.node("MatMul", "fc2", {"s", "w2"}, {"g0"});
+    m.node("Add", "fc2_bias", {"g0", "b2"}, {"g"});
+    m.node("Add", "residual2", {"s", "g"}, {"y"});
+    return m.bytes();
+  }
+
+  // The same model in float64 on the host, with the input and weights rounded to bf16 as the chip stores them.
+  std::vector<double> reference() const {
+    auto bf = [](float f) { return double(isa::f32_from_bf16(isa::bf16_from_f32(f))); };
+    auto dense = [&](const std::vector<double>& a, const std::vector<float>& w, const std::vector<float>& b) {
+      std::vector<double> out(M * D);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < D; ++j) {
+          double acc = b[j];
+          for (int64_t k = 0; k < D; ++k) acc += a[i * D + k] * bf(w[k * D + j]);
+          out[i * D + j] = acc;
+        }
+      return out;
+    };
+    std::vector<double> xs(M * D);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = bf(x[i]);
+    std::vector<double> h = dense(xs, w1, b1), s(M * D);
+    for (size_t i = 0; i < s.size(); ++i) s[i] = xs[i] + std::max(h[i], 0.0);
+    std::vector<double> g = dense(s, w2, b2), y(M * D);
+    for (size_t i = 0; i < y.size(); ++i) y[i] = s[i] + g[i];
+    return y;
+  }
+};
+
+TEST(ResidualEndToEnd, ElementwiseAddsRunAsBf16VaddAndMatchAFloat64Reference) {
+  sim::ChipConfig cfg = sim::load_config(sim::default_preset());
+  Residual model;
+  isa::Program p = compiler::compile_onnx(model.onnx(), "residual.onnx", options_for(cfg));
+  std::map<std::string, int> kernels;
+  for (const isa::Region& r : p.regions)
+    if (r.kind == isa::kRegionKernel) ++kernels[r.name];
+  EXPECT_EQ(kernels, (std::map<std::string, int>{{"cast.s", 2}, {"gemm.s", 2}, {"vadd.s", 2}}));
+  std::vector<std::string> labels;
+  for (const std::string& s : p.source) {
+    std::string label = s.substr(0, s.find(": "));
+    if (labels.empty() || labels.back() != label) labels.push_back(label);
+  }
+  EXPECT_EQ(labels, (std::vector<std::string>{"cast(x)", "fc1+fc1_bias+relu1", "residual1", "fc2+fc2_bias",
+                                              "residual2"}));
+
+  const isa::TensorDecl* xd = p.find("x");
+  const isa::TensorDecl* yd = p.find("y");
+  ASSERT_TRUE(xd && yd);
+  ASSERT_EQ(yd->dtype, isa::DType::F32);
+  sim::Chip& chip = default_chip();
+  for (const isa::TensorDecl& t : p.tensors)
+    if (t.kind == isa::TensorKind::Const) chip.write_hbm(t.addr, p.const_data.data() + t.const_offset, t.bytes());
+  chip.write_hbm(xd->addr, model.x.data(), model.x.size() * sizeof(float));
+  sim::RunResult run = chip.run(p);
+  std::vector<float> y(yd->elements());
+  chip.read_hbm(yd->addr, y.data(), y.size() * sizeof(float));
+
+  std::vector<double> ref = model.reference();
+  ASSERT_EQ(ref.size(), y.size());
+  double dot = 0, yy = 0, rr = 0, diff = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    dot += y[i] * ref[i];
+    yy += double(y[i]) * y[i];
+    rr += ref[i] * ref[i];
+    diff += (y[i] - ref[i]) * (y[i] - ref[i]);
+  }
+  const double cosine = dot / std::sqrt(yy * rr), rel_l2 = std::sqrt(diff / rr);
+  RecordProperty("cosine", std::to_string(cosine));
+  RecordProperty("rel_l2", std::to_string(rel_l2));
+  EXPECT_GE(cosine, 0.999) << "y[0] = " << y[0] << ", reference " << ref[0];
+  EXPECT_LE(rel_l2, 2e-2) << "y[0] = " << y[0] << ", reference " << ref[0];
+  EXPECT_EQ(run.stats.mxu_macs, 2u * Residual::M * Residual::D * Residual::D);
 }
 
 }  // namespace
