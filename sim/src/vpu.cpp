@@ -6,8 +6,8 @@
 //
 // Numerics (isa.def, docs/isa.md): integers compute in i32, wrapping; floats in f32; bf16 is computed in f32
 // and rounded to nearest even on the way out; casts to integers round to nearest even and saturate.
-// Data types: add, sub, mul and rsum take i32, f32, bf16; max, min, relu and rmax also i8 (they cannot
-// overflow); exp, recip and rsqrt take f32 and bf16; cast and vpu.acc's output take all four.
+// Data types: add, sub, mul, rsum and addrow/subrow/mulrow take i32, f32, bf16; max, min, relu and rmax also i8
+// (they cannot overflow); exp, recip and rsqrt take f32 and bf16; cast and vpu.acc's output take all four.
 #include "vpu.h"
 
 #include <algorithm>
@@ -142,6 +142,25 @@ void unary(DType t, uint8_t* vm, uint64_t vd, uint64_t va, uint64_t n, F f) {
   }
 }
 
+// Row broadcast (vpu.addrow/subrow/mulrow): elem(vd + i*stride + j*size) = f(elem(va + i*stride + j*size),
+// elem(vb + i*size)) for i < rows, j < cols, row by row in order; stride in bytes.
+template <class F>
+void rowwise(DType t, uint8_t* vm, int64_t vd, int64_t va, int64_t vb, int64_t rows, int64_t cols, int64_t stride,
+             F f) {
+  const int sz = isa::dtype_size(t);
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint8_t* in = vm + va + i * stride;
+    uint8_t* out = vm + vd + i * stride;
+    if (is_float(t)) {
+      const float b = load_float(t, vm + vb + i * sz);
+      for (int64_t j = 0; j < cols; ++j) store_float(t, out + j * sz, f(load_float(t, in + j * sz), b));
+    } else {
+      const int32_t b = load_int(t, vm + vb + i * sz);
+      for (int64_t j = 0; j < cols; ++j) store_int(t, out + j * sz, f(load_int(t, in + j * sz), b));
+    }
+  }
+}
+
 // vd[i] = reduction over j < cols of elem(va + i*stride + j*size), in order.
 template <class F>
 void reduce(DType t, uint8_t* vm, uint64_t vd, int64_t va, int64_t rows, int64_t cols, int64_t stride, F f) {
@@ -206,6 +225,15 @@ VmemPorts::Demand vmem_traffic(const Entry& e, const VmemPorts& ports) {
       const int size = isa::dtype_size(e.dtype("dtype"));
       add(e.arg("va"), e.arg("rows"), e.arg("cols") * size, e.arg("stride"));
       add(e.arg("vd"), 1, e.arg("rows") * size, 0);
+      break;
+    }
+    case Op::VADDROW:
+    case Op::VSUBROW:
+    case Op::VMULROW: {
+      const int size = isa::dtype_size(e.dtype("dtype"));
+      add(e.arg("va"), e.arg("rows"), e.arg("cols") * size, e.arg("stride"));
+      add(e.arg("vb"), 1, e.arg("rows") * size, 0);
+      add(e.arg("vd"), e.arg("rows"), e.arg("cols") * size, e.arg("stride"));
       break;
     }
     default: break;
@@ -309,6 +337,18 @@ uint64_t Vpu::check(const Entry& e) {
       range("VMEM write", e.arg("vd"), 1, rows * isa::dtype_size(t), 0);
       return count(rows, cols);
     }
+    case Op::VADDROW:
+    case Op::VSUBROW:
+    case Op::VMULROW: {
+      const int64_t rows = nonneg("rows"), cols = nonneg("cols");
+      const DType t = e.dtype("dtype");
+      allow(t, false, true);
+      const int64_t size = isa::dtype_size(t);
+      range("VMEM read", e.arg("va"), rows, cols * size, e.arg("stride"));
+      range("VMEM read", e.arg("vb"), 1, rows * size, 0);
+      range("VMEM write", e.arg("vd"), rows, cols * size, e.arg("stride"));
+      return count(rows, cols);
+    }
     default: st_.fail(e.pc, "not a vector instruction");
   }
 }
@@ -383,6 +423,15 @@ void Vpu::compute(const Entry& e) {
     case Op::VRMAX:
       return reduce(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("rows"), e.arg("cols"), e.arg("stride"),
                     RMax{});
+    case Op::VADDROW:
+      return rowwise(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("rows"), e.arg("cols"),
+                     e.arg("stride"), Add{});
+    case Op::VSUBROW:
+      return rowwise(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("rows"), e.arg("cols"),
+                     e.arg("stride"), Sub{});
+    case Op::VMULROW:
+      return rowwise(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("rows"), e.arg("cols"),
+                     e.arg("stride"), Mul{});
     default: return;
   }
 }

@@ -161,6 +161,16 @@ TEST(Timing, VectorInstruction) {
   EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, 5u);
 }
 
+TEST(Timing, RowBroadcastInstruction) {
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.li(1, 256).li(2, 512).li(3, 3).li(4, 7).li(5, 32);  // vd 0, va 256, vb 512, 3 rows x 7 cols, stride 32 bytes
+  b.op(Op::VADDROW, {0, 1, 2, 3, 4, 5, kI32});  // dispatched 5, starts 6, latency 2 + ceil(21 / 8) = 5: done at 11
+  RunResult r = chip.run(b.build());
+  EXPECT_EQ(r.stats.cycles, 12u);
+  EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, 5u);
+}
+
 TEST(Timing, SemaphoreMakesTheVectorUnitWaitForTheDma) {
   Chip chip(small_config());
   ProgramBuilder b = dma_registers();

@@ -14,6 +14,9 @@ void Reference::vpu(const isa::Instr& in) {
     case Op::VCAST: return vpu_cast(in);
     case Op::VRSUM:
     case Op::VRMAX: return vpu_reduce(in);
+    case Op::VADDROW:
+    case Op::VSUBROW:
+    case Op::VMULROW: return vpu_rowwise(in);
     default: return vpu_elementwise(in);
   }
 }
@@ -68,6 +71,33 @@ void Reference::vpu_reduce(const isa::Instr& in) {
     }
     if (in.op == Op::VRSUM) r = is_int(dt) ? static_cast<double>(wrap_to(isum, dt)) : float_result(dt, r);
     vmem_store(vd + i * size, dt, r);
+  }
+}
+
+// vpu.addrow / vpu.subrow / vpu.mulrow: for i < rows, j < cols:
+// elem(vd + i*stride + j*size) = elem(va + i*stride + j*size) op elem(vb + i*size); stride in bytes.
+// i32 wraps (mul keeps the low 32 bits); floats are computed exactly in fp64 (or with one rounding that does not
+// change the f32 result) and rounded to f32, then to bf16 for bf16. i8 is refused.
+void Reference::vpu_rowwise(const isa::Instr& in) {
+  const DType dt = dtype(in, "dtype");
+  if (dt == DType::I8) fail(in.desc().mnemonic + " does not take i8");
+  int64_t vd = value(in, "vd"), va = value(in, "va"), vb = value(in, "vb"), rows = value(in, "rows"),
+          cols = value(in, "cols"), stride = value(in, "stride");
+  const int size = size_of(dt);
+  for (int64_t i = 0; i < rows; ++i) {
+    const double b = vmem_load(vb + i * size, dt);
+    for (int64_t j = 0; j < cols; ++j) {
+      const double a = vmem_load(va + i * stride + j * size, dt);
+      double r = 0;
+      if (is_int(dt)) {
+        const int64_t x = static_cast<int64_t>(a), y = static_cast<int64_t>(b);
+        const int64_t exact = in.op == Op::VADDROW ? x + y : in.op == Op::VSUBROW ? x - y : x * y;
+        r = static_cast<double>(wrap_to(exact, dt));
+      } else {
+        r = float_result(dt, in.op == Op::VADDROW ? a + b : in.op == Op::VSUBROW ? a - b : a * b);
+      }
+      vmem_store(vd + i * stride + j * size, dt, r);
+    }
   }
 }
 

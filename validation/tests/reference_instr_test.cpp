@@ -225,6 +225,35 @@ TEST(ReferenceVpu, RsumRmaxEveryType) {
     }
 }
 
+// ---- row broadcast ---------------------------------------------------------------------------------------------
+
+TEST(ReferenceVpu, RowBroadcastEveryType) {
+  // vd[i*stride + j] = va[i*stride + j] op vb[i], stride in bytes; the padding between rows must stay untouched.
+  TPUSIM_MACHINES(m);
+  Random r(17);
+  const int64_t rows = 9, cols = 13, pitch = cols + 3;  // pitch: row stride in elements (3 of padding)
+  for (Op op : {Op::VADDROW, Op::VSUBROW, Op::VMULROW})
+    for (DType t : {DType::I32, DType::BF16, DType::F32}) {
+      std::vector<double> a = r.values(t, rows * pitch, -6, 6), b = r.values(t, rows, -6, 6);
+      auto [pa, pb] = binary_operands(t, rows, r);  // wrapping / rounding-tie pairs in each row's first column
+      for (int64_t i = 0; i < rows; ++i) a[i * pitch] = pa[i], b[i] = pb[i];
+      Results res = run_vector(*m, {{a, t}, {b, t}}, [&](Builder& p) {
+        p.li(1, kOut).li(2, kIn[0]).li(3, kIn[1]).li(4, rows).li(5, cols).li(6, pitch * ref::size_of(t));
+        p.emit(op, {{"vd", 1}, {"va", 2}, {"vb", 3}, {"rows", 4}, {"cols", 5}, {"stride", 6}, {"dtype", int64_t(t)}});
+      }, rows * pitch, t);
+      expect_all(name(op, t), rows * pitch, [&](size_t k) { return same(res.sim[k], res.fp64[k]); }, [&](size_t k) {
+        return "row " + std::to_string(k / pitch) + " col " + std::to_string(k % pitch) + ": a " + num(a[k]) + ", b " +
+               num(b[k / pitch]) + ": sim " + num(res.sim[k]) + ", reference " + num(res.fp64[k]);
+      });
+      // Spot-check the semantics themselves (not only sim == reference): wrapping, broadcast of vb[1] over row 1.
+      if (t == DType::I32 && op == Op::VADDROW) {
+        EXPECT_EQ(res.sim[0], static_cast<double>(INT32_MIN));  // INT32_MAX + 1 wraps
+        EXPECT_EQ(res.sim[1 * pitch + 5], static_cast<double>(ref::wrap_to(int64_t(a[1 * pitch + 5]) + int64_t(b[1]),
+                                                                            DType::I32)));
+      }
+    }
+}
+
 TEST(ReferenceVpu, RmaxOfInfinities) {
   // max over a row of -inf is -inf (an implementation that starts from the lowest finite value gets -FLT_MAX).
   TPUSIM_MACHINES(m);
@@ -499,6 +528,17 @@ TEST(ReferenceVpuErrors, I8ArithmeticIsRefused) {
   p.li(1, 0).li(2, 64).li(3, 2).li(4, 8);
   p.emit(Op::VRSUM, {{"vd", 1}, {"va", 2}, {"rows", 3}, {"cols", 4}, {"stride", 4}, {"dtype", int64_t(DType::I8)}});
   expect_both_refuse(*m, p, "vpu.rsum i8");
+}
+
+TEST(ReferenceVpuErrors, RowBroadcastRefusesI8) {
+  TPUSIM_MACHINES(m);
+  for (Op op : {Op::VADDROW, Op::VSUBROW, Op::VMULROW}) {
+    Builder p;
+    p.li(1, 0).li(2, 64).li(3, 128).li(4, 2).li(5, 8);
+    p.emit(op, {{"vd", 1}, {"va", 2}, {"vb", 3}, {"rows", 4}, {"cols", 5}, {"stride", 5},
+                {"dtype", int64_t(DType::I8)}});
+    expect_both_refuse(*m, p, name(op, DType::I8));
+  }
 }
 
 TEST(ReferenceErrors, OutOfRangeAccesses) {
