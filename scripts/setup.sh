@@ -13,7 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev
   # Python (Debian's interpreter, /usr/bin/python3): model export and numeric references
-  python3 python3-numpy python3-torch python3-onnx python3-venv
+  python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-venv
   # the Python module `tpusim` (runtime/python): headers and Debian's pybind11
   python3-dev pybind11-dev
   ca-certificates

@@ -13,6 +13,9 @@ namespace tpusim::compiler::ir {
 // An ONNX element type (onnx::TensorProto::DataType numbering: 1 = FLOAT, 7 = INT64, ...).
 using ElemType = int32_t;
 inline constexpr ElemType kFloat = 1;
+inline constexpr ElemType kInt32 = 6;
+inline constexpr ElemType kInt64 = 7;
+inline constexpr ElemType kBool = 9;
 std::string elem_type_name(ElemType t);  // "FLOAT", "INT64", ...
 
 // A dimension of a value: a size, or unknown (dynamic) with the model's name for it (dim_param, may be empty).
@@ -34,6 +37,7 @@ struct Value {
   int producer = -1;       // index of the producing node, -1 for graph inputs and constants
   bool is_const = false;
   std::vector<float> data; // constants of element type FLOAT: the elements, row-major
+  std::vector<int64_t> ints; // constants of an integer or BOOL element type: the elements, row-major
 
   std::vector<int64_t> shape() const;  // sizes; all dims must be known
   int64_t elements() const;            // product of shape()
