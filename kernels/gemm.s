@@ -1,4 +1,4 @@
-# gemm.s: c[M,N] = act(scale * (a[M,K] @ b[K,N] + bias[N])), for any M, K, N.
+# gemm.s: c[M,N] = act(scale * (a[M,K] @ b[K,N] + bias[N])), for any M, K, N (or a @ b^T with TRANS_B).
 #
 # Defines (-D NAME=VALUE; defaults below):
 #   M, K, N     problem size (required)
@@ -12,6 +12,9 @@
 #               from HBM. The runtime writes a into VMEM and reads c from it.
 #   B_TILED     1: b is stored tile by tile, [cdiv(K,R), cdiv(N,C), R, C] (zero-padded), as a compiler lays out
 #               weights: each fold's weights are one contiguous HBM read instead of R strided rows.
+#   TRANS_B     1: b is given transposed, [N, K] row-major, and c = a @ b^T (attention's Q @ K^T): each B tile is
+#               loaded as the nt x kt block of b and mxu.lw transposes it on the way into the array (`trans`),
+#               with the same timing as TRANS_B=0. Not with B_TILED.
 #   MXU_ROWS, MXU_COLS, ACC_ROWS, VMEM_BYTES: the chip (tpusim passes them from the config)
 #
 # Schedule. Weight-stationary: each mxu.lw holds a K-by-N tile of b (R = MXU_ROWS rows of K, C = MXU_COLS
@@ -40,6 +43,10 @@
 .default SCALE, 0
 .default ACT_RESIDENT, 0
 .default B_TILED, 0
+.default TRANS_B, 0
+.if TRANS_B && B_TILED
+.error "gemm.s: TRANS_B and B_TILED cannot be combined"
+.endif
 
 .if IN_DT == DT_I8
 .set ACC_DT, DT_I32
@@ -92,6 +99,8 @@
 .endif
 .if B_TILED
 .input b, IN_DT, [KT, NT, R, C]
+.elif TRANS_B
+.input b, IN_DT, [N, K]
 .else
 .input b, IN_DT, [K, N]
 .endif
@@ -203,6 +212,12 @@ btile:
     add t0, t0, t1
     muli t0, t0, R * C * E
     li t2, C * E
+.elif TRANS_B
+    # B^T tile: rows n0.. of b, bytes k0*E.. (row pitch K*E) into slot (row pitch R*E): an nt x kt block
+    muli t0, n0, K
+    add t0, t0, k0
+    muli t0, t0, E
+    li t2, K * E
 .else
     # B tile: rows k0.., bytes n0*E.., from b (row pitch N*E) into slot (row pitch C*E)
     muli t0, k0, N
@@ -212,11 +227,17 @@ btile:
 .endif
     li t1, b
     add t0, t0, t1
+.if TRANS_B
+    muli t1, kt, E
+    li t4, R * E
+    dma.ld vb, t0, nt, t1, t2, t4, wait=s1, signal=s2
+.else
     muli t1, nt, E
     li t4, C * E
     dma.ld vb, t0, kt, t1, t2, t4, wait=s1, signal=s2
+.endif
     # the weights leave the slot once shifted into the array's shadow buffer: the lw frees it (s1)
-    mxu.lw vb, kt, nt, t4, IN_DT, wait=s2, signal=s1
+    mxu.lw vb, kt, nt, t4, IN_DT, trans=TRANS_B, wait=s2, signal=s1
     beq k0, r0, first
     mxu.mm va, mt, acc, t3, IN_DT, accumulate
     jmp next

@@ -1,7 +1,11 @@
 #include "codegen.h"
 
+#include <stdexcept>
+
 #include "tpusim/compiler/compiler.h"
+#include "tpusim/kernels/copy.h"
 #include "tpusim/kernels/kernels.h"
+#include "tpusim/kernels/rowwise.h"
 
 namespace tpusim::compiler {
 namespace {
@@ -28,11 +32,30 @@ bool starts_with_sync(const isa::Program& frag) {
 
 isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
                            const std::map<std::string, int64_t>& symbols, uint64_t base_pc) {
-  std::map<std::string, int64_t> defines = symbols;
-  for (const auto& [key, value] : call.params) defines[key] = value;
-  std::map<std::string, uint64_t> addr;
-  for (const auto& [tensor, b] : call.tensors) addr[tensor] = plan.buffers[b].addr;
+  auto at = [&](int buf, uint64_t off) { return plan.buffers[buf].addr + off; };
   try {
+    if (call.kind == KernelCall::Kind::Copy) {
+      std::vector<kernels::Move> moves;
+      moves.reserve(call.moves.size());
+      for (const BufferMove& m : call.moves)
+        moves.push_back(kernels::Move{at(m.src, m.src_off), at(m.dst, m.dst_off), m.rows, m.rowbytes, m.src_stride,
+                                      m.dst_stride});
+      return kernels::copy_kernel(moves, symbols, base_pc, "copy");
+    }
+    if (call.kind == KernelCall::Kind::Rowwise) {
+      kernels::rowwise::Program rows = call.rows;
+      for (size_t i = 0; i < rows.inputs.size(); ++i) rows.inputs[i].addr = at(call.row_inputs[i], call.row_input_offs[i]);
+      for (size_t i = 0; i < rows.outputs.size(); ++i)
+        rows.outputs[i].addr = at(call.row_outputs[i], call.row_output_offs[i]);
+      return kernels::rowwise::kernel(rows, symbols, base_pc, "rowwise");
+    }
+    std::map<std::string, int64_t> defines = symbols;
+    for (const auto& [key, value] : call.params) defines[key] = value;
+    std::map<std::string, uint64_t> addr;
+    for (const auto& [tensor, b] : call.tensors) {
+      auto off = call.offsets.find(tensor);
+      addr[tensor] = at(b, off == call.offsets.end() ? 0 : off->second);
+    }
     isa::Program frag = kernels::assemble(call.kernel, defines, addr, base_pc);
     for (const isa::TensorDecl& t : frag.tensors)
       if (t.kind == isa::TensorKind::Const)
@@ -40,6 +63,8 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
                     "', which the compiler cannot place yet");
     return frag;
   } catch (const isa::Error& e) {
+    throw Error(call.label + ": " + call.kernel + ": " + e.what());
+  } catch (const std::invalid_argument& e) {
     throw Error(call.label + ": " + call.kernel + ": " + e.what());
   }
 }
@@ -93,6 +118,11 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
       p.code.push_back(w);
       p.source.push_back(call.label + ": " + (i < frag.source.size() ? frag.source[i] : call.kernel));
     }
+  }
+  // Generated kernels end by falling through; the program ends with a halt.
+  if (p.code.empty() || isa::decode(p.code.back()).op != isa::Op::HALT) {
+    p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::HALT}));
+    p.source.push_back("end of program");
   }
   return p;
 }

@@ -1,4 +1,5 @@
-// The pipeline: import -> shape inference -> fusion -> kernel selection -> memory planning -> codegen.
+// The pipeline: import -> shape inference (folding constants) -> dead-code removal -> lowering -> memory planning
+// -> codegen.
 #include "tpusim/compiler/compiler.h"
 
 #include <cerrno>
@@ -8,8 +9,9 @@
 #include <sstream>
 
 #include "codegen.h"
-#include "fusion.h"
+#include "const_fold.h"
 #include "kernel_plan.h"
+#include "lower.h"
 #include "memory_plan.h"
 #include "onnx_import.h"
 #include "shape_inference.h"
@@ -23,7 +25,8 @@ isa::Program compile_onnx(const std::string& bytes, const std::string& model_nam
 
   ir::Graph g = import_onnx(bytes, model_name);
   infer_shapes(g, opts.input_shapes);
-  KernelPlan plan = select_kernels(g, fuse(g));
+  fold_constants(g);
+  KernelPlan plan = lower(g, opts.target.symbols);
   plan_memory(plan, static_cast<uint64_t>(hbm->second), model_name);
   return emit_program(plan, opts.target.symbols, std::filesystem::path(model_name).stem().string());
 }

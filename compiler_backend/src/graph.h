@@ -51,6 +51,11 @@ struct Attr {
   std::string s;
   std::vector<int64_t> ints;
   std::vector<float> floats;
+  // A TENSOR attribute (ConstantOfShape's `value`; kind stays Other): its element type (0: not a tensor), dims
+  // and elements (integers and floats alike, as doubles).
+  ElemType t_type = 0;
+  std::vector<int64_t> t_dims;
+  std::vector<double> t;
 };
 
 struct Node {

@@ -1,5 +1,7 @@
-// Kernel selection: fused matmuls -> calls of the kernel library's kernels on HBM buffers. The plan is what
-// memory planning (memory_plan.h) places and codegen (codegen.h) assembles.
+// The kernel plan: what the lowering (lower.h) makes of a graph, memory planning (memory_plan.h) places and
+// codegen (codegen.h) assembles. Buffers are HBM tensors; calls are kernels run one after the other, each either a
+// library kernel (kernels/*.s with defines), a generated copy kernel (kernels/copy.h: strided moves between
+// buffers) or a generated row-wise vector kernel (kernels/rowwise.h: a fused group of elementwise ops).
 #pragma once
 
 #include <cstdint>
@@ -7,9 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "fusion.h"
-#include "graph.h"
 #include "tpusim/isa/isa.h"
+#include "tpusim/kernels/rowwise.h"
 
 namespace tpusim::compiler {
 
@@ -21,28 +22,40 @@ struct Buffer {
   std::vector<int64_t> shape;
   std::vector<uint8_t> data;  // Const only: the bytes, row-major
   uint64_t addr = 0;          // set by plan_memory
+  uint64_t extra_bytes = 0;   // slack after the tensor that kernels may read (e.g. im2col's overhanging rows)
 
-  uint64_t bytes() const;
+  uint64_t bytes() const;     // elements * size + extra_bytes
+};
+
+// A strided move between buffers (kernels::Move with buffer-relative addresses).
+struct BufferMove {
+  int src = -1, dst = -1;          // buffer indices
+  uint64_t src_off = 0, dst_off = 0;
+  uint64_t rows = 0, rowbytes = 0;
+  int64_t src_stride = 0, dst_stride = 0;
 };
 
 struct KernelCall {
-  std::string label;                     // source prefix: the node name, or "cast(x)" for an input cast
-  std::string kernel;                    // "gemm.s", "cast.s", "vadd.s"
-  std::map<std::string, int64_t> params; // defines besides the chip symbols
-  std::map<std::string, int> tensors;    // kernel tensor name -> buffer index
+  enum class Kind { Library, Copy, Rowwise };
+  Kind kind = Kind::Library;
+  std::string label;                      // the graph node(s) it implements: "conv1+bn1+relu", "cast(x)"
+  std::string kernel;                     // Library: "gemm.s", ...; otherwise the generated kernel's name
+  std::map<std::string, int64_t> params;  // Library: defines besides the chip symbols
+  // Every buffer the call touches, by a name: Library: the kernel's tensor names; Copy and Rowwise: any
+  // distinct names. Memory planning reads liveness from here.
+  std::map<std::string, int> tensors;
+  std::map<std::string, uint64_t> offsets;  // Library: byte offset into the tensor's buffer (default 0)
+  std::vector<BufferMove> moves;            // Copy
+  kernels::rowwise::Program rows;           // Rowwise: addresses are filled in from the buffers below
+  std::vector<int> row_inputs, row_outputs; // Rowwise: buffer of each rows.inputs[i] / rows.outputs[i]
+  std::vector<uint64_t> row_input_offs, row_output_offs;
+  // Work, for the compile report and roofline bounds.
+  double flops = 0;
 };
 
 struct KernelPlan {
   std::vector<Buffer> buffers;  // inputs, then outputs (model order), then constants and temps as first used
   std::vector<KernelCall> calls;
 };
-
-// One gemm.s call per fused matmul (IN_DT bf16; OUT_DT f32 for graph outputs, bf16 otherwise); one cast.s call
-// (f32 -> bf16) before the first use of each graph input, or of a graph output that a later matmul reads.
-// Constant operands become bf16 Const buffers ([k,n], transposed at compile time for transB), biases f32 [n].
-// An elementwise Add is one vadd.s call in bf16 (DT_BF16) on the bf16 copies of its operands; when its result is
-// a graph output, vadd.s writes a bf16 temporary and a cast.s call (bf16 -> f32) fills the output, both calls
-// labelled with the Add node's name.
-KernelPlan select_kernels(const ir::Graph& g, const FusedGraph& f);
 
 }  // namespace tpusim::compiler

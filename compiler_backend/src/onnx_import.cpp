@@ -3,7 +3,9 @@
 #include <onnx/onnx_pb.h>
 
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "tpusim/compiler/compiler.h"
 
@@ -12,32 +14,150 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "ONNX raw_data is little-endian");
 
-// Fills `v` (dims, element type, data for FLOAT) from a TensorProto.
-void read_tensor(const onnx::TensorProto& t, ir::Value& v) {
-  if (t.data_location() == onnx::TensorProto_DataLocation_EXTERNAL)
-    throw Error("constant '" + v.name + "' keeps its data in an external file, which is not supported");
-  v.is_const = true;
-  v.has_shape = true;
-  v.elem_type = t.data_type();
-  v.dims.clear();
-  for (int64_t d : t.dims()) v.dims.push_back(ir::Dim::sized(d));
-  if (v.elem_type != ir::kFloat) return;  // kept without data; an error only if an op uses it
-  const int64_t n = v.elements();
-  if (!t.raw_data().empty()) {
-    if (t.raw_data().size() != static_cast<size_t>(n) * 4)
-      throw Error("constant '" + v.name + "': " + std::to_string(t.raw_data().size()) + " bytes of data for " +
-                  std::to_string(n) + " float32 elements");
-    v.data.resize(n);
-    std::memcpy(v.data.data(), t.raw_data().data(), t.raw_data().size());
-  } else {
-    if (t.float_data_size() != n)
-      throw Error("constant '" + v.name + "': " + std::to_string(t.float_data_size()) + " elements of data for " +
-                  std::to_string(n) + " float32 elements");
-    v.data.assign(t.float_data().begin(), t.float_data().end());
+// Bytes per element in raw_data for the element types the importer reads; 0 for the others.
+size_t elem_bytes(int t) {
+  switch (t) {
+    case onnx::TensorProto_DataType_BOOL:
+    case onnx::TensorProto_DataType_INT8:
+    case onnx::TensorProto_DataType_UINT8: return 1;
+    case onnx::TensorProto_DataType_INT16:
+    case onnx::TensorProto_DataType_UINT16:
+    case onnx::TensorProto_DataType_FLOAT16:
+    case onnx::TensorProto_DataType_BFLOAT16: return 2;
+    case onnx::TensorProto_DataType_FLOAT:
+    case onnx::TensorProto_DataType_INT32:
+    case onnx::TensorProto_DataType_UINT32: return 4;
+    case onnx::TensorProto_DataType_INT64:
+    case onnx::TensorProto_DataType_UINT64:
+    case onnx::TensorProto_DataType_DOUBLE: return 8;
+    default: return 0;
   }
 }
 
-ir::Attr read_attr(const onnx::AttributeProto& a) {
+bool is_floating(int t) {
+  return t == onnx::TensorProto_DataType_FLOAT || t == onnx::TensorProto_DataType_FLOAT16 ||
+         t == onnx::TensorProto_DataType_BFLOAT16 || t == onnx::TensorProto_DataType_DOUBLE;
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float f;
+  if (exp == 0) f = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31) f = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  else f = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+  return sign ? -f : f;
+}
+
+float bf16_to_float(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Element `i` of raw little-endian data of type `t`, as a double (floats) or int64 (integers and BOOL).
+double raw_float(const char* p, int t) {
+  switch (t) {
+    case onnx::TensorProto_DataType_FLOAT: { float f; std::memcpy(&f, p, 4); return f; }
+    case onnx::TensorProto_DataType_DOUBLE: { double d; std::memcpy(&d, p, 8); return d; }
+    case onnx::TensorProto_DataType_FLOAT16: { uint16_t h; std::memcpy(&h, p, 2); return half_to_float(h); }
+    default: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_float(h); }
+  }
+}
+
+int64_t raw_int(const char* p, int t) {
+  switch (t) {
+    case onnx::TensorProto_DataType_BOOL: return *p != 0;
+    case onnx::TensorProto_DataType_INT8: return static_cast<int8_t>(*p);
+    case onnx::TensorProto_DataType_UINT8: return static_cast<uint8_t>(*p);
+    case onnx::TensorProto_DataType_INT16: { int16_t v; std::memcpy(&v, p, 2); return v; }
+    case onnx::TensorProto_DataType_UINT16: { uint16_t v; std::memcpy(&v, p, 2); return v; }
+    case onnx::TensorProto_DataType_INT32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case onnx::TensorProto_DataType_UINT32: { uint32_t v; std::memcpy(&v, p, 4); return v; }
+    default: { int64_t v; std::memcpy(&v, p, 8); return v; }  // INT64, UINT64
+  }
+}
+
+// A TensorProto's elements: floating types (FLOAT, FLOAT16, BFLOAT16, DOUBLE) as doubles in `f`, integer types
+// and BOOL as int64 in `ints`. `what` names the tensor in errors.
+void decode_tensor(const onnx::TensorProto& t, const std::string& what, std::vector<double>& f,
+                   std::vector<int64_t>& ints) {
+  if (t.data_location() == onnx::TensorProto_DataLocation_EXTERNAL)
+    throw Error(what + " keeps its data in an external file, which is not supported");
+  const int type = t.data_type();
+  const size_t bytes = elem_bytes(type);
+  if (bytes == 0)
+    throw Error(what + " has element type " + ir::elem_type_name(type) + ", which is not supported");
+  int64_t n = 1;
+  for (int64_t d : t.dims()) n *= d;
+  const bool fl = is_floating(type);
+  f.clear();
+  ints.clear();
+  if (!t.raw_data().empty()) {
+    if (t.raw_data().size() != static_cast<size_t>(n) * bytes)
+      throw Error(what + ": " + std::to_string(t.raw_data().size()) + " bytes of data for " + std::to_string(n) +
+                  " " + ir::elem_type_name(type) + " elements");
+    const char* p = t.raw_data().data();
+    for (int64_t i = 0; i < n; ++i, p += bytes) {
+      if (fl) f.push_back(raw_float(p, type));
+      else ints.push_back(raw_int(p, type));
+    }
+    return;
+  }
+  int64_t have = 0;
+  switch (type) {
+    case onnx::TensorProto_DataType_FLOAT:
+      f.assign(t.float_data().begin(), t.float_data().end());
+      have = t.float_data_size();
+      break;
+    case onnx::TensorProto_DataType_DOUBLE:
+      f.assign(t.double_data().begin(), t.double_data().end());
+      have = t.double_data_size();
+      break;
+    case onnx::TensorProto_DataType_INT64:
+      ints.assign(t.int64_data().begin(), t.int64_data().end());
+      have = t.int64_data_size();
+      break;
+    case onnx::TensorProto_DataType_UINT32:
+    case onnx::TensorProto_DataType_UINT64:
+      for (uint64_t v : t.uint64_data()) ints.push_back(static_cast<int64_t>(v));
+      have = t.uint64_data_size();
+      break;
+    default:  // int32_data: INT32, INT16, INT8, UINT16, UINT8, BOOL, and FLOAT16/BFLOAT16 as bit patterns
+      have = t.int32_data_size();
+      for (int32_t v : t.int32_data()) {
+        if (type == onnx::TensorProto_DataType_FLOAT16) f.push_back(half_to_float(static_cast<uint16_t>(v)));
+        else if (type == onnx::TensorProto_DataType_BFLOAT16) f.push_back(bf16_to_float(static_cast<uint16_t>(v)));
+        else if (type == onnx::TensorProto_DataType_BOOL) ints.push_back(v != 0);
+        else ints.push_back(v);
+      }
+      break;
+  }
+  if (have != n)
+    throw Error(what + ": " + std::to_string(have) + " elements of data for " + std::to_string(n) + " " +
+                ir::elem_type_name(type) + " elements");
+}
+
+// Fills `v` (dims, element type, elements) from a TensorProto. Floating constants become FLOAT (float32) with
+// their elements in `data` (FLOAT16, BFLOAT16 and DOUBLE converted); integer and BOOL constants keep their type,
+// the elements in `ints`.
+void read_tensor(const onnx::TensorProto& t, ir::Value& v) {
+  std::vector<double> f;
+  decode_tensor(t, "constant '" + v.name + "'", f, v.ints);
+  v.is_const = true;
+  v.has_shape = true;
+  v.elem_type = is_floating(t.data_type()) ? ir::kFloat : t.data_type();
+  v.dims.clear();
+  for (int64_t d : t.dims()) v.dims.push_back(ir::Dim::sized(d));
+  if (t.data_type() == onnx::TensorProto_DataType_FLOAT && !t.raw_data().empty()) {  // the common case, exactly
+    v.data.resize(f.size());
+    std::memcpy(v.data.data(), t.raw_data().data(), t.raw_data().size());
+  } else {
+    v.data.assign(f.begin(), f.end());
+  }
+}
+
+ir::Attr read_attr(const onnx::AttributeProto& a, const std::string& node_name) {
   ir::Attr r;
   switch (a.type()) {
     case onnx::AttributeProto_AttributeType_INT: r.kind = ir::Attr::Kind::Int; r.i = a.i(); break;
@@ -51,6 +171,15 @@ ir::Attr read_attr(const onnx::AttributeProto& a) {
       r.kind = ir::Attr::Kind::Floats;
       r.floats.assign(a.floats().begin(), a.floats().end());
       break;
+    case onnx::AttributeProto_AttributeType_TENSOR: {
+      r.kind = ir::Attr::Kind::Other;
+      std::vector<int64_t> ints;
+      decode_tensor(a.t(), "attribute '" + a.name() + "' of node '" + node_name + "'", r.t, ints);
+      if (!is_floating(a.t().data_type())) r.t.assign(ints.begin(), ints.end());
+      r.t_type = is_floating(a.t().data_type()) ? ir::kFloat : a.t().data_type();
+      r.t_dims.assign(a.t().dims().begin(), a.t().dims().end());
+      break;
+    }
     default: r.kind = ir::Attr::Kind::Other; break;
   }
   return r;
@@ -61,17 +190,24 @@ void read_constant_node(const onnx::NodeProto& n, const std::string& node_name, 
   if (n.attribute_size() != 1)
     throw Error("node '" + node_name + "' (Constant): expected exactly one value attribute");
   const onnx::AttributeProto& a = n.attribute(0);
+  out.is_const = out.has_shape = true;
+  out.dims.clear();
   if (a.name() == "value") {
     read_tensor(a.t(), out);
-  } else if (a.name() == "value_float" || a.name() == "value_floats") {
-    out.is_const = out.has_shape = true;
+  } else if (a.name() == "value_float") {
     out.elem_type = ir::kFloat;
-    if (a.name() == "value_float") {
-      out.data = {a.f()};
-    } else {
-      out.data.assign(a.floats().begin(), a.floats().end());
-      out.dims = {ir::Dim::sized(static_cast<int64_t>(out.data.size()))};
-    }
+    out.data = {a.f()};
+  } else if (a.name() == "value_floats") {
+    out.elem_type = ir::kFloat;
+    out.data.assign(a.floats().begin(), a.floats().end());
+    out.dims = {ir::Dim::sized(static_cast<int64_t>(out.data.size()))};
+  } else if (a.name() == "value_int") {
+    out.elem_type = ir::kInt64;
+    out.ints = {a.i()};
+  } else if (a.name() == "value_ints") {
+    out.elem_type = ir::kInt64;
+    out.ints.assign(a.ints().begin(), a.ints().end());
+    out.dims = {ir::Dim::sized(static_cast<int64_t>(out.ints.size()))};
   } else {
     throw Error("node '" + node_name + "' (Constant): attribute '" + a.name() + "' is not supported");
   }
@@ -94,6 +230,9 @@ ir::Graph import_onnx(const std::string& bytes, const std::string& model_name) {
     throw Error(model_name + ": not a valid ONNX model (protobuf parse failed)");
   if (!model.has_graph()) throw Error(model_name + ": not a valid ONNX model (it has no graph)");
   const onnx::GraphProto& g = model.graph();
+  int64_t opset = 0;  // of the default (ai.onnx) domain
+  for (const onnx::OperatorSetIdProto& o : model.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
 
   ir::Graph graph;
   graph.model_name = model_name;
@@ -135,7 +274,10 @@ ir::Graph import_onnx(const std::string& bytes, const std::string& model_name) {
       read_constant_node(n, node.name, graph.values[node.outputs[0]]);
       continue;
     }
-    for (const onnx::AttributeProto& a : n.attribute()) node.attrs[a.name()] = read_attr(a);
+    for (const onnx::AttributeProto& a : n.attribute()) node.attrs[a.name()] = read_attr(a, node.name);
+    if (opset > 0 && opset < 13 && (node.op == "Softmax" || node.op == "LogSoftmax"))
+      throw Error("node '" + node.name + "' (" + node.op + "): the opset " + std::to_string(opset) +
+                  " form (input coerced to 2-D) is not supported; export with opset 13 or later");
     for (int out : node.outputs)
       if (out >= 0) graph.values[out].producer = static_cast<int>(graph.nodes.size());
     graph.nodes.push_back(std::move(node));

@@ -1,4 +1,5 @@
-// Shape inference and the check that every node is supported (operator, attributes, element types, ranks).
+// Shape inference and the check that every node is supported (operator, attributes, ranks), with constant folding
+// on the way (const_fold.h): shape subgraphs (Shape -> Gather -> Concat -> Reshape) become constants.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +12,34 @@
 namespace tpusim::compiler {
 
 // Gives every graph input its full shape (dynamic dimensions from `input_shapes`), then every node output its
-// element type and shape. Throws Error on an unsupported operator or attribute value, a dynamic input dimension
-// without a given shape, a given shape that contradicts the model, non-float32 data, or shapes that do not fit.
+// element type and shape, in one sweep in topological order that also evaluates on the host every node whose
+// inputs are all constants (and every Shape/Size) — see fold_node — and removes those nodes at the end (so
+// Graph::nodes and Value::producer stay consistent). Throws Error on an unsupported operator ("unsupported operator
+// 'X' (node 'N') in model 'M'"), an unsupported attribute value ("node 'N' (X): ..."), a dynamic input dimension
+// without a given shape, a given shape that contradicts the model, or shapes that do not fit.
+//
+// Supported operators (ONNX semantics of opsets 13 to 17; the older attribute forms of axes/split/starts/pads/min/max
+// are accepted too): Identity Relu Sigmoid Tanh Erf Sqrt Exp Neg Abs Reciprocal Not Gelu Clip Dropout, Add Sub Mul
+// Div Pow Max Min Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor Where, MatMul (N-D, broadcast batch, 1-D
+// operands) Gemm, Conv MaxPool AveragePool GlobalAveragePool GlobalMaxPool BatchNormalization, Softmax LogSoftmax
+// LayerNormalization ReduceMean ReduceSum ReduceMax ReduceMin, Flatten Concat Split Slice Gather Reshape Transpose
+// Squeeze Unsqueeze Cast Shape Size ConstantOfShape Range Expand Tile Pad (constant) Trilu.
+//
+// Element types propagate (Shape/Size -> INT64, Cast -> `to`, comparisons -> BOOL, data movement -> the data's).
+// Inference records the resolved form of each node in its attributes, for the lowering:
+//   Conv/MaxPool/AveragePool: kernel_shape, strides, dilations, pads (all spatial begins, then ends; auto_pad
+//     resolved and removed), Conv: group.
+//   Softmax/LogSoftmax/LayerNormalization/Gather/Concat/Flatten/Split: axis (non-negative).
+//   ReduceX: axes (non-negative, sorted, all axes when all are reduced), keepdims; a no-op has axes=[] and
+//     noop_with_empty_axes=1.
+//   Squeeze/Unsqueeze: axes (non-negative, sorted; Unsqueeze's relative to the output rank).
+//   Split: split (the sizes). Transpose: perm. Shape: start, end (clamped).
+//   Slice: starts, ends, steps, axes for every input axis (starts/ends clamped; ends is -1 for a negative step that
+//     runs to the beginning), so element j of axis a is input element starts[a] + j * steps[a].
+//   Pad: pads (2 * rank, begins then ends), value (float). Clip: min/max (floats) where given.
 void infer_shapes(ir::Graph& g, const std::map<std::string, std::vector<int64_t>>& input_shapes);
+
+// Infers one node (its inputs' shapes known), recording the resolved attributes as above.
+void infer_node(ir::Graph& g, int node);
 
 }  // namespace tpusim::compiler

@@ -106,3 +106,53 @@ inline ModelBuilder linear_model(int64_t m, int64_t k, int64_t n, const char* ba
 }
 
 }  // namespace tpusim::compiler::test
+
+// ---- integer constants, list/string attributes, input element types, opsets (import/shape-inference tests) ----
+namespace tpusim::compiler::test {
+
+// An integer or BOOL initializer (INT64 by default); `raw` stores raw_data, else int64_data / int32_data.
+inline void int_constant(ModelBuilder& b, const std::string& name, std::vector<int64_t> dims,
+                         const std::vector<int64_t>& data, int type = onnx::TensorProto_DataType_INT64,
+                         bool raw = true) {
+  onnx::TensorProto* t = b.proto().mutable_graph()->add_initializer();
+  t->set_name(name);
+  t->set_data_type(type);
+  for (int64_t d : dims) t->add_dims(d);
+  if (raw) {
+    std::string bytes;
+    for (int64_t v : data) {
+      if (type == onnx::TensorProto_DataType_INT64) bytes.append(reinterpret_cast<const char*>(&v), 8);
+      else if (type == onnx::TensorProto_DataType_INT32) {
+        int32_t w = static_cast<int32_t>(v);
+        bytes.append(reinterpret_cast<const char*>(&w), 4);
+      } else {
+        bytes.push_back(static_cast<char>(v));  // BOOL, INT8, UINT8
+      }
+    }
+    t->set_raw_data(bytes);
+  } else if (type == onnx::TensorProto_DataType_INT64) {
+    for (int64_t v : data) t->add_int64_data(v);
+  } else {
+    for (int64_t v : data) t->add_int32_data(static_cast<int32_t>(v));
+  }
+}
+inline void set_ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto_AttributeType_INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+inline void set_string(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto_AttributeType_STRING);
+  a->set_s(v);
+}
+// Sets the element type of graph input `name` (ModelBuilder::input makes FLOAT ones).
+inline void set_input_type(ModelBuilder& b, const std::string& name, int type) {
+  for (auto& in : *b.proto().mutable_graph()->mutable_input())
+    if (in.name() == name) in.mutable_type()->mutable_tensor_type()->set_elem_type(type);
+}
+inline void set_opset(ModelBuilder& b, int64_t version) { b.proto().mutable_opset_import(0)->set_version(version); }
+
+}  // namespace tpusim::compiler::test

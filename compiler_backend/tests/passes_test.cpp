@@ -1,9 +1,10 @@
-// The compiler's passes one at a time: import, shape inference, fusion, kernel selection, memory planning.
+// The compiler's front passes one at a time: import, shape inference, constant folding and dead-code removal.
 #include <gtest/gtest.h>
 
-#include "fusion.h"
-#include "kernel_plan.h"
-#include "memory_plan.h"
+#include <cmath>
+#include <functional>
+
+#include "const_fold.h"
 #include "onnx_import.h"
 #include "onnx_models.h"
 #include "shape_inference.h"
@@ -82,135 +83,604 @@ TEST(ShapeInference, GemmTransBAndBroadcasting) {
   EXPECT_EQ(ir::shape_str(g.values[g.value_index.at("y")]), "[8,4]");
 }
 
-TEST(Fusion, OneOpPerMatMulWithBiasAndRelu) {
-  ir::Graph g = load(three_layers());
-  FusedGraph f = fuse(g);
-  ASSERT_EQ(f.ops.size(), 3u);
-  EXPECT_EQ(f.ops[0].name, "fc1");
-  EXPECT_TRUE(f.ops[0].transpose_b);
-  EXPECT_EQ(f.ops[0].bias, test::ramp(32));
-  EXPECT_TRUE(f.ops[0].relu);
-  EXPECT_EQ(g.values[f.ops[0].out].name, "r1");
-  EXPECT_EQ(f.ops[1].a, f.ops[0].out);  // through the Identity
-  EXPECT_EQ(f.ops[1].bias_name, "b2");
-  EXPECT_TRUE(f.ops[1].relu);
-  EXPECT_TRUE(f.ops[2].bias.empty());
-  EXPECT_FALSE(f.ops[2].relu);
-  EXPECT_EQ((std::vector<int64_t>{f.ops[2].m, f.ops[2].k, f.ops[2].n}), (std::vector<int64_t>{8, 32, 4}));
-  ASSERT_EQ(f.outputs.size(), 1u);
-  EXPECT_EQ(f.outputs[0].name, "y");
-  EXPECT_EQ(f.outputs[0].value, f.ops[2].out);
-}
+// ---- helpers ----
 
-TEST(Fusion, GemmBiasAndAFollowingAddAreSummed) {
-  ModelBuilder b = test::linear_model(4, 3, 2);
-  b.proto().mutable_graph()->mutable_node(0)->set_output(0, "t");
-  b.constant("b_more", {1, 2}, {10, 20});
-  b.node("Add", "add", {"t", "b_more"}, {"y"});
-  FusedGraph f = fuse(load(b));
-  ASSERT_EQ(f.ops.size(), 1u);
-  std::vector<float> want = test::ramp(2, 0.5f);
-  want[0] += 10;
-  want[1] += 20;
-  EXPECT_EQ(f.ops[0].bias, want);
-}
+const ir::Value& val(const ir::Graph& g, const std::string& name) { return g.values[g.value_index.at(name)]; }
+std::string shape_of(const ir::Graph& g, const std::string& name) { return ir::shape_str(val(g, name)); }
 
-TEST(Fusion, ReluOfAnInputIsRejected) {
-  ModelBuilder b;
-  b.input("x", {2, 2}).output("y");
-  b.node("Relu", "r", {"x"}, {"y"});
-  ir::Graph g = load(b);
+std::string error_of(const std::function<void()>& f) {
   try {
-    fuse(g);
-    FAIL() << "no error";
+    f();
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "node 'r' (Relu): only a Relu right after MatMul/Gemm is supported, and 'x' is not a "
-                           "matmul result");
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::vector<std::string> ops_of(const ir::Graph& g) {
+  std::vector<std::string> ops;
+  for (const ir::Node& n : g.nodes) ops.push_back(n.op);
+  return ops;
+}
+
+// Every producer index points at the node that lists the value among its outputs, and nodes only read values
+// defined before them.
+void expect_consistent(const ir::Graph& g) {
+  std::vector<bool> defined(g.values.size(), false);
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    defined[v] = g.values[v].is_const || std::find(g.inputs.begin(), g.inputs.end(), static_cast<int>(v)) != g.inputs.end();
+    EXPECT_EQ(g.value_index.at(g.values[v].name), static_cast<int>(v));
+    if (g.values[v].producer >= 0) {
+      const ir::Node& p = g.nodes.at(g.values[v].producer);
+      EXPECT_NE(std::find(p.outputs.begin(), p.outputs.end(), static_cast<int>(v)), p.outputs.end()) << g.values[v].name;
+    }
+  }
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (int in : g.nodes[i].inputs) {
+      if (in >= 0) {
+        EXPECT_TRUE(defined[in]) << g.nodes[i].name << " reads " << g.values[in].name;
+      }
+    }
+    for (int out : g.nodes[i].outputs)
+      if (out >= 0) {
+        defined[out] = true;
+        EXPECT_EQ(g.values[out].producer, static_cast<int>(i));
+      }
   }
 }
 
-TEST(KernelSelection, CastsInputsOnceAndOutputsF32) {
-  ir::Graph g = load(three_layers());
-  KernelPlan plan = select_kernels(g, fuse(g));
-  ASSERT_EQ(plan.calls.size(), 4u);
-  EXPECT_EQ(plan.calls[0].kernel, "cast.s");
-  EXPECT_EQ(plan.calls[0].params, (std::map<std::string, int64_t>{{"N", 128}, {"SDT", 3}, {"DDT", 2}, {"SCALE", 0}}));
-  EXPECT_EQ(plan.calls[1].params, (std::map<std::string, int64_t>{{"M", 8}, {"K", 16}, {"N", 32}, {"IN_DT", 2},
-                                                                   {"OUT_DT", 2}, {"BIAS", 1}, {"RELU", 1},
-                                                                   {"SCALE", 0}}));
-  EXPECT_EQ(plan.calls[3].params.at("OUT_DT"), 3);  // the graph output stays f32
-  EXPECT_EQ(plan.calls[3].params.at("BIAS"), 0);
-  EXPECT_EQ(plan.calls[3].tensors.count("bias"), 0u);
-  const Buffer& w1 = plan.buffers[plan.calls[1].tensors.at("b")];
-  EXPECT_EQ(w1.shape, (std::vector<int64_t>{16, 32}));  // transposed
-  EXPECT_EQ(w1.dtype, isa::DType::BF16);
+ir::Graph fold(const ModelBuilder& b, const std::map<std::string, std::vector<int64_t>>& shapes = {}) {
+  ir::Graph g = load(b, shapes);
+  fold_constants(g);
+  expect_consistent(g);
+  return g;
 }
 
-TEST(KernelSelection, AGraphOutputReadByALaterMatMulIsCastAgain) {
+// One-node model: inputs (FLOAT graph inputs of the given shapes, or already-added constants), output "y".
+ModelBuilder single(const std::string& op, const std::vector<std::pair<std::string, std::vector<test::D>>>& inputs,
+                    std::vector<std::string> node_inputs = {}, int opset = 13) {
   ModelBuilder b;
-  b.input("x", {2, 4}).output("h", {2, 4}).output("y", {2, 4});
-  b.constant("w", {4, 4}, test::ramp(16));
-  b.node("MatMul", "mm1", {"x", "w"}, {"h"});
-  b.node("MatMul", "mm2", {"h", "w"}, {"y"});
-  ir::Graph g = load(b);
-  KernelPlan plan = select_kernels(g, fuse(g));
-  std::vector<std::string> labels;
-  for (const auto& c : plan.calls) labels.push_back(c.label);
-  EXPECT_EQ(labels, (std::vector<std::string>{"cast(x)", "mm1", "cast(h)", "mm2"}));
-  EXPECT_EQ(plan.calls[1].tensors.at("b"), plan.calls[3].tensors.at("b"));  // one copy of w
+  test::set_opset(b, opset);
+  for (const auto& [name, dims] : inputs) b.input(name, dims);
+  if (node_inputs.empty())
+    for (const auto& in : inputs) node_inputs.push_back(in.first);
+  b.output("y");
+  b.node(op, "n", node_inputs, {"y"});
+  return b;
 }
+onnx::NodeProto* the_node(ModelBuilder& b) { return b.proto().mutable_graph()->mutable_node(0); }
 
-TEST(KernelSelection, ResidualAddIsAVaddInBf16) {
+// ---- import ----
+
+TEST(Import, IntegerBoolAndOtherFloatConstants) {
   ModelBuilder b;
-  b.input("x", {4, 16}).output("y", {4, 32});
-  b.constant("w1", {16, 32}, test::ramp(16 * 32)).constant("w2", {32, 32}, test::ramp(32 * 32));
-  b.node("MatMul", "fc1", {"x", "w1"}, {"h0"});
-  b.node("Relu", "relu1", {"h0"}, {"h"});
-  b.node("MatMul", "fc2", {"h", "w2"}, {"g"});
-  b.node("Add", "residual", {"h", "g"}, {"y"});
-  ir::Graph g = load(b);
-  FusedGraph f = fuse(g);
-  ASSERT_EQ(f.ops.size(), 3u);
-  EXPECT_EQ(f.ops[2].kind, FusedMatMul::Kind::Add);
-  EXPECT_EQ(f.ops[2].a, f.ops[0].out);
-  EXPECT_EQ(f.ops[2].b, f.ops[1].out);
-  KernelPlan plan = select_kernels(g, f);
-  ASSERT_EQ(plan.calls.size(), 5u);  // cast(x), fc1, fc2, vadd, cast of the sum to the f32 output
-  const KernelCall& add = plan.calls[3];
-  EXPECT_EQ(add.label, "residual");
-  EXPECT_EQ(add.kernel, "vadd.s");
-  EXPECT_EQ(add.params, (std::map<std::string, int64_t>{{"N", 128}, {"DT", 2}}));
-  EXPECT_EQ(add.tensors.at("a"), plan.calls[1].tensors.at("c"));
-  EXPECT_EQ(add.tensors.at("b"), plan.calls[2].tensors.at("c"));
-  EXPECT_EQ(plan.buffers[add.tensors.at("y")].dtype, isa::DType::BF16);
-  const KernelCall& cast = plan.calls[4];
-  EXPECT_EQ(cast.label, "residual");
-  EXPECT_EQ(cast.kernel, "cast.s");
-  EXPECT_EQ(cast.params, (std::map<std::string, int64_t>{{"N", 128}, {"SDT", 2}, {"DDT", 3}, {"SCALE", 0}}));
-  EXPECT_EQ(cast.tensors.at("x"), add.tensors.at("y"));
-  EXPECT_EQ(plan.buffers[cast.tensors.at("y")].name, "y");
-  EXPECT_EQ(plan.buffers[cast.tensors.at("y")].kind, Buffer::Kind::Output);
+  b.input("x", {2}).output("y");
+  test::int_constant(b, "i64raw", {3}, {1, -2, 1LL << 40});
+  test::int_constant(b, "i64data", {2}, {7, -8}, onnx::TensorProto_DataType_INT64, false);
+  test::int_constant(b, "i32", {2}, {-3, 4}, onnx::TensorProto_DataType_INT32, false);
+  test::int_constant(b, "i32raw", {1}, {-5}, onnx::TensorProto_DataType_INT32);
+  test::int_constant(b, "bools", {2, 2}, {1, 0, 0, 1}, onnx::TensorProto_DataType_BOOL);
+  onnx::TensorProto* d = b.proto().mutable_graph()->add_initializer();
+  d->set_name("dbl");
+  d->set_data_type(onnx::TensorProto_DataType_DOUBLE);
+  d->add_dims(2);
+  d->add_double_data(0.5);
+  d->add_double_data(-1.25);
+  onnx::TensorProto* h = b.proto().mutable_graph()->add_initializer();
+  h->set_name("half");
+  h->set_data_type(onnx::TensorProto_DataType_FLOAT16);
+  h->add_dims(2);
+  uint16_t halves[2] = {0x3c00, 0xc100};  // 1.0, -2.5
+  h->set_raw_data(std::string(reinterpret_cast<const char*>(halves), 4));
+  onnx::NodeProto* c = b.node("Constant", "c", {}, {"k"});
+  onnx::AttributeProto* a = c->add_attribute();
+  a->set_name("value_ints");
+  a->set_type(onnx::AttributeProto_AttributeType_INTS);
+  a->add_ints(3);
+  a->add_ints(-1);
+  onnx::NodeProto* c2 = b.node("Constant", "c2", {}, {"k2"});
+  test::set_int(c2, "value_int", 9);
+  c2->mutable_attribute(0)->set_name("value_int");
+  onnx::NodeProto* cos = b.node("ConstantOfShape", "cos", {"k"}, {"z"});
+  onnx::AttributeProto* v = cos->add_attribute();
+  v->set_name("value");
+  v->set_type(onnx::AttributeProto_AttributeType_TENSOR);
+  v->mutable_t()->set_data_type(onnx::TensorProto_DataType_INT64);
+  v->mutable_t()->add_dims(1);
+  v->mutable_t()->add_int64_data(-4);
+  b.node("Identity", "", {"x"}, {"y"});
+  ir::Graph g = import_onnx(b.bytes(), "t.onnx");
+  EXPECT_EQ(val(g, "i64raw").ints, (std::vector<int64_t>{1, -2, 1LL << 40}));
+  EXPECT_EQ(val(g, "i64raw").elem_type, ir::kInt64);
+  EXPECT_EQ(val(g, "i64data").ints, (std::vector<int64_t>{7, -8}));
+  EXPECT_EQ(val(g, "i32").ints, (std::vector<int64_t>{-3, 4}));
+  EXPECT_EQ(val(g, "i32").elem_type, ir::kInt32);
+  EXPECT_EQ(val(g, "i32raw").ints, (std::vector<int64_t>{-5}));
+  EXPECT_EQ(val(g, "bools").ints, (std::vector<int64_t>{1, 0, 0, 1}));
+  EXPECT_EQ(val(g, "bools").elem_type, ir::kBool);
+  EXPECT_EQ(val(g, "dbl").data, (std::vector<float>{0.5f, -1.25f}));
+  EXPECT_EQ(val(g, "dbl").elem_type, ir::kFloat);
+  EXPECT_EQ(val(g, "half").data, (std::vector<float>{1.0f, -2.5f}));
+  EXPECT_EQ(val(g, "k").ints, (std::vector<int64_t>{3, -1}));
+  EXPECT_EQ(shape_of(g, "k"), "[2]");
+  EXPECT_EQ(val(g, "k2").ints, (std::vector<int64_t>{9}));
+  EXPECT_EQ(shape_of(g, "k2"), "[]");
+  const ir::Attr& t = g.nodes[0].attrs.at("value");
+  EXPECT_EQ(t.t_type, ir::kInt64);
+  EXPECT_EQ(t.t, (std::vector<double>{-4}));
+  EXPECT_EQ(t.t_dims, (std::vector<int64_t>{1}));
 }
 
-TEST(MemoryPlan, IntermediatesReuseSpaceAfterTheirLastReader) {
-  ir::Graph g = load(three_layers());
-  KernelPlan plan = select_kernels(g, fuse(g));
-  uint64_t total = plan_memory(plan, uint64_t{1} << 30, "t.onnx");
-  auto addr = [&](const std::string& name) {
-    for (const Buffer& b : plan.buffers)
-      if (b.name == name) return b.addr;
-    ADD_FAILURE() << name;
-    return uint64_t{0};
-  };
-  // Declared: x 0, y 4096, w1 8192, b1 12288, w2 16384, b2 20480, w3 24576 (each < 4 KiB); temps from 28672.
-  EXPECT_EQ(addr("x"), 0u);
-  EXPECT_EQ(addr("y"), 4096u);
-  EXPECT_EQ(addr("w3"), 24576u);
-  // cast: x.bf16 at 28672; fc1: r1 at 32768, then x.bf16 is free; mm2: r2 takes x.bf16's place.
-  EXPECT_EQ(addr("x.bf16"), 28672u);
-  EXPECT_EQ(addr("r1"), 32768u);
-  EXPECT_EQ(addr("r2"), 28672u);
-  EXPECT_EQ(total, 32768u + 8 * 32 * 2);
+TEST(Import, WrongDataSizeAndOldSoftmaxAreErrors) {
+  ModelBuilder b;
+  b.input("x", {2}).output("y");
+  test::int_constant(b, "i", {3}, {1, 2});
+  b.node("Identity", "", {"x"}, {"y"});
+  EXPECT_EQ(error_of([&] { import_onnx(b.bytes(), "t.onnx"); }),
+            "constant 'i': 16 bytes of data for 3 INT64 elements");
+  ModelBuilder s = single("Softmax", {{"x", {2, 3}}}, {}, 11);
+  EXPECT_EQ(error_of([&] { import_onnx(s.bytes(), "t.onnx"); }),
+            "node 'n' (Softmax): the opset 11 form (input coerced to 2-D) is not supported; export with opset 13 or "
+            "later");
+}
+
+// ---- shape inference ----
+
+TEST(ShapeInference, GemmRecordsAllAttributes) {
+  ModelBuilder b = single("Gemm", {{"a", {3, 4}}, {"b", {5, 3}}, {"c", {5}}});
+  test::set_int(the_node(b), "transA", 1);
+  test::set_int(the_node(b), "transB", 1);
+  test::set_float(the_node(b), "alpha", 0.5f);
+  test::set_float(the_node(b), "beta", 2);
+  ir::Graph g = load(b);
+  EXPECT_EQ(shape_of(g, "y"), "[4,5]");
+  EXPECT_EQ(g.nodes[0].attr_float("alpha", 1), 0.5f);
+  EXPECT_EQ(g.nodes[0].attr_int("transA", 0), 1);
+  ModelBuilder bad = single("Gemm", {{"a", {3, 4}}, {"b", {3, 5}}});
+  EXPECT_EQ(error_of([&] { load(bad); }),
+            "node 'n' (Gemm): inner dimensions differ: A is [3,4], B is [3,5] (transA=0, transB=0)");
+}
+
+TEST(ShapeInference, MatMulBatchedBroadcastAndVectors) {
+  EXPECT_EQ(shape_of(load(single("MatMul", {{"a", {2, 1, 3, 4}}, {"b", {5, 4, 6}}})), "y"), "[2,5,3,6]");
+  EXPECT_EQ(shape_of(load(single("MatMul", {{"a", {4}}, {"b", {3, 4, 6}}})), "y"), "[3,6]");
+  EXPECT_EQ(shape_of(load(single("MatMul", {{"a", {2, 3, 4}}, {"b", {4}}})), "y"), "[2,3]");
+  EXPECT_EQ(shape_of(load(single("MatMul", {{"a", {4}}, {"b", {4}}})), "y"), "[]");
+  EXPECT_EQ(error_of([&] { load(single("MatMul", {{"a", {2, 3, 4}}, {"b", {3, 4, 6}}})); }),
+            "node 'n' (MatMul): shapes [2] and [3] do not broadcast");
+}
+
+TEST(ShapeInference, ElementwiseBroadcastingAndTypes) {
+  EXPECT_EQ(shape_of(load(single("Add", {{"a", {2, 1, 4}}, {"b", {3, 1}}})), "y"), "[2,3,4]");
+  ir::Graph g = load(single("Equal", {{"a", {2, 3}}, {"b", {3}}}));
+  EXPECT_EQ(val(g, "y").elem_type, ir::kBool);
+  ModelBuilder w = single("Where", {{"c", {4, 1}}, {"x", {3}}, {"z", {1}}});
+  test::set_input_type(w, "c", onnx::TensorProto_DataType_BOOL);
+  EXPECT_EQ(shape_of(load(w), "y"), "[4,3]");
+  EXPECT_EQ(shape_of(load(single("Max", {{"a", {2, 1}}, {"b", {3}}, {"c", {1, 1}}})), "y"), "[2,3]");
+  for (const char* op : {"Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Neg", "Abs", "Reciprocal", "Gelu"})
+    EXPECT_EQ(shape_of(load(single(op, {{"a", {2, 5}}})), "y"), "[2,5]") << op;
+  ModelBuilder bad = single("Sub", {{"a", {2, 3}}, {"b", {2, 3}}});
+  test::set_input_type(bad, "b", onnx::TensorProto_DataType_INT64);
+  EXPECT_EQ(error_of([&] { load(bad); }), "node 'n' (Sub): inputs have different element types FLOAT and INT64");
+}
+
+TEST(ShapeInference, ConvPadsStridesDilationsGroups) {
+  ModelBuilder b;
+  b.input("x", {1, 8, 16, 16}).output("y").output("z").output("d");
+  b.constant("w", {16, 2, 3, 3}, test::ramp(16 * 2 * 9));
+  b.constant("w2", {4, 8, 3, 3}, test::ramp(4 * 8 * 9));
+  onnx::NodeProto* up = b.node("Conv", "up", {"x", "w"}, {"y"});
+  test::set_int(up, "group", 4);
+  test::set_ints(up, "strides", {2, 2});
+  test::set_string(up, "auto_pad", "SAME_UPPER");
+  onnx::NodeProto* lo = b.node("Conv", "lo", {"x", "w"}, {"z"});
+  test::set_int(lo, "group", 4);
+  test::set_ints(lo, "strides", {2, 2});
+  test::set_string(lo, "auto_pad", "SAME_LOWER");
+  onnx::NodeProto* dil = b.node("Conv", "dil", {"x", "w2"}, {"d"});
+  test::set_ints(dil, "dilations", {2, 2});
+  test::set_ints(dil, "pads", {1, 1, 1, 1});
+  test::set_ints(dil, "kernel_shape", {3, 3});
+  ir::Graph g = load(b);
+  EXPECT_EQ(shape_of(g, "y"), "[1,16,8,8]");
+  EXPECT_EQ(g.nodes[0].attrs.at("pads").ints, (std::vector<int64_t>{0, 0, 1, 1}));
+  EXPECT_EQ(g.nodes[0].attrs.count("auto_pad"), 0u);
+  EXPECT_EQ(g.nodes[1].attrs.at("pads").ints, (std::vector<int64_t>{1, 1, 0, 0}));
+  EXPECT_EQ(shape_of(g, "d"), "[1,4,14,14]");  // 16 + 2 - 5 + 1
+  EXPECT_EQ(g.nodes[2].attrs.at("dilations").ints, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(g.nodes[2].attrs.at("strides").ints, (std::vector<int64_t>{1, 1}));
+
+  ModelBuilder valid = single("Conv", {{"x", {1, 3, 7, 7}}, {"k", {2, 3, 3, 3}}});
+  test::set_string(the_node(valid), "auto_pad", "VALID");
+  test::set_ints(the_node(valid), "strides", {2, 2});
+  EXPECT_EQ(shape_of(load(valid), "y"), "[1,2,3,3]");
+  ModelBuilder bad = single("Conv", {{"x", {1, 3, 7, 7}}, {"k", {2, 3, 3, 3}}});
+  test::set_string(the_node(bad), "auto_pad", "SAME_MIDDLE");
+  EXPECT_EQ(error_of([&] { load(bad); }), "node 'n' (Conv): auto_pad='SAME_MIDDLE' is not supported");
+  ModelBuilder groups = single("Conv", {{"x", {1, 6, 7, 7}}, {"k", {2, 4, 3, 3}}});
+  EXPECT_EQ(error_of([&] { load(groups); }),
+            "node 'n' (Conv): input [1,6,7,7], weight [2,4,3,3] and group=1 do not fit");
+}
+
+TEST(ShapeInference, PoolingBatchNormFlatten) {
+  ModelBuilder mp = single("MaxPool", {{"x", {1, 64, 112, 112}}});
+  test::set_ints(the_node(mp), "kernel_shape", {3, 3});
+  test::set_ints(the_node(mp), "strides", {2, 2});
+  test::set_ints(the_node(mp), "pads", {1, 1, 1, 1});
+  EXPECT_EQ(shape_of(load(mp), "y"), "[1,64,56,56]");
+  for (int ceil : {0, 1}) {
+    ModelBuilder ap = single("AveragePool", {{"x", {1, 2, 5, 5}}});
+    test::set_ints(the_node(ap), "kernel_shape", {2, 2});
+    test::set_ints(the_node(ap), "strides", {2, 2});
+    test::set_int(the_node(ap), "ceil_mode", ceil);
+    test::set_int(the_node(ap), "count_include_pad", 1);
+    EXPECT_EQ(shape_of(load(ap), "y"), ceil ? "[1,2,3,3]" : "[1,2,2,2]");
+  }
+  // ceil_mode drops a last window that would start inside the end padding: 4 + 1 pad, k2 s2 -> 3, not 4... (5-2)/2
+  ModelBuilder ap = single("AveragePool", {{"x", {1, 1, 4, 4}}});
+  test::set_ints(the_node(ap), "kernel_shape", {2, 2});
+  test::set_ints(the_node(ap), "strides", {2, 2});
+  test::set_ints(the_node(ap), "pads", {1, 1, 1, 1});
+  test::set_int(the_node(ap), "ceil_mode", 1);
+  EXPECT_EQ(shape_of(load(ap), "y"), "[1,1,3,3]");
+  EXPECT_EQ(shape_of(load(single("GlobalAveragePool", {{"x", {1, 512, 7, 7}}})), "y"), "[1,512,1,1]");
+  ModelBuilder bn = single("BatchNormalization", {{"x", {2, 3, 4, 4}}, {"s", {3}}, {"b", {3}}, {"m", {3}}, {"v", {3}}});
+  test::set_float(the_node(bn), "epsilon", 1e-5f);
+  EXPECT_EQ(shape_of(load(bn), "y"), "[2,3,4,4]");
+  ModelBuilder fl = single("Flatten", {{"x", {2, 3, 4, 5}}});
+  test::set_int(the_node(fl), "axis", -2);
+  EXPECT_EQ(shape_of(load(fl), "y"), "[6,20]");
+  EXPECT_EQ(shape_of(load(single("Flatten", {{"x", {2, 3, 4, 5}}})), "y"), "[2,60]");
+}
+
+TEST(ShapeInference, NormalisationAndReductions) {
+  ModelBuilder sm = single("Softmax", {{"x", {2, 3, 4}}});
+  test::set_int(the_node(sm), "axis", -2);
+  ir::Graph g = load(sm);
+  EXPECT_EQ(g.nodes[0].attr_int("axis", 0), 1);
+  EXPECT_EQ(load(single("Softmax", {{"x", {2, 3, 4}}})).nodes[0].attr_int("axis", 0), 2);
+
+  ModelBuilder ln = single("LayerNormalization", {{"x", {2, 5, 8}}, {"s", {8}}, {"b", {8}}});
+  the_node(ln)->add_output("mean");
+  test::set_int(the_node(ln), "axis", -1);
+  test::set_float(the_node(ln), "epsilon", 1e-5f);
+  g = load(ln);
+  EXPECT_EQ(shape_of(g, "y"), "[2,5,8]");
+  EXPECT_EQ(shape_of(g, "mean"), "[2,5,1]");
+  EXPECT_EQ(g.nodes[0].attr_int("axis", 0), 2);
+
+  ModelBuilder rm = single("ReduceMean", {{"x", {2, 3, 4}}});  // opset 13: axes attribute
+  test::set_ints(the_node(rm), "axes", {-1});
+  g = load(rm);
+  EXPECT_EQ(shape_of(g, "y"), "[2,3,1]");
+  EXPECT_EQ(g.nodes[0].attrs.at("axes").ints, (std::vector<int64_t>{2}));
+
+  ModelBuilder rs = single("ReduceSum", {{"x", {2, 3, 4}}}, {"x", "ax"});  // opset 13: axes input
+  test::int_constant(rs, "ax", {2}, {0, -1});
+  test::set_int(the_node(rs), "keepdims", 0);
+  g = load(rs);
+  EXPECT_EQ(shape_of(g, "y"), "[3]");
+  EXPECT_EQ(g.nodes[0].attrs.at("axes").ints, (std::vector<int64_t>{0, 2}));
+
+  ModelBuilder rm18 = single("ReduceMean", {{"x", {2, 3, 4}}}, {"x", "ax"}, 18);  // opset 18: axes input
+  test::int_constant(rm18, "ax", {1}, {1});
+  EXPECT_EQ(shape_of(load(rm18), "y"), "[2,1,4]");
+
+  ModelBuilder all = single("ReduceMax", {{"x", {2, 3}}});
+  test::set_int(the_node(all), "keepdims", 0);
+  EXPECT_EQ(shape_of(load(all), "y"), "[]");
+  ModelBuilder noop = single("ReduceSum", {{"x", {2, 3}}});
+  test::set_int(the_node(noop), "noop_with_empty_axes", 1);
+  EXPECT_EQ(shape_of(load(noop), "y"), "[2,3]");
+
+  ModelBuilder bad = single("ReduceMean", {{"x", {2, 3}}});
+  test::set_ints(the_node(bad), "axes", {2});
+  EXPECT_EQ(error_of([&] { load(bad); }), "node 'n' (ReduceMean): axes=2 is out of range for rank 2");
+}
+
+TEST(ShapeInference, SqueezeUnsqueezeBothForms) {
+  ModelBuilder sq = single("Squeeze", {{"x", {1, 3, 1, 4}}}, {"x", "ax"});
+  test::int_constant(sq, "ax", {1}, {-2});
+  EXPECT_EQ(shape_of(load(sq), "y"), "[1,3,4]");
+  EXPECT_EQ(shape_of(load(single("Squeeze", {{"x", {1, 3, 1, 4}}})), "y"), "[3,4]");
+  ModelBuilder sq11 = single("Squeeze", {{"x", {1, 3, 1, 4}}}, {}, 11);
+  test::set_ints(the_node(sq11), "axes", {0});
+  EXPECT_EQ(shape_of(load(sq11), "y"), "[3,1,4]");
+  ModelBuilder us = single("Unsqueeze", {{"x", {3, 4}}}, {"x", "ax"});
+  test::int_constant(us, "ax", {2}, {0, -1});
+  ir::Graph g = load(us);
+  EXPECT_EQ(shape_of(g, "y"), "[1,3,4,1]");
+  EXPECT_EQ(g.nodes[0].attrs.at("axes").ints, (std::vector<int64_t>{0, 3}));
+  ModelBuilder bad = single("Squeeze", {{"x", {1, 3}}}, {"x", "ax"});
+  test::int_constant(bad, "ax", {1}, {1});
+  EXPECT_EQ(error_of([&] { load(bad); }), "node 'n' (Squeeze): dimension 1 of [1,3] is not 1");
+}
+
+TEST(ShapeInference, SplitSliceGatherConcat) {
+  ModelBuilder sp = single("Split", {{"x", {2, 10}}}, {"x", "s"});
+  test::int_constant(sp, "s", {3}, {2, 3, 5});
+  the_node(sp)->add_output("y2");
+  the_node(sp)->add_output("y3");
+  test::set_int(the_node(sp), "axis", -1);
+  ir::Graph g = load(sp);
+  EXPECT_EQ(shape_of(g, "y") + shape_of(g, "y2") + shape_of(g, "y3"), "[2,2][2,3][2,5]");
+  ModelBuilder eq = single("Split", {{"x", {6, 4}}});
+  the_node(eq)->add_output("y2");
+  the_node(eq)->add_output("y3");
+  g = load(eq);
+  EXPECT_EQ(shape_of(g, "y") + shape_of(g, "y3"), "[2,4][2,4]");
+
+  ModelBuilder sl = single("Slice", {{"x", {8, 10, 6}}}, {"x", "st", "en", "ax", "stp"});
+  test::int_constant(sl, "st", {3}, {-3, 9, 1});
+  test::int_constant(sl, "en", {3}, {INT64_MAX, -100, -1});
+  test::int_constant(sl, "ax", {3}, {0, 1, -1});
+  test::int_constant(sl, "stp", {3}, {1, -2, 2});
+  g = load(sl);
+  EXPECT_EQ(shape_of(g, "y"), "[3,5,2]");  // 5..7; 9,7,5,3,1; 1,3
+  EXPECT_EQ(g.nodes[0].attrs.at("starts").ints, (std::vector<int64_t>{5, 9, 1}));
+  EXPECT_EQ(g.nodes[0].attrs.at("ends").ints, (std::vector<int64_t>{8, -1, 5}));
+
+  ModelBuilder ga = single("Gather", {{"x", {5, 6, 7}}}, {"x", "i"});
+  test::int_constant(ga, "i", {2, 3}, {0, 1, -1, 2, 3, 4});
+  test::set_int(the_node(ga), "axis", -2);
+  EXPECT_EQ(shape_of(load(ga), "y"), "[5,2,3,7]");
+  ModelBuilder emb;  // an embedding lookup: INT64 ids from a graph input
+  emb.input("ids", {2, 4}).output("y");
+  emb.constant("table", {10, 3}, test::ramp(30));
+  test::set_input_type(emb, "ids", onnx::TensorProto_DataType_INT64);
+  emb.node("Gather", "n", {"table", "ids"}, {"y"});
+  g = load(emb);
+  EXPECT_EQ(shape_of(g, "y"), "[2,4,3]");
+  EXPECT_EQ(val(g, "y").elem_type, ir::kFloat);
+  ModelBuilder oob = single("Gather", {{"x", {5, 6}}}, {"x", "i"});
+  test::int_constant(oob, "i", {1}, {5});
+  EXPECT_EQ(error_of([&] { load(oob); }), "node 'n' (Gather): index 5 is out of range for dimension 0 of [5,6]");
+
+  ModelBuilder cc = single("Concat", {{"a", {2, 3}}, {"b", {2, 5}}});
+  test::set_int(the_node(cc), "axis", -1);
+  EXPECT_EQ(shape_of(load(cc), "y"), "[2,8]");
+}
+
+TEST(ShapeInference, ReshapeTransposeCastShapeExpandPadTile) {
+  ModelBuilder r = single("Reshape", {{"x", {2, 3, 4}}}, {"x", "s"});
+  test::int_constant(r, "s", {3}, {0, -1, 2});
+  EXPECT_EQ(shape_of(load(r), "y"), "[2,6,2]");
+  ModelBuilder rz = single("Reshape", {{"x", {2, 3, 4}}}, {"x", "s"});
+  test::int_constant(rz, "s", {2}, {0, 24});
+  test::set_int(the_node(rz), "allowzero", 1);
+  EXPECT_EQ(error_of([&] { load(rz); }), "node 'n' (Reshape): cannot reshape [2,3,4] to [0,24]");
+  EXPECT_EQ(shape_of(load(single("Transpose", {{"x", {2, 3, 4}}})), "y"), "[4,3,2]");
+  ModelBuilder t = single("Transpose", {{"x", {2, 3, 4}}});
+  test::set_ints(the_node(t), "perm", {0, 2, 1});
+  EXPECT_EQ(shape_of(load(t), "y"), "[2,4,3]");
+  ModelBuilder c = single("Cast", {{"x", {2, 3}}});
+  test::set_int(the_node(c), "to", onnx::TensorProto_DataType_INT32);
+  EXPECT_EQ(load(c).values[load(c).value_index.at("y")].elem_type, ir::kInt32);
+  ModelBuilder s = single("Shape", {{"x", {2, 3, 4}}});
+  test::set_int(the_node(s), "start", -2);
+  ir::Graph g = load(s);  // folded: the shape is static
+  EXPECT_TRUE(val(g, "y").is_const);
+  EXPECT_EQ(val(g, "y").ints, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(val(g, "y").elem_type, ir::kInt64);
+  ModelBuilder e = single("Expand", {{"x", {3, 1}}}, {"x", "s"});
+  test::int_constant(e, "s", {3}, {2, 1, 4});
+  EXPECT_EQ(shape_of(load(e), "y"), "[2,3,4]");
+  ModelBuilder p = single("Pad", {{"x", {1, 3, 4, 4}}}, {"x", "pads", "v"});
+  test::int_constant(p, "pads", {8}, {0, 0, 1, 2, 0, 0, 3, 4});
+  p.constant("v", {}, {0.5f});
+  g = load(p);
+  EXPECT_EQ(shape_of(g, "y"), "[1,3,8,10]");
+  EXPECT_EQ(g.nodes[0].attr_float("value", 0), 0.5f);
+  ModelBuilder refl = single("Pad", {{"x", {1, 3}}}, {"x", "pads"});
+  test::int_constant(refl, "pads", {4}, {0, 1, 0, 1});
+  test::set_string(the_node(refl), "mode", "reflect");
+  EXPECT_EQ(error_of([&] { load(refl); }), "node 'n' (Pad): mode='reflect' is not supported (only 'constant')");
+  ModelBuilder tl = single("Tile", {{"x", {2, 3}}}, {"x", "r"});
+  test::int_constant(tl, "r", {2}, {3, 1});
+  EXPECT_EQ(shape_of(load(tl), "y"), "[6,3]");
+}
+
+TEST(ShapeInference, ReshapeOfAComputedShapeNeedsAConstant) {
+  ModelBuilder b;
+  b.input("x", {2, 3}).input("s", {2}).output("y");
+  test::set_input_type(b, "s", onnx::TensorProto_DataType_INT64);
+  b.node("Reshape", "r", {"x", "s"}, {"y"});
+  EXPECT_EQ(error_of([&] { load(b, {}); }),
+            "node 'r' (Reshape): input 's' (shape) must be a constant (computed from shapes only)");
+}
+
+// ---- constant folding ----
+
+// x[B,S,H] -> Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), Unsqueeze(Gather(Shape(x), 1)), [3], [H/3])):
+// the multi-head split of a GPT-2/BERT export.
+ModelBuilder gpt2_shape_subgraph() {
+  ModelBuilder b;
+  b.input("x", {"batch", "seq", 12}).output("y");
+  test::int_constant(b, "i0", {}, {0});
+  test::int_constant(b, "i1", {}, {1});
+  test::int_constant(b, "ax0", {1}, {0});
+  test::int_constant(b, "heads", {1}, {3});
+  test::int_constant(b, "hd", {1}, {4});
+  b.node("Shape", "shape", {"x"}, {"sh"});
+  b.node("Gather", "g0", {"sh", "i0"}, {"b"});
+  b.node("Gather", "g1", {"sh", "i1"}, {"s"});
+  b.node("Unsqueeze", "u0", {"b", "ax0"}, {"bu"});
+  b.node("Unsqueeze", "u1", {"s", "ax0"}, {"su"});
+  test::set_int(b.node("Concat", "cat", {"bu", "su", "heads", "hd"}, {"shape4"}), "axis", 0);
+  b.node("Reshape", "reshape", {"x", "shape4"}, {"r"});
+  test::set_ints(b.node("Transpose", "tr", {"r"}, {"y"}), "perm", {0, 2, 1, 3});
+  return b;
+}
+
+TEST(ConstFold, Gpt2ShapeSubgraphLeavesReshapeWithAConstantShape) {
+  ir::Graph g = load(gpt2_shape_subgraph(), {{"x", {2, 5, 12}}});
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"Reshape", "Transpose"}));
+  expect_consistent(g);
+  EXPECT_TRUE(val(g, "shape4").is_const);
+  EXPECT_EQ(val(g, "shape4").ints, (std::vector<int64_t>{2, 5, 3, 4}));
+  EXPECT_EQ(shape_of(g, "y"), "[2,3,5,4]");
+  fold_constants(g);
+  expect_consistent(g);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"Reshape", "Transpose"}));
+  EXPECT_EQ(g.value_index.count("sh"), 0u);  // unused values are gone
+  EXPECT_EQ(g.values[g.nodes[0].inputs[1]].ints, (std::vector<int64_t>{2, 5, 3, 4}));
+  EXPECT_EQ(g.values[g.outputs[0]].name, "y");
+  EXPECT_EQ(g.values[g.outputs[0]].producer, 1);
+}
+
+// attn[1,2,S,S]; mask = bias[:, :, 0:S, 0:S] with bias a BOOL tril [1,1,8,8] and S from Shape(attn);
+// y = Where(mask, attn, -10000): the GPT-2 causal mask.
+TEST(ConstFold, CausalMaskFolds) {
+  ModelBuilder b;
+  b.input("attn", {1, 2, "seq", "seq"}).output("y");
+  std::vector<int64_t> tril;
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 8; ++j) tril.push_back(j <= i);
+  test::int_constant(b, "bias", {1, 1, 8, 8}, tril, onnx::TensorProto_DataType_UINT8);
+  test::int_constant(b, "i3", {}, {3});
+  test::int_constant(b, "ax0", {1}, {0});
+  test::int_constant(b, "zeros", {2}, {0, 0});
+  test::int_constant(b, "axes23", {2}, {2, 3});
+  b.constant("neg", {}, {-10000.0f});
+  b.node("Shape", "shape", {"attn"}, {"sh"});
+  b.node("Gather", "g", {"sh", "i3"}, {"s"});
+  b.node("Unsqueeze", "u", {"s", "ax0"}, {"su"});
+  test::set_int(b.node("Concat", "cat", {"su", "su"}, {"ends"}), "axis", 0);
+  b.node("Slice", "slice", {"bias", "zeros", "ends", "axes23"}, {"m8"});
+  test::set_int(b.node("Cast", "cast", {"m8"}, {"mask"}), "to", onnx::TensorProto_DataType_BOOL);
+  b.node("Where", "where", {"mask", "attn", "neg"}, {"y"});
+  ir::Graph g = fold(b, {{"attn", {1, 2, 4, 4}}});
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"Where"}));
+  const ir::Value& mask = val(g, "mask");
+  EXPECT_TRUE(mask.is_const);
+  EXPECT_EQ(mask.elem_type, ir::kBool);
+  EXPECT_EQ(ir::shape_str(mask), "[1,1,4,4]");
+  EXPECT_EQ(mask.ints, (std::vector<int64_t>{1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1}));
+}
+
+// BERT's extended attention mask, constant: (1 - float(mask[:, None, None, :])) * -10000, exactly in float32.
+TEST(ConstFold, AttentionMaskArithmeticIsFloat32) {
+  ModelBuilder b;
+  b.input("scores", {1, 2, 4, 4}).output("y");
+  test::int_constant(b, "mask", {1, 4}, {1, 1, 1, 0});
+  test::int_constant(b, "ax", {2}, {1, 2});
+  b.constant("one", {}, {1.0f}).constant("big", {}, {-10000.0f}).constant("third", {}, {1.0f / 3});
+  b.node("Unsqueeze", "u", {"mask", "ax"}, {"m4"});
+  test::set_int(b.node("Cast", "c", {"m4"}, {"mf"}), "to", onnx::TensorProto_DataType_FLOAT);
+  b.node("Sub", "sub", {"one", "mf"}, {"inv"});
+  b.node("Mul", "mul", {"inv", "big"}, {"ext"});
+  b.node("Div", "div", {"ext", "third"}, {"ext3"});
+  b.node("Add", "add", {"scores", "ext3"}, {"y"});
+  ir::Graph g = fold(b);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"Add"}));
+  const ir::Value& e = val(g, "ext3");
+  EXPECT_EQ(ir::shape_str(e), "[1,1,1,4]");
+  float want = (1.0f - 0.0f) * -10000.0f / (1.0f / 3);
+  EXPECT_EQ(e.data, (std::vector<float>{0, 0, 0, want}));
+  EXPECT_TRUE(std::signbit(e.data[0]));  // (1 - 1) * -10000 = -0
+}
+
+TEST(ConstFold, WhereEqualRangeConstantOfShapeExpandTile) {
+  ModelBuilder b;
+  b.input("x", {2, 3}).output("y");
+  test::int_constant(b, "start", {}, {0});
+  test::int_constant(b, "limit", {}, {3});
+  test::int_constant(b, "delta", {}, {1});
+  test::int_constant(b, "two", {1}, {2});
+  test::int_constant(b, "shape23", {2}, {2, 3});
+  test::int_constant(b, "rep", {1}, {2});
+  b.constant("a", {1}, {1.5f}).constant("z", {1}, {-2.0f});
+  b.node("Range", "range", {"start", "limit", "delta"}, {"r"});           // [0,1,2]
+  b.node("Equal", "eq", {"r", "two"}, {"is2"});                          // [F,F,T]
+  b.node("Where", "where", {"is2", "a", "z"}, {"w"});                     // [-2,-2,1.5]
+  b.node("Expand", "expand", {"w", "shape23"}, {"we"});                   // [2,3]
+  b.node("ConstantOfShape", "cos", {"two"}, {"c2"});                      // [0,0] float
+  test::set_int(b.node("Cast", "castc", {"c2"}, {"c2i"}), "to", onnx::TensorProto_DataType_INT64);
+  b.node("Tile", "tile", {"c2i", "rep"}, {"tiled"});                      // [0,0,0,0]
+  b.node("Add", "add", {"x", "we"}, {"y"});
+  b.node("Identity", "keep_tiled", {"tiled"}, {"unused"});
+  ir::Graph g = load(b);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"Add"}));
+  EXPECT_EQ(val(g, "we").data, (std::vector<float>{-2, -2, 1.5f, -2, -2, 1.5f}));
+  EXPECT_EQ(val(g, "is2").ints, (std::vector<int64_t>{0, 0, 1}));
+  EXPECT_EQ(val(g, "tiled").ints, (std::vector<int64_t>{0, 0, 0, 0}));
+  EXPECT_EQ(shape_of(g, "tiled"), "[4]");
+}
+
+TEST(ConstFold, GatherSliceTransposeConcatSplitOnHost) {
+  ModelBuilder b;
+  b.input("x", {3, 2}).output("y");
+  b.constant("m", {2, 3}, {1, 2, 3, 4, 5, 6});
+  test::int_constant(b, "idx", {2}, {-1, 0});
+  test::int_constant(b, "st", {1}, {-1});
+  test::int_constant(b, "en", {1}, {INT64_MIN});
+  test::int_constant(b, "ax", {1}, {1});
+  test::int_constant(b, "stp", {1}, {-1});
+  test::int_constant(b, "sp", {2}, {1, 2});
+  test::set_int(b.node("Gather", "ga", {"m", "idx"}, {"g"}), "axis", 1);  // [[3,1],[6,4]]
+  b.node("Slice", "sl", {"m", "st", "en", "ax", "stp"}, {"rev"});          // [[3,2,1],[6,5,4]]
+  b.node("Transpose", "tr", {"rev"}, {"t"});                               // [[3,6],[2,5],[1,4]]
+  onnx::NodeProto* split = b.node("Split", "split", {"t", "sp"}, {"s1", "s2"});  // [[3,6]] / [[2,5],[1,4]]
+  (void)split;
+  test::set_int(b.node("Concat", "cat", {"s2", "s1"}, {"c"}), "axis", 0);  // [[2,5],[1,4],[3,6]]
+  b.node("Mul", "mul", {"x", "c"}, {"y"});
+  ir::Graph g = fold(b);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"Mul"}));
+  EXPECT_EQ(g.values[g.nodes[0].inputs[1]].data, (std::vector<float>{2, 5, 1, 4, 3, 6}));
+  ir::Graph g2 = load(b);
+  EXPECT_EQ(val(g2, "g").data, (std::vector<float>{3, 1, 6, 4}));
+}
+
+TEST(ConstFold, IdentityDropoutAndDeadCodeAreRemoved) {
+  ModelBuilder b;
+  b.input("x", {2, 3}).output("y").output("z").output("passthrough");
+  b.constant("w", {3, 3}, test::ramp(9));
+  b.node("Identity", "id1", {"x"}, {"xi"});
+  b.node("MatMul", "mm", {"xi", "w"}, {"h"});
+  b.node("Dropout", "drop", {"h"}, {"hd"});
+  b.node("Relu", "relu", {"hd"}, {"r"});
+  b.node("Identity", "id_out", {"r"}, {"y"});           // a graph output: relu writes "y" directly
+  b.node("Relu", "relu2", {"y"}, {"z"});                // reads the output through the rename
+  b.node("Identity", "id_in_out", {"x"}, {"passthrough"});  // input -> output: kept
+  b.node("Sigmoid", "dead1", {"h"}, {"d1"});
+  b.node("Tanh", "dead2", {"d1"}, {"d2"});
+  ir::Graph g = fold(b);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"MatMul", "Relu", "Relu", "Identity"}));
+  EXPECT_EQ(g.values[g.nodes[0].inputs[0]].name, "x");
+  EXPECT_EQ(g.values[g.nodes[1].inputs[0]].name, "h");
+  EXPECT_EQ(g.values[g.nodes[1].outputs[0]].name, "y");
+  EXPECT_EQ(g.values[g.nodes[2].inputs[0]].name, "y");
+  EXPECT_EQ(g.values[g.outputs[0]].producer, 1);
+  EXPECT_EQ(g.value_index.count("d2"), 0u);
+  EXPECT_EQ(g.value_index.count("r"), 0u);
+}
+
+// ---- errors ----
+
+TEST(Errors, UnsupportedOperatorNamesOpNodeAndModel) {
+  ModelBuilder b = single("NonMaxSuppression", {{"x", {1, 4}}});
+  EXPECT_EQ(error_of([&] { load(b); }), "unsupported operator 'NonMaxSuppression' (node 'n') in model 't.onnx'");
+}
+
+TEST(Errors, UnsupportedAttributesNameTheNode) {
+  ModelBuilder b = single("Relu", {{"x", {1, 4}}});
+  test::set_int(the_node(b), "bogus", 1);
+  EXPECT_EQ(error_of([&] { load(b); }), "node 'n' (Relu): attribute 'bogus' is not supported");
+  ModelBuilder k = single("Softmax", {{"x", {1, 4}}});
+  test::set_float(the_node(k), "axis", 1);
+  EXPECT_EQ(error_of([&] { load(k); }), "node 'n' (Softmax): attribute 'axis' must be an int");
+  ModelBuilder bn = single("BatchNormalization", {{"x", {2, 3}}, {"s", {3}}, {"b", {3}}, {"m", {3}}, {"v", {3}}});
+  test::set_int(the_node(bn), "training_mode", 1);
+  EXPECT_EQ(error_of([&] { load(bn); }), "node 'n' (BatchNormalization): training_mode=1 is not supported (inference only)");
+  ModelBuilder ge = single("Gelu", {{"x", {1, 4}}});
+  test::set_string(the_node(ge), "approximate", "fast");
+  EXPECT_EQ(error_of([&] { load(ge); }), "node 'n' (Gelu): approximate='fast' is not supported");
+}
+
+TEST(Errors, DynamicInputDimensionNeedsItsShape) {
+  EXPECT_EQ(error_of([&] { load(gpt2_shape_subgraph()); }),
+            "input 'x' has a dynamic dimension 'batch': give its shape");
 }
 
 }  // namespace

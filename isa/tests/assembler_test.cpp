@@ -475,6 +475,28 @@ TEST(Disassembler, RoundTripsTensorsConstsAndCode) {
   EXPECT_EQ(back, p) << text;
 }
 
+TEST(Disassembler, RoundTripsTransposedWeightLoadAndGather) {
+  const std::string src =
+      "mxu.lw r1, r2, r3, r4, bf16, trans, wait=s1\n"
+      "mxu.lw r1, r2, r3, r4, i8, trans=0\n"
+      "mxu.lw r1, r2, r3, r4, i8\n"
+      "dma.gather r1, r2, r3, r4, r5, r6, r7, signal=s2\n";
+  Program p = assemble(src, "k.s");
+  const InstrDesc& lw = describe(Op::MXULW);
+  EXPECT_EQ(decode(p.code[0]).f[lw.operand_index("trans")], 1);
+  EXPECT_EQ(decode(p.code[1]).f[lw.operand_index("trans")], 0);
+  EXPECT_EQ(p.code[1], p.code[2]);  // the flag defaults to 0: existing programs assemble unchanged
+  const Instr g = decode(p.code[3]);
+  EXPECT_EQ(g.op, Op::DMAGATHER);
+  EXPECT_EQ(g.f[g.desc().operand_index("count")], 7);
+  std::string text = disassemble(p);
+  EXPECT_NE(text.find("mxu.lw r1, r2, r3, r4, bf16, trans, wait=s1"), std::string::npos) << text;
+  EXPECT_NE(text.find("dma.gather r1, r2, r3, r4, r5, r6, r7, signal=s2"), std::string::npos) << text;
+  Program back = assemble(text, "k.dis.s");
+  back.source = p.source;
+  EXPECT_EQ(back, p) << text;
+}
+
 TEST(Disassembler, RoundTripsRegions) {
   Program p;
   for (int i = 0; i < 6; ++i) p.code.push_back(encode(Instr{.op = Op::NOP}));

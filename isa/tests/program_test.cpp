@@ -150,7 +150,7 @@ TEST(ProgramFormat, BadMagicAndVersion) {
   EXPECT_EQ(error_of(bad), "program: byte 0: not a tpusim program (bad magic)");
   bad = bytes;
   put_u32(bad, 4, 7);
-  EXPECT_EQ(error_of(bad), "program: byte 4: unsupported program version 7 (this build reads 2)");
+  EXPECT_EQ(error_of(bad), "program: byte 4: unsupported program version 7 (this build reads 3)");
 }
 
 TEST(ProgramFormat, VmemTensorsKeepTheirSpace) {

@@ -194,7 +194,9 @@ std::string numpy_type_name(const std::string& descr) {
   }
 }
 
-isa::DType dtype_from_descr(const std::string& path, const std::string& descr) {
+// int64 arrays (what ONNX models take as token ids) are read as int32, each element range-checked: `*wide` is set.
+isa::DType dtype_from_descr(const std::string& path, const std::string& descr, bool* wide) {
+  *wide = false;
   char order = descr.empty() ? '\0' : descr[0];
   std::string_view rest = descr;
   if (order == '<' || order == '>' || order == '|' || order == '=') rest.remove_prefix(1);
@@ -204,10 +206,13 @@ isa::DType dtype_from_descr(const std::string& path, const std::string& descr) {
     return isa::DType::I8;  // one byte: byte order does not matter
   } else if (rest == "i4") {
     t = isa::DType::I32;
+  } else if (rest == "i8") {
+    t = isa::DType::I32;
+    *wide = true;
   } else if (rest == "f4") {
     t = isa::DType::F32;
   } else {
-    fail(path, "dtype " + name + " is not supported (use float32, int32 or int8)");
+    fail(path, "dtype " + name + " is not supported (use float32, int32, int64 or int8)");
   }
   if (order == '>') {
     fail(path, "dtype " + name + " is big-endian ('" + descr + "'), which is not supported (save it little-endian, "
@@ -291,7 +296,8 @@ HostTensor read_npy(const std::string& path) {
   if (shape.kind != Value::Tuple) fail(path, "malformed .npy header ('shape' is not a tuple)");
 
   HostTensor t;
-  t.dtype = dtype_from_descr(path, descr.str);
+  bool wide = false;
+  t.dtype = dtype_from_descr(path, descr.str, &wide);
   for (const Value& d : shape.items) {
     if (d.kind != Value::Int || d.i < 0)
       fail(path, "malformed .npy header ('shape' must hold non-negative integers)");
@@ -302,7 +308,7 @@ HostTensor read_npy(const std::string& path) {
     fail(path, "Fortran-ordered arrays are not supported (save np.ascontiguousarray(a) instead)");
   }
   int64_t elements = 0, bytes = 0;
-  if (!shape_size(t.shape, isa::dtype_size(t.dtype), &elements, &bytes))
+  if (!shape_size(t.shape, wide ? 8 : isa::dtype_size(t.dtype), &elements, &bytes))
     fail(path, "shape " + shape_str(t.shape) + " is too large");
   uint64_t remaining = static_cast<uint64_t>(size) - prefix - hlen;
   if (remaining < static_cast<uint64_t>(bytes)) {
@@ -315,6 +321,19 @@ HostTensor read_npy(const std::string& path) {
   }
   t.data.resize(static_cast<size_t>(bytes));
   if (bytes) read_exact(t.data.data(), bytes, "data");
+  if (wide) {  // int64 -> int32, refusing values that do not fit
+    std::vector<uint8_t> narrow(static_cast<size_t>(elements) * 4);
+    for (int64_t i = 0; i < elements; ++i) {
+      int64_t v;
+      std::memcpy(&v, t.data.data() + 8 * i, 8);
+      if (v < INT32_MIN || v > INT32_MAX)
+        fail(path, "int64 element " + std::to_string(i) + " = " + std::to_string(v) +
+                       " does not fit the int32 the chip uses for integer inputs");
+      const auto w = static_cast<int32_t>(v);
+      std::memcpy(narrow.data() + 4 * i, &w, 4);
+    }
+    t.data = std::move(narrow);
+  }
   return t;
 }
 

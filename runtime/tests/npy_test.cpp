@@ -245,11 +245,21 @@ for v in [(1, 0), (2, 0), (3, 0)]:
   }
 }
 
+// ONNX models take token ids as int64; the chip's integer inputs are int32: values are narrowed, range-checked.
+TEST_F(Npy, Int64IsReadAsInt32) {
+  if (!have_numpy()) GTEST_SKIP() << TPUSIM_TEST_PYTHON << " cannot import numpy (run scripts/setup.sh)";
+  ASSERT_EQ(python("np.save('i64.npy', np.array([[-2147483648, -1, 0], [1, 30521, 2147483647]], dtype=np.int64))"), 0);
+  HostTensor t = read_npy(path("i64.npy"));
+  EXPECT_EQ(t.dtype, DType::I32);
+  EXPECT_EQ(t.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(values_of<int32_t>(t), (std::vector<int32_t>{INT32_MIN, -1, 0, 1, 30521, INT32_MAX}));
+}
+
 TEST_F(Npy, RejectsWhatNumpyWritesButWeDoNotSupport) {
   if (!have_numpy()) GTEST_SKIP() << TPUSIM_TEST_PYTHON << " cannot import numpy (run scripts/setup.sh)";
   ASSERT_EQ(python(R"(
 np.save('f8.npy', np.zeros((2, 2)))
-np.save('i8.npy', np.zeros(3, dtype=np.int64))
+np.save('i64big.npy', np.array([1, 2**31], dtype=np.int64))
 np.save('u8.npy', np.zeros(3, dtype=np.uint8))
 np.save('f2.npy', np.zeros(3, dtype=np.float16))
 np.save('b.npy', np.zeros(3, dtype=bool))
@@ -266,11 +276,12 @@ np.save('struct.npy', np.zeros(2, dtype=[('a', '<f4'), ('b', '<i4')]))
     }
     return "(no error)";
   };
-  EXPECT_EQ(message("f8.npy"), path("f8.npy") + ": dtype float64 is not supported (use float32, int32 or int8)");
-  EXPECT_EQ(message("i8.npy"), path("i8.npy") + ": dtype int64 is not supported (use float32, int32 or int8)");
-  EXPECT_EQ(message("u8.npy"), path("u8.npy") + ": dtype uint8 is not supported (use float32, int32 or int8)");
-  EXPECT_EQ(message("f2.npy"), path("f2.npy") + ": dtype float16 is not supported (use float32, int32 or int8)");
-  EXPECT_EQ(message("b.npy"), path("b.npy") + ": dtype bool is not supported (use float32, int32 or int8)");
+  EXPECT_EQ(message("f8.npy"), path("f8.npy") + ": dtype float64 is not supported (use float32, int32, int64 or int8)");
+  EXPECT_EQ(message("i64big.npy"), path("i64big.npy") + ": int64 element 1 = 2147483648 does not fit the int32 "
+                                   "the chip uses for integer inputs");
+  EXPECT_EQ(message("u8.npy"), path("u8.npy") + ": dtype uint8 is not supported (use float32, int32, int64 or int8)");
+  EXPECT_EQ(message("f2.npy"), path("f2.npy") + ": dtype float16 is not supported (use float32, int32, int64 or int8)");
+  EXPECT_EQ(message("b.npy"), path("b.npy") + ": dtype bool is not supported (use float32, int32, int64 or int8)");
   EXPECT_NE(message("be.npy").find("big-endian"), std::string::npos) << message("be.npy");
   EXPECT_NE(message("fortran.npy").find("Fortran"), std::string::npos) << message("fortran.npy");
   EXPECT_NE(message("struct.npy").find("structured"), std::string::npos) << message("struct.npy");
@@ -345,7 +356,7 @@ TEST_F(Npy, MalformedFilesAreClearErrors) {
       {"bigendian", npy("{'descr': '>f4', 'fortran_order': False, 'shape': (12,)}", f12), "big-endian"},
       {"bigendian32", npy("{'descr': '>i4', 'fortran_order': False, 'shape': (12,)}", f12), "big-endian"},
       {"float64", npy("{'descr': '<f8', 'fortran_order': False, 'shape': (6,)}", f12),
-       "dtype float64 is not supported (use float32, int32 or int8)"},
+       "dtype float64 is not supported (use float32, int32, int64 or int8)"},
       {"int64", npy("{'descr': '<i8', 'fortran_order': False, 'shape': (6,)}", f12), "dtype int64 is not supported"},
       {"pipef4", npy("{'descr': '|f4', 'fortran_order': False, 'shape': (12,)}", f12), "malformed dtype"},
       {"weird", npy("{'descr': 'zz', 'fortran_order': False, 'shape': (12,)}", f12), "dtype 'zz' is not supported"},

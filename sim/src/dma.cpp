@@ -5,6 +5,14 @@
 //     needs (the bytes streamed in while the HBM side ran), not before the data start (VmemPorts, memory.h); it
 //     only delays completion when other clients (the vector unit, the other queue) held those ports meanwhile.
 //   completion (data in place, signal) = max(data_end, VMEM side, the previous transfer's completion).
+// dma.gather (isa.def): the indices are read from VMEM at the start (booked on VMEM's ports from then; the HBM
+//   side starts at max(start + dma.latency, that read's end)), so every row's address is known when the transfer
+//   starts and all rows are requested together. The HBM side is booked as `rows` rows of `rowbytes` bytes from
+//   haddr, each row starting its own hbm.interleave_bytes chunk (stride rowbytes rounded up to the chunk): rows
+//   never share a chunk, and they spread over consecutive chunks - over the channels and banks as evenly as
+//   random rows fall on average. The index values do not enter the timing, so a timing-only run (which moves no
+//   data and cannot see the indices) gives the same cycles; the index checks (j < 0, j >= count, row outside
+//   HBM) are made in functional runs only, for the same reason. The VMEM side is a dma.ld's.
 // A queue takes its next instruction as soon as fewer than dma.engines transfers are in flight; with one engine
 // (and one stream) a transfer therefore takes dma.latency + bytes / bandwidth, one after another. A transfer of
 // 0 bytes, and a sync, complete at once when nothing is in flight, else right after the transfers before them.
@@ -12,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "params.h"
 
@@ -45,8 +54,17 @@ void DmaEngine::reset() {
 
 void DmaEngine::execute(const Entry& e) {
   const uint64_t start = st_.now();
-  Transfer t{e, start, start, start, {}, {}, e.in.op == isa::Op::DMALD};
-  if (e.in.op != isa::Op::DMAINSYNC && e.in.op != isa::Op::DMAOUTSYNC) {
+  Transfer t{e, start, start, start, {}, {}, e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAGATHER, {}};
+  uint64_t hbm_earliest = start + static_cast<uint64_t>(st_.cfg.dma.latency);
+  if (e.in.op == isa::Op::DMAGATHER) {
+    start_gather(e, t);
+    if (t.hbm.bytes()) {  // the indices, read through VMEM's ports before the rows are requested
+      VmemPorts& ports = st_.mem.vmem_ports;
+      VmemPorts::Demand d = ports.demand();
+      ports.add(d, Rows{static_cast<uint64_t>(e.arg("idx")), 1, t.hbm.rows * 4, 0});
+      hbm_earliest = std::max(hbm_earliest, ports.reserve(start, d));
+    }
+  } else if (e.in.op != isa::Op::DMAINSYNC && e.in.op != isa::Op::DMAOUTSYNC) {
     const int64_t vaddr = t.load ? e[0] : e[1], haddr = t.load ? e[1] : e[0];
     const int64_t rows = e[2], rowbytes = e[3], hstride = e[4], vstride = e[5];
     if (rows < 0 || rowbytes < 0)
@@ -69,12 +87,50 @@ void DmaEngine::execute(const Entry& e) {
     return finish(e, start, start);
   }
   if (t.hbm.bytes()) {
-    t.data_start = start + static_cast<uint64_t>(st_.cfg.dma.latency);
+    t.data_start = hbm_earliest;
     t.data_end = st_.mem.hbm_channels.transfer(t.data_start, t.hbm);
   }
   inflight_.push_back(t);
   issued_.notify();
   while (inflight_.size() >= engines_) st_.wait_event(retired_);
+}
+
+void DmaEngine::start_gather(const Entry& e, Transfer& t) {
+  const int64_t vaddr = e.arg("vaddr"), haddr = e.arg("haddr"), idx = e.arg("idx"), rows = e.arg("rows"),
+                rowbytes = e.arg("rowbytes"), vstride = e.arg("vstride"), count = e.arg("count");
+  if (rows < 0 || rowbytes < 0)
+    st_.fail(e.pc, "negative size: rows " + std::to_string(rows) + ", rowbytes " + std::to_string(rowbytes));
+  if ((static_cast<unsigned __int128>(rows) * static_cast<unsigned __int128>(std::max<int64_t>(rowbytes, 4))) >> 62)
+    st_.fail(e.pc, "transfer of more than 2^62 bytes");
+  const ChipConfig& cfg = st_.cfg;
+  const std::string vmem_size = std::to_string(cfg.vmem_bytes()) + " bytes";
+  std::string err = check_rows("VMEM index read", cfg.vmem_bytes(), vmem_size, idx, 1, rows * 4, 0);
+  if (err.empty()) err = check_rows("VMEM write", cfg.vmem_bytes(), vmem_size, vaddr, rows, rowbytes, vstride);
+  if (!err.empty()) st_.fail(e.pc, err);
+  const auto r = static_cast<uint64_t>(rows), rb = static_cast<uint64_t>(rowbytes);
+  const uint64_t grain = cfg.hbm.interleave_bytes;
+  t.vmem = {static_cast<uint64_t>(vaddr), r, rb, vstride};
+  // Timing pattern (see the top): each row its own chunk(s), rows on consecutive chunks from haddr's.
+  const uint64_t hstride = rb ? (rb + grain - 1) / grain * grain : 0;
+  t.hbm = {static_cast<uint64_t>(std::max<int64_t>(haddr, 0)), r, rb, static_cast<int64_t>(hstride)};
+  if (!st_.functional() || !rows || !rowbytes) return;
+  const uint8_t* vmem = st_.mem.vmem.data();
+  t.gather.resize(r);
+  for (uint64_t i = 0; i < r; ++i) {
+    int32_t j;
+    std::memcpy(&j, vmem + idx + 4 * i, 4);
+    const std::string which = "index " + std::to_string(j) + " (row " + std::to_string(i) + " of " +
+                              std::to_string(rows) + ", at VMEM " + hex(static_cast<uint64_t>(idx) + 4 * i) + ")";
+    if (j < 0) st_.fail(e.pc, which + " is negative");
+    if (j >= count) st_.fail(e.pc, which + " is not below the table's count " + std::to_string(count));
+    const __int128 h = static_cast<__int128>(haddr) + static_cast<__int128>(j) * rowbytes;
+    if (h < 0 || h + rowbytes > static_cast<__int128>(cfg.hbm_bytes())) {
+      auto text = [](__int128 v) { return v < 0 ? "-" + hex(static_cast<uint64_t>(-v)) : hex(static_cast<uint64_t>(v)); };
+      st_.fail(e.pc, which + ": HBM read [" + text(h) + ", " + text(h + rowbytes) + ") outside " +
+                         std::to_string(cfg.hbm.size_mib) + " MiB");
+    }
+    t.gather[i] = static_cast<uint64_t>(h);
+  }
 }
 
 void DmaEngine::retire_thread() {
@@ -107,10 +163,12 @@ void DmaEngine::retire_thread() {
 }
 
 void DmaEngine::retire(const Transfer& t) {
+  const bool gather = t.e.in.op == isa::Op::DMAGATHER;  // its rows' addresses, read at the start
   if (st_.functional()) {
     uint8_t* vmem = st_.mem.vmem.data();
     for (uint64_t i = 0; i < t.hbm.rows && t.hbm.rowbytes; ++i) {
-      const auto h = static_cast<uint64_t>(static_cast<int64_t>(t.hbm.base) + static_cast<int64_t>(i) * t.hbm.stride);
+      const auto h = gather ? t.gather[i]
+                            : static_cast<uint64_t>(static_cast<int64_t>(t.hbm.base) + static_cast<int64_t>(i) * t.hbm.stride);
       const auto v =
           static_cast<uint64_t>(static_cast<int64_t>(t.vmem.base) + static_cast<int64_t>(i) * t.vmem.stride);
       if (t.load)

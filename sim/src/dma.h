@@ -1,9 +1,11 @@
-// The two DMA queues between HBM and VMEM: DmaIn runs dma.ld (and dmain.sync), DmaOut dma.st (and dmaout.sync).
+// The two DMA queues between HBM and VMEM: DmaIn runs dma.ld and dma.gather (and dmain.sync), DmaOut dma.st (and
+// dmaout.sync).
 // Each queue has dma.engines engines: up to that many of its transfers in flight at once, issued in order and
 // completing (data in place, semaphore signalled) in order.
 #pragma once
 
 #include <deque>
+#include <vector>
 
 #include "unit.h"
 
@@ -22,7 +24,9 @@ class DmaEngine : public UnitModule {
     uint64_t start = 0, data_start = 0, data_end = 0;  // data_end: HBM side done
     Rows hbm, vmem;
     bool load = false;
+    std::vector<uint64_t> gather;  // dma.gather: each row's HBM address (functional runs); hbm is its timing
   };
+  void start_gather(const Entry& e, Transfer& t);
   void execute(const Entry& e) override;
   void retire_thread();
   void retire(const Transfer& t);

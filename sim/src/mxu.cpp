@@ -36,6 +36,8 @@
 //     streams Nt cycles from t_i = max(L_i + R, stream_free, swap); within an mm t_{i+1} = t_i + max(R, Nt).
 //     Results at t_last + Nt + R + C - 2. The front-end moves on at t_last.
 //   One isolated fold from the lw's start (K <= R): R + Nt + R + C - 2 = 2R + C + N - 2.
+// mxu.lw with `trans` reads the tile's transpose (an n x k block) and has exactly the timing above: only the
+// bytes it books on VMEM's ports differ (n rows of k elements instead of k rows of n).
 // VMEM: mxu.lw reads its tile and mxu.mm its input rows through VMEM's bank ports (vmem.banks, shared with DMA
 // and the vector unit; memory.h). The matrix unit has priority there: its reads are booked on the ports from the
 // load's or the stream's start, so DMA and vector traffic waits for them, but they never wait themselves (the
@@ -132,15 +134,18 @@ void Mxu::load_weights(const Entry& e) {
                        std::to_string(R_) + "x" + std::to_string(C_) + " array");
   if (dt != isa::DType::I8 && dt != isa::DType::BF16)
     st_.fail(e.pc, std::string("weights of type ") + isa::dtype_name(dt) + ": the matrix unit takes i8 or bf16");
+  // The bytes read: k rows of n elements, or with `trans` the n x k block whose transpose is the tile.
+  const bool trans = e.arg("trans") != 0;
+  const int64_t rows = trans ? n : k, rowbytes = (trans ? k : n) * isa::dtype_size(dt);
   std::string err = check_rows("VMEM read", st_.cfg.vmem_bytes(), std::to_string(st_.cfg.vmem_bytes()) + " bytes",
-                               e.arg("vaddr"), k, n * isa::dtype_size(dt), e.arg("stride"));
+                               e.arg("vaddr"), rows, rowbytes, e.arg("stride"));
   if (!err.empty()) st_.fail(e.pc, err);
 
   const uint64_t start = std::max(f, shadow_free_);
   auto tile = std::make_shared<Tile>();
   tile->k = static_cast<int>(k), tile->n = static_cast<int>(n), tile->dtype = dt;
   shadow_ = tile;
-  read_vmem(start, e.arg("vaddr"), k, n * isa::dtype_size(dt), e.arg("stride"));
+  read_vmem(start, e.arg("vaddr"), rows, rowbytes, e.arg("stride"));
   shadow_ready_ = start + (df_ == Dataflow::WS ? R_ : std::max<uint64_t>(k, 1));
   shadow_free_ = shadow_ready_;  // until then it is loading; after that, until the swap (which updates this)
   schedule(shadow_ready_, e, std::move(tile));
@@ -261,6 +266,13 @@ void Mxu::fill_tile(const Entry& e, Tile& t) {
   const int size = isa::dtype_size(t.dtype);
   const int64_t vaddr = e.arg("vaddr"), stride = e.arg("stride");
   t.w.resize(static_cast<size_t>(t.k) * t.n);
+  if (e.arg("trans")) {  // W[i][j] = block[j][i]: block row j (n of them) holds column j of the tile
+    for (int j = 0; j < t.n; ++j) {
+      const uint8_t* row = vmem + vaddr + j * stride;
+      for (int i = 0; i < t.k; ++i) t.w[static_cast<size_t>(i) * t.n + j] = element(t.dtype, row + i * size);
+    }
+    return;
+  }
   for (int i = 0; i < t.k; ++i) {
     const uint8_t* row = vmem + vaddr + i * stride;
     for (int j = 0; j < t.n; ++j) t.w[static_cast<size_t>(i) * t.n + j] = element(t.dtype, row + j * size);

@@ -1,4 +1,5 @@
 // Run-time errors: their messages, and the chip running correctly again after each.
+#include <cstring>
 #include <functional>
 
 #include <gtest/gtest.h>
@@ -173,6 +174,25 @@ TEST(Errors, HostAccessOutsideHbm) {
   EXPECT_EQ(error_of([&] { chip.write_hbm((uint64_t(1) << 30) - 8, x, 16); }),
             "HBM write [0x3ffffff8, 0x40000008) outside 1024 MiB");
   EXPECT_EQ(error_of([&] { chip.read_hbm(uint64_t(1) << 40, x, 1); }), "HBM read [0x10000000000, 0x10000000001) outside 1024 MiB");
+}
+
+TEST(Errors, GatherIndexOutsideTheTableNamesPcInstructionAndIndex) {
+  Chip chip(small_config());
+  for (int32_t bad : {-1, 10}) {
+    const std::vector<int32_t> ids = {3, bad, 0, 9};
+    std::vector<uint8_t> bytes(16);
+    std::memcpy(bytes.data(), ids.data(), 16);
+    chip.write_hbm(0, bytes.data(), bytes.size());
+    ProgramBuilder b;
+    b.li(1, 256).li(2, 4096).li(3, 0).li(4, 4).li(5, 16).li(6, 10).li(7, 1);
+    b.op(Op::DMALD, {3, 3, 7, 5, 5, 5});  // the 4 indices (16 bytes) from HBM 0 into VMEM 0
+    b.op(Op::FENCE);
+    b.op(Op::DMAGATHER, {1, 2, 3, 4, 5, 5, 6});
+    const std::string what = bad < 0 ? "index -1 (row 1 of 4, at VMEM 0x4) is negative"
+                                     : "index 10 (row 1 of 4, at VMEM 0x4) is not below the table's count 10";
+    EXPECT_EQ(error_of([&] { chip.run(b.build()); }), "pc 9 (dma.gather r1, r2, r3, r4, r5, r5, r6): " + what);
+  }
+  expect_chip_works(chip);
 }
 
 }  // namespace

@@ -200,6 +200,26 @@ int64_t Reference::core(const isa::Instr& in, int64_t pc) {
 
 void Reference::dma(const isa::Instr& in) {
   if (in.op == Op::DMAINSYNC || in.op == Op::DMAOUTSYNC) return;
+  if (in.op == Op::DMAGATHER) {  // for i < rows: j = int32 VMEM[idx + 4i]; VMEM row i = HBM[haddr + j*rowbytes]
+    int64_t vaddr = value(in, "vaddr"), haddr = value(in, "haddr"), idx = value(in, "idx"), rows = value(in, "rows"),
+            rowbytes = value(in, "rowbytes"), vstride = value(in, "vstride"), count = value(in, "count");
+    if (rows < 0 || rowbytes < 0) fail("negative rows or rowbytes");
+    if (rows > 0) vmem(idx, std::min<int64_t>(rows, int64_t{1} << 40) * 4);  // the indices lie in VMEM
+    std::vector<int32_t> ids(static_cast<size_t>(rows));     // all read when the transfer starts
+    for (int64_t i = 0; i < rows; ++i) std::memcpy(&ids[i], vmem(idx + 4 * i, 4), 4);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int32_t j = ids[i];
+      const std::string which = "index " + std::to_string(j) + " (row " + std::to_string(i) + ")";
+      if (j < 0) fail(which + " is negative");
+      if (j >= count) fail(which + " is not below the table's count " + std::to_string(count));
+      const int64_t h = haddr + int64_t{j} * rowbytes;
+      if (h < 0 || static_cast<uint64_t>(h) + rowbytes > cfg_.hbm_bytes)
+        fail(which + ": HBM access [" + hex(h) + ", " + hex(h + rowbytes) + ") outside " +
+             std::to_string(cfg_.hbm_bytes) + " bytes");
+      read_hbm(static_cast<uint64_t>(h), vmem(vaddr + i * vstride, rowbytes), static_cast<size_t>(rowbytes));
+    }
+    return;
+  }
   bool load = in.op == Op::DMALD;
   int64_t vaddr = value(in, "vaddr"), haddr = value(in, "haddr"), rows = value(in, "rows"),
           rowbytes = value(in, "rowbytes"), hstride = value(in, "hstride"), vstride = value(in, "vstride");
@@ -222,15 +242,19 @@ void Reference::mxu(const isa::Instr& in) {
   int64_t vaddr = value(in, "vaddr"), stride = value(in, "stride");
   const int size = size_of(dt);
 
-  if (in.op == Op::MXULW) {  // W[l][j] = elem(vaddr + l*stride + j*size) for l < k, j < n; zero elsewhere
+  // W[l][j] = elem(vaddr + l*stride + j*size) for l < k, j < n, zero elsewhere; with `trans` the tile is the
+  // transpose of an n x k block: W[l][j] = elem(vaddr + j*stride + l*size).
+  if (in.op == Op::MXULW) {
     int64_t k = value(in, "k"), n = value(in, "n");
+    const bool trans = field(in, "trans") != 0;
     if (k < 0 || k > cfg_.rows || n < 0 || n > cfg_.cols)
       fail("weight tile " + std::to_string(k) + " x " + std::to_string(n) + " larger than the array (" +
            std::to_string(cfg_.rows) + " x " + std::to_string(cfg_.cols) + ")");
     shadow_.dtype = dt, shadow_.k = static_cast<int>(k), shadow_.n = static_cast<int>(n);
     std::fill(shadow_.w.begin(), shadow_.w.end(), 0.0);
     for (int64_t l = 0; l < k; ++l)
-      for (int64_t j = 0; j < n; ++j) shadow_.w[l * cfg_.cols + j] = vmem_load(vaddr + l * stride + j * size, dt);
+      for (int64_t j = 0; j < n; ++j) shadow_.w[l * cfg_.cols + j] =
+            vmem_load(trans ? vaddr + j * stride + l * size : vaddr + l * stride + j * size, dt);
     have_shadow_ = true;
     return;
   }

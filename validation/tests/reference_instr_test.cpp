@@ -473,6 +473,62 @@ TEST(ReferenceSync, MxuSyncSignalsAfterEarlierPasses) {
   }, 1, 42);
 }
 
+// mxu.lw with `trans`: the tile is the transpose of an n x k block (row pitch `stride`). Random shapes on the
+// array, i8 and bf16: the simulator against the reference bit for bit (integer-valued bf16, so every sum is
+// exact), both against host math; and on the simulator, trans over the block equals a plain load of the
+// block's transpose bit for bit for random bf16 values (the same products in the same order).
+TEST(ReferenceMxu, TransposedWeightLoadBitExact) {
+  TPUSIM_MACHINES(m);
+  const int64_t R = m->cfg.mxu.rows, C = m->cfg.mxu.cols;
+  Random r(61);
+  for (DType dt : {DType::I8, DType::BF16})
+    for (int rep = 0; rep < 12; ++rep) {
+      const int e = ref::size_of(dt);
+      const int64_t k = r.integer(1, R), n = r.integer(1, C), rows = r.integer(1, 12);
+      const int64_t pitch = k + r.integer(0, 3);  // block row pitch, in elements
+      const bool exact = rep % 2 == 0;          // integer-valued (exact sums) or random bf16 values
+      auto gen = [&](size_t count) {
+        std::vector<double> v = exact || dt == DType::I8 ? std::vector<double>(count) : r.values(dt, count, -3, 3);
+        if (exact || dt == DType::I8)
+          for (auto& x : v) x = static_cast<double>(dt == DType::I8 ? r.integer(-128, 127) : r.integer(-16, 16));
+        return v;
+      };
+      std::vector<double> a = gen(rows * k), block = gen(n * pitch), wt(k * n);  // wt: the tile, k x n
+      for (int64_t i = 0; i < k; ++i)
+        for (int64_t j = 0; j < n; ++j) wt[i * n + j] = block[j * pitch + i];
+      const DType adt = dt == DType::I8 ? DType::I32 : DType::F32;
+      auto run = [&](bool trans) {
+        return run_vector(*m, {{a, dt}, {trans ? block : wt, dt}}, [&](Builder& p) {
+          p.li(1, kIn[1]).li(2, k).li(3, n).li(4, (trans ? pitch : n) * e).li(5, kIn[0]).li(6, rows).li(7, 0);
+          p.li(8, k * e);
+          p.emit(Op::MXULW, {{"vaddr", 1}, {"k", 2}, {"n", 3}, {"stride", 4}, {"dtype", int64_t(dt)}, {"trans", trans}});
+          p.emit(Op::MXUMM, {{"vaddr", 5}, {"m", 6}, {"acc", 7}, {"stride", 8}, {"dtype", int64_t(dt)}});
+          p.fence();
+          p.li(10, kOut).li(13, C).li(14, C * 4);
+          p.emit(Op::VACC, {{"vaddr", 10}, {"acc", 7}, {"rows", 6}, {"cols", 3}, {"stride", 14},
+                            {"adt", int64_t(adt)}, {"odt", int64_t(adt)}});
+        }, rows * C, adt);  // columns >= n keep the pattern
+      };
+      const Results t = run(true), plain = run(false);
+      const std::string what = std::string("mxu.lw trans ") + isa::dtype_name(dt) + " k=" + std::to_string(k) +
+                               " n=" + std::to_string(n) + " m=" + std::to_string(rows);
+      expect_all(what + " (sim trans vs sim plain load of the transpose)", t.sim.size(),
+                 [&](size_t i) { return same(t.sim[i], plain.sim[i]); },
+                 [&](size_t i) { return "trans " + num(t.sim[i]) + ", plain " + num(plain.sim[i]); });
+      if (!exact && dt == DType::BF16) continue;
+      std::vector<double> host(rows * C, 0.0);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t l = 0; l < k; ++l) host[i * C + j] += a[i * k + l] * wt[l * n + j];
+      expect_all(what, host.size(), [&](size_t i) {
+        if (static_cast<int64_t>(i) % C >= n) return same(t.sim[i], t.fp64[i]);
+        return same(t.sim[i], t.isaf32[i]) && same(t.sim[i], t.fp64[i]) && same(t.sim[i], host[i]);
+      }, [&](size_t i) {
+        return "sim " + num(t.sim[i]) + ", reference " + num(t.isaf32[i]) + ", host " + num(host[i]);
+      });
+    }
+}
+
 // ---- DMA ------------------------------------------------------------------------------------------------------
 
 TEST(ReferenceDma, StridedRowsBothWays) {
@@ -496,6 +552,40 @@ TEST(ReferenceDma, StridedRowsBothWays) {
     for (int j = 0; j < 7; ++j) want[i * 13 + j] = src[i * 11 + j];
   EXPECT_EQ(ref, want);
   EXPECT_EQ(sim, want);
+}
+
+// dma.gather: random rows of a table by int32 indices in VMEM (repeats included), into strided VMEM rows.
+TEST(ReferenceDma, GatherRowsByIndex) {
+  TPUSIM_MACHINES(m);
+  Random r(33);
+  for (int rep = 0; rep < 6; ++rep) {
+    const int64_t V = r.integer(1, 40), rowbytes = r.integer(1, 70), rows = r.integer(1, 24);
+    const int64_t vstride = rowbytes + r.integer(0, 9);
+    const uint64_t table = 0x20000 + 8 * static_cast<uint64_t>(r.integer(0, 100)), idx_addr = 0x8000 + 4 * rep;
+    std::vector<uint8_t> tab(V * rowbytes), ids(rows * 4), pattern(rows * vstride + 16, 0x5a);
+    for (auto& b : tab) b = static_cast<uint8_t>(r.integer(0, 255));
+    std::vector<int32_t> id(rows);
+    for (int64_t i = 0; i < rows; ++i) id[i] = static_cast<int32_t>(r.integer(0, V - 1));
+    std::memcpy(ids.data(), id.data(), ids.size());
+    m->write(table, tab);
+    m->write(idx_addr, ids);
+    m->write(0x3000, pattern);
+    Builder p;
+    p.load(idx_addr, idx_addr, rows * 4).load(0x100, 0x3000, static_cast<int64_t>(pattern.size())).fence();
+    p.li(1, 0x100).li(2, static_cast<int64_t>(table)).li(3, static_cast<int64_t>(idx_addr)).li(4, rows);
+    p.li(5, rowbytes).li(6, vstride).li(7, V);
+    p.emit(Op::DMAGATHER, {{"vaddr", 1}, {"haddr", 2}, {"idx", 3}, {"rows", 4}, {"rowbytes", 5}, {"vstride", 6},
+                           {"count", 7}});
+    p.fence().store(0x5000, 0x100, static_cast<int64_t>(pattern.size()));
+    m->run(p.p);
+    std::vector<uint8_t> sim(pattern.size()), refv(pattern.size()), want = pattern;
+    m->chip->read_hbm(0x5000, sim.data(), sim.size());
+    m->fp64->read_hbm(0x5000, refv.data(), refv.size());
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(want.data() + i * vstride, tab.data() + id[i] * rowbytes, static_cast<size_t>(rowbytes));
+    EXPECT_EQ(refv, want) << "rep " << rep;
+    EXPECT_EQ(sim, want) << "rep " << rep;
+  }
 }
 
 // ---- errors: both models refuse the same programs -----------------------------------------------------------
@@ -556,6 +646,40 @@ TEST(ReferenceErrors, OutOfRangeAccesses) {
   acc.emit(Op::VACC, {{"vaddr", 1}, {"acc", 2}, {"rows", 3}, {"cols", 3}, {"stride", 3}, {"adt", int64_t(DType::I32)},
                       {"odt", int64_t(DType::I32)}});
   expect_both_refuse(*m, acc, "vpu.acc past the last accumulator row");
+}
+
+// dma.gather with an index out of the table: both models refuse it, naming the pc, the instruction and the index.
+TEST(ReferenceErrors, GatherIndexOutOfTable) {
+  TPUSIM_MACHINES(m);
+  for (int32_t bad : {-1, 10, 11}) {
+    std::vector<int32_t> id = {3, 0, bad, 9};
+    std::vector<uint8_t> ids(16);
+    std::memcpy(ids.data(), id.data(), 16);
+    m->write(0x8000, ids);
+    Builder p;
+    p.load(0x8000, 0x8000, 16).fence();
+    p.li(1, 0x100).li(2, 0x20000).li(3, 0x8000).li(4, 4).li(5, 64).li(6, 64).li(7, 10);
+    const size_t pc = p.p.code.size();
+    p.emit(Op::DMAGATHER, {{"vaddr", 1}, {"haddr", 2}, {"idx", 3}, {"rows", 4}, {"rowbytes", 5}, {"vstride", 6},
+                           {"count", 7}});
+    std::string sim_msg, ref_msg;
+    try {
+      m->chip->run(p.p);
+    } catch (const sim::Error& e) {
+      sim_msg = e.what();
+    }
+    try {
+      m->fp64->run(p.p);
+    } catch (const ref::Error& e) {
+      ref_msg = e.what();
+    }
+    for (const std::string& msg : {sim_msg, ref_msg}) {
+      EXPECT_NE(msg.find("pc " + std::to_string(pc) + " (dma.gather r1, r2, r3, r4, r5, r6, r7)"), std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("index " + std::to_string(bad)), std::string::npos) << msg;
+      if (bad >= 10) EXPECT_NE(msg.find("count 10"), std::string::npos) << msg;
+    }
+  }
 }
 
 }  // namespace

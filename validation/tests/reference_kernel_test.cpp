@@ -181,6 +181,119 @@ TEST(ReferenceKernels, GemmBf16ToBf16BiasRelu) {
   gemm_bf16_cases(*m, shapes(5, 202, m->cfg), {.bias = true, .relu = true, .out = DType::BF16}, 5);
 }
 
+// ---- gemm.s with TRANS_B: c = a @ b^T, b given as [N, K] --------------------------------------------------------
+
+// Runs gemm.s twice, with b as [N, K] and TRANS_B=1, and with b^T as [K, N] and TRANS_B=0: the results must be
+// equal bit for bit (the same products, summed in the same order), TRANS_B=1 must match the reference and the
+// host (int8 exactly, bf16 within the bound). Timing: mxu.lw trans has the timing of a plain load and the DMA
+// moves the same bytes, but as nt rows of kt elements instead of kt rows of nt, so HBM channels/banks and VMEM
+// banks see other addresses: with `exact_cycles` (memories whose timing depends only on the bytes moved) the
+// cycles must be equal, otherwise within 3%.
+void gemm_trans_b_cases(Machines& m, DType dt, const std::vector<Shape>& cases, uint64_t seed, bool exact_cycles) {
+  Random r(seed);
+  const DType out = dt == DType::I8 ? DType::I32 : DType::F32;
+  for (const Shape& s : cases) {
+    std::vector<double> a = r.values(dt, s.m * s.k, -3, 3), bt = r.values(dt, s.n * s.k, -3, 3), b(s.k * s.n);
+    for (int64_t l = 0; l < s.k; ++l)
+      for (int64_t j = 0; j < s.n; ++j) b[l * s.n + j] = bt[j * s.k + l];
+    std::map<std::string, int64_t> defs{{"M", s.m}, {"K", s.k}, {"N", s.n}, {"IN_DT", code(dt)}, {"OUT_DT", code(out)}};
+    for (const auto& [name, v] : sim::kernel_symbols(m.cfg)) defs[name] = v;
+    std::map<std::string, int64_t> plain_defs = defs;
+    defs["TRANS_B"] = 1;
+    const KernelRun t = run_kernel(m, "gemm.s", defs, {{"a", {a, dt}}, {"b", {bt, dt}}});
+    const KernelRun p = run_kernel(m, "gemm.s", plain_defs, {{"a", {a, dt}}, {"b", {b, dt}}});
+    const std::string what = text(std::string("gemm.s TRANS_B=1 ") + isa::dtype_name(dt), s);
+    std::vector<double> exact, mag;
+    host_gemm(a, b, s, exact, mag);
+    expect_all(what + ": sim vs sim TRANS_B=0 on b^T", exact.size(), [&](size_t i) { return same(t.sim[i], p.sim[i]); },
+               [&](size_t i) { return "TRANS_B=1 " + num(t.sim[i]) + ", TRANS_B=0 " + num(p.sim[i]); });
+    expect_all(what + ": sim and reference vs host", exact.size(), [&](size_t i) {
+      if (dt == DType::I8) return t.sim[i] == exact[i] && t.fp64[i] == exact[i];
+      const double err = ref::sum_error_bound(s.k, mag[i]);
+      return ref::within_sum_bound(out, t.sim[i], exact[i], err) && ref::within_sum_bound(out, t.fp64[i], exact[i], err);
+    }, [&](size_t i) { return "sim " + num(t.sim[i]) + ", reference " + num(t.fp64[i]) + ", host " + num(exact[i]); });
+    // The same timing contract: equal cycles.
+    const uint64_t ct = m.chip->run(kernels::assemble("gemm.s", defs)).stats.cycles;
+    const uint64_t cp = m.chip->run(kernels::assemble("gemm.s", plain_defs)).stats.cycles;
+    if (exact_cycles)
+      EXPECT_EQ(ct, cp) << what << ": cycles with TRANS_B=1 and TRANS_B=0";
+    else
+      EXPECT_LE(std::fabs(double(ct) - double(cp)), 0.03 * double(cp)) << what << ": TRANS_B=1 " << ct << " cycles, TRANS_B=0 " << cp;
+  }
+}
+
+TEST(ReferenceKernels, GemmTransBInt8AndBf16) {
+  TPUSIM_MACHINES(m);
+  gemm_trans_b_cases(*m, DType::I8, shapes(7, 501, m->cfg), 11, false);
+  gemm_trans_b_cases(*m, DType::BF16, shapes(7, 502, m->cfg), 12, false);
+}
+
+// One HBM channel with one bank and one VMEM bank: memory timing depends on the bytes moved only, so TRANS_B=1
+// and TRANS_B=0 must take exactly the same cycles (its own process under ctest).
+TEST(ReferenceKernels, GemmTransBSameCyclesOnUniformMemory) {
+  static const std::vector<std::string> sets{"mxu.rows=8",    "mxu.cols=8",  "mxu.acc_rows=32",
+                                             "hbm.channels=1", "hbm.banks=1", "vmem.banks=1"};
+  TPUSIM_MACHINES(m, sets);
+  gemm_trans_b_cases(*m, DType::I8, shapes(6, 503, m->cfg), 13, true);
+  gemm_trans_b_cases(*m, DType::BF16, shapes(6, 504, m->cfg), 14, true);
+}
+
+TEST(ReferenceKernels, GemmTransBRefusesBTiled) {
+  std::map<std::string, int64_t> d{{"M", 8}, {"K", 8}, {"N", 8}, {"TRANS_B", 1}, {"B_TILED", 1}, {"MXU_ROWS", 8},
+                                   {"MXU_COLS", 8}, {"ACC_ROWS", 32}, {"VMEM_BYTES", 1 << 20}};
+  try {
+    kernels::assemble("gemm.s", d);
+    ADD_FAILURE() << "gemm.s accepted TRANS_B with B_TILED";
+  } catch (const isa::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TRANS_B and B_TILED"), std::string::npos) << e.what();
+  }
+}
+
+// ---- gather.s -----------------------------------------------------------------------------------------------
+
+TEST(ReferenceKernels, GatherBf16AndF32) {
+  TPUSIM_MACHINES(m);
+  Random r(601);
+  struct Case {
+    int64_t M, D, V;
+    DType dt;
+  };
+  for (const Case& c : {Case{128, 768, 1000, DType::BF16}, Case{128, 768, 1000, DType::F32}, Case{1, 1, 1, DType::F32},
+                        Case{77, 33, 5, DType::BF16}, Case{300, 100, 2000, DType::F32}}) {
+    std::vector<double> table = r.values(c.dt, c.V * c.D, -8, 8), ids(c.M);
+    for (auto& x : ids) x = static_cast<double>(r.integer(0, c.V - 1));
+    ids[0] = static_cast<double>(c.V - 1);  // the last row too
+    const KernelRun k = run_kernel(*m, "gather.s", {{"M", c.M}, {"D", c.D}, {"V", c.V}, {"DT", code(c.dt)}},
+                                   {{"ids", {ids, DType::I32}}, {"table", {table, c.dt}}}, "y");
+    std::vector<double> want(c.M * c.D);
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.D; ++j) want[i * c.D + j] = table[static_cast<int64_t>(ids[i]) * c.D + j];
+    expect_all("gather.s M=" + std::to_string(c.M) + " D=" + std::to_string(c.D) + " V=" + std::to_string(c.V) + " " +
+                   isa::dtype_name(c.dt),
+               want.size(), [&](size_t i) { return same(k.sim[i], want[i]) && same(k.fp64[i], want[i]); },
+               [&](size_t i) { return "sim " + num(k.sim[i]) + ", reference " + num(k.fp64[i]) + ", host " + num(want[i]); });
+  }
+}
+
+// An id beyond the table (or negative) in gather.s: a run-time error naming the pc, dma.gather and the id.
+TEST(ReferenceKernels, GatherIdOutsideTheTableIsAnError) {
+  TPUSIM_MACHINES(m);
+  for (double bad : {-1.0, 50.0}) {
+    std::vector<double> ids(40, 3.0);
+    ids[37] = bad;
+    std::string msg;
+    try {
+      run_kernel(*m, "gather.s", {{"M", 40}, {"D", 16}, {"V", 50}}, {{"ids", {ids, DType::I32}},
+                 {"table", {std::vector<double>(50 * 16, 1.0), DType::BF16}}}, "y");
+    } catch (const std::exception& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find("dma.gather"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("pc "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("index " + std::to_string(static_cast<int>(bad))), std::string::npos) << msg;
+  }
+}
+
 // ---- cast.s -------------------------------------------------------------------------------------------------
 
 TEST(ReferenceKernels, CastF32ToBf16AndToInt8Scaled) {

@@ -66,7 +66,8 @@ void validate_regions(const Program& p);
 // For each region, the index of the region directly enclosing it, or -1 (regions must be valid).
 std::vector<int> region_parents(const std::vector<Region>& regions);
 
-inline constexpr uint32_t kProgramVersion = 2;  // 2: tensors carry their memory space
+inline constexpr uint32_t kProgramVersion = 3;  // 2: tensors carry their memory space; 3: mxu.lw trans (its
+                                                // wait/signal fields moved up a bit), dma.gather
 
 // Binary format: "TPUB", u32 version, u32 section count, then sections (u32 id, u64 byte length, payload);
 // little-endian throughout. Sections: 1 code (u64 words), 2 tensors, 3 constant data, 4 name, 5 source lines,

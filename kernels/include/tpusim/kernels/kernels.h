@@ -8,7 +8,12 @@
 //               Tensors: inputs a, b (IN_DT), [bias]; output c (OUT_DT).
 //  gemm_int8.s  gemm.s with IN_DT=DT_I8, OUT_DT=DT_I32.     gemm_bf16.s  gemm.s with IN_DT=DT_BF16, OUT_DT=DT_F32.
 //               ACT_RESIDENT (a and c kept in VMEM), B_TILED (b stored tile by tile): see gemm.s.
+//               TRANS_B (0/1): b is given as [N, K] (b transposed, row-major) and c = a @ b^T (attention's Q @ K^T);
+//               the weight loads transpose on the way in (mxu.lw trans), same timing; not with B_TILED.
 //  cast.s       y[N] = cast(x[N] * SCALE?) from SDT to DDT. Defines N, SDT, DDT, SCALE (0 = none).
+//  gather.s     y[M,D] = table[ids[m], :] (embedding lookup, dma.gather). Defines M, D, V (table rows), DT (DT_BF16
+//               default, or DT_F32). Tensors: inputs ids (i32 [M]), table (DT [V, D]); output y (DT [M, D]). An id
+//               < 0 or >= V is a run-time error naming it.
 //  vadd.s       y[N] = a[N] + b[N], a memory-bound stream (see vadd.s for its defines).
 // Every kernel also reads the chip symbols the caller defines (MXU_ROWS, MXU_COLS, ACC_ROWS, VMEM_BYTES,
 // VPU_WIDTH; see sim::kernel_symbols) and uses semaphores s1..s8, which it initialises itself.

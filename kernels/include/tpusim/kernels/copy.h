@@ -1,0 +1,74 @@
+// copy: a generator of data-movement kernels between HBM tensors (im2col, padding, transposes, concat/split/slice,
+// layout changes), each expressed as a list of strided 2-D moves.
+//
+// Contract. copy_source(moves) is a kernel that leaves HBM as if the moves ran one after the other, each copying
+// its rows in order: a later move's writes win where destinations overlap, and a move reads what earlier moves
+// wrote. Within one move, the destination rows must not overlap each other (|dst_stride| >= rowbytes when
+// rows > 1) and the source rows must not overlap the destination rows; src_stride may be 0 (one pattern row
+// repeated, e.g. a zero row filling a padded buffer). Moves with rows == 0 or rowbytes == 0 are skipped.
+// copy_source throws std::invalid_argument on negative or overflowing sizes and addresses (every address and
+// stride must fit in 47 bits, every move in 2^62 bytes) and on the overlaps above; nothing is checked against the
+// chip's HBM size (the simulator faults at run time).
+// Chip symbols: VMEM_BYTES (required); optional COPY_VMEM_BASE (default 0) and COPY_VMEM_BYTES (default
+// VMEM_BYTES / 2): the VMEM window the kernel stages through. It uses semaphores s1..s3 (set by sem.set at its
+// start) and registers r1..r31 (r0 reads 0), and ends with halt.
+//
+// Schedule. Straight-line code, no loops; the window holds NSLOTS = 4 slots of SLOT bytes.
+//   1. Moves are normalised (contiguous rows collapse into one row) and consecutive moves that continue one
+//      regular 2-D pattern (same rowbytes, source and destination rows in arithmetic progression, no move reading
+//      what the merged ones wrote) merge into one.
+//   2. Moves are cut into pieces that fit a slot: runs of rows, or column strips of rows wider than a slot (a
+//      single contiguous row is cut anywhere). Pieces are packed one after another into groups, one group per
+//      slot use (group g uses slot g % NSLOTS), up to SLOT bytes and 256 pieces each.
+//   3. Within a group, consecutive pieces whose HBM and VMEM sides continue one 2-D pattern share one transfer:
+//      element moves of a transpose load as one strided transfer per run and store as one contiguous transfer.
+//   dmain:  group g's loads (the first waits s1: a slot is free; the last signals s2: the slot is full; loads
+//           complete in order, so all of the group's are in place)
+//   dmaout: group g's stores (the first waits s2; the last signals s1: the slot is free again)
+//   Loads of group g+1 are interleaved in the code with the stores of group g, so both queues stay busy and the
+//   dispatching core never blocks one queue behind the other.
+// Ordering. The simulator moves a transfer's bytes when it completes; each queue completes in order, but a load
+// may complete before an earlier store of the other queue. So:
+//   - a store after a load of the same bytes (write after read) is safe: every store waits for its group's last
+//     load, and loads complete in order;
+//   - stores complete in order, so overlapping destinations end with the later move's bytes (write after write);
+//   - a load of bytes that an earlier store writes (read after write) is detected at generation time, exactly for
+//     arithmetic row patterns (conservatively when that would cost too much): the group is closed if the writer
+//     is in the same group, the writer's group ends with `dmaout.sync signal=s3` and the load is preceded by
+//     `dmain.sync wait=s3`. Stores the load already waits for (those of group g - NSLOTS and earlier, through
+//     its slot's s1, and those before an earlier sync) need nothing. Without such hazards the pipeline never
+//     drains.
+// Cost: a transfer has dma.latency cycles of latency and each queue keeps dma.engines in flight, so a large copy
+// runs at about 2 * bytes / HBM bandwidth (loads and stores share it) plus a latency or two.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tpusim/isa/program.h"
+
+namespace tpusim::kernels {
+
+// One strided 2-D move in HBM: `rows` rows of `rowbytes` bytes from src + i*src_stride to dst + i*dst_stride.
+// src_stride may be 0 (the same source row repeated: fills a region from one pattern row); dst rows must not
+// overlap each other within one move.
+struct Move {
+  uint64_t src = 0, dst = 0;   // HBM byte addresses
+  uint64_t rows = 0, rowbytes = 0;
+  int64_t src_stride = 0, dst_stride = 0;  // bytes between row starts
+};
+
+// Assembly source (text, for isa::assemble) of a kernel that performs `moves` as if one after the other (a later
+// move's writes win where destinations overlap; a move may read what an earlier one wrote), staging through VMEM,
+// double-buffered so that loads of one chunk overlap stores of the previous. `symbols` are the chip symbols
+// (VMEM_BYTES, ... as for kernels::assemble). `name` becomes the .name of the program.
+std::string copy_source(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
+                        const std::string& name = "copy");
+
+// copy_source assembled with code starting at base_pc (isa::Error on failure).
+isa::Program copy_kernel(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
+                         uint64_t base_pc = 0, const std::string& name = "copy");
+
+}  // namespace tpusim::kernels

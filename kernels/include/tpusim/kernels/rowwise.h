@@ -1,0 +1,131 @@
+// A generator of fused row-wise vector kernels: C++ that emits accelerator assembly for a small expression graph
+// over an [R, C] problem (rows x cols, row-major), one kernel per fused group of elementwise ops (with
+// broadcasting), activations, row reductions (sum, max, mean over the last axis) and what they compose into:
+// softmax, layer norm, GELU, ...
+//
+// Semantics. Every value is either Full (one element per [r, c]), PerRow (one per row r: the result of a Row*
+// reduction, or a per_row input) or a scalar Const. Binary ops broadcast PerRow and Const operands over Full ones
+// (and Const over PerRow); Row* reductions of a PerRow value are the value itself (a reduction over a last axis
+// of one element); ops whose arguments are all Const are folded on the host (in f32). All arithmetic is f32 in
+// VMEM; HBM tensors may be f32, bf16 (or i32/i8), cast on the way in and out with vpu.cast (round to nearest
+// even). Composite functions are built from the vector unit's instructions:
+//   Neg x*(-1)   Abs max(x,-x)   Div a*recip(b)   Sqrt recip(rsqrt(x)) (0 -> 0)   Sigmoid recip(1+exp(-x))
+//   Tanh 1-2*recip(exp(2x)+1) (saturates to +-1; absolute error about 2e-7 near 0)
+//   Erf  Abramowitz-Stegun 7.1.26 on |x| = max(x,-x), sign via x*recip(|x|+1e-30) (|error| <= 1.5e-7 + f32)
+//   Gelu 0.5*x*(1+erf(x/sqrt2))   GeluTanh 0.5*x*(1+tanh(k*(x+0.044715x^3))) computed as x*sigmoid(2k*(...))
+//   Pow  exponents 1, 2, 3, 0.5, -1, -0.5 only (else std::invalid_argument)   RowMean RowSum*(1/C)
+//   Clip min(max(x,lo),hi)   Max/Min with a PerRow or Const operand broadcast it to a Full temporary first.
+//   RowSum: vpu.rsum, which adds in order; rows of C >= 1024 columns with a divisor K of C near sqrt(C) are
+//   summed in two steps (sums of K columns, then their sum) so that the f32 error grows like sqrt(C), not C.
+// There is no vector log instruction, so there is no Log op.
+//
+// Constants. The kernel needs no constant tensor and no extra HBM input: at its start it makes 0 with a
+// vpu.rsum over zero columns, 1 = exp(0), and every other constant c as vpu.cast(1, scale = bits(c)) (f32 to
+// f32, exact) into a small table at the bottom of its VMEM region; ops then broadcast a constant with
+// vpu.addrow/subrow/mulrow over one "row" of n elements.
+//
+// Schedule. The rows are cut into tiles of T rows; the per-tile code is emitted once inside an assembly loop.
+// Loads of tile i+1 (dmain), the vector work of tile i and the stores of tile i-1 (dmaout) overlap through two
+// slots of input and output staging buffers (semaphores s1..s5, initialised by the kernel). Periodic inputs
+// (period P) whose pattern is the same in every tile (T % P == 0, or a single tile) are loaded once at the start
+// (one dma.ld with hstride 0 repeats the P rows); otherwise each tile loads its rows in contiguous pieces with
+// wrap-around. Temporaries live in tile buffers allocated by liveness over the lowered instruction list (a dead
+// value's buffer, an f32 input's staging buffer included, is reused, in place where possible); an f32 output is
+// computed directly into its staging buffer.
+//
+// Tile size: T is the largest row count such that every buffer (2 slots of input and output staging, the
+// loop-invariant inputs, the temporaries, the constant table, each 64-byte aligned) fits in the VMEM region, and
+// at most max(1, 128 * VPU_WIDTH / C) rows (tiles of about 128 vector-unit passes: long instructions, yet enough
+// tiles for the pipeline's fill and drain to be small), at most R. With several tiles, T is then rounded down to
+// a multiple of the periodic inputs' periods (the lcm of those that fit, so that their pattern is loop-invariant),
+// and to whole vector-unit passes (T * C a multiple of VPU_WIDTH) when that costs at most 1/8 of the rows.
+// A row that does not fit throws std::invalid_argument.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tpusim/isa/isa.h"
+#include "tpusim/isa/program.h"
+
+namespace tpusim::kernels::rowwise {
+
+enum class Op {
+  Input, Const,                              // leaves
+  Add, Sub, Mul, Div, Max, Min, Pow,          // binary (Pow: args[0] ** value, a constant exponent)
+  Neg, Abs, Relu, Exp, Recip, Sqrt, Rsqrt, Tanh, Sigmoid, Erf, Gelu, GeluTanh, Clip,  // unary
+  RowSum, RowMax, RowMean                     // reductions over the last axis: Full -> PerRow
+};
+const char* op_name(Op op);
+
+// An HBM input. Full: [R, C] elements, or a smaller [period, C] tensor repeated: row r reads row r % period
+// (period 0 = R; period 1 = one [C] vector for every row, like a bias or layer norm's gamma). per_row: [R] (or
+// [period]) values, one per row.
+struct Input {
+  uint64_t addr = 0;
+  isa::DType dtype = isa::DType::F32;
+  bool per_row = false;
+  int64_t period = 0;
+  std::string name = {};  // the tensor's name in the program ("in<i>" when empty)
+};
+
+// args: indices of earlier nodes. Input: `input` indexes Program::inputs. Const: the scalar `value`. Pow: the
+// exponent in `value`. Clip: bounds lo, hi.
+struct Node {
+  Op op = Op::Input;
+  std::vector<int> args = {};
+  int input = -1;
+  float value = 0;
+  float lo = 0, hi = 0;
+};
+
+// Writes node `node` to HBM at addr: a Full node as [R, C], a PerRow node as [R] (a Const node as [R, C]).
+struct Output {
+  int node = -1;
+  uint64_t addr = 0;
+  isa::DType dtype = isa::DType::F32;
+  std::string name = {};  // "out<i>" when empty
+};
+
+struct Program {
+  int64_t rows = 0, cols = 0;
+  std::vector<Input> inputs;
+  std::vector<Node> nodes;
+  std::vector<Output> outputs;
+  // The VMEM bytes the kernel may use: [vmem_base, vmem_base + vmem_bytes); vmem_bytes 0 = up to VMEM_BYTES.
+  uint64_t vmem_base = 0, vmem_bytes = 0;
+
+  // Builders: each appends a node and returns its index.
+  int input(int index);
+  int constant(float v);
+  int unary(Op op, int a);
+  int binary(Op op, int a, int b);
+  int pow(int a, float exponent);
+  int clip(int a, float lo, float hi);
+};
+
+// What the generator decided (for tests and reports).
+struct Plan {
+  int64_t tile_rows = 0;           // T
+  int64_t tiles = 0;               // ceil(R / T)
+  int full_temps = 0;              // Full temporary tile buffers after liveness-based reuse
+  int row_temps = 0;               // PerRow temporary buffers
+  int vector_ops_per_tile = 0;     // vector-unit instructions in the loop body
+  int constants = 0;               // entries of the constant table
+  uint64_t vmem_used = 0;          // bytes of the VMEM region in use
+  std::vector<bool> invariant;     // per input: loaded once at the start (periodic pattern equal in every tile)
+};
+
+// Kernel symbols needed in `symbols`: VMEM_BYTES and VPU_WIDTH (sim::kernel_symbols gives them). Throws
+// std::invalid_argument on a malformed program, an unsupported exponent, or a row that does not fit in VMEM.
+Plan plan(const Program& p, const std::map<std::string, int64_t>& symbols);
+std::string source(const Program& p, const std::map<std::string, int64_t>& symbols,
+                   const std::string& name = "rowwise");
+// The assembled kernel: tensors declared at their given HBM addresses (names from Input/Output::name), code
+// from instruction `base_pc`; it ends by falling off its last instruction (no halt).
+isa::Program kernel(const Program& p, const std::map<std::string, int64_t>& symbols, uint64_t base_pc = 0,
+                    const std::string& name = "rowwise");
+
+}  // namespace tpusim::kernels::rowwise

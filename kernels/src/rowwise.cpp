@@ -1,0 +1,963 @@
+// The fused row-wise kernel generator (rowwise.h): lowering of the node graph to vector-unit instructions over
+// virtual tile registers, liveness-based buffer allocation, tile sizing, and the double-buffered assembly loop.
+#include "tpusim/kernels/rowwise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+#include "tpusim/isa/assembler.h"
+#include "tpusim/isa/numerics.h"
+
+namespace tpusim::kernels::rowwise {
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::Input: return "Input";
+    case Op::Const: return "Const";
+    case Op::Add: return "Add";
+    case Op::Sub: return "Sub";
+    case Op::Mul: return "Mul";
+    case Op::Div: return "Div";
+    case Op::Max: return "Max";
+    case Op::Min: return "Min";
+    case Op::Pow: return "Pow";
+    case Op::Neg: return "Neg";
+    case Op::Abs: return "Abs";
+    case Op::Relu: return "Relu";
+    case Op::Exp: return "Exp";
+    case Op::Recip: return "Recip";
+    case Op::Sqrt: return "Sqrt";
+    case Op::Rsqrt: return "Rsqrt";
+    case Op::Tanh: return "Tanh";
+    case Op::Sigmoid: return "Sigmoid";
+    case Op::Erf: return "Erf";
+    case Op::Gelu: return "Gelu";
+    case Op::GeluTanh: return "GeluTanh";
+    case Op::Clip: return "Clip";
+    case Op::RowSum: return "RowSum";
+    case Op::RowMax: return "RowMax";
+    case Op::RowMean: return "RowMean";
+  }
+  return "?";
+}
+
+int Program::input(int index) {
+  Node n;
+  n.op = Op::Input;
+  n.input = index;
+  nodes.push_back(n);
+  return static_cast<int>(nodes.size()) - 1;
+}
+int Program::constant(float v) {
+  Node n;
+  n.op = Op::Const;
+  n.value = v;
+  nodes.push_back(n);
+  return static_cast<int>(nodes.size()) - 1;
+}
+int Program::unary(Op op, int a) {
+  Node n;
+  n.op = op;
+  n.args = {a};
+  nodes.push_back(n);
+  return static_cast<int>(nodes.size()) - 1;
+}
+int Program::binary(Op op, int a, int b) {
+  Node n;
+  n.op = op;
+  n.args = {a, b};
+  nodes.push_back(n);
+  return static_cast<int>(nodes.size()) - 1;
+}
+int Program::pow(int a, float exponent) {
+  Node n;
+  n.op = Op::Pow;
+  n.args = {a};
+  n.value = exponent;
+  nodes.push_back(n);
+  return static_cast<int>(nodes.size()) - 1;
+}
+int Program::clip(int a, float lo, float hi) {
+  Node n;
+  n.op = Op::Clip;
+  n.args = {a};
+  n.lo = lo;
+  n.hi = hi;
+  nodes.push_back(n);
+  return static_cast<int>(nodes.size()) - 1;
+}
+
+namespace {
+
+using isa::DType;
+
+[[noreturn]] void fail(const std::string& m) { throw std::invalid_argument("rowwise: " + m); }
+
+uint64_t align64(uint64_t x) { return (x + 63) / 64 * 64; }
+
+enum class Kind { Full, Row, Scalar };
+
+// A value during lowering: a virtual tile register (Full or Row) or a host-known scalar.
+struct V {
+  Kind k = Kind::Scalar;
+  int r = -1;
+  float s = 0;
+};
+
+// Lowered vector-unit instructions over virtual registers.
+enum class PK {
+  Bin,     // vpu.<mn> d, a, b, n            (same kind)
+  RowB,    // vpu.<mn>row d, a, b: a Full, b Row
+  Bcast1,  // vpu.<mn>row with rows = 1: d = a op constant c over n elements
+  Un,      // vpu.<mn> d, a, n
+  Red,     // vpu.rsum/rmax d (Row), a (Full)
+  Zero,    // vpu.rsum over zero columns: d = 0
+  Cast     // vpu.cast d (ddt), a (sdt)
+};
+struct POp {
+  PK k = PK::Bin;
+  std::string mn;
+  int d = -1, a = -1, b = -1;
+  float c = 0;
+  DType sdt = DType::F32, ddt = DType::F32;
+  int64_t chunk = 0;  // Red rsum in two steps: sums of `chunk` columns into buffer `scratch`, then their sum
+  int scratch = -1;
+};
+
+struct Buf {
+  enum Space { Pool, SlotIn, SlotOut, Inv, InvStage } space = Pool;
+  Kind kind = Kind::Full;
+  DType dt = DType::F32;
+  bool reusable = false;  // may hold temporaries once its value is dead (f32 pool and f32 input staging)
+  uint64_t off = 0;       // absolute (Pool, Inv, InvStage) or within a slot (SlotIn, SlotOut)
+  int64_t width = 0;      // elements per row when not C (Full) or 1 (Row): the partial sums' scratch
+  uint64_t bytes(int64_t T, int64_t C) const {
+    return align64(static_cast<uint64_t>(T) * static_cast<uint64_t>(width ? width : kind == Kind::Full ? C : 1) *
+                   static_cast<uint64_t>(isa::dtype_size(dt)));
+  }
+  bool slot() const { return space == SlotIn || space == SlotOut; }
+};
+
+struct VReg {
+  Kind k = Kind::Full;
+  int buf = -1;
+};
+
+struct Lowered {
+  std::vector<VReg> vr;
+  std::vector<Buf> bufs;
+  std::vector<POp> ops;
+  std::vector<float> consts;    // the constant table: [0] = 0, [1] = 1, then the rest
+  std::vector<int> in_stage;    // per input: its staging buffer (slot, or invariant), -1 when unused
+  std::vector<int> in_inv_f32;  // per invariant non-f32 input: its f32 buffer
+  std::vector<int> out_buf;     // per output: its slot staging buffer
+  int full_temps = 0, row_temps = 0;
+
+  int const_index(float c) const {
+    for (size_t i = 0; i < consts.size(); ++i)
+      if (isa::bits_from_f32(consts[i]) == isa::bits_from_f32(c)) return static_cast<int>(i);
+    return -1;
+  }
+  // Bytes of VMEM the buffers take with tiles of T rows (constant table included).
+  uint64_t bytes(int64_t T, int64_t C) const {
+    uint64_t total = align64(4 * consts.size()), slot = 0;
+    for (const Buf& b : bufs) (b.slot() ? slot : total) += b.bytes(T, C);
+    return total + 2 * slot;
+  }
+};
+
+bool is_periodic(const Program& p, const Input& in) { return in.period > 0 && in.period < p.rows; }
+
+class Lowerer {
+ public:
+  Lowerer(const Program& p, const std::vector<bool>& inv) : p_(p), inv_(inv) {}
+
+  Lowered run() {
+    L_.consts = {0.0f, 1.0f};
+    L_.in_stage.assign(p_.inputs.size(), -1);
+    L_.in_inv_f32.assign(p_.inputs.size(), -1);
+    in_val_.assign(p_.inputs.size(), V{});
+    in_done_.assign(p_.inputs.size(), false);
+    // Only the nodes the outputs need.
+    std::vector<bool> need(p_.nodes.size(), false);
+    for (const Output& o : p_.outputs) need[static_cast<size_t>(o.node)] = true;
+    for (size_t i = p_.nodes.size(); i-- > 0;)
+      if (need[i])
+        for (int a : p_.nodes[i].args) need[static_cast<size_t>(a)] = true;
+    std::vector<V> val(p_.nodes.size());
+    for (size_t i = 0; i < p_.nodes.size(); ++i)
+      if (need[i]) val[i] = node(p_.nodes[i], val);
+    for (const Output& o : p_.outputs) {
+      V v = val[static_cast<size_t>(o.node)];
+      if (v.k == Kind::Scalar) v = bcast(v, Kind::Full);
+      Buf b;
+      b.space = Buf::SlotOut;
+      b.kind = v.k;
+      b.dt = o.dtype;
+      const int ob = newbuf(b);
+      L_.out_buf.push_back(ob);
+      if (o.dtype == DType::F32 && L_.vr[static_cast<size_t>(v.r)].buf < 0) {
+        L_.vr[static_cast<size_t>(v.r)].buf = ob;  // computed directly into its staging buffer
+      } else {
+        POp c;
+        c.k = PK::Cast;
+        c.mn = "cast";
+        c.a = v.r;
+        c.sdt = DType::F32;
+        c.ddt = o.dtype;
+        c.d = newv(v.k, ob);
+        L_.ops.push_back(c);
+      }
+    }
+    for (const POp& o : L_.ops)
+      if (o.k == PK::Bcast1 && L_.const_index(o.c) < 0) L_.consts.push_back(o.c);
+    allocate();
+    return std::move(L_);
+  }
+
+ private:
+  const Program& p_;
+  const std::vector<bool>& inv_;
+  Lowered L_;
+  std::vector<V> in_val_;
+  std::vector<bool> in_done_;
+  int scratch_ = -1;
+
+  // vpu.rsum adds a row in order, so its f32 error grows with the row's length. Long rows (C >= 1024) with a
+  // divisor K of C near sqrt(C) are summed in two steps instead: the sums of C/K pieces of K columns, then their
+  // sum (about 2 sqrt(C) terms in sequence instead of C; one more instruction, the same element count).
+  static int64_t sum_chunk(int64_t C) {
+    if (C < 1024) return 0;
+    const auto root = static_cast<int64_t>(std::sqrt(static_cast<double>(C)));
+    for (int64_t d = 0; d <= root / 2; ++d)
+      for (int64_t k : {root - d, root + d})
+        if (k >= 16 && C % k == 0 && C / k >= 16) return k;
+    return 0;
+  }
+
+  int newv(Kind k, int buf = -1) {
+    L_.vr.push_back(VReg{k, buf});
+    return static_cast<int>(L_.vr.size()) - 1;
+  }
+  int newbuf(const Buf& b) {
+    L_.bufs.push_back(b);
+    return static_cast<int>(L_.bufs.size()) - 1;
+  }
+  V push(POp o, Kind k) {
+    o.d = newv(k);
+    L_.ops.push_back(o);
+    return V{k, o.d, 0};
+  }
+
+  static bool sc(V v) { return v.k == Kind::Scalar; }
+  static V S(float x) { return V{Kind::Scalar, -1, x}; }
+  static Kind join(V a, V b) {
+    if (a.k == Kind::Full || b.k == Kind::Full) return Kind::Full;
+    if (a.k == Kind::Row || b.k == Kind::Row) return Kind::Row;
+    return Kind::Scalar;
+  }
+
+  // ---- primitives (each folds all-scalar operands on the host) ----
+  V vv(const char* mn, V a, V b) {
+    POp o;
+    o.k = PK::Bin;
+    o.mn = mn;
+    o.a = a.r;
+    o.b = b.r;
+    return push(o, a.k);
+  }
+  V rowb(const char* mn, V full, V row) {
+    POp o;
+    o.k = PK::RowB;
+    o.mn = mn;
+    o.a = full.r;
+    o.b = row.r;
+    return push(o, Kind::Full);
+  }
+  V b1(const char* mn, V a, float c) {
+    POp o;
+    o.k = PK::Bcast1;
+    o.mn = mn;
+    o.a = a.r;
+    o.c = c;
+    return push(o, a.k);
+  }
+  V un(const char* mn, V a) {
+    POp o;
+    o.k = PK::Un;
+    o.mn = mn;
+    o.a = a.r;
+    return push(o, a.k);
+  }
+  V zero(Kind k) {
+    POp o;
+    o.k = PK::Zero;
+    o.mn = "rsum";
+    return push(o, k);
+  }
+  // A Full (or Row) copy of a Row or scalar value: 0 + value, broadcast.
+  V bcast(V a, Kind k) {
+    if (a.k == k) return a;
+    V z = zero(k);
+    if (sc(a)) return b1("addrow", z, a.s);
+    return rowb("addrow", z, a);
+  }
+
+  V add(V a, V b) {
+    if (sc(a) && sc(b)) return S(a.s + b.s);
+    if (sc(a)) std::swap(a, b);
+    if (sc(b)) return b.s == 0.0f ? a : b1("addrow", a, b.s);
+    if (a.k == b.k) return vv("add", a, b);
+    if (a.k == Kind::Row) std::swap(a, b);
+    return rowb("addrow", a, b);
+  }
+  V mul(V a, V b) {
+    if (sc(a) && sc(b)) return S(a.s * b.s);
+    if (sc(a)) std::swap(a, b);
+    if (sc(b)) return b.s == 1.0f ? a : b1("mulrow", a, b.s);
+    if (a.k == b.k) return vv("mul", a, b);
+    if (a.k == Kind::Row) std::swap(a, b);
+    return rowb("mulrow", a, b);
+  }
+  V neg(V a) { return sc(a) ? S(-a.s) : b1("mulrow", a, -1.0f); }
+  V sub(V a, V b) {
+    if (sc(a) && sc(b)) return S(a.s - b.s);
+    if (sc(b)) return b.s == 0.0f ? a : b1("subrow", a, b.s);
+    if (sc(a)) return b1("addrow", neg(b), a.s);  // c - x = (-x) + c
+    if (a.k == b.k) return vv("sub", a, b);
+    if (a.k == Kind::Full) return rowb("subrow", a, b);
+    return rowb("addrow", neg(b), a);  // row - full = (-full) + row
+  }
+  V maxmin(bool is_max, V a, V b) {
+    if (sc(a) && sc(b)) return S(is_max ? std::max(a.s, b.s) : std::min(a.s, b.s));
+    const Kind k = join(a, b);
+    return vv(is_max ? "max" : "min", bcast(a, k), bcast(b, k));
+  }
+  V relu(V a) { return sc(a) ? S(std::max(a.s, 0.0f)) : un("relu", a); }
+  V exp(V a) { return sc(a) ? S(std::exp(a.s)) : un("exp", a); }
+  V recip(V a) { return sc(a) ? S(1.0f / a.s) : un("recip", a); }
+  V rsqrt(V a) { return sc(a) ? S(1.0f / std::sqrt(a.s)) : un("rsqrt", a); }
+  V sqrt(V a) { return sc(a) ? S(std::sqrt(a.s)) : recip(rsqrt(a)); }  // recip(inf) = 0 at x = 0
+  V div(V a, V b) { return sc(a) && sc(b) ? S(a.s / b.s) : mul(a, recip(b)); }
+  V abs(V a) { return sc(a) ? S(std::fabs(a.s)) : maxmin(true, a, neg(a)); }
+  V sigmoid(V x) { return sc(x) ? S(1.0f / (1.0f + std::exp(-x.s))) : recip(add(exp(neg(x)), S(1))); }
+  V tanh(V x) {
+    if (sc(x)) return S(std::tanh(x.s));
+    // 1 - 2 / (exp(2x) + 1): exp overflowing to inf gives 1, underflowing to 0 gives -1.
+    return add(mul(recip(add(exp(mul(x, S(2))), S(1))), S(-2)), S(1));
+  }
+  V erf(V x, float scale = 1) {  // scale * erf(x)
+    if (sc(x)) return S(scale * std::erf(x.s));
+    // Abramowitz-Stegun 7.1.26: erf(|x|) = 1 - t*(a1 + t*(a2 + t*(a3 + t*(a4 + t*a5)))) * exp(-x^2),
+    // t = 1 / (1 + p|x|), |error| <= 1.5e-7; erf(x) = erf(|x|) * x / (|x| + 1e-30). The polynomial's
+    // coefficients carry -scale, so that scale * erf(|x|) = poly * exp(-x^2) + scale.
+    const double p = 0.3275911, a1 = 0.254829592, a2 = -0.284496736, a3 = 1.421413741, a4 = -1.453152027,
+                 a5 = 1.061405429;
+    auto c = [&](double a) { return S(static_cast<float>(-a * scale)); };
+    // (In an order that lets values die early: at most four temporaries besides x.)
+    V nx = neg(x);
+    V ax = maxmin(true, x, nx);
+    V e = exp(mul(x, nx));  // exp(-x^2)
+    V sign = mul(x, recip(add(ax, S(1e-30f))));
+    V t = recip(add(mul(ax, S(static_cast<float>(p))), S(1)));
+    V poly = add(mul(t, c(a5)), c(a4));
+    poly = add(mul(poly, t), c(a3));
+    poly = add(mul(poly, t), c(a2));
+    poly = add(mul(poly, t), c(a1));
+    poly = mul(poly, t);
+    V y = add(mul(poly, e), S(scale));
+    return mul(y, sign);
+  }
+  // 0.5 x (1 + erf(x / sqrt2)) = x * (0.5 * erf(x / sqrt2) + 0.5)
+  V gelu(V x) { return mul(x, add(erf(mul(x, S(0.70710678118654752f)), 0.5f), S(0.5f))); }
+  V gelu_tanh(V x) {
+    // 0.5x(1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) * (x + 0.044715 x^3): no cancellation for x << 0.
+    const float k = 0.79788456080286536f;  // sqrt(2 / pi)
+    V inner = add(x, mul(mul(mul(x, x), x), S(0.044715f)));
+    return mul(x, recip(add(exp(mul(inner, S(-2.0f * k))), S(1))));
+  }
+  V pow(V x, float e) {
+    if (e == 1.0f) return x;
+    if (e == 2.0f) return mul(x, x);
+    if (e == 3.0f) return mul(mul(x, x), x);
+    if (e == 0.5f) return sqrt(x);
+    if (e == -1.0f) return recip(x);
+    if (e == -0.5f) return rsqrt(x);
+    std::ostringstream s;
+    s << "Pow exponent " << e << " is not supported (only 1, 2, 3, 0.5, -1, -0.5)";
+    fail(s.str());
+  }
+  V reduce(const char* mn, V a, bool mean) {
+    if (sc(a)) return mean || std::string(mn) == "rmax" ? a : S(a.s * static_cast<float>(p_.cols));
+    if (a.k == Kind::Row) return a;  // a reduction over a last axis of one element
+    POp o;
+    o.k = PK::Red;
+    o.mn = mn;
+    o.a = a.r;
+    if (std::string(mn) == "rsum" && (o.chunk = sum_chunk(p_.cols)) > 0) {
+      if (scratch_ < 0) {
+        Buf b;
+        b.space = Buf::Pool;  // a fixed buffer, used only within this instruction pair
+        b.kind = Kind::Row;
+        b.width = p_.cols / o.chunk;
+        scratch_ = newbuf(b);
+      }
+      o.scratch = scratch_;
+    }
+    V r = push(o, Kind::Row);
+    return mean ? mul(r, S(static_cast<float>(1.0 / static_cast<double>(p_.cols)))) : r;
+  }
+
+  V input(int i) {
+    const size_t u = static_cast<size_t>(i);
+    if (in_done_[u]) return in_val_[u];
+    const Input& in = p_.inputs[u];
+    const Kind k = in.per_row ? Kind::Row : Kind::Full;
+    Buf stage;
+    stage.kind = k;
+    stage.dt = in.dtype;
+    V v;
+    if (inv_[u]) {
+      stage.space = in.dtype == DType::F32 ? Buf::Inv : Buf::InvStage;
+      const int sb = newbuf(stage);
+      L_.in_stage[u] = sb;
+      int fb = sb;
+      if (in.dtype != DType::F32) {
+        Buf f;
+        f.space = Buf::Inv;
+        f.kind = k;
+        fb = newbuf(f);
+        L_.in_inv_f32[u] = fb;
+      }
+      v = V{k, newv(k, fb), 0};
+    } else {
+      stage.space = Buf::SlotIn;
+      stage.reusable = in.dtype == DType::F32;
+      const int sb = newbuf(stage);
+      L_.in_stage[u] = sb;
+      const int sv = newv(k, sb);
+      if (in.dtype == DType::F32) {
+        v = V{k, sv, 0};
+      } else {
+        POp c;
+        c.k = PK::Cast;
+        c.mn = "cast";
+        c.a = sv;
+        c.sdt = in.dtype;
+        c.ddt = DType::F32;
+        v = push(c, k);
+      }
+    }
+    in_done_[u] = true;
+    return in_val_[u] = v;
+  }
+
+  V node(const Node& n, const std::vector<V>& val) {
+    auto arg = [&](size_t i) { return val[static_cast<size_t>(n.args[i])]; };
+    switch (n.op) {
+      case Op::Input: return input(n.input);
+      case Op::Const: return S(n.value);
+      case Op::Add: return add(arg(0), arg(1));
+      case Op::Sub: return sub(arg(0), arg(1));
+      case Op::Mul: return mul(arg(0), arg(1));
+      case Op::Div: return div(arg(0), arg(1));
+      case Op::Max: return maxmin(true, arg(0), arg(1));
+      case Op::Min: return maxmin(false, arg(0), arg(1));
+      case Op::Pow: return pow(arg(0), n.value);
+      case Op::Neg: return neg(arg(0));
+      case Op::Abs: return abs(arg(0));
+      case Op::Relu: return relu(arg(0));
+      case Op::Exp: return exp(arg(0));
+      case Op::Recip: return recip(arg(0));
+      case Op::Sqrt: return sqrt(arg(0));
+      case Op::Rsqrt: return rsqrt(arg(0));
+      case Op::Tanh: return tanh(arg(0));
+      case Op::Sigmoid: return sigmoid(arg(0));
+      case Op::Erf: return erf(arg(0));
+      case Op::Gelu: return gelu(arg(0));
+      case Op::GeluTanh: return gelu_tanh(arg(0));
+      case Op::Clip: return maxmin(false, maxmin(true, arg(0), S(n.lo)), S(n.hi));
+      case Op::RowSum: return reduce("rsum", arg(0), false);
+      case Op::RowMax: return reduce("rmax", arg(0), false);
+      case Op::RowMean: return reduce("rsum", arg(0), true);
+    }
+    fail("unknown op");
+  }
+
+  // Linear scan over the lowered instructions: a value's buffer is freed after its last use; a result takes,
+  // in place, the buffer of an operand that dies at that instruction, else a free buffer, else a new one.
+  void allocate() {
+    std::vector<int> last(L_.vr.size(), -1);
+    for (size_t k = 0; k < L_.ops.size(); ++k)
+      for (int a : {L_.ops[k].a, L_.ops[k].b})
+        if (a >= 0) last[static_cast<size_t>(a)] = static_cast<int>(k);
+    std::vector<int> free_full, free_row;
+    auto reusable = [&](int v) {
+      const int b = L_.vr[static_cast<size_t>(v)].buf;
+      return b >= 0 && L_.bufs[static_cast<size_t>(b)].reusable;
+    };
+    auto release = [&](int v) {
+      const VReg& r = L_.vr[static_cast<size_t>(v)];
+      (r.k == Kind::Full ? free_full : free_row).push_back(r.buf);
+    };
+    for (size_t k = 0; k < L_.ops.size(); ++k) {
+      const POp& o = L_.ops[k];
+      VReg& d = L_.vr[static_cast<size_t>(o.d)];
+      if (d.buf < 0) {
+        for (int a : {o.a, o.b})
+          if (a >= 0 && last[static_cast<size_t>(a)] == static_cast<int>(k) && reusable(a) &&
+              L_.vr[static_cast<size_t>(a)].k == d.k) {
+            d.buf = L_.vr[static_cast<size_t>(a)].buf;
+            break;
+          }
+        if (d.buf < 0) {
+          auto& fl = d.k == Kind::Full ? free_full : free_row;
+          if (!fl.empty()) {
+            d.buf = fl.back();
+            fl.pop_back();
+          } else {
+            Buf b;
+            b.space = Buf::Pool;
+            b.kind = d.k;
+            b.reusable = true;
+            d.buf = newbuf(b);
+            ++(d.k == Kind::Full ? L_.full_temps : L_.row_temps);
+          }
+        }
+      }
+      const int dbuf = d.buf;
+      for (int a : {o.a, o.b})
+        if (a >= 0 && last[static_cast<size_t>(a)] == static_cast<int>(k) && reusable(a) &&
+            L_.vr[static_cast<size_t>(a)].buf != dbuf) {
+          last[static_cast<size_t>(a)] = -2;  // released once, even when it is both operands
+          release(a);
+        }
+      if (last[static_cast<size_t>(o.d)] == -1 && reusable(o.d)) release(o.d);  // never read
+    }
+  }
+};
+
+int64_t lcm64(int64_t a, int64_t b) { return a / std::gcd(a, b) * b; }
+
+int64_t symbol(const std::map<std::string, int64_t>& symbols, const char* name) {
+  auto it = symbols.find(name);
+  if (it == symbols.end()) fail(std::string("symbol ") + name + " is missing (pass sim::kernel_symbols)");
+  return it->second;
+}
+
+void validate(const Program& p) {
+  if (p.rows < 1 || p.cols < 1)
+    fail("rows and cols must be positive (got " + std::to_string(p.rows) + " x " + std::to_string(p.cols) + ")");
+  if (p.outputs.empty()) fail("the program has no outputs");
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    if (p.inputs[i].period < 0) fail("input " + std::to_string(i) + " has a negative period");
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const Node& n = p.nodes[i];
+    size_t arity = 1;
+    switch (n.op) {
+      case Op::Input:
+      case Op::Const: arity = 0; break;
+      case Op::Add:
+      case Op::Sub:
+      case Op::Mul:
+      case Op::Div:
+      case Op::Max:
+      case Op::Min: arity = 2; break;
+      default: break;
+    }
+    const std::string what = "node " + std::to_string(i) + " (" + op_name(n.op) + ")";
+    if (n.args.size() != arity)
+      fail(what + " takes " + std::to_string(arity) + " arguments, has " + std::to_string(n.args.size()));
+    for (int a : n.args)
+      if (a < 0 || static_cast<size_t>(a) >= i) fail(what + " refers to node " + std::to_string(a) + ", not an earlier one");
+    if (n.op == Op::Input && (n.input < 0 || static_cast<size_t>(n.input) >= p.inputs.size()))
+      fail(what + " refers to input " + std::to_string(n.input) + " of " + std::to_string(p.inputs.size()));
+  }
+  for (size_t i = 0; i < p.outputs.size(); ++i)
+    if (p.outputs[i].node < 0 || static_cast<size_t>(p.outputs[i].node) >= p.nodes.size())
+      fail("output " + std::to_string(i) + " refers to node " + std::to_string(p.outputs[i].node));
+}
+
+struct Built {
+  Plan plan;
+  Lowered low;
+  uint64_t base = 0;  // VMEM region start
+  uint64_t const_base = 0, slot_base = 0, slot_bytes = 0;
+};
+
+Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
+  validate(p);
+  const auto vmem_total = static_cast<uint64_t>(symbol(symbols, "VMEM_BYTES"));
+  const int64_t width = std::max<int64_t>(1, symbol(symbols, "VPU_WIDTH"));
+  if (p.vmem_base % 64 != 0) fail("vmem_base must be a multiple of 64");
+  if (p.vmem_base > vmem_total) fail("vmem_base lies past VMEM_BYTES");
+  const uint64_t budget = p.vmem_bytes ? p.vmem_bytes : vmem_total - p.vmem_base;
+  if (p.vmem_base + budget > vmem_total) fail("the VMEM region [vmem_base, +vmem_bytes) lies past VMEM_BYTES");
+  const int64_t R = p.rows, C = p.cols;
+
+  // Worst case over "every periodic input loaded per tile" and "every one loaded once".
+  std::vector<bool> none(p.inputs.size(), false), all(p.inputs.size(), false);
+  std::vector<int64_t> periods;
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    if (is_periodic(p, p.inputs[i])) {
+      all[i] = true;
+      periods.push_back(p.inputs[i].period);
+    }
+  const Lowered la = Lowerer(p, none).run(), lb = Lowerer(p, all).run();
+  auto fits_both = [&](int64_t T) { return la.bytes(T, C) <= budget && lb.bytes(T, C) <= budget; };
+  if (!fits_both(1)) {
+    const uint64_t need = std::max(la.bytes(1, C), lb.bytes(1, C));
+    fail("one row of " + std::to_string(C) + " columns needs " + std::to_string(need) + " bytes of VMEM (" +
+         std::to_string(std::max(la.bufs.size(), lb.bufs.size())) +
+         " tile buffers, the two slots' counted twice), more than the " + std::to_string(budget) +
+         " bytes available");
+  }
+  int64_t lo = 1, hi = R;  // largest T with fits_both(T)
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits_both(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  const int64_t t_max = lo;
+  const int64_t cap = std::max<int64_t>(1, 128 * width / C);
+  int64_t T = std::min({t_max, cap, R});
+  if (T < R) {
+    std::sort(periods.begin(), periods.end());
+    int64_t L = 1;
+    for (int64_t P : periods)
+      if (lcm64(L, P) <= t_max) L = lcm64(L, P);
+    if (L > 1) T = T >= L ? T / L * L : L;
+    // Whole vector-unit passes per instruction (T * C a multiple of VPU_WIDTH) where that costs little.
+    const int64_t M = lcm64(L, width / std::gcd(C, width));
+    if (T >= 8 * M) T = T / M * M;
+  }
+  Built b;
+  for (;;) {
+    std::vector<bool> inv(p.inputs.size(), false);
+    for (size_t i = 0; i < p.inputs.size(); ++i)
+      inv[i] = is_periodic(p, p.inputs[i]) && (T >= R || T % p.inputs[i].period == 0);
+    b.low = Lowerer(p, inv).run();
+    b.plan.invariant = inv;
+    if (b.low.bytes(T, C) <= budget) break;
+    if (T == 1) fail("one row does not fit in VMEM");  // not reached: fits_both(1) holds
+    T = std::max<int64_t>(1, T - std::max<int64_t>(1, T / 16));
+  }
+  // Layout: constant table, invariant and pool buffers, then the two slots.
+  b.base = p.vmem_base;
+  b.const_base = p.vmem_base;
+  uint64_t at = p.vmem_base + align64(4 * b.low.consts.size());
+  for (Buf& buf : b.low.bufs)
+    if (!buf.slot()) {
+      buf.off = at;
+      at += buf.bytes(T, C);
+    }
+  b.slot_base = at;
+  uint64_t s = 0;
+  for (Buf& buf : b.low.bufs)
+    if (buf.slot()) {
+      buf.off = s;
+      s += buf.bytes(T, C);
+    }
+  b.slot_bytes = s;
+  b.plan.tile_rows = T;
+  b.plan.tiles = (R + T - 1) / T;
+  b.plan.full_temps = b.low.full_temps;
+  b.plan.row_temps = b.low.row_temps;
+  b.plan.vector_ops_per_tile = static_cast<int>(b.low.ops.size());
+  for (const POp& o : b.low.ops) b.plan.vector_ops_per_tile += o.chunk > 0;
+  b.plan.constants = static_cast<int>(b.low.consts.size());
+  b.plan.vmem_used = at + 2 * s - p.vmem_base;
+  return b;
+}
+
+// ---- emission ----------------------------------------------------------------------------------------------
+// Registers: r0 = 0; r1 tile row start; r2 rows in the tile; r3 = r2 * C; r4 slot offset (0 or SLOT); r5 = 1;
+// r6 = C; r7 = C * 4; r9..r11 operand addresses; r12 scale bits; r13 scratch; r20..r22 the next tile's row
+// start, rows and slot offset (loads); r23..r27 load/store scratch.
+class Emitter {
+ public:
+  Emitter(const Program& p, const Built& b, std::ostringstream& o) : p_(p), b_(b), o_(o) {}
+
+  void emit(const std::string& name) {
+    const Plan& pl = b_.plan;
+    const int64_t R = p_.rows, C = p_.cols, T = pl.tile_rows;
+    std::string shown = name;
+    for (char& ch : shown)
+      if (ch == '"' || ch == '\\' || ch == '\n') ch = '_';
+    o_ << ".name \"" << shown << "\"\n";
+    o_ << "# Fused row-wise kernel (kernels/rowwise.h): [" << R << ", " << C << "], tiles of " << T << " rows ("
+       << pl.tiles << " tiles), " << pl.vector_ops_per_tile << " vector instructions per tile, " << pl.full_temps
+       << " full temporaries, VMEM [" << b_.base << ", +" << pl.vmem_used << ")\n";
+    for (size_t i = 0; i < p_.inputs.size(); ++i) {
+      const Input& in = p_.inputs[i];
+      const int64_t rows = in.period > 0 ? in.period : R;
+      o_ << ".input \"" << (in.name.empty() ? "in" + std::to_string(i) : in.name) << "\", "
+         << isa::dtype_name(in.dtype) << ", [" << rows;
+      if (!in.per_row) o_ << ", " << C;
+      o_ << "] @ hbm " << in.addr << "\n";
+    }
+    for (size_t i = 0; i < p_.outputs.size(); ++i) {
+      const Output& out = p_.outputs[i];
+      const bool row = b_.low.bufs[static_cast<size_t>(b_.low.out_buf[i])].kind == Kind::Row;
+      o_ << ".output \"" << (out.name.empty() ? "out" + std::to_string(i) : out.name) << "\", "
+         << isa::dtype_name(out.dtype) << ", [" << R;
+      if (!row) o_ << ", " << C;
+      o_ << "] @ hbm " << out.addr << "\n";
+    }
+    line("sem.set s1, 2", "input slots free");
+    line("sem.set s2, 0", "input slots loaded");
+    line("sem.set s3, 2", "output slots free");
+    line("sem.set s4, 0", "output slots computed");
+    line("sem.set s5, 0", "loop-invariant inputs loaded");
+    line("li r5, 1");
+    line("li r6, " + std::to_string(C));
+    line("li r7, " + std::to_string(C * 4));
+    // Constant table: 0 = a sum over no columns, 1 = exp(0), c = cast(1 * c).
+    const uint64_t cb = b_.const_base;
+    line("li r9, " + std::to_string(cb));
+    line("vpu.rsum r9, r0, r5, r0, r0, f32", "const 0");
+    line("li r10, " + std::to_string(cb + 4));
+    line("vpu.exp r10, r9, r5, f32", "const 1 = exp(0)");
+    for (size_t i = 2; i < b_.low.consts.size(); ++i) {
+      const float c = b_.low.consts[i];
+      line("li r9, " + std::to_string(cb + 4 * i));
+      line("li r12, " + std::to_string(isa::bits_from_f32(c)));
+      std::ostringstream cm;
+      cm << "const " << c;
+      line("vpu.cast r9, r10, r5, r12, f32, f32, scale_en", cm.str());
+    }
+    // Loop-invariant (periodic) inputs: rows 0..T-1 of the pattern, once.
+    bool any_inv = false;
+    for (size_t i = 0; i < p_.inputs.size(); ++i) {
+      const int sb = b_.low.in_stage[i];
+      if (sb < 0 || !b_.plan.invariant[i]) continue;
+      any_inv = true;
+      const Input& in = p_.inputs[i];
+      const int64_t P = in.period, rb = width(in) * isa::dtype_size(in.dtype);
+      const uint64_t dst = b_.low.bufs[static_cast<size_t>(sb)].off;
+      const int64_t copies = T / P, rest = T % P;
+      line("li r9, " + std::to_string(dst));
+      line("li r23, " + std::to_string(in.addr));
+      if (copies > 0) {
+        line("li r24, " + std::to_string(copies));
+        line("li r25, " + std::to_string(P * rb));
+        line("dma.ld r9, r23, r24, r25, r0, r25", "input " + std::to_string(i) + ": " + std::to_string(copies) +
+                                                       " copies of its " + std::to_string(P) + " rows (hstride 0)");
+      }
+      if (rest > 0) {
+        line("li r9, " + std::to_string(dst + static_cast<uint64_t>(copies * P * rb)));
+        line("li r25, " + std::to_string(rest * rb));
+        line("dma.ld r9, r23, r5, r25, r25, r25");
+      }
+    }
+    if (any_inv) {
+      line("dmain.sync signal=s5");
+      line("vpu.sync wait=s5");
+      for (size_t i = 0; i < p_.inputs.size(); ++i) {
+        const int fb = b_.low.in_inv_f32[i];
+        if (fb < 0) continue;
+        line("li r9, " + std::to_string(b_.low.bufs[static_cast<size_t>(fb)].off));
+        line("li r10, " + std::to_string(b_.low.bufs[static_cast<size_t>(b_.low.in_stage[i])].off));
+        line("li r13, " + std::to_string(T * width(p_.inputs[i])));
+        line(std::string("vpu.cast r9, r10, r13, r0, ") + isa::dtype_name(p_.inputs[i].dtype) + ", f32");
+      }
+    }
+    // The loop over tiles, software-pipelined: tile 0's loads, then per tile: the next tile's loads, this
+    // tile's vector work, this tile's stores.
+    line("li r1, 0");
+    line("li r4, 0");
+    line("li r20, 0");
+    line("li r21, " + std::to_string(std::min(T, R)));
+    line("li r22, 0");
+    loads();
+    o_ << "rw_tile:\n";
+    line("li r13, " + std::to_string(R));
+    line("sub r2, r13, r1");
+    line("li r13, " + std::to_string(T));
+    line("min r2, r2, r13", "rows in this tile");
+    line("mul r3, r2, r6", "elements in this tile");
+    line("addi r20, r1, " + std::to_string(T));
+    line("li r13, " + std::to_string(R));
+    line("bge r20, r13, rw_compute", "no next tile");
+    line("sub r21, r13, r20");
+    line("li r13, " + std::to_string(T));
+    line("min r21, r21, r13");
+    line("li r13, " + std::to_string(b_.slot_bytes));
+    line("sub r22, r13, r4");
+    loads();
+    o_ << "rw_compute:\n";
+    line("vpu.sync wait=s2", "this tile's inputs are in");
+    line("vpu.sync wait=s3", "its output slot is free");
+    for (const POp& op : b_.low.ops) vector_op(op);
+    line("vpu.sync signal=s1");
+    line("vpu.sync signal=s4");
+    line("dmaout.sync wait=s4");
+    for (size_t i = 0; i < p_.outputs.size(); ++i) {
+      const Output& out = p_.outputs[i];
+      const Buf& ob = b_.low.bufs[static_cast<size_t>(b_.low.out_buf[i])];
+      const int64_t rb = (ob.kind == Kind::Full ? C : 1) * isa::dtype_size(out.dtype);
+      line("li r13, " + std::to_string(rb));
+      line("mul r23, r1, r13");
+      line("li r13, " + std::to_string(out.addr));
+      line("add r23, r23, r13");
+      line("li r13, " + std::to_string(rb));
+      line("mul r24, r2, r13");
+      line("addi r9, r4, " + std::to_string(b_.slot_base + ob.off));
+      line("dma.st r23, r9, r5, r24, r24, r24", "output " + std::to_string(i));
+    }
+    line("dmaout.sync signal=s3");
+    line("li r13, " + std::to_string(b_.slot_bytes));
+    line("sub r4, r13, r4", "the other slot");
+    line("addi r1, r1, " + std::to_string(T));
+    line("li r13, " + std::to_string(R));
+    line("blt r1, r13, rw_tile");
+  }
+
+ private:
+  const Program& p_;
+  const Built& b_;
+  std::ostringstream& o_;
+  int labels_ = 0;
+
+  int64_t width(const Input& in) const { return in.per_row ? 1 : p_.cols; }
+
+  void line(const std::string& s, const std::string& comment = "") {
+    o_ << "    " << s;
+    if (!comment.empty()) o_ << "    # " << comment;
+    o_ << "\n";
+  }
+
+  // The next tile's loads (rows r20.., r21 of them, into the slot at offset r22).
+  void loads() {
+    line("dmain.sync wait=s1");
+    for (size_t i = 0; i < p_.inputs.size(); ++i) {
+      const int sb = b_.low.in_stage[i];
+      if (sb < 0 || b_.plan.invariant[i]) continue;
+      const Input& in = p_.inputs[i];
+      const int64_t rb = width(in) * isa::dtype_size(in.dtype);
+      const std::string dst = std::to_string(b_.slot_base + b_.low.bufs[static_cast<size_t>(sb)].off);
+      if (!is_periodic(p_, in)) {
+        line("li r13, " + std::to_string(rb));
+        line("mul r23, r20, r13");
+        line("li r13, " + std::to_string(in.addr));
+        line("add r23, r23, r13");
+        line("li r13, " + std::to_string(rb));
+        line("mul r24, r21, r13");
+        line("addi r9, r22, " + dst);
+        line("dma.ld r9, r23, r5, r24, r24, r24", "input " + std::to_string(i));
+        continue;
+      }
+      // Rows r % P for r in [r20, r20 + r21): contiguous pieces, wrapping around at P.
+      const std::string P = std::to_string(in.period), label = "rw_piece" + std::to_string(labels_++);
+      line("li r13, " + P);
+      line("rem r25, r20, r13", "input " + std::to_string(i) + " (period " + P + "): first pattern row");
+      line("mov r26, r21", "rows left");
+      line("addi r9, r22, " + dst);
+      o_ << label << ":\n";
+      line("li r13, " + P);
+      line("sub r27, r13, r25");
+      line("min r27, r27, r26", "rows in this piece");
+      line("li r13, " + std::to_string(rb));
+      line("mul r23, r25, r13");
+      line("li r13, " + std::to_string(in.addr));
+      line("add r23, r23, r13");
+      line("li r13, " + std::to_string(rb));
+      line("mul r24, r27, r13");
+      line("dma.ld r9, r23, r5, r24, r24, r24");
+      line("add r9, r9, r24");
+      line("sub r26, r26, r27");
+      line("li r25, 0");
+      line("blt r0, r26, " + label);
+    }
+    line("dmain.sync signal=s2");
+  }
+
+  void addr(int reg, int v) {
+    const Buf& b = b_.low.bufs[static_cast<size_t>(b_.low.vr[static_cast<size_t>(v)].buf)];
+    if (b.slot())
+      line("addi r" + std::to_string(reg) + ", r4, " + std::to_string(b_.slot_base + b.off));
+    else
+      line("li r" + std::to_string(reg) + ", " + std::to_string(b.off));
+  }
+  const char* n_reg(int v) const { return b_.low.vr[static_cast<size_t>(v)].k == Kind::Full ? "r3" : "r2"; }
+
+  void vector_op(const POp& op) {
+    switch (op.k) {
+      case PK::Bin:
+        addr(9, op.d), addr(10, op.a), addr(11, op.b);
+        line("vpu." + op.mn + " r9, r10, r11, " + n_reg(op.d) + ", f32");
+        return;
+      case PK::RowB:
+        addr(9, op.d), addr(10, op.a), addr(11, op.b);
+        line("vpu." + op.mn + " r9, r10, r11, r2, r6, r7, f32");
+        return;
+      case PK::Bcast1: {
+        addr(9, op.d), addr(10, op.a);
+        const int ci = b_.low.const_index(op.c);
+        line("li r11, " + std::to_string(b_.const_base + 4 * static_cast<uint64_t>(ci)));
+        std::ostringstream cm;
+        cm << "constant " << op.c;
+        line("vpu." + op.mn + " r9, r10, r11, r5, " + n_reg(op.d) + ", r7, f32", cm.str());
+        return;
+      }
+      case PK::Un:
+        addr(9, op.d), addr(10, op.a);
+        line("vpu." + op.mn + " r9, r10, " + n_reg(op.d) + ", f32");
+        return;
+      case PK::Red:
+        if (op.chunk > 0) {  // sums of `chunk` columns (rows * C/chunk of them), then a sum of C/chunk per row
+          const int64_t m = p_.cols / op.chunk;
+          const Buf& sb = b_.low.bufs[static_cast<size_t>(op.scratch)];
+          line("li r9, " + std::to_string(sb.off));
+          addr(10, op.a);
+          line("li r13, " + std::to_string(m));
+          line("mul r24, r2, r13");
+          line("li r25, " + std::to_string(op.chunk));
+          line("li r26, " + std::to_string(op.chunk * 4));
+          line("vpu.rsum r9, r10, r24, r25, r26, f32", "partial sums of " + std::to_string(op.chunk) + " columns");
+          addr(9, op.d);
+          line("li r10, " + std::to_string(sb.off));
+          line("li r25, " + std::to_string(m));
+          line("li r26, " + std::to_string(m * 4));
+          line("vpu.rsum r9, r10, r2, r25, r26, f32");
+          return;
+        }
+        addr(9, op.d), addr(10, op.a);
+        line("vpu." + op.mn + " r9, r10, r2, r6, r7, f32");
+        return;
+      case PK::Zero:
+        addr(9, op.d);
+        line(std::string("vpu.rsum r9, r0, ") + n_reg(op.d) + ", r0, r0, f32", "zeros: sums over no columns");
+        return;
+      case PK::Cast:
+        addr(9, op.d), addr(10, op.a);
+        line(std::string("vpu.cast r9, r10, ") + n_reg(op.d) + ", r0, " + isa::dtype_name(op.sdt) + ", " +
+             isa::dtype_name(op.ddt));
+        return;
+    }
+  }
+};
+
+}  // namespace
+
+Plan plan(const Program& p, const std::map<std::string, int64_t>& symbols) { return build(p, symbols).plan; }
+
+std::string source(const Program& p, const std::map<std::string, int64_t>& symbols, const std::string& name) {
+  const Built b = build(p, symbols);
+  std::ostringstream o;
+  Emitter(p, b, o).emit(name);
+  return o.str();
+}
+
+isa::Program kernel(const Program& p, const std::map<std::string, int64_t>& symbols, uint64_t base_pc,
+                    const std::string& name) {
+  isa::AsmOptions opts;
+  opts.defines = symbols;
+  opts.base_pc = base_pc;
+  return isa::assemble(source(p, symbols, name), name + ".s", opts);
+}
+
+}  // namespace tpusim::kernels::rowwise

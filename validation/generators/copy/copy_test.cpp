@@ -1,0 +1,215 @@
+// The copy-kernel generator (tpusim/kernels/copy.h) against a host reference: random HBM contents, the moves
+// applied with memmove one after the other on a host copy, every byte compared. Each test elaborates one chip.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <stdexcept>
+
+#include "tpusim/kernels/copy.h"
+#include "tpusim/sim/chip.h"
+#include "tpusim/sim/config.h"
+
+namespace tpusim {
+namespace {
+
+using kernels::Move;
+
+std::map<std::string, int64_t> symbols(const sim::ChipConfig& cfg) {
+  std::map<std::string, int64_t> s;
+  for (const auto& [k, v] : sim::kernel_symbols(cfg)) s[k] = v;
+  return s;
+}
+
+void reference(std::vector<uint8_t>& mem, const std::vector<Move>& moves) {
+  for (const Move& m : moves)
+    for (uint64_t i = 0; i < m.rows && m.rowbytes; ++i)
+      std::memmove(mem.data() + m.dst + static_cast<int64_t>(i) * m.dst_stride,
+                   mem.data() + m.src + static_cast<int64_t>(i) * m.src_stride, m.rowbytes);
+}
+
+struct Copier {
+  explicit Copier(const std::string& preset, const std::vector<std::string>& sets = {})
+      : cfg(sim::load_config(preset, sets)), chip(std::make_unique<sim::Chip>(cfg)), syms(symbols(cfg)) {}
+
+  // Fills HBM [0, bytes) with random data, runs the moves, compares with the reference; returns the program.
+  isa::Program check(const std::vector<Move>& moves, size_t bytes, uint32_t seed) {
+    std::vector<uint8_t> mem(bytes);
+    std::mt19937 rng(seed);
+    for (auto& b : mem) b = static_cast<uint8_t>(rng());
+    chip->write_hbm(0, mem.data(), mem.size());
+    isa::Program p = kernels::copy_kernel(moves, syms);
+    last = chip->run(p);
+    reference(mem, moves);
+    std::vector<uint8_t> got(bytes);
+    chip->read_hbm(0, got.data(), got.size());
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < bytes; ++i)
+      if (got[i] != mem[i] && bad++ == 0) first = i;
+    EXPECT_EQ(bad, 0u) << "first wrong byte at " << first << ": got " << int(got[first]) << ", expected "
+                       << int(mem[first]);
+    return p;
+  }
+
+  sim::ChipConfig cfg;
+  std::unique_ptr<sim::Chip> chip;
+  std::map<std::string, int64_t> syms;
+  sim::RunResult last;
+};
+
+// (1) NCHW -> NHWC of a [2,3,5,7] bf16 tensor, one 2-byte move per element, in destination order.
+TEST(Copy, TransposeNchwToNhwcAsElementMoves) {
+  Copier c("v4-like");
+  const uint64_t N = 2, C = 3, H = 5, W = 7, E = 2, dst = 4096;
+  std::vector<Move> moves;
+  for (uint64_t n = 0; n < N; ++n)
+    for (uint64_t h = 0; h < H; ++h)
+      for (uint64_t w = 0; w < W; ++w)
+        for (uint64_t ch = 0; ch < C; ++ch)
+          moves.push_back({(((n * C + ch) * H + h) * W + w) * E, dst + (((n * H + h) * W + w) * C + ch) * E, 1, E});
+  isa::Program p = c.check(moves, 8192, 1);
+  std::printf("transpose: %zu moves, %zu instructions, %llu cycles\n", moves.size(), p.code.size(),
+              static_cast<unsigned long long>(c.last.stats.cycles));
+  EXPECT_LT(p.code.size(), moves.size());
+}
+
+// (2) im2col of a zero-padded image: fill the padded buffer from one pattern row (src_stride 0), copy the image
+// into its interior, overwrite a band of it (overlapping destinations: the later move wins), then build the 3x3
+// im2col matrix from the padded buffer the kernel itself wrote (read after write).
+TEST(Copy, PadThenIm2colInOrder) {
+  Copier c("v4-like");
+  const uint64_t H = 30, W = 40, E = 2, PW = (W + 2) * E;
+  const uint64_t img = 0, band = 8192, pattern = 12288, pad = 16384, col = 32768;
+  std::vector<Move> moves;
+  moves.push_back({pattern, pad, H + 2, PW, 0, static_cast<int64_t>(PW)});                           // fill
+  moves.push_back({img, pad + PW + E, H, W * E, static_cast<int64_t>(W * E), static_cast<int64_t>(PW)});  // interior
+  moves.push_back({band, pad + 5 * PW + 3 * E, 4, 20 * E, 20 * E, static_cast<int64_t>(PW)});        // overwrite
+  for (uint64_t kh = 0; kh < 3; ++kh)
+    for (uint64_t kw = 0; kw < 3; ++kw)
+      moves.push_back({pad + kh * PW + kw * E, col + (kh * 3 + kw) * H * W * E, H, W * E, static_cast<int64_t>(PW),
+                       static_cast<int64_t>(W * E)});
+  isa::Program p = c.check(moves, col + 9 * H * W * E + 4096, 2);
+  // The fill loads its pattern row once and stores it H + 2 times (VMEM stride 0).
+  EXPECT_EQ(c.last.stats.hbm_bytes_read, PW + H * W * E + 4 * 20 * E + 9 * H * W * E);
+  EXPECT_EQ(c.last.stats.hbm_bytes_written, (H + 2) * PW + H * W * E + 4 * 20 * E + 9 * H * W * E);
+  std::printf("im2col: %zu moves, %zu instructions, %llu cycles\n", moves.size(), p.code.size(),
+              static_cast<unsigned long long>(c.last.stats.cycles));
+}
+
+// (3) On a chip with 256 KiB of VMEM (32 KiB slots): a 40 MiB move, rows wider than a slot, and many rows.
+TEST(Copy, MovesLargerThanVmemAndRowsWiderThanASlot) {
+  Copier c("v4-like", {"vmem.size_kib=256"});
+  const uint64_t MiB = 1 << 20;
+  std::vector<Move> moves;
+  moves.push_back({0, 41 * MiB, 1, 40 * MiB});                                // 40 MiB, contiguous
+  moves.push_back({81 * MiB + 5, 82 * MiB + 3, 3, 100001, 100013, 100200});     // 3 rows of ~98 KiB, strided
+  moves.push_back({88 * MiB, 95 * MiB + 1999 * 3000, 2000, 3000, 3001, -3000});  // negative dst stride
+  moves.push_back({41 * MiB + 7, 102 * MiB, 1, 70000});                          // reads what move 0 wrote
+  isa::Program p = c.check(moves, 103 * MiB, 3);
+  std::printf("large: %zu instructions, %llu cycles\n", p.code.size(),
+              static_cast<unsigned long long>(c.last.stats.cycles));
+}
+
+// (4) A read-after-write chain: each move reads what the one before wrote, some within one group's reach; then
+// random moves in a small arena (many overlaps of every kind), over several runs of one chip. 2 KiB of VMEM (slots
+// of 256 bytes) spread them over many groups, rows wider than a slot included.
+TEST(Copy, ReadAfterWriteChainsAndRandomOverlaps) {
+  Copier c("edge", {"vmem.size_kib=2"});
+  std::vector<Move> chain;
+  uint64_t at = 0;
+  for (int i = 0; i < 12; ++i) {
+    const uint64_t next = at + 1000 + 37 * static_cast<uint64_t>(i);
+    chain.push_back({at, next, 4, 200, 250, 250});  // reads rows the previous move wrote
+    at = next;
+  }
+  chain.push_back({chain[3].dst + 10, 0, 1, 100});  // back to the start
+  isa::Program p = c.check(chain, 32768, 4);
+  std::printf("chain: %zu moves, %zu instructions\n", chain.size(), p.code.size());
+
+  std::mt19937 rng(42);
+  auto pick = [&](uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng); };
+  for (int run = 0; run < 10; ++run) {
+    const uint64_t arena = 16384;
+    std::vector<Move> moves;
+    while (moves.size() < 60) {
+      Move m;
+      m.rows = pick(1, 6);
+      m.rowbytes = pick(0, 3) ? pick(1, 64) : pick(1, 600);
+      m.src_stride = static_cast<int64_t>(pick(0, 1) ? m.rowbytes + pick(0, 40) : pick(0, 3) * m.rowbytes);
+      m.dst_stride = static_cast<int64_t>(m.rowbytes + pick(0, 40));
+      const uint64_t sspan = (m.rows - 1) * m.src_stride + m.rowbytes, dspan = (m.rows - 1) * m.dst_stride + m.rowbytes;
+      m.src = pick(0, arena - sspan);
+      m.dst = pick(0, arena - dspan);
+      std::vector<bool> d(arena);
+      for (uint64_t i = 0; i < m.rows; ++i)
+        for (uint64_t b = 0; b < m.rowbytes; ++b) d[m.dst + i * m.dst_stride + b] = true;
+      bool self = false;
+      for (uint64_t i = 0; i < m.rows; ++i)
+        for (uint64_t b = 0; b < m.rowbytes; ++b) self |= d[m.src + i * m.src_stride + b];
+      if (!self) moves.push_back(m);
+    }
+    c.check(moves, arena, 100 + run);
+  }
+}
+
+// (5) 5000 tiny moves: a [50, 100] bf16 transpose element by element. Merging (runs of rows in arithmetic
+// progression) and grouping (one store for a slot's worth of pieces) keep the program far below 2 instructions per
+// move. A random permutation of 2-byte elements cannot merge; it must still work.
+TEST(Copy, ThousandsOfTinyMoves) {
+  Copier c("v4-like");
+  const uint64_t R = 50, C = 100, E = 2, dst = 16384;
+  std::vector<Move> moves;
+  for (uint64_t j = 0; j < C; ++j)
+    for (uint64_t i = 0; i < R; ++i) moves.push_back({(i * C + j) * E, dst + (j * R + i) * E, 1, E});
+  isa::Program p = c.check(moves, 32768, 5);
+  std::printf("tiny transpose: %zu moves, %zu instructions (%.3f per move), %llu cycles\n", moves.size(),
+              p.code.size(), double(p.code.size()) / double(moves.size()),
+              static_cast<unsigned long long>(c.last.stats.cycles));
+  EXPECT_LT(p.code.size(), moves.size() / 4);
+
+  std::vector<uint64_t> perm(10000);
+  for (uint64_t i = 0; i < perm.size(); ++i) perm[i] = i;
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
+  std::vector<Move> scattered;
+  for (uint64_t i = 0; i < perm.size(); ++i) scattered.push_back({perm[i] * E, 32768 + i * E, 1, E});
+  isa::Program q = c.check(scattered, 65536, 6);
+  std::printf("scattered: %zu moves, %zu instructions (%.3f per move), %llu cycles\n", scattered.size(),
+              q.code.size(), double(q.code.size()) / double(scattered.size()),
+              static_cast<unsigned long long>(c.last.stats.cycles));
+}
+
+// (6) One large contiguous move of B bytes on v4-like. Every byte crosses HBM twice (loaded into VMEM, stored
+// back), and loads and stores share HBM's bandwidth, so the bound is 2 * B / (bytes per cycle) plus one transfer
+// latency (the first load's data starts dma.latency cycles in; the last store's latency hides behind the store
+// before it). B = 64 MiB at 1200e9 / 1050e6 = 1142.86 bytes per cycle: 117441 + 100 = 117541 cycles.
+TEST(Copy, LargeContiguousMoveRunsAtHalfTheHbmBandwidth) {
+  Copier c("v4-like");
+  const uint64_t B = 64ull << 20;
+  isa::Program p = kernels::copy_kernel({{0, 1ull << 30, 1, B}}, c.syms);
+  sim::RunOptions o;
+  o.functional = false;
+  const sim::RunResult r = c.chip->run(p, o);
+  const double expect = 2.0 * double(B) / c.cfg.hbm_bytes_per_cycle() + double(c.cfg.dma.latency);
+  std::printf("64 MiB copy: %llu cycles, expected %.0f (%.2f%%), %zu instructions\n",
+              static_cast<unsigned long long>(r.stats.cycles), expect, 100.0 * double(r.stats.cycles) / expect,
+              p.code.size());
+  EXPECT_EQ(r.stats.hbm_bytes_read, B);
+  EXPECT_EQ(r.stats.hbm_bytes_written, B);
+  EXPECT_GE(double(r.stats.cycles), 2.0 * double(B) / c.cfg.hbm_bytes_per_cycle());
+  EXPECT_LE(double(r.stats.cycles), expect * 1.10);
+}
+
+TEST(Copy, RejectsBadMoves) {
+  const std::map<std::string, int64_t> s{{"VMEM_BYTES", 1 << 20}};
+  EXPECT_THROW(kernels::copy_source({{0, 100, 2, 10, 10, 5}}, s), std::invalid_argument);   // dst rows overlap
+  EXPECT_THROW(kernels::copy_source({{0, 5, 1, 10}}, s), std::invalid_argument);            // src overlaps dst
+  EXPECT_THROW(kernels::copy_source({{0, 100, 1, uint64_t(-8)}}, s), std::invalid_argument);  // negative size
+  EXPECT_THROW(kernels::copy_source({{0, 1000, 3, 8, -100, 8}}, s), std::invalid_argument);   // below address 0
+  EXPECT_THROW(kernels::copy_source({{0, 100, 1ull << 40, 1ull << 30, 0, 1ll << 30}}, s), std::invalid_argument);
+  EXPECT_NO_THROW(kernels::copy_source({{0, 100, 0, 10}, {0, 100, 10, 0}}, s));  // empty moves are skipped
+}
+
+}  // namespace
+}  // namespace tpusim

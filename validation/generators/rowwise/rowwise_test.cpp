@@ -1,0 +1,516 @@
+// The fused row-wise kernel generator (tpusim/kernels/rowwise.h) on the simulated chip (v4-like), against a host
+// reference that evaluates the same node graph in double (std::exp, std::erf, std::tanh, exact GELU forms) on
+// the very inputs written to HBM (bf16 inputs already rounded). Each test elaborates one chip, in its own process.
+//
+// Tolerances (|got - ref| <= atol + rtol * |ref|), and why:
+// - f32 in and out: rtol 1e-5. Each vector instruction rounds once (2^-24 relative) and exp/recip/rsqrt are
+//   correctly rounded f32 library calls on the host; the longest chains here (softmax: exp of an f32 difference,
+//   a 77-term f32 sum, a reciprocal; layer norm: two 768-term sums) accumulate at most some tens of ulps.
+// - Erf-based values: plus atol 5e-7 * max(1, |x|): Abramowitz-Stegun 7.1.26 is within 1.5e-7 of erf, and the
+//   polynomial's cancellation near 0 (1 - 0.99999...) leaves a few f32 ulps of 1 as absolute error; GELU
+//   multiplies that by |x|/2.
+// - Tanh: plus atol 5e-7: 1 - 2/(exp(2x)+1) loses relative accuracy near 0 (a difference of numbers near 1), so
+//   its error is absolute, a few ulps of 1.
+// - bf16 out: rtol 2^-8: the f32 result is rounded once to bf16 (half an ulp = 2^-9 relative), plus the f32
+//   error above; atol covers results near 0 that are differences of O(1) values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <stdexcept>
+
+#include "tpusim/isa/numerics.h"
+#include "tpusim/kernels/rowwise.h"
+#include "tpusim/sim/chip.h"
+#include "tpusim/sim/config.h"
+
+namespace tpusim {
+namespace {
+
+namespace rw = kernels::rowwise;
+using isa::DType;
+using rw::Op;
+
+struct Tol {
+  double rtol = 1e-5, atol = 0, atol_x = 0;  // atol_x: absolute, times max(1, |x|) of input 0 at that element
+};
+
+// A host evaluation of a rowwise::Program in double.
+struct RefVal {
+  int kind = 2;  // 0 Full [R*C], 1 Row [R], 2 scalar
+  std::vector<double> v;
+  double at(int64_t r, int64_t c, int64_t C) const { return kind == 0 ? v[r * C + c] : kind == 1 ? v[r] : v[0]; }
+};
+
+double gelu(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double gelu_tanh(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+}
+double unary(Op op, const rw::Node& n, double x) {
+  switch (op) {
+    case Op::Neg: return -x;
+    case Op::Abs: return std::fabs(x);
+    case Op::Relu: return x > 0 ? x : 0;
+    case Op::Exp: return std::exp(x);
+    case Op::Recip: return 1 / x;
+    case Op::Sqrt: return std::sqrt(x);
+    case Op::Rsqrt: return 1 / std::sqrt(x);
+    case Op::Tanh: return std::tanh(x);
+    case Op::Sigmoid: return 1 / (1 + std::exp(-x));
+    case Op::Erf: return std::erf(x);
+    case Op::Gelu: return gelu(x);
+    case Op::GeluTanh: return gelu_tanh(x);
+    case Op::Clip: return std::min<double>(std::max<double>(x, n.lo), n.hi);
+    case Op::Pow: return std::pow(x, static_cast<double>(n.value));
+    default: throw std::logic_error("not unary");
+  }
+}
+double binary(Op op, double a, double b) {
+  switch (op) {
+    case Op::Add: return a + b;
+    case Op::Sub: return a - b;
+    case Op::Mul: return a * b;
+    case Op::Div: return a / b;
+    case Op::Max: return std::max(a, b);
+    case Op::Min: return std::min(a, b);
+    default: throw std::logic_error("not binary");
+  }
+}
+
+std::vector<RefVal> evaluate(const rw::Program& p, const std::vector<std::vector<double>>& inputs) {
+  const int64_t R = p.rows, C = p.cols;
+  std::vector<RefVal> val;
+  for (const rw::Node& n : p.nodes) {
+    RefVal out;
+    if (n.op == Op::Input) {
+      const rw::Input& in = p.inputs[static_cast<size_t>(n.input)];
+      const auto& d = inputs[static_cast<size_t>(n.input)];
+      const int64_t P = in.period > 0 ? in.period : R, w = in.per_row ? 1 : C;
+      out.kind = in.per_row ? 1 : 0;
+      out.v.resize(static_cast<size_t>(R * w));
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < w; ++c) out.v[r * w + c] = d[(r % P) * w + c];
+    } else if (n.op == Op::Const) {
+      out.v = {n.value};
+    } else if (n.op == Op::RowSum || n.op == Op::RowMax || n.op == Op::RowMean) {
+      const RefVal& a = val[static_cast<size_t>(n.args[0])];
+      if (a.kind != 0) {
+        out = a;
+        if (a.kind == 2 && n.op == Op::RowSum) out.v[0] *= static_cast<double>(C);
+      } else {
+        out.kind = 1;
+        out.v.resize(static_cast<size_t>(R));
+        for (int64_t r = 0; r < R; ++r) {
+          double s = 0, m = -INFINITY;
+          for (int64_t c = 0; c < C; ++c) s += a.v[r * C + c], m = std::max(m, a.v[r * C + c]);
+          out.v[r] = n.op == Op::RowMax ? m : n.op == Op::RowSum ? s : s / static_cast<double>(C);
+        }
+      }
+    } else if (n.args.size() == 2) {
+      const RefVal& a = val[static_cast<size_t>(n.args[0])];
+      const RefVal& b = val[static_cast<size_t>(n.args[1])];
+      out.kind = std::min(a.kind, b.kind);
+      const int64_t rows = out.kind == 2 ? 1 : R, cols = out.kind == 0 ? C : 1;
+      out.v.resize(static_cast<size_t>(rows * cols));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) out.v[r * cols + c] = binary(n.op, a.at(r, c, C), b.at(r, c, C));
+    } else {
+      out = val[static_cast<size_t>(n.args[0])];
+      for (double& x : out.v) x = unary(n.op, n, x);
+    }
+    val.push_back(std::move(out));
+  }
+  return val;
+}
+
+// Values as they are after being stored in `dt` (bf16: rounded to nearest even).
+std::vector<uint8_t> encode(const std::vector<double>& v, DType dt, std::vector<double>* stored) {
+  std::vector<uint8_t> bytes(v.size() * static_cast<size_t>(isa::dtype_size(dt)));
+  stored->resize(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const auto f = static_cast<float>(v[i]);
+    if (dt == DType::BF16) {
+      const uint16_t h = isa::bf16_from_f32(f);
+      std::memcpy(bytes.data() + 2 * i, &h, 2);
+      (*stored)[i] = isa::f32_from_bf16(h);
+    } else {
+      std::memcpy(bytes.data() + 4 * i, &f, 4);
+      (*stored)[i] = f;
+    }
+  }
+  return bytes;
+}
+
+std::vector<double> decode(const std::vector<uint8_t>& bytes, DType dt) {
+  const size_t n = bytes.size() / static_cast<size_t>(isa::dtype_size(dt));
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (dt == DType::BF16) {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      v[i] = isa::f32_from_bf16(h);
+    } else {
+      float f;
+      std::memcpy(&f, bytes.data() + 4 * i, 4);
+      v[i] = f;
+    }
+  }
+  return v;
+}
+
+struct Harness {
+  Harness() : cfg(sim::load_config("v4-like")), chip(std::make_unique<sim::Chip>(cfg)) {
+    for (const auto& [k, v] : sim::kernel_symbols(cfg)) syms[k] = v;
+  }
+
+  uint64_t alloc(uint64_t bytes) {
+    const uint64_t a = next;
+    next += (bytes + 4095) / 4096 * 4096;
+    return a;
+  }
+
+  // Adds an input of `count` elements with the given values; returns its index.
+  int add_input(rw::Program& p, const std::vector<double>& values, DType dt, bool per_row = false,
+                int64_t period = 0) {
+    rw::Input in;
+    in.dtype = dt;
+    in.per_row = per_row;
+    in.period = period;
+    std::vector<double> stored;
+    const std::vector<uint8_t> bytes = encode(values, dt, &stored);
+    in.addr = alloc(bytes.size());
+    chip->write_hbm(in.addr, bytes.data(), bytes.size());
+    p.inputs.push_back(in);
+    host.push_back(stored);
+    return static_cast<int>(p.inputs.size()) - 1;
+  }
+  void add_output(rw::Program& p, int node, DType dt, bool per_row = false) {
+    rw::Output o;
+    o.node = node;
+    o.dtype = dt;
+    const uint64_t n = static_cast<uint64_t>(p.rows) * (per_row ? 1 : static_cast<uint64_t>(p.cols));
+    o.addr = alloc(n * static_cast<uint64_t>(isa::dtype_size(dt)));
+    p.outputs.push_back(o);
+    out_rows.push_back(per_row);
+  }
+
+  // Runs the kernel and compares every output with the reference; returns the max error over tolerance.
+  void run_and_check(const rw::Program& p, const std::vector<Tol>& tols, bool functional = true) {
+    plan = rw::plan(p, syms);
+    prog = rw::kernel(p, syms);
+    sim::RunOptions opts;
+    opts.functional = functional;
+    result = chip->run(prog, opts);
+    std::printf("rows %lld cols %lld: T = %lld (%lld tiles), %d vector ops per tile, %d full temporaries, "
+                "%zu instructions, %llu cycles\n",
+                static_cast<long long>(p.rows), static_cast<long long>(p.cols),
+                static_cast<long long>(plan.tile_rows), static_cast<long long>(plan.tiles), plan.vector_ops_per_tile,
+                plan.full_temps, prog.code.size(), static_cast<unsigned long long>(result.stats.cycles));
+    if (!functional) return;
+    const std::vector<RefVal> ref = evaluate(p, host);
+    for (size_t o = 0; o < p.outputs.size(); ++o) {
+      const rw::Output& out = p.outputs[o];
+      const RefVal& r = ref[static_cast<size_t>(out.node)];
+      const int64_t w = out_rows[o] ? 1 : p.cols;
+      const size_t n = static_cast<size_t>(p.rows * w);
+      std::vector<uint8_t> bytes(n * static_cast<size_t>(isa::dtype_size(out.dtype)));
+      chip->read_hbm(out.addr, bytes.data(), bytes.size());
+      const std::vector<double> got = decode(bytes, out.dtype);
+      const Tol& t = tols[std::min(o, tols.size() - 1)];
+      double worst = 0;
+      size_t bad = 0, first = 0;
+      for (int64_t i = 0; i < p.rows; ++i)
+        for (int64_t j = 0; j < w; ++j) {
+          const size_t k = static_cast<size_t>(i * w + j);
+          const double want = r.at(i, j, p.cols);
+          const double x = host.empty() || w != p.cols || host[0].size() != n ? 0.0 : std::fabs(host[0][k]);
+          const double lim = t.atol + t.atol_x * std::max(1.0, x) + t.rtol * std::fabs(want);
+          const double err = std::fabs(got[k] - want);
+          const bool ok = err <= lim || (std::isinf(want) && got[k] == want);
+          if (!ok && bad++ == 0) first = k;
+          if (std::isfinite(err)) worst = std::max(worst, lim > 0 ? err / lim : err);
+        }
+      std::printf("  output %zu: worst error / tolerance %.3f\n", o, worst);
+      EXPECT_EQ(bad, 0u) << "output " << o << ": " << bad << " of " << n << " elements off; first at row "
+                         << first / static_cast<size_t>(w) << " col " << first % static_cast<size_t>(w) << ": got "
+                         << got[first] << ", expected " << r.at(static_cast<int64_t>(first) / w,
+                                                                static_cast<int64_t>(first) % w, p.cols);
+    }
+  }
+
+  sim::ChipConfig cfg;
+  std::unique_ptr<sim::Chip> chip;
+  std::map<std::string, int64_t> syms;
+  uint64_t next = 1 << 20;
+  std::vector<std::vector<double>> host;
+  std::vector<bool> out_rows;
+  rw::Plan plan;
+  isa::Program prog;
+  sim::RunResult result;
+};
+
+std::vector<double> uniform(size_t n, double lo, double hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> d(lo, hi);
+  std::vector<double> v(n);
+  for (double& x : v) x = d(rng);
+  return v;
+}
+
+// softmax(x) = exp(x - rowmax(x)) * recip(rowsum(exp(...))).
+int softmax(rw::Program& p, int x) {
+  const int e = p.unary(Op::Exp, p.binary(Op::Sub, x, p.unary(Op::RowMax, x)));
+  return p.binary(Op::Mul, e, p.unary(Op::Recip, p.unary(Op::RowSum, e)));
+}
+
+TEST(Rowwise, SoftmaxF32) {
+  Harness h;
+  rw::Program p;
+  p.rows = 300, p.cols = 77;
+  const int x = p.input(h.add_input(p, uniform(300 * 77, -8, 8, 1), DType::F32));
+  h.add_output(p, softmax(p, x), DType::F32);
+  h.run_and_check(p, {Tol{1e-5, 1e-12}});
+  // x, e (in x's buffer, in place) and the output slot: no more than one Full temporary.
+  EXPECT_LE(h.plan.full_temps, 1);
+  EXPECT_EQ(h.plan.vector_ops_per_tile, 6);
+}
+
+TEST(Rowwise, LayerNormBf16WithGammaBetaVectors) {
+  Harness h;
+  rw::Program p;
+  p.rows = 257, p.cols = 768;
+  const float eps = 1e-5f;
+  std::vector<double> xv = uniform(257 * 768, -3, 5, 2);
+  const int x = p.input(h.add_input(p, xv, DType::BF16));
+  const int gamma = p.input(h.add_input(p, uniform(768, 0.5, 1.5, 3), DType::F32, false, 1));
+  const int beta = p.input(h.add_input(p, uniform(768, -1, 1, 4), DType::BF16, false, 1));
+  const int d = p.binary(Op::Sub, x, p.unary(Op::RowMean, x));
+  const int var = p.unary(Op::RowMean, p.pow(d, 2));
+  const int rs = p.unary(Op::Rsqrt, p.binary(Op::Add, var, p.constant(eps)));
+  const int y = p.binary(Op::Add, p.binary(Op::Mul, p.binary(Op::Mul, d, rs), gamma), beta);
+  h.add_output(p, y, DType::BF16);
+  h.run_and_check(p, {Tol{1.0 / 256 + 1e-5, 1e-4}});
+  EXPECT_TRUE(h.plan.invariant[1]);
+  EXPECT_TRUE(h.plan.invariant[2]);
+  EXPECT_GT(h.plan.tiles, 1);
+  // x is cast once, gamma and beta are loop-invariant (cast once at the start): no cast of them per tile.
+  // (The constant table's casts carry scale_en.)
+  const std::string src = rw::source(p, h.syms);
+  int casts = 0;
+  for (size_t at = 0; (at = src.find("vpu.cast", at)) != std::string::npos; ++at)
+    if (src.substr(at, src.find('\n', at) - at).find("scale_en") == std::string::npos) ++casts;
+  EXPECT_EQ(casts, 3);  // x in, y out, beta once at the start
+}
+
+TEST(Rowwise, GeluErfAndTanhForms) {
+  Harness h;
+  rw::Program p;
+  p.rows = 64, p.cols = 3072;
+  std::vector<double> xv = uniform(64 * 3072, -6, 6, 5);
+  xv[0] = 0, xv[1] = -0.0, xv[2] = 1e-6, xv[3] = -1e-6, xv[4] = 20, xv[5] = -20;
+  const int x = p.input(h.add_input(p, xv, DType::F32));
+  h.add_output(p, p.unary(Op::Gelu, x), DType::F32);
+  h.add_output(p, p.unary(Op::GeluTanh, x), DType::F32);
+  h.add_output(p, p.unary(Op::Erf, x), DType::F32);
+  h.run_and_check(p, {Tol{1e-5, 0, 5e-7}, Tol{1e-5, 0, 5e-7}, Tol{1e-5, 5e-7}});
+}
+
+// scores [B*H*S, S] + mask [S, S]: row r adds mask row r % S.
+void periodic_mask(bool small_vmem) {
+  const int64_t B = 2, H = 3, S = 40;
+  Harness h;
+  rw::Program p;
+  p.rows = B * H * S, p.cols = S;
+  // 30000 bytes: about 30 rows of 2 slots x (scores + mask + out) x 160 bytes, so T < S and T does not divide S.
+  if (small_vmem) p.vmem_bytes = 30000;
+  const int s = p.input(h.add_input(p, uniform(static_cast<size_t>(B * H * S * S), -4, 4, 6), DType::F32));
+  std::vector<double> mask(static_cast<size_t>(S * S));
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t j = 0; j < S; ++j) mask[static_cast<size_t>(i * S + j)] = j <= i ? 0.0 : -1e4;
+  const int m = p.input(h.add_input(p, mask, DType::F32, false, S));
+  h.add_output(p, p.binary(Op::Add, s, m), DType::F32);
+  h.run_and_check(p, {Tol{1e-7}});  // one f32 rounding
+  if (small_vmem) {
+    EXPECT_FALSE(h.plan.invariant[1]);
+    EXPECT_LT(h.plan.tile_rows, S);
+    EXPECT_NE(S % h.plan.tile_rows, 0);
+  } else {
+    EXPECT_TRUE(h.plan.invariant[1]);
+  }
+}
+
+TEST(Rowwise, PeriodicMaskLoadedOnceWhenTilesAlign) { periodic_mask(false); }
+TEST(Rowwise, PeriodicMaskLoadedInWrappingPiecesPerTile) { periodic_mask(true); }
+
+TEST(Rowwise, PerRowInputsAndRowReductionsWrittenOut) {
+  Harness h;
+  rw::Program p;
+  p.rows = 333, p.cols = 100;
+  const int x = p.input(h.add_input(p, uniform(333 * 100, -2, 2, 7), DType::F32));
+  const int scale = p.input(h.add_input(p, uniform(333, 0.5, 2, 8), DType::BF16, true));
+  const int shift = p.input(h.add_input(p, uniform(333, -1, 1, 9), DType::F32, true));
+  // Full = shift - x * scale (PerRow minus Full: not commutative), and per-row results.
+  h.add_output(p, p.binary(Op::Sub, shift, p.binary(Op::Mul, x, scale)), DType::F32);
+  h.add_output(p, p.unary(Op::RowSum, x), DType::F32, true);
+  h.add_output(p, p.unary(Op::RowMax, x), DType::F32, true);
+  h.add_output(p, p.unary(Op::RowMean, x), DType::BF16, true);
+  h.add_output(p, p.binary(Op::Add, p.unary(Op::RowSum, x), shift), DType::F32, true);
+  h.add_output(p, p.binary(Op::Max, x, shift), DType::F32);  // max with a PerRow operand
+  // A per-row input repeating every 7 rows (333 = 47 * 7 + 4: its pattern loaded once, a partial copy last).
+  const int cyc = p.input(h.add_input(p, uniform(7, 1, 2, 17), DType::F32, true, 7));
+  h.add_output(p, p.binary(Op::Mul, x, cyc), DType::BF16);
+  // Row sums of 100 f32 values of |x| <= 2 summed in order: |error| <= 99 * 2^-24 * sum|x| (about 6e-4 at worst,
+  // 1e-5 typically), hence atol 1e-4 on the sums rather than a relative bound (a sum may be near 0).
+  h.run_and_check(p, {Tol{1e-5, 1e-6}, Tol{1e-5, 1e-4}, Tol{0}, Tol{1.0 / 256 + 1e-5, 1e-6}, Tol{1e-5, 1e-4}, Tol{0}, Tol{1.0 / 256 + 1e-5}});
+  EXPECT_TRUE(h.plan.invariant[3]);
+}
+
+TEST(Rowwise, SigmoidAndTanhSaturate) {
+  Harness h;
+  rw::Program p;
+  p.rows = 20, p.cols = 50;
+  p.vmem_base = 1 << 20;  // the kernel confined to VMEM from 1 MiB up
+  std::vector<double> xv = uniform(1000, -10, 10, 10);
+  const double special[] = {100, -100, 20, -20, 0, 1e-3, -1e-3, 88, -88, 89, -89, 1e-30};
+  for (size_t i = 0; i < std::size(special); ++i) xv[i] = special[i];
+  const int x = p.input(h.add_input(p, xv, DType::F32));
+  h.add_output(p, p.unary(Op::Sigmoid, x), DType::F32);
+  h.add_output(p, p.unary(Op::Tanh, x), DType::F32);
+  h.run_and_check(p, {Tol{1e-5, 1e-30}, Tol{1e-5, 5e-7}});
+  float got[2];
+  h.chip->read_hbm(h.prog.find("out1")->addr, got, 8);
+  EXPECT_EQ(got[0], 1.0f);   // tanh(100)
+  EXPECT_EQ(got[1], -1.0f);  // tanh(-100)
+  h.chip->read_hbm(h.prog.find("out0")->addr, got, 8);
+  EXPECT_EQ(got[0], 1.0f);  // sigmoid(100)
+  EXPECT_EQ(got[1], 0.0f);  // sigmoid(-100): exp(100) overflows to inf, 1/inf = 0
+}
+
+TEST(Rowwise, DivPowAndMiscellaneousOps) {
+  Harness h;
+  rw::Program p;
+  p.rows = 70, p.cols = 130;
+  std::vector<double> xv = uniform(70 * 130, -3, 3, 11);
+  xv[0] = 0;
+  const int x = p.input(h.add_input(p, xv, DType::F32));
+  const int b = p.input(h.add_input(p, uniform(70 * 130, 0.5, 4, 12), DType::F32));
+  const int two = p.constant(2);
+  h.add_output(p, p.binary(Op::Div, x, b), DType::F32);
+  h.add_output(p, p.pow(x, 2), DType::F32);
+  h.add_output(p, p.pow(p.unary(Op::Abs, x), 0.5f), DType::F32);  // sqrt, 0 -> 0
+  h.add_output(p, p.pow(b, -0.5f), DType::F32);
+  h.add_output(p, p.pow(x, 3), DType::F32);
+  h.add_output(p, p.clip(x, -1, 2), DType::F32);
+  h.add_output(p, p.binary(Op::Sub, two, x), DType::F32);  // c - x
+  h.add_output(p, p.binary(Op::Div, two, b), DType::F32);  // c / x
+  h.add_output(p, p.binary(Op::Min, p.unary(Op::Relu, x), p.unary(Op::Neg, b)), DType::F32);
+  h.add_output(p, p.binary(Op::Max, x, p.binary(Op::Mul, two, p.constant(0.25f))), DType::F32);  // folded const
+  h.add_output(p, p.unary(Op::Sqrt, b), DType::BF16);
+  h.run_and_check(p, {Tol{1e-6}, Tol{1e-6}, Tol{1e-6}, Tol{1e-6}, Tol{1e-6}, Tol{0}, Tol{1e-6}, Tol{1e-6},
+                      Tol{0}, Tol{0}, Tol{1.0 / 256 + 1e-5}});
+}
+
+TEST(Rowwise, UnsupportedPowExponentAndOversizedRowsThrow) {
+  Harness h;
+  rw::Program p;
+  p.rows = 4, p.cols = 8;
+  p.inputs.push_back(rw::Input{1 << 20, DType::F32});
+  h.add_output(p, p.pow(p.input(0), 7), DType::F32);
+  try {
+    rw::source(p, h.syms);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("exponent 7"), std::string::npos) << e.what();
+  }
+  rw::Program q;
+  q.rows = 2, q.cols = int64_t(1) << 22;  // 2 slots x (in + out) x 16 MiB per row
+  q.inputs.push_back(rw::Input{1 << 20, DType::F32});
+  q.nodes.push_back(rw::Node{Op::Input, {}, 0});
+  q.outputs.push_back(rw::Output{q.unary(Op::Exp, 0), 1 << 20, DType::F32});
+  try {
+    rw::source(q, h.syms);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("one row"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Rowwise, WideRowsForceSmallTiles) {
+  Harness h;
+  rw::Program p;
+  p.rows = 11, p.cols = 40000;
+  const int x = p.input(h.add_input(p, uniform(11 * 40000, -5, 5, 13), DType::F32));
+  h.add_output(p, softmax(p, x), DType::F32);
+  h.add_output(p, p.unary(Op::RowMean, x), DType::F32, true);
+  // The row sums of 40000 terms go in two steps (200 sums of 200 columns, then their sum): in one in-order
+  // vpu.rsum the denominator's error grew with C (about 3e-5 relative measured), in two it stays within 1e-5.
+  h.run_and_check(p, {Tol{1e-5, 1e-12}, Tol{1e-5, 1e-6}});
+  EXPECT_LE(h.plan.tile_rows, 4);
+  EXPECT_GT(h.plan.tiles, 2);
+  EXPECT_NE(p.rows % h.plan.tile_rows, 0) << "the last tile should be partial here";
+}
+
+TEST(Rowwise, SingleColumn) {
+  Harness h;
+  rw::Program p;
+  p.rows = 50, p.cols = 1;
+  const int x = p.input(h.add_input(p, uniform(50, -3, 3, 14), DType::F32));
+  h.add_output(p, softmax(p, x), DType::F32);  // all ones
+  h.add_output(p, p.binary(Op::Add, p.binary(Op::Mul, p.unary(Op::Relu, x), p.constant(2)), p.constant(1)),
+               DType::F32);
+  h.add_output(p, p.unary(Op::RowSum, x), DType::F32, true);
+  h.add_output(p, p.constant(3.5f), DType::F32);  // a constant written out as [R, C]
+  h.add_output(p, x, DType::F32);                  // an input passed through (a copy)
+  h.add_output(p, p.unary(Op::RowSum, x), DType::BF16, true);
+  h.run_and_check(p, {Tol{0}, Tol{1e-7}, Tol{0}, Tol{0}, Tol{0}, Tol{1.0 / 256 + 1e-5}});
+}
+
+TEST(Rowwise, ElementwiseAddIsMemoryBound) {
+  Harness h;
+  rw::Program p;
+  p.rows = 4096, p.cols = 1024;
+  const size_t n = 4096 * 1024;
+  const int a = p.input(h.add_input(p, uniform(n, -1, 1, 15), DType::F32));
+  const int b = p.input(h.add_input(p, uniform(n, -1, 1, 16), DType::F32));
+  h.add_output(p, p.binary(Op::Add, a, b), DType::F32);
+  h.run_and_check(p, {Tol{1e-7}});  // one f32 rounding (2^-24 relative)
+  // HBM moves 3 * 4 * 4096 * 1024 = 50331648 bytes (read a and b, write y); v4-like's HBM gives
+  // bandwidth_gbs / clock_mhz * 1000 = 1200 / 1050 * 1000 = 1142.86 bytes per cycle, so the bound is 44040
+  // cycles. The double-buffered loop overlaps everything but the first tile's loads and the last tile's store
+  // (tiles of 128 rows = 512 KiB per tensor: about 1400 cycles, 3%), so the run should be within 15% of it.
+  const double bytes = 3.0 * 4 * static_cast<double>(n);
+  const double bound = bytes / h.cfg.hbm_bytes_per_cycle();
+  const auto cycles = static_cast<double>(h.result.stats.cycles);
+  std::printf("add [4096, 1024] f32: %.0f cycles, bound %.0f (%.1f%% of HBM bandwidth)\n", cycles, bound,
+              100 * bound / cycles);
+  EXPECT_EQ(h.result.stats.hbm_bytes_read + h.result.stats.hbm_bytes_written, static_cast<uint64_t>(bytes));
+  EXPECT_GE(cycles, bound);
+  EXPECT_LE(cycles, 1.15 * bound);
+}
+
+TEST(Rowwise, SoftmaxOverlapsVectorWorkWithTransfers) {
+  // softmax over [4096, 1024] f32 (timing only): HBM moves 2 * 16 MiB = 29360 cycles on v4-like; the vector
+  // unit's five full passes per tile (rmax, subrow, exp, rsum, mulrow) take about 5 * 4096 + latencies = 20.6k
+  // cycles: with loads, vector work and stores overlapped the kernel stays memory bound.
+  Harness h;
+  rw::Program p;
+  p.rows = 4096, p.cols = 1024;
+  rw::Input in;
+  in.addr = h.alloc(4096 * 1024 * 4);
+  p.inputs.push_back(in);
+  rw::Output out;
+  out.node = softmax(p, p.input(0));
+  out.addr = h.alloc(4096 * 1024 * 4);
+  p.outputs.push_back(out);
+  h.run_and_check(p, {}, /*functional=*/false);
+  const double bound = 2.0 * 4 * 4096 * 1024 / h.cfg.hbm_bytes_per_cycle();
+  const auto cycles = static_cast<double>(h.result.stats.cycles);
+  std::printf("softmax [4096, 1024] f32: %.0f cycles, HBM bound %.0f\n", cycles, bound);
+  EXPECT_LE(cycles, 1.15 * bound);
+}
+
+}  // namespace
+}  // namespace tpusim
