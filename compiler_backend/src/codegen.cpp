@@ -119,11 +119,6 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
       p.source.push_back(call.label + ": " + (i < frag.source.size() ? frag.source[i] : call.kernel));
     }
   }
-  // Generated kernels end by falling through; the program ends with a halt.
-  if (p.code.empty() || isa::decode(p.code.back()).op != isa::Op::HALT) {
-    p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::HALT}));
-    p.source.push_back("end of program");
-  }
   return p;
 }
 

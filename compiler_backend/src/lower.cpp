@@ -437,7 +437,8 @@ class Lowering {
 
   // ---- matmul ----------------------------------------------------------------------------------------------
   // Follows the single-use chain after a matmul: a constant bias Add, then a Relu. Returns the final value.
-  int fuse_epilogue(int out, int64_t ncols, std::vector<float>& bias, bool& relu, std::string& label) {
+  int fuse_epilogue(int out, int64_t ncols, std::vector<float>& bias, std::string& bias_name, bool& relu,
+                    std::string& label) {
     for (;;) {
       if (users_[out].size() != 1 || is_output_[out]) return out;
       const ir::Node& u = g_.nodes[users_[out][0]];
@@ -447,6 +448,7 @@ class Lowering {
         if (!c.is_const || c.elem_type != ir::kFloat || !bias_shaped(c, ncols) || shape(u.outputs[0]) != shape(out))
           return out;
         bias = c.data.size() == 1 ? std::vector<float>(ncols, c.data[0]) : c.data;
+        bias_name = c.name;
       } else if (!relu && u.op == "Relu") {
         relu = true;
       } else {
@@ -509,17 +511,19 @@ class Lowering {
       std::vector<float> w = val(b).data;
       if (trans) w = permute_data(w, bs, {1, 0});
       std::vector<float> bias;
+      std::string bias_name;
       if (n.op == "Gemm" && n.inputs.size() > 2 && n.inputs[2] >= 0) {
         const ir::Value& c = val(n.inputs[2]);
         if (!c.is_const || !bias_shaped(c, nn)) fail(n, "C must be a constant [N] vector");
         bias = c.data.size() == 1 ? std::vector<float>(nn, c.data[0]) : c.data;
+        bias_name = c.name;
       }
       bool relu = false;
       std::string label = n.name;
-      int out = fuse_epilogue(n.outputs[0], nn, bias, relu, label);
+      int out = fuse_epilogue(n.outputs[0], nn, bias, bias_name, relu, label);
       Stored A = get(a, DType::BF16, false);
       int B = tiled_weights(val(b).name, w, k, nn);
-      int bias_buf = bias.empty() ? -1 : const_f32(val(b).name + ".bias", {nn}, bias);
+      int bias_buf = bias.empty() ? -1 : const_f32(bias_name, {nn}, bias);
       Stored C = destination(out, storage_type(out));
       gemm(label, A, Stored{B, 0, DType::BF16, false}, bias_buf, C, m, k, nn, relu, 1.0f, true, false);
       return;
@@ -1387,7 +1391,7 @@ class Lowering {
       if (!e.is_const || e.elements() != 1) fail(n, "only a constant scalar exponent is supported");
       float ex = e.elem_type == ir::kFloat ? e.data[0] : static_cast<float>(e.ints[0]);
       if (ex != 2 && ex != 3 && ex != 0.5f && ex != 1 && ex != -1 && ex != -0.5f)
-        fail(n, "exponent " + std::to_string(ex) + " is not supported (2, 3, 0.5, 1, -1, -0.5 are)");
+        fail(n, "exponent " + num(ex) + " is not supported (2, 3, 0.5, 1, -1, -0.5 are)");
       r = rw_node(call, rw::Op::Pow, {in(0)}, ex);
       out_pr = is_pr(n.inputs[0]);
     } else if (elementwise_unary(op)) {

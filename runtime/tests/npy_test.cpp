@@ -357,7 +357,7 @@ TEST_F(Npy, MalformedFilesAreClearErrors) {
       {"bigendian32", npy("{'descr': '>i4', 'fortran_order': False, 'shape': (12,)}", f12), "big-endian"},
       {"float64", npy("{'descr': '<f8', 'fortran_order': False, 'shape': (6,)}", f12),
        "dtype float64 is not supported (use float32, int32, int64 or int8)"},
-      {"int64", npy("{'descr': '<i8', 'fortran_order': False, 'shape': (6,)}", f12), "dtype int64 is not supported"},
+      {"int16", npy("{'descr': '<i2', 'fortran_order': False, 'shape': (24,)}", f12), "dtype int16 is not supported"},
       {"pipef4", npy("{'descr': '|f4', 'fortran_order': False, 'shape': (12,)}", f12), "malformed dtype"},
       {"weird", npy("{'descr': 'zz', 'fortran_order': False, 'shape': (12,)}", f12), "dtype 'zz' is not supported"},
       {"truncated", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (13,), }", f12), "truncated data"},
