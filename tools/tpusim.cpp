@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@ const char* kUsage =
     "  run FILE                     run a kernel (.s), a model (.onnx) or a program (.tpub)\n"
     "  asm FILE.s -o FILE.tpub      assemble a kernel into the binary program format\n"
     "  disasm FILE.tpub [-o FILE.s] disassemble a program\n"
-    "  compile FILE.onnx -o FILE.tpub  compile an ONNX model\n"
+    "  compile FILE.onnx -o FILE.tpub  compile an ONNX model (--report: per-node cycles and roofline bounds)\n"
     "  config --list | --show [NAME]   list the chip presets, or show every parameter of one\n"
     "  profile FILE                 run a model, program or kernel and list its graph nodes by time\n"
     "\n"
@@ -111,17 +112,57 @@ void write_text(const std::string& path, const std::string& text) {
   if (!out || !(out << text)) throw UsageError("cannot write '" + path + "'");
 }
 
+// --precision and --calibrate, as the options of every command that compiles ONNX models.
+struct PrecisionOptions {
+  std::string precision = "bf16";
+  std::vector<std::string> calibrate;
+  void add(po::options_description& desc) {
+    desc.add_options()
+        ("precision", po::value(&precision)->default_value("bf16"),
+         "ONNX models: bf16 (default) or int8 (post-training quantisation: per-channel weights, activation scales "
+         "calibrated on --calibrate inputs, else on the --input files)")
+        ("calibrate", po::value(&calibrate)->composing(),
+         "NAME=FILE.npy: an int8 calibration input (repeatable; one set of model inputs)");
+  }
+};
+
+std::map<std::string, runtime::HostTensor> read_named_npys(const std::vector<std::string>& specs, const char* option) {
+  std::map<std::string, runtime::HostTensor> out;
+  for (const auto& spec : specs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos) throw UsageError(std::string(option) + " expects NAME=FILE.npy, got '" + spec + "'");
+    out[spec.substr(0, eq)] = runtime::read_npy(spec.substr(eq + 1));
+  }
+  return out;
+}
+
+// Loads FILE as load_file does; an ONNX model is compiled at the chosen precision (int8: calibrated on
+// `calibrate`, or on `inputs` when none are given).
+runtime::Executable load_model(runtime::Client& client, const std::string& file,
+                               const std::map<std::string, int64_t>& defines,
+                               const std::map<std::string, std::vector<int64_t>>& shapes, const PrecisionOptions& p,
+                               const std::vector<std::string>& inputs) {
+  if (p.precision != "bf16" && p.precision != "int8")
+    throw UsageError("--precision must be bf16 or int8, got '" + p.precision + "'");
+  const bool onnx = fs::path(file).extension() == ".onnx";
+  if (!onnx && (p.precision != "bf16" || !p.calibrate.empty()))
+    throw UsageError("--precision and --calibrate apply to ONNX models, not to '" + file + "'");
+  if (!onnx || p.precision == "bf16") return client.load_file(file, defines, shapes);
+  runtime::CompileOptions opts;
+  opts.input_shapes = shapes;
+  opts.precision = compiler::Precision::INT8;
+  const std::vector<std::string>& specs = p.calibrate.empty() ? inputs : p.calibrate;
+  if (specs.empty()) throw UsageError("--precision int8 needs calibration inputs: give --calibrate NAME=FILE.npy");
+  opts.calibration.push_back(read_named_npys(specs, p.calibrate.empty() ? "--input" : "--calibrate"));
+  return client.compile_onnx_file(file, opts);
+}
+
 // The inputs of `--input NAME=FILE.npy`, and with `random` deterministic random data for the others (after
 // checking that the program fits the chip, so that a huge program is refused before its inputs are made).
 std::map<std::string, runtime::HostTensor> gather_inputs(const runtime::Client& client, const runtime::Executable& exe,
                                                          const std::vector<std::string>& specs, bool random,
                                                          uint64_t seed) {
-  std::map<std::string, runtime::HostTensor> inputs;
-  for (const auto& spec : specs) {
-    auto eq = spec.find('=');
-    if (eq == std::string::npos) throw UsageError("--input expects NAME=FILE.npy, got '" + spec + "'");
-    inputs[spec.substr(0, eq)] = runtime::read_npy(spec.substr(eq + 1));
-  }
+  std::map<std::string, runtime::HostTensor> inputs = read_named_npys(specs, "--input");
   client.check_fits(exe);
   if (random)
     for (const auto* d : exe.inputs())
@@ -145,11 +186,13 @@ int cmd_run(const std::vector<std::string>& args) {
       ("trace", po::value(&trace_path), "write a Chrome trace (open it in Perfetto)")
       ("timing-only", "skip the arithmetic; same cycles, no outputs")
       ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000), "stop a run that goes on longer");
+  PrecisionOptions precision;
+  precision.add(desc);
   po::variables_map vm;
   if (!parse(args, desc, "usage: tpusim run FILE [options]", vm, &file)) return 0;
 
   runtime::Client client(sim::load_config(config, sets));
-  runtime::Executable exe = client.load_file(file, parse_defines(defines), parse_shapes(shapes));
+  runtime::Executable exe = load_model(client, file, parse_defines(defines), parse_shapes(shapes), precision, input_specs);
   auto inputs = gather_inputs(client, exe, input_specs, vm.count("random-inputs") != 0, seed);
 
   runtime::ExecuteOptions opts;
@@ -183,16 +226,19 @@ int cmd_profile(const std::vector<std::string>& args) {
       ("input,i", po::value(&input_specs)->composing(), "NAME=FILE.npy (repeatable); others get random data")
       ("seed", po::value(&seed)->default_value(1), "seed for the random inputs")
       ("shape", po::value(&shapes)->composing(), "NAME=D0,D1,...: a model input's shape, for dynamic dims")
-      ("top", po::value(&top)->default_value(10), "list this many nodes (0: all)")
+      ("top", po::value(&top)->default_value(10), "list this many nodes, the longest (0: all)")
+      ("all", "list every node (as --top 0)")
       ("trace", po::value(&trace_path), "write a Chrome trace with a track of graph nodes (open it in Perfetto)")
       ("json", po::value(&json_path), "write the profile of every region as JSON")
       ("timing-only", "skip the arithmetic; same cycles")
       ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000), "stop a run that goes on longer");
+  PrecisionOptions precision;
+  precision.add(desc);
   po::variables_map vm;
   if (!parse(args, desc, "usage: tpusim profile MODEL.onnx|PROGRAM.tpub|KERNEL.s [options]", vm, &file)) return 0;
 
   runtime::Client client(sim::load_config(config, sets));
-  runtime::Executable exe = client.load_file(file, parse_defines(defines), parse_shapes(shapes));
+  runtime::Executable exe = load_model(client, file, parse_defines(defines), parse_shapes(shapes), precision, input_specs);
   auto inputs = gather_inputs(client, exe, input_specs, true, seed);
   runtime::ExecuteOptions opts;
   opts.functional = !vm.count("timing-only");
@@ -201,7 +247,7 @@ int cmd_profile(const std::vector<std::string>& args) {
   runtime::ExecuteResult r = client.execute(exe, inputs, opts);
 
   runtime::Profile prof = runtime::make_profile(exe.program(), r.run, client.config());
-  print_profile(std::cout, prof, exe.program().name, top);
+  print_profile(std::cout, prof, exe.program().name, vm.count("all") ? 0 : top);
   if (!json_path.empty()) write_text(json_path, runtime::profile_json(prof));
   if (!trace_path.empty())
     write_text(trace_path, runtime::profile_trace_json(exe.program(), r.run, client.config(), prof));
@@ -236,20 +282,57 @@ int cmd_disasm(const std::vector<std::string>& args) {
   return 0;
 }
 
+// With --report / --report-json: one timing-only run of the compiled program on the chip (inputs zero-filled: a
+// timing-only run does no arithmetic, so their values do not matter), profiled per graph node.
 int cmd_compile(const std::vector<std::string>& args) {
-  std::string file, out, config;
+  std::string file, out, config, report_path, report_json_path;
   std::vector<std::string> sets, shapes;
+  uint64_t max_cycles = 0;
   po::options_description desc = chip_options(config, sets);
   desc.add_options()
-      ("output,o", po::value(&out)->required(), "the .tpub file to write")
-      ("shape", po::value(&shapes)->composing(), "NAME=D0,D1,...: an input's shape, for dynamic dims");
+      ("output,o", po::value(&out), "the .tpub file to write")
+      ("shape", po::value(&shapes)->composing(), "NAME=D0,D1,...: an input's shape, for dynamic dims")
+      ("report", po::value(&report_path),
+       "simulate the program (timing only) and write a report per graph node: cycles, MXU utilisation, FLOPs, "
+       "bytes, roofline bound (- for standard output)")
+      ("report-json", po::value(&report_json_path), "the same report as JSON")
+      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000), "stop a report run that goes on longer");
   po::variables_map vm;
-  if (!parse(args, desc, "usage: tpusim compile MODEL.onnx -o FILE.tpub [options]", vm, &file)) return 0;
+  const char* usage = "usage: tpusim compile MODEL.onnx [-o FILE.tpub] [--report FILE] [--report-json FILE] [options]";
+  if (!parse(args, desc, usage, vm, &file)) return 0;
+  if (out.empty() && report_path.empty() && report_json_path.empty())
+    throw UsageError("nothing to write: give -o FILE.tpub, --report FILE or --report-json FILE (" + std::string(usage) +
+                     ")");
   runtime::Client client(sim::load_config(config, sets));
   runtime::Executable exe = client.compile_onnx_file(file, parse_shapes(shapes));
-  isa::save_program(exe.program(), out);
-  std::cout << "compiled " << file << ": " << exe.program().code.size() << " instructions, "
-            << exe.program().hbm_footprint() << " bytes of HBM -> " << out << "\n";
+  const isa::Program& prog = exe.program();
+  if (!out.empty()) {
+    isa::save_program(prog, out);
+    std::cout << "compiled " << file << ": " << prog.code.size() << " instructions, " << prog.hbm_footprint()
+              << " bytes of HBM -> " << out << "\n";
+  }
+  if (report_path.empty() && report_json_path.empty()) return 0;
+
+  client.check_fits(exe);
+  std::map<std::string, runtime::HostTensor> inputs;
+  for (const auto* d : exe.inputs())
+    inputs[d->name] = runtime::HostTensor{d->dtype, d->shape, std::vector<uint8_t>(d->bytes())};
+  runtime::ExecuteOptions opts;
+  opts.functional = false;
+  opts.trace = true;
+  opts.max_cycles = max_cycles;
+  runtime::ExecuteResult r = client.execute(exe, inputs, opts);
+  runtime::Profile prof = runtime::make_profile(prog, r.run, client.config());
+  if (report_path == "-") {
+    print_compile_report(std::cout, prof, prog, file, out, client.config());
+  } else if (!report_path.empty()) {
+    std::ostringstream text;
+    print_compile_report(text, prof, prog, file, out, client.config());
+    write_text(report_path, text.str());
+    std::cout << "report: " << prof.cycles << " cycles on " << client.config().chip.name << " -> " << report_path
+              << "\n";
+  }
+  if (!report_json_path.empty()) write_text(report_json_path, compile_report_json(prof, file, out));
   return 0;
 }
 

@@ -1,5 +1,6 @@
 #include "codegen.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "tpusim/compiler/compiler.h"
@@ -69,6 +70,33 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
   }
 }
 
+// HBM bytes a generated call reads and writes (Library calls carry theirs from the lowering).
+double call_bytes(const KernelPlan& plan, const KernelCall& call) {
+  if (call.kind == KernelCall::Kind::Copy) {
+    double b = 0;
+    for (const BufferMove& m : call.moves) {
+      const double moved = static_cast<double>(m.rows) * static_cast<double>(m.rowbytes);
+      b += moved + (m.src_stride == 0 ? static_cast<double>(m.rowbytes) : moved);
+    }
+    return b;
+  }
+  if (call.kind == KernelCall::Kind::Rowwise) {
+    const auto& r = call.rows;
+    double b = 0;
+    for (const kernels::rowwise::Input& in : r.inputs) {
+      const int64_t rows = in.period > 0 ? std::min(in.period, r.rows) : r.rows;
+      b += static_cast<double>(rows * (in.per_row ? 1 : r.cols) * isa::dtype_size(in.dtype));
+    }
+    for (size_t i = 0; i < r.outputs.size(); ++i) {
+      const Buffer& buf = plan.buffers[call.row_outputs[i]];
+      b += static_cast<double>(std::min<uint64_t>(buf.bytes() - buf.extra_bytes,
+                                                  static_cast<uint64_t>(r.rows * r.cols) * isa::dtype_size(buf.dtype)));
+    }
+    return b;
+  }
+  return call.bytes;
+}
+
 }  // namespace
 
 isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
@@ -102,6 +130,8 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
       p.regions.push_back(isa::Region{isa::kRegionNode, call.label, call_begin, 0});
     }
     p.regions[node].end = static_cast<uint32_t>(end);
+    p.regions[node].flops += call.flops;
+    p.regions[node].bytes += call_bytes(plan, call);
     const auto frag_begin = static_cast<uint32_t>(p.code.size());
     p.regions.push_back(isa::Region{isa::kRegionKernel, call.kernel, frag_begin, static_cast<uint32_t>(end)});
     for (isa::Region r : frag.regions) {  // the kernel's own regions, if it marks any

@@ -26,7 +26,7 @@ isa::Program compile_onnx(const std::string& bytes, const std::string& model_nam
   ir::Graph g = import_onnx(bytes, model_name);
   infer_shapes(g, opts.input_shapes);
   fold_constants(g);
-  KernelPlan plan = lower(g, opts.target.symbols);
+  KernelPlan plan = lower(g, opts);
   plan_memory(plan, static_cast<uint64_t>(hbm->second), model_name);
   return emit_program(plan, opts.target.symbols, std::filesystem::path(model_name).stem().string());
 }

@@ -49,8 +49,9 @@ struct KernelCall {
   kernels::rowwise::Program rows;           // Rowwise: addresses are filled in from the buffers below
   std::vector<int> row_inputs, row_outputs; // Rowwise: buffer of each rows.inputs[i] / rows.outputs[i]
   std::vector<uint64_t> row_input_offs, row_output_offs;
-  // Work, for the compile report and roofline bounds.
-  double flops = 0;
+  // Work, for the compile report and roofline bounds: arithmetic operations (a multiply-add is 2) and HBM bytes
+  // read and written (Library calls: set by the lowering; Copy and Rowwise: computed by codegen).
+  double flops = 0, bytes = 0;
 };
 
 struct KernelPlan {

@@ -33,9 +33,10 @@ std::string num(float f) {
 }
 
 int64_t prod(const Shape& s, size_t from = 0, size_t to = SIZE_MAX) {
-  int64_t p = 1;
-  for (size_t i = from; i < std::min(to, s.size()); ++i) p *= s[i];
-  return p;
+  to = std::min(to, s.size());
+  if (from >= to) return 1;
+  return std::accumulate(s.begin() + static_cast<std::ptrdiff_t>(from), s.begin() + static_cast<std::ptrdiff_t>(to),
+                         int64_t{1}, std::multiplies<>());
 }
 
 std::vector<uint8_t> bf16_bytes(const std::vector<float>& v) {
@@ -122,8 +123,8 @@ struct Stored {
 
 class Lowering {
  public:
-  Lowering(const ir::Graph& g, const std::map<std::string, int64_t>& symbols)
-      : g_(g), sym_(symbols), users_(g.values.size()), is_output_(g.values.size()), done_(g.nodes.size()) {
+  Lowering(const ir::Graph& g, const Options& opts)
+      : g_(g), opts_(opts), sym_(opts.target.symbols), users_(g.values.size()), is_output_(g.values.size()), done_(g.nodes.size()) {
     for (size_t i = 0; i < g_.nodes.size(); ++i)
       for (int in : g_.nodes[i].inputs)
         if (in >= 0) users_[in].push_back(static_cast<int>(i));
@@ -147,15 +148,118 @@ class Lowering {
                     ": only float outputs are supported");
       out_buf_[o] = add_buffer(v.name, Buffer::Kind::Output, DType::F32, v.shape());
     }
+    find_quantised();
+    if (opts_.expose_calibration)
+      for (int v : calib_) {
+        const ir::Value& value = val(v);
+        out_buf_[v] = add_buffer(kCalibrationPrefix + value.name, Buffer::Kind::Output, DType::F32, value.shape());
+      }
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       if (done_[i]) continue;
       lower_node(static_cast<int>(i));
     }
     for (int o : g_.outputs) write_output(o);
+    if (opts_.expose_calibration)
+      for (int v : calib_) write_output(v);
     return std::move(plan_);
   }
 
  private:
+  // ---- int8 quantisation -----------------------------------------------------------------------------------
+  // The activations an INT8 compile quantises: inputs of MatMul/Gemm with a constant 2-D B, of Conv with
+  // constant weights and group 1 (and of nothing computed at compile time).
+  void find_quantised() {
+    for (const ir::Node& n : g_.nodes) {
+      const bool mm = (n.op == "MatMul" || n.op == "Gemm") && val(n.inputs[1]).is_const &&
+                      shape(n.inputs[1]).size() == 2 && shape(n.inputs[0]).size() >= 2;
+      const bool conv = n.op == "Conv" && val(n.inputs[1]).is_const && n.attr_int("group", 1) == 1;
+      if ((mm || conv) && !val(n.inputs[0]).is_const && val(n.inputs[0]).elem_type == ir::kFloat)
+        calib_.insert(n.inputs[0]);
+    }
+  }
+
+  bool int8(int v) const { return opts_.precision == Precision::INT8 && calib_.count(v); }
+
+  // The activation scale s_a = absmax / 127 of value v (1 when the calibration saw only zeros).
+  float act_scale(const ir::Node& n, int v) const {
+    auto it = opts_.activation_absmax.find(val(v).name);
+    if (it == opts_.activation_absmax.end())
+      fail(n, "int8: no calibration range for activation '" + val(v).name + "' (give calibration inputs)");
+    if (!(it->second >= 0) || !std::isfinite(it->second))
+      fail(n, "int8: the calibration range of '" + val(v).name + "' is not finite");
+    return it->second > 0 ? it->second / 127.0f : 1.0f;
+  }
+
+  // v as int8, x / s_a rounded to nearest even and saturated (cast.s with SCALE = 1/s_a), NHWC for 4-D.
+  Stored quantized(const ir::Node& n, int v, bool nhwc) {
+    if (auto it = quantized_.find(v); it != quantized_.end()) return it->second;
+    const float inv = 1.0f / act_scale(n, v);
+    Stored x = get_any(v, nhwc);
+    Stored q{temp(val(v).name + ".i8", DType::I8, shape(v)), 0, DType::I8, x.nhwc};
+    KernelCall call;
+    call.label = "quantize(" + val(v).name + ")";
+    call.kernel = "cast.s";
+    call.tensors = {{"x", x.buf}, {"y", q.buf}};
+    call.offsets = {{"x", x.off}, {"y", q.off}};
+    call.params = {{"N", val(v).elements()}, {"SDT", dt(x.dtype)}, {"DDT", dt(DType::I8)},
+                   {"SCALE", isa::bits_from_f32(inv)}};
+    call.bytes = static_cast<double>(val(v).elements() * (isa::dtype_size(x.dtype) + 1));
+    plan_.calls.push_back(std::move(call));
+    return quantized_[v] = q;
+  }
+
+  // Weights [K, N] -> per-column scales (max|w| / 127) and int8 values, tiled like tiled_weights.
+  int tiled_weights_i8(const std::string& name, const std::vector<float>& w, int64_t k, int64_t n,
+                       std::vector<float>& scales) {
+    const int64_t R = sym_.at("MXU_ROWS"), C = sym_.at("MXU_COLS");
+    const int64_t kt = (k + R - 1) / R, nt = (n + C - 1) / C;
+    scales.assign(static_cast<size_t>(n), 0.0f);
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        scales[j] = std::max(scales[j], std::fabs(w[static_cast<size_t>(i * n + j)]));
+    for (float& s : scales) s = s > 0 ? s / 127.0f : 1.0f;
+    std::vector<uint8_t> t(static_cast<size_t>(kt * nt * R * C), 0);
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const float q = std::nearbyint(w[static_cast<size_t>(i * n + j)] / scales[j]);
+        const auto v = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
+        std::memcpy(&t[static_cast<size_t>((((i / R) * nt + j / C) * R + i % R) * C + j % C)], &v, 1);
+      }
+    return add_const(name + ".i8", DType::I8, {kt, nt, R, C}, std::move(t));
+  }
+
+  // out = act(acc * s_a * s_w[n] + bias[n]) from an int32 [rows, N] accumulator.
+  void dequantize(const std::string& label, Stored acc, int64_t rows, int64_t n, float s_a, const std::vector<float>& s_w,
+                  const std::vector<float>& bias, const std::string& wname, bool relu, Stored out) {
+    KernelCall call = rowwise_call(label, rows, n);
+    std::vector<float> scale(s_w.size());
+    for (size_t j = 0; j < s_w.size(); ++j) scale[j] = s_a * s_w[j];
+    int r = rw_node(call, rw::Op::Mul,
+                    {rw_input(call, acc, false, 0),
+                     rw_input(call, Stored{const_f32(wname + ".scale", {n}, scale), 0, DType::F32, false}, false, 1)});
+    if (!bias.empty())
+      r = rw_node(call, rw::Op::Add,
+                  {r, rw_input(call, Stored{const_f32(wname + ".bias", {n}, bias), 0, DType::F32, false}, false, 1)});
+    if (relu) r = rw_node(call, rw::Op::Relu, {r});
+    rw_output(call, r, out);
+    plan_.calls.push_back(std::move(call));
+  }
+
+  // One quantised matmul: c[m, n] = act(a @ w + bias) with a = value `a` ([m, k] rows of its buffer).
+  void int8_gemm(const ir::Node& n, const std::string& label, Stored aq, int a, const std::vector<float>& w, int64_t m,
+                 int64_t k, int64_t nn, const std::vector<float>& bias, const std::string& wname, bool relu,
+                 Stored out, double flops) {
+    std::vector<float> s_w;
+    int B = tiled_weights_i8(wname, w, k, nn, s_w);
+    Stored acc{temp(label + ".acc", DType::I32, {m, nn}), 0, DType::I32, false};
+    gemm(label, aq, Stored{B, 0, DType::I8, false}, -1, acc, m, k, nn, false, 1.0f, true, false);
+    plan_.calls.back().params["IN_DT"] = dt(DType::I8);
+    plan_.calls.back().params["OUT_DT"] = dt(DType::I32);
+    plan_.calls.back().flops = flops;
+    plan_.calls.back().bytes = static_cast<double>(m * k + k * nn + 4 * m * nn);
+    dequantize(label, acc, m, nn, act_scale(n, a), s_w, bias, wname, relu, out);
+  }
+
   // ---- buffers ---------------------------------------------------------------------------------------------
   int add_buffer(const std::string& name, Buffer::Kind kind, DType dtype, Shape shape, uint64_t extra = 0) {
     Buffer b{name, kind, dtype, std::move(shape), {}, 0, extra};
@@ -191,6 +295,7 @@ class Lowering {
     std::vector<float> v(static_cast<size_t>(n), value);
     std::string name = std::string("fill.") + isa::dtype_name(dtype) + "." + std::to_string(n) +
                        (value == 0 ? "" : (value < 0 ? ".neg" : ".pos"));
+    if (dtype == DType::I8) return add_const(name, DType::I8, {n}, std::vector<uint8_t>(static_cast<size_t>(n), 0));
     return dtype == DType::BF16 ? const_bf16(name, {n}, v) : const_f32(name, {n}, v);
   }
 
@@ -212,6 +317,8 @@ class Lowering {
                    {"B_TILED", b_tiled ? 1 : 0}};
     if (trans_b) call.params["TRANS_B"] = 1;
     call.flops = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
+    call.bytes = static_cast<double>(m * k + k * n) * 2 + static_cast<double>(m * n * isa::dtype_size(c.dtype)) +
+                 (bias >= 0 ? 4.0 * static_cast<double>(n) : 0.0);
     plan_.calls.push_back(std::move(call));
   }
 
@@ -222,6 +329,7 @@ class Lowering {
     call.tensors = {{"x", x.buf}, {"y", y.buf}};
     call.offsets = {{"x", x.off}, {"y", y.off}};
     call.params = {{"N", n}, {"SDT", dt(x.dtype)}, {"DDT", dt(y.dtype)}, {"SCALE", 0}};
+    call.bytes = static_cast<double>(n * (isa::dtype_size(x.dtype) + isa::dtype_size(y.dtype)));
     plan_.calls.push_back(std::move(call));
   }
 
@@ -521,10 +629,14 @@ class Lowering {
       bool relu = false;
       std::string label = n.name;
       int out = fuse_epilogue(n.outputs[0], nn, bias, bias_name, relu, label);
+      Stored C = destination(out, storage_type(out));
+      if (int8(a)) {
+        int8_gemm(n, label, quantized(n, a, false), a, w, m, k, nn, bias, val(b).name, relu, C, 2.0 * m * k * nn);
+        return;
+      }
       Stored A = get(a, DType::BF16, false);
       int B = tiled_weights(val(b).name, w, k, nn);
       int bias_buf = bias.empty() ? -1 : const_f32(bias_name, {nn}, bias);
-      Stored C = destination(out, storage_type(out));
       gemm(label, A, Stored{B, 0, DType::BF16, false}, bias_buf, C, m, k, nn, relu, 1.0f, true, false);
       return;
     }
@@ -632,7 +744,7 @@ class Lowering {
     const int64_t pr = std::max<int64_t>(w.pr, (OW - 1) * w.sw + (w.kw - 1) * w.dw + 1 - W - w.pl);
     const int64_t Hq = (H + w.pt + pb + w.sh - 1) / w.sh, Wq = (W + w.pl + pr + w.sw - 1) / w.sw;
     const int64_t phases = w.sh * w.sw;
-    const int es = 2;
+    const int es = isa::dtype_size(x.dtype);
     // Rows (of C elements) read past the end of the last phase by the overhanging virtual columns.
     const int64_t qh_max = (w.kh - 1) * w.dh / w.sh, qw_max = (w.kw - 1) * w.dw / w.sw;
     const int64_t max_row = (OH - 1 + qh_max) * Wq + Wq - 1 + qw_max;
@@ -643,9 +755,10 @@ class Lowering {
     std::vector<BufferMove> moves;
     const bool direct = phases == 1 && Hq == H && Wq == W && slack == 0;
     if (!direct) {
-      P = Stored{temp(label + ".padded", DType::BF16, {phases, N, Hq, Wq, C}, static_cast<uint64_t>(slack * C * es)),
-                 0, DType::BF16, true};
-      int pat = pattern(pad_value, DType::BF16, row);
+      P = Stored{temp(label + ".padded", x.dtype, {phases, N, Hq, Wq, C}, static_cast<uint64_t>(slack * C * es)),
+                 0, x.dtype, true};
+      if (x.dtype == DType::I8 && pad_value != 0) throw Error(label + ": internal: int8 padding must be 0");
+      int pat = pattern(pad_value, x.dtype, row);
       auto fill = [&](uint64_t off, uint64_t rows, uint64_t rowbytes, int64_t stride) {
         if (rows && rowbytes) moves.push_back(BufferMove{pat, P.buf, 0, off, rows, rowbytes, 0, stride});
       };
@@ -769,10 +882,34 @@ class Lowering {
     }
     const Shape os = shape(out);
     const int64_t OH = os[2], OW = os[3];
-    Stored X = get(x, DType::BF16, true);
+    const bool q8 = groups == 1 && int8(x);
+    Stored X = q8 ? quantized(n, x, true) : get(x, DType::BF16, true);
     Stored Y = remember(out, Stored{temp(val(out).name, DType::BF16, os), 0, DType::BF16, true});
     const int64_t taps = KH * KW;
 
+    if (q8) {
+      std::vector<float> wt(static_cast<size_t>(taps * C * OC));
+      for (int64_t o = 0; o < OC; ++o)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t t = 0; t < taps; ++t)
+            wt[static_cast<size_t>((t * C + c) * OC + o)] = w[static_cast<size_t>((o * C + c) * taps + t)];
+      const double flops = 2.0 * N * OH * OW * taps * C * OC;
+      std::vector<float> b = has_bias ? bias : std::vector<float>{};
+      const bool direct = KH == 1 && KW == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 && win.pl == 0 &&
+                          win.pb == 0 && win.pr == 0;
+      if (direct) {
+        int8_gemm(n, label, X, x, wt, N * OH * OW, C, OC, b, val(wv).name, relu, Y, flops);
+        return;
+      }
+      int im = temp(label + ".im2col", DType::I8, {1});
+      Taps t = window_taps(label, X, xs, win, 0.0f, 0, C, false, im);
+      plan_.buffers[im].shape = {t.rows, taps * C};
+      Stored G = Y;
+      if (t.wv != OW) G = Stored{temp(label + ".virtual", DType::BF16, {t.rows, OC}), 0, DType::BF16, true};
+      int8_gemm(n, label, Stored{im, 0, DType::I8, false}, x, wt, t.rows, taps * C, OC, b, val(wv).name, relu, G, flops);
+      if (t.wv != OW) drop_virtual(label, G, Y, t, N, OC);
+      return;
+    }
     if (groups == 1) {
       // weights [OC, C, KH, KW] -> [(kh, kw, c), OC]
       std::vector<float> wt(static_cast<size_t>(taps * C * OC));
@@ -1083,6 +1220,7 @@ class Lowering {
     call.tensors = {{"ids", I.buf}, {"table", table}, {"y", Y.buf}};
     call.offsets = {{"ids", I.off}, {"y", Y.off}};
     call.params = {{"M", M}, {"D", D}, {"V", V}, {"DT", dt(Y.dtype)}};
+    call.bytes = static_cast<double>(M * D * isa::dtype_size(Y.dtype) * 2 + M * 4);
     plan_.calls.push_back(std::move(call));
   }
 
@@ -1514,7 +1652,10 @@ class Lowering {
   }
 
   const ir::Graph& g_;
+  const Options& opts_;
   const std::map<std::string, int64_t>& sym_;
+  std::set<int> calib_;              // values an INT8 compile quantises (matmul and conv inputs)
+  std::map<int, Stored> quantized_;  // value -> its int8 copy
   KernelPlan plan_;
   std::vector<std::vector<int>> users_;
   std::vector<bool> is_output_;
@@ -1534,8 +1675,8 @@ uint64_t Buffer::bytes() const {
   return n * isa::dtype_size(dtype) + extra_bytes;
 }
 
-KernelPlan lower(const ir::Graph& g, const std::map<std::string, int64_t>& symbols) {
-  return Lowering(g, symbols).run();
+KernelPlan lower(const ir::Graph& g, const Options& opts) {
+  return Lowering(g, opts).run();
 }
 
 }  // namespace tpusim::compiler

@@ -17,6 +17,9 @@
 //    (decomposed LayerNorm and GELU chains fuse into one kernel this way).
 //  - Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout: aliases. Transpose, Slice, Split, Concat, Expand,
 //    Pad, Gather with constant indices: strided copies. Gather of a constant table by runtime indices: gather.s.
+//  - INT8 (Options::precision): a quantised MatMul/Gemm/Conv casts its input to int8 (cast.s, scale 127/absmax),
+//    runs gemm.s int8 -> int32 on int8 weights (per output channel scales), and a row-wise kernel dequantises
+//    (acc * s_a * s_w[n] + bias, ReLU) into the usual storage type.
 // Storage: activations bf16 where a matmul reads them, f32 where only row-wise kernels do; graph inputs and
 // outputs f32 (integer inputs int32), NCHW/row-major.
 #pragma once
@@ -26,11 +29,13 @@
 
 #include "graph.h"
 #include "kernel_plan.h"
+#include "tpusim/compiler/compiler.h"
 
 namespace tpusim::compiler {
 
-// `symbols`: the chip's (MXU_ROWS, MXU_COLS, ...), for weight tiling. Throws Error naming the node on anything
-// it cannot lower.
-KernelPlan lower(const ir::Graph& g, const std::map<std::string, int64_t>& symbols);
+// opts.target.symbols: the chip's (MXU_ROWS, MXU_COLS, ...), for weight tiling; opts.precision and
+// activation_absmax: int8 quantisation; expose_calibration: extra outputs for calibration runs. Throws Error naming
+// the node on anything it cannot lower.
+KernelPlan lower(const ir::Graph& g, const Options& opts);
 
 }  // namespace tpusim::compiler

@@ -109,7 +109,8 @@ struct ClientCore {
   // The executable caches, shared by Client's const and non-const methods.
   StatusOr<Executable> load_program(isa::Program program);
   StatusOr<Executable> compile_onnx(const std::string& path,
-                                    const std::map<std::string, std::vector<int64_t>>& input_shapes);
+                                    const std::map<std::string, std::vector<int64_t>>& input_shapes,
+                                    const compiler::Options& extra = {});
 
  private:
   bool push(Work w);

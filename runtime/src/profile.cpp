@@ -37,11 +37,15 @@ void add_event(RegionProfile& r, const sim::TraceEvent& e, bool& timed) {
   timed = true;
 }
 
-void finish(RegionProfile& r, uint64_t run_cycles) {
+void finish(RegionProfile& r, const Profile& p) {
   const uint64_t span = r.cycles();
-  r.share = run_cycles ? static_cast<double>(span) / static_cast<double>(run_cycles) : 0.0;
+  r.share = p.cycles ? static_cast<double>(span) / static_cast<double>(p.cycles) : 0.0;
   r.mxu_utilization =
       span ? static_cast<double>(r.units[static_cast<int>(isa::Unit::Mxu)].busy()) / static_cast<double>(span) : 0.0;
+  const double compute = p.peak_flops_per_cycle > 0 ? r.flops / p.peak_flops_per_cycle : 0.0;
+  const double memory = p.hbm_bytes_per_cycle > 0 ? r.bytes / p.hbm_bytes_per_cycle : 0.0;
+  r.bound_cycles = std::max(compute, memory);
+  r.bound = r.flops == 0 && r.bytes == 0 ? "" : compute >= memory ? "compute" : "memory";
 }
 
 json region_json(const RegionProfile& r) {
@@ -63,6 +67,11 @@ json region_json(const RegionProfile& r) {
           {"share", r.share},
           {"mxu_utilization", r.mxu_utilization},
           {"instructions", r.instructions},
+          {"flops", r.flops},
+          {"bytes", r.bytes},
+          {"bound_cycles", r.bound_cycles},
+          {"bound", r.bound},
+          {"bound_ratio", r.bound_ratio()},
           {"units", std::move(units)}};
 }
 
@@ -93,6 +102,8 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
   Profile prof;
   prof.chip = cfg.chip.name;
   prof.clock_mhz = cfg.chip.clock_mhz;
+  prof.peak_flops_per_cycle = 2.0 * cfg.mxu.rows * cfg.mxu.cols;
+  prof.hbm_bytes_per_cycle = cfg.hbm_bytes_per_cycle();
   prof.cycles = run.stats.cycles;
   prof.program.kind = "program";
   prof.program.name = program.name;
@@ -104,8 +115,19 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
     RegionProfile r;
     r.kind = g.kind, r.name = g.name, r.begin = g.begin, r.end = g.end, r.parent = parents[i];
     r.depth = r.parent < 0 ? 0 : prof.regions[r.parent].depth + 1;
+    r.flops = g.flops, r.bytes = g.bytes;
     count_static(program, r);
     prof.regions.push_back(std::move(r));
+  }
+  // The program's work: each quantity from the outermost regions that give it.
+  for (size_t i = 0; i < program.regions.size(); ++i) {
+    bool flops_outer = true, bytes_outer = true;
+    for (int a = parents[i]; a >= 0; a = parents[a]) {
+      flops_outer = flops_outer && program.regions[a].flops == 0;
+      bytes_outer = bytes_outer && program.regions[a].bytes == 0;
+    }
+    if (flops_outer) prof.program.flops += program.regions[i].flops;
+    if (bytes_outer) prof.program.bytes += program.regions[i].bytes;
   }
 
   const std::vector<int> at = innermost(program);
@@ -116,8 +138,8 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
     for (int r = e.pc < at.size() ? at[e.pc] : -1; r >= 0; r = prof.regions[r].parent)
       add_event(prof.regions[r], e, timed[r]);
   }
-  finish(prof.program, prof.cycles);
-  for (RegionProfile& r : prof.regions) finish(r, prof.cycles);
+  finish(prof.program, prof);
+  for (RegionProfile& r : prof.regions) finish(r, prof);
   return prof;
 }
 
@@ -126,6 +148,8 @@ std::string profile_json(const Profile& p) {
   for (const RegionProfile& r : p.regions) regions.push_back(region_json(r));
   json j = {{"chip", p.chip},
             {"clock_mhz", p.clock_mhz},
+            {"peak_flops_per_cycle", p.peak_flops_per_cycle},
+            {"hbm_bytes_per_cycle", p.hbm_bytes_per_cycle},
             {"cycles", p.cycles},
             {"program", region_json(p.program)},
             {"regions", std::move(regions)}};
@@ -174,6 +198,10 @@ json device_trace(const isa::Program& program, const sim::RunResult& run, const 
                       {"dur_cycles", r.cycles()},
                       {"share", r.share},
                       {"mxu_utilization", r.mxu_utilization},
+                      {"flops", r.flops},
+                      {"bytes", r.bytes},
+                      {"bound_cycles", r.bound_cycles},
+                      {"bound", r.bound},
                       {"pcs", std::to_string(r.begin) + ".." + std::to_string(r.end)}}}});
   }
   return j;

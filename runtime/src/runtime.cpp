@@ -1,6 +1,8 @@
 #include "tpusim/runtime/runtime.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -417,14 +419,23 @@ StatusOr<Executable> ClientCore::load_program(isa::Program program) {
   return it->second;
 }
 
+// `extra`: precision, activation ranges and calibration outputs (its target and input_shapes are ignored).
 StatusOr<Executable> ClientCore::compile_onnx(const std::string& path,
-                                              const std::map<std::string, std::vector<int64_t>>& input_shapes) {
+                                              const std::map<std::string, std::vector<int64_t>>& input_shapes,
+                                              const compiler::Options& extra) {
   std::error_code ec;
   auto mtime = std::filesystem::last_write_time(path, ec);
   if (ec) return Status(StatusCode::kNotFound, path + ": " + ec.message());
   std::string key = std::filesystem::absolute(path).string() + "|" +
                     std::to_string(mtime.time_since_epoch().count());
   for (const auto& [name, shape] : input_shapes) key += "|" + name + "=" + shape_text(shape);
+  if (extra.precision == compiler::Precision::INT8) key += "|int8";
+  if (extra.expose_calibration) key += "|calibration";
+  for (const auto& [name, absmax] : extra.activation_absmax) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%a", static_cast<double>(absmax));
+    key += "|" + name + ":" + buf;
+  }
   {
     std::lock_guard<std::mutex> lock(cache_mu);
     auto it = models.find(key);
@@ -433,7 +444,8 @@ StatusOr<Executable> ClientCore::compile_onnx(const std::string& path,
       return it->second;
     }
   }
-  compiler::Options opts;
+  compiler::Options opts = extra;
+  opts.target.symbols.clear();
   for (const auto& [k, v] : sim::kernel_symbols(cfg)) opts.target.symbols[k] = v;
   opts.input_shapes = input_shapes;
   isa::Program program;
@@ -460,6 +472,41 @@ StatusOr<Executable> Client::deserialize_executable(const std::vector<uint8_t>& 
 StatusOr<Executable> Client::compile_onnx(const std::string& path,
                                           const std::map<std::string, std::vector<int64_t>>& input_shapes) {
   return core_->compile_onnx(path, input_shapes);
+}
+
+StatusOr<Executable> Client::compile_onnx(const std::string& path, const CompileOptions& opts) {
+  if (opts.precision == compiler::Precision::BF16) return core_->compile_onnx(path, opts.input_shapes);
+  if (opts.calibration.empty())
+    return invalid(path + ": int8 needs calibration inputs (at least one set of model inputs)");
+  compiler::Options calib;
+  calib.expose_calibration = true;
+  StatusOr<Executable> probe = core_->compile_onnx(path, opts.input_shapes, calib);
+  if (!probe.ok()) return probe.status();
+  const std::string prefix = compiler::kCalibrationPrefix;
+  compiler::Options q;
+  q.precision = compiler::Precision::INT8;
+  try {
+    check_fits(probe.value());
+    for (const auto& set : opts.calibration) {
+      ExecuteResult r = execute(probe.value(), set);
+      for (const auto& [name, t] : r.outputs) {
+        if (name.rfind(prefix, 0) != 0) continue;
+        float& m = q.activation_absmax[name.substr(prefix.size())];
+        const auto* f = reinterpret_cast<const float*>(t.data.data());
+        for (int64_t i = 0; i < t.elements(); ++i) m = std::max(m, std::fabs(f[i]));
+      }
+    }
+  } catch (const std::exception& e) {
+    return invalid(path + ": calibration run: " + e.what());
+  }
+  return core_->compile_onnx(path, opts.input_shapes, q);
+}
+
+Executable Client::compile_onnx_file(const std::string& path, const CompileOptions& opts) {
+  if (opts.precision == compiler::Precision::BF16) return compile_onnx_file(path, opts.input_shapes);
+  StatusOr<Executable> e = compile_onnx(path, opts);
+  e.status().throw_if_error();
+  return e.value();
 }
 
 Status Client::fits(const Executable& exe) const {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -83,6 +84,12 @@ TEST(Profile, AttributesEachEventToItsRegionAndTheRegionsAroundIt) {
   EXPECT_EQ(b.cycles(), 6u);
   EXPECT_EQ(b.units[static_cast<int>(Unit::Core)].cycles.at("wait"), 2u);
   EXPECT_EQ(b.mxu_utilization, 0.0);
+  // No region gives its work here: no roofline bound.
+  EXPECT_EQ(b.flops, 0.0);
+  EXPECT_EQ(b.bound_cycles, 0.0);
+  EXPECT_EQ(b.bound, "");
+  EXPECT_EQ(b.bound_ratio(), 0.0);
+  EXPECT_EQ(p.program.bound, "");
 
   // The program: every slice; the unit slices run from 2 to 30.
   EXPECT_EQ(p.program.cycles(), 28u);
@@ -115,6 +122,71 @@ TEST(Profile, AttributesEachEventToItsRegionAndTheRegionsAroundIt) {
     }
   }
   EXPECT_EQ(node_slices, 2);
+}
+
+// The roofline bound of regions whose flops and bytes are given, on v4-like (128x128 MXU at 1050 MHz, 1200 GB/s):
+//   peak:  2 * 128 * 128 = 32768 flops per cycle (each PE one multiply-add a cycle, a multiply-add is 2 flops)
+//   HBM:   1200 GB/s = 1.2e12 bytes/s over 1.05e9 cycles/s = 1200e3 / 1050 = 1142.857... bytes per cycle
+TEST(Profile, RooflineBoundPerRegion) {
+  const sim::ChipConfig cfg = config();
+  const double peak = 2.0 * cfg.mxu.rows * cfg.mxu.cols;
+  const double bw = cfg.hbm.bandwidth_gbs * 1e3 / cfg.chip.clock_mhz;
+  ASSERT_EQ(peak, 32768.0);
+  ASSERT_DOUBLE_EQ(bw, 1200e3 / 1050);
+
+  isa::Program prog = two_nodes();
+  ASSERT_EQ(prog.regions.size(), 3u);
+  isa::Region &a = prog.regions[0], &k = prog.regions[1], &b = prog.regions[2];
+  a.flops = 100 * 32768;              // compute: 100 cycles; no bytes given
+  k.flops = 2 * 32768, k.bytes = 24000;  // compute 2 cycles, memory 24000 / 1142.857 = 21 cycles: memory-bound
+  b.bytes = 2400;                     // memory: 2.1 cycles
+  sim::RunResult run;
+  run.stats.cycles = 120;
+  run.trace = {
+      {Unit::DmaIn, 0, 10, 1, "dma.ld", "busy"},     // node a: cycles 0..110
+      {Unit::Mxu, 10, 100, 2, "mxu.lw", "busy"},     // kernel k.s: 10..110
+      {Unit::DmaOut, 110, 6, 4, "dma.st", "busy"},   // node b: 110..116
+  };
+  Profile p = make_profile(prog, run, cfg);
+  EXPECT_EQ(p.peak_flops_per_cycle, peak);
+  EXPECT_DOUBLE_EQ(p.hbm_bytes_per_cycle, bw);
+  const RegionProfile &ra = p.regions[0], &rk = p.regions[1], &rb = p.regions[2];
+
+  EXPECT_EQ(ra.flops, 3276800.0);
+  EXPECT_EQ(ra.bytes, 0.0);
+  EXPECT_DOUBLE_EQ(ra.bound_cycles, 3276800.0 / peak);  // = 100
+  EXPECT_DOUBLE_EQ(ra.bound_cycles, 100.0);
+  EXPECT_EQ(ra.bound, "compute");
+  EXPECT_DOUBLE_EQ(ra.bound_ratio(), 110.0 / 100.0);  // measured 110 cycles
+
+  EXPECT_DOUBLE_EQ(rk.bound_cycles, std::max(65536.0 / peak, 24000.0 / bw));  // = max(2, 21)
+  EXPECT_DOUBLE_EQ(rk.bound_cycles, 21.0);
+  EXPECT_EQ(rk.bound, "memory");
+  EXPECT_DOUBLE_EQ(rk.bound_ratio(), 100.0 / 21.0);
+
+  EXPECT_DOUBLE_EQ(rb.bound_cycles, 2400.0 / bw);  // = 2.1
+  EXPECT_DOUBLE_EQ(rb.bound_cycles, 2.1);
+  EXPECT_EQ(rb.bound, "memory");
+  EXPECT_DOUBLE_EQ(rb.bound_ratio(), 6.0 / 2.1);
+
+  // The program: flops from a and b (k.s lies inside a, which gives flops: not counted twice); bytes from k.s and b
+  // (a gives no bytes, so k.s is the outermost region giving them). Bound: max(3276800 / 32768, 26400 / 1142.857)
+  // = max(100, 23.1) = 100, compute; measured: 0..116.
+  EXPECT_EQ(p.program.flops, 3276800.0);
+  EXPECT_EQ(p.program.bytes, 26400.0);
+  EXPECT_DOUBLE_EQ(p.program.bound_cycles, 100.0);
+  EXPECT_EQ(p.program.bound, "compute");
+  EXPECT_DOUBLE_EQ(p.program.bound_ratio(), 1.16);
+
+  auto j = nlohmann::json::parse(profile_json(p));
+  EXPECT_EQ(j["peak_flops_per_cycle"], 32768.0);
+  EXPECT_EQ(j["regions"][1]["bound"], "memory");
+  EXPECT_DOUBLE_EQ(j["regions"][1]["bound_cycles"].get<double>(), 21.0);
+  EXPECT_EQ(j["regions"][1]["bytes"], 24000.0);
+  EXPECT_EQ(j["regions"][0]["flops"], 3276800.0);
+  EXPECT_DOUBLE_EQ(j["regions"][0]["bound_ratio"].get<double>(), 1.1);
+  EXPECT_EQ(j["program"]["bound"], "compute");
+  EXPECT_EQ(j["program"]["bytes"], 26400.0);
 }
 
 TEST(Profile, NeedsTheTrace) {

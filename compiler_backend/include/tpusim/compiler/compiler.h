@@ -1,12 +1,15 @@
-// The compiler backend: ONNX model -> isa::Program (kernel fragments from the kernel library, concatenated).
+// The compiler backend: ONNX model -> isa::Program (kernel fragments from the kernel library and generated
+// kernels, concatenated).
 //
-// Supported so far: MatMul (2-D), Gemm (alpha = beta = 1, transA = 0), Add (a bias after a matmul), Relu and
-// Identity, all float32 in the model. Matmuls run in bf16 with f32 accumulation (weights are rounded to bf16 at
-// compile time, round-to-nearest-even); graph inputs and outputs stay float32 in HBM.
+// Supported: the operators of torchvision classification CNNs and transformer encoders/decoders exported at
+// opsets 13 to 17 (shape_inference.h lists them; lower.h says what each becomes), with shape subgraphs folded at
+// compile time. Matmuls and convolutions run in bf16 with f32 accumulation by default (weights rounded to bf16 at
+// compile time, round-to-nearest-even), or int8 (Options::precision); elementwise work is f32 on the vector
+// unit. Graph inputs and outputs are float32 in HBM (integer inputs, e.g. token ids, int32).
 //
-// The Program declares the model's inputs and outputs (f32) and its constants (bf16 weights [K,N] row-major,
-// f32 biases [N], bytes in Program::const_data); intermediates live in HBM after them and are not declared. To run
-// it: write every Const tensor's bytes and every input at its addr, run, read the outputs at theirs.
+// The Program declares the model's inputs and outputs and its constants (weights tiled for gemm.s, biases and
+// other constants, bytes in Program::const_data); intermediates live in HBM after them and are not declared. To
+// run it: write every Const tensor's bytes and every input at its addr, run, read the outputs at theirs.
 #pragma once
 
 #include <cstdint>
@@ -30,12 +33,27 @@ struct Target {
   std::map<std::string, int64_t> symbols;
 };
 
+enum class Precision { BF16, INT8 };
+
 struct Options {
   Target target;
+  // BF16: matmuls and convolutions in bf16 with f32 accumulation. INT8: post-training quantisation of every
+  // MatMul/Gemm/Conv with constant weights (groups 1): weights symmetric per output channel (scale
+  // max|w| / 127), activations symmetric per tensor (scale absmax / 127, from `activation_absmax`, keyed by the
+  // ONNX value name of the matmul's input), int8 x int8 -> int32 on the MXU, dequantised (with bias and ReLU) on
+  // the vector unit. Attention's activation x activation matmuls, depthwise/grouped convs and pooling stay bf16.
+  Precision precision = Precision::BF16;
+  std::map<std::string, float> activation_absmax;
+  // Calibration: also declare, as extra f32 outputs named "calib:<value>", every activation an INT8 compile
+  // quantises (see calibration_values), so that a run on calibration inputs can measure their ranges.
+  bool expose_calibration = false;
   // Shapes of graph inputs, by input name: required for inputs with dynamic dimensions; where given they must
   // agree with the model's static dimensions.
   std::map<std::string, std::vector<int64_t>> input_shapes;
 };
+
+// Prefix of the outputs expose_calibration adds.
+inline constexpr const char* kCalibrationPrefix = "calib:";
 
 // Reads and compiles an ONNX model file. Program::name is the file's stem ("mlp" for "dir/mlp.onnx").
 isa::Program compile_onnx_file(const std::string& path, const Options& opts);

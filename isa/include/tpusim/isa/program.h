@@ -41,6 +41,10 @@ struct Region {
   std::string kind;
   std::string name;
   uint32_t begin = 0, end = 0;
+  // The work the region stands for, where its maker knows it (the compiler, for graph nodes); 0 = unknown.
+  // flops: arithmetic operations (a multiply-add is 2); bytes: HBM bytes its kernels read and write. Both finite
+  // and >= 0 (validate_regions); the .tpub regions section and `.region ..., flops=N, bytes=N` carry them.
+  double flops = 0, bytes = 0;
   bool operator==(const Region&) const = default;
 };
 inline constexpr const char* kRegionNode = "node";
@@ -61,13 +65,15 @@ struct Program {
   bool operator==(const Program&) const = default;
 };
 
-// Throws isa::Error if `p.regions` break the rules of Region (empty, past the code, not nested, not in pre-order).
+// Throws isa::Error if `p.regions` break the rules of Region (empty, past the code, not nested, not in pre-order,
+// flops or bytes negative or not finite).
 void validate_regions(const Program& p);
 // For each region, the index of the region directly enclosing it, or -1 (regions must be valid).
 std::vector<int> region_parents(const std::vector<Region>& regions);
 
 inline constexpr uint32_t kProgramVersion = 3;  // 2: tensors carry their memory space; 3: mxu.lw trans (its
-                                                // wait/signal fields moved up a bit), dma.gather
+                                                // wait/signal fields moved up a bit), dma.gather, regions
+                                                // carry flops and bytes
 
 // Binary format: "TPUB", u32 version, u32 section count, then sections (u32 id, u64 byte length, payload);
 // little-endian throughout. Sections: 1 code (u64 words), 2 tensors, 3 constant data, 4 name, 5 source lines,

@@ -4,6 +4,15 @@
 // Attribution: every trace event (sim::TraceEvent) belongs to the innermost region holding its pc, and so to
 // every region enclosing that one: a region's numbers include those of the regions inside it. Events outside
 // every region count only towards Profile::program.
+//
+// Roofline: a region whose maker gave its work (isa::Region::flops and ::bytes; the compiler does for graph
+// nodes) gets a lower bound on its cycles on this chip, the larger of
+//   compute: flops / Profile::peak_flops_per_cycle, with peak_flops_per_cycle = 2 * mxu.rows * mxu.cols (every
+//            PE of the MXU doing one multiply-add, 2 operations, each cycle), and
+//   memory:  bytes / Profile::hbm_bytes_per_cycle, with hbm_bytes_per_cycle = hbm.bandwidth_gbs * 1e3 /
+//            chip.clock_mhz (ChipConfig::hbm_bytes_per_cycle: GB/s is 1e3 bytes per microsecond, MHz 1 cycle
+//            per microsecond);
+// the measured cycles() / bound_cycles says how far from that roof the region ran (1: on it).
 #pragma once
 
 #include <array>
@@ -42,11 +51,21 @@ struct RegionProfile {
   double mxu_utilization = 0;  // the MXU's busy cycles in the region / cycles() (0 when cycles() is 0)
   uint64_t instructions = 0;   // static: end - begin
   std::array<UnitProfile, isa::kNumUnits> units{};  // indexed by isa::Unit
+  // Roofline (see the top of this file). flops, bytes: the region's (isa::Region), 0 = unknown; for
+  // Profile::program each is summed over the outermost regions that give it (a region whose enclosing regions all
+  // give 0), so that nested regions are not counted twice.
+  double flops = 0, bytes = 0;
+  double bound_cycles = 0;     // max(flops / peak_flops_per_cycle, bytes / hbm_bytes_per_cycle); 0 without work
+  std::string bound;           // the side that sets bound_cycles: "compute" or "memory" ("" when flops = bytes = 0)
+  // cycles() / bound_cycles: 1 on the roof, more when slower (0 when bound_cycles is 0).
+  double bound_ratio() const { return bound_cycles > 0 ? static_cast<double>(cycles()) / bound_cycles : 0.0; }
 };
 
 struct Profile {
   std::string chip;
   double clock_mhz = 0;
+  double peak_flops_per_cycle = 0;    // 2 * mxu.rows * mxu.cols
+  double hbm_bytes_per_cycle = 0;     // hbm.bandwidth_gbs * 1e3 / chip.clock_mhz
   uint64_t cycles = 0;                // the run's cycles
   RegionProfile program;              // the whole program, every event
   std::vector<RegionProfile> regions; // as isa::Program::regions, in the same order
@@ -59,8 +78,9 @@ struct Profile {
 // but the program has unit instructions.
 Profile make_profile(const isa::Program& program, const sim::RunResult& run, const sim::ChipConfig& cfg);
 
-// The profile as JSON: {"chip", "clock_mhz", "cycles", "program": {...}, "regions": [{"kind", "name", "begin",
-// "end", "parent", "cycles", "first_cycle", "share", "mxu_utilization", "instructions", "units": {"mxu":
+// The profile as JSON: {"chip", "clock_mhz", "peak_flops_per_cycle", "hbm_bytes_per_cycle", "cycles", "program":
+// {...}, "regions": [{"kind", "name", "begin", "end", "parent", "cycles", "first_cycle", "share",
+// "mxu_utilization", "instructions", "flops", "bytes", "bound_cycles", "bound", "bound_ratio", "units": {"mxu":
 // {"instructions", "events", "cycles": {"busy": N, ...}}, ...}}, ...]}.
 std::string profile_json(const Profile& profile);
 

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "tpusim/compiler/compiler.h"
 #include "tpusim/isa/program.h"
 #include "tpusim/runtime/allocator.h"
 #include "tpusim/runtime/executable.h"
@@ -122,6 +123,16 @@ struct ExecuteResult {
   sim::RunResult run;
 };
 
+// How to compile an ONNX model.
+struct CompileOptions {
+  std::map<std::string, std::vector<int64_t>> input_shapes;  // values for dynamic dimensions
+  compiler::Precision precision = compiler::Precision::BF16;
+  // INT8: the input sets the activation scales are calibrated on (each set gives every model input by name). The
+  // model is first compiled in bf16 with its quantised activations as extra outputs and run (functional, device 0)
+  // on each set; each activation's range is the largest |x| seen over all sets.
+  std::vector<std::map<std::string, HostTensor>> calibration;
+};
+
 struct CacheStats {
   uint64_t compilations = 0;  // ONNX models compiled
   uint64_t hits = 0;          // compile_onnx / load_program answered from the cache
@@ -151,6 +162,8 @@ class Client {
   // equal program), ONNX models by path, modification time and input shapes: the second compile is free.
   StatusOr<Executable> compile_onnx(const std::string& path,
                                     const std::map<std::string, std::vector<int64_t>>& input_shapes = {});
+  // With a precision (and for INT8 the calibration runs, which make this call wait for the chip).
+  StatusOr<Executable> compile_onnx(const std::string& path, const CompileOptions& opts);
   StatusOr<Executable> load_program(isa::Program program);
   StatusOr<Executable> deserialize_executable(const std::vector<uint8_t>& bytes);
   // kInvalidArgument if the program cannot run on this chip (its tensors do not fit in HBM or VMEM).
@@ -171,6 +184,7 @@ class Client {
   // Compiles an ONNX model for this chip (cached); `input_shapes` gives values for dynamic dimensions.
   Executable compile_onnx_file(const std::string& path,
                                const std::map<std::string, std::vector<int64_t>>& input_shapes = {}) const;
+  Executable compile_onnx_file(const std::string& path, const CompileOptions& opts);
   // .s -> assemble, .onnx -> compile, anything else -> a .tpub binary.
   Executable load_file(const std::string& path, const std::map<std::string, int64_t>& defines = {},
                        const std::map<std::string, std::vector<int64_t>>& input_shapes = {}) const;
