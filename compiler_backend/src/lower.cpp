@@ -529,7 +529,7 @@ class Lowering {
     if (op == "Gather") return lower_gather(n);
     if (op == "Expand") return lower_expand(n);
     if (op == "Pad") return lower_pad(n);
-    if (op == "BatchNormalization") fail(n, "a BatchNormalization that does not follow a Conv is not supported");
+    if (op == "BatchNormalization") fail(n, "only inference-mode BatchNormalization with constant parameters is supported");
     fail(n, "no lowering for this operator");
   }
 
@@ -1111,72 +1111,85 @@ class Lowering {
     st_[y].push_back(Y);
   }
 
-  std::vector<int64_t> const_ints(const ir::Node& n, int input) {
-    if (input >= static_cast<int>(n.inputs.size()) || n.inputs[input] < 0) return {};
-    const ir::Value& v = val(n.inputs[input]);
-    if (!v.is_const) fail(n, "input " + std::to_string(input) + " must be a constant");
-    return v.ints;
+  // Slice, Concat and Split of 4-D values whose inputs are NHWC work on the NHWC bytes (shapes and axes
+  // permuted), so that a convolutional network's channel concatenations and splits stay in its layout.
+  bool nhwc_view(const std::vector<int>& values) const {
+    bool any = false;
+    for (int v : values) {
+      if (v < 0) continue;
+      if (shape(v).size() != 4) return false;
+      any = any || (!val(v).is_const && prefers_nhwc(v));
+    }
+    return any;
+  }
+  static Shape phys(const Shape& s, bool nhwc) { return nhwc ? Shape{s[0], s[2], s[3], s[1]} : s; }
+  static size_t phys_axis(int64_t a, bool nhwc) {
+    if (!nhwc) return static_cast<size_t>(a);
+    return static_cast<size_t>(std::find(kToNhwc.begin(), kToNhwc.end(), a) - kToNhwc.begin());
   }
 
   void lower_slice(const ir::Node& n) {
     int x = n.inputs[0], y = n.outputs[0];
-    Shape xs = shape(x), ys = shape(y);
+    const bool nhwc = nhwc_view({x});
+    Shape xs = phys(shape(x), nhwc), ys = phys(shape(y), nhwc);
     // Shape inference resolved starts and steps for every axis (shape_inference.h).
     std::vector<int64_t> starts = n.attrs.at("starts").ints, steps = n.attrs.at("steps").ints;
     std::vector<int64_t> xst = strides_of(xs), sstr = xst;
     int64_t off = 0;
     for (size_t a = 0; a < xs.size(); ++a) {
-      off += starts[a] * xst[a];
-      sstr[a] = xst[a] * steps[a];
+      const size_t p = phys_axis(static_cast<int64_t>(a), nhwc);
+      off += starts[a] * xst[p];
+      sstr[p] = xst[p] * steps[a];
     }
-    Stored X = plain_input(x);
-    Stored Y{temp(val(y).name, X.dtype, ys), 0, X.dtype, false};
+    Stored X = get_any(x, nhwc);
+    Stored Y = remember(y, Stored{temp(val(y).name, X.dtype, shape(y)), 0, X.dtype, nhwc});
     view_copy(n.name, X, off, ys, sstr, Y, 0, strides_of(ys));
-    st_[y].push_back(Y);
   }
 
   void lower_concat(const ir::Node& n) {
     int y = n.outputs[0];
-    Shape ys = shape(y);
-    const int64_t r = static_cast<int64_t>(ys.size());
+    const bool nhwc = nhwc_view(n.inputs);
+    Shape ys = phys(shape(y), nhwc);
     int64_t axis = n.attr_int("axis", 0);
-    if (axis < 0) axis += r;
+    if (axis < 0) axis += static_cast<int64_t>(ys.size());
+    const size_t pa = phys_axis(axis, nhwc);
     // One element type for all parts: bf16 unless every part is f32.
     DType dtype = DType::F32;
     for (int in : n.inputs)
-      if (!val(in).is_const && get_any(in, false).dtype == DType::BF16) dtype = DType::BF16;
-    Stored Y{temp(val(y).name, dtype, ys), 0, dtype, false};
+      if (!val(in).is_const)
+        for (const Stored& st : st_[in])
+          if (st.dtype == DType::BF16) dtype = DType::BF16;
+    Stored Y = remember(y, Stored{temp(val(y).name, dtype, shape(y)), 0, dtype, nhwc});
     std::vector<int64_t> yst = strides_of(ys);
     int64_t pos = 0;
     std::vector<BufferMove> moves;
     for (int in : n.inputs) {
-      Shape s = shape(in);
-      Stored X = get(in, dtype, false);
+      Shape s = phys(shape(in), nhwc);
+      Stored X = get(in, dtype, nhwc);
       Stored dst = Y;
-      dst.off += static_cast<uint64_t>(pos * yst[axis] * isa::dtype_size(dtype));
+      dst.off += static_cast<uint64_t>(pos * yst[pa] * isa::dtype_size(dtype));
       view_moves(moves, X, dst, s, strides_of(s), yst, isa::dtype_size(dtype));
-      pos += s[axis];
+      pos += s[pa];
     }
     copy(n.name, std::move(moves));
-    st_[y].push_back(Y);
   }
 
   void lower_split(const ir::Node& n) {
     int x = n.inputs[0];
-    Shape xs = shape(x);
-    const int64_t r = static_cast<int64_t>(xs.size());
+    const bool nhwc = nhwc_view({x});
+    Shape xs = phys(shape(x), nhwc);
     int64_t axis = n.attr_int("axis", 0);
-    if (axis < 0) axis += r;
-    Stored X = plain_input(x);
+    if (axis < 0) axis += static_cast<int64_t>(xs.size());
+    const size_t pa = phys_axis(axis, nhwc);
+    Stored X = get_any(x, nhwc);
     std::vector<int64_t> xst = strides_of(xs);
     int64_t pos = 0;
     for (int out : n.outputs) {
       if (out < 0) continue;
-      Shape s = shape(out);
-      Stored Y{temp(val(out).name, X.dtype, s), 0, X.dtype, false};
-      view_copy(n.name, X, pos * xst[axis], s, xst, Y, 0, strides_of(s));
-      st_[out].push_back(Y);
-      pos += s[axis];
+      Shape s = phys(shape(out), nhwc);
+      Stored Y = remember(out, Stored{temp(val(out).name, X.dtype, shape(out)), 0, X.dtype, nhwc});
+      view_copy(n.name, X, pos * xst[pa], s, xst, Y, 0, strides_of(s));
+      pos += s[pa];
     }
   }
 
@@ -1275,6 +1288,11 @@ class Lowering {
       return true;
     }
     if (op == "Where") return val(n.inputs[0]).is_const;
+    if (op == "BatchNormalization") {
+      for (size_t k = 1; k < 5; ++k)
+        if (k >= n.inputs.size() || n.inputs[k] < 0 || !val(n.inputs[k]).is_const) return false;
+      return shape(n.inputs[0]).size() >= 2;
+    }
     if (op == "Softmax" || op == "LayerNormalization") return last_axis(n, n.attr_int("axis", -1));
     if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax") return reduce_last(n);
     return false;
@@ -1439,6 +1457,36 @@ class Lowering {
     plan_.calls.push_back(std::move(call));
   }
 
+  // A constant of logical shape `s` broadcast against the group: an f32 input of its period's rows.
+  int const_operand(KernelCall& call, Group& gr, std::vector<float> d, const Shape& s, const std::string& name) {
+    if (d.size() == 1) return rw_node(call, rw::Op::Const, {}, d[0]);
+    Shape full = s;
+    while (full.size() < gr.O.size()) full.insert(full.begin(), 1);
+    if (full.size() > gr.O.size()) throw Error("constant '" + name + "' does not broadcast to the group");
+    if (gr.nhwc && full.size() == 4) {
+      d = permute_data(d, full, kToNhwc);
+      full = {full[0], full[2], full[3], full[1]};
+    }
+    const bool per_row = full.back() == 1 && gr.C != 1;
+    if (full.back() != gr.C && full.back() != 1) throw Error("constant '" + name + "' does not broadcast to the group");
+    Shape lead_s(full.begin(), full.end() - 1), lead_o(gr.O.begin(), gr.O.end() - 1);
+    int64_t period = -1;  // lead_s = [1.., lead_o[k:]]
+    for (size_t k = 0; k <= lead_o.size() && period < 0; ++k) {
+      bool ok = true;
+      for (size_t i = 0; i < lead_o.size(); ++i) ok = ok && (i < k ? lead_s[i] == 1 : lead_s[i] == lead_o[i]);
+      if (ok) period = prod(lead_o, k);
+    }
+    if (period < 0 || (!per_row && full.back() != gr.C)) {  // materialise the broadcast
+      Shape target = gr.O;
+      if (per_row) target.back() = 1;
+      d = broadcast_data(d, full, target);
+      period = gr.R;
+    }
+    const int64_t cols = per_row ? 1 : gr.C;
+    int b = const_f32(name, {period, cols}, d);
+    return rw_input(call, Stored{b, 0, DType::F32, false}, per_row, period);
+  }
+
   // The rowwise node for value v in group gr: a group value, a scalar constant, or an input.
   int operand(KernelCall& call, Group& gr, int v) {
     if (auto it = gr.node_of.find(v); it != gr.node_of.end()) return it->second;
@@ -1462,25 +1510,7 @@ class Lowering {
       }
     }
     if (ps.back() != gr.C && ps.back() != 1) throw Error("value '" + value.name + "' does not broadcast to the group");
-    if (value.is_const) {
-      Shape s = shape(v);
-      std::vector<float> d = value.data;
-      Shape full = s;
-      while (full.size() < gr.O.size()) full.insert(full.begin(), 1);
-      if (gr.nhwc && full.size() == 4) {
-        d = permute_data(d, full, kToNhwc);
-        full = {full[0], full[2], full[3], full[1]};
-      }
-      if (period < 0) {  // materialise the broadcast
-        Shape target = gr.O;
-        if (per_row) target.back() = 1;
-        d = broadcast_data(d, full, target);
-        period = gr.R;
-      }
-      const int64_t cols = per_row ? 1 : gr.C;
-      int b = const_f32(value.name, {period, cols}, d);
-      return rw_input(call, Stored{b, 0, DType::F32, false}, per_row, period);
-    }
+    if (value.is_const) return const_operand(call, gr, value.data, shape(v), value.name);
     Stored s = get_any(v, gr.nhwc);
     if (period < 0) {  // broadcast copy into a full-size temp
       Shape target = gr.O;
@@ -1605,6 +1635,21 @@ class Lowering {
                      rw_node(call, rw::Op::Mul, {in(2), const_input(inv, n.name + ".inv_mask")})});
       }
       out_pr = false;
+    } else if (op == "BatchNormalization") {  // inference: x * scale[c] + shift[c], c = axis 1
+      const float eps = n.attr_float("epsilon", 1e-5f);
+      const auto &gam = val(n.inputs[1]).data, &beta = val(n.inputs[2]).data, &mean = val(n.inputs[3]).data,
+                 &var = val(n.inputs[4]).data;
+      std::vector<float> scale(gam.size()), shift(gam.size());
+      for (size_t c = 0; c < gam.size(); ++c) {
+        scale[c] = gam[c] / std::sqrt(var[c] + eps);
+        shift[c] = beta[c] - mean[c] * scale[c];
+      }
+      Shape cs(shape(n.inputs[0]).size(), 1);
+      cs[1] = static_cast<int64_t>(gam.size());
+      int x = in(0);
+      r = rw_node(call, rw::Op::Add, {rw_node(call, rw::Op::Mul, {x, const_operand(call, gr, scale, cs, n.name + ".scale")}),
+                                      const_operand(call, gr, shift, cs, n.name + ".shift")});
+      out_pr = is_pr(n.inputs[0]);
     } else if (op == "Softmax") {
       int x = in(0);
       int mx = rw_node(call, rw::Op::RowMax, {x});
