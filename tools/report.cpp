@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <cmath>
 #include <iomanip>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli.h"
@@ -52,6 +54,33 @@ void print_summary(std::ostream& os, const isa::Program& p, const sim::ChipConfi
   os.unsetf(std::ios::fixed);
 }
 
+namespace {
+
+// 3 significant digits with an SI suffix: 12.8M, 401k, 950; "-" for 0 (not given).
+std::string si(double v) {
+  if (v == 0) return "-";
+  static const char* suffix[] = {"", "k", "M", "G", "T", "P", "E"};
+  int i = 0;
+  for (; std::abs(v) >= 999.5 && i < 6; ++i) v /= 1000;
+  std::ostringstream t;
+  t << std::fixed << std::setprecision(i == 0 || std::abs(v) >= 99.95 ? 0 : std::abs(v) >= 9.995 ? 1 : 2) << v
+    << suffix[i];
+  return t.str();
+}
+
+std::string fixed(double v, int decimals) {
+  std::ostringstream t;
+  t << std::fixed << std::setprecision(decimals) << v;
+  return t.str();
+}
+
+// A roofline bound in cycles (one decimal: small nodes are bound by a few cycles), its side and measured/bound.
+std::string bound_text(const runtime::RegionProfile& r) { return r.bound.empty() ? "-" : fixed(r.bound_cycles, 1); }
+std::string bound_kind(const runtime::RegionProfile& r) { return r.bound.empty() ? "-" : r.bound; }
+std::string ratio_text(const runtime::RegionProfile& r) { return r.bound.empty() ? "-" : fixed(r.bound_ratio(), 2); }
+
+}  // namespace
+
 void print_profile(std::ostream& os, const runtime::Profile& p, const std::string& program_name, size_t top) {
   std::vector<const runtime::RegionProfile*> rows;
   for (size_t i : p.top(isa::kRegionNode, top)) rows.push_back(&p.regions[i]);
@@ -65,7 +94,8 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
   os << "  " << std::left << std::setw(w + 2) << "node" << std::right << std::setw(10) << "cycles" << std::setw(8)
      << "share" << std::setw(10) << "MXU util";
   for (const char* u : {"dmain", "mxu", "vpu", "dmaout"}) os << std::setw(9) << u;
-  os << std::setw(9) << "waits" << "  kernels\n";
+  os << std::setw(9) << "waits" << std::setw(8) << "FLOPs" << std::setw(8) << "bytes" << std::setw(11) << "bound"
+     << std::setw(8) << "by" << std::setw(8) << "ratio" << "  kernels\n";
   os << std::fixed << std::setprecision(1);
   for (const auto* r : rows) {
     os << "  " << std::left << std::setw(w + 2) << r->name << std::right << std::setw(10) << r->cycles()
@@ -76,7 +106,8 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
       os << std::setw(9) << up.busy();
       if (auto it = up.cycles.find("wait"); it != up.cycles.end()) waits += it->second;
     }
-    os << std::setw(9) << waits << "  ";
+    os << std::setw(9) << waits << std::setw(8) << si(r->flops) << std::setw(8) << si(r->bytes) << std::setw(11)
+       << bound_text(*r) << std::setw(8) << bound_kind(*r) << std::setw(8) << ratio_text(*r) << "  ";
     std::string kernels;
     for (const auto& k : p.regions)
       if (k.kind == isa::kRegionKernel && k.begin >= r->begin && k.end <= r->end && &k != r)
@@ -85,7 +116,65 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
   }
   os.unsetf(std::ios::fixed);
   os << "  cycles: first to last cycle of the node's unit slices; share: of the run's cycles; MXU util: MXU busy / "
-        "cycles\n  unit columns: busy cycles; waits: those units' semaphore wait cycles, summed\n";
+        "cycles\n  unit columns: busy cycles; waits: those units' semaphore wait cycles, summed\n"
+        "  FLOPs, bytes: the node's work (multiply-add = 2 FLOPs; HBM bytes read and written; - = not known)\n"
+        "  bound: roofline lower bound in cycles, max(FLOPs / "
+     << fixed(p.peak_flops_per_cycle, 0) << " per cycle, bytes / " << fixed(p.hbm_bytes_per_cycle, 2)
+     << " per cycle)\n  by: the side that sets the bound; ratio: cycles / bound\n";
+}
+
+void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa::Program& program,
+                          const std::string& model, const std::string& output, const sim::ChipConfig& cfg) {
+  const runtime::RegionProfile& all = p.program;
+  os << "tpusim compile report\n"
+     << "model    " << model << (output.empty() ? "" : " -> " + output) << "\n"
+     << "program  " << (program.name.empty() ? "(unnamed)" : program.name) << ": " << program.code.size()
+     << " instructions, " << program.hbm_footprint() << " bytes of HBM\n"
+     << "chip     " << cfg.chip.name << ": " << cfg.mxu.rows << "x" << cfg.mxu.cols << " MXU at " << cfg.chip.clock_mhz
+     << " MHz, " << cfg.hbm.bandwidth_gbs << " GB/s HBM; peak " << fixed(p.peak_flops_per_cycle, 0)
+     << " FLOP/cycle, " << fixed(p.hbm_bytes_per_cycle, 2) << " HBM bytes/cycle\n"
+     << "total    " << p.cycles << " cycles, " << fixed(cfg.seconds(p.cycles) * 1e6, 3)
+     << " us (timing-only simulation)\n"
+     << "work     " << fixed(all.flops / 1e9, 6) << " GFLOP, " << fixed(all.bytes / 1e6, 4) << " MB of HBM traffic\n"
+     << "bound    ";
+  if (all.bound.empty())
+    os << "- (the program gives no FLOPs or bytes)\n";
+  else
+    os << fixed(all.bound_cycles, 1) << " cycles (" << all.bound << "), run cycles / bound "
+       << fixed(static_cast<double>(p.cycles) / all.bound_cycles, 2) << "\n";
+
+  std::vector<const runtime::RegionProfile*> rows;
+  for (const auto& r : p.regions)
+    if (r.kind == isa::kRegionNode) rows.push_back(&r);
+  os << "nodes    " << rows.size() << ", in program order\n\n";
+  size_t w = 4;
+  for (const auto* r : rows) w = std::max(w, r->name.size());
+  os << "  " << std::left << std::setw(w + 2) << "node" << std::right << std::setw(8) << "instrs" << std::setw(10)
+     << "cycles" << std::setw(8) << "share" << std::setw(10) << "MXU util" << std::setw(12) << "GFLOP"
+     << std::setw(11) << "MB" << std::setw(12) << "bound" << std::setw(9) << "by" << std::setw(8) << "ratio" << "\n";
+  uint64_t sum = 0;
+  for (const auto* r : rows) {
+    sum += r->cycles();
+    os << "  " << std::left << std::setw(w + 2) << r->name << std::right << std::setw(8) << r->instructions
+       << std::setw(10) << r->cycles() << std::setw(7) << fixed(100 * r->share, 1) << "%" << std::setw(9)
+       << fixed(100 * r->mxu_utilization, 1) << "%" << std::setw(12) << fixed(r->flops / 1e9, 6) << std::setw(11)
+       << fixed(r->bytes / 1e6, 4) << std::setw(12) << bound_text(*r) << std::setw(9) << bound_kind(*r)
+       << std::setw(8) << ratio_text(*r) << "\n";
+  }
+  os << "\n  node cycles sum " << sum << " = " << fixed(p.cycles ? 100.0 * sum / p.cycles : 0.0, 1)
+     << "% of the run (nodes may overlap where no fence parts them; the rest is outside every node)\n"
+     << "  cycles: first to last cycle of the node's unit slices; share: of the run; MXU util: MXU busy / cycles\n"
+     << "  GFLOP, MB: the node's work as the compiler counts it (a multiply-add is 2 FLOPs; MB: 1e6 HBM bytes read\n"
+     << "  and written); bound: roofline lower bound in cycles, max(FLOPs / peak, bytes / HBM bytes per cycle); by:\n"
+     << "  the side that sets it; ratio: cycles / bound (- where the node gives no work)\n";
+}
+
+std::string compile_report_json(const runtime::Profile& p, const std::string& model, const std::string& output) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(runtime::profile_json(p));
+  nlohmann::ordered_json out = {{"model", model}, {"output", output.empty() ? nullptr : nlohmann::ordered_json(output)},
+                                {"seconds", static_cast<double>(p.cycles) / (p.clock_mhz * 1e6)}};
+  for (auto it = j.begin(); it != j.end(); ++it) out[it.key()] = *it;
+  return out.dump(1);
 }
 
 void print_config(std::ostream& os, const sim::ChipConfig& cfg) {

@@ -104,7 +104,8 @@ const std::vector<int> kToNchw = {0, 3, 1, 2};
 
 bool elementwise_unary(const std::string& op) {
   static const std::set<std::string> ops = {"Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Neg", "Abs",
-                                            "Reciprocal", "Gelu", "Clip", "Cast", "LeakyRelu"};
+                                            "Reciprocal", "Gelu", "Clip", "Cast", "LeakyRelu",
+                                            "HardSigmoid", "HardSwish"};
   return ops.count(op) > 0;
 }
 bool elementwise_binary(const std::string& op) {
@@ -1575,6 +1576,14 @@ class Lowering {
       else if (op == "Abs") r = rw_node(call, rw::Op::Abs, {x});
       else if (op == "Reciprocal") r = rw_node(call, rw::Op::Recip, {x});
       else if (op == "Cast") r = x;
+      else if (op == "HardSigmoid" || op == "HardSwish") {  // clip(alpha*x + beta, 0, 1) (HardSwish: x * that)
+        const float alpha = op == "HardSwish" ? 1.0f / 6.0f : n.attr_float("alpha", 0.2f);
+        const float beta = op == "HardSwish" ? 0.5f : n.attr_float("beta", 0.5f);
+        int t = rw_node(call, rw::Op::Add, {rw_node(call, rw::Op::Mul, {x, rw_node(call, rw::Op::Const, {}, alpha)}),
+                                            rw_node(call, rw::Op::Const, {}, beta)});
+        r = rw_node(call, rw::Op::Clip, {t}, 0, 0.0f, 1.0f);
+        if (op == "HardSwish") r = rw_node(call, rw::Op::Mul, {x, r});
+      }
       else if (op == "LeakyRelu") {
         float alpha = n.attr_float("alpha", 0.01f);
         int neg = rw_node(call, rw::Op::Min, {x, rw_node(call, rw::Op::Const, {}, 0.0f)});

@@ -19,7 +19,8 @@ namespace tpusim::compiler {
 // without a given shape, a given shape that contradicts the model, or shapes that do not fit.
 //
 // Supported operators (ONNX semantics of opsets 13 to 17; the older attribute forms of axes/split/starts/pads/min/max
-// are accepted too): Identity Relu Sigmoid Tanh Erf Sqrt Exp Neg Abs Reciprocal Not Gelu Clip Dropout, Add Sub Mul
+// are accepted too): Identity Relu Sigmoid Tanh Erf Sqrt Exp Neg Abs Reciprocal HardSigmoid HardSwish LeakyRelu Not
+// Gelu Clip Dropout, Add Sub Mul
 // Div Pow Max Min Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor Where, MatMul (N-D, broadcast batch, 1-D
 // operands) Gemm, Conv MaxPool AveragePool GlobalAveragePool GlobalMaxPool BatchNormalization, Softmax LogSoftmax
 // LayerNormalization ReduceMean ReduceSum ReduceMax ReduceMin, Flatten Concat Split Slice Gather Reshape Transpose

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -526,16 +528,37 @@ void Assembler::dir_include(Cursor& c, const Token& head) {
   --include_depth_;
 }
 
-// `.region KIND, "name"` ... `.endregion`: a named range of the instructions between them (Program::regions).
+// `.region KIND, "name"[, flops=N][, bytes=N]` ... `.endregion`: a named range of the instructions between them
+// (Program::regions). flops= and bytes= (Region::flops, Region::bytes; 0 when absent) take a plain decimal number,
+// integer or floating point (1024, 2.5e9), not an expression.
 void Assembler::dir_region(Cursor& c, const Token& head) {
   const Token& kind = c.expect_ident("a region kind (node, kernel, ...)");
   if (kind.text.find('.') != std::string::npos) fail(kind.loc, "a region kind is letters, digits and '_'");
   c.expect(",");
   const Token& name = c.peek().kind == Tok::String ? c.next() : c.expect_ident("a region name");
+  Region r{kind.text, name.text, 0, 0};
+  bool seen_flops = false, seen_bytes = false;
+  while (c.accept(",")) {
+    const Token& kw = c.expect_ident("'flops=' or 'bytes='");
+    bool flops = kw.text == "flops";
+    if (!flops && kw.text != "bytes") fail(kw.loc, "expected 'flops=' or 'bytes=', got " + describe(kw));
+    if (bool& seen = flops ? seen_flops : seen_bytes; seen)
+      fail(kw.loc, "'" + kw.text + "=' given twice");
+    else
+      seen = true;
+    c.expect("=");
+    const Token& num = c.next();
+    double v = 0;
+    const char* end = num.text.data() + num.text.size();
+    auto [ptr, ec] = std::from_chars(num.text.data(), end, v, std::chars_format::general);
+    if (num.kind != Tok::Number || ec != std::errc() || ptr != end || !std::isfinite(v))
+      fail(num.loc, "expected a number for '" + kw.text + "=', got " + describe(num));
+    (flops ? r.flops : r.bytes) = v;
+  }
   c.expect_end();
   regions_.push_back(OpenRegion{prog_.regions.size(), head.loc});
-  const auto here = static_cast<uint32_t>(pending_.size());
-  prog_.regions.push_back(Region{kind.text, name.text, here, here});
+  r.begin = r.end = static_cast<uint32_t>(pending_.size());
+  prog_.regions.push_back(std::move(r));
 }
 
 void Assembler::dir_endregion(Cursor& c, const Token& head) {

@@ -1,9 +1,10 @@
 // The disassembler: text that assemble() (with the default AsmOptions, base_pc 0) turns back into an identical
-// Program (regions as `.region`/`.endregion` around their instructions), except `source`, which then names the
-// disassembly's own lines. Instructions come from isa::format;
+// Program (regions as `.region`/`.endregion` around their instructions, with flops= and bytes= when not 0), except
+// `source`, which then names the disassembly's own lines. Instructions come from isa::format;
 // branch targets stay absolute instruction indices, so no labels are needed.
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <sstream>
 
@@ -42,6 +43,13 @@ bool is_identifier(const std::string& s) {
   for (unsigned char ch : s)
     if (!std::isalnum(ch) && ch != '_' && ch != '.') return false;
   return true;
+}
+
+// The shortest decimal text that reads back as exactly `v` (for `.region`'s flops= and bytes=).
+std::string shortest(double v) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::string("0");
 }
 
 std::string hex(uint64_t v) {
@@ -105,7 +113,10 @@ std::string disassemble(const Program& p) {
   for (size_t pc = 0; pc < p.code.size(); ++pc) {
     for (; next_region < p.regions.size() && p.regions[next_region].begin == pc; ++next_region) {
       const Region& r = p.regions[next_region];
-      out << std::string(2 * open_ends.size(), ' ') << ".region " << r.kind << ", " << quote(r.name) << "\n";
+      out << std::string(2 * open_ends.size(), ' ') << ".region " << r.kind << ", " << quote(r.name);
+      if (r.flops != 0) out << ", flops=" << shortest(r.flops);
+      if (r.bytes != 0) out << ", bytes=" << shortest(r.bytes);
+      out << "\n";
       open_ends.push_back(r.end);
     }
     Instr in;

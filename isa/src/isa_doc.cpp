@@ -247,6 +247,7 @@ addresses. An instruction sees a `.set` symbol's value at its own line.
 | `.if expr` / `.elif expr` / `.else` / `.endif` | conditional assembly; nestable; each file closes its own |
 | `.error "message"` | reports an error at this line, if reached in an active branch |
 | `.region KIND, "name"` ... `.endregion` | names the instructions between them (`Program::regions`), for profiles: KIND `node` marks a graph node's code, `kernel` a kernel fragment (the compiler writes both; any identifier is allowed). Regions nest; each holds at least one instruction; each file closes its own |
+| `.region KIND, "name", flops=N, bytes=N` | a region with the work it stands for (`Region::flops`: arithmetic operations, a multiply-add is 2; `Region::bytes`: HBM bytes read and written), for roofline bounds in profiles; either may be left out (0: unknown); N is a plain decimal number (`1024`, `2.5e9`) |
 
 A tensor name may be an identifier or a quoted string (for names such as `"conv1/weight"`); an identifier
 name is also a symbol whose value is the tensor's HBM address. A tensor's address is, in this order: the
@@ -260,7 +261,8 @@ Strings take the escapes `\"`, `\\`, `\n`, `\t`, `\r`, `\0` and `\xNN`.
 
 `isa::disassemble` prints `.name`, every tensor with its explicit `@` address, the constant
 data (`.data`, 64 bytes a line), then one instruction a line with `# pc N` (and the original source line, if
-the program has one), with `.region`/`.endregion` lines around each region's instructions.
+the program has one), with `.region`/`.endregion` lines around each region's instructions (with `flops=` and
+`bytes=` when not 0).
 Assembling it with the default options gives an identical program, except for
 `Program::source`, which then names the disassembly's lines.
 

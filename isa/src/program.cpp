@@ -8,11 +8,14 @@
 //   4 name      raw bytes (UTF-8)
 //   5 source    u32 count, then per line: u32 length, bytes
 //   6 regions   u32 count, then per region: u32 kind length, kind bytes, u32 name length, name bytes, u32 begin,
-//               u32 end (instruction indices; rules in program.h, checked after every section is read)
+//               u32 end (instruction indices; rules in program.h, checked after every section is read), f64 flops,
+//               f64 bytes (IEEE 754 binary64; 0 = unknown; finite and >= 0)
 // Every field is bounds-checked before it is read, so corrupt input ends in an isa::Error, never a crash.
 #include "tpusim/isa/program.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -81,6 +84,7 @@ struct Writer {
   }
   void u32(uint32_t v) { le(v, 4); }
   void u64(uint64_t v) { le(v, 8); }
+  void f64(double v) { u64(std::bit_cast<uint64_t>(v)); }
   void raw(const void* p, size_t n) {
     auto b = static_cast<const uint8_t*>(p);
     out.insert(out.end(), b, b + n);
@@ -133,6 +137,8 @@ std::vector<uint8_t> regions_payload(const Program& p) {
     w.str(r.name);
     w.u32(r.begin);
     w.u32(r.end);
+    w.f64(r.flops);
+    w.f64(r.bytes);
   }
   return std::move(w.out);
 }
@@ -167,6 +173,7 @@ class Reader {
   uint8_t u8(const char* field) { return static_cast<uint8_t>(le(1, field)); }
   uint32_t u32(const char* field) { return static_cast<uint32_t>(le(4, field)); }
   uint64_t u64(const char* field) { return le(8, field); }
+  double f64(const char* field) { return std::bit_cast<double>(le(8, field)); }
   std::string bytes(uint64_t n, const char* field) {
     need(n, field);
     std::string s(reinterpret_cast<const char*>(b_.data() + pos_), n);
@@ -267,13 +274,15 @@ void read_source(Reader& r, Program& p) {
 }
 
 void read_regions(Reader& r, Program& p) {
-  uint32_t n = r.count("region count", 4 + 4 + 4 + 4);
+  uint32_t n = r.count("region count", 4 + 4 + 4 + 4 + 8 + 8);
   for (uint32_t i = 0; i < n; ++i) {
     Region g;
     g.kind = r.str("region kind");
     g.name = r.str("region name");
     g.begin = r.u32("region begin");
     g.end = r.u32("region end");
+    g.flops = r.f64("region flops");
+    g.bytes = r.f64("region bytes");
     p.regions.push_back(std::move(g));
   }
 }
@@ -305,6 +314,12 @@ std::string region_text(const Region& r, size_t i) {
          std::to_string(r.end) + "))";
 }
 
+std::string number_text(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
 // What the assembler reads as a `.region` kind: letters, digits and '_', not starting with a digit.
 bool is_region_kind(const std::string& s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
@@ -322,6 +337,9 @@ void validate_regions(const Program& p) {
     if (r.begin >= r.end) throw Error(region_text(r, i) + " holds no instructions");
     if (r.end > p.code.size())
       throw Error(region_text(r, i) + " ends past the code (" + std::to_string(p.code.size()) + " instructions)");
+    for (auto [what, v] : {std::pair{"flops", r.flops}, std::pair{"bytes", r.bytes}})
+      if (!std::isfinite(v) || v < 0)
+        throw Error(region_text(r, i) + ": " + what + " " + number_text(v) + " is not a finite count >= 0");
     if (i > 0 && r.begin < p.regions[i - 1].begin)
       throw Error(region_text(r, i) + " begins before the region listed before it (regions are listed by begin)");
     while (!open.empty() && p.regions[open.back()].end <= r.begin) open.pop_back();

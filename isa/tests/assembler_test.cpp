@@ -279,6 +279,22 @@ TEST(AsmRegions, NestedAndAdjacent) {
   EXPECT_EQ(region_parents(p.regions), (std::vector<int>{-1, 0, 0, -1}));
 }
 
+TEST(AsmRegions, FlopsAndBytes) {
+  Program p = assemble(
+      ".region node, \"fc1\", flops=1024, bytes=2.5e9\n"
+      "  .region kernel, gemm, bytes=0.125\n"
+      "    nop\n"
+      "  .endregion\n"
+      ".endregion\n"
+      ".region node, fc2, bytes=1e+20, flops=3\n"
+      "  halt\n"
+      ".endregion\n",
+      "k.s");
+  std::vector<Region> want = {
+      {"node", "fc1", 0, 1, 1024, 2.5e9}, {"kernel", "gemm", 0, 1, 0, 0.125}, {"node", "fc2", 1, 2, 3, 1e20}};
+  EXPECT_EQ(p.regions, want);
+}
+
 TEST(AsmRegions, Errors) {
   EXPECT_EQ(error_of("nop\n.region node, \"a\"\nnop\n"), "k.s:2:1: '.region' without '.endregion'");
   EXPECT_EQ(error_of(".endregion\n"), "k.s:1:1: '.endregion' without '.region'");
@@ -286,6 +302,14 @@ TEST(AsmRegions, Errors) {
   EXPECT_EQ(error_of(".region node\n"), "k.s:1:13: expected ',', got end of line");
   EXPECT_EQ(error_of(".region \"a\", node\n"), "k.s:1:9: expected a region kind (node, kernel, ...), got string \"a\"");
   EXPECT_EQ(error_of(".region node, \"a\" x\n"), "k.s:1:19: trailing garbage 'x'");
+  EXPECT_EQ(error_of(".region node, \"a\", flop=1\n"), "k.s:1:20: expected 'flops=' or 'bytes=', got 'flop'");
+  EXPECT_EQ(error_of(".region node, \"a\", flops=1, flops=2\n"), "k.s:1:29: 'flops=' given twice");
+  EXPECT_EQ(error_of(".region node, \"a\", flops=-1\n"), "k.s:1:26: expected a number for 'flops=', got '-'");
+  EXPECT_EQ(error_of(".region node, \"a\", bytes=N\n"), "k.s:1:26: expected a number for 'bytes=', got 'N'");
+  EXPECT_EQ(error_of(".region node, \"a\", bytes=0x10\n"),
+            "k.s:1:26: expected a number for 'bytes=', got '0x10'");
+  EXPECT_EQ(error_of(".region node, \"a\", bytes=1e999\n"),
+            "k.s:1:26: expected a number for 'bytes=', got '1e999'");
   // Each file closes its own regions, as it does its .if blocks.
   AsmOptions o;
   o.include = [](const std::string&, const std::string&) { return std::string(".region node, \"in\"\nnop\n"); };
@@ -501,10 +525,14 @@ TEST(Disassembler, RoundTripsRegions) {
   Program p;
   for (int i = 0; i < 6; ++i) p.code.push_back(encode(Instr{.op = Op::NOP}));
   // Nested with equal bounds, adjacent, ending together, and names that need quoting.
-  p.regions = {{"node", "a \"quoted\"", 0, 4}, {"kernel", "same", 0, 4}, {"kernel", "x.s", 0, 1},
-               {"kernel", "y.s", 1, 4},         {"step", "deep", 2, 4},   {"node", "b", 5, 6}};
+  // flops and bytes: printed when not 0, and exactly (0.1, 1/3 and 2^53 + 2 read back as the same doubles).
+  p.regions = {{"node", "a \"quoted\"", 0, 4, 0.1, 1.0 / 3}, {"kernel", "same", 0, 4}, {"kernel", "x.s", 0, 1},
+               {"kernel", "y.s", 1, 4, 0, 9007199254740994.0}, {"step", "deep", 2, 4}, {"node", "b", 5, 6, 1e300}};
   std::string text = disassemble(p);
   EXPECT_NE(text.find("  .region kernel, \"x.s\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(".region node, \"b\", flops=1e+300\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(".region node, \"a \\\"quoted\\\"\", flops=0.1, bytes=0.3333333333333333\n"), std::string::npos)
+      << text;
   Program back = assemble(text, "d.s");
   back.source.clear();  // names the disassembly's lines
   EXPECT_EQ(back, p) << text;

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <random>
 
 #include "tpusim/isa/assembler.h"
@@ -76,9 +77,18 @@ TEST(ProgramFormat, RoundTrip) {
 
 TEST(ProgramFormat, RegionsRoundTrip) {
   Program p = small_program();
-  p.regions = {{"node", "fc1", 0, 3}, {"kernel", "gemm.s", 1, 3}};
+  p.regions = {{"node", "fc1", 0, 3, 2.0 * 64 * 128 * 256, 1.0 / 3}, {"kernel", "gemm.s", 1, 3}};
   std::vector<uint8_t> bytes = serialize(p);
   EXPECT_EQ(deserialize(bytes), p);
+  EXPECT_EQ(deserialize(bytes).regions[0].flops, 4194304.0);
+  EXPECT_EQ(deserialize(bytes).regions[0].bytes, 1.0 / 3);  // bit for bit
+  // Each region ends in its flops and bytes as little-endian IEEE 754 doubles.
+  const size_t end = payload_of(bytes, 6) + 4 + (4 + 4 + 4 + 3 + 4 + 4) + 8 + 8;  // past region 0
+  double flops, nbytes;
+  std::memcpy(&flops, &bytes[end - 16], 8);
+  std::memcpy(&nbytes, &bytes[end - 8], 8);
+  EXPECT_EQ(flops, 4194304.0);
+  EXPECT_EQ(nbytes, 1.0 / 3);
   // A program without regions has no regions section: files stay as they were before regions existed.
   EXPECT_EQ(payload_of(serialize(small_program()), 6), 0u);
   EXPECT_NE(payload_of(bytes, 6), 0u);
@@ -104,15 +114,26 @@ TEST(ProgramFormat, BadRegionsAreErrors) {
   EXPECT_EQ(error_with({{"kernel", "in", 0, 1}, {"node", "out", 0, 3}}),
             "region 1 (node 'out', [0, 3)) overlaps region 0 (kernel 'in', [0, 1)) without nesting in it");
   EXPECT_EQ(error_with({{"no de", "a", 0, 1}}), "region 0 (no de 'a', [0, 1)): the kind is not an identifier");
-  // A truncated region record.
+  EXPECT_EQ(error_with({{"node", "a", 0, 1, -1}}),
+            "region 0 (node 'a', [0, 1)): flops -1 is not a finite count >= 0");
+  EXPECT_EQ(error_with({{"node", "a", 0, 1, 0, std::numeric_limits<double>::quiet_NaN()}}),
+            "region 0 (node 'a', [0, 1)): bytes nan is not a finite count >= 0");
+  EXPECT_EQ(error_with({{"node", "a", 0, 1, std::numeric_limits<double>::infinity()}}),
+            "region 0 (node 'a', [0, 1)): flops inf is not a finite count >= 0");
+  // A truncated region record: cut in its bytes field.
   Program p = small_program();
   p.regions = {{"node", "a", 0, 1}};
   std::vector<uint8_t> bytes = serialize(p);
   size_t len_at = payload_of(bytes, 6) - 8;
   bytes[len_at] -= 4;  // the regions section is the last: cut its last 4 bytes, and its length with them
   bytes.resize(bytes.size() - 4);
-  EXPECT_NE(error_of(bytes).find("section 6 (regions) truncated: region end needs 4 bytes, 0 left"),
+  EXPECT_NE(error_of(bytes).find("section 6 (regions) truncated: region bytes needs 8 bytes, 4 left"),
             std::string::npos)
+      << error_of(bytes);
+  // A region count the section cannot hold (a record is at least 4 + 4 + 4 + 4 + 8 + 8 bytes).
+  bytes = serialize(p);
+  put_u32(bytes, payload_of(bytes, 6), 2);
+  EXPECT_NE(error_of(bytes).find("region count 2 needs at least 64 bytes, 37 left"), std::string::npos)
       << error_of(bytes);
 }
 
@@ -125,10 +146,14 @@ TEST(ProgramFormat, SkipsUnknownSections) {
 }
 
 TEST(ProgramFormat, EveryTruncationIsAnError) {
-  std::vector<uint8_t> bytes = serialize(small_program());
-  for (size_t n = 0; n < bytes.size(); ++n) {
-    std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + n);
-    EXPECT_THROW(deserialize(cut), Error) << "truncated to " << n << " bytes";
+  Program with_regions = small_program();
+  with_regions.regions = {{"node", "fc1", 0, 3, 1e6, 4096}, {"kernel", "gemm.s", 1, 3}};
+  for (const Program& p : {small_program(), with_regions}) {
+    std::vector<uint8_t> bytes = serialize(p);
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + n);
+      EXPECT_THROW(deserialize(cut), Error) << "truncated to " << n << " bytes";
+    }
   }
 }
 

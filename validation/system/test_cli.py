@@ -229,6 +229,119 @@ class Outputs(Workdir):
         self.assertEqual(sum(r["name"] in top1 for r in nodes), 1)
 
 
+class CompileReport(Workdir):
+    """`tpusim compile --report`: a timing-only run of the compiled model, reported per graph node."""
+
+    def compile_report(self, *extra):
+        onnx_path = os.path.join(MLP_DIR, "mlp.onnx")
+        out = tpusim("compile", onnx_path, "--config", "v4-like", "--report", self.path("r.txt"),
+                     "--report-json", self.path("r.json"), *extra).stdout
+        return out, read(self.path("r.txt")), json.loads(read(self.path("r.json")))
+
+    @staticmethod
+    def table(text):
+        """The node rows of the text report: (name, instrs, cycles, share, util, gflop, mb, bound, by, ratio)."""
+        lines = text.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["node", "instrs"]) + 1
+        rows = []
+        for line in lines[start:]:
+            if not line.strip():
+                break
+            rows.append(line.strip().rsplit(None, 9))  # the name may hold spaces; the 9 columns after it do not
+        return rows
+
+    def test_report_lists_every_node_in_program_order(self):
+        out, text, rep = self.compile_report("-o", self.path("m.tpub"))
+        self.assertIn("compiled", out)
+        self.assertTrue(os.path.getsize(self.path("m.tpub")) > 0)
+        nodes = [r for r in rep["regions"] if r["kind"] == "node"]
+        self.assertGreaterEqual(len(nodes), 3)
+        self.assertEqual(rep["model"], os.path.join(MLP_DIR, "mlp.onnx"))
+        self.assertEqual(rep["output"], self.path("m.tpub"))
+        self.assertEqual(rep["chip"], "v4-like")
+        self.assertEqual(rep["peak_flops_per_cycle"], 2 * 128 * 128)
+        self.assertAlmostEqual(rep["hbm_bytes_per_cycle"], 1200e3 / 1050, delta=1e-9)
+        rows = self.table(text)
+        self.assertEqual([r[0] for r in rows], [n["name"] for n in nodes])  # every node, in program order
+        for row, n in zip(rows, nodes):
+            self.assertEqual(int(row[1]), n["end"] - n["begin"])
+            self.assertEqual(int(row[2]), n["cycles"])
+            self.assertGreater(n["cycles"], 0)
+            self.assertAlmostEqual(float(row[3].rstrip("%")), 100 * n["share"], delta=0.051)
+            self.assertAlmostEqual(float(row[4].rstrip("%")), 100 * n["mxu_utilization"], delta=0.051)
+            self.assertAlmostEqual(float(row[5]), n["flops"] / 1e9, delta=1e-6)
+            self.assertAlmostEqual(float(row[6]), n["bytes"] / 1e6, delta=1e-4)
+            self.assertEqual(row[8], n["bound"] or "-")
+            self.assertIn(n["bound"], ("", "compute", "memory"))
+        # The header: the run's cycles and time, as the JSON has them, and the same cycles `profile` measures.
+        self.assertIn(f"total    {rep['cycles']} cycles, {rep['cycles'] / 1050:.3f} us", text)
+        self.assertIn("model    " + os.path.join(MLP_DIR, "mlp.onnx") + " -> " + self.path("m.tpub"), text)
+        tpusim("profile", os.path.join(MLP_DIR, "mlp.onnx"), "--config", "v4-like", "--timing-only",
+               "--json", self.path("p.json"))
+        self.assertEqual(json.loads(read(self.path("p.json")))["cycles"], rep["cycles"])
+        # The compiler fences between nodes: their spans do not overlap, so their cycles add up to at most the run's,
+        # and the cycles outside every node (the fences' drains, the final halt) are few.
+        spans = sorted((n["first_cycle"], n["first_cycle"] + n["cycles"]) for n in nodes)
+        for (_, end), (begin, _) in zip(spans, spans[1:]):
+            self.assertLessEqual(end, begin)
+        total = sum(n["cycles"] for n in nodes)
+        self.assertLessEqual(total, rep["cycles"])
+        self.assertGreaterEqual(total, 0.5 * rep["cycles"])
+        self.assertIn(f"node cycles sum {total} = ", text)
+        # The program's work: the nodes' (no other region of this MLP gives any).
+        self.assertAlmostEqual(rep["program"]["flops"], sum(n["flops"] for n in nodes), delta=1e-6)
+        self.assertAlmostEqual(rep["program"]["bytes"], sum(n["bytes"] for n in nodes), delta=1e-6)
+
+    def test_nodes_run_no_faster_than_their_roofline_bound(self):
+        _, text, rep = self.compile_report()
+        nodes = [r for r in rep["regions"] if r["kind"] == "node"]
+        working = [n for n in nodes if n["flops"] > 0 or n["bytes"] > 0]
+        if not working:
+            self.skipTest("the compiler gives no FLOPs or bytes for the MLP's nodes yet (isa::Region::flops/bytes)")
+        peak, bw = rep["peak_flops_per_cycle"], rep["hbm_bytes_per_cycle"]
+        for n in working:
+            bound = max(n["flops"] / peak, n["bytes"] / bw)
+            self.assertAlmostEqual(n["bound_cycles"], bound, delta=1e-9 * bound)
+            self.assertEqual(n["bound"], "compute" if n["flops"] / peak >= n["bytes"] / bw else "memory")
+            self.assertGreaterEqual(n["bound_ratio"], 1 - 1e-9, f"node {n['name']} beats its roofline bound")
+            self.assertAlmostEqual(n["bound_ratio"], n["cycles"] / n["bound_cycles"], delta=1e-9)
+        prog = rep["program"]
+        self.assertGreater(prog["bound_cycles"], 0)
+        self.assertGreaterEqual(rep["cycles"], prog["bound_cycles"] * (1 - 1e-9))
+        self.assertIn(f"run cycles / bound {rep['cycles'] / prog['bound_cycles']:.2f}", text)
+        # The .tpub keeps each node's work: the disassembly shows it on the .region lines.
+        tpusim("compile", os.path.join(MLP_DIR, "mlp.onnx"), "-o", self.path("m.tpub"))
+        dis = tpusim("disasm", self.path("m.tpub")).stdout
+        self.assertTrue(any(line.lstrip().startswith(".region node,") and ("flops=" in line or "bytes=" in line)
+                            for line in dis.splitlines()), dis[:2000])
+
+    def test_report_without_output_file_to_stdout(self):
+        out = tpusim("compile", os.path.join(MLP_DIR, "mlp.onnx"), "--report", "-").stdout
+        self.assertIn("tpusim compile report", out)
+        self.assertNotIn("compiled", out)  # no .tpub written
+        self.assertIn("model    " + os.path.join(MLP_DIR, "mlp.onnx") + "\n", out)
+        self.assertGreaterEqual(len(self.table(out)), 3)
+        self.assertEqual(os.listdir(self.dir), [])
+        # Nothing to write at all is a usage error.
+        p = tpusim("compile", os.path.join(MLP_DIR, "mlp.onnx"), check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("nothing to write", p.stderr)
+
+    def test_profile_all_lists_every_node_with_its_bound(self):
+        onnx_path = os.path.join(MLP_DIR, "mlp.onnx")
+        out = tpusim("profile", onnx_path, "--top", "1", "--all", "--timing-only", "--json", self.path("p.json")).stdout
+        prof = json.loads(read(self.path("p.json")))
+        nodes = [r for r in prof["regions"] if r["kind"] == "node"]
+        self.assertGreaterEqual(len(nodes), 3)
+        for n in nodes:
+            self.assertIn(n["name"], out)
+            for key in ("flops", "bytes", "bound_cycles", "bound", "bound_ratio"):
+                self.assertIn(key, n)
+        self.assertNotIn("top 1", out)
+        for col in ("FLOPs", "bytes", "bound", "ratio"):
+            self.assertIn(col, out.splitlines()[1])
+
+
 class BadInput(Workdir):
     """Each mistake gives one clear line on stderr and a non-zero exit, never a crash."""
 
