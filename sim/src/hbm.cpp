@@ -120,7 +120,12 @@ uint64_t HbmChannels::channel_cycles(uint64_t bytes) const {
   return static_cast<uint64_t>((static_cast<unsigned __int128>(bytes) * khz_ * channels_ + per_s_ - 1) / per_s_);
 }
 
-uint64_t HbmChannels::transfer(uint64_t data_start, const Rows& r) {
+uint64_t HbmChannels::transfer(uint64_t data_start, const Rows& row_pattern) {
+  // A transfer that repeats one row (stride 0: a DMA broadcasting a vector) opens each DRAM row it touches once;
+  // the repeats are row-buffer hits, paid at channel bandwidth only: banks see one row, channels `rep` of them.
+  const bool repeat = row_pattern.stride == 0 && row_pattern.rows > 1;
+  const uint64_t rep = repeat ? row_pattern.rows : 1;
+  const Rows r = repeat ? Rows{row_pattern.base, 1, row_pattern.rowbytes, 0} : row_pattern;
   // Bytes per (channel, bank): the shares of whole periods (every slot the same, so every unit the same: each
   // owns slots / units slots), plus the rest, collected sparsely so that small transfers cost little.
   // Kernels repeat their access patterns (tiles of one matrix): the shares of the last few patterns are kept,
@@ -161,7 +166,7 @@ uint64_t HbmChannels::transfer(uint64_t data_start, const Rows& r) {
   for (uint32_t u : touched_) {
     const uint64_t n = per_unit_[u], c = u % channels_;
     per_unit_[u] = 0;
-    chan_bytes_[c] += n;
+    chan_bytes_[c] += n * rep;
     if (n > grain_)  // (chunks - 1) * tRC + one chunk; a single chunk never limits more than its channel does
       chan_bank_limit_[c] = std::max(chan_bank_limit_[c], ((n + grain_ - 1) / grain_ - 1) * t_rc_ + chunk_cycles);
   }

@@ -59,6 +59,15 @@ TEST(Memory, RowsOnOneBankWaitForTheRowCycle) {
   EXPECT_EQ(strided_load_cycles(chip, 64, 4096), 1914u);
 }
 
+TEST(Memory, RepeatedRowIsOneRowOpenPerBank) {
+  Chip chip(small_config({"hbm.channel_skew=0"}));
+  // 64 repeats (stride 0) of one 64-byte row: chunk 0, channel 0, bank 0. The bank opens its row once (the
+  // repeats are row-buffer hits), so only the channel limits: 64 * 64 = 4096 bytes at 8 bytes per cycle = 512
+  // cycles, not 63 * tRC 30 + 8 = 1898 as for 64 different rows of that bank (RowsOnOneBankWaitForTheRowCycle).
+  // Data [15, 527); halt: 528.
+  EXPECT_EQ(strided_load_cycles(chip, 64, 0), 528u);
+}
+
 TEST(Memory, ChannelSkewSpreadsPowerOfTwoStrides) {
   Chip chip(small_config());
   // 4 rows 256 bytes apart: chunks 0, 4, 8, 12 go to channels (u + u / 4) % 4 = 0, 1, 2, 3: 8 cycles, as if
