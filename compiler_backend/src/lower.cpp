@@ -631,6 +631,10 @@ class Lowering {
       std::string label = n.name;
       int out = fuse_epilogue(n.outputs[0], nn, bias, bias_name, relu, label);
       Stored C = destination(out, storage_type(out));
+      if (m == 1 && opts_.precision == Precision::BF16) {  // a matrix-vector product: on the vector unit
+        gemv(label, get_any(a, false), w, k, nn, bias, val(b).name, relu, C);
+        return;
+      }
       if (int8(a)) {
         int8_gemm(n, label, quantized(n, a, false), a, w, m, k, nn, bias, val(b).name, relu, C, 2.0 * m * k * nn);
         return;
@@ -682,6 +686,27 @@ class Lowering {
         idx[d] = 0;
       }
     }
+  }
+
+  // y[1, N] = act(x[1, K] @ w[K, N] + bias) as a row-wise kernel over w^T [N, K] (bf16): each row multiplied by x
+  // (one vector, loaded once) and summed. A matrix unit would spend R cycles shifting in each weight tile to use
+  // it for one row; the vector unit streams the weights at HBM bandwidth (decode steps, batch-1 classifiers).
+  void gemv(const std::string& label, Stored x, const std::vector<float>& w, int64_t k, int64_t n,
+            const std::vector<float>& bias, const std::string& wname, bool relu, Stored out) {
+    KernelCall call = rowwise_call(label, n, k);
+    std::vector<float> wt(w.size());
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < n; ++j) wt[static_cast<size_t>(j * k + i)] = w[static_cast<size_t>(i * n + j)];
+    int W = rw_input(call, Stored{const_bf16(wname + ".T", {n, k}, wt), 0, DType::BF16, false}, false, 0);
+    int X = rw_input(call, x, false, 1);
+    int r = rw_node(call, rw::Op::RowSum, {rw_node(call, rw::Op::Mul, {W, X})});
+    if (!bias.empty())
+      r = rw_node(call, rw::Op::Add,
+                  {r, rw_input(call, Stored{const_f32(wname + ".bias", {n}, bias), 0, DType::F32, false}, true, 0)});
+    if (relu) r = rw_node(call, rw::Op::Relu, {r});
+    rw_output(call, r, out);
+    call.flops = 2.0 * static_cast<double>(k) * static_cast<double>(n);
+    plan_.calls.push_back(std::move(call));
   }
 
   static bool is_last_two_swap(const ir::Node& t) {
