@@ -531,6 +531,18 @@ class Lowering {
     if (op == "Expand") return lower_expand(n);
     if (op == "Pad") return lower_pad(n);
     if (op == "BatchNormalization") fail(n, "only inference-mode BatchNormalization with constant parameters is supported");
+    if (op == "Softmax" || op == "LayerNormalization" || op == "LogSoftmax")
+      if (op == "LogSoftmax" || !last_axis(n, n.attr_int("axis", -1)))
+        fail(n, op == "LogSoftmax" ? std::string("no lowering for this operator (the vector unit has no logarithm)")
+                                   : "axis " + std::to_string(n.attr_int("axis", -1)) + " of a rank-" +
+                                         std::to_string(shape(n.inputs[0]).size()) +
+                                         " input is not supported (only the last axis)");
+    if (op.rfind("Reduce", 0) == 0) fail(n, "only a reduction over the last axis is supported");
+    if (op == "Equal" || op == "Less" || op == "Greater" || op == "LessOrEqual" || op == "GreaterOrEqual" ||
+        op == "Not" || op == "And" || op == "Or" || op == "Xor")
+      fail(n, "a comparison or logical op on values computed at run time is not supported (only constant "
+              "conditions, folded at compile time)");
+    if (op == "Where") fail(n, "a condition computed at run time is not supported (only a constant one)");
     fail(n, "no lowering for this operator");
   }
 

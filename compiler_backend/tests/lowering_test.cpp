@@ -1,0 +1,291 @@
+// The lowering (lower.h): which kernels each operator becomes, with the numbers that decide their cost (im2col
+// moves, virtual widths, gemm sizes), and its errors. Numerical results are checked end to end against PyTorch
+// (validation/system/test_ops.py, test_workloads.py); here the plan itself.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "const_fold.h"
+#include "lower.h"
+#include "onnx_import.h"
+#include "onnx_models.h"
+#include "shape_inference.h"
+#include "tpusim/isa/numerics.h"
+
+namespace tpusim::compiler {
+namespace {
+
+using test::ModelBuilder;
+
+Options chip() {
+  Options o;
+  o.target.symbols = {{"MXU_ROWS", 128}, {"MXU_COLS", 128}, {"ACC_ROWS", 2048},
+                      {"VMEM_BYTES", 16 << 20}, {"VPU_WIDTH", 1024}, {"HBM_BYTES", int64_t{1} << 30}};
+  return o;
+}
+
+KernelPlan plan_of(ModelBuilder& b, const Options& o = chip()) {
+  ir::Graph g = import_onnx(b.bytes(), "m.onnx");
+  infer_shapes(g, o.input_shapes);
+  fold_constants(g);
+  return lower(g, o);
+}
+
+std::string error_of(ModelBuilder& b, const Options& o = chip()) {
+  try {
+    plan_of(b, o);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::vector<const KernelCall*> calls(const KernelPlan& p, const std::string& kernel) {
+  std::vector<const KernelCall*> out;
+  for (const KernelCall& c : p.calls)
+    if (c.kernel == kernel) out.push_back(&c);
+  return out;
+}
+
+ModelBuilder conv_model(std::vector<int64_t> x, int64_t oc, int64_t k, int64_t stride, int64_t pad, int64_t group = 1) {
+  ModelBuilder b;
+  b.input("x", {x[0], x[1], x[2], x[3]}).output("y");
+  b.constant("w", {oc, x[1] / group, k, k}, test::ramp(static_cast<size_t>(oc * x[1] / group * k * k)));
+  onnx::NodeProto* n = b.node("Conv", "conv", {"x", "w"}, {"y"});
+  test::set_ints(n, "strides", {stride, stride});
+  test::set_ints(n, "pads", {pad, pad, pad, pad});
+  test::set_int(n, "group", group);
+  return b;
+}
+
+// 3x3, stride 1, pad 1 on [1,8,6,6]: the padded input is [8, 8] wide (Wq = Wp = 8), so the virtual output rows are
+// OH * Wq = 6 * 8 = 48 (2 overhanging columns per row), each tap one move of 48 rows of C = 8 bf16 (16 bytes),
+// read 16 bytes apart (contiguous) and written 9 * 16 bytes apart (a row of the im2col matrix).
+TEST(LowerConv, Stride1TapsAreOneMoveEachOverVirtualRows) {
+  ModelBuilder b = conv_model({1, 8, 6, 6}, 16, 3, 1, 1);
+  KernelPlan p = plan_of(b);
+  auto gemms = calls(p, "gemm.s");
+  ASSERT_EQ(gemms.size(), 1u);
+  EXPECT_EQ(gemms[0]->params.at("M"), 48);
+  EXPECT_EQ(gemms[0]->params.at("K"), 72);
+  EXPECT_EQ(gemms[0]->params.at("N"), 16);
+  EXPECT_EQ(gemms[0]->flops, 2.0 * 36 * 72 * 16);  // the real output positions only
+  int taps = 0;
+  for (const KernelCall* c : calls(p, "copy"))
+    for (const BufferMove& m : c->moves)
+      if (m.rows == 48 && m.rowbytes == 16 && m.dst_stride == 9 * 16) {
+        EXPECT_EQ(m.src_stride, 16);
+        ++taps;
+      }
+  EXPECT_EQ(taps, 9);
+  // the overhanging columns are dropped by one move: 6 rows of OW * OC bf16, 8 * OC apart
+  bool dropped = false;
+  for (const KernelCall* c : calls(p, "copy"))
+    for (const BufferMove& m : c->moves)
+      dropped = dropped || (m.rows == 6 && m.rowbytes == 6 * 16 * 2 && m.src_stride == 8 * 16 * 2);
+  EXPECT_TRUE(dropped);
+}
+
+// Stride 2, pad 1 on [1,4,7,7]: four phases of the padded 9x9 input, each [5, 5]: tap (kh, kw) reads phase
+// (kh % 2, kw % 2) at offset (kh / 2, kw / 2), contiguous rows; OH = 4 and Wq = 5, so 20 virtual rows.
+TEST(LowerConv, Stride2SplitsThePaddedInputIntoPhases) {
+  ModelBuilder b = conv_model({1, 4, 7, 7}, 8, 3, 2, 1);
+  KernelPlan p = plan_of(b);
+  auto gemms = calls(p, "gemm.s");
+  ASSERT_EQ(gemms.size(), 1u);
+  EXPECT_EQ(gemms[0]->params.at("M"), 20);
+  int taps = 0;
+  for (const KernelCall* c : calls(p, "copy"))
+    for (const BufferMove& m : c->moves)
+      if (m.rows == 20 && m.rowbytes == 8 && m.dst_stride == 9 * 8) ++taps;
+  EXPECT_EQ(taps, 9);
+  const Buffer* padded = nullptr;
+  for (const Buffer& buf : p.buffers)
+    if (buf.name == "conv.padded") padded = &buf;
+  ASSERT_NE(padded, nullptr);
+  EXPECT_EQ(padded->shape, (std::vector<int64_t>{4, 1, 5, 5, 4}));
+}
+
+// A 1x1 stride-1 convolution reads the NHWC activation as its matrix: no im2col.
+TEST(LowerConv, Pointwise1x1IsAGemmOnTheActivation) {
+  ModelBuilder b = conv_model({2, 16, 5, 5}, 32, 1, 1, 0);
+  KernelPlan p = plan_of(b);
+  auto gemms = calls(p, "gemm.s");
+  ASSERT_EQ(gemms.size(), 1u);
+  EXPECT_EQ(gemms[0]->params.at("M"), 50);
+  EXPECT_EQ(gemms[0]->params.at("K"), 16);
+  for (const Buffer& buf : p.buffers) EXPECT_EQ(buf.name.find("im2col"), std::string::npos) << buf.name;
+  EXPECT_EQ(gemms[0]->tensors.at("a"), calls(p, "copy")[0]->moves[0].dst);  // the NHWC copy of x itself
+}
+
+// Depthwise: a row-wise kernel summing tap x weight (9 taps: 9 tap inputs and 9 weight vectors), no gemm.
+TEST(LowerConv, DepthwiseRunsOnTheVectorUnit) {
+  ModelBuilder b = conv_model({1, 8, 6, 6}, 8, 3, 1, 1, 8);
+  KernelPlan p = plan_of(b);
+  EXPECT_TRUE(calls(p, "gemm.s").empty());
+  auto rows = calls(p, "rowwise");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]->rows.inputs.size(), 18u);
+  int weights = 0;
+  for (const kernels::rowwise::Input& in : rows[0]->rows.inputs) weights += in.period == 1;
+  EXPECT_EQ(weights, 9);
+}
+
+ModelBuilder matmul_model(int64_t m, int64_t k, int64_t n) {
+  ModelBuilder b;
+  b.input("x", {m, k}).output("y");
+  b.constant("w", {k, n}, test::ramp(static_cast<size_t>(k * n)));
+  b.node("MatMul", "mm", {"x", "w"}, {"y"});
+  return b;
+}
+
+// One row: w^T [N, K] streams through the vector unit (multiply by x, sum each row); two rows: the MXU.
+TEST(LowerMatMul, OneRowIsAGemvOnTheVectorUnit) {
+  ModelBuilder one = matmul_model(1, 64, 300);
+  KernelPlan p = plan_of(one);
+  EXPECT_TRUE(calls(p, "gemm.s").empty());
+  auto rows = calls(p, "rowwise");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]->rows.rows, 300);
+  EXPECT_EQ(rows[0]->rows.cols, 64);
+  EXPECT_EQ(rows[0]->flops, 2.0 * 64 * 300);
+  ModelBuilder two = matmul_model(2, 64, 300);
+  EXPECT_EQ(calls(plan_of(two), "gemm.s").size(), 1u);
+}
+
+// q @ k^T with k^T a Transpose of the last two axes: no copy, gemm.s reads k transposed; one call per head.
+TEST(LowerMatMul, TransposedRightOperandIsReadTransposed) {
+  ModelBuilder b;
+  b.input("q", {1, 2, 8, 4}).input("k", {1, 2, 8, 4}).output("s");
+  test::set_ints(b.node("Transpose", "kt", {"k"}, {"k_t"}), "perm", {0, 1, 3, 2});
+  b.node("MatMul", "qk", {"q", "k_t"}, {"s"});
+  KernelPlan p = plan_of(b);
+  auto gemms = calls(p, "gemm.s");
+  ASSERT_EQ(gemms.size(), 2u);
+  for (const KernelCall* g : gemms) {
+    EXPECT_EQ(g->params.at("TRANS_B"), 1);
+    EXPECT_EQ(g->params.at("K"), 4);
+    EXPECT_EQ(g->params.at("N"), 8);
+  }
+  EXPECT_EQ(gemms[1]->offsets.at("b") - gemms[0]->offsets.at("b"), 8u * 4 * 2);  // the next head of k, bf16
+  for (const KernelCall& c : p.calls) EXPECT_NE(c.label, "kt");
+}
+
+// INT8: x is quantised by cast.s with SCALE = 127 / absmax, gemm.s multiplies int8 x int8 -> int32, and a
+// row-wise kernel dequantises with s_a * s_w[n] per column.
+TEST(LowerInt8, QuantiseGemmDequantise) {
+  ModelBuilder b = matmul_model(4, 64, 32);
+  Options o = chip();
+  o.precision = Precision::INT8;
+  o.activation_absmax["x"] = 2.0f;
+  KernelPlan p = plan_of(b, o);
+  std::vector<std::string> kernels;
+  for (const KernelCall& c : p.calls) kernels.push_back(c.kernel);
+  EXPECT_EQ(kernels, (std::vector<std::string>{"cast.s", "gemm.s", "rowwise"}));
+  EXPECT_EQ(p.calls[0].params.at("DDT"), static_cast<int64_t>(isa::DType::I8));
+  EXPECT_EQ(p.calls[0].params.at("SCALE"), isa::bits_from_f32(1.0f / (2.0f / 127.0f)));
+  EXPECT_EQ(p.calls[1].params.at("IN_DT"), static_cast<int64_t>(isa::DType::I8));
+  EXPECT_EQ(p.calls[1].params.at("OUT_DT"), static_cast<int64_t>(isa::DType::I32));
+  // Weights: per-column scale max|w[:, n]| / 127; the largest |w| of each column quantises to +-127.
+  const Buffer* wq = nullptr;
+  for (const Buffer& buf : p.buffers)
+    if (buf.name == "w.i8") wq = &buf;
+  ASSERT_NE(wq, nullptr);
+  std::vector<float> w = test::ramp(64 * 32);
+  for (int64_t n = 0; n < 32; ++n) {
+    int64_t arg = 0;
+    for (int64_t k = 0; k < 64; ++k)
+      if (std::fabs(w[k * 32 + n]) > std::fabs(w[arg * 32 + n])) arg = k;
+    const auto q = static_cast<int8_t>(wq->data[static_cast<size_t>(arg * 128 + n)]);
+    EXPECT_EQ(std::abs(q), 127) << n;
+  }
+}
+
+TEST(LowerInt8, MissingCalibrationNamesTheActivation) {
+  ModelBuilder b = matmul_model(4, 64, 32);
+  Options o = chip();
+  o.precision = Precision::INT8;
+  EXPECT_EQ(error_of(b, o),
+            "node 'mm' (MatMul): int8: no calibration range for activation 'x' (give calibration inputs)");
+  o.expose_calibration = true;
+  o.precision = Precision::BF16;
+  KernelPlan p = plan_of(b, o);
+  bool exposed = false;
+  for (const Buffer& buf : p.buffers) exposed = exposed || (buf.kind == Buffer::Kind::Output && buf.name == "calib:x");
+  EXPECT_TRUE(exposed);
+}
+
+// Channel concatenation of two conv outputs stays NHWC: one strided move per input (rows of C bytes), not
+// an element-wise layout change.
+TEST(LowerLayout, ChannelConcatOfNhwcValuesIsOneMovePerInput) {
+  ModelBuilder b;
+  b.input("x", {1, 4, 5, 5}).output("y");
+  b.constant("w1", {6, 4, 1, 1}, test::ramp(24)).constant("w2", {10, 4, 1, 1}, test::ramp(40));
+  b.node("Conv", "c1", {"x", "w1"}, {"a"});
+  b.node("Conv", "c2", {"x", "w2"}, {"b"});
+  test::set_int(b.node("Concat", "cat", {"a", "b"}, {"cat_out"}), "axis", 1);
+  b.node("Relu", "relu", {"cat_out"}, {"y"});
+  KernelPlan p = plan_of(b);
+  int found = 0;
+  for (const KernelCall& c : p.calls)
+    if (c.label == "cat") {
+      ++found;
+      ASSERT_EQ(c.moves.size(), 2u);
+      EXPECT_EQ(c.moves[0].rows, 25u);
+      EXPECT_EQ(c.moves[0].rowbytes, 6u * 2);
+      EXPECT_EQ(c.moves[0].dst_stride, 16 * 2);
+      EXPECT_EQ(c.moves[1].dst_off - c.moves[0].dst_off, 6u * 2);
+    }
+  EXPECT_EQ(found, 1);
+}
+
+// Decomposed layer norm (opset 13 export) is one row-wise kernel.
+TEST(LowerRowwise, DecomposedLayerNormIsOneKernel) {
+  ModelBuilder b;
+  b.input("x", {4, 16}).output("y");
+  b.constant("two", {}, {2.0f}).constant("eps", {}, {1e-5f});
+  b.constant("g", {16}, test::ramp(16, 1.0f)).constant("beta", {16}, test::ramp(16));
+  test::set_ints(b.node("ReduceMean", "mean", {"x"}, {"m"}), "axes", {-1});
+  b.node("Sub", "sub", {"x", "m"}, {"d"});
+  b.node("Pow", "pow", {"d", "two"}, {"d2"});
+  test::set_ints(b.node("ReduceMean", "var", {"d2"}, {"v"}), "axes", {-1});
+  b.node("Add", "add_eps", {"v", "eps"}, {"ve"});
+  b.node("Sqrt", "sqrt", {"ve"}, {"sd"});
+  b.node("Div", "div", {"d", "sd"}, {"n"});
+  b.node("Mul", "mul", {"n", "g"}, {"ng"});
+  b.node("Add", "add", {"ng", "beta"}, {"y"});
+  KernelPlan p = plan_of(b);
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].kernel, "rowwise");
+  EXPECT_EQ(p.calls[0].label, "mean+sub+pow+var+add_eps+sqrt+div+mul+add");
+}
+
+TEST(LowerErrors, SoftmaxOverANonLastAxis) {
+  ModelBuilder b;
+  b.input("x", {2, 3, 4}).output("y");
+  test::set_int(b.node("Softmax", "sm", {"x"}, {"y"}), "axis", 1);
+  EXPECT_EQ(error_of(b), "node 'sm' (Softmax): axis 1 of a rank-3 input is not supported (only the last axis)");
+}
+
+TEST(LowerErrors, WhereWithAConditionComputedAtRunTime) {
+  ModelBuilder b;
+  b.input("x", {2, 3}).input("z", {2, 3}).output("y");
+  b.node("Greater", "gt", {"x", "z"}, {"c"});
+  b.node("Where", "where", {"c", "x", "z"}, {"y"});
+  EXPECT_EQ(error_of(b),
+            "node 'gt' (Greater): a comparison or logical op on values computed at run time is not supported (only "
+            "constant conditions, folded at compile time)");
+}
+
+TEST(LowerErrors, GatherOfAnActivationByRunTimeIndices) {
+  ModelBuilder b;
+  b.input("x", {5, 3}).input("ids", {2}).output("y");
+  test::set_input_type(b, "ids", onnx::TensorProto_DataType_INT64);
+  b.node("Gather", "g", {"x", "ids"}, {"y"});
+  EXPECT_EQ(error_of(b),
+            "node 'g' (Gather): only an embedding lookup (a constant 2-D table, axis 0) with indices computed at run "
+            "time is supported");
+}
+
+}  // namespace
+}  // namespace tpusim::compiler
