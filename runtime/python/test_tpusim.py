@@ -135,6 +135,38 @@ class MlpTest(unittest.TestCase):
         self.assertEqual(c.load(os.path.join(self.dir, "mlp.onnx")).fingerprint, exe.fingerprint)
 
 
+class BertTest(unittest.TestCase):
+    """The small BERT workload: int64 token ids from numpy, bf16 and int8 (calibrated) against PyTorch."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = os.path.join(WORKLOADS, "bert_small")
+        if not os.path.exists(os.path.join(cls.dir, "bert.onnx")):
+            raise unittest.SkipTest(f"{cls.dir}/bert.onnx is missing (built by the workload_bert_small target)")
+        cls.client = tpusim.Client()
+
+    def test_precisions(self):
+        c = self.client
+        path = os.path.join(self.dir, "bert.onnx")
+        inputs = {n: np.load(os.path.join(self.dir, n + ".npy")) for n in ("input_ids", "attention_mask", "token_type_ids")}
+        self.assertEqual(inputs["input_ids"].dtype, np.int64)
+        ref = np.load(os.path.join(self.dir, "last_hidden_state_ref.npy")).astype(np.float64)
+        bf16 = c.compile(path)
+        int8 = c.compile(path, precision="int8", calibration=inputs)
+        self.assertNotEqual(bf16.fingerprint, int8.fingerprint)
+        for exe, bound in ((bf16, 0.999), (int8, 0.99)):
+            y = c.execute(exe, inputs).outputs["last_hidden_state"].astype(np.float64)
+            cos = float(np.dot(y.ravel(), ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)))
+            self.assertGreaterEqual(cos, bound)
+        with self.assertRaisesRegex(ValueError, "precision must be"):
+            c.compile(path, precision="fp8")
+        with self.assertRaisesRegex(ValueError, "int8 needs calibration inputs"):
+            c.compile(path, precision="int8")
+        big = dict(inputs, input_ids=np.full_like(inputs["input_ids"], 2**40))
+        with self.assertRaisesRegex(ValueError, "does not fit the int32"):
+            c.execute(bf16, big)
+
+
 class AsyncTest(unittest.TestCase):
     """Buffers and execute_async on two devices."""
 

@@ -94,7 +94,21 @@ std::string dtype_text(const py::array& a) {
   return d ? isa::dtype_name(*d) : numpy_dtype_name(a);
 }
 
+// A numpy array argument; int64 arrays (token ids as PyTorch makes them) become int32, range-checked.
 py::array as_array(const py::handle& h) {
+  if (py::isinstance<py::array_t<int64_t>>(h)) {
+    auto a = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(h);
+    py::array_t<int32_t> out(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+    const int64_t* src = a.data();
+    int32_t* dst = out.mutable_data();
+    for (py::ssize_t i = 0; i < a.size(); ++i) {
+      if (src[i] < INT32_MIN || src[i] > INT32_MAX)
+        throw py::value_error("int64 element " + std::to_string(i) + " = " + std::to_string(src[i]) +
+                              " does not fit the int32 the chip uses for integer inputs");
+      dst[i] = static_cast<int32_t>(src[i]);
+    }
+    return std::move(out);
+  }
   if (py::isinstance<py::array>(h)) return py::reinterpret_borrow<py::array>(h);
   throw py::value_error("expected a numpy array, got " + py::str(py::type::of(h)).cast<std::string>());
 }
@@ -319,12 +333,31 @@ struct PyClient {
   }
 
   runtime::Executable compile(const std::string& path,
-                              const std::optional<std::map<std::string, std::vector<int64_t>>>& shapes) {
+                              const std::optional<std::map<std::string, std::vector<int64_t>>>& shapes,
+                              const std::string& precision, const py::object& calibration) {
     runtime::Client& cl = client();
+    runtime::CompileOptions opts;
+    opts.input_shapes = shapes.value_or(std::map<std::string, std::vector<int64_t>>{});
+    if (precision == "int8") opts.precision = compiler::Precision::INT8;
+    else if (precision != "bf16") throw py::value_error("precision must be 'bf16' or 'int8', got '" + precision + "'");
+    if (!calibration.is_none()) {
+      py::list sets = py::isinstance<py::dict>(calibration) ? py::list(py::make_tuple(calibration))
+                                                            : py::list(calibration);
+      for (const py::handle& set : sets) {
+        std::map<std::string, runtime::HostTensor> tensors;
+        for (const auto& [k, v] : py::cast<py::dict>(set)) {
+          py::array a = as_array(v);
+          auto d = dtype_of(a);
+          if (!d) throw py::value_error("calibration input '" + py::str(k).cast<std::string>() + "': dtype " + dtype_text(a));
+          tensors[py::str(k).cast<std::string>()] = runtime::HostTensor{*d, shape_of(a), array_bytes(a, *d)};
+        }
+        opts.calibration.push_back(std::move(tensors));
+      }
+    }
     runtime::StatusOr<runtime::Executable> r = runtime::Status(runtime::StatusCode::kInternal, "not compiled");
     {
       py::gil_scoped_release nogil;
-      r = cl.compile_onnx(path, shapes.value_or(std::map<std::string, std::vector<int64_t>>{}));
+      r = cl.compile_onnx(path, opts);
     }
     return take(std::move(r));
   }
@@ -540,7 +573,9 @@ PYBIND11_MODULE(tpusim, m) {
       .def_property_readonly("config", &PyClient::config, "every parameter: {'mxu.rows': '128', ...}")
       .def_property_readonly("chip", [](const PyClient& c) { return c.client().config().chip.name; })
       .def("compile", &PyClient::compile, py::arg("path"), py::arg("shapes") = py::none(),
-           "Compiles an ONNX model (cached); shapes: {input: [dims]} for dynamic dimensions")
+           py::arg("precision") = "bf16", py::arg("calibration") = py::none(),
+           "Compiles an ONNX model (cached); shapes: {input: [dims]} for dynamic dimensions; precision 'bf16' or "
+           "'int8' (calibration: a dict of input arrays, or a list of them, the activation scales are measured on)")
       .def("load", &PyClient::load, py::arg("path"), py::arg("defines") = std::map<std::string, int64_t>{},
            py::arg("shapes") = py::none(), ".s: assemble, .onnx: compile, else a .tpub binary")
       .def("assemble", &PyClient::assemble, py::arg("path"), py::arg("defines") = std::map<std::string, int64_t>{})
