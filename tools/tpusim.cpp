@@ -297,6 +297,8 @@ int cmd_compile(const std::vector<std::string>& args) {
        "bytes, roofline bound (- for standard output)")
       ("report-json", po::value(&report_json_path), "the same report as JSON")
       ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000), "stop a report run that goes on longer");
+  PrecisionOptions precision;
+  precision.add(desc);
   po::variables_map vm;
   const char* usage = "usage: tpusim compile MODEL.onnx [-o FILE.tpub] [--report FILE] [--report-json FILE] [options]";
   if (!parse(args, desc, usage, vm, &file)) return 0;
@@ -304,7 +306,7 @@ int cmd_compile(const std::vector<std::string>& args) {
     throw UsageError("nothing to write: give -o FILE.tpub, --report FILE or --report-json FILE (" + std::string(usage) +
                      ")");
   runtime::Client client(sim::load_config(config, sets));
-  runtime::Executable exe = client.compile_onnx_file(file, parse_shapes(shapes));
+  runtime::Executable exe = load_model(client, file, {}, parse_shapes(shapes), precision, {});
   const isa::Program& prog = exe.program();
   if (!out.empty()) {
     isa::save_program(prog, out);

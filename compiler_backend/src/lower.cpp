@@ -1432,15 +1432,15 @@ class Lowering {
       const ir::Node& n = g_.nodes[i];
       if (!rowwise_op(n)) break;
       if (!run.empty()) {
-        Group probe;
-        probe.O = m;
+        // The run goes on over [R, C] and its per-row values [R, 1] (reductions with keepdims). A value reduced
+        // without keepdims starts a new run: over it, the last axis is another one (rows, not columns).
         Shape pm = main_shape(n);
         if (pm != m) {
           Shape red = m;
           if (!red.empty()) red.back() = 1;
-          Shape pr = pm;
-          if (pr.size() + 1 == m.size()) pr.push_back(1);
-          if (pr != red || m.size() == 0) break;
+          if (pm != red || m.empty()) break;
+          const bool reduces = n.op == "Softmax" || n.op == "LayerNormalization" || n.op.rfind("Reduce", 0) == 0;
+          if (reduces) break;  // over an axis of one element: as its own group, where that axis is the columns
         }
       }
       run.push_back(static_cast<int>(i));
@@ -1463,7 +1463,13 @@ class Lowering {
     if (label.size() > 120) label = g_.nodes[run.front()].name + "+...+" + g_.nodes[run.back()].name;
     KernelCall call = rowwise_call(label, gr.R, gr.C);
     for (int i : run) {
-      rowwise_node(call, gr, g_.nodes[i]);
+      try {
+        rowwise_node(call, gr, g_.nodes[i]);
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        if (what.rfind("node '", 0) == 0) throw;
+        fail(g_.nodes[i], what);
+      }
       done_[i] = true;
     }
     // Outputs: values read outside the group or graph outputs.
