@@ -60,24 +60,29 @@ std::vector<int64_t> strides_of(const Shape& s) {
   return st;
 }
 
+// out (row-major, of `shape`) [i0, i1, ...] = d[i0 * strides[0] + i1 * strides[1] + ...].
+std::vector<float> gather_strided(const std::vector<float>& d, const Shape& shape, const std::vector<int64_t>& strides) {
+  std::vector<float> out(static_cast<size_t>(prod(shape)));
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (size_t o = 0; o < out.size(); ++o) {
+    int64_t src = 0;
+    for (size_t i = 0; i < shape.size(); ++i) src += idx[i] * strides[i];
+    out[o] = d[static_cast<size_t>(src)];
+    for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
+      if (++idx[i] < shape[i]) break;
+      idx[i] = 0;
+    }
+  }
+  return out;
+}
+
 // Host broadcast of a constant to `to` (numpy rules), row-major.
 std::vector<float> broadcast_data(const std::vector<float>& d, Shape from, const Shape& to) {
   while (from.size() < to.size()) from.insert(from.begin(), 1);
   std::vector<int64_t> fs = strides_of(from);
   for (size_t i = 0; i < from.size(); ++i)
     if (from[i] == 1) fs[i] = 0;
-  std::vector<float> out(static_cast<size_t>(prod(to)));
-  std::vector<int64_t> idx(to.size(), 0);
-  for (size_t o = 0; o < out.size(); ++o) {
-    int64_t src = 0;
-    for (size_t i = 0; i < to.size(); ++i) src += idx[i] * fs[i];
-    out[o] = d[static_cast<size_t>(src)];
-    for (int i = static_cast<int>(to.size()) - 1; i >= 0; --i) {
-      if (++idx[i] < to[i]) break;
-      idx[i] = 0;
-    }
-  }
-  return out;
+  return gather_strided(d, to, fs);
 }
 
 // out[i] = in[perm-applied]: out shape = [s[perm[0]], ...].
@@ -85,22 +90,10 @@ std::vector<float> permute_data(const std::vector<float>& d, const Shape& s, con
   Shape os(perm.size());
   std::vector<int64_t> is = strides_of(s), ps(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) os[i] = s[perm[i]], ps[i] = is[perm[i]];
-  std::vector<float> out(d.size());
-  std::vector<int64_t> idx(os.size(), 0);
-  for (size_t o = 0; o < out.size(); ++o) {
-    int64_t src = 0;
-    for (size_t i = 0; i < os.size(); ++i) src += idx[i] * ps[i];
-    out[o] = d[static_cast<size_t>(src)];
-    for (int i = static_cast<int>(os.size()) - 1; i >= 0; --i) {
-      if (++idx[i] < os[i]) break;
-      idx[i] = 0;
-    }
-  }
-  return out;
+  return gather_strided(d, os, ps);
 }
 
 const std::vector<int> kToNhwc = {0, 2, 3, 1};  // logical NCHW -> physical NHWC
-const std::vector<int> kToNchw = {0, 3, 1, 2};
 
 bool elementwise_unary(const std::string& op) {
   static const std::set<std::string> ops = {"Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Neg", "Abs",
