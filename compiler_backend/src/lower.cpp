@@ -423,25 +423,17 @@ class Lowering {
       return st_[v].back();
     }
     if (st_[v].empty()) throw Error("internal: value '" + value.name + "' was not computed");
-    // Prefer converting the layout at the narrower type.
+    // A variant in the wanted layout needs a cast only; otherwise cast first, then change the layout.
     Stored from = st_[v].front();
     for (const Stored& s : st_[v])
       if (s.nhwc == nhwc) from = s;
     const std::string label = producer_label(v);
-    const int64_t n = value.elements();
     if (from.dtype != dtype) {
-      if (from.nhwc != nhwc && isa::dtype_size(from.dtype) > isa::dtype_size(dtype)) {
-        Stored c{temp(value.name + "." + isa::dtype_name(dtype), dtype, value.shape()), 0, dtype, from.nhwc};
-        cast(label, from, c, n);
-        st_[v].push_back(c);
-        from = c;
-      } else {
-        Stored c{temp(value.name + "." + isa::dtype_name(dtype), dtype, value.shape()), 0, dtype, from.nhwc};
-        cast(label, from, c, n);
-        st_[v].push_back(c);
-        if (c.nhwc == nhwc) return c;
-        from = c;
-      }
+      Stored c{temp(value.name + "." + isa::dtype_name(dtype), dtype, value.shape()), 0, dtype, from.nhwc};
+      cast(label, from, c, value.elements());
+      st_[v].push_back(c);
+      if (c.nhwc == nhwc) return c;
+      from = c;
     }
     // layout change
     Stored to{temp(value.name + (nhwc ? ".nhwc" : ".nchw"), dtype, value.shape()), 0, dtype, nhwc};
@@ -1475,7 +1467,6 @@ class Lowering {
         for (int u : users_[o])
           if (!members.count(u)) outside = true, other_reader = true;
         if (!outside) continue;
-        const bool pr = gr.per_row[o];
         Shape s = shape(o);
         if (is_output_[o] && !(gr.nhwc && s.size() == 4)) {
           Stored so{out_buf_.at(o), 0, DType::F32, false};
@@ -1488,7 +1479,6 @@ class Lowering {
         Stored so{temp(val(o).name, dtype, s), 0, dtype, gr.nhwc && s.size() == 4};
         rw_output(call, gr.node_of[o], so);
         remember(o, so);
-        (void)pr;
       }
     if (call.rows.outputs.empty()) return;  // nothing read: dead
     plan_.calls.push_back(std::move(call));
