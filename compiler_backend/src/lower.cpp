@@ -628,8 +628,8 @@ class Lowering {
       std::string label = n.name;
       int out = fuse_epilogue(n.outputs[0], nn, bias, bias_name, relu, label);
       Stored C = destination(out, storage_type(out));
-      if (m == 1 && opts_.precision == Precision::BF16) {  // a matrix-vector product: on the vector unit
-        gemv(label, get_any(a, false), w, k, nn, bias, val(b).name, relu, C);
+      if (m == 1) {  // a matrix-vector product: on the vector unit
+        gemv(label, get_any(a, false), w, k, nn, bias, val(b).name, relu, C, opts_.precision == Precision::INT8);
         return;
       }
       if (int8(a)) {
@@ -685,18 +685,41 @@ class Lowering {
     }
   }
 
-  // y[1, N] = act(x[1, K] @ w[K, N] + bias) as a row-wise kernel over w^T [N, K] (bf16): each row multiplied by x
+  // y[1, N] = act(x[1, K] @ w[K, N] + bias) as a row-wise kernel over w^T [N, K]: each row multiplied by x
   // (one vector, loaded once) and summed. A matrix unit would spend R cycles shifting in each weight tile to use
   // it for one row; the vector unit streams the weights at HBM bandwidth (decode steps, batch-1 classifiers).
+  // int8: the weights are int8 with a scale per output channel (max|w| / 127) applied to each row's sum; x stays
+  // f32 (weight-only quantisation: the vector unit gains nothing from int8 arithmetic, HBM traffic halves).
   void gemv(const std::string& label, Stored x, const std::vector<float>& w, int64_t k, int64_t n,
-            const std::vector<float>& bias, const std::string& wname, bool relu, Stored out) {
+            const std::vector<float>& bias, const std::string& wname, bool relu, Stored out, bool int8_weights) {
     KernelCall call = rowwise_call(label, n, k);
     std::vector<float> wt(w.size());
     for (int64_t i = 0; i < k; ++i)
-      for (int64_t j = 0; j < n; ++j) wt[static_cast<size_t>(j * k + i)] = w[static_cast<size_t>(i * n + j)];
-    int W = rw_input(call, Stored{const_bf16(wname + ".T", {n, k}, wt), 0, DType::BF16, false}, false, 0);
+      for (int64_t j = 0; j < n; ++j) wt[static_cast<size_t>(j * k + i)] = w[static_cast<size_t>(j + i * n)];
+    std::vector<float> scale;
+    int wbuf;
+    if (int8_weights) {
+      scale.assign(static_cast<size_t>(n), 0.0f);
+      std::vector<uint8_t> q(wt.size());
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t i = 0; i < k; ++i) scale[j] = std::max(scale[j], std::fabs(wt[static_cast<size_t>(j * k + i)]));
+        scale[j] = scale[j] > 0 ? scale[j] / 127.0f : 1.0f;
+        for (int64_t i = 0; i < k; ++i) {
+          const auto v = static_cast<int8_t>(
+              std::clamp(std::nearbyint(wt[static_cast<size_t>(j * k + i)] / scale[j]), -127.0f, 127.0f));
+          std::memcpy(&q[static_cast<size_t>(j * k + i)], &v, 1);
+        }
+      }
+      wbuf = add_const(wname + ".T.i8", DType::I8, {n, k}, std::move(q));
+    } else {
+      wbuf = const_bf16(wname + ".T", {n, k}, wt);
+    }
+    int W = rw_input(call, Stored{wbuf, 0, int8_weights ? DType::I8 : DType::BF16, false}, false, 0);
     int X = rw_input(call, x, false, 1);
     int r = rw_node(call, rw::Op::RowSum, {rw_node(call, rw::Op::Mul, {W, X})});
+    if (int8_weights)
+      r = rw_node(call, rw::Op::Mul,
+                  {r, rw_input(call, Stored{const_f32(wname + ".scale", {n}, scale), 0, DType::F32, false}, true, 0)});
     if (!bias.empty())
       r = rw_node(call, rw::Op::Add,
                   {r, rw_input(call, Stored{const_f32(wname + ".bias", {n}, bias), 0, DType::F32, false}, true, 0)});
