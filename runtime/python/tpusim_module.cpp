@@ -107,7 +107,7 @@ py::array as_array(const py::handle& h) {
                               " does not fit the int32 the chip uses for integer inputs");
       dst[i] = static_cast<int32_t>(src[i]);
     }
-    return std::move(out);
+    return out;
   }
   if (py::isinstance<py::array>(h)) return py::reinterpret_borrow<py::array>(h);
   throw py::value_error("expected a numpy array, got " + py::str(py::type::of(h)).cast<std::string>());

@@ -88,7 +88,7 @@ void DmaEngine::execute(const Entry& e) {
   }
   if (t.hbm.bytes()) {
     t.data_start = hbm_earliest;
-    t.data_end = st_.mem.hbm_channels.transfer(t.data_start, t.hbm);
+    t.data_end = st_.mem.hbm_channels.transfer(t.data_start, hbm_side(t));
   }
   inflight_.push_back(t);
   issued_.notify();
@@ -177,7 +177,7 @@ void DmaEngine::retire(const Transfer& t) {
         st_.mem.hbm.write(h, vmem + v, t.hbm.rowbytes);
     }
   }
-  (t.load ? st_.run.stats.hbm_bytes_read : st_.run.stats.hbm_bytes_written) += t.hbm.bytes();
+  (t.load ? st_.run.stats.hbm_bytes_read : st_.run.stats.hbm_bytes_written) += hbm_side(t).bytes();
   // Busy while anything is in flight: the slice starts at the issue, or where the previous slice ended.
   const uint64_t from = std::max(t.start, busy_from_);
   finish(t.e, from, last_done_);

@@ -26,6 +26,13 @@ class DmaEngine : public UnitModule {
     bool load = false;
     std::vector<uint64_t> gather;  // dma.gather: each row's HBM address (functional runs); hbm is its timing
   };
+  // What the HBM side moves: a load with hstride 0 (a broadcast of one row into `rows` VMEM rows) reads its row
+  // from HBM once.
+  static Rows hbm_side(const Transfer& t) {
+    Rows r = t.hbm;
+    if (t.load && t.e.in.op == isa::Op::DMALD && r.stride == 0 && r.rows > 1) r.rows = 1;
+    return r;
+  }
   void start_gather(const Entry& e, Transfer& t);
   void execute(const Entry& e) override;
   void retire_thread();

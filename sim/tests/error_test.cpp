@@ -139,7 +139,7 @@ TEST(Errors, MaxCyclesWhileUnitsAreBusy) {
   Chip chip(small_config());
   ProgramBuilder b;
   b.li(3, 64).li(4, 1024);
-  b.op(Op::DMALD, {0, 0, 3, 4, 0, 0});  // 64 KiB: 10 + 2048 cycles
+  b.op(Op::DMALD, {0, 0, 3, 4, 4, 0});  // 64 KiB of HBM (rows 1024 apart) into one VMEM row: 10 + 2048 cycles
   RunOptions o;
   o.max_cycles = 100;
   EXPECT_EQ(error_of([&] { chip.run(b.build(), o); }), "still running after 100 cycles at pc 3 (end of program)");

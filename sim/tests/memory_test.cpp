@@ -59,13 +59,13 @@ TEST(Memory, RowsOnOneBankWaitForTheRowCycle) {
   EXPECT_EQ(strided_load_cycles(chip, 64, 4096), 1914u);
 }
 
-TEST(Memory, RepeatedRowIsOneRowOpenPerBank) {
+TEST(Memory, BroadcastLoadReadsItsRowOnce) {
   Chip chip(small_config({"hbm.channel_skew=0"}));
-  // 64 repeats (stride 0) of one 64-byte row: chunk 0, channel 0, bank 0. The bank opens its row once (the
-  // repeats are row-buffer hits), so only the channel limits: 64 * 64 = 4096 bytes at 8 bytes per cycle = 512
-  // cycles, not 63 * tRC 30 + 8 = 1898 as for 64 different rows of that bank (RowsOnOneBankWaitForTheRowCycle).
-  // Data [15, 527); halt: 528.
-  EXPECT_EQ(strided_load_cycles(chip, 64, 0), 528u);
+  // 64 repeats (hstride 0) of one 64-byte row: HBM serves the row once, 64 bytes at 8 bytes per cycle on
+  // channel 0 = 8 cycles (not 64 * 64 bytes = 512 cycles on that one channel); VMEM takes the 64 rows (4096
+  // bytes, 64 apart: all 8 banks) in 4096 / (8 * 64) = 8 cycles too. Data [15, 23); halt: 24.
+  EXPECT_EQ(strided_load_cycles(chip, 64, 0), 24u);
+  EXPECT_EQ(strided_load_cycles(chip, 1, 0), 24u);
 }
 
 TEST(Memory, ChannelSkewSpreadsPowerOfTwoStrides) {

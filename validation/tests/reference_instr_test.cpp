@@ -677,7 +677,9 @@ TEST(ReferenceErrors, GatherIndexOutOfTable) {
       EXPECT_NE(msg.find("pc " + std::to_string(pc) + " (dma.gather r1, r2, r3, r4, r5, r6, r7)"), std::string::npos)
           << msg;
       EXPECT_NE(msg.find("index " + std::to_string(bad)), std::string::npos) << msg;
-      if (bad >= 10) EXPECT_NE(msg.find("count 10"), std::string::npos) << msg;
+      if (bad >= 10) {
+        EXPECT_NE(msg.find("count 10"), std::string::npos) << msg;
+      }
     }
   }
 }
