@@ -223,8 +223,9 @@ class Lowering {
   }
 
   // out = act(acc * s_a * s_w[n] + bias[n]) from an int32 [rows, N] accumulator.
+  // `value`: the graph value `out` holds (-1 when out is an intermediate form of it, e.g. virtual conv rows).
   void dequantize(const std::string& label, Stored acc, int64_t rows, int64_t n, float s_a, const std::vector<float>& s_w,
-                  const std::vector<float>& bias, const std::string& wname, bool relu, Stored out) {
+                  const std::vector<float>& bias, const std::string& wname, bool relu, Stored out, int value) {
     KernelCall call = rowwise_call(label, rows, n);
     std::vector<float> scale(s_w.size());
     for (size_t j = 0; j < s_w.size(); ++j) scale[j] = s_a * s_w[j];
@@ -236,13 +237,27 @@ class Lowering {
                   {r, rw_input(call, Stored{const_f32(wname + ".bias", {n}, bias), 0, DType::F32, false}, false, 1)});
     if (relu) r = rw_node(call, rw::Op::Relu, {r});
     rw_output(call, r, out);
+    if (value >= 0) int8_copy(call, r, value, out.nhwc);
     plan_.calls.push_back(std::move(call));
+  }
+
+  // When INT8 consumers will quantise value v (calibrated), the row-wise kernel computing it also writes its int8
+  // copy (x / s rounded to nearest even, saturated), so that no separate cast pass reads it back.
+  void int8_copy(KernelCall& call, int node, int v, bool nhwc) {
+    if (opts_.precision != Precision::INT8 || !calib_.count(v) || quantized_.count(v)) return;
+    auto it = opts_.activation_absmax.find(val(v).name);
+    if (it == opts_.activation_absmax.end() || !(it->second > 0) || !std::isfinite(it->second)) return;
+    const float inv = 127.0f / it->second;
+    int q = rw_node(call, rw::Op::Mul, {node, rw_node(call, rw::Op::Const, {}, inv)});
+    Stored s{temp(val(v).name + ".i8", DType::I8, shape(v)), 0, DType::I8, nhwc && layout_matters(v)};
+    rw_output(call, q, s);
+    quantized_[v] = s;
   }
 
   // One quantised matmul: c[m, n] = act(a @ w + bias) with a = value `a` ([m, k] rows of its buffer).
   void int8_gemm(const ir::Node& n, const std::string& label, Stored aq, int a, const std::vector<float>& w, int64_t m,
                  int64_t k, int64_t nn, const std::vector<float>& bias, const std::string& wname, bool relu,
-                 Stored out, double flops) {
+                 Stored out, double flops, int value) {
     std::vector<float> s_w;
     int B = tiled_weights_i8(wname, w, k, nn, s_w);
     Stored acc{temp(label + ".acc", DType::I32, {m, nn}), 0, DType::I32, false};
@@ -251,7 +266,7 @@ class Lowering {
     plan_.calls.back().params["OUT_DT"] = dt(DType::I32);
     plan_.calls.back().flops = flops;
     plan_.calls.back().bytes = static_cast<double>(m * k + k * nn + 4 * m * nn);
-    dequantize(label, acc, m, nn, act_scale(n, a), s_w, bias, wname, relu, out);
+    dequantize(label, acc, m, nn, act_scale(n, a), s_w, bias, wname, relu, out, value);
   }
 
   // ---- buffers ---------------------------------------------------------------------------------------------
@@ -633,7 +648,8 @@ class Lowering {
         return;
       }
       if (int8(a)) {
-        int8_gemm(n, label, quantized(n, a, false), a, w, m, k, nn, bias, val(b).name, relu, C, 2.0 * m * k * nn);
+        int8_gemm(n, label, quantized(n, a, false), a, w, m, k, nn, bias, val(b).name, relu, C, 2.0 * m * k * nn,
+                  out);
         return;
       }
       Stored A = get(a, DType::BF16, false);
@@ -944,7 +960,7 @@ class Lowering {
       const bool direct = KH == 1 && KW == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 && win.pl == 0 &&
                           win.pb == 0 && win.pr == 0;
       if (direct) {
-        int8_gemm(n, label, X, x, wt, N * OH * OW, C, OC, b, val(wv).name, relu, Y, flops);
+        int8_gemm(n, label, X, x, wt, N * OH * OW, C, OC, b, val(wv).name, relu, Y, flops, out);
         return;
       }
       int im = temp(label + ".im2col", DType::I8, {1});
@@ -952,7 +968,8 @@ class Lowering {
       plan_.buffers[im].shape = {t.rows, taps * C};
       Stored G = Y;
       if (t.wv != OW) G = Stored{temp(label + ".virtual", DType::BF16, {t.rows, OC}), 0, DType::BF16, true};
-      int8_gemm(n, label, Stored{im, 0, DType::I8, false}, x, wt, t.rows, taps * C, OC, b, val(wv).name, relu, G, flops);
+      int8_gemm(n, label, Stored{im, 0, DType::I8, false}, x, wt, t.rows, taps * C, OC, b, val(wv).name, relu, G, flops,
+                t.wv != OW ? -1 : out);
       if (t.wv != OW) drop_virtual(label, G, Y, t, N, OC);
       return;
     }
@@ -1502,6 +1519,7 @@ class Lowering {
         Stored so{temp(val(o).name, dtype, s), 0, dtype, gr.nhwc && s.size() == 4};
         rw_output(call, gr.node_of[o], so);
         remember(o, so);
+        if (!gr.per_row[o]) int8_copy(call, gr.node_of[o], o, so.nhwc);
       }
     if (call.rows.outputs.empty()) return;  // nothing read: dead
     plan_.calls.push_back(std::move(call));

@@ -201,6 +201,27 @@ TEST(LowerInt8, QuantiseGemmDequantise) {
   }
 }
 
+// The dequantising kernel of one matmul also writes the int8 copy its quantised consumer reads: one cast.s for
+// the graph input x only.
+TEST(LowerInt8, ChainedMatmulsQuantiseInTheDequantisingKernel) {
+  ModelBuilder b;
+  b.input("x", {4, 64}).output("y");
+  b.constant("w1", {64, 32}, test::ramp(64 * 32)).constant("w2", {32, 16}, test::ramp(32 * 16, 0.5f));
+  b.node("MatMul", "mm1", {"x", "w1"}, {"h"});
+  b.node("Relu", "relu", {"h"}, {"r"});
+  b.node("MatMul", "mm2", {"r", "w2"}, {"y"});
+  Options o = chip();
+  o.precision = Precision::INT8;
+  o.activation_absmax = {{"x", 2.0f}, {"r", 8.0f}};
+  KernelPlan p = plan_of(b, o);
+  std::vector<std::string> kernels;
+  for (const KernelCall& c : p.calls) kernels.push_back(c.kernel);
+  EXPECT_EQ(kernels, (std::vector<std::string>{"cast.s", "gemm.s", "rowwise", "gemm.s", "rowwise"}));
+  ASSERT_EQ(p.calls[2].rows.outputs.size(), 2u);  // r as stored (bf16), and r * 127 / 8 as int8
+  EXPECT_EQ(p.calls[2].rows.outputs[1].dtype, isa::DType::I8);
+  EXPECT_EQ(p.calls[3].tensors.at("a"), p.calls[2].row_outputs[1]);
+}
+
 TEST(LowerInt8, MissingCalibrationNamesTheActivation) {
   ModelBuilder b = matmul_model(4, 64, 32);
   Options o = chip();
