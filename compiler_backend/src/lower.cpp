@@ -949,55 +949,36 @@ class Lowering {
     Stored Y = remember(out, Stored{temp(val(out).name, DType::BF16, os), 0, DType::BF16, true});
     const int64_t taps = KH * KW;
 
-    if (q8) {
-      std::vector<float> wt(static_cast<size_t>(taps * C * OC));
-      for (int64_t o = 0; o < OC; ++o)
-        for (int64_t c = 0; c < C; ++c)
-          for (int64_t t = 0; t < taps; ++t)
-            wt[static_cast<size_t>((t * C + c) * OC + o)] = w[static_cast<size_t>((o * C + c) * taps + t)];
-      const double flops = 2.0 * N * OH * OW * taps * C * OC;
-      std::vector<float> b = has_bias ? bias : std::vector<float>{};
-      const bool direct = KH == 1 && KW == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 && win.pl == 0 &&
-                          win.pb == 0 && win.pr == 0;
-      if (direct) {
-        int8_gemm(n, label, X, x, wt, N * OH * OW, C, OC, b, val(wv).name, relu, Y, flops, out);
-        return;
-      }
-      int im = temp(label + ".im2col", DType::I8, {1});
-      Taps t = window_taps(label, X, xs, win, 0.0f, 0, C, false, im);
-      plan_.buffers[im].shape = {t.rows, taps * C};
-      Stored G = Y;
-      if (t.wv != OW) G = Stored{temp(label + ".virtual", DType::BF16, {t.rows, OC}), 0, DType::BF16, true};
-      int8_gemm(n, label, Stored{im, 0, DType::I8, false}, x, wt, t.rows, taps * C, OC, b, val(wv).name, relu, G, flops,
-                t.wv != OW ? -1 : out);
-      if (t.wv != OW) drop_virtual(label, G, Y, t, N, OC);
-      return;
-    }
     if (groups == 1) {
-      // weights [OC, C, KH, KW] -> [(kh, kw, c), OC]
+      // weights [OC, C, KH, KW] -> [(kh, kw, c), OC], the im2col matrix's column order
       std::vector<float> wt(static_cast<size_t>(taps * C * OC));
       for (int64_t o = 0; o < OC; ++o)
         for (int64_t c = 0; c < C; ++c)
           for (int64_t t = 0; t < taps; ++t)
             wt[static_cast<size_t>((t * C + c) * OC + o)] = w[static_cast<size_t>((o * C + c) * taps + t)];
-      int B = tiled_weights(val(wv).name, wt, taps * C, OC);
-      int bias_buf = has_bias ? const_f32(val(wv).name + ".bias", {OC}, bias) : -1;
+      const double flops = 2.0 * N * OH * OW * taps * C * OC;  // the real output positions only
+      // out = act(a[m, taps*C] @ wt + bias) into `dst`; `value`: the graph value dst holds, -1 for virtual rows
+      auto matmul = [&](Stored a, int64_t m, Stored dst, int value) {
+        if (q8) {
+          int8_gemm(n, label, a, x, wt, m, taps * C, OC, has_bias ? bias : std::vector<float>{}, val(wv).name, relu,
+                    dst, flops, value);
+          return;
+        }
+        int B = tiled_weights(val(wv).name, wt, taps * C, OC);
+        int bias_buf = has_bias ? const_f32(val(wv).name + ".bias", {OC}, bias) : -1;
+        gemm(label, a, Stored{B, 0, DType::BF16, false}, bias_buf, dst, m, taps * C, OC, relu, 1.0f, true, false);
+        plan_.calls.back().flops = flops;
+      };
       const bool direct = KH == 1 && KW == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 && win.pl == 0 &&
                           win.pb == 0 && win.pr == 0;
-      if (direct) {
-        gemm(label, X, Stored{B, 0, DType::BF16, false}, bias_buf, Y, N * OH * OW, C, OC, relu, 1.0f, true, false);
-        plan_.calls.back().flops = 2.0 * N * OH * OW * C * OC;
-        return;
-      }
-      int im = temp(label + ".im2col", DType::BF16, {1});
+      if (direct) return matmul(X, N * OH * OW, Y, out);
+      int im = temp(label + ".im2col", X.dtype, {1});
       Taps t = window_taps(label, X, xs, win, 0.0f, 0, C, false, im);
       plan_.buffers[im].shape = {t.rows, taps * C};
-      Stored G = Y;
-      if (t.wv != OW) G = Stored{temp(label + ".virtual", DType::BF16, {t.rows, OC}), 0, DType::BF16, true};
-      gemm(label, Stored{im, 0, DType::BF16, false}, Stored{B, 0, DType::BF16, false}, bias_buf, G, t.rows, taps * C, OC,
-           relu, 1.0f, true, false);
-      plan_.calls.back().flops = 2.0 * N * OH * OW * taps * C * OC;
-      if (t.wv != OW) drop_virtual(label, G, Y, t, N, OC);
+      if (t.wv == OW) return matmul(Stored{im, 0, X.dtype, false}, t.rows, Y, out);
+      Stored G{temp(label + ".virtual", DType::BF16, {t.rows, OC}), 0, DType::BF16, true};
+      matmul(Stored{im, 0, X.dtype, false}, t.rows, G, -1);
+      drop_virtual(label, G, Y, t, N, OC);
       return;
     }
     if (Cg == 1 && OC == groups) {  // depthwise: sum over taps of tap * w[tap] on the vector unit
