@@ -24,6 +24,8 @@ import unittest
 
 import numpy as np
 
+from test_cli import Workdir  # a temporary directory per test, path() and save()
+
 TPUSIM = os.environ.get("TPUSIM", "build/tools/tpusim")
 WORKLOADS_DIR = os.environ.get("WORKLOADS_DIR", "build/workloads")
 WORKLOADS_SRC = os.environ.get("WORKLOADS_SRC", "workloads")
@@ -306,22 +308,8 @@ def corrupt_in_the_middle(data):
     return bytes(b), elem
 
 
-class BadInput(unittest.TestCase):
+class BadInput(Workdir):
     """Each mistake: non-zero exit, one line on stderr naming the problem, no crash, no hang."""
-
-    def setUp(self):
-        self._tmp = tempfile.TemporaryDirectory()
-        self.dir = self._tmp.name
-
-    def tearDown(self):
-        self._tmp.cleanup()
-
-    def path(self, name):
-        return os.path.join(self.dir, name)
-
-    def save(self, name, array):
-        np.save(self.path(name), array)
-        return self.path(name)
 
     def expect_error(self, args, pattern, code=1):
         p = tpusim(*args, check=False, timeout=ERROR_TIMEOUT)
