@@ -37,10 +37,12 @@ const char* kUsage =
 
 // Options every command that builds a chip shares: --config and --set.
 po::options_description chip_options(std::string& config, std::vector<std::string>& sets) {
-  po::options_description d("chip");
+  po::options_description d("the simulated chip");
   d.add_options()
-      ("config", po::value(&config)->default_value(sim::default_preset()), "preset name or INI file")
-      ("set", po::value(&sets)->composing(), "override one parameter: section.key=value (repeatable)");
+      ("config", po::value(&config)->default_value(sim::default_preset())->value_name("NAME|FILE.ini"),
+       "preset name (tpusim config --list) or INI file")
+      ("set", po::value(&sets)->composing()->value_name("SECTION.KEY=VALUE"),
+       "override one parameter (repeatable; tpusim config --show lists them)");
   return d;
 }
 
@@ -84,19 +86,26 @@ std::map<std::string, std::vector<int64_t>> parse_shapes(const std::vector<std::
   return out;
 }
 
-// Parses `args` against `desc` (with FILE as the one positional argument); prints help and returns false on --help.
-bool parse(const std::vector<std::string>& args, po::options_description& desc, const std::string& usage,
+// Parses `args` against `shown`, the options --help lists (a description with no caption made of one group per
+// purpose: what to run, inputs, outputs, ...), and FILE as the one positional argument (an option of its own,
+// hidden from --help); prints help and returns false on --help.
+bool parse(const std::vector<std::string>& args, po::options_description& shown, const std::string& usage,
            po::variables_map& vm, std::string* file = nullptr) {
-  desc.add_options()("help,h", "this help");
+  po::options_description help("help");
+  help.add_options()("help,h", "this help");
+  shown.add(help);
+  po::options_description hidden;
   po::positional_options_description pos;
   if (file) {
-    desc.add_options()("file", po::value(file), "input file");
+    hidden.add_options()("file", po::value(file));
     pos.add("file", 1);
   }
+  po::options_description desc;
+  desc.add(shown).add(hidden);
   try {
     po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
     if (vm.count("help")) {
-      std::cout << usage << "\n" << desc << "\n";
+      std::cout << usage << "\n" << shown << "\n";
       return false;
     }
     po::notify(vm);
@@ -118,11 +127,11 @@ struct PrecisionOptions {
   std::vector<std::string> calibrate;
   void add(po::options_description& desc) {
     desc.add_options()
-        ("precision", po::value(&precision)->default_value("bf16"),
+        ("precision", po::value(&precision)->default_value("bf16")->value_name("bf16|int8"),
          "ONNX models: bf16 (default) or int8 (post-training quantisation: per-channel weights, activation scales "
          "calibrated on --calibrate inputs, else on the --input files)")
-        ("calibrate", po::value(&calibrate)->composing(),
-         "NAME=FILE.npy: an int8 calibration input (repeatable; one set of model inputs)");
+        ("calibrate", po::value(&calibrate)->composing()->value_name("NAME=FILE.npy"),
+         "an int8 calibration input (repeatable; one set of model inputs)");
   }
 };
 
@@ -157,46 +166,131 @@ runtime::Executable load_model(runtime::Client& client, const std::string& file,
   return client.compile_onnx_file(file, opts);
 }
 
-// The inputs of `--input NAME=FILE.npy`, and with `random` deterministic random data for the others (after
-// checking that the program fits the chip, so that a huge program is refused before its inputs are made).
+// A timing-only run's input: zeros (it does no arithmetic, so the values do not matter).
+runtime::HostTensor zero_tensor(const isa::TensorDecl& d) {
+  return runtime::HostTensor{d.dtype, d.shape, std::vector<uint8_t>(d.bytes())};
+}
+
+// The file of a tensor named `name` in a folder: `--output-dir` writes it, `--inputs` reads it.
+std::string npy_name(const std::string& name) { return name + ".npy"; }
+
+// "a, b, c" (at most 8 items, then "and N more").
+std::string join(const std::vector<std::string>& items) {
+  std::string s;
+  for (size_t i = 0; i < items.size() && i < 8; ++i) s += (i ? ", " : "") + items[i];
+  if (items.size() > 8) s += " and " + std::to_string(items.size() - 8) + " more";
+  return s;
+}
+
+// `--inputs DIR`: every .npy file in DIR is the input of its name (DIR/NAME.npy; other files are ignored), added to
+// `inputs`. A file that names no input of the program, an input also given by --input, and (unless `fill`) an
+// input with no file are errors.
+void read_input_dir(const std::string& dir, const runtime::Executable& exe, bool fill,
+                    std::map<std::string, runtime::HostTensor>& inputs) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw std::runtime_error("--inputs " + dir + ": no such folder");
+  std::map<std::string, std::string> by_file;  // file name -> input name
+  std::vector<std::string> names;
+  for (const auto* d : exe.inputs()) {
+    by_file[npy_name(d->name)] = d->name;
+    names.push_back(d->name);
+  }
+  std::map<std::string, fs::path> files;  // input name -> file
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".npy" || !entry.is_regular_file()) continue;
+    auto it = by_file.find(entry.path().filename().string());
+    if (it == by_file.end())
+      throw std::runtime_error("--inputs " + dir + ": " + entry.path().filename().string() +
+                               " names no input of the program (its inputs: " + join(names) + ")");
+    if (inputs.count(it->second))
+      throw UsageError("input '" + it->second + "' given twice: by --input and by " + entry.path().string());
+    files[it->second] = entry.path();
+  }
+  std::vector<std::string> missing;
+  for (const auto& name : names)
+    if (!files.count(name) && !inputs.count(name)) missing.push_back(name);
+  if (!missing.empty() && !fill)
+    throw std::runtime_error(
+        "--inputs " + dir + ": " +
+        (missing.size() == 1 ? "no file " + (fs::path(dir) / npy_name(missing[0])).string() + " for input " + missing[0]
+                             : "no files for inputs " + join(missing) + " (each as " + (fs::path(dir) / "NAME.npy").string() + ")"));
+  for (const auto& [name, path] : files) inputs[name] = runtime::read_npy(path.string());
+}
+
+// How the inputs that no file gives are made.
+enum class Fill { None, Random, Zeros };
+
+// The inputs of `--input NAME=FILE.npy` and `--inputs DIR`; then, after checking that the program fits the chip (so
+// that a huge program is refused before its inputs are made), the others as `fill` says, their names in `filled`.
 std::map<std::string, runtime::HostTensor> gather_inputs(const runtime::Client& client, const runtime::Executable& exe,
-                                                         const std::vector<std::string>& specs, bool random,
-                                                         uint64_t seed) {
+                                                         const std::vector<std::string>& specs,
+                                                         const std::string& dir, Fill fill, uint64_t seed,
+                                                         std::vector<std::string>* filled = nullptr) {
   std::map<std::string, runtime::HostTensor> inputs = read_named_npys(specs, "--input");
+  if (!dir.empty()) read_input_dir(dir, exe, fill != Fill::None, inputs);
   client.check_fits(exe);
-  if (random)
-    for (const auto* d : exe.inputs())
-      if (!inputs.count(d->name)) inputs[d->name] = runtime::random_tensor(*d, seed + inputs.size());
+  if (fill == Fill::None) return inputs;
+  for (const auto* d : exe.inputs()) {
+    if (inputs.count(d->name)) continue;
+    inputs[d->name] = fill == Fill::Zeros ? zero_tensor(*d) : runtime::random_tensor(*d, seed + inputs.size());
+    if (filled) filled->push_back(d->name);
+  }
   return inputs;
 }
 
+// The options of every command that reads inputs: --input, --inputs, and with `random` --random-inputs.
+po::options_description input_options(std::vector<std::string>& specs, std::string& dir) {
+  po::options_description d("inputs");
+  d.add_options()
+      ("input,i", po::value(&specs)->composing()->value_name("NAME=FILE.npy"), "one input (repeatable)")
+      ("inputs", po::value(&dir)->value_name("DIR"),
+       "a folder of inputs, each as DIR/NAME.npy (every .npy file there must name an input)");
+  return d;
+}
+
 int cmd_run(const std::vector<std::string>& args) {
-  std::string file, config, out_dir, stats_path, trace_path;
+  std::string file, config, out_dir, stats_path, trace_path, input_dir;
   std::vector<std::string> sets, defines, input_specs, shapes;
   uint64_t max_cycles = 0, seed = 1;
-  po::options_description desc = chip_options(config, sets);
-  desc.add_options()
-      ("define,D", po::value(&defines)->composing(), "kernel symbol NAME=VALUE (repeatable)")
-      ("input,i", po::value(&input_specs)->composing(), "NAME=FILE.npy (repeatable)")
-      ("random-inputs", "fill inputs not given with deterministic random data")
-      ("seed", po::value(&seed)->default_value(1), "seed for --random-inputs")
-      ("shape", po::value(&shapes)->composing(), "NAME=D0,D1,...: a model input's shape, for dynamic dims")
-      ("output-dir,o", po::value(&out_dir), "write each output as DIR/NAME.npy")
-      ("stats", po::value(&stats_path), "write statistics as JSON")
-      ("trace", po::value(&trace_path), "write a Chrome trace (open it in Perfetto)")
-      ("timing-only", "skip the arithmetic; same cycles, no outputs")
-      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000), "stop a run that goes on longer");
+  po::options_description program("program");
+  program.add_options()
+      ("define,D", po::value(&defines)->composing()->value_name("NAME=VALUE"), "kernel symbol (repeatable)")
+      ("shape", po::value(&shapes)->composing()->value_name("NAME=D0,D1,..."),
+       "a model input's shape, for dynamic dimensions (repeatable)");
   PrecisionOptions precision;
-  precision.add(desc);
+  precision.add(program);
+  po::options_description given = input_options(input_specs, input_dir);
+  given.add_options()
+      ("random-inputs", "fill the inputs not given with deterministic random data")
+      ("seed", po::value(&seed)->default_value(1)->value_name("N"), "seed for --random-inputs");
+  po::options_description outputs("outputs");
+  outputs.add_options()
+      ("output-dir,o", po::value(&out_dir)->value_name("DIR"),
+       "write each output as DIR/NAME.npy (without it the outputs are not kept)")
+      ("stats", po::value(&stats_path)->value_name("FILE.json"), "write statistics as JSON")
+      ("trace", po::value(&trace_path)->value_name("FILE.json"), "write a Chrome trace (open it in Perfetto)");
+  po::options_description run("the run");
+  run.add_options()
+      ("timing-only", "skip the arithmetic: the same cycles, no outputs; inputs not given are zeros")
+      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000)->value_name("N"), "stop a run that goes on longer");
+  po::options_description shown;
+  shown.add(program).add(given).add(outputs).add(run).add(chip_options(config, sets));
   po::variables_map vm;
-  if (!parse(args, desc, "usage: tpusim run FILE [options]", vm, &file)) return 0;
+  if (!parse(args, shown, "usage: tpusim run KERNEL.s|MODEL.onnx|PROGRAM.tpub [options]", vm, &file)) return 0;
 
   runtime::Client client(sim::load_config(config, sets));
   runtime::Executable exe = load_model(client, file, parse_defines(defines), parse_shapes(shapes), precision, input_specs);
-  auto inputs = gather_inputs(client, exe, input_specs, vm.count("random-inputs") != 0, seed);
+  const bool timing_only = vm.count("timing-only") != 0;
+  const Fill fill = vm.count("random-inputs") ? Fill::Random : timing_only ? Fill::Zeros : Fill::None;
+  std::vector<std::string> filled;
+  auto inputs = gather_inputs(client, exe, input_specs, input_dir, fill, seed, &filled);
+  if (!filled.empty())
+    std::cout << (fill == Fill::Zeros ? "inputs as zeros (--timing-only: no timing depends on values): "
+                                      : "inputs as random data (--seed " + std::to_string(seed) + "): ")
+              << join(filled) << "\n";
 
   runtime::ExecuteOptions opts;
-  opts.functional = !vm.count("timing-only");
+  opts.functional = !timing_only;
   opts.trace = !trace_path.empty();
   opts.max_cycles = max_cycles;
   runtime::ExecuteResult r = client.execute(exe, inputs, opts);
@@ -205,10 +299,16 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!out_dir.empty() && opts.functional) {
     fs::create_directories(out_dir);
     for (const auto& [name, t] : r.outputs) {
-      std::string path = (fs::path(out_dir) / (name + ".npy")).string();
+      std::string path = (fs::path(out_dir) / npy_name(name)).string();
       runtime::write_npy(path, t);
       std::cout << "wrote " << path << "\n";
     }
+  } else {
+    std::vector<std::string> outs;
+    for (const auto* d : exe.outputs()) outs.push_back(runtime::describe(*d));
+    std::cout << (timing_only ? "outputs not computed (--timing-only): " : "outputs not kept (--output-dir DIR writes "
+                                                                           "each as DIR/NAME.npy): ")
+              << join(outs) << "\n";
   }
   if (!stats_path.empty()) write_text(stats_path, r.run.stats.to_json(client.config()));
   if (!trace_path.empty()) write_text(trace_path, sim::chrome_trace_json(r.run.trace, client.config()));
@@ -216,30 +316,38 @@ int cmd_run(const std::vector<std::string>& args) {
 }
 
 int cmd_profile(const std::vector<std::string>& args) {
-  std::string file, config, trace_path, json_path;
+  std::string file, config, trace_path, json_path, input_dir;
   std::vector<std::string> sets, defines, input_specs, shapes;
   uint64_t max_cycles = 0, seed = 1;
   size_t top = 10;
-  po::options_description desc = chip_options(config, sets);
-  desc.add_options()
-      ("define,D", po::value(&defines)->composing(), "kernel symbol NAME=VALUE (repeatable)")
-      ("input,i", po::value(&input_specs)->composing(), "NAME=FILE.npy (repeatable); others get random data")
-      ("seed", po::value(&seed)->default_value(1), "seed for the random inputs")
-      ("shape", po::value(&shapes)->composing(), "NAME=D0,D1,...: a model input's shape, for dynamic dims")
-      ("top", po::value(&top)->default_value(10), "list this many nodes, the longest (0: all)")
-      ("all", "list every node (as --top 0)")
-      ("trace", po::value(&trace_path), "write a Chrome trace with a track of graph nodes (open it in Perfetto)")
-      ("json", po::value(&json_path), "write the profile of every region as JSON")
-      ("timing-only", "skip the arithmetic; same cycles")
-      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000), "stop a run that goes on longer");
+  po::options_description program("program");
+  program.add_options()
+      ("define,D", po::value(&defines)->composing()->value_name("NAME=VALUE"), "kernel symbol (repeatable)")
+      ("shape", po::value(&shapes)->composing()->value_name("NAME=D0,D1,..."),
+       "a model input's shape, for dynamic dimensions (repeatable)");
   PrecisionOptions precision;
-  precision.add(desc);
+  precision.add(program);
+  po::options_description given = input_options(input_specs, input_dir);
+  given.add_options()("seed", po::value(&seed)->default_value(1)->value_name("N"), "seed for the inputs not given (random data)");
+  po::options_description report("the profile");
+  report.add_options()
+      ("top", po::value(&top)->default_value(10)->value_name("N"), "list this many nodes, the longest (0: all)")
+      ("all", "list every node (as --top 0)")
+      ("json", po::value(&json_path)->value_name("FILE.json"), "write the profile of every region as JSON")
+      ("trace", po::value(&trace_path)->value_name("FILE.json"),
+       "write a Chrome trace with a track of graph nodes (open it in Perfetto)");
+  po::options_description run("the run");
+  run.add_options()
+      ("timing-only", "skip the arithmetic; same cycles")
+      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000)->value_name("N"), "stop a run that goes on longer");
+  po::options_description shown;
+  shown.add(program).add(given).add(report).add(run).add(chip_options(config, sets));
   po::variables_map vm;
-  if (!parse(args, desc, "usage: tpusim profile MODEL.onnx|PROGRAM.tpub|KERNEL.s [options]", vm, &file)) return 0;
+  if (!parse(args, shown, "usage: tpusim profile MODEL.onnx|PROGRAM.tpub|KERNEL.s [options]", vm, &file)) return 0;
 
   runtime::Client client(sim::load_config(config, sets));
   runtime::Executable exe = load_model(client, file, parse_defines(defines), parse_shapes(shapes), precision, input_specs);
-  auto inputs = gather_inputs(client, exe, input_specs, true, seed);
+  auto inputs = gather_inputs(client, exe, input_specs, input_dir, Fill::Random, seed);
   runtime::ExecuteOptions opts;
   opts.functional = !vm.count("timing-only");
   opts.trace = true;
@@ -257,23 +365,33 @@ int cmd_profile(const std::vector<std::string>& args) {
 int cmd_asm(const std::vector<std::string>& args) {
   std::string file, out, config;
   std::vector<std::string> sets, defines;
-  po::options_description desc = chip_options(config, sets);
-  desc.add_options()
-      ("define,D", po::value(&defines)->composing(), "symbol NAME=VALUE (repeatable)")
-      ("output,o", po::value(&out)->required(), "the .tpub file to write");
+  po::options_description program("program");
+  program.add_options()
+      ("define,D", po::value(&defines)->composing()->value_name("NAME=VALUE"), "symbol (repeatable)");
+  po::options_description output("output");
+  output.add_options()("output,o", po::value(&out)->required()->value_name("FILE.tpub"), "the program to write");
+  po::options_description shown;
+  shown.add(program).add(output).add(chip_options(config, sets));
   po::variables_map vm;
-  if (!parse(args, desc, "usage: tpusim asm FILE.s -o FILE.tpub [options]", vm, &file)) return 0;
+  if (!parse(args, shown, "usage: tpusim asm FILE.s -o FILE.tpub [options]", vm, &file)) return 0;
   runtime::Client client(sim::load_config(config, sets));
-  isa::save_program(client.assemble_file(file, parse_defines(defines)).program(), out);
+  runtime::Executable exe = client.assemble_file(file, parse_defines(defines));
+  const isa::Program& prog = exe.program();
+  isa::save_program(prog, out);
+  std::cout << "assembled " << file << ": " << prog.code.size() << " instructions, " << prog.hbm_footprint()
+            << " bytes of HBM -> " << out << "\n";
   return 0;
 }
 
 int cmd_disasm(const std::vector<std::string>& args) {
   std::string file, out;
-  po::options_description desc("options");
-  desc.add_options()("output,o", po::value(&out), "write the text here instead of standard output");
+  po::options_description output("output");
+  output.add_options()("output,o", po::value(&out)->value_name("FILE.s"),
+                       "write the text here instead of standard output");
+  po::options_description shown;
+  shown.add(output);
   po::variables_map vm;
-  if (!parse(args, desc, "usage: tpusim disasm FILE.tpub [-o FILE.s]", vm, &file)) return 0;
+  if (!parse(args, shown, "usage: tpusim disasm FILE.tpub [-o FILE.s]", vm, &file)) return 0;
   std::string text = isa::disassemble(isa::load_program(file));
   if (out.empty())
     std::cout << text;
@@ -288,20 +406,25 @@ int cmd_compile(const std::vector<std::string>& args) {
   std::string file, out, config, report_path, report_json_path;
   std::vector<std::string> sets, shapes;
   uint64_t max_cycles = 0;
-  po::options_description desc = chip_options(config, sets);
-  desc.add_options()
-      ("output,o", po::value(&out), "the .tpub file to write")
-      ("shape", po::value(&shapes)->composing(), "NAME=D0,D1,...: an input's shape, for dynamic dims")
-      ("report", po::value(&report_path),
+  po::options_description program("program");
+  program.add_options()
+      ("shape", po::value(&shapes)->composing()->value_name("NAME=D0,D1,..."),
+       "an input's shape, for dynamic dimensions (repeatable)");
+  PrecisionOptions precision;
+  precision.add(program);
+  po::options_description outputs("outputs (at least one)");
+  outputs.add_options()
+      ("output,o", po::value(&out)->value_name("FILE.tpub"), "the program to write")
+      ("report", po::value(&report_path)->value_name("FILE|-"),
        "simulate the program (timing only) and write a report per graph node: cycles, MXU utilisation, FLOPs, "
        "bytes, roofline bound (- for standard output)")
-      ("report-json", po::value(&report_json_path), "the same report as JSON")
-      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000), "stop a report run that goes on longer");
-  PrecisionOptions precision;
-  precision.add(desc);
+      ("report-json", po::value(&report_json_path)->value_name("FILE.json"), "the same report as JSON")
+      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000)->value_name("N"), "stop a report run that goes on longer");
+  po::options_description shown;
+  shown.add(program).add(outputs).add(chip_options(config, sets));
   po::variables_map vm;
   const char* usage = "usage: tpusim compile MODEL.onnx [-o FILE.tpub] [--report FILE] [--report-json FILE] [options]";
-  if (!parse(args, desc, usage, vm, &file)) return 0;
+  if (!parse(args, shown, usage, vm, &file)) return 0;
   if (out.empty() && report_path.empty() && report_json_path.empty())
     throw UsageError("nothing to write: give -o FILE.tpub, --report FILE or --report-json FILE (" + std::string(usage) +
                      ")");
@@ -317,8 +440,7 @@ int cmd_compile(const std::vector<std::string>& args) {
 
   client.check_fits(exe);
   std::map<std::string, runtime::HostTensor> inputs;
-  for (const auto* d : exe.inputs())
-    inputs[d->name] = runtime::HostTensor{d->dtype, d->shape, std::vector<uint8_t>(d->bytes())};
+  for (const auto* d : exe.inputs()) inputs[d->name] = zero_tensor(*d);
   runtime::ExecuteOptions opts;
   opts.functional = false;
   opts.trace = true;
@@ -341,13 +463,16 @@ int cmd_compile(const std::vector<std::string>& args) {
 int cmd_config(const std::vector<std::string>& args) {
   std::string show;
   std::vector<std::string> sets;
-  po::options_description desc("options");
-  desc.add_options()
-      ("list", "list the presets")
-      ("show", po::value(&show)->implicit_value(sim::default_preset()), "every parameter of a preset or INI file")
-      ("set", po::value(&sets)->composing(), "override one parameter: section.key=value (repeatable)");
+  po::options_description what("what to list");
+  what.add_options()
+      ("list", "the presets")
+      ("show", po::value(&show)->implicit_value(sim::default_preset())->value_name("NAME|FILE.ini"),
+       "every parameter of a preset or INI file: value, unit, default, help")
+      ("set", po::value(&sets)->composing()->value_name("SECTION.KEY=VALUE"), "override one parameter (repeatable)");
+  po::options_description shown;
+  shown.add(what);
   po::variables_map vm;
-  if (!parse(args, desc, "usage: tpusim config --list | --show [NAME] [--set k=v]...", vm)) return 0;
+  if (!parse(args, shown, "usage: tpusim config --list | --show [NAME] [--set k=v]...", vm)) return 0;
   if (vm.count("show")) {
     print_config(std::cout, sim::load_config(show, sets));
     return 0;
@@ -364,9 +489,10 @@ int cmd_config(const std::vector<std::string>& args) {
 int cmd_demo(const std::vector<std::string>& args) {
   std::string config;
   std::vector<std::string> sets;
-  po::options_description desc = chip_options(config, sets);
+  po::options_description shown;
+  shown.add(chip_options(config, sets));
   po::variables_map vm;
-  if (!parse(args, desc, "usage: tpusim demo [--config NAME] [--set k=v]...", vm)) return 0;
+  if (!parse(args, shown, "usage: tpusim demo [--config NAME] [--set k=v]...", vm)) return 0;
   return run_demo(std::cout, sim::load_config(config, sets));
 }
 

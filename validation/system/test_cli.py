@@ -5,6 +5,8 @@ Run by ctest (validation/system/CMakeLists.txt) with Debian's python3, which has
 """
 import json
 import os
+import re
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -14,6 +16,7 @@ import numpy as np
 TPUSIM = os.environ.get("TPUSIM", "build/tools/tpusim")
 KERNELS = os.environ.get("KERNELS", "kernels")
 MLP_DIR = os.environ.get("MLP_DIR", "build/workloads/mlp")
+WORKLOADS_DIR = os.environ.get("WORKLOADS_DIR", "build/workloads")
 
 
 def tpusim(*args, check=True):
@@ -340,6 +343,183 @@ class CompileReport(Workdir):
         self.assertNotIn("top 1", out)
         for col in ("FLOPs", "bytes", "bound", "ratio"):
             self.assertIn(col, out.splitlines()[1])
+
+
+class UserFacing(Workdir):
+    """What `run`, `asm` and `--help` tell the user: where outputs went, what was made up, what was written."""
+
+    GEMM = ["-D", "M=40", "-D", "K=72", "-D", "N=24", "--config", "edge"]
+
+    def gemm_inputs(self, folder):
+        os.makedirs(self.path(folder), exist_ok=True)
+        rng = np.random.default_rng(8)
+        a = rng.integers(-128, 128, size=(40, 72), dtype=np.int8)
+        b = rng.integers(-128, 128, size=(72, 24), dtype=np.int8)
+        np.save(os.path.join(self.path(folder), "a.npy"), a)
+        np.save(os.path.join(self.path(folder), "b.npy"), b)
+        return a, b
+
+    def run_in_dir(self, *args, check=True):
+        """tpusim run from inside the work folder, so that any file it writes without being asked shows up there."""
+        env = dict(os.environ, SC_COPYRIGHT_MESSAGE="DISABLE")
+        p = subprocess.run([os.path.abspath(TPUSIM), "run", *args], capture_output=True, text=True, env=env,
+                           cwd=self.dir, timeout=600)
+        if check and p.returncode != 0:
+            raise AssertionError(f"tpusim run {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def test_run_without_output_dir_says_the_outputs_were_not_kept(self):
+        self.gemm_inputs("in")
+        before = sorted(os.listdir(self.dir))
+        out = self.run_in_dir(os.path.abspath(os.path.join(KERNELS, "gemm_int8.s")), *self.GEMM,
+                              "--input", "a=in/a.npy", "--input", "b=in/b.npy").stdout
+        # c is M x N int32 (gemm_int8.s: c = a @ b, accumulated in int32).
+        self.assertIn("outputs not kept (--output-dir DIR writes each as DIR/NAME.npy): c: i32 [40, 24]", out)
+        self.assertNotIn("wrote", out)
+        self.assertEqual(sorted(os.listdir(self.dir)), before)  # nothing written anywhere in the working folder
+
+    def test_run_with_output_dir_says_where_each_output_went(self):
+        a, b = self.gemm_inputs("in")
+        out = self.run_in_dir(os.path.abspath(os.path.join(KERNELS, "gemm_int8.s")), *self.GEMM,
+                              "--input", "a=in/a.npy", "--input", "b=in/b.npy", "--output-dir", "o").stdout
+        self.assertIn("wrote " + os.path.join("o", "c.npy") + "\n", out)
+        self.assertNotIn("not kept", out)
+        np.testing.assert_array_equal(np.load(self.path("o/c.npy")), a.astype(np.int32) @ b.astype(np.int32))
+
+    def test_timing_only_needs_no_input_files(self):
+        # The same cycles as a functional run with real inputs (no instruction's timing depends on data), the
+        # inputs it made up named, and no outputs.
+        self.gemm_inputs("in")
+        kernel = os.path.abspath(os.path.join(KERNELS, "gemm_int8.s"))
+        self.run_in_dir(kernel, *self.GEMM, "--inputs", "in", "--stats", "f.json")
+        out = self.run_in_dir(kernel, *self.GEMM, "--timing-only", "--stats", "t.json").stdout
+        self.assertIn("inputs as zeros (--timing-only: no timing depends on values): a, b\n", out)
+        self.assertIn("outputs not computed (--timing-only): c: i32 [40, 24]", out)
+        self.assertEqual(json.loads(read(self.path("t.json")))["cycles"], json.loads(read(self.path("f.json")))["cycles"])
+        # Inputs given are still used (and checked); only the others are zeros.
+        out = self.run_in_dir(kernel, *self.GEMM, "--timing-only", "--input", "a=in/a.npy").stdout
+        self.assertIn("inputs as zeros (--timing-only: no timing depends on values): b\n", out)
+        bad = self.save("bad.npy", np.zeros((3, 3), np.int8))
+        p = self.run_in_dir(kernel, *self.GEMM, "--timing-only", "--input", "a=" + bad, check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("input 'a': expected i8 [40, 72], got i8 [3, 3]", p.stderr)
+        # An ONNX model too: the MLP's timing-only cycles equal its functional run's on the exporter's input.
+        mlp = os.path.join(MLP_DIR, "mlp.onnx")
+        tpusim("run", mlp, "--input", "x=" + os.path.join(MLP_DIR, "x.npy"), "--stats", self.path("mf.json"))
+        out = tpusim("run", mlp, "--timing-only", "--stats", self.path("mt.json")).stdout
+        self.assertIn("inputs as zeros (--timing-only: no timing depends on values): x\n", out)
+        self.assertEqual(json.loads(read(self.path("mt.json")))["cycles"],
+                         json.loads(read(self.path("mf.json")))["cycles"])
+
+    def test_inputs_folder_matched_by_name(self):
+        a, b = self.gemm_inputs("in")
+        self.run_in_dir(os.path.abspath(os.path.join(KERNELS, "gemm_int8.s")), *self.GEMM, "--inputs", "in",
+                        "--output-dir", "o")
+        np.testing.assert_array_equal(np.load(self.path("o/c.npy")), a.astype(np.int32) @ b.astype(np.int32))
+
+    def test_inputs_folder_of_a_model_with_many_inputs(self):
+        # GPT-2 decode: input_ids and a KV cache (past_k_<i>, past_v_<i>) of the same shape, so inputs matched to the
+        # wrong names would run and give other numbers. The folder gives the same outputs, bit for bit, as naming each
+        # file with --input.
+        src = os.path.join(WORKLOADS_DIR, "gpt2_small", "decode")
+        if not os.path.exists(os.path.join(src, "gpt2.onnx")):
+            self.skipTest(f"{src}/gpt2.onnx is not built (target workload_gpt2_small)")
+        meta = json.loads(read(os.path.join(src, "meta.json")))
+        names = list(meta["inputs"])
+        self.assertGreaterEqual(len(names), 5)
+        os.makedirs(self.path("in"))
+        flags = []
+        for n in names:
+            shutil.copy(os.path.join(src, n + ".npy"), self.path("in"))
+            flags += ["--input", f"{n}={os.path.join(src, n + '.npy')}"]
+        model = os.path.join(src, "gpt2.onnx")
+        tpusim("run", model, "--inputs", self.path("in"), "--output-dir", self.path("o1"))
+        tpusim("run", model, *flags, "--output-dir", self.path("o2"))
+        outs = sorted(os.listdir(self.path("o2")))
+        self.assertEqual(sorted(os.listdir(self.path("o1"))), outs)
+        self.assertIn("logits.npy", outs)
+        for f in outs:
+            np.testing.assert_array_equal(np.load(self.path("o1/" + f)), np.load(self.path("o2/" + f)), err_msg=f)
+        # The exporter's folder also holds PyTorch's outputs (*_ref.npy): they name no input, so it is refused.
+        p = tpusim("run", model, "--inputs", src, check=False)
+        self.assertEqual(p.returncode, 1)
+        m = re.fullmatch(r"tpusim: error: --inputs .*: \w+_ref\.npy names no input of the program \(its inputs: (.*)\)",
+                         p.stderr.strip())
+        self.assertTrue(m, p.stderr)
+        self.assertEqual(sorted(m.group(1).split(", ")), sorted(names))
+
+    def test_inputs_folder_mistakes(self):
+        self.gemm_inputs("in")
+        kernel = os.path.abspath(os.path.join(KERNELS, "gemm_int8.s"))
+
+        def error(*args, code=1):
+            p = self.run_in_dir(kernel, *self.GEMM, *args, check=False)
+            self.assertEqual(p.returncode, code, p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            return p.stderr.strip()
+
+        os.remove(self.path("in/b.npy"))
+        self.assertEqual(error("--inputs", "in"), "tpusim: error: --inputs in: no file in/b.npy for input b")
+        os.remove(self.path("in/a.npy"))
+        self.assertEqual(error("--inputs", "in"), "tpusim: error: --inputs in: no files for inputs a, b "
+                                                  "(each as in/NAME.npy)")
+        self.gemm_inputs("in")
+        np.save(self.path("in/bias.npy"), np.zeros(4, np.int8))
+        self.assertEqual(error("--inputs", "in"), "tpusim: error: --inputs in: bias.npy names no input of the "
+                                                  "program (its inputs: a, b)")
+        os.remove(self.path("in/bias.npy"))
+        self.assertEqual(error("--inputs", "in", "--input", "a=in/a.npy", code=2),
+                         "tpusim: input 'a' given twice: by --input and by in/a.npy")
+        self.assertEqual(error("--inputs", "nowhere"), "tpusim: error: --inputs nowhere: no such folder")
+        # Files that are not .npy are not inputs (an exporter's meta.json), and are ignored.
+        self.write("in/meta.json", "{}")
+        self.run_in_dir(kernel, *self.GEMM, "--inputs", "in")
+        # With --random-inputs the inputs without a file are made up, and named.
+        os.remove(self.path("in/b.npy"))
+        out = self.run_in_dir(kernel, *self.GEMM, "--inputs", "in", "--random-inputs").stdout
+        self.assertIn("inputs as random data (--seed 1): b\n", out)
+
+    def test_asm_says_what_it_wrote(self):
+        src = os.path.join(KERNELS, "gemm_int8.s")
+        out = tpusim("asm", src, "-D", "M=50", "-D", "K=60", "-D", "N=70", "-o", self.path("g.tpub")).stdout
+        # The count of instructions is the disassembly's (one "# pc N" line each); the HBM bytes reach the end of
+        # the last declared tensor: a 50x60 i8, b 60x70 i8, c 50x70 i32, at the addresses the disassembly shows.
+        dis = tpusim("disasm", self.path("g.tpub")).stdout
+        count = sum("# pc " in line for line in dis.splitlines())
+        self.assertGreater(count, 50)
+        size = {"a": 50 * 60, "b": 60 * 70, "c": 50 * 70 * 4}
+        decls = re.findall(r"^\.(?:input|output) (\w+), \w+, \[[\d, ]+\] @ (0x[0-9a-f]+)$", dis, re.M)
+        self.assertEqual(sorted(n for n, _ in decls), ["a", "b", "c"])
+        end = max(int(addr, 16) + size[n] for n, addr in decls)
+        self.assertEqual(out, f"assembled {src}: {count} instructions, {end} bytes of HBM -> {self.path('g.tpub')}\n")
+
+    def test_help_groups_options_by_purpose_and_hides_internal_ones(self):
+        text = tpusim("run", "--help").stdout
+        # The groups in order, each a caption line and its options (up to a blank line); an option's line starts
+        # with its name (-x [ --name ] or --name).
+        groups = {}
+        for block in text.split("\n\n")[1:]:
+            lines = block.strip("\n").splitlines()
+            if lines and lines[0].endswith(":"):
+                groups[lines[0][:-1]] = [re.match(r"  (?:-\w \[ )?(--[\w-]+)", ln).group(1)
+                                         for ln in lines[1:] if ln.startswith("  -")]
+        self.assertEqual(groups, {
+            "program": ["--define", "--shape", "--precision", "--calibrate"],
+            "inputs": ["--input", "--inputs", "--random-inputs", "--seed"],
+            "outputs": ["--output-dir", "--stats", "--trace"],
+            "the run": ["--timing-only", "--max-cycles"],
+            "the simulated chip": ["--config", "--set"],
+            "help": ["--help"],
+        })
+        self.assertEqual(list(groups), ["program", "inputs", "outputs", "the run", "the simulated chip", "help"])
+        # The positional FILE is an option inside the parser; --help does not list it.
+        self.assertNotIn("--file", text)
+        self.assertNotRegex(text, r"\barg\b")  # every value is named (NAME=FILE.npy, DIR, N, ...), not "arg"
+        for cmd in ["profile", "compile", "asm", "disasm", "config", "demo"]:
+            text = tpusim(cmd, "--help").stdout
+            self.assertNotIn("--file", text, cmd)
+            self.assertTrue(text.rstrip().endswith("this help"), cmd)
+            self.assertNotRegex(text, r"\barg\b", cmd)
 
 
 class BadInput(Workdir):
