@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tries the README's commands on a fresh minimal Debian 12 (DESIGN.md, "Known pitfalls"): debootstraps a minbase
+# Tries the README's commands on a fresh minimal Debian 12 (docs/architecture.md, pitfalls): debootstraps minbase
 # bookworm into a directory, binds /proc, /sys and /dev into it, clones this repository's committed HEAD there
 # and runs `bash scripts/run-tests.sh` (which installs everything else) under chroot. Run as root; it downloads
 # about 1-2 GB of packages and needs ~10 GB of disk.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs everything tpusim needs from Debian 12 (bookworm) packages (DESIGN.md, decision 8).
+# Installs everything tpusim needs from Debian 12 (bookworm) packages (docs/architecture.md, decision 8).
 # Idempotent: when every package is already installed it does nothing and returns in about a second.
 # Run as root on a fresh minimal Debian 12; the README's commands call it first.
 set -euo pipefail

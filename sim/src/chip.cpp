@@ -11,7 +11,7 @@
 #include "params.h"
 #include "vpu.h"
 
-// Debian's libsystemc.so refers to sc_main (DESIGN.md, "Known pitfalls"): every program linking the sim library
+// libsystemc.so refers to sc_main (docs/architecture.md, "Known pitfalls"): every program linking this library
 // gets this definition, which is never called (programs have their own main).
 extern "C" int sc_main(int, char**) { return 0; }
 

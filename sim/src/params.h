@@ -1,4 +1,4 @@
-// Configuration parameters, declared once each by the unit that reads them (STYLE.md, "Parameters").
+// Configuration parameters, declared once each by the unit that reads them (docs/architecture.md, "Conventions").
 //
 // A declaration names the field of ChipConfig, the key ("section.name"), the default, the unit of measure, the
 // help text and the valid range. Parsing (Boost.Program_options), defaults, validation, error messages and

@@ -1,4 +1,4 @@
-// The host's own f32 GEMM (Eigen), the floor under any functional simulation (DESIGN.md): shared by sim_bench
+// The host f32 GEMM (Eigen), the floor under any functional simulation (docs/architecture.md): shared by sim_bench
 // (as a Google Benchmark) and model_bench (measured once per run), so that both report the same thing.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Wall time to compile and to simulate whole models (the exporters' workloads, workloads/README.md), beside the
-// host's Eigen f32 GEMM rate measured in the same run (DESIGN.md: the host's GEMM rate is the floor under any
+// host's Eigen f32 GEMM rate measured in the same run (docs/architecture.md: the host GEMM rate is the floor under any
 // functional simulation). A plain table, and --json FILE. Run: scripts/run-model-bench.sh [--small], or
 //
 //   build/validation/bench/model_bench [--config v4-like] [--set k=v]... [--repeat N] [--json FILE] DIR...

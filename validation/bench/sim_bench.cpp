@@ -1,4 +1,4 @@
-// Simulator speed beside the host's own GEMM rate, measured in the same run (DESIGN.md: the host's GEMM rate is
+// Simulator speed by the host's own GEMM rate, measured in the same run (docs/architecture.md: the host GEMM rate is
 // the floor under any functional simulation). Run: build/validation/bench/sim_bench
 //   host_gemm_f32/N        Eigen fp32 GEMM, N^3: counter GFLOPs = 2 N^3 / s
 //   sim_gemm/<kernel>/N    the kernel on the simulated v4-like chip, functional or timing-only: counters

@@ -1,4 +1,4 @@
-// A cycle-accurate, PE-level model of the matrix unit's systolic array (DESIGN.md decision 1): a grid of R x C
+// A cycle-accurate, PE-level model of the matrix unit's systolic array (docs/architecture.md decision 1): R x C
 // processing elements, each with its own registers, advanced one clock at a time; values move only between
 // neighbouring PEs (or in from the array's edges), as in hardware. It shares no code with the simulator (sim/):
 // the conformance suite (conformance_test.cpp) checks the simulator's transaction-level formulas against it.

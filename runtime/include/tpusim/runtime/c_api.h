@@ -1,5 +1,5 @@
 /* The runtime's C API: the objects of runtime.h behind opaque handles, so that other languages can bind to them
- * (STYLE.md, "Runtimes that last": shaped like PjRT's C API, openxla/xla xla/pjrt/c/pjrt_c_api.h).
+ * (docs/architecture.md, "Conventions": shaped like PjRT's C API, openxla/xla xla/pjrt/c/pjrt_c_api.h).
  *
  * Conventions, for every function below:
  * - Each call takes one arguments struct, whose first field `struct_size` the caller sets to the struct's

@@ -1,4 +1,4 @@
-// NumPy .npy files in and out (DESIGN.md, decision 7): the format the runtime and the CLI use for tensors.
+// NumPy .npy files in and out (docs/architecture.md, decision 7): the format the runtime and the CLI use for tensors.
 //
 // Reads format versions 1.0, 2.0 and 3.0 with dtypes int8 ('|i1', '<i1'), int32 ('<i4') and float32 ('<f4'),
 // C order only. Writes version 1.0 (2.0 when the header would not fit), in the same dtypes; bf16 tensors are

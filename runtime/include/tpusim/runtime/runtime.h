@@ -1,7 +1,7 @@
-// The runtime: a PjRT-like API over simulated chips (STYLE.md, "Runtimes that last"), and a convenience layer.
+// The runtime: a PjRT-like API over simulated chips (docs/architecture.md, "Conventions"), and a convenience layer.
 //
 // A Client is made from a chip config with N devices: N identical chips, elaborated once, on a dedicated
-// simulation thread that owns every SystemC call (DESIGN.md, pitfalls: one SystemC kernel per process, so one
+// simulation thread that owns every SystemC call (docs/architecture.md, pitfalls: one SystemC kernel a process, so one
 // Client per process). Every other thread hands that thread work through a FIFO queue, so work is done in the
 // order it was submitted; calls return at once with a Future or Event. Any number of host threads may call one
 // Client, its Buffers and Executables at the same time.

@@ -1,4 +1,4 @@
-// The simulated chip's architecture, as a run-time value (DESIGN.md decision 6).
+// The simulated chip's architecture, as a run-time value (docs/architecture.md decision 6).
 //
 // Each unit declares its own parameters (name, default, unit, help) next to the code that reads them; the
 // presets in configs/*.ini, `--config FILE.ini` and `--set section.key=value` all go through those declarations,
