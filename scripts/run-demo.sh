@@ -18,4 +18,4 @@ step 4 "putting tpusim on the PATH (scripts/link-tpusim.sh)"
 bash scripts/link-tpusim.sh
 step 5 "tpusim demo $*"
 SC_COPYRIGHT_MESSAGE=DISABLE build/tools/tpusim demo "$@"
-echo "run-demo.sh: done in $((SECONDS - start)) s. Next: tpusim --help; the README's examples; bash scripts/run-tests.sh"
+echo "run-demo.sh: done in $((SECONDS - start)) s. Next: tpusim --help, the README's examples, scripts/run-tests.sh"

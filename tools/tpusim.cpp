@@ -210,10 +210,12 @@ void read_input_dir(const std::string& dir, const runtime::Executable& exe, bool
   for (const auto& name : names)
     if (!files.count(name) && !inputs.count(name)) missing.push_back(name);
   if (!missing.empty() && !fill)
-    throw std::runtime_error(
-        "--inputs " + dir + ": " +
-        (missing.size() == 1 ? "no file " + (fs::path(dir) / npy_name(missing[0])).string() + " for input " + missing[0]
-                             : "no files for inputs " + join(missing) + " (each as " + (fs::path(dir) / "NAME.npy").string() + ")"));
+    throw std::runtime_error("--inputs " + dir + ": " +
+                             (missing.size() == 1
+                                  ? "no file " + (fs::path(dir) / npy_name(missing[0])).string() + " for input " +
+                                        missing[0]
+                                  : "no files for inputs " + join(missing) + " (each as " +
+                                        (fs::path(dir) / "NAME.npy").string() + ")"));
   for (const auto& [name, path] : files) inputs[name] = runtime::read_npy(path.string());
 }
 
@@ -272,7 +274,8 @@ int cmd_run(const std::vector<std::string>& args) {
   po::options_description run("the run");
   run.add_options()
       ("timing-only", "skip the arithmetic: the same cycles, no outputs; inputs not given are zeros")
-      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000)->value_name("N"), "stop a run that goes on longer");
+      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000)->value_name("N"),
+       "stop a run that goes on longer");
   po::options_description shown;
   shown.add(program).add(given).add(outputs).add(run).add(chip_options(config, sets));
   po::variables_map vm;
@@ -328,7 +331,8 @@ int cmd_profile(const std::vector<std::string>& args) {
   PrecisionOptions precision;
   precision.add(program);
   po::options_description given = input_options(input_specs, input_dir);
-  given.add_options()("seed", po::value(&seed)->default_value(1)->value_name("N"), "seed for the inputs not given (random data)");
+  given.add_options()("seed", po::value(&seed)->default_value(1)->value_name("N"),
+                      "seed for the inputs not given: random data (zeros with --timing-only)");
   po::options_description report("the profile");
   report.add_options()
       ("top", po::value(&top)->default_value(10)->value_name("N"), "list this many nodes, the longest (0: all)")
@@ -339,7 +343,8 @@ int cmd_profile(const std::vector<std::string>& args) {
   po::options_description run("the run");
   run.add_options()
       ("timing-only", "skip the arithmetic; same cycles")
-      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000)->value_name("N"), "stop a run that goes on longer");
+      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000)->value_name("N"),
+       "stop a run that goes on longer");
   po::options_description shown;
   shown.add(program).add(given).add(report).add(run).add(chip_options(config, sets));
   po::variables_map vm;
@@ -347,7 +352,8 @@ int cmd_profile(const std::vector<std::string>& args) {
 
   runtime::Client client(sim::load_config(config, sets));
   runtime::Executable exe = load_model(client, file, parse_defines(defines), parse_shapes(shapes), precision, input_specs);
-  auto inputs = gather_inputs(client, exe, input_specs, input_dir, Fill::Random, seed);
+  const Fill fill = vm.count("timing-only") ? Fill::Zeros : Fill::Random;  // as `run --timing-only`
+  auto inputs = gather_inputs(client, exe, input_specs, input_dir, fill, seed);
   runtime::ExecuteOptions opts;
   opts.functional = !vm.count("timing-only");
   opts.trace = true;
@@ -419,7 +425,8 @@ int cmd_compile(const std::vector<std::string>& args) {
        "simulate the program (timing only) and write a report per graph node: cycles, MXU utilisation, FLOPs, "
        "bytes, roofline bound (- for standard output)")
       ("report-json", po::value(&report_json_path)->value_name("FILE.json"), "the same report as JSON")
-      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000)->value_name("N"), "stop a report run that goes on longer");
+      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000)->value_name("N"),
+       "stop a report run that goes on longer");
   po::options_description shown;
   shown.add(program).add(outputs).add(chip_options(config, sets));
   po::variables_map vm;

@@ -395,7 +395,8 @@ class UserFacing(Workdir):
         out = self.run_in_dir(kernel, *self.GEMM, "--timing-only", "--stats", "t.json").stdout
         self.assertIn("inputs as zeros (--timing-only: no timing depends on values): a, b\n", out)
         self.assertIn("outputs not computed (--timing-only): c: i32 [40, 24]", out)
-        self.assertEqual(json.loads(read(self.path("t.json")))["cycles"], json.loads(read(self.path("f.json")))["cycles"])
+        self.assertEqual(json.loads(read(self.path("t.json")))["cycles"],
+                         json.loads(read(self.path("f.json")))["cycles"])
         # Inputs given are still used (and checked); only the others are zeros.
         out = self.run_in_dir(kernel, *self.GEMM, "--timing-only", "--input", "a=in/a.npy").stdout
         self.assertIn("inputs as zeros (--timing-only: no timing depends on values): b\n", out)
