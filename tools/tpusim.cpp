@@ -250,17 +250,34 @@ po::options_description input_options(std::vector<std::string>& specs, std::stri
   return d;
 }
 
+// The options of run and profile that say what program FILE becomes: -D, --shape, --precision, --calibrate.
+po::options_description program_options(std::vector<std::string>& defines, std::vector<std::string>& shapes,
+                                        PrecisionOptions& precision) {
+  po::options_description d("program");
+  d.add_options()
+      ("define,D", po::value(&defines)->composing()->value_name("NAME=VALUE"), "kernel symbol (repeatable)")
+      ("shape", po::value(&shapes)->composing()->value_name("NAME=D0,D1,..."),
+       "a model input's shape, for dynamic dimensions (repeatable)");
+  precision.add(d);
+  return d;
+}
+
+// --timing-only (its help: what it does to the command's outputs) and --max-cycles.
+po::options_description run_options(uint64_t& max_cycles, const char* timing_only_help) {
+  po::options_description d("the run");
+  d.add_options()
+      ("timing-only", timing_only_help)
+      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000)->value_name("N"),
+       "stop a run that goes on longer");
+  return d;
+}
+
 int cmd_run(const std::vector<std::string>& args) {
   std::string file, config, out_dir, stats_path, trace_path, input_dir;
   std::vector<std::string> sets, defines, input_specs, shapes;
   uint64_t max_cycles = 0, seed = 1;
-  po::options_description program("program");
-  program.add_options()
-      ("define,D", po::value(&defines)->composing()->value_name("NAME=VALUE"), "kernel symbol (repeatable)")
-      ("shape", po::value(&shapes)->composing()->value_name("NAME=D0,D1,..."),
-       "a model input's shape, for dynamic dimensions (repeatable)");
   PrecisionOptions precision;
-  precision.add(program);
+  po::options_description program = program_options(defines, shapes, precision);
   po::options_description given = input_options(input_specs, input_dir);
   given.add_options()
       ("random-inputs", "fill the inputs not given with deterministic random data")
@@ -271,11 +288,8 @@ int cmd_run(const std::vector<std::string>& args) {
        "write each output as DIR/NAME.npy (without it the outputs are not kept)")
       ("stats", po::value(&stats_path)->value_name("FILE.json"), "write statistics as JSON")
       ("trace", po::value(&trace_path)->value_name("FILE.json"), "write a Chrome trace (open it in Perfetto)");
-  po::options_description run("the run");
-  run.add_options()
-      ("timing-only", "skip the arithmetic: the same cycles, no outputs; inputs not given are zeros")
-      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000)->value_name("N"),
-       "stop a run that goes on longer");
+  po::options_description run = run_options(max_cycles, "skip the arithmetic: the same cycles, no outputs; inputs "
+                                                          "not given are zeros");
   po::options_description shown;
   shown.add(program).add(given).add(outputs).add(run).add(chip_options(config, sets));
   po::variables_map vm;
@@ -323,13 +337,8 @@ int cmd_profile(const std::vector<std::string>& args) {
   std::vector<std::string> sets, defines, input_specs, shapes;
   uint64_t max_cycles = 0, seed = 1;
   size_t top = 10;
-  po::options_description program("program");
-  program.add_options()
-      ("define,D", po::value(&defines)->composing()->value_name("NAME=VALUE"), "kernel symbol (repeatable)")
-      ("shape", po::value(&shapes)->composing()->value_name("NAME=D0,D1,..."),
-       "a model input's shape, for dynamic dimensions (repeatable)");
   PrecisionOptions precision;
-  precision.add(program);
+  po::options_description program = program_options(defines, shapes, precision);
   po::options_description given = input_options(input_specs, input_dir);
   given.add_options()("seed", po::value(&seed)->default_value(1)->value_name("N"),
                       "seed for the inputs not given: random data (zeros with --timing-only)");
@@ -340,11 +349,7 @@ int cmd_profile(const std::vector<std::string>& args) {
       ("json", po::value(&json_path)->value_name("FILE.json"), "write the profile of every region as JSON")
       ("trace", po::value(&trace_path)->value_name("FILE.json"),
        "write a Chrome trace with a track of graph nodes (open it in Perfetto)");
-  po::options_description run("the run");
-  run.add_options()
-      ("timing-only", "skip the arithmetic; same cycles")
-      ("max-cycles", po::value(&max_cycles)->default_value(4'000'000'000)->value_name("N"),
-       "stop a run that goes on longer");
+  po::options_description run = run_options(max_cycles, "skip the arithmetic; same cycles; inputs not given are zeros");
   po::options_description shown;
   shown.add(program).add(given).add(report).add(run).add(chip_options(config, sets));
   po::variables_map vm;
