@@ -31,6 +31,30 @@ void declare_hbm_params(std::vector<Param>& out) {
            0, 1);
 }
 
+void declare_shared_params(std::vector<Param>& out) {
+  ParamSection<SharedParams>(out, "shared", &ChipConfig::shared)
+      .add(&SharedParams::size_kib, "size_kib", 0, "KiB",
+           "capacity of the chip's shared on-chip memory (TPU v4's CMEM; a GPU's L2 as a scratchpad), which every "
+           "core reaches by DMA with the `shared` flag; 0: none",
+           0, uint64_t(1) << 30)
+      .add(&SharedParams::bandwidth_gbs, "bandwidth_gbs", 1000.0, "GB/s",
+           "bandwidth of all its banks together, shared by every core's transfers", 1e-3, 1e7)
+      .add(&SharedParams::latency, "latency", 50, "cycles",
+           "cycles from the start of a transfer to its first byte (in place of dma.latency)", 0, 1000000)
+      .add(&SharedParams::banks, "banks", 16, "banks", "independent banks, each with bandwidth_gbs / banks", 1, 4096)
+      .add(&SharedParams::interleave_bytes, "interleave_bytes", 256, "bytes",
+           "consecutive chunks of this many bytes go to consecutive banks", 1, uint64_t(1) << 30);
+}
+
+ChannelSpec ChannelSpec::hbm(const ChipConfig& c) {
+  return {c.hbm.bandwidth_gbs, c.chip.clock_mhz, c.hbm.t_rc_ns, c.hbm.channels, c.hbm.banks, c.hbm.channel_skew,
+          c.hbm.interleave_bytes};
+}
+
+ChannelSpec ChannelSpec::shared(const ChipConfig& c) {
+  return {c.shared.bandwidth_gbs, c.chip.clock_mhz, 0.0, c.shared.banks, 1, 0, c.shared.interleave_bytes};
+}
+
 namespace {
 
 // Calls add(unit, bytes) for the bytes of [a, a + n) of each unit (x / grain) % units, times mult; the bytes of
@@ -88,25 +112,25 @@ void count_interleaved(std::vector<uint64_t>& counts, uint64_t grain, const Rows
 // Derived timing, computed here only: a channel moves bandwidth_gbs / channels bytes per cycle, i.e.
 // (bandwidth in kB/s) / (channels * clock in kHz), kept as a ratio of integers (25.6 GB/s at 500 MHz over 4
 // channels is 12.8 bytes per cycle, which a double does not hold exactly); tRC in cycles is rounded up.
-HbmChannels::HbmChannels(const ChipConfig& cfg)
-    : channels_(static_cast<uint64_t>(cfg.hbm.channels)),
-      banks_(static_cast<uint64_t>(cfg.hbm.banks)),
-      grain_(cfg.hbm.interleave_bytes),
-      per_s_(static_cast<unsigned __int128>(std::llround(cfg.hbm.bandwidth_gbs * 1e6))),
-      khz_(static_cast<unsigned __int128>(std::max<long long>(1, std::llround(cfg.chip.clock_mhz * 1e3)))),
-      t_rc_(static_cast<uint64_t>(std::ceil(cfg.hbm.t_rc_ns * cfg.chip.clock_mhz / 1e3 - 1e-9))),
+HbmChannels::HbmChannels(const ChannelSpec& cfg)
+    : channels_(static_cast<uint64_t>(cfg.channels)),
+      banks_(static_cast<uint64_t>(cfg.banks)),
+      grain_(cfg.interleave_bytes),
+      per_s_(static_cast<unsigned __int128>(std::llround(cfg.bandwidth_gbs * 1e6))),
+      khz_(static_cast<unsigned __int128>(std::max<long long>(1, std::llround(cfg.clock_mhz * 1e3)))),
+      t_rc_(static_cast<uint64_t>(std::ceil(cfg.t_rc_ns * cfg.clock_mhz / 1e3 - 1e-9))),
       free_(channels_, 0),
       // The (channel, bank) of chunk u repeats every channels * lcm(channels, banks) chunks with the skew (the
       // rotation u / channels repeats every channels rows of chunks, the bank every banks), else every
       // channels * banks.
-      slots_(channels_ * (cfg.hbm.channel_skew ? std::lcm(channels_, banks_) : banks_)),
+      slots_(channels_ * (cfg.channel_skew ? std::lcm(channels_, banks_) : banks_)),
       per_unit_(channels_ * banks_, 0),
       chan_bytes_(channels_, 0),
       chan_bank_limit_(channels_, 0) {
   slot_unit_.resize(slots_);
   for (uint64_t u = 0; u < slots_; ++u) {
     const uint64_t hi = u / channels_;
-    const uint64_t channel = (u % channels_ + (cfg.hbm.channel_skew ? hi : 0)) % channels_;
+    const uint64_t channel = (u % channels_ + (cfg.channel_skew ? hi : 0)) % channels_;
     slot_unit_[u] = static_cast<uint32_t>(channel + (hi % banks_) * channels_);
   }
 }

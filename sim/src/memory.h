@@ -46,9 +46,19 @@ void count_interleaved(std::vector<uint64_t>& counts, uint64_t grain, const Rows
 // Bank conflicts, per transfer: every interleave_bytes chunk a bank serves opens a row (row-buffer hits are not
 // modelled) and a bank opens one row per hbm.t_rc_ns, so a bank holding n chunks of a transfer needs at least
 // (n - 1) * tRC + (one chunk at the channel's rate) cycles. Bank state does not carry over between transfers.
+// What HbmChannels needs of a memory: HBM's [hbm] parameters, or the shared level's [shared] (banks as
+// channels of one bank each, no row cycle).
+struct ChannelSpec {
+  double bandwidth_gbs, clock_mhz, t_rc_ns;
+  int channels, banks, channel_skew;
+  uint64_t interleave_bytes;
+  static ChannelSpec hbm(const ChipConfig& cfg);
+  static ChannelSpec shared(const ChipConfig& cfg);
+};
+
 class HbmChannels {
  public:
-  explicit HbmChannels(const ChipConfig& cfg);
+  explicit HbmChannels(const ChannelSpec& spec);
   // Books the transfer's bytes on the channels from cycle `data_start`; returns the cycle its data is done.
   uint64_t transfer(uint64_t data_start, const Rows& r);
   void reset();  // all channels free (before a run)
@@ -98,16 +108,29 @@ class VmemPorts {
   std::vector<uint64_t> free_;  // per bank: first free cycle
 };
 
-struct Memories {
-  explicit Memories(const ChipConfig& cfg);
+// The memories one chip's cores share: HBM and the [shared] level, with their timing.
+struct ChipMemories {
+  explicit ChipMemories(const ChipConfig& cfg);
   Hbm hbm;
-  std::vector<uint8_t> vmem;
-  std::vector<uint32_t> acc;  // acc_rows x mxu.cols 32-bit words (i32 or f32 bits), row-major
-  uint64_t acc_cols;
   HbmChannels hbm_channels;
+  Hbm shared;  // shared.size_kib (0: none), paged like HBM
+  HbmChannels shared_channels;
+};
+
+// One core's view of the memories: its own VMEM, accumulators and VMEM ports, and the chip's shared ones.
+struct Memories {
+  Memories(const ChipConfig& cfg, ChipMemories& chip);
+  Hbm& hbm;
+  HbmChannels& hbm_channels;
+  Hbm& shared;
+  HbmChannels& shared_channels;
+  std::vector<uint8_t> vmem;
+  std::vector<uint32_t> acc;  // core.mxus * acc_rows x mxu.cols 32-bit words (i32 or f32 bits), row-major
+  uint64_t acc_cols;
   VmemPorts vmem_ports;
-  void reset_timing() {  // before a run: every resource free
+  void reset_timing() {  // before a run: every resource free (the chip's shared ones too: every core resets)
     hbm_channels.reset();
+    shared_channels.reset();
     vmem_ports.reset();
   }
 };
@@ -116,6 +139,7 @@ struct Memories {
 struct Param;
 void declare_hbm_params(std::vector<Param>& out);
 void declare_vmem_params(std::vector<Param>& out);
+void declare_shared_params(std::vector<Param>& out);  // [shared] (hbm.cpp: its timing is HbmChannels')
 
 // Checks that rows i < `rows` of `rowbytes` bytes at `base + i*stride` all lie in [0, size). Returns "" or the
 // error, e.g. "HBM read [0x1000, 0x2000) outside 1024 MiB" (`what` is "HBM read", `size_text` "1024 MiB").
