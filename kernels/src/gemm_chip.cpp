@@ -46,6 +46,7 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
   const int64_t TM = cdiv(g.m, cdiv(g.m, TM_MAX));
   const int64_t A_BYTES = align64(TM * g.k * E), C_BYTES = align64(TM * C * O);
   const int64_t VA0 = 0, VB0 = VA0 + 2 * A_BYTES, VC0 = VB0 + 2 * PANEL;
+  const int64_t KT = cdiv(g.k, R), PR = cdiv(TM, KT);  // folds; rows of a per piece of the next row tile
   // Semaphores: unit j uses FREE 1+4j, FULL 2+4j, AFREE 3+4j, AFULL 4+4j; then CFREE, CFULL, AREG.
   auto FREE = [](int64_t j) { return 1 + 4 * j; };
   auto FULL = [](int64_t j) { return 2 + 4 * j; };
@@ -90,6 +91,10 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
   o << "    sem.set s" << CFREE << ", 2\n    sem.set s" << CFULL << ", 0\n    sem.set s" << AREG << ", 2\n";
   o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li aslot, 0\n    li accslot, 0\n    li cslot, 0\n"
     << "    li m0, 0\n";
+  // Row tile 0's a, whole rows (one contiguous transfer), unless this core has no group.
+  o << "    li t0, " << NG << "\n    bge cid, t0, rowtile\n    li t0, " << std::min(TM, g.m) << "\n    li t1, "
+    << g.k * E << "\n    li t2, a\n    li va, " << VA0 << "\n    dma.ld va, t2, t0, t1, t1, t1, wait=s" << AREG
+    << "\n";
   o << "rowtile:\n    li t0, " << g.m << "\n    sub mt, t0, m0\n    li t0, " << TM << "\n    min mt, mt, t0\n"
     << "    muli abase, aslot, " << A_BYTES << "\n    addi abase, abase, " << VA0 << "\n"
     << "    li first, 1\n    addi g, cid, 0\n";
@@ -103,11 +108,18 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
   };
   o << "fold:\n    li t0, " << g.k << "\n    sub kt, t0, k0\n    li t0, " << R << "\n    min kt, kt, t0\n"
     << "    muli va, k0, " << E << "\n    add va, va, abase\n    li t3, " << g.k * E << "\n";
-  // The row tile's a block for this fold, in the row tile's first group.
-  o << "    beq first, r0, panel\n    muli t0, m0, " << g.k << "\n    add t0, t0, k0\n    muli t0, t0, " << E
-    << "\n    li t1, a\n    add t0, t0, t1\n    muli t1, kt, " << E << "\n    bne k0, r0, ablock\n"
-    << "    dma.ld va, t0, mt, t1, t3, t3, wait=s" << AREG << "\n    jmp panel\n"
-    << "ablock:\n    dma.ld va, t0, mt, t1, t3, t3\n";
+  // In the row tile's first group, fold f also loads piece f of the next row tile's a (PR whole rows,
+  // contiguous) into the other A region: the next row tile's a streams in while this one computes, and whole
+  // rows read HBM sequentially. The first piece waits `a region free` (the row tile before this one is done).
+  o << "    beq first, r0, panel\n    addi t0, m0, " << TM << "\n    li t1, " << g.m << "\n    bge t0, t1, panel\n"
+    << "    sub t1, t1, t0\n    li t2, " << TM << "\n    min t1, t1, t2\n"      // t1 = rows of the next tile
+    << "    li t2, " << R << "\n    div t2, k0, t2\n    muli t2, t2, " << PR << "\n"  // t2 = first row of piece
+    << "    bge t2, t1, panel\n    sub t1, t1, t2\n    li vc, " << PR << "\n    min t1, t1, vc\n"  // t1 = its rows
+    << "    add t0, t0, t2\n    muli t0, t0, " << g.k * E << "\n    li vc, a\n    add t0, t0, vc\n"
+    << "    sub vc, one, aslot\n    muli vc, vc, " << A_BYTES << "\n    addi vc, vc, " << VA0 << "\n"
+    << "    muli t2, t2, " << g.k * E << "\n    add vc, vc, t2\n    li t2, " << g.k * E << "\n"
+    << "    bne k0, r0, apiece\n    dma.ld vc, t0, t1, t2, t2, t2, wait=s" << AREG << "\n    jmp panel\n"
+    << "apiece:\n    dma.ld vc, t0, t1, t2, t2, t2\n";
   o << "panel:\n    muli vb, slot, " << PANEL << "\n    addi vb, vb, " << VB0 << "\n";
   for (int64_t j = 1; j < U; ++j) {
     const std::string l = "free" + std::to_string(j);

@@ -24,11 +24,13 @@ void declare_hbm_params(std::vector<Param>& out) {
            uint64_t(1) << 30)
       .add(&HbmParams::t_rc_ns, "t_rc_ns", 45.0, "ns",
            "row cycle time: a bank opens one row (serves one interleave_bytes chunk) per t_rc_ns", 0.0, 1e6)
-      .add(&HbmParams::channel_skew, "channel_skew", 1, "0/1",
+      .add(&HbmParams::channel_skew, "channel_skew", 1, "0/1/2",
            "1: chunk u goes to channel (u + u / channels) % channels, so that strides of a multiple of channels "
            "chunks still spread over the channels (a simple form of a controller's address hash); "
-           "0: channel u % channels",
-           0, 1);
+           "0: channel u % channels, bank (u / channels) % banks; 2: an address hash as controllers make it: each "
+           "row of chunks (one per channel) gets a pseudo-random channel rotation and bank, repeating every 256 x "
+           "banks rows, so that power-of-two strides spread over every channel and bank",
+           0, 2);
 }
 
 void declare_shared_params(std::vector<Param>& out) {
@@ -121,17 +123,27 @@ HbmChannels::HbmChannels(const ChannelSpec& cfg)
       t_rc_(static_cast<uint64_t>(std::ceil(cfg.t_rc_ns * cfg.clock_mhz / 1e3 - 1e-9))),
       free_(channels_, 0),
       // The (channel, bank) of chunk u repeats every channels * lcm(channels, banks) chunks with the skew (the
-      // rotation u / channels repeats every channels rows of chunks, the bank every banks), else every
-      // channels * banks.
-      slots_(channels_ * (cfg.channel_skew ? std::lcm(channels_, banks_) : banks_)),
+      // rotation u / channels repeats every channels rows of chunks, the bank every banks), every channels *
+      // kHashRows * banks with the hash, else every channels * banks.
+      slots_(channels_ * (cfg.channel_skew == 2   ? kHashRows * banks_
+                          : cfg.channel_skew == 1 ? std::lcm(channels_, banks_)
+                                                  : banks_)),
       per_unit_(channels_ * banks_, 0),
       chan_bytes_(channels_, 0),
       chan_bank_limit_(channels_, 0) {
   slot_unit_.resize(slots_);
   for (uint64_t u = 0; u < slots_; ++u) {
-    const uint64_t hi = u / channels_;
-    const uint64_t channel = (u % channels_ + (cfg.channel_skew ? hi : 0)) % channels_;
-    slot_unit_[u] = static_cast<uint32_t>(channel + (hi % banks_) * channels_);
+    const uint64_t hi = u / channels_;  // the row of chunks (one chunk per channel)
+    uint64_t channel = (u % channels_ + (cfg.channel_skew == 1 ? hi : 0)) % channels_, bank = hi % banks_;
+    if (cfg.channel_skew == 2) {  // a fixed pseudo-random rotation and bank per row of chunks (splitmix64)
+      uint64_t z = hi + 0x9e3779b97f4a7c15ull;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      channel = (u % channels_ + z % channels_) % channels_;
+      bank = (z / channels_) % banks_;
+    }
+    slot_unit_[u] = static_cast<uint32_t>(channel + bank * channels_);
   }
 }
 
@@ -194,12 +206,15 @@ uint64_t HbmChannels::transfer(uint64_t data_start, const Rows& row_pattern) {
     if (n > grain_)  // (chunks - 1) * tRC + one chunk; a single chunk never limits more than its channel does
       chan_bank_limit_[c] = std::max(chan_bank_limit_[c], ((n + grain_ - 1) / grain_ - 1) * t_rc_ + chunk_cycles);
   }
+  // The channel's data bus carries the bytes after the transfers booked before; the banks' row cycles bound the
+  // transfer's own end (from its start on that channel) but leave the bus free for other transfers' banks.
   uint64_t end = data_start;
   for (uint32_t u : touched_) {
     const uint64_t c = u % channels_;
     if (!chan_bytes_[c]) continue;  // done already
-    free_[c] = std::max(data_start, free_[c]) + std::max(channel_cycles(chan_bytes_[c]), chan_bank_limit_[c]);
-    end = std::max(end, free_[c]);
+    const uint64_t start = std::max(data_start, free_[c]);
+    free_[c] = start + channel_cycles(chan_bytes_[c]);
+    end = std::max({end, free_[c], start + chan_bank_limit_[c]});
     chan_bytes_[c] = chan_bank_limit_[c] = 0;
   }
   return end;

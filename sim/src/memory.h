@@ -42,10 +42,14 @@ void count_interleaved(std::vector<uint64_t>& counts, uint64_t grain, const Rows
 // HBM timing (hbm.cpp). Channel c serves its share of a transfer at hbm.bandwidth_gbs / hbm.channels, one
 // transfer after another (its next free cycle); a transfer's data ends when its last channel is done. Address x
 // is in chunk u = x / hbm.interleave_bytes, bank (u / channels) % banks of channel (u + u / channels) % channels
-// (hbm.channel_skew = 1) or u % channels (0).
+// (hbm.channel_skew = 1) or u % channels (0); with hbm.channel_skew = 2 each row of chunks u / channels gets a
+// pseudo-random rotation of the channels and a pseudo-random bank (hbm.cpp), as a controller's address hash.
 // Bank conflicts, per transfer: every interleave_bytes chunk a bank serves opens a row (row-buffer hits are not
 // modelled) and a bank opens one row per hbm.t_rc_ns, so a bank holding n chunks of a transfer needs at least
-// (n - 1) * tRC + (one chunk at the channel's rate) cycles. Bank state does not carry over between transfers.
+// (n - 1) * tRC + (one chunk at the channel's rate) cycles from the transfer's start on its channel: that bounds
+// the transfer's end, not the channel's data bus, which serves the next transfer's bytes (other banks) as soon as
+// this one's bytes have passed, as a controller interleaves requests to other banks during a row cycle. Bank
+// state does not carry over between transfers.
 // What HbmChannels needs of a memory: HBM's [hbm] parameters, or the shared level's [shared] (banks as
 // channels of one bank each, no row cycle).
 struct ChannelSpec {
@@ -69,6 +73,7 @@ class HbmChannels {
   unsigned __int128 per_s_, khz_;  // a channel's bandwidth in kB/s * channels, and the clock in kHz
   uint64_t t_rc_;                  // hbm.t_rc_ns in cycles, rounded up
   std::vector<uint64_t> free_;     // per channel: first free cycle
+  static constexpr uint64_t kHashRows = 256;  // channel_skew 2: rows of chunks per bank in the hash's period
   const uint64_t slots_;             // chunks in the address map's period
   std::vector<uint32_t> slot_unit_;  // per slot: its unit, channel + bank * channels
   // Scratch, all zero between transfers: bytes per unit, the units touched, bytes and bank limit per channel.

@@ -9,8 +9,10 @@
 // tile (they read the same a rows against their own weight tiles), so a group's U weight tiles of one fold are one
 // DMA transfer (a panel of R rows by U*C columns).
 //
-// Schedule of one core, per row tile m0 and group g, per fold k0 (R rows of K):
-//   dmain:  in the group's first fold of a row tile, the row tile's a block (first fold waits `a region free`);
+// Schedule of one core: row tile 0's a is loaded first, whole rows in one transfer; then per row tile m0 and group
+// g, per fold k0 (R rows of K):
+//   dmain:  in the row tile's first group, fold f loads piece f of the NEXT row tile's a (whole rows of K, so
+//           HBM is read sequentially; the first piece waits `a region free`) into the other A region;
 //           then the panel b[k0:+kt, n0:+U*C] into panel slot `slot` (after `dmain.sync wait=FREE_j` for every
 //           strip j > 0, the load waits FREE_0: every unit has taken its tile out of that slot), followed by
 //           `dmain.sync signal=FULL_j` for each strip (loads complete in order: the panel, and the a block before
