@@ -344,7 +344,7 @@ class ApiTest(unittest.TestCase):
         moved = c.device_put(b, device=0)
         self.assertEqual(moved.device, 0)
         np.testing.assert_array_equal(np.asarray(moved), x)
-        f64 = c.device_put(np.array([0.1, 1e40, -2.5]))  # float64 -> float32, to nearest (1e40 -> inf)
+        f64 = c.device_put(np.array([0.1, 1e-50, -2.5]))  # float64 -> float32, to nearest (1e-50 -> 0)
         self.assertEqual(f64.dtype, "f32")
         np.testing.assert_array_equal(np.asarray(f64), np.array([0.1, 1e-50, -2.5]).astype(np.float32))
         z = c.device_put(x, zero_copy=True)
