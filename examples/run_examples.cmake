@@ -3,14 +3,7 @@
 # Python clients; each checks its own results and exits non-zero on a wrong element.
 #   cmake -DBUILD_DIR=build -DSOURCE_DIR=. -DWORK=build/examples-test -DPYTHON=/usr/bin/python3 -DGENERATOR=Ninja \
 #         -P examples/run_examples.cmake
-function(run)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  message(STATUS "${out}")
-  if(NOT rc EQUAL 0)
-    string(REPLACE ";" " " cmd "${ARGN}")
-    message(FATAL_ERROR "failed (${rc}): ${cmd}\n${out}${err}")
-  endif()
-endfunction()
+include(${SOURCE_DIR}/cmake/run.cmake)
 
 set(prefix ${WORK}/prefix)
 file(REMOVE_RECURSE ${WORK})

@@ -2,17 +2,11 @@
 # virtual environment over Debian's interpreter, with no index (nothing downloads) and the project's configured
 # build folder reused; then examples/example.py runs with the environment's interpreter from outside the tree.
 #   cmake -DSOURCE_DIR=. -DBUILD_DIR=build -DWORK=build/pip-test -DPYTHON=/usr/bin/python3 -P runtime/python/pip_install.cmake
-function(run)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err WORKING_DIRECTORY ${WORK})
-  message(STATUS "${out}")
-  if(NOT rc EQUAL 0)
-    string(REPLACE ";" " " cmd "${ARGN}")
-    message(FATAL_ERROR "failed (${rc}): ${cmd}\n${out}${err}")
-  endif()
-endfunction()
+include(${SOURCE_DIR}/cmake/run.cmake)
 
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
+set(RUN_DIR ${WORK})  # outside the build folder that holds the module too
 run(${PYTHON} -m venv --system-site-packages ${WORK}/venv)
 set(ENV{TPUSIM_CMAKE_BUILD_DIR} ${BUILD_DIR})
 run(${WORK}/venv/bin/python -m pip install --no-build-isolation --no-index --no-cache-dir ${SOURCE_DIR})

@@ -50,7 +50,9 @@ static void expect_error(TpusimError* err, TpusimErrorCode code, const char* par
 
 enum { M = 24, K = 40, N = 36 }; /* not multiples of the edge chip's 32x32 array: the edges are exercised */
 
-static TpusimBuffer* upload(TpusimClient* client, const void* data, TpusimDType dtype, int64_t d0, int64_t d1) {
+/* A buffer of `data` (d0 x d1 of dtype) on `device`; zero_copy: referring to data instead of copying it. */
+static TpusimBuffer* upload_to(TpusimClient* client, const void* data, TpusimDType dtype, int64_t d0, int64_t d1,
+                               int32_t device, bool zero_copy) {
   int64_t dims[2] = {d0, d1};
   TpusimBufferFromHostArgs a = {0};
   a.struct_size = TpusimBufferFromHostArgs_STRUCT_SIZE;
@@ -59,9 +61,13 @@ static TpusimBuffer* upload(TpusimClient* client, const void* data, TpusimDType 
   a.dtype = dtype;
   a.dims = dims;
   a.num_dims = 2;
-  a.device = 0;
+  a.device = device;
+  a.zero_copy = zero_copy;
   OK(tpusim_buffer_from_host(&a));
   return a.buffer;
+}
+static TpusimBuffer* upload(TpusimClient* client, const void* data, TpusimDType dtype, int64_t d0, int64_t d1) {
+  return upload_to(client, data, dtype, d0, d1, 0, false);
 }
 
 static void destroy_buffer(TpusimBuffer* b) {
@@ -145,17 +151,7 @@ static void test_execute_devices(TpusimClient* client, TpusimExecutable* exe, co
                                  const int32_t* expected) {
   TpusimBuffer* a0 = upload(client, a, TPUSIM_DTYPE_I8, M, K);
   TpusimBuffer* b0 = upload(client, b, TPUSIM_DTYPE_I8, K, N);
-  TpusimBufferFromHostArgs u = {0};
-  u.struct_size = TpusimBufferFromHostArgs_STRUCT_SIZE;
-  int64_t dims[2] = {K, N};
-  u.client = client;
-  u.data = b;
-  u.dtype = TPUSIM_DTYPE_I8;
-  u.dims = dims;
-  u.num_dims = 2;
-  u.device = 1;
-  OK(tpusim_buffer_from_host(&u));
-  TpusimBuffer* b1 = u.buffer;
+  TpusimBuffer* b1 = upload_to(client, b, TPUSIM_DTYPE_I8, K, N, 1, false);
   const char* names[2] = {"a", "b"};
   TpusimBuffer* list0[2] = {a0, b0};
   TpusimBuffer* list1[2] = {b1, b1}; /* b where a goes */
@@ -196,17 +192,7 @@ static void test_execute_devices(TpusimClient* client, TpusimExecutable* exe, co
 static void test_zero_copy_and_donation(TpusimClient* client, TpusimExecutable* exe, const int8_t* a, const int8_t* b,
                                         const int32_t* expected) {
   const uint64_t live = client_stats(client, 0).live_buffers;
-  int64_t dims[2] = {M, K};
-  TpusimBufferFromHostArgs u = {0};
-  u.struct_size = TpusimBufferFromHostArgs_STRUCT_SIZE;
-  u.client = client;
-  u.data = a;
-  u.dtype = TPUSIM_DTYPE_I8;
-  u.dims = dims;
-  u.num_dims = 2;
-  u.zero_copy = true;
-  OK(tpusim_buffer_from_host(&u));
-  TpusimBuffer* za = u.buffer;
+  TpusimBuffer* za = upload_to(client, a, TPUSIM_DTYPE_I8, M, K, 0, true);
   EXPECT(client_stats(client, 0).live_buffers == live); /* no HBM */
   TpusimBufferInfoArgs bi = {0};
   bi.struct_size = TpusimBufferInfoArgs_STRUCT_SIZE;
