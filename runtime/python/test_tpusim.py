@@ -323,6 +323,9 @@ class ApiTest(unittest.TestCase):
         # A notebook cell re-run: the same Client, not an error (and not a second SystemC elaboration).
         self.assertIs(tpusim.client("edge", devices=2), self.client)
         self.assertIs(tpusim.client(), self.client)
+        spaces = self.client.memory_spaces
+        self.assertEqual([m["name"] for m in spaces], ["device 0 hbm", "device 1 hbm", "host"])
+        self.assertEqual((spaces[1]["device"], spaces[2]["kind"], spaces[2]["device"]), (1, "host", -1))
         with self.assertRaisesRegex(RuntimeError, "'edge' with 2 device"):
             tpusim.client("v4-like")
         with self.assertRaisesRegex(RuntimeError, "one per process"):

@@ -709,6 +709,20 @@ PYBIND11_MODULE(tpusim, m) {
            py::arg("sets") = std::vector<std::string>{}, py::arg("devices") = 1,
            "config: a preset name or an INI file; sets: ['section.key=value', ...]; devices: identical chips")
       .def_property_readonly("devices", [](const PyClient& c) { return c.client().devices(); })
+      .def_property_readonly("memory_spaces",
+                             [](const PyClient& c) {
+                               py::list l;
+                               for (const auto& m : c.client().memory_spaces()) {
+                                 py::dict d;
+                                 d["name"] = m.name;
+                                 d["kind"] = m.kind == runtime::MemoryKind::kHost ? "host" : "hbm";
+                                 d["device"] = m.device;
+                                 d["capacity"] = m.capacity;
+                                 l.append(d);
+                               }
+                               return l;
+                             },
+                             "[{'name': 'device 0 hbm', 'kind': 'hbm', 'device': 0, 'capacity': bytes}, ..., host]")
       .def_property_readonly("config", &PyClient::config, "every parameter: {'mxu.rows': '128', ...}")
       .def_property_readonly("chip", [](const PyClient& c) { return c.client().config().chip.name; })
       .def("compile", &PyClient::compile, py::arg("model"), py::arg("shapes") = py::none(),

@@ -46,6 +46,7 @@ struct TpusimError {
 struct TpusimClient {
   std::unique_ptr<rt::Client> client;
   std::vector<std::string> descriptions;  // DeviceDescription::to_string() of each device
+  std::vector<rt::MemorySpace> spaces;    // Client::memory_spaces()
 };
 
 struct TpusimBuffer {
@@ -60,6 +61,10 @@ struct TpusimExecutable {
 
 // Asynchronous work: `wait` blocks until it is done (and finishes it on the caller's side), once.
 struct TpusimEvent {
+  TpusimEvent() = default;
+  template <class T>
+  explicit TpusimEvent(const rt::Future<T>& f)  // ready when f is; its error, if any
+      : ready([f] { return f.ready(); }), wait([f]() -> Status { return f.await().status(); }) {}
   std::function<bool()> ready;
   std::function<Status()> wait;
   std::mutex mu;
@@ -200,9 +205,7 @@ void make_execution(const TpusimExecutable& exe, const rt::Client& client, rt::F
   for (const auto* d : exe.outputs) x->output_names.push_back(d->name);
   x->cfg = client.config();
   x->future = std::move(future);
-  e = std::make_unique<TpusimEvent>();
-  e->ready = [f = x->future] { return f.ready(); };
-  e->wait = [f = x->future] { return f.await().status(); };
+  e = std::make_unique<TpusimEvent>(x->future);
 }
 
 }  // namespace
@@ -247,6 +250,7 @@ TpusimError* tpusim_client_create(TpusimClientCreateArgs* args) {
     if (!made.ok()) return from_status(made.status());
     h->client = std::move(made).value();
     for (const auto& d : h->client->devices()) h->descriptions.push_back(d.to_string());
+    h->spaces = h->client->memory_spaces();
     args->client = h.release();
     return nullptr;
   }, TPUSIM_INVALID_ARGUMENT);
@@ -300,6 +304,23 @@ TpusimError* tpusim_client_stats(TpusimClientStatsArgs* args) {
   return nullptr;
 }
 
+TpusimError* tpusim_client_memory_space(TpusimClientMemorySpaceArgs* args) {
+  static const char* fn = "tpusim_client_memory_space";
+  TPUSIM_CHECK_ARGS(fn, args, TpusimClientMemorySpaceArgs);
+  TPUSIM_CHECK(check_handle(fn, args->client, "client"));
+  const auto& spaces = args->client->spaces;
+  args->num_memory_spaces = spaces.size();
+  if (args->index >= spaces.size())
+    return invalid(fn, "memory space " + std::to_string(args->index) + " does not exist (the client has " +
+                           std::to_string(spaces.size()) + ")");
+  const rt::MemorySpace& m = spaces[args->index];
+  args->name = m.name.c_str();
+  args->device = m.device;
+  args->capacity = m.capacity;
+  args->is_host = m.kind == rt::MemoryKind::kHost;
+  return nullptr;
+}
+
 // --- Buffers.
 
 TpusimError* tpusim_buffer_from_host(TpusimBufferFromHostArgs* args) {
@@ -333,11 +354,8 @@ TpusimError* tpusim_buffer_to_host(TpusimBufferToHostArgs* args) {
     return invalid(fn, "dst_size " + std::to_string(args->dst_size) + " is less than the buffer's " +
                            std::to_string(b.bytes()) + " bytes");
   return guarded([&]() -> TpusimError* {
-    rt::Event f = b.to_host(args->dst);  // ready once dst is filled (issue 14: it used to be filled in await)
-    auto* e = new TpusimEvent;
-    e->ready = [f] { return f.ready(); };
-    e->wait = [f]() -> Status { return f.await().status(); };
-    args->event = e;
+    // Ready once dst is filled (issue 14: it used to be filled inside tpusim_event_await).
+    args->event = new TpusimEvent(b.to_host(args->dst));
     return nullptr;
   });
 }
@@ -363,6 +381,16 @@ TpusimError* tpusim_buffer_info(TpusimBufferInfoArgs* args) {
   args->is_deleted = b.deleted();
   if (HAS_FIELD(args, is_host_memory)) args->is_host_memory = b.memory() == rt::MemoryKind::kHost;
   return nullptr;
+}
+
+TpusimError* tpusim_buffer_ready_event(TpusimBufferReadyEventArgs* args) {
+  static const char* fn = "tpusim_buffer_ready_event";
+  TPUSIM_CHECK_ARGS(fn, args, TpusimBufferReadyEventArgs);
+  TPUSIM_CHECK(check_handle(fn, args->buffer, "buffer"));
+  return guarded([&]() -> TpusimError* {
+    args->event = new TpusimEvent(args->buffer->buffer.ready());
+    return nullptr;
+  });
 }
 
 TpusimError* tpusim_buffer_delete(TpusimBufferDeleteArgs* args) {

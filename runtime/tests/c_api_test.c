@@ -357,6 +357,18 @@ int main(void) {
   EXPECT(strcmp(dd.chip, "edge") == 0);
   dd.device = 2;
   EXPECT_ERROR(tpusim_client_device_description(&dd), TPUSIM_INVALID_ARGUMENT, "device 2 does not exist");
+  TpusimClientMemorySpaceArgs ms = {0};
+  ms.struct_size = TpusimClientMemorySpaceArgs_STRUCT_SIZE;
+  ms.client = client;
+  ms.index = 1;
+  OK(tpusim_client_memory_space(&ms));
+  EXPECT(ms.num_memory_spaces == 3 && strcmp(ms.name, "device 1 hbm") == 0 && ms.device == 1 && !ms.is_host &&
+         ms.capacity > 0);
+  ms.index = 2;
+  OK(tpusim_client_memory_space(&ms));
+  EXPECT(strcmp(ms.name, "host") == 0 && ms.device == -1 && ms.is_host);
+  ms.index = 3;
+  EXPECT_ERROR(tpusim_client_memory_space(&ms), TPUSIM_INVALID_ARGUMENT, "memory space 3 does not exist");
 
   /* --- The executable: gemm_int8.s with M, K, N. */
   const char* def_names[3] = {"M", "K", "N"};
@@ -437,6 +449,10 @@ int main(void) {
     }
   TpusimBuffer* ba = upload(client, a, TPUSIM_DTYPE_I8, M, K);
   TpusimBuffer* bb = upload(client, b, TPUSIM_DTYPE_I8, K, N);
+  TpusimBufferReadyEventArgs re = {TpusimBufferReadyEventArgs_STRUCT_SIZE, bb, NULL};
+  OK(tpusim_buffer_ready_event(&re));
+  OK(await_event(re.event)); /* the host-to-device copy is done */
+  destroy_event(re.event);
   TpusimBufferDimsArgs bd = {TpusimBufferDimsArgs_STRUCT_SIZE, bb, NULL, 0};
   OK(tpusim_buffer_dims(&bd));
   EXPECT(bd.num_dims == 2 && bd.dims[0] == K && bd.dims[1] == N);

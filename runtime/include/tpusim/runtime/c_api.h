@@ -154,6 +154,20 @@ typedef struct {
 TPUSIM_DEFINE_STRUCT_TRAITS(TpusimClientStatsArgs, total_allocations);
 TpusimError* tpusim_client_stats(TpusimClientStatsArgs* args);
 
+/* Memory spaces (as PjRT's): index 0 .. N-1 are the devices' HBM, index N is "host" (zero-copy buffers). */
+typedef struct {
+  size_t struct_size;
+  TpusimClient* client;
+  size_t index;
+  size_t num_memory_spaces;        /* out: N + 1 */
+  const char* name;                /* out: "device 0 hbm", ..., "host"; owned by the client */
+  int32_t device;                  /* out: the device whose HBM it is; -1 for host */
+  uint64_t capacity;               /* out: bytes (0 for host: unbounded) */
+  bool is_host;                    /* out */
+} TpusimClientMemorySpaceArgs;
+TPUSIM_DEFINE_STRUCT_TRAITS(TpusimClientMemorySpaceArgs, is_host);
+TpusimError* tpusim_client_memory_space(TpusimClientMemorySpaceArgs* args);
+
 /* ---------------------------------------------------------------------------------------------------------------
  * Buffers: device arrays in a device's HBM (or, zero-copy, in the caller's host memory). */
 
@@ -210,6 +224,17 @@ typedef struct {
 } TpusimBufferInfoArgs;
 TPUSIM_DEFINE_STRUCT_TRAITS(TpusimBufferInfoArgs, is_host_memory);
 TpusimError* tpusim_buffer_info(TpusimBufferInfoArgs* args);
+
+/* An event ready when the buffer's bytes are in place (PjRT's ready event): at once for zero-copy buffers, when
+ * the host-to-device copy is done for others, when its execution has finished for outputs. Work queued on the
+ * buffer waits for it by itself: the event is for callers that want to know. */
+typedef struct {
+  size_t struct_size;
+  TpusimBuffer* buffer;
+  TpusimEvent* event;              /* out; destroy with tpusim_event_destroy */
+} TpusimBufferReadyEventArgs;
+TPUSIM_DEFINE_STRUCT_TRAITS(TpusimBufferReadyEventArgs, event);
+TpusimError* tpusim_buffer_ready_event(TpusimBufferReadyEventArgs* args);
 
 /* Releases the buffer's device memory now (or when the last execution using it finishes). The handle stays
  * valid and must still be destroyed; using it for a copy or an execution is then a TPUSIM_INVALID_ARGUMENT
