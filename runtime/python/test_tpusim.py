@@ -307,6 +307,8 @@ class ErrorsTest(unittest.TestCase):
         c.close()
         with self.assertRaisesRegex(RuntimeError, "closed"):
             c.execute(exe, {"a": a, "b": b})
+        with self.assertRaisesRegex(RuntimeError, "was closed"):
+            tpusim.client()
 
 
 class ApiTest(unittest.TestCase):

@@ -84,11 +84,13 @@ class Buffer {
   MemoryKind memory() const;
   // Ready when the bytes are in place (the host-to-device copy or the execution that made it is done).
   Event ready() const;
-  // Copies the buffer's bytes to a new host tensor, asynchronously.
+  // Copies the buffer's bytes to a new host tensor, asynchronously (after the work queued before it on the
+  // buffer's device). The Future is ready when the tensor, owned by the Future's holders, holds the bytes.
   Future<HostTensor> to_host() const;
   // Copies the buffer's bytes() bytes into `dst`, asynchronously, with no allocation (the way to move large
-  // buffers): `dst` must stay valid until the returned event is ready.
+  // buffers): `dst` must stay valid until the returned event is ready, and holds the bytes once it is.
   Event to_host(void* dst) const;
+  // Releases the memory now, or when the last execution still using it finishes; every handle sees it deleted.
   void Delete();
   bool deleted() const;
 
@@ -189,11 +191,12 @@ class Client {
   // and its stem names the program, as a file's would.
   StatusOr<Executable> compile_onnx_bytes(const std::string& bytes, const CompileOptions& opts = {},
                                           const std::string& name = "model.onnx");
-  StatusOr<Executable> load_program(isa::Program program);
-  StatusOr<Executable> deserialize_executable(const std::vector<uint8_t>& bytes);
+  StatusOr<Executable> load_program(isa::Program program);  // takes the program; the cached one if equal
+  StatusOr<Executable> deserialize_executable(const std::vector<uint8_t>& bytes);  // reads bytes during the call
   // kInvalidArgument if the program cannot run on this chip (its tensors do not fit in HBM or VMEM).
   Status fits(const Executable& exe) const;
-  // Runs the program once timing-only (on device 0, through the simulation thread); cached by fingerprint.
+  // Runs the program once timing-only (on device 0, through the simulation thread, waiting for it); cached by
+  // fingerprint.
   StatusOr<CostAnalysis> cost_analysis(const Executable& exe);
 
   // --- Execution. Checks every argument at once (errors come back in the Future); the run happens on the
