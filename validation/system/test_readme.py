@@ -33,6 +33,14 @@ NOT_RUN = {
     "cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build":
         "the build these tests run from (run-tests.sh has just done it)",
     "ctest --test-dir build -j2": "runs every test, this one included",
+    "bash scripts/run-chip-bench.sh": "minutes of whole-chip GEMMs (a benchmark; chip_bench's command above runs)",
+    "cmake --install build --prefix /opt/tpusim":
+        "writes outside the repository; the examples test installs into a fresh prefix and builds from it",
+    "cmake -S examples -B /tmp/ex -DCMAKE_PREFIX_PATH=/opt/tpusim && cmake --build /tmp/ex": "the examples test does",
+    "/tmp/ex/example_c examples/matmul.s": "the examples test runs the installed examples",
+    "/usr/bin/python3 -m venv --system-site-packages .venv": "python.pip_install makes its own environment",
+    ".venv/bin/pip install --no-build-isolation --no-index .":
+        "builds the whole project again (minutes); python.pip_install runs it",
 }
 
 # Options whose value is a file or folder the command writes.
