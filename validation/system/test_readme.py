@@ -52,17 +52,18 @@ def code_blocks(text, language):
 
 
 def commands(block):
-    """The block's commands: lines joined where one ends with a backslash or leaves a quote open."""
+    """The block's commands: lines joined where one ends with a backslash or leaves a quote open; lines that are
+    only a comment are not commands."""
     out, pending = [], ""
     for line in block.splitlines():
         pending = pending + "\n" + line if pending else line
         if pending.endswith("\\"):
             continue
         try:
-            shlex.split(pending, comments=True)
+            words = shlex.split(pending, comments=True)
         except ValueError:  # an open quote: the command goes on
             continue
-        if pending.strip():
+        if words:  # not a blank or comment-only line
             out.append(pending)
         pending = ""
     assert not pending, f"unfinished command at the end of a block: {pending}"
