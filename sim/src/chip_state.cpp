@@ -41,7 +41,12 @@ void ChipState::trace(isa::Unit u, uint64_t start, uint64_t dur, uint32_t pc, co
     if (k == "busy") account(u, start, start + dur, Span::Busy);
     else if (k == "load") account(u, start, start + dur, Span::Load);
   }
-  if (keeping_trace()) run.trace.push_back({u, start - run.t0, dur, pc, name, kind});
+  if (!keeping_trace()) return;
+  if (run.opts.max_trace_events && run.trace.size() >= run.opts.max_trace_events)
+    fail_message("the trace reached its limit of " + std::to_string(run.opts.max_trace_events) +
+                 " events (about " + std::to_string(run.opts.max_trace_events * 150 >> 20) + " MiB) at cycle " +
+                 std::to_string(now() - run.t0) + ": trace a shorter run, or raise the limit (--trace-limit)");
+  run.trace.push_back({u, start - run.t0, dur, pc, name, kind});
 }
 
 void ChipState::account(isa::Unit u, uint64_t start, uint64_t end, Span::Kind kind, int sem, isa::Op op) {

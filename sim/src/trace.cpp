@@ -4,6 +4,8 @@
 // wait for ("wait s3", "queue full: mxu", "drain (...)"); a unit's memory waits ("memory wait", kind "memory")
 // lie inside its busy slice on the same track. Cycles with no slice on a unit's tracks are idle.
 #include <nlohmann/json.hpp>
+#include <ostream>
+#include <sstream>
 
 #include "tpusim/sim/chip.h"
 
@@ -20,33 +22,40 @@ int track(const TraceEvent& e) {
 
 }  // namespace
 
-std::string chrome_trace_json(const std::vector<TraceEvent>& events, const ChipConfig& cfg) {
+// Written event by event (each through its own small JSON object), so that the text, not a JSON tree of every
+// event, is all that a long trace costs: about 170 bytes of output per event.
+void write_chrome_trace(std::ostream& os, const std::vector<TraceEvent>& events, const ChipConfig& cfg) {
   using json = nlohmann::ordered_json;
-  json list = json::array();
   const std::pair<int, const char*> names[] = {{kCore, "core"}, {kDmaIn, "dmain"},     {kDmaOut, "dmaout"},
                                                {kMxu, "mxu"},   {kVpu, "vpu"},         {kMxuLoad, "mxu.lw"},
                                                {kMxuWait, "mxu.wait"}};
-  list.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", cfg.chip.name}}}});
+  os << "{\"traceEvents\":[";
+  os << json{{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", cfg.chip.name}}}}.dump();
   for (const auto& [tid, name] : names) {
-    list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"name", name}}}});
-    list.push_back(
-        {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"sort_index", tid}}}});
+    os << ',' << json{{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"name", name}}}}.dump();
+    os << ','
+       << json{{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"sort_index", tid}}}}
+              .dump();
   }
   const double us_per_cycle = 1.0 / cfg.chip.clock_mhz;
   for (const TraceEvent& e : events) {
-    list.push_back({{"name", e.name},
-                    {"cat", e.kind},
-                    {"ph", "X"},
-                    {"pid", 1},
-                    {"tid", track(e)},
-                    {"ts", static_cast<double>(e.start) * us_per_cycle},
-                    {"dur", static_cast<double>(e.duration) * us_per_cycle},
-                    {"args", {{"pc", e.pc}, {"cycle", e.start}, {"dur_cycles", e.duration}}}});
+    os << ',' << json{{"name", e.name},
+                      {"cat", e.kind},
+                      {"ph", "X"},
+                      {"pid", 1},
+                      {"tid", track(e)},
+                      {"ts", static_cast<double>(e.start) * us_per_cycle},
+                      {"dur", static_cast<double>(e.duration) * us_per_cycle},
+                      {"args", {{"pc", e.pc}, {"cycle", e.start}, {"dur_cycles", e.duration}}}}
+                     .dump();
   }
-  json j;
-  j["traceEvents"] = std::move(list);
-  j["displayTimeUnit"] = "ns";
-  return j.dump();
+  os << "],\"displayTimeUnit\":\"ns\"}";
+}
+
+std::string chrome_trace_json(const std::vector<TraceEvent>& events, const ChipConfig& cfg) {
+  std::ostringstream os;
+  write_chrome_trace(os, events, cfg);
+  return std::move(os).str();
 }
 
 }  // namespace tpusim::sim
