@@ -98,10 +98,27 @@ class VmemPorts {
   std::vector<uint64_t> free_;  // per bank: first free cycle
 };
 
+// Zero-filled bytes whose host pages the operating system commits only when first written (an anonymous
+// mapping): a 4 GiB VMEM costs the host only the pages a run writes, none in a timing-only run.
+class LazyBytes {
+ public:
+  explicit LazyBytes(uint64_t n);
+  ~LazyBytes();
+  LazyBytes(const LazyBytes&) = delete;
+  LazyBytes& operator=(const LazyBytes&) = delete;
+  uint8_t* data() { return p_; }
+  const uint8_t* data() const { return p_; }
+  uint64_t size() const { return n_; }
+
+ private:
+  uint8_t* p_ = nullptr;
+  uint64_t n_;
+};
+
 struct Memories {
   explicit Memories(const ChipConfig& cfg);
   Hbm hbm;
-  std::vector<uint8_t> vmem;
+  LazyBytes vmem;
   std::vector<uint32_t> acc;  // acc_rows x mxu.cols 32-bit words (i32 or f32 bits), row-major
   uint64_t acc_cols;
   HbmChannels hbm_channels;
