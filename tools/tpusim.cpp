@@ -215,7 +215,8 @@ int cmd_run(const std::vector<std::string>& args) {
       ("random-inputs", "fill inputs not given with deterministic random data")
       ("seed", po::value(&seed)->default_value(1), "seed for --random-inputs")
       ("shape", po::value(&shapes)->composing(), "NAME=D0,D1,...: a model input's shape, for dynamic dims")
-      ("output-dir,o", po::value(&out_dir), "write each output as DIR/NAME.npy")
+      ("output-dir,o", po::value(&out_dir),
+       "write each output as DIR/NAME.npy (bytes of NAME outside A-Z a-z 0-9 _ . - as %XX: /fc/y -> %2Ffc%2Fy.npy)")
       ("stats", po::value(&stats_path), "write statistics as JSON")
       ("trace", po::value(&trace_path), "write a Chrome trace (open it in Perfetto)")
       ("trace-limit", po::value(&trace_limit)->default_value(sim::kDefaultMaxTraceEvents),

@@ -141,10 +141,12 @@ const char* kind_name(Symbol::Kind k) {
   return "?";
 }
 
+// Kept for every instruction until pass 2, so small: an expression lives in Assembler::exprs_ (memory per source
+// line was about 2 KB with the expression held in each of an instruction's operand slots).
 struct Operand {
   int64_t value = 0;
-  std::optional<Expr> expr;  // immediates and targets
-  Loc loc;                   // where the expression starts
+  int32_t expr = -1;  // immediates and targets: index into Assembler::exprs_; -1 for none
+  int32_t col = 0;    // where the expression starts (on the instruction's line)
 };
 
 struct PendingInstr {
@@ -241,6 +243,7 @@ class Assembler {
   std::map<std::string, Symbol> symbols_;
   std::map<std::string, int> regs_;  // .reg aliases
   std::vector<PendingInstr> pending_;
+  std::vector<Expr> exprs_;  // the operand expressions of pending_ (Operand::expr)
   std::vector<Loc> tensor_locs_;
   std::optional<ConstFill> fill_;
   std::vector<OpenRegion> regions_;  // open .region directives, innermost last
@@ -682,8 +685,9 @@ void Assembler::parse_operand(Cursor& c, const OperandDesc& o, Operand& out) {
     case OperandKind::Sem: out.value = parse_semaphore(c.next()); break;
     case OperandKind::DType: out.value = static_cast<int64_t>(parse_dtype(c)); break;
     default:
-      out.loc = c.peek().loc;
-      out.expr = expr(c);
+      out.col = c.peek().loc.col;
+      out.expr = static_cast<int32_t>(exprs_.size());
+      exprs_.push_back(expr(c));
       break;
   }
 }
@@ -746,9 +750,9 @@ void Assembler::encode_all() {
     for (int i = 0; i < pi.desc->num_operands; ++i) {
       const OperandDesc& o = pi.desc->operands[i];
       const Operand& op = pi.ops[i];
-      in.f[i] = op.expr ? eval(*op.expr, final_value) : op.value;
-      if (op.expr && !fits(o, in.f[i]))
-        fail(op.loc,
+      in.f[i] = op.expr >= 0 ? eval(exprs_[op.expr], final_value) : op.value;
+      if (op.expr >= 0 && !fits(o, in.f[i]))
+        fail(Loc{pi.loc.file, pi.loc.line, op.col},
              "value " + std::to_string(in.f[i]) + " does not fit operand " + o.name + " (" + range_text(o) + ")");
     }
     prog_.code.push_back(encode(in));

@@ -303,7 +303,7 @@ TEST(ProgramFormat, LoaderRefusesTensorsTheAssemblerCannotWrite) {
   TensorDecl far{"a", TensorKind::Input, DType::F32, {4}, uint64_t{1} << 63};
   EXPECT_EQ(refused(far), "input 'a': [9223372036854775808, +16) passes address 281474976710656 (2^48, the limit)");
   TensorDecl huge{"a", TensorKind::Input, DType::F32, {int64_t{1} << 38}};  // 2^40 bytes: exactly the limit, fine
-  EXPECT_EQ(error_of(serialize(Program{"p", {}, {huge}})), "(no error)");
+  EXPECT_EQ(error_of(serialize(Program{"p", {}, {huge}, {}, {}, {}})), "(no error)");
   huge.shape = {(int64_t{1} << 38) + 1};
   EXPECT_EQ(refused(huge), "input 'a': more than 1 TiB (the limit for one tensor)");
   TensorDecl offset{"a", TensorKind::Input, DType::F32, {4}, 0, 8};
@@ -311,10 +311,10 @@ TEST(ProgramFormat, LoaderRefusesTensorsTheAssemblerCannotWrite) {
   TensorDecl a{"a", TensorKind::Input, DType::F32, {4}, 0x100}, y{"y", TensorKind::Output, DType::F32, {4}, 0x10c};
   EXPECT_EQ(refused(a, y), "output 'y' [268, 284) overlaps input 'a' [256, 272) in hbm");
   y.addr = 0x110;  // adjacent, not overlapping
-  EXPECT_EQ(error_of(serialize(Program{"p", {}, {a, y}})), "(no error)");
+  EXPECT_EQ(error_of(serialize(Program{"p", {}, {a, y}, {}, {}, {}})), "(no error)");
   y.space = MemSpace::Vmem;  // another memory: never overlapping
   y.addr = 0x100;
-  EXPECT_EQ(error_of(serialize(Program{"p", {}, {a, y}})), "(no error)");
+  EXPECT_EQ(error_of(serialize(Program{"p", {}, {a, y}, {}, {}, {}})), "(no error)");
 }
 
 TEST(ProgramFormat, SaveRefusesWhatLoadWouldRefuse) {
