@@ -1,8 +1,11 @@
 // tpusim: the command-line program. Thin: parsing and printing; the work is in the libraries.
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -110,16 +113,47 @@ bool parse(const std::vector<std::string>& args, po::options_description& shown,
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    throw UsageError(e.what());
+    throw UsageError(sim::option_error_text(e));
   }
   if (file && file->empty()) throw UsageError("missing FILE: " + usage);
   return true;
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out || !(out << text)) throw UsageError("cannot write '" + path + "'");
-}
+// The files a command writes. A command that fails part-way removes the regular files it has written (so no
+// partial outputs stay behind); each write checks that every byte reached the file (`-o /dev/full` fails).
+class Outputs {
+ public:
+  Outputs() = default;
+  Outputs(const Outputs&) = delete;
+  Outputs& operator=(const Outputs&) = delete;
+  ~Outputs() {
+    if (done_) return;
+    std::error_code ec;
+    for (const auto& p : written_)
+      if (fs::is_regular_file(p, ec)) fs::remove(p, ec);
+  }
+  // Writes `text` to `path` and remembers it; throws (having removed what it wrote) if it cannot.
+  void text(const std::string& path, const std::string& text) {
+    file(path, [&](std::ostream& os) { os << text; });
+  }
+  // The same with the text made by `write` as it goes.
+  void file(const std::string& path, const std::function<void(std::ostream&)>& write) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error("cannot open '" + path + "' for writing: " + std::strerror(errno));
+    written_.push_back(path);
+    write(out);
+    out.close();
+    if (!out) throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno));
+  }
+  // Remembers a file written by another function (runtime::write_npy, isa::save_program): call before writing.
+  void will_write(const std::string& path) { written_.push_back(path); }
+  // The command succeeded: keep everything.
+  void keep() { done_ = true; }
+
+ private:
+  std::vector<std::string> written_;
+  bool done_ = false;
+};
 
 // --precision and --calibrate, as the options of every command that compiles ONNX models.
 struct PrecisionOptions {
@@ -172,7 +206,8 @@ runtime::HostTensor zero_tensor(const isa::TensorDecl& d) {
 }
 
 // The file of a tensor named `name` in a folder: `--output-dir` writes it, `--inputs` reads it.
-std::string npy_name(const std::string& name) { return name + ".npy"; }
+// The file an input or output NAME has in a folder: runtime::npy_file_name, the same mapping both ways.
+std::string npy_name(const std::string& name) { return runtime::npy_file_name(name); }
 
 // "a, b, c" (at most 8 items, then "and N more").
 std::string join(const std::vector<std::string>& items) {
@@ -275,7 +310,7 @@ po::options_description run_options(uint64_t& max_cycles, const char* timing_onl
 int cmd_run(const std::vector<std::string>& args) {
   std::string file, config, out_dir, stats_path, trace_path, input_dir;
   std::vector<std::string> sets, defines, input_specs, shapes;
-  uint64_t max_cycles = 0, seed = 1;
+  uint64_t max_cycles = 0, seed = 1, trace_limit = 0;
   PrecisionOptions precision;
   po::options_description program = program_options(defines, shapes, precision);
   po::options_description given = input_options(input_specs, input_dir);
@@ -285,9 +320,12 @@ int cmd_run(const std::vector<std::string>& args) {
   po::options_description outputs("outputs");
   outputs.add_options()
       ("output-dir,o", po::value(&out_dir)->value_name("DIR"),
-       "write each output as DIR/NAME.npy (without it the outputs are not kept)")
+       "write each output as DIR/NAME.npy (bytes of NAME outside A-Z a-z 0-9 _ . - as %XX: /fc/y -> "
+       "%2Ffc%2Fy.npy; without it the outputs are not kept)")
       ("stats", po::value(&stats_path)->value_name("FILE.json"), "write statistics as JSON")
-      ("trace", po::value(&trace_path)->value_name("FILE.json"), "write a Chrome trace (open it in Perfetto)");
+      ("trace", po::value(&trace_path)->value_name("FILE.json"), "write a Chrome trace (open it in Perfetto)")
+      ("trace-limit", po::value(&trace_limit)->default_value(sim::kDefaultMaxTraceEvents)->value_name("N"),
+       "stop a traced run that records more events (each about 150 bytes of memory; 0: no limit)");
   po::options_description run = run_options(max_cycles, "skip the arithmetic: the same cycles, no outputs; inputs "
                                                           "not given are zeros");
   po::options_description shown;
@@ -310,13 +348,18 @@ int cmd_run(const std::vector<std::string>& args) {
   opts.functional = !timing_only;
   opts.trace = !trace_path.empty();
   opts.max_cycles = max_cycles;
+  opts.max_trace_events = trace_limit;
   runtime::ExecuteResult r = client.execute(exe, inputs, opts);
 
   print_summary(std::cout, exe.program(), client.config(), r.run.stats);
+  Outputs written;
   if (!out_dir.empty() && opts.functional) {
     fs::create_directories(out_dir);
+    // Output names come from the model or program, which may be anyone's: each becomes one file name inside
+    // out_dir by runtime::npy_file_name's mapping ("/fc/Relu_output_0" -> "%2Ffc%2FRelu_output_0.npy").
     for (const auto& [name, t] : r.outputs) {
-      std::string path = (fs::path(out_dir) / npy_name(name)).string();
+      std::string path = (fs::path(out_dir) / runtime::npy_file_name(name)).string();
+      written.will_write(path);
       runtime::write_npy(path, t);
       std::cout << "wrote " << path << "\n";
     }
@@ -327,15 +370,17 @@ int cmd_run(const std::vector<std::string>& args) {
                                                                            "each as DIR/NAME.npy): ")
               << join(outs) << "\n";
   }
-  if (!stats_path.empty()) write_text(stats_path, r.run.stats.to_json(client.config()));
-  if (!trace_path.empty()) write_text(trace_path, sim::chrome_trace_json(r.run.trace, client.config()));
+  if (!stats_path.empty()) written.text(stats_path, r.run.stats.to_json(client.config()));
+  if (!trace_path.empty())
+    written.file(trace_path, [&](std::ostream& os) { sim::write_chrome_trace(os, r.run.trace, client.config()); });
+  written.keep();
   return 0;
 }
 
 int cmd_profile(const std::vector<std::string>& args) {
   std::string file, config, trace_path, json_path, input_dir;
   std::vector<std::string> sets, defines, input_specs, shapes;
-  uint64_t max_cycles = 0, seed = 1;
+  uint64_t max_cycles = 0, seed = 1, trace_limit = 0;
   size_t top = 10;
   PrecisionOptions precision;
   po::options_description program = program_options(defines, shapes, precision);
@@ -348,7 +393,9 @@ int cmd_profile(const std::vector<std::string>& args) {
       ("all", "list every node (as --top 0)")
       ("json", po::value(&json_path)->value_name("FILE.json"), "write the profile of every region as JSON")
       ("trace", po::value(&trace_path)->value_name("FILE.json"),
-       "write a Chrome trace with a track of graph nodes (open it in Perfetto)");
+       "write a Chrome trace with a track of graph nodes (open it in Perfetto)")
+      ("trace-limit", po::value(&trace_limit)->default_value(sim::kDefaultMaxTraceEvents)->value_name("N"),
+       "stop a run that records more trace events (each about 150 bytes of memory; 0: no limit)");
   po::options_description run = run_options(max_cycles, "skip the arithmetic; same cycles; inputs not given are zeros");
   po::options_description shown;
   shown.add(program).add(given).add(report).add(run).add(chip_options(config, sets));
@@ -363,13 +410,16 @@ int cmd_profile(const std::vector<std::string>& args) {
   opts.functional = !vm.count("timing-only");
   opts.trace = true;
   opts.max_cycles = max_cycles;
+  opts.max_trace_events = trace_limit;
   runtime::ExecuteResult r = client.execute(exe, inputs, opts);
 
   runtime::Profile prof = runtime::make_profile(exe.program(), r.run, client.config());
   print_profile(std::cout, prof, exe.program().name, vm.count("all") ? 0 : top);
-  if (!json_path.empty()) write_text(json_path, runtime::profile_json(prof));
+  Outputs written;
+  if (!json_path.empty()) written.text(json_path, runtime::profile_json(prof));
   if (!trace_path.empty())
-    write_text(trace_path, runtime::profile_trace_json(exe.program(), r.run, client.config(), prof));
+    written.text(trace_path, runtime::profile_trace_json(exe.program(), r.run, client.config(), prof));
+  written.keep();
   return 0;
 }
 
@@ -404,10 +454,14 @@ int cmd_disasm(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse(args, shown, "usage: tpusim disasm FILE.tpub [-o FILE.s]", vm, &file)) return 0;
   std::string text = isa::disassemble(isa::load_program(file));
-  if (out.empty())
-    std::cout << text;
-  else
-    write_text(out, text);
+  if (out.empty()) {
+    std::cout << text << std::flush;
+    if (!std::cout) throw std::runtime_error("cannot write to standard output");
+    return 0;
+  }
+  Outputs written;
+  written.text(out, text);
+  written.keep();
   return 0;
 }
 
@@ -443,12 +497,17 @@ int cmd_compile(const std::vector<std::string>& args) {
   runtime::Client client(sim::load_config(config, sets));
   runtime::Executable exe = load_model(client, file, {}, parse_shapes(shapes), precision, {});
   const isa::Program& prog = exe.program();
+  Outputs written;
   if (!out.empty()) {
+    written.will_write(out);
     isa::save_program(prog, out);
     std::cout << "compiled " << file << ": " << prog.code.size() << " instructions, " << prog.hbm_footprint()
               << " bytes of HBM -> " << out << "\n";
   }
-  if (report_path.empty() && report_json_path.empty()) return 0;
+  if (report_path.empty() && report_json_path.empty()) {
+    written.keep();
+    return 0;
+  }
 
   client.check_fits(exe);
   std::map<std::string, runtime::HostTensor> inputs;
@@ -464,11 +523,12 @@ int cmd_compile(const std::vector<std::string>& args) {
   } else if (!report_path.empty()) {
     std::ostringstream text;
     print_compile_report(text, prof, prog, file, out, client.config());
-    write_text(report_path, text.str());
+    written.text(report_path, text.str());
     std::cout << "report: " << prof.cycles << " cycles on " << client.config().chip.name << " -> " << report_path
               << "\n";
   }
-  if (!report_json_path.empty()) write_text(report_json_path, compile_report_json(prof, file, out));
+  if (!report_json_path.empty()) written.text(report_json_path, compile_report_json(prof, file, out));
+  written.keep();
   return 0;
 }
 

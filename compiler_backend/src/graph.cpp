@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "tpusim/isa/program.h"
+
 namespace tpusim::compiler::ir {
 
 std::string elem_type_name(ElemType t) {
@@ -63,6 +65,23 @@ std::string shape_str(const std::vector<int64_t>& shape) {
     s += std::to_string(shape[i]);
   }
   return s + "]";
+}
+
+std::string shape_too_large(const std::vector<int64_t>& s) {
+  if (s.size() > isa::kMaxRank)
+    return "shape " + shape_str(s) + " has rank " + std::to_string(s.size()) + ", more than the limit of " +
+           std::to_string(isa::kMaxRank);
+  const uint64_t limit = isa::kMaxTensorBytes / 8;
+  uint64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) return "shape " + shape_str(s) + " has a negative size";
+    if (d == 0) return "";
+  }
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) || n > limit)
+      return "shape " + shape_str(s) + " has more than " + std::to_string(limit) +
+             " elements, the limit (a tensor holds at most 1 TiB)";
+  return "";
 }
 
 }  // namespace tpusim::compiler::ir

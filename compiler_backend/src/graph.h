@@ -84,5 +84,9 @@ struct Graph {
 
 std::string shape_str(const Value& v);              // "[8,64]", "[batch,64]", "[?,64]"; "(unknown)" without shape
 std::string shape_str(const std::vector<int64_t>& s);
+// Why a tensor of shape `s` is too large to compile ("shape [...] has N elements: ..."), or "" if it is not:
+// rank past isa::kMaxRank, or more than isa::kMaxTensorBytes at 8 bytes an element (the widest ONNX type we
+// read). Every shape the compiler imports or infers passes this check, so products of its sizes never overflow.
+std::string shape_too_large(const std::vector<int64_t>& s);
 
 }  // namespace tpusim::compiler::ir

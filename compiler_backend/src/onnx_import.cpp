@@ -2,12 +2,14 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "tpusim/compiler/compiler.h"
+#include "tpusim/isa/isa.h"
 
 namespace tpusim::compiler {
 namespace {
@@ -88,8 +90,10 @@ void decode_tensor(const onnx::TensorProto& t, const std::string& what, std::vec
   const size_t bytes = elem_bytes(type);
   if (bytes == 0)
     throw Error(what + " has element type " + ir::elem_type_name(type) + ", which is not supported");
+  const std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+  if (std::string why = ir::shape_too_large(dims); !why.empty()) throw Error(what + ": " + why);
   int64_t n = 1;
-  for (int64_t d : t.dims()) n *= d;
+  for (int64_t d : dims) n *= d;  // cannot overflow: checked above
   const bool fl = is_floating(type);
   f.clear();
   ints.clear();
@@ -233,6 +237,9 @@ ir::Graph import_onnx(const std::string& bytes, const std::string& model_name) {
   int64_t opset = 0;  // of the default (ai.onnx) domain
   for (const onnx::OperatorSetIdProto& o : model.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
+  if (opset < kMinOpset || opset > kMaxOpset)
+    throw Error(model_name + ": opset " + std::to_string(opset) + " of the ONNX operators is not supported (" +
+                std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + " are; re-export the model with one)");
 
   ir::Graph graph;
   graph.model_name = model_name;
@@ -240,6 +247,8 @@ ir::Graph import_onnx(const std::string& bytes, const std::string& model_name) {
   for (const onnx::ValueInfoProto& in : g.input()) {
     int id = graph.value(in.name());
     if (graph.values[id].is_const) continue;  // an initializer listed as an input (older exporters)
+    if (std::find(graph.inputs.begin(), graph.inputs.end(), id) != graph.inputs.end())
+      throw Error(model_name + ": two inputs are named '" + isa::printable(in.name()) + "'");
     read_graph_input(in, graph.values[id]);
     graph.inputs.push_back(id);
   }
@@ -286,7 +295,13 @@ ir::Graph import_onnx(const std::string& bytes, const std::string& model_name) {
   for (const onnx::ValueInfoProto& out : g.output()) {
     auto it = graph.value_index.find(out.name());
     if (it == graph.value_index.end())
-      throw Error("output '" + out.name() + "' of model '" + model_name + "' is not computed by any node");
+      throw Error("output '" + isa::printable(out.name()) + "' of model '" + model_name + "' is not computed by any node");
+    // A program's tensors have one role each: an output that is an input too is passed through by no node.
+    if (std::find(graph.inputs.begin(), graph.inputs.end(), it->second) != graph.inputs.end())
+      throw Error("output '" + isa::printable(out.name()) + "' of model '" + model_name +
+                  "' is also an input (it is computed by no node; an Identity node makes a copy)");
+    if (std::find(graph.outputs.begin(), graph.outputs.end(), it->second) != graph.outputs.end())
+      throw Error(model_name + ": two outputs are named '" + isa::printable(out.name()) + "'");
     graph.outputs.push_back(it->second);
   }
   return graph;

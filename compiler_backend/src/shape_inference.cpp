@@ -22,6 +22,21 @@ using K = ir::Attr::Kind;
 
 std::string ints_str(const std::vector<int64_t>& v) { return ir::shape_str(v); }
 
+// Checked size arithmetic: sizes come from the model, which may be crafted; a result past int64 fails naming
+// the node instead of wrapping (undefined behaviour).
+int64_t mul(const ir::Node& n, int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    fail(n, "size arithmetic overflows 64 bits (" + std::to_string(a) + " * " + std::to_string(b) + ")");
+  return r;
+}
+int64_t add(const ir::Node& n, int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    fail(n, "size arithmetic overflows 64 bits (" + std::to_string(a) + " + " + std::to_string(b) + ")");
+  return r;
+}
+
 // One node under inference: its inputs, attributes and outputs.
 struct Ctx {
   ir::Graph& g;
@@ -104,6 +119,8 @@ struct Ctx {
     for (int64_t d : s)
       if (d < 0) fail(n, "computed output shape " + ints_str(s) + " has a negative size");
     ir::Value& v = g.values[n.outputs[k]];
+    std::string why = ir::shape_too_large(s);
+    if (!why.empty()) fail(n, "output '" + v.name + "': " + why);
     v.elem_type = t;
     v.has_shape = true;
     v.dims.clear();
@@ -124,10 +141,17 @@ Shape broadcast(const ir::Node& n, const Shape& a, const Shape& b) {
   return r;
 }
 
+// Products of parts of shapes that out() has checked (they cannot overflow).
 int64_t prod(Shape::const_iterator b, Shape::const_iterator e) {
   return std::accumulate(b, e, int64_t{1}, std::multiplies<int64_t>());
 }
 int64_t prod(const Shape& s) { return prod(s.begin(), s.end()); }
+// The product of sizes taken from the model's attributes or constants (checked).
+int64_t checked_prod(const ir::Node& n, const Shape& s) {
+  int64_t p = 1;
+  for (int64_t d : s) p = mul(n, p, d);
+  return p;
+}
 
 // ---- element-wise ----
 
@@ -260,21 +284,22 @@ Shape conv_spatial(Ctx& c, const Shape& x, const Shape& kernel, bool ceil_mode) 
     fail(c.n, "auto_pad='" + auto_pad + "' is not supported");
   Shape out(sp);
   for (size_t i = 0; i < sp; ++i) {
-    int64_t in = x[2 + i], ext = (kernel[i] - 1) * dil[i] + 1;
+    const ir::Node& n = c.n;
+    int64_t in = x[2 + i], ext = add(n, mul(n, kernel[i] - 1, dil[i]), 1);
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      out[i] = (in + strides[i] - 1) / strides[i];
-      int64_t total = std::max<int64_t>(0, (out[i] - 1) * strides[i] + ext - in);
+      out[i] = add(n, in, strides[i] - 1) / strides[i];
+      int64_t total = std::max<int64_t>(0, add(n, mul(n, out[i] - 1, strides[i]), ext - in));
       pads[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
       pads[sp + i] = total - pads[i];
       continue;
     }
     if (auto_pad == "VALID") pads[i] = pads[sp + i] = 0;
-    int64_t span = in + pads[i] + pads[sp + i] - ext;
+    int64_t span = add(n, add(n, in, pads[i]), pads[sp + i]) - ext;
     if (span < 0)
       fail(c.n, "the kernel (extent " + std::to_string(ext) + ") is larger than the padded input " +
                     ir::shape_str(x));
-    out[i] = (ceil_mode ? (span + strides[i] - 1) / strides[i] : span / strides[i]) + 1;
-    if (ceil_mode && (out[i] - 1) * strides[i] >= in + pads[i]) --out[i];  // no window starting in the end pad
+    out[i] = (ceil_mode ? add(n, span, strides[i] - 1) / strides[i] : span / strides[i]) + 1;
+    if (ceil_mode && mul(n, out[i] - 1, strides[i]) >= in + pads[i]) --out[i];  // no window starting in the end pad
   }
   c.n.attrs.erase("auto_pad");
   c.set_ints("kernel_shape", kernel);
@@ -290,7 +315,7 @@ void infer_conv(Ctx& c) {
   if (x.size() < 3 || w.size() != x.size())
     fail(c.n, "input " + ir::shape_str(x) + " and weight " + ir::shape_str(w) + " must be N-D (N >= 3) alike");
   int64_t group = c.ai("group", 1);
-  if (group < 1 || x[1] != w[1] * group || w[0] % group != 0)
+  if (group < 1 || x[1] != mul(c.n, w[1], group) || w[0] % group != 0)
     fail(c.n, "input " + ir::shape_str(x) + ", weight " + ir::shape_str(w) + " and group=" + std::to_string(group) +
                   " do not fit");
   Shape kernel(w.begin() + 2, w.end());
@@ -415,7 +440,7 @@ void infer_concat(Ctx& c) {
     bool fits = s.size() == out.size();
     for (size_t d = 0; fits && d < s.size(); ++d) fits = static_cast<int64_t>(d) == axis || s[d] == out[d];
     if (!fits) fail(c.n, "inputs " + ir::shape_str(c.shape(0)) + " and " + ir::shape_str(s) + " do not concatenate");
-    out[axis] += s[axis];
+    out[axis] = add(c.n, out[axis], s[axis]);
   }
   c.out(0, c.type(0), out);
 }
@@ -438,7 +463,7 @@ void infer_split(Ctx& c) {
   int64_t sum = 0;
   for (int64_t s : split) {
     if (s < 0) fail(c.n, "split=" + ints_str(split) + " has a negative size");
-    sum += s;
+    sum = add(c.n, sum, s);
   }
   if (sum != x[axis])
     fail(c.n, "split=" + ints_str(split) + " does not add up to dimension " + std::to_string(axis) + " of " +
@@ -546,7 +571,7 @@ void infer_reshape(Ctx& c) {
     }
     out.push_back(d);
   }
-  int64_t total = prod(x), have = prod(out);
+  int64_t total = prod(x), have = checked_prod(c.n, out);
   if (infer_at >= 0) {
     if (have == 0 || total % have != 0)
       fail(c.n, "cannot reshape " + ir::shape_str(x) + " to " + ints_str(want));
@@ -643,11 +668,15 @@ void infer_range(Ctx& c) {
   if (delta == 0) fail(c.n, "delta must not be 0");
   int64_t len;
   if (c.type(0) == ir::kFloat) {
-    len = static_cast<int64_t>(std::ceil((limit - start) / delta));
-  } else {
-    int64_t s = static_cast<int64_t>(start), l = static_cast<int64_t>(limit), d = static_cast<int64_t>(delta);
-    int64_t span = l - s;
-    len = d > 0 ? (span > 0 ? (span + d - 1) / d : 0) : (span < 0 ? (-span - d - 1) / -d : 0);
+    double n = std::ceil((limit - start) / delta);
+    if (!(n < 0x1p62)) fail(c.n, "start, limit and delta give a length past 2^62 (or not a number)");
+    len = static_cast<int64_t>(std::max(n, 0.0));
+  } else {  // in 128 bits: limit - start may pass int64
+    __int128 s = c.const_ints(0, "start").at(0), l = c.const_ints(1, "limit").at(0), d = c.const_ints(2, "delta").at(0);
+    __int128 span = l - s;
+    __int128 n = d > 0 ? (span > 0 ? (span + d - 1) / d : 0) : (span < 0 ? (-span - d - 1) / -d : 0);
+    if (n >= (__int128{1} << 62)) fail(c.n, "start, limit and delta give a length past 2^62");
+    len = static_cast<int64_t>(n);
   }
   c.out(0, c.type(0), {std::max<int64_t>(0, len)});
 }
@@ -660,7 +689,7 @@ void infer_tile(Ctx& c) {
   if (rep.size() != x.size()) fail(c.n, "repeats " + ints_str(rep) + " must have one entry per axis of " + ir::shape_str(x));
   for (size_t i = 0; i < x.size(); ++i) {
     if (rep[i] < 0) fail(c.n, "repeats " + ints_str(rep) + " must not be negative");
-    x[i] *= rep[i];
+    x[i] = mul(c.n, x[i], rep[i]);
   }
   c.out(0, c.type(0), x);
 }
@@ -686,7 +715,7 @@ void infer_pad(Ctx& c) {
   float value = c.af("value", 0);
   if (c.has(2)) value = static_cast<float>(c.const_scalar(2, "constant_value"));
   for (int64_t i = 0; i < r; ++i) {
-    x[i] += full[i] + full[r + i];
+    x[i] = add(c.n, x[i], add(c.n, full[i], full[r + i]));
     if (x[i] < 0) fail(c.n, "pads " + ints_str(pads) + " cut more than the input " + ir::shape_str(c.shape(0)));
   }
   c.set_ints("pads", full);
@@ -825,6 +854,8 @@ void resolve_input(ir::Value& v, const std::vector<int64_t>* given) {
                   " does not match the model's " + ir::shape_str(v));
     if (std::any_of(given->begin(), given->end(), [](int64_t d) { return d <= 0; }))
       throw Error("input '" + v.name + "': the given shape " + ir::shape_str(*given) + " has a size below 1");
+    if (std::string why = ir::shape_too_large(*given); !why.empty())
+      throw Error("input '" + v.name + "': the given " + why);
     v.has_shape = true;
     v.dims.clear();
     for (int64_t d : *given) v.dims.push_back(ir::Dim::sized(d));
@@ -836,6 +867,11 @@ void resolve_input(ir::Value& v, const std::vector<int64_t>* given) {
       throw Error("input '" + v.name + "' has a dynamic dimension " +
                   (v.dims[i].param.empty() ? std::to_string(i) + " (unnamed)" : "'" + v.dims[i].param + "'") +
                   ": give its shape");
+  std::vector<int64_t> dims;
+  for (const ir::Dim& d : v.dims) dims.push_back(d.size);
+  if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; }))
+    throw Error("input '" + v.name + "' has a negative size in the model: " + ir::shape_str(dims));
+  if (std::string why = ir::shape_too_large(dims); !why.empty()) throw Error("input '" + v.name + "': " + why);
 }
 
 }  // namespace

@@ -100,7 +100,7 @@ std::vector<Token> lex_line(std::string_view s, const std::string* file, int lin
       t.kind = Tok::String;
       if (j == std::string_view::npos) t.kind = Tok::Bad, j = s.size();
     } else {
-      t.kind = Tok::Bad, t.text = std::string("unexpected character '") + ch + "'";
+      t.kind = Tok::Bad, t.text = "unexpected character '" + printable(std::string_view(&ch, 1)) + "'";
       for (std::string_view p : kPuncts)
         if (s.substr(i, p.size()) == p) {
           t.kind = Tok::Punct, t.text = std::string(p), j = i + p.size();
@@ -117,8 +117,8 @@ std::vector<Token> lex_line(std::string_view s, const std::string* file, int lin
 std::string describe(const Token& t) {
   switch (t.kind) {
     case Tok::End: return "end of line";
-    case Tok::String: return "string \"" + t.text + "\"";
-    default: return "'" + t.text + "'";
+    case Tok::String: return "string \"" + printable(t.text) + "\"";
+    default: return "'" + printable(t.text) + "'";
   }
 }
 
@@ -191,8 +191,8 @@ int64_t parse_int(const Token& t) {
   uint64_t v = 0;
   for (char ch : s) {
     int d = hex_value(ch);
-    if (d < 0 || d >= base) fail(t.loc, "bad number '" + t.text + "'");
-    if (v > (std::numeric_limits<uint64_t>::max() - d) / base) fail(t.loc, "number '" + t.text + "' is too large");
+    if (d < 0 || d >= base) fail(t.loc, "bad number '" + printable(t.text) + "'");
+    if (v > (std::numeric_limits<uint64_t>::max() - d) / base) fail(t.loc, "number '" + printable(t.text) + "' is too large");
     v = v * base + d;
   }
   return static_cast<int64_t>(v);  // 64-bit patterns above INT64_MAX wrap, as in C
@@ -315,14 +315,14 @@ class Parser {
       if (auto lit = float_literal()) return num(*lit, name.loc);
     int arity = name.text == "f32" ? 1 : 2;
     if (name.text != "f32" && name.text != "min" && name.text != "max" && name.text != "cdiv" && name.text != "align")
-      fail(name.loc, "unknown function '" + name.text + "'");
+      fail(name.loc, "unknown function '" + printable(name.text) + "'");
     Expr e{Expr::Kind::Call, 0, name.text, {}, name.loc};
     while (true) {
       e.args.push_back(expr());
       if (!c_.accept(",")) break;
     }
     if (static_cast<int>(e.args.size()) != arity)
-      fail(name.loc, "'" + name.text + "' takes " + std::to_string(arity) + " argument" + (arity == 1 ? "" : "s") +
+      fail(name.loc, "'" + printable(name.text) + "' takes " + std::to_string(arity) + " argument" + (arity == 1 ? "" : "s") +
                          ", got " + std::to_string(e.args.size()));
     c_.expect(")");
     return fold(std::move(e));
@@ -337,7 +337,7 @@ class Parser {
       c_.next();
     } else {
       Expr e = expr();
-      if (e.kind != Expr::Kind::Num) fail(t.loc, "unknown data type '" + (e.kind == Expr::Kind::Sym ? e.name : t.text) + "'");
+      if (e.kind != Expr::Kind::Num) fail(t.loc, "unknown data type '" + printable(e.kind == Expr::Kind::Sym ? e.name : t.text) + "'");
       if (e.value < 0 || e.value >= kNumDTypes)
         fail(t.loc, "data type number " + std::to_string(e.value) + " is not one of DT_I8..DT_F32");
       dt = static_cast<DType>(e.value);
@@ -365,7 +365,7 @@ class Parser {
     std::string text = (k ? "-" : "") + t.text;
     char* end = nullptr;
     float f = std::strtof(text.c_str(), &end);
-    if (*end != '\0') fail(t.loc, "bad number '" + t.text + "'");
+    if (*end != '\0') fail(t.loc, "bad number '" + printable(t.text) + "'");
     for (size_t i = 0; i <= k + 1; ++i) c_.next();
     return static_cast<int64_t>(bits_from_f32(f));
   }
@@ -385,7 +385,7 @@ int64_t eval(const Expr& e, const Resolver& lookup) {
     case Expr::Kind::Num: return e.value;
     case Expr::Kind::Sym: {
       auto v = lookup(e.name);
-      if (!v) fail(e.loc, "undefined symbol '" + e.name + "'");
+      if (!v) fail(e.loc, "undefined symbol '" + printable(e.name) + "'");
       return *v;
     }
     case Expr::Kind::Unary: {

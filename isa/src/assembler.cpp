@@ -142,10 +142,12 @@ const char* kind_name(Symbol::Kind k) {
   return "?";
 }
 
+// Kept for every instruction until pass 2, so small: an expression lives in Assembler::exprs_ (memory per source
+// line was about 2 KB with the expression held in each of an instruction's operand slots).
 struct Operand {
   int64_t value = 0;
-  std::optional<Expr> expr;  // immediates and targets
-  Loc loc;                   // where the expression starts
+  int32_t expr = -1;  // immediates and targets: index into Assembler::exprs_; -1 for none
+  int32_t col = 0;    // where the expression starts (on the instruction's line)
 };
 
 struct PendingInstr {
@@ -242,6 +244,7 @@ class Assembler {
   std::map<std::string, Symbol> symbols_;
   std::map<std::string, int> regs_;  // .reg aliases
   std::vector<PendingInstr> pending_;
+  std::vector<Expr> exprs_;  // the operand expressions of pending_ (Operand::expr)
   std::vector<Loc> tensor_locs_;
   std::optional<ConstFill> fill_;
   std::vector<OpenRegion> regions_;  // open .region directives, innermost last
@@ -332,10 +335,10 @@ void Assembler::define_symbol(const std::string& name, Symbol s) {
     return;
   }
   std::string where = old.loc.file ? " at " + *old.loc.file + ":" + std::to_string(old.loc.line) : "";
-  if (s.kind == old.kind && s.kind == Symbol::Label) fail(s.loc, "duplicate label '" + name + "' (first" + where + ")");
+  if (s.kind == old.kind && s.kind == Symbol::Label) fail(s.loc, "duplicate label '" + printable(name) + "' (first" + where + ")");
   if (s.kind == old.kind && s.kind == Symbol::Tensor)
-    fail(s.loc, "duplicate tensor '" + name + "' (first" + where + ")");
-  fail(s.loc, "'" + name + "' is already defined as " + kind_name(old.kind) + where);
+    fail(s.loc, "duplicate tensor '" + printable(name) + "' (first" + where + ")");
+  fail(s.loc, "'" + printable(name) + "' is already defined as " + kind_name(old.kind) + where);
 }
 
 void Assembler::define_label(const Token& t) {
@@ -388,7 +391,7 @@ void Assembler::dir_set(Cursor& c, bool only_if_undefined) {
 
 void Assembler::dir_reg(Cursor& c) {
   const Token& name = c.expect_ident("an alias name");
-  if (indexed_name(name.text, 'r') >= 0) fail(name.loc, "cannot alias register name '" + name.text + "'");
+  if (indexed_name(name.text, 'r') >= 0) fail(name.loc, "cannot alias register name '" + printable(name.text) + "'");
   c.expect(",");
   int r = parse_register(c);
   c.expect_end();
@@ -436,10 +439,10 @@ void Assembler::dir_tensor(Cursor& c, TensorKind kind) {
   c.expect(",");
   Loc dims_at = c.peek().loc;
   t.shape = parse_dims(c);
-  int64_t n = 1;
-  for (int64_t d : t.shape) {
-    if (d != 0 && n > (int64_t(1) << 56) / d) fail(dims_at, "tensor '" + t.name + "' is too large");
-    n *= d;
+  try {
+    check_tensor(t);  // its size (the address comes below)
+  } catch (const Error& e) {
+    fail(dims_at, e.what());
   }
   std::optional<Expr> at, offset;
   if (c.accept("@")) {
@@ -466,6 +469,11 @@ void Assembler::dir_tensor(Cursor& c, TensorKind kind) {
     t.addr = static_cast<uint64_t>(v);
   } else {
     t.addr = place(t.name, t.bytes(), at);
+  }
+  try {
+    check_tensor(t);
+  } catch (const Error& e) {
+    fail(name.loc, e.what());
   }
   define_symbol(t.name, Symbol{Symbol::Tensor, static_cast<int64_t>(t.addr), name.loc});
   if (kind == TensorKind::Const) {
@@ -509,7 +517,7 @@ void Assembler::dir_data(Cursor& c, const Token& head) {
   const TensorDecl& t = prog_.tensors[fill_->tensor];
   fill_->got += n;
   if (fill_->got > t.bytes())
-    fail(head.loc, "too much data for const '" + t.name + "': needs " + std::to_string(t.bytes()) + " bytes, got " +
+    fail(head.loc, "too much data for const '" + printable(t.name) + "': needs " + std::to_string(t.bytes()) + " bytes, got " +
                        std::to_string(fill_->got));
 }
 
@@ -517,7 +525,7 @@ void Assembler::close_fill() {
   if (!fill_) return;
   const TensorDecl& t = prog_.tensors[fill_->tensor];
   if (fill_->got != t.bytes())
-    fail(fill_->loc, "const '" + t.name + "' needs " + std::to_string(t.bytes()) + " bytes of .data, got " +
+    fail(fill_->loc, "const '" + printable(t.name) + "' needs " + std::to_string(t.bytes()) + " bytes of .data, got " +
                          std::to_string(fill_->got));
   fill_.reset();
 }
@@ -528,9 +536,11 @@ void Assembler::dir_include(Cursor& c, const Token& head) {
   constexpr int kMaxDepth = 32;
   if (include_depth_ >= kMaxDepth) fail(s.loc, "includes nested more than 32 deep (an include loop?)");
   // Errors name a file found by the default resolver by its path, one from a custom resolver as written.
-  std::string shown = opts_.include ? s.text : include_path(s.text, *head.loc.file);
+  // The included file is named relative to the including one (so a file it includes resolves against it too,
+  // with the default resolver and a custom one alike).
+  std::string shown = include_path(s.text, *head.loc.file);
   std::optional<std::string> text = opts_.include ? opts_.include(s.text, *head.loc.file) : read_text(shown);
-  if (!text) fail(s.loc, "cannot include '" + s.text + "': file not found");
+  if (!text) fail(s.loc, "cannot include '" + printable(s.text) + "': file not found");
   ++include_depth_;
   read_file(*text, shown);
   --include_depth_;
@@ -551,7 +561,7 @@ void Assembler::dir_region(Cursor& c, const Token& head) {
     bool flops = kw.text == "flops";
     if (!flops && kw.text != "bytes") fail(kw.loc, "expected 'flops=' or 'bytes=', got " + describe(kw));
     if (bool& seen = flops ? seen_flops : seen_bytes; seen)
-      fail(kw.loc, "'" + kw.text + "=' given twice");
+      fail(kw.loc, "'" + printable(kw.text) + "=' given twice");
     else
       seen = true;
     c.expect("=");
@@ -560,7 +570,7 @@ void Assembler::dir_region(Cursor& c, const Token& head) {
     const char* end = num.text.data() + num.text.size();
     auto [ptr, ec] = std::from_chars(num.text.data(), end, v, std::chars_format::general);
     if (num.kind != Tok::Number || ec != std::errc() || ptr != end || !std::isfinite(v))
-      fail(num.loc, "expected a number for '" + kw.text + "=', got " + describe(num));
+      fail(num.loc, "expected a number for '" + printable(kw.text) + "=', got " + describe(num));
     (flops ? r.flops : r.bytes) = v;
   }
   c.expect_end();
@@ -574,7 +584,7 @@ void Assembler::dir_endregion(Cursor& c, const Token& head) {
   if (regions_.empty()) fail(head.loc, "'.endregion' without '.region'");
   Region& r = prog_.regions[regions_.back().index];
   r.end = static_cast<uint32_t>(pending_.size());
-  if (r.end == r.begin) fail(head.loc, "region '" + r.name + "' holds no instructions");
+  if (r.end == r.begin) fail(head.loc, "region '" + printable(r.name) + "' holds no instructions");
   regions_.pop_back();
 }
 
@@ -585,7 +595,7 @@ void Assembler::instruction(Cursor& c, const Token& mn) {
   const Pseudo* pseudo = nullptr;
   const InstrDesc* d = describe_mnemonic(mn.text);
   const InstrDesc* parse_as = d ? d : pseudo_desc(mn.text, &pseudo);
-  if (!parse_as) fail(mn.loc, "unknown instruction '" + mn.text + "'");
+  if (!parse_as) fail(mn.loc, "unknown instruction '" + printable(mn.text) + "'");
   if (pseudo) d = describe_mnemonic(pseudo->base);
   PendingInstr pi{d, {}, mn.loc};
   parse_positional(c, *parse_as, pi);
@@ -656,13 +666,13 @@ void Assembler::parse_named(Cursor& c, const InstrDesc& d, PendingInstr& pi, con
     if (k == Cls::End) fail(t.loc, "expected an operand after ','");
     if (k == last.cls && last.count > 0)
       fail(t.loc, "'" + d.mnemonic + "' expects " + noun(last, last.count) + ", got " + std::to_string(last.count + 1));
-    if (k == Cls::Other && t.kind == Tok::Ident) fail(t.loc, "unknown flag '" + t.text + "' for '" + d.mnemonic + "'");
+    if (k == Cls::Other && t.kind == Tok::Ident) fail(t.loc, "unknown flag '" + printable(t.text) + "' for '" + d.mnemonic + "'");
     if (k != Cls::Flag && k != Cls::Keyword)
       fail(t.loc, "unexpected " + describe(t) + " (too many operands for '" + d.mnemonic + "')");
     int i = d.operand_index(t.text);
     if (k == Cls::Keyword && (i < 0 || !is_named(d, d.operands[i])))
-      fail(t.loc, "unknown operand '" + t.text + "=' for '" + d.mnemonic + "'");
-    if (seen[i]) fail(t.loc, "duplicate operand '" + t.text + "'");
+      fail(t.loc, "unknown operand '" + printable(t.text) + "=' for '" + d.mnemonic + "'");
+    if (seen[i]) fail(t.loc, "duplicate operand '" + printable(t.text) + "'");
     seen[i] = true;
     c.next();
     if (k == Cls::Flag) {
@@ -691,8 +701,9 @@ void Assembler::parse_operand(Cursor& c, const OperandDesc& o, Operand& out) {
     case OperandKind::Sem: out.value = parse_semaphore(c.next()); break;
     case OperandKind::DType: out.value = static_cast<int64_t>(parse_dtype(c)); break;
     default:
-      out.loc = c.peek().loc;
-      out.expr = expr(c);
+      out.col = c.peek().loc.col;
+      out.expr = static_cast<int32_t>(exprs_.size());
+      exprs_.push_back(expr(c));
       break;
   }
 }
@@ -705,7 +716,7 @@ DType Assembler::parse_dtype(Cursor& c) {
       c.next();
       return *dt;
     }
-    if (!symbols_.count(t.text)) fail(t.loc, "unknown data type '" + t.text + "'");
+    if (!symbols_.count(t.text)) fail(t.loc, "unknown data type '" + printable(t.text) + "'");
   }
   int64_t v = eval_now(expr(c));
   if (v < 0 || v >= kNumDTypes) fail(t.loc, "data type number " + std::to_string(v) + " is not one of DT_I8..DT_F32");
@@ -717,7 +728,7 @@ int Assembler::parse_register(Cursor& c) {
   if (t.kind != Tok::Ident) fail(t.loc, "expected a register, got " + describe(t));
   if (auto it = regs_.find(t.text); it != regs_.end()) return it->second;
   int r = indexed_name(t.text, 'r');
-  if (r < 0 || r >= kNumRegs) fail(t.loc, "unknown register '" + t.text + "'");
+  if (r < 0 || r >= kNumRegs) fail(t.loc, "unknown register '" + printable(t.text) + "'");
   return r;
 }
 
@@ -734,9 +745,16 @@ void Assembler::check_consts() {
     const TensorDecl& t = prog_.tensors[i];
     uint64_t size = prog_.const_data.size();
     if (t.kind == TensorKind::Const && (t.const_offset > size || t.bytes() > size - t.const_offset))
-      fail(tensor_locs_[i], "const '" + t.name + "' (" + std::to_string(t.bytes()) + " bytes at offset " +
+      fail(tensor_locs_[i], "const '" + printable(t.name) + "' (" + std::to_string(t.bytes()) + " bytes at offset " +
                                 std::to_string(t.const_offset) + ") lies outside the constant data (" +
                                 std::to_string(size) + " bytes)");
+  }
+  if (auto o = overlapping_tensors(prog_)) {
+    const TensorDecl &a = prog_.tensors[o->first], &b = prog_.tensors[o->second];
+    fail(tensor_locs_[o->second], "tensor '" + printable(b.name) + "' [" + std::to_string(b.addr) + ", " +
+                                      std::to_string(b.addr + b.bytes()) + ") overlaps tensor '" + printable(a.name) +
+                                      "' [" + std::to_string(a.addr) + ", " + std::to_string(a.addr + a.bytes()) +
+                                      ") in " + mem_space_name(b.space));
   }
 }
 
@@ -748,9 +766,9 @@ void Assembler::encode_all() {
     for (int i = 0; i < pi.desc->num_operands; ++i) {
       const OperandDesc& o = pi.desc->operands[i];
       const Operand& op = pi.ops[i];
-      in.f[i] = op.expr ? eval(*op.expr, final_value) : op.value;
-      if (op.expr && !fits(o, in.f[i]))
-        fail(op.loc,
+      in.f[i] = op.expr >= 0 ? eval(exprs_[op.expr], final_value) : op.value;
+      if (op.expr >= 0 && !fits(o, in.f[i]))
+        fail(Loc{pi.loc.file, pi.loc.line, op.col},
              "value " + std::to_string(in.f[i]) + " does not fit operand " + o.name + " (" + range_text(o) + ")");
     }
     prog_.code.push_back(encode(in));

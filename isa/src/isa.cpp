@@ -79,6 +79,21 @@ uint64_t mask(int width) { return width >= 64 ? ~0ull : ((1ull << width) - 1); }
 
 }  // namespace
 
+std::string printable(std::string_view text, size_t max) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < max; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\\') out += "\\\\";
+    else if (c >= 0x20 && c < 0x7f) out += static_cast<char>(c);
+    else out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
+  }
+  if (text.size() > max) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
 const char* unit_name(Unit u) {
   switch (u) {
     case Unit::Core: return "core";

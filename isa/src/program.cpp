@@ -229,17 +229,6 @@ void read_code(Reader& r, Program& p) {
   }
 }
 
-int64_t checked_elements(const Reader& r, const TensorDecl& t, size_t at) {
-  int64_t n = 1;
-  for (int64_t d : t.shape) {
-    if (d < 0) r.fail("tensor '" + t.name + "': negative dimension " + std::to_string(d), at);
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / 16 / d)
-      r.fail("tensor '" + t.name + "': too many elements", at);
-    n *= d;
-  }
-  return n;
-}
-
 TensorDecl read_tensor(Reader& r) {
   size_t at = r.pos();
   TensorDecl t;
@@ -252,11 +241,18 @@ TensorDecl read_tensor(Reader& r) {
   t.kind = static_cast<TensorKind>(kind);
   t.dtype = static_cast<DType>(dtype);
   uint32_t rank = r.count("tensor rank", 8);
+  if (rank > kMaxRank)
+    r.fail("tensor '" + printable(t.name) + "': rank " + std::to_string(rank) + " is more than the limit of " +
+               std::to_string(kMaxRank),
+           at);
   for (uint32_t i = 0; i < rank; ++i) t.shape.push_back(static_cast<int64_t>(r.u64("tensor dimension")));
   t.addr = r.u64("tensor address");
   t.const_offset = r.u64("tensor constant offset");
-  checked_elements(r, t, at);
-  if (t.addr + t.bytes() < t.addr) r.fail("tensor '" + t.name + "': extends past the address space", at);
+  try {
+    check_tensor(t);
+  } catch (const Error& e) {
+    r.fail(e.what(), at);
+  }
   return t;
 }
 
@@ -267,7 +263,7 @@ void read_tensors(Reader& r, Program& p, std::vector<size_t>& offsets) {
     offsets.push_back(r.pos());
     p.tensors.push_back(read_tensor(r));
     if (!names.insert(p.tensors.back().name).second)
-      r.fail("duplicate tensor '" + p.tensors.back().name + "'", offsets.back());
+      r.fail("duplicate tensor '" + printable(p.tensors.back().name) + "'", offsets.back());
   }
 }
 
@@ -293,14 +289,11 @@ void read_regions(Reader& r, Program& p) {
 // Checks that need every section: const tensors inside the constant data, one source line per instruction.
 void validate(const Program& p, const std::vector<size_t>& tensor_offsets, size_t source_offset,
               size_t regions_offset) {
-  for (size_t i = 0; i < p.tensors.size(); ++i) {
-    const TensorDecl& t = p.tensors[i];
-    if (t.kind != TensorKind::Const) continue;
-    uint64_t size = p.const_data.size();
-    if (t.const_offset > size || t.bytes() > size - t.const_offset)
-      throw Error("program: byte " + std::to_string(tensor_offsets[i]) + ": const tensor '" + t.name + "' (" +
-                  std::to_string(t.bytes()) + " bytes at offset " + std::to_string(t.const_offset) +
-                  ") lies outside the constant data (" + std::to_string(size) + " bytes)");
+  try {
+    validate_tensors(p);
+  } catch (const Error& e) {
+    throw Error("program: byte " + std::to_string(tensor_offsets.empty() ? 0 : tensor_offsets.front()) +
+                " (tensors): " + e.what());
   }
   if (!p.source.empty() && p.source.size() != p.code.size())
     throw Error("program: byte " + std::to_string(source_offset) + ": " + std::to_string(p.source.size()) +
@@ -311,6 +304,77 @@ void validate(const Program& p, const std::vector<size_t>& tensor_offsets, size_
     throw Error("program: byte " + std::to_string(regions_offset) + ": " + e.what());
   }
 }
+
+std::string size_text(uint64_t v) {
+  return (v % (uint64_t{1} << 40)) == 0 ? std::to_string(v >> 40) + " TiB" : std::to_string(v) + " bytes";
+}
+
+}  // namespace
+
+// One tensor's own rules (validate_tensors checks the rest).
+void check_tensor(const TensorDecl& t) {
+  const std::string what = std::string(tensor_kind_name(t.kind)) + " '" + printable(t.name) + "'";
+  if (t.name.empty()) throw Error("a tensor has an empty name");
+  if (t.shape.size() > kMaxRank)
+    throw Error(what + ": rank " + std::to_string(t.shape.size()) + " is more than the limit of " +
+                std::to_string(kMaxRank));
+  uint64_t bytes = dtype_size(t.dtype);
+  for (int64_t d : t.shape)
+    if (d < 0) throw Error(what + ": negative dimension " + std::to_string(d));
+  for (int64_t d : t.shape)
+    if (d == 0) bytes = 0;
+  for (int64_t d : t.shape)
+    if (bytes && (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) || bytes > kMaxTensorBytes))
+      throw Error(what + ": more than " + size_text(kMaxTensorBytes) + " (the limit for one tensor)");
+  if (t.addr > kMaxAddress || bytes > kMaxAddress - t.addr)
+    throw Error(what + ": [" + std::to_string(t.addr) + ", +" + std::to_string(bytes) + ") passes address " +
+                std::to_string(kMaxAddress) + " (2^48, the limit)");
+  if (t.kind != TensorKind::Const && t.const_offset != 0)
+    throw Error(what + ": a constant offset (" + std::to_string(t.const_offset) + ") on a tensor that is not const");
+  if (t.kind == TensorKind::Const && t.space != MemSpace::Hbm) throw Error(what + ": a const tensor lives in HBM");
+}
+
+void validate_tensors(const Program& p) {
+  std::set<std::string> names;
+  for (const TensorDecl& t : p.tensors) {
+    check_tensor(t);
+    if (!names.insert(t.name).second) throw Error("duplicate tensor '" + printable(t.name) + "'");
+    uint64_t size = p.const_data.size();
+    if (t.kind == TensorKind::Const && (t.const_offset > size || t.bytes() > size - t.const_offset))
+      throw Error("const tensor '" + printable(t.name) + "' (" + std::to_string(t.bytes()) + " bytes at offset " +
+                  std::to_string(t.const_offset) + ") lies outside the constant data (" + std::to_string(size) +
+                  " bytes)");
+  }
+  if (auto o = overlapping_tensors(p)) {
+    const TensorDecl &a = p.tensors[o->first], &b = p.tensors[o->second];
+    auto range = [](const TensorDecl& t) {
+      return "[" + std::to_string(t.addr) + ", " + std::to_string(t.addr + t.bytes()) + ")";
+    };
+    throw Error(std::string(tensor_kind_name(b.kind)) + " '" + printable(b.name) + "' " + range(b) + " overlaps " +
+                tensor_kind_name(a.kind) + " '" + printable(a.name) + "' " + range(a) + " in " +
+                mem_space_name(b.space));
+  }
+}
+
+// Sorted by (space, address), each tensor is checked against the one reaching furthest before it in its space.
+std::optional<std::pair<size_t, size_t>> overlapping_tensors(const Program& p) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < p.tensors.size(); ++i)
+    if (p.tensors[i].bytes() > 0) order.push_back(i);
+  const auto& t = p.tensors;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return std::pair(t[a].space, t[a].addr) < std::pair(t[b].space, t[b].addr); });
+  size_t reach = SIZE_MAX;
+  auto end = [&](size_t i) { return t[i].addr + t[i].bytes(); };
+  for (size_t i : order) {
+    if (reach != SIZE_MAX && t[reach].space == t[i].space && end(reach) > t[i].addr)
+      return std::pair(std::min(reach, i), std::max(reach, i));
+    if (reach == SIZE_MAX || t[reach].space != t[i].space || end(i) > end(reach)) reach = i;
+  }
+  return std::nullopt;
+}
+
+namespace {
 
 std::string region_text(const Region& r, size_t i) {
   return "region " + std::to_string(i) + " (" + r.kind + " '" + r.name + "', [" + std::to_string(r.begin) + ", " +
@@ -433,6 +497,8 @@ Program deserialize(const std::vector<uint8_t>& bytes) {
 }
 
 void save_program(const Program& p, const std::string& path) {
+  validate_tensors(p);  // never write a file that load_program refuses
+  validate_regions(p);
   std::vector<uint8_t> bytes = serialize(p);
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) throw Error("cannot open '" + path + "' for writing: " + std::strerror(errno));

@@ -289,5 +289,59 @@ TEST(ProgramFile, SaveLoadAndErrors) {
   fs::remove_all(dir);
 }
 
+// Every tensor the loader accepts can be written back as assembly: no address past kMaxAddress, no tensor past
+// kMaxTensorBytes, no constant offset on a non-const tensor, no two tensors overlapping (issue 13, finding 5).
+TEST(ProgramFormat, LoaderRefusesTensorsTheAssemblerCannotWrite) {
+  auto refused = [](TensorDecl t, TensorDecl other = {}) {
+    Program p;
+    p.tensors.push_back(t);
+    if (!other.name.empty()) p.tensors.push_back(other);
+    std::string e = error_of(serialize(p));
+    EXPECT_NE(e.find("program: byte "), std::string::npos) << e;
+    return e.substr(e.find(": ", e.find("byte ")) + 2);
+  };
+  TensorDecl far{"a", TensorKind::Input, DType::F32, {4}, uint64_t{1} << 63};
+  EXPECT_EQ(refused(far), "input 'a': [9223372036854775808, +16) passes address 281474976710656 (2^48, the limit)");
+  TensorDecl huge{"a", TensorKind::Input, DType::F32, {int64_t{1} << 38}};  // 2^40 bytes: exactly the limit, fine
+  EXPECT_EQ(error_of(serialize(Program{"p", {}, {huge}, {}, {}, {}})), "(no error)");
+  huge.shape = {(int64_t{1} << 38) + 1};
+  EXPECT_EQ(refused(huge), "input 'a': more than 1 TiB (the limit for one tensor)");
+  TensorDecl offset{"a", TensorKind::Input, DType::F32, {4}, 0, 8};
+  EXPECT_EQ(refused(offset), "input 'a': a constant offset (8) on a tensor that is not const");
+  TensorDecl a{"a", TensorKind::Input, DType::F32, {4}, 0x100}, y{"y", TensorKind::Output, DType::F32, {4}, 0x10c};
+  EXPECT_EQ(refused(a, y), "output 'y' [268, 284) overlaps input 'a' [256, 272) in hbm");
+  y.addr = 0x110;  // adjacent, not overlapping
+  EXPECT_EQ(error_of(serialize(Program{"p", {}, {a, y}, {}, {}, {}})), "(no error)");
+  y.space = MemSpace::Vmem;  // another memory: never overlapping
+  y.addr = 0x100;
+  EXPECT_EQ(error_of(serialize(Program{"p", {}, {a, y}, {}, {}, {}})), "(no error)");
+}
+
+TEST(ProgramFormat, SaveRefusesWhatLoadWouldRefuse) {
+  Program p;
+  p.tensors = {TensorDecl{"x", TensorKind::Input, DType::F32, {4}}, TensorDecl{"x", TensorKind::Output, DType::F32, {4}, 64}};
+  auto path = std::filesystem::temp_directory_path() / ("dup_" + std::to_string(getpid()) + ".tpub");
+  try {
+    save_program(p, path.string());
+    ADD_FAILURE() << "saved a program with two tensors named 'x'";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "duplicate tensor 'x'");
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(ProgramFormat, OtherVersionNamesBothVersions) {
+  std::vector<uint8_t> bytes = serialize(small_program());
+  put_u32(bytes, 4, kProgramVersion - 1);
+  EXPECT_EQ(error_of(bytes), "program: byte 4: unsupported program version " + std::to_string(kProgramVersion - 1) +
+                                 " (this build reads " + std::to_string(kProgramVersion) + ")");
+}
+
+TEST(Printable, EscapesBinaryAndCutsLongText) {
+  EXPECT_EQ(printable("ab\n\x01\x7f\\"), "ab\\n\\x01\\x7f\\\\");
+  EXPECT_EQ(printable(std::string(1 << 20, 'x')), std::string(64, 'x') + "... (1048576 bytes)");
+  EXPECT_EQ(printable("abc", 2), "ab... (3 bytes)");
+}
+
 }  // namespace
 }  // namespace tpusim::isa

@@ -578,7 +578,8 @@ void validate(const Program& p) {
   }
   for (size_t i = 0; i < p.outputs.size(); ++i)
     if (p.outputs[i].node < 0 || static_cast<size_t>(p.outputs[i].node) >= p.nodes.size())
-      fail("output " + std::to_string(i) + " refers to node " + std::to_string(p.outputs[i].node));
+      fail("output " + std::to_string(i) + " names node " + std::to_string(p.outputs[i].node) + ", which does not exist (" +
+           (p.nodes.empty() ? std::string("the plan has no nodes") : "nodes are 0 to " + std::to_string(p.nodes.size() - 1)) + ")");
 }
 
 struct Built {

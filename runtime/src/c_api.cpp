@@ -168,7 +168,15 @@ TpusimError* guarded(F&& body, TpusimErrorCode thrown = TPUSIM_INTERNAL) {
 #define HAS_FIELD(args, field) \
   ((args)->struct_size >= offsetof(std::remove_pointer_t<decltype(args)>, field) + sizeof((args)->field))
 
-bool valid_dtype(TpusimDType t) { return int(t) >= 0 && int(t) < tpusim::isa::kNumDTypes; }
+// The dtype field as the int a C caller stored in it: in C++, reading an enum object that holds a value outside
+// its enumerators' range is undefined behaviour, so the bytes are read as an int.
+int raw_dtype(const TpusimDType& t) {
+  static_assert(sizeof(TpusimDType) == sizeof(int));
+  int v;
+  std::memcpy(&v, &t, sizeof v);
+  return v;
+}
+bool valid_dtype(const TpusimDType& t) { return raw_dtype(t) >= 0 && raw_dtype(t) < tpusim::isa::kNumDTypes; }
 
 std::vector<int64_t> dims_of(const int64_t* dims, size_t n) {
   return n ? std::vector<int64_t>(dims, dims + n) : std::vector<int64_t>{};
@@ -329,10 +337,10 @@ TpusimError* tpusim_buffer_from_host(TpusimBufferFromHostArgs* args) {
   TPUSIM_CHECK(check_handle(fn, args->client, "client"));
   TPUSIM_CHECK(check_handle(fn, args->data, "data"));
   if (args->num_dims && !args->dims) return invalid(fn, "dims is NULL");
-  if (!valid_dtype(args->dtype)) return invalid(fn, "dtype " + std::to_string(int(args->dtype)) + " is not a TpusimDType");
+  if (!valid_dtype(args->dtype)) return invalid(fn, "dtype " + std::to_string(raw_dtype(args->dtype)) + " is not a TpusimDType");
   return guarded([&]() -> TpusimError* {
     bool zero_copy = HAS_FIELD(args, zero_copy) && args->zero_copy;
-    auto b = args->client->client->buffer_from_host(args->data, static_cast<DType>(args->dtype),
+    auto b = args->client->client->buffer_from_host(args->data, static_cast<DType>(raw_dtype(args->dtype)),
                                                     dims_of(args->dims, args->num_dims), args->device,
                                                     zero_copy ? rt::HostSemantics::kZeroCopy : rt::HostSemantics::kCopy);
     if (!b.ok()) return from_status(b.status());

@@ -224,6 +224,31 @@ isa::DType dtype_from_descr(const std::string& path, const std::string& descr, b
 
 }  // namespace
 
+std::string npy_file_name(const std::string& name) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    const bool alnum = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+    if (alnum || c == '_' || c == '-' || (c == '.' && i > 0))
+      out += static_cast<char>(c);
+    else
+      out += std::string("%") + hex[c >> 4] + hex[c & 15];
+  }
+  if (out.size() > 200) {
+    uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
+    for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+    std::string tail = "~";
+    for (int i = 15; i >= 0; --i) tail += hex[(h >> (4 * i)) & 15];
+    // Cut at a whole %XX escape.
+    size_t cut = 160;
+    if (out[cut - 1] == '%') cut -= 1;
+    else if (out[cut - 2] == '%') cut -= 2;
+    out = out.substr(0, cut) + tail;
+  }
+  return out + ".npy";
+}
+
 int64_t HostTensor::elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

@@ -739,7 +739,7 @@ struct Run : detail::Execution {
           }
         }
         if (it.status.ok()) {
-          chip.start(p, sim::RunOptions{opts.functional, opts.trace, opts.max_cycles});
+          chip.start(p, sim::RunOptions{opts.functional, opts.trace, opts.max_cycles, opts.max_trace_events});
           it.started = true;
           started.push_back(&chip);
         }

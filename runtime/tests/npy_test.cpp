@@ -425,4 +425,21 @@ TEST_F(Npy, CorruptHeadersNeverCrash) {
   EXPECT_GT(reads, 0);
 }
 
+// Output names come from models and programs, which may be anyone's: each maps to one file name that stays in its
+// folder (no '/', never "." or ".."), and different names to different files (issue 13, finding 1).
+TEST(NpyFileName, KeepsNamesInTheFolderAndApart) {
+  EXPECT_EQ(tpusim::runtime::npy_file_name("logits"), "logits.npy");
+  EXPECT_EQ(tpusim::runtime::npy_file_name("/fc/Relu_output_0"), "%2Ffc%2FRelu_output_0.npy");
+  EXPECT_EQ(tpusim::runtime::npy_file_name("../x"), "%2E.%2Fx.npy");
+  EXPECT_EQ(tpusim::runtime::npy_file_name("."), "%2E.npy");
+  EXPECT_EQ(tpusim::runtime::npy_file_name("a%2Fb"), "a%252Fb.npy");  // '%' itself is escaped: "a/b" and "a%2Fb" stay apart
+  EXPECT_NE(tpusim::runtime::npy_file_name("a/b"), tpusim::runtime::npy_file_name("a%2Fb"));
+  std::string a(300, 'a'), b = a;
+  b.back() = 'b';
+  EXPECT_LE(tpusim::runtime::npy_file_name(a).size(), 200u);
+  EXPECT_NE(tpusim::runtime::npy_file_name(a), tpusim::runtime::npy_file_name(b));  // long names differ by their hash
+  for (const std::string& n : {std::string("\x01/\xff"), a, std::string("..")})
+    EXPECT_EQ(tpusim::runtime::npy_file_name(n).find('/'), std::string::npos) << n;
+}
+
 }  // namespace

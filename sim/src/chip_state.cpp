@@ -47,9 +47,14 @@ void ChipState::trace(int slot, uint64_t start, uint64_t dur, uint32_t pc, const
     if (k == "busy") account(slot, start, start + dur, Span::Busy);
     else if (k == "load") account(slot, start, start + dur, Span::Load);
   }
-  if (keeping_trace())
-    run.trace.push_back({unit_of_slot(slot), start - run.t0, dur, pc, name, kind, static_cast<uint16_t>(index),
-                         static_cast<uint16_t>(index_of_slot(slot))});
+  if (!keeping_trace()) return;
+  // The limit holds per core (each core keeps its own events).
+  if (run.opts.max_trace_events && run.trace.size() >= run.opts.max_trace_events)
+    fail_message("the trace reached its limit of " + std::to_string(run.opts.max_trace_events) +
+                 " events (about " + std::to_string(run.opts.max_trace_events * 150 >> 20) + " MiB) at cycle " +
+                 std::to_string(now() - run.t0) + ": trace a shorter run, or raise the limit (--trace-limit)");
+  run.trace.push_back({unit_of_slot(slot), start - run.t0, dur, pc, name, kind, static_cast<uint16_t>(index),
+                       static_cast<uint16_t>(index_of_slot(slot))});
 }
 
 void ChipState::account(int slot, uint64_t start, uint64_t end, Span::Kind kind, int sem, isa::Op op) {

@@ -1,11 +1,13 @@
 // Loading a ChipConfig: a preset or INI file, then `--set section.key=value` overrides, all through the
 // parameter declarations of params.h and Boost.Program_options.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "params.h"
+#include "tpusim/isa/isa.h"
 
 namespace po = boost::program_options;
 
@@ -34,6 +36,13 @@ const Param* find_param(const std::string& key) {
   return nullptr;
 }
 
+// Reads the substitutions (option name, token, value, line) an error's message is made from: protected in Boost.
+struct OptionErrorAccess : po::error_with_option_name {
+  static std::map<std::string, std::string>& substitutions(po::error_with_option_name& e) {
+    return e.*(&OptionErrorAccess::m_substitutions);
+  }
+};
+
 std::string preset_list() {
   std::string s;
   for (const auto& n : preset_names()) s += (s.empty() ? "" : ", ") + n;
@@ -49,12 +58,13 @@ void store_ini(std::istream& in, const std::string& origin, const po::options_de
   try {
     parsed = po::parse_config_file(in, desc, /*allow_unregistered=*/true);
   } catch (const po::error& e) {
-    throw Error(std::string(e.what()) + " (in " + origin + ")");
+    throw Error(option_error_text(e) + " (in " + origin + ")");
   }
   std::map<std::string, int> seen;
   for (const po::option& o : parsed.options) {
     const Param* p = find_param(o.string_key);
-    if (o.unregistered || !p) throw Error("unknown configuration key '" + o.string_key + "' (in " + origin + ")");
+    if (o.unregistered || !p)
+      throw Error("unknown configuration key '" + isa::printable(o.string_key) + "' (in " + origin + ")");
     if (++seen[o.string_key] > 1) throw Error("configuration key '" + o.string_key + "' given twice (in " + origin + ")");
     std::string value = o.value.empty() ? "" : o.value.front();
     std::unique_ptr<po::value_semantic> sem(p->semantic());
@@ -62,14 +72,14 @@ void store_ini(std::istream& in, const std::string& origin, const po::options_de
     try {
       sem->parse(parsed_value, o.value, true);
     } catch (const po::error&) {
-      throw Error("bad value '" + value + "' for " + p->key + " (in " + origin + "): expected " + p->type);
+      throw Error("bad value '" + isa::printable(value) + "' for " + p->key + " (in " + origin + "): expected " + p->type);
     }
     origins.emplace(o.string_key, origin);  // keeps the first (highest-priority) origin
   }
   try {
     po::store(parsed, vm);
   } catch (const po::error& e) {
-    throw Error(std::string(e.what()) + " (in " + origin + ")");
+    throw Error(option_error_text(e) + " (in " + origin + ")");
   }
 }
 
@@ -105,9 +115,12 @@ ChipConfig load_config(const std::string& source, const std::vector<std::string>
     const std::string& s = *it;
     auto eq = s.find('=');
     if (eq == std::string::npos || eq == 0 || s.find('.') > eq)
-      throw Error("bad --set '" + s + "': expected section.key=value");
+      throw Error("bad --set '" + isa::printable(s) + "': expected section.key=value");
+    // One --set is one line of INI: a line break would smuggle in more keys (or a line Boost cannot parse).
+    if (s.find_first_of("\r\n") != std::string::npos)
+      throw Error("bad --set '" + isa::printable(s) + "': a value holds a line break");
     std::istringstream in(s);
-    detail::store_ini(in, "--set " + s, desc, vm, origins);
+    detail::store_ini(in, "--set " + isa::printable(s), desc, vm, origins);
   }
 
   std::string text, origin;
@@ -117,11 +130,11 @@ ChipConfig load_config(const std::string& source, const std::vector<std::string>
   if (!is_preset) {
     std::ifstream f(source);
     if (!f || std::filesystem::is_directory(source))
-      throw Error("unknown preset or configuration file '" + source + "' (presets: " + detail::preset_list() + ")");
+      throw Error("unknown preset or configuration file '" + isa::printable(source) + "' (presets: " + detail::preset_list() + ")");
     std::ostringstream s;
     s << f.rdbuf();
     text = s.str();
-    origin = source;
+    origin = isa::printable(source);
   }
   std::istringstream in(text);
   detail::store_ini(in, origin, desc, vm, origins);
@@ -142,6 +155,22 @@ std::vector<ParamInfo> describe(const ChipConfig& cfg) {
   std::vector<ParamInfo> out;
   for (const detail::Param& p : detail::all_params()) out.push_back({p.key, p.show(cfg), p.default_text, p.unit, p.help});
   return out;
+}
+
+// Boost substitutes each value for its placeholder in a loop that also rescans the value: the values are made
+// printable and their '%' replaced by a byte that printable() never leaves, which is put back afterwards.
+std::string option_error_text(const po::error& e) {
+  auto* named = dynamic_cast<const po::error_with_option_name*>(&e);
+  if (!named) return isa::printable(e.what(), 200);
+  // An exception object caught by const reference is not itself const; this changes only its message's inputs.
+  auto& subs = detail::OptionErrorAccess::substitutions(const_cast<po::error_with_option_name&>(*named));
+  for (auto& [key, value] : subs) {
+    value = isa::printable(value);
+    std::replace(value.begin(), value.end(), '%', '\x01');
+  }
+  std::string msg = e.what();
+  std::replace(msg.begin(), msg.end(), '\x01', '%');
+  return msg;
 }
 
 std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cfg) {

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
+#include <string>
+
+#include <sys/mman.h>
 
 #include "params.h"
 
@@ -36,6 +40,19 @@ void Hbm::write(uint64_t addr, const void* src, uint64_t n) {
     std::memcpy(pages_[page].get() + off, in, len);
     in += len, addr += len, n -= len;
   }
+}
+
+LazyBytes::LazyBytes(uint64_t n) : n_(n) {
+  if (n == 0) return;
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    throw Error("cannot reserve " + std::to_string(n >> 20) + " MiB of host address space for the chip's memory: " +
+                std::strerror(errno));
+  p_ = static_cast<uint8_t*>(p);
+}
+
+LazyBytes::~LazyBytes() {
+  if (p_) munmap(p_, n_);
 }
 
 ChipMemories::ChipMemories(const ChipConfig& cfg)

@@ -113,6 +113,23 @@ class VmemPorts {
   std::vector<uint64_t> free_;  // per bank: first free cycle
 };
 
+// Zero-filled bytes whose host pages the operating system commits only when first written (an anonymous
+// mapping): a 4 GiB VMEM costs the host only the pages a run writes, none in a timing-only run.
+class LazyBytes {
+ public:
+  explicit LazyBytes(uint64_t n);
+  ~LazyBytes();
+  LazyBytes(const LazyBytes&) = delete;
+  LazyBytes& operator=(const LazyBytes&) = delete;
+  uint8_t* data() { return p_; }
+  const uint8_t* data() const { return p_; }
+  uint64_t size() const { return n_; }
+
+ private:
+  uint8_t* p_ = nullptr;
+  uint64_t n_;
+};
+
 // The memories one chip's cores share: HBM and the [shared] level, with their timing.
 struct ChipMemories {
   explicit ChipMemories(const ChipConfig& cfg);
@@ -129,7 +146,7 @@ struct Memories {
   HbmChannels& hbm_channels;
   Hbm& shared;
   HbmChannels& shared_channels;
-  std::vector<uint8_t> vmem;
+  LazyBytes vmem;
   std::vector<uint32_t> acc;  // core.mxus * acc_rows x mxu.cols 32-bit words (i32 or f32 bits), row-major
   uint64_t acc_cols;
   VmemPorts vmem_ports;

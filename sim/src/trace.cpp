@@ -7,6 +7,8 @@
 #include <set>
 
 #include <nlohmann/json.hpp>
+#include <ostream>
+#include <sstream>
 
 #include "tpusim/sim/chip.h"
 
@@ -42,37 +44,43 @@ std::string track_name(int tid, bool cores, bool mxus) {
 
 }  // namespace
 
-std::string chrome_trace_json(const std::vector<TraceEvent>& events, const ChipConfig& cfg) {
+// Written event by event (each through its own small JSON object), so that the text, not a JSON tree of every
+// event, is all that a long trace costs: about 170 bytes of output per event.
+void write_chrome_trace(std::ostream& os, const std::vector<TraceEvent>& events, const ChipConfig& cfg) {
   using json = nlohmann::ordered_json;
-  json list = json::array();
   const bool cores = cfg.chip.cores > 1, mxus = cfg.core.mxus > 1;
   std::set<int> tids = {kCore, kDmaIn, kDmaOut, kMxu, kVpu, kMxuLoad, kMxuWait};
   for (const TraceEvent& e : events) tids.insert(track(e));
-  list.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", cfg.chip.name}}}});
+  os << "{\"traceEvents\":[";
+  os << json{{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", cfg.chip.name}}}}.dump();
   for (int tid : tids) {
-    list.push_back({{"name", "thread_name"},
-                    {"ph", "M"},
-                    {"pid", 1},
-                    {"tid", tid},
-                    {"args", {{"name", track_name(tid, cores, mxus)}}}});
-    list.push_back(
-        {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"sort_index", tid}}}});
+    os << ','
+       << json{{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", tid},
+               {"args", {{"name", track_name(tid, cores, mxus)}}}}
+              .dump();
+    os << ','
+       << json{{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"sort_index", tid}}}}
+              .dump();
   }
   const double us_per_cycle = 1.0 / cfg.chip.clock_mhz;
   for (const TraceEvent& e : events) {
-    list.push_back({{"name", e.name},
-                    {"cat", e.kind},
-                    {"ph", "X"},
-                    {"pid", 1},
-                    {"tid", track(e)},
-                    {"ts", static_cast<double>(e.start) * us_per_cycle},
-                    {"dur", static_cast<double>(e.duration) * us_per_cycle},
-                    {"args", {{"pc", e.pc}, {"cycle", e.start}, {"dur_cycles", e.duration}}}});
+    os << ',' << json{{"name", e.name},
+                      {"cat", e.kind},
+                      {"ph", "X"},
+                      {"pid", 1},
+                      {"tid", track(e)},
+                      {"ts", static_cast<double>(e.start) * us_per_cycle},
+                      {"dur", static_cast<double>(e.duration) * us_per_cycle},
+                      {"args", {{"pc", e.pc}, {"cycle", e.start}, {"dur_cycles", e.duration}}}}
+                     .dump();
   }
-  json j;
-  j["traceEvents"] = std::move(list);
-  j["displayTimeUnit"] = "ns";
-  return j.dump();
+  os << "],\"displayTimeUnit\":\"ns\"}";
+}
+
+std::string chrome_trace_json(const std::vector<TraceEvent>& events, const ChipConfig& cfg) {
+  std::ostringstream os;
+  write_chrome_trace(os, events, cfg);
+  return std::move(os).str();
 }
 
 }  // namespace tpusim::sim

@@ -171,5 +171,16 @@ TEST(Config, KernelSymbols) {
   EXPECT_EQ(m.at("HBM_BYTES"), int64_t(32) << 30);
 }
 
+// Boost's own message for these loops forever ("%invalid_line%" holds its own placeholder): issue 13, finding 2.
+TEST(Config, InvalidLineAndLineBreakInSetAreErrorsNotHangs) {
+  const std::string path = temp_ini("invalid_line", "%invalid_line%\n");
+  EXPECT_EQ(error_of([&] { load_config(path); }),
+            "the options configuration file contains an invalid line '%invalid_line%' (in " + path + ")");
+  EXPECT_EQ(error_of([] { load_config("v4-like", {"mxu.rows=4\n%invalid_line%"}); }),
+            "bad --set 'mxu.rows=4\\n%invalid_line%': a value holds a line break");
+  EXPECT_EQ(error_of([] { load_config("v4-like", {"mxu.rows=%value%"}); }),
+            "bad value '%value%' for mxu.rows (in --set mxu.rows=%value%): expected an integer");
+}
+
 }  // namespace
 }  // namespace tpusim::sim

@@ -575,9 +575,12 @@ class BadInput(Workdir):
                            "--input", "a=" + a], r"input 'a': expected i8 \[4, 4\], got f32 \[4, 4\]")
 
     def test_program_larger_than_hbm(self):
-        self.expect_error(["run", os.path.join(KERNELS, "gemm_int8.s"), "-D", "M=100000000", "-D", "K=100000",
+        # a (int8 [1e6, 1e5]) at 0: 1e11 bytes (under the 1 TiB limit of one tensor); b (int8 [1e5, 4]) at
+        # 1e11 rounded up to 4096 = 100000002048, 400000 bytes; c (int32 [1e6, 4]) at the next 4096 boundary,
+        # 100000403456, 1.6e7 bytes: the program ends at 100016403456.
+        self.expect_error(["run", os.path.join(KERNELS, "gemm_int8.s"), "-D", "M=1000000", "-D", "K=100000",
                            "-D", "N=4", "--random-inputs", "--timing-only"],
-                          r"needs 10001600401408 bytes of HBM, the chip has 34359738368")
+                          r"needs 100016403456 bytes of HBM, the chip has 34359738368")
 
     def test_unknown_config_key(self):
         self.expect_error(["config", "--show", "v4-like", "--set", "mxu.frobs=3"], r"mxu\.frobs")

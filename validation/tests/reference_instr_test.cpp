@@ -80,7 +80,10 @@ TEST(ReferenceVpu, BinaryOpsEveryType) {
     for (DType t : {DType::I8, DType::I32, DType::BF16, DType::F32}) {
       if (t == DType::I8 && op != Op::VMAX && op != Op::VMIN) continue;  // see ReferenceVpuErrors
       const size_t n = 37;
-      auto [a, b] = binary_operands(t, n, r);
+      // Not a structured binding: clang before 16 cannot capture one in the lambdas below.
+      const auto operands = binary_operands(t, n, r);
+      const auto& a = operands.first;
+      const auto& b = operands.second;
       Results res = run_vector(*m, {{a, t}, {b, t}}, [&](Builder& p) {
         p.li(1, kOut).li(2, kIn[0]).li(3, kIn[1]).li(4, n);
         p.emit(op, {{"vd", 1}, {"va", 2}, {"vb", 3}, {"n", 4}, {"dtype", int64_t(t)}});

@@ -17,6 +17,11 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Text from a user's file or command line made safe to quote in a one-line message: bytes outside printable
+// ASCII appear as escapes (\n, \t, \\, \xHH), and past `max` bytes of the original the rest is cut off and its
+// length given ("abc... (1048576 bytes)"). Every message that echoes user text quotes it through this.
+std::string printable(std::string_view text, size_t max = 64);
+
 enum class Op : uint8_t {
 #define X(ENUM, OPCODE, MNEMONIC, UNIT, OPERANDS, SEMANTICS, TIMING) ENUM = OPCODE,
 #include "tpusim/isa/isa.def"

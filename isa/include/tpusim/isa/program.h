@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tpusim/isa/isa.h"
@@ -16,6 +18,13 @@ const char* tensor_kind_name(TensorKind k);  // "input", "output", "const"
 // there directly, as a TPUv1 host fills its Unified Buffer; its kernel never moves it through HBM).
 enum class MemSpace : uint8_t { Hbm = 0, Vmem = 1 };
 const char* mem_space_name(MemSpace s);  // "hbm", "vmem"
+
+// Limits every program obeys (the loader, the assembler and the compiler check them, naming the limit): a
+// tensor holds at most kMaxTensorBytes, and lies, like every constant offset, below kMaxAddress (far past any
+// chip's memory, and within what an assembly expression, a signed 64-bit value, can write).
+inline constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 40;  // 1 TiB
+inline constexpr uint64_t kMaxAddress = uint64_t{1} << 48;      // 256 TiB
+inline constexpr size_t kMaxRank = 16;                          // dimensions of a tensor
 
 // A tensor the program reads or writes, row-major and densely packed at `addr` of memory `space`.
 struct TensorDecl {
@@ -68,6 +77,15 @@ struct Program {
   bool operator==(const Program&) const = default;
 };
 
+// Throws isa::Error naming the tensor if `p.tensors` break a rule every program keeps, so that what the compiler
+// or the assembler makes loads, and what loads can be written back as assembly: names unique and not empty;
+// rank at most kMaxRank; sizes >= 0; at most kMaxTensorBytes each; every byte below kMaxAddress; a const tensor
+// inside the constant data, others with const_offset 0; no two tensors of one memory space overlapping.
+void validate_tensors(const Program& p);
+// Two tensors of one memory space that overlap (indices into p.tensors, the later-declared second), if any.
+std::optional<std::pair<size_t, size_t>> overlapping_tensors(const Program& p);
+// The rules of one tensor alone (all of validate_tensors' but uniqueness, constant data and overlaps).
+void check_tensor(const TensorDecl& t);
 // Throws isa::Error if `p.regions` break the rules of Region (empty, past the code, not nested, not in pre-order,
 // flops or bytes negative or not finite).
 void validate_regions(const Program& p);

@@ -38,4 +38,11 @@ HostTensor read_npy(const std::string& path);
 // dtype, negative dimension) or the file cannot be written.
 void write_npy(const std::string& path, const HostTensor& t);
 
+// The file name (no folder) that holds the tensor `name` in a folder of .npy files (`tpusim run --output-dir`):
+// the name with every byte outside [A-Za-z0-9_.-], and a leading '.', written as %XX (two hex digits), then
+// ".npy". So any name a model or program gives ("/fc/Relu_output_0" -> "%2Ffc%2FRelu_output_0.npy", "../x" ->
+// "%2E.%2Fx.npy") names one file inside the folder, and two names never share one. A name whose file name would
+// pass 200 bytes keeps its first 160 encoded bytes, then "~" and 16 hex digits of a hash of the whole name.
+std::string npy_file_name(const std::string& name);
+
 }  // namespace tpusim::runtime

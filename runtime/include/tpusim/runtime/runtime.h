@@ -105,6 +105,7 @@ struct ExecuteOptions {
   bool functional = true;   // false: timing only (no arithmetic; no outputs are produced)
   bool trace = false;
   uint64_t max_cycles = 0;  // 0: no limit
+  uint64_t max_trace_events = sim::kDefaultMaxTraceEvents;  // with `trace`: more stops the run (0: no limit)
   MemoryKind output_memory = MemoryKind::kHbm;  // where output buffers are made
 };
 

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,10 +16,16 @@
 
 namespace tpusim::sim {
 
+// The most trace events a run keeps by default: each takes about 150 bytes of host memory, and about 250 bytes
+// of Chrome trace JSON. A traced run that would record more stops with an error saying so (a looping kernel
+// must not fill the host's memory); RunOptions::max_trace_events raises or lowers the limit.
+inline constexpr uint64_t kDefaultMaxTraceEvents = 4'000'000;
+
 struct RunOptions {
   bool functional = true;     // false: timing only, no arithmetic or data movement; the same cycles
   bool trace = false;         // record one TraceEvent per executed unit instruction
   uint64_t max_cycles = 0;    // 0: unlimited; otherwise a run still going after this many cycles is an error
+  uint64_t max_trace_events = kDefaultMaxTraceEvents;  // with `trace`: more is an error (0: unlimited)
 };
 
 // Where each cycle of a run went, for one unit: every cycle in exactly one category, so that they add up to
@@ -113,6 +120,8 @@ struct TraceEvent {
 
 // Chrome trace event JSON (Perfetto opens it): one track per unit, timestamps in microseconds of simulated time.
 std::string chrome_trace_json(const std::vector<TraceEvent>& events, const ChipConfig& cfg);
+// The same, written to `os` as it is made (a long trace never exists twice in memory).
+void write_chrome_trace(std::ostream& os, const std::vector<TraceEvent>& events, const ChipConfig& cfg);
 
 struct RunResult {
   RunStats stats;

@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+namespace boost::program_options {
+class error;
+}
+
 namespace tpusim::sim {
 
 // Every error the sim library reports (bad configuration, run-time faults, deadlock); what() is one line.
@@ -114,5 +118,10 @@ ChipConfig load_config(const std::string& source, const std::vector<std::string>
 std::vector<ParamInfo> describe(const ChipConfig& cfg);
 // Symbols a kernel may use (MXU_ROWS, MXU_COLS, ACC_ROWS, VMEM_BYTES, ...), passed to the assembler.
 std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cfg);
+
+// The one-line message of a Boost.Program_options error (a config file's or a command line's), with the user's
+// text in it quoted through isa::printable. Never call such an error's what() directly: Boost's placeholder
+// substitution loops forever when that text holds the placeholder itself ("%invalid_line%", "%value%").
+std::string option_error_text(const boost::program_options::error& e);
 
 }  // namespace tpusim::sim
