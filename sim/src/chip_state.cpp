@@ -28,8 +28,11 @@ bool ChipState::all_idle() const {
   return true;
 }
 
-void ChipState::signal(int s) {
+void ChipState::signal(int s, uint32_t pc) {
   if (!s) return;
+  if (sem[s] >= isa::kSemMax)
+    fail(pc, "semaphore s" + std::to_string(s) + " would count past " + std::to_string(isa::kSemMax) +
+                 " (signalled at " + std::to_string(isa::kSemMax) + ")");
   ++sem[s];
   sem_changed[s].notify();
 }

@@ -79,7 +79,7 @@ class ChipState {
   }
 
   bool all_idle() const;
-  void signal(int s);  // increments semaphore s (0: none)
+  void signal(int s, uint32_t pc);  // increments semaphore s (0: none); past isa::kSemMax fails at pc
 
   UnitStats& stats(isa::Unit u) { return run.stats.units[static_cast<int>(u)]; }
   bool functional() const { return run.opts.functional; }
