@@ -164,7 +164,7 @@ void write_numerics(std::ostream& o) {
        "`vpu.recip` and `vpu.rsqrt` are deterministic but not required to be correctly rounded; validation "
        "compares them with an fp64 reference within a stated tolerance.\n"
        "- **NaN, infinities, signed zeros, overflow.** No instruction traps or sets flags. Float results follow "
-       "IEEE 754 (NaN in gives NaN out; inf - inf, 0 x inf and 0/0-like cases give NaN; a result beyond the "
+       "IEEE 754 (NaN in gives NaN out; inf - inf and 0 x inf give NaN; a result beyond the "
        "type's range is +-inf); a NaN result is a quiet NaN whose sign and payload are unspecified. `vpu.max`, "
        "`vpu.min`, `vpu.rmax` and every ReLU (`vpu.relu`, `vpu.acc relu`) are IEEE 754-2019 *maximum* and "
        "*minimum*: a NaN operand gives NaN, and -0 < +0 (so relu(-0) = +0). Chosen over the older maxNum (which "

@@ -48,6 +48,10 @@ INT8_WORKLOADS = {"tinycnn", "resnet18", "bert_small", "gpt2_prefill"}
 
 BF16_MIN_COSINE, BF16_MAX_REL_L2 = 0.999, 2e-2
 INT8_MIN_COSINE = 0.99
+# int8 relative L2 error against PyTorch's float output: worst measured 3.9e-2 (resnet18 logits; gpt2_prefill
+# 1.2e-2, bert_small 7.1e-3, tinycnn 4.0e-3). Bounded so that an output off by a scale factor fails even where its
+# cosine stays high.
+INT8_MAX_REL_L2 = 0.08
 
 
 def tpusim(*args, check=True, timeout=RUN_TIMEOUT):
@@ -175,7 +179,8 @@ class WorkloadTests(unittest.TestCase):
 
 
 class Int8Tests:
-    """int8 (`--precision int8`, calibrated on the workload's own inputs) against PyTorch: cosine >= 0.99."""
+    """int8 (`--precision int8`, calibrated on the workload's own inputs) against PyTorch: cosine >= 0.99 and
+    relative L2 <= INT8_MAX_REL_L2; the compiled .tpub bit-identical."""
 
     def test_d_int8_against_torch(self):
         calib = []
@@ -190,8 +195,8 @@ class Int8Tests:
         for n, ref_path in self.w.refs.items():
             cos, rel = compare(outs[n], np.load(ref_path))
             print(f"  {n:20s} cosine {cos:.6f}  rel L2 {rel:.3e}")
-            if not cos >= INT8_MIN_COSINE:
-                failures.append(f"{n}: cosine {cos:.6f} (>= {INT8_MIN_COSINE})")
+            if not (cos >= INT8_MIN_COSINE and rel <= INT8_MAX_REL_L2):
+                failures.append(f"{n}: cosine {cos:.6f} (>= {INT8_MIN_COSINE}), rel L2 {rel:.3e} (<= {INT8_MAX_REL_L2})")
         self.assertFalse(failures, f"{self.NAME} int8: " + "; ".join(failures))
         # The int8 program compiled to a .tpub runs the same.
         tpub = os.path.join(self.tmp, "int8.tpub")
