@@ -14,8 +14,9 @@ PACKAGES=(
   libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev
   # Python (Debian's interpreter, /usr/bin/python3): model export and numeric references
   python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-venv
-  # the Python module `tpusim` (runtime/python): headers and Debian's pybind11
-  python3-dev pybind11-dev
+  # the Python module `tpusim` (runtime/python): headers and Debian's pybind11; pip installs it from the source
+  # tree with Debian's setuptools and wheel (pyproject.toml, setup.py)
+  python3-dev pybind11-dev python3-setuptools python3-wheel python3-pip
   ca-certificates
 )
 

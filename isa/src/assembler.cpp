@@ -40,7 +40,8 @@ Cls class_of(OperandKind k) {
 
 // Flags and the wait/signal semaphores of unit instructions are written by name after the positional operands.
 bool is_named(const InstrDesc& d, const OperandDesc& o) {
-  return o.kind == OperandKind::Flag || (o.kind == OperandKind::Sem && d.unit != Unit::Core);
+  return o.kind == OperandKind::Flag || o.kind == OperandKind::Key ||
+         (o.kind == OperandKind::Sem && d.unit != Unit::Core);
 }
 
 // A run of consecutive positional operands of one class, for "'add' expects 3 registers, got 2".
@@ -359,6 +360,13 @@ void Assembler::directive(Cursor& c, const Token& head) {
     prog_.name = c.expect_string("a program name").text;
     return c.expect_end();
   }
+  if (d == ".cores") {  // `.cores N`: the cores that run the program (Program::cores)
+    const Loc loc = c.peek().loc;
+    const int64_t n = eval_now(expr(c));
+    if (n < 1 || n > 1024) fail(loc, ".cores " + std::to_string(n) + " is outside 1..1024");
+    prog_.cores = static_cast<uint32_t>(n);
+    return c.expect_end();
+  }
   if (d == ".error") {
     std::string msg = c.at_end() ? "error" : c.expect_string("a message").text;
     c.expect_end();
@@ -662,6 +670,14 @@ void Assembler::parse_named(Cursor& c, const InstrDesc& d, PendingInstr& pi, con
     } else if (d.operands[i].kind == OperandKind::Flag) {  // flag=EXPR: set when the expression is non-zero
       c.expect("=");
       pi.ops[i].value = eval_now(expr(c)) != 0;
+    } else if (d.operands[i].kind == OperandKind::Key) {  // key=EXPR: an unsigned value of the field's width
+      c.expect("=");
+      const Loc loc = c.peek().loc;
+      const int64_t v = eval_now(expr(c));
+      const int64_t hi = (int64_t(1) << d.operands[i].width) - 1;
+      if (v < 0 || v > hi)
+        fail(loc, t.text + "=" + std::to_string(v) + " is outside 0.." + std::to_string(hi));
+      pi.ops[i].value = v;
     } else {
       c.expect("=");
       pi.ops[i].value = parse_semaphore(c.next());

@@ -23,6 +23,9 @@ OperandDesc parse_operand(std::string_view spec, const char* mnemonic) {
     d.kind = OperandKind::Sem, d.width = 5;
   } else if (k == "f") {
     d.kind = OperandKind::Flag, d.width = 1;
+  } else if (!k.empty() && k[0] == 'k') {
+    d.kind = OperandKind::Key;
+    d.width = std::stoi(std::string(k.substr(1)));
   } else if (!k.empty() && (k[0] == 'i' || k[0] == 'u')) {
     d.kind = k[0] == 'i' ? OperandKind::Imm : OperandKind::UImm;
     d.width = std::stoi(std::string(k.substr(1)));
@@ -210,6 +213,9 @@ std::string format(const Instr& in) {
       case OperandKind::DType: sep(), out += dtype_name(static_cast<DType>(v)); break;
       case OperandKind::Flag:
         if (v) sep(), out += o.name;
+        break;
+      case OperandKind::Key:
+        if (v) sep(), out += o.name + "=" + std::to_string(v);
         break;
       case OperandKind::Sem:
         // The wait/signal operands of unit instructions are keywords; sem.set's semaphore is positional.

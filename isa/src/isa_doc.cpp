@@ -53,6 +53,7 @@ std::string kind_text(const OperandDesc& o) {
     case OperandKind::DType: return "dtype";
     case OperandKind::Sem: return "semaphore";
     case OperandKind::Flag: return "flag";
+    case OperandKind::Key: return std::string("key u").append(std::to_string(o.width));
   }
   return "?";
 }
@@ -66,6 +67,8 @@ std::string syntax(const InstrDesc& d) {
       named += " [, " + o.name + "]";
     } else if (o.kind == OperandKind::Sem && d.unit != Unit::Core) {
       named += " [, " + o.name + "=sN]";
+    } else if (o.kind == OperandKind::Key) {
+      named += " [, " + o.name + "=N]";
     } else {
       pos += (pos.empty() ? " " : ", ") + o.name;
     }

@@ -60,7 +60,9 @@ const char* mem_space_name(MemSpace s) { return s == MemSpace::Vmem ? "vmem" : "
 namespace {
 
 constexpr char kMagic[4] = {'T', 'P', 'U', 'B'};
-enum SectionId : uint32_t { kCode = 1, kTensors = 2, kConst = 3, kName = 4, kSource = 5, kRegions = 6 };
+enum SectionId : uint32_t { kCode = 1, kTensors = 2, kConst = 3, kName = 4, kSource = 5, kRegions = 6, kCores = 7 };
+// The most cores a program may ask for (chip.cores allows the same).
+constexpr uint32_t kMaxCores = 1024;
 
 const char* section_name(uint32_t id) {
   switch (id) {
@@ -70,6 +72,7 @@ const char* section_name(uint32_t id) {
     case kName: return "name";
     case kSource: return "source";
     case kRegions: return "regions";
+    case kCores: return "cores";
   }
   return "unknown";
 }
@@ -365,13 +368,18 @@ std::vector<uint8_t> serialize(const Program& p) {
   Writer w;
   w.raw(kMagic, 4);
   w.u32(kProgramVersion);
-  w.u32(4 + !p.source.empty() + !p.regions.empty());
+  w.u32(4 + !p.source.empty() + !p.regions.empty() + (p.cores != 1));
   w.section(kCode, code_payload(p));
   w.section(kTensors, tensors_payload(p));
   w.section(kConst, p.const_data);
   w.section(kName, std::vector<uint8_t>(p.name.begin(), p.name.end()));
   if (!p.source.empty()) w.section(kSource, source_payload(p));
   if (!p.regions.empty()) w.section(kRegions, regions_payload(p));
+  if (p.cores != 1) {
+    Writer c;
+    c.u32(p.cores);
+    w.section(kCores, c.out);
+  }
   return std::move(w.out);
 }
 
@@ -399,7 +407,7 @@ Program deserialize(const std::vector<uint8_t>& bytes) {
     if (len > head.left())
       head.fail(what + " truncated: needs " + std::to_string(len) + " bytes, " + std::to_string(head.left()) + " left",
                 at);
-    if (id >= kCode && id <= kRegions && !seen.insert(id).second) head.fail("duplicate " + what, at);
+    if (id >= kCode && id <= kCores && !seen.insert(id).second) head.fail("duplicate " + what, at);
     Reader r(bytes, head.pos(), head.pos() + len, what);
     head.skip(len, "section");
     switch (id) {
@@ -409,6 +417,12 @@ Program deserialize(const std::vector<uint8_t>& bytes) {
       case kName: p.name = r.bytes(len, "name"); break;
       case kSource: source_offset = at, read_source(r, p); break;
       case kRegions: regions_offset = at, read_regions(r, p); break;
+      case kCores:
+        p.cores = r.u32("cores");
+        if (p.cores < 1 || p.cores > kMaxCores)
+          r.fail("the program asks for " + std::to_string(p.cores) + " cores (1.." + std::to_string(kMaxCores) + ")",
+                 at);
+        break;
       default: r.skip(len, "section"); break;  // unknown section: skipped, so later versions can add some
     }
     r.expect_end();

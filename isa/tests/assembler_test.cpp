@@ -183,7 +183,9 @@ TEST(AsmOperands, FlagsAndKeywordsInAnyOrder) {
   EXPECT_EQ(b.f[d.operand_index("accumulate")], 0);
   EXPECT_EQ(b.f[d.operand_index("wait")], 0);
   EXPECT_EQ(b.f[d.operand_index("signal")], 0);
-  EXPECT_EQ(only_instr(assemble("mxu.sync wait=s3\n", "k.s")).f[0], 3);
+  const isa::Instr sync = only_instr(assemble("mxu.sync wait=s3, mxu=2\n", "k.s"));
+  EXPECT_EQ(sync.f[sync.desc().operand_index("wait")], 3);
+  EXPECT_EQ(sync.f[sync.desc().operand_index("mxu")], 2);
   EXPECT_EQ(only_instr(assemble("sem.set s3, 0xffff\n", "k.s")).f[1], 0xffff);
 }
 

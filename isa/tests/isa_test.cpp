@@ -31,6 +31,7 @@ int64_t random_value(const OperandDesc& o, std::mt19937_64& rng) {
     case OperandKind::Flag: hi = 1; break;
     case OperandKind::Imm: lo = -(int64_t(1) << (o.width - 1)), hi = (int64_t(1) << (o.width - 1)) - 1; break;
     case OperandKind::UImm:
+    case OperandKind::Key:
     case OperandKind::Target: hi = static_cast<int64_t>((1ull << o.width) - 1); break;
   }
   switch (rng() % 8) {

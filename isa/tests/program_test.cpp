@@ -175,7 +175,7 @@ TEST(ProgramFormat, BadMagicAndVersion) {
   EXPECT_EQ(error_of(bad), "program: byte 0: not a tpusim program (bad magic)");
   bad = bytes;
   put_u32(bad, 4, 7);
-  EXPECT_EQ(error_of(bad), "program: byte 4: unsupported program version 7 (this build reads 3)");
+  EXPECT_EQ(error_of(bad), "program: byte 4: unsupported program version 7 (this build reads 4)");
 }
 
 TEST(ProgramFormat, VmemTensorsKeepTheirSpace) {

@@ -344,8 +344,11 @@ class ErrorsTest(unittest.TestCase):
         with self.assertRaises(ValueError) as cm:
             c.execute(exe, {"a": a[:, :15], "b": b})
         self.assertEqual(str(cm.exception), "input 'a': expected i8 [8, 16], got i8 [8, 15]")
-        with self.assertRaisesRegex(ValueError, r"input 'a': expected i8 \[8, 16\], got float64 \[8, 16\]"):
+        # float64 is cast to float32 (the module's casting rules), which an int8 input does not take either.
+        with self.assertRaisesRegex(ValueError, r"input 'a': expected i8 \[8, 16\], got f32 \[8, 16\]"):
             c.execute(exe, {"a": a.astype(np.float64), "b": b})
+        with self.assertRaisesRegex(ValueError, r"input 'a': expected i8 \[8, 16\], got float16 \[8, 16\]"):
+            c.execute(exe, {"a": a.astype(np.float16), "b": b})
         with self.assertRaisesRegex(ValueError, "has no input 'x'"):
             c.execute(exe, {"a": a, "b": b, "x": a})
         with self.assertRaisesRegex(ValueError, "missing input 'b'"):
@@ -354,10 +357,10 @@ class ErrorsTest(unittest.TestCase):
             c.execute(exe, {"a": a, "b": b}, device=3)
         with self.assertRaisesRegex(ValueError, "input 'a': expected i8"):
             c.execute_async(exe, {"a": c.buffer(a[:4]), "b": c.buffer(b)})
-        with self.assertRaisesRegex(ValueError, "tpusim.Buffer"):
-            c.execute_async(exe, {"a": a, "b": b})
-        with self.assertRaisesRegex(ValueError, "unsupported dtype"):
-            c.buffer(np.zeros(4, np.float64))
+        with self.assertRaisesRegex(ValueError, "unsupported dtype uint8"):
+            c.buffer(np.zeros(4, np.uint8))
+        with self.assertRaisesRegex(ValueError, "zero_copy needs a C-contiguous array"):
+            c.device_put(np.zeros((4, 4), np.int8)[:, ::2], zero_copy=True)
         with self.assertRaises(MemoryError) as cm:
             c.buffer(np.zeros(2 << 20, np.int8))  # HBM is 1 MiB
         self.assertIn("HBM", str(cm.exception))
@@ -370,6 +373,150 @@ class ErrorsTest(unittest.TestCase):
         c.close()
         with self.assertRaisesRegex(RuntimeError, "closed"):
             c.execute(exe, {"a": a, "b": b})
+        with self.assertRaisesRegex(RuntimeError, "was closed"):
+            tpusim.client()
+
+
+class ApiTest(unittest.TestCase):
+    """JAX's habits (issue 14): tpusim.client() fetched again, device_put, block_until_ready, np.asarray(buffer),
+    numpy or Buffer inputs alike, float64 cast to float32, several devices in one call; compile from bytes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.client = tpusim.client("edge", devices=2)
+        cls.gemm = cls.client.assemble(os.path.join(KERNELS, "gemm_int8.s"), {"M": 16, "K": 32, "N": 24})
+        cls.vadd = cls.client.assemble(os.path.join(KERNELS, "vadd.s"), {"N": 256})
+
+    def test_client_is_fetched_again(self):
+        # A notebook cell re-run: the same Client, not an error (and not a second SystemC elaboration).
+        self.assertIs(tpusim.client("edge", devices=2), self.client)
+        self.assertIs(tpusim.client(), self.client)
+        spaces = self.client.memory_spaces
+        self.assertEqual([m["name"] for m in spaces], ["device 0 hbm", "device 1 hbm", "host"])
+        self.assertEqual((spaces[1]["device"], spaces[2]["kind"], spaces[2]["device"]), (1, "host", -1))
+        with self.assertRaisesRegex(RuntimeError, "'edge' with 2 device"):
+            tpusim.client("v4-like")
+        with self.assertRaisesRegex(RuntimeError, "one per process"):
+            tpusim.Client("edge")
+
+    def test_device_put_and_array(self):
+        c = self.client
+        x = np.arange(12, dtype=np.int32).reshape(3, 4)
+        b = tpusim.device_put(x, device=1)
+        self.assertIs(tpusim.block_until_ready(b), b)
+        self.assertIs(b.block_until_ready(), b)
+        self.assertTrue(b.is_ready())
+        self.assertEqual((b.device, b.dtype, b.shape), (1, "i32", (3, 4)))
+        got = np.asarray(b)  # was a 0-d object array
+        self.assertEqual(got.dtype, np.int32)
+        np.testing.assert_array_equal(got, x)
+        np.testing.assert_array_equal(np.asarray(b, dtype=np.float64), x.astype(np.float64))
+        self.assertIs(c.device_put(b, device=1), b)  # already there
+        moved = c.device_put(b, device=0)
+        self.assertEqual(moved.device, 0)
+        np.testing.assert_array_equal(np.asarray(moved), x)
+        f64 = c.device_put(np.array([0.1, 1e-50, -2.5]))  # float64 -> float32, to nearest (1e-50 -> 0)
+        self.assertEqual(f64.dtype, "f32")
+        np.testing.assert_array_equal(np.asarray(f64), np.array([0.1, 1e-50, -2.5]).astype(np.float32))
+        z = c.device_put(x, zero_copy=True)
+        self.assertEqual(z.memory, "host")
+        np.testing.assert_array_equal(np.asarray(z), x)
+
+    def test_numpy_or_buffer_alike(self):
+        c, exe = self.client, self.gemm
+        rng = np.random.default_rng(11)
+        a, b = int8(rng, (16, 32)), int8(rng, (32, 24))
+        want = a.astype(np.int32) @ b.astype(np.int32)
+        for inputs in ({"a": a, "b": b}, {"a": c.device_put(a), "b": b}, {"a": c.device_put(a), "b": c.device_put(b)}):
+            np.testing.assert_array_equal(c.execute(exe, inputs).outputs["c"], want)
+            np.testing.assert_array_equal(np.asarray(c.execute_async(exe, inputs).result().outputs["c"]), want)
+        f = c.execute_async(exe, {"a": a, "b": b})
+        self.assertIs(f.block_until_ready(), f)
+        self.assertTrue(f.done())
+        # float64 data for an f32 program: cast to float32 first.
+        x, y = rng.uniform(-1, 1, 256), rng.uniform(-1, 1, 256)
+        got = c.execute(self.vadd, {"a": x, "b": y}).outputs["y"]
+        np.testing.assert_array_equal(got, x.astype(np.float32) + y.astype(np.float32))
+
+    def test_several_devices_in_one_call(self):
+        c, exe = self.client, self.gemm
+        rng = np.random.default_rng(12)
+        ins = [{"a": int8(rng, (16, 32)), "b": int8(rng, (32, 24))} for _ in range(2)]
+        wants = [i["a"].astype(np.int32) @ i["b"].astype(np.int32) for i in ins]
+        results = c.execute(exe, ins)
+        self.assertEqual(len(results), 2)
+        for r, want in zip(results, wants):
+            np.testing.assert_array_equal(r.outputs["c"], want)
+        futures = c.execute_async(exe, [ins[1], ins[0]], devices=[1, 0])
+        self.assertEqual([f.result().outputs["c"].device for f in futures], [1, 0])
+        np.testing.assert_array_equal(np.asarray(futures[0].result().outputs["c"]), wants[1])
+        np.testing.assert_array_equal(np.asarray(futures[1].result().outputs["c"]), wants[0])
+        with self.assertRaisesRegex(ValueError, "2 dicts of inputs for 3 devices"):
+            c.execute(exe, ins, devices=[0, 1, 2])
+        bad = dict(ins[1])
+        del bad["b"]
+        with self.assertRaisesRegex(ValueError, "missing input 'b'"):
+            c.execute_async(exe, [ins[0], bad])
+
+    def test_compile_from_bytes_and_cache(self):
+        c = self.client
+        path = os.path.join(WORKLOADS, "mlp", "mlp.onnx")
+        before = c.cache_stats()
+        e1 = c.compile(path)
+        e2 = c.compile(os.path.join(WORKLOADS, "mlp", "..", "mlp", ".", "mlp.onnx"))
+        after = c.cache_stats()
+        self.assertEqual(after["compilations"], before["compilations"] + 1)  # one file, two spellings
+        self.assertEqual(e1.fingerprint, e2.fingerprint)
+        with open(path, "rb") as f:
+            data = f.read()
+        e3 = c.compile(data, name="mlp.onnx")
+        self.assertEqual(e3.fingerprint, e1.fingerprint)
+        self.assertEqual(c.compile(bytearray(data), name="mlp.onnx").fingerprint, e1.fingerprint)
+        self.assertEqual(c.cache_stats()["compilations"], before["compilations"] + 2)  # bytes: by content, once
+        import onnx
+        self.assertEqual(c.compile(onnx.load(path), name="mlp.onnx").fingerprint, e1.fingerprint)
+        with self.assertRaisesRegex(ValueError, "junk.onnx"):
+            c.compile(b"junk", name="junk.onnx")
+        x = np.load(os.path.join(WORKLOADS, "mlp", "x.npy"))
+        y = c.execute(e3, {"x": x.astype(np.float64)}).outputs
+        np.testing.assert_allclose(list(y.values())[0], np.load(os.path.join(WORKLOADS, "mlp", "y_ref.npy")),
+                                   rtol=0.05, atol=0.05)
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class MemoryTest(unittest.TestCase):
+    """1,000 executions from Python with flat memory: the resident set grows by less than 4 MiB after a warm-up
+    (each execution makes 16 KiB of outputs and 32 KiB of inputs on the device: a leak of either would be 16+ MiB)."""
+
+    def test_thousand_executions_flat_rss(self):
+        c = tpusim.client("edge")
+        exe = c.assemble(os.path.join(KERNELS, "vadd.s"), {"N": 4096})
+        rng = np.random.default_rng(13)
+        a, b = rng.uniform(-1, 1, 4096).astype(np.float32), rng.uniform(-1, 1, 4096).astype(np.float32)
+        want = a + b
+
+        def step(i):
+            if i % 2:
+                out = c.execute(exe, {"a": a, "b": b}).outputs["y"]
+            else:
+                out = np.asarray(c.execute_async(exe, {"a": a, "b": c.device_put(b)}).result().outputs["y"])
+            if i % 100 == 0:
+                np.testing.assert_array_equal(out, want)
+
+        for i in range(100):  # warm-up: allocator pools, caches, first-use costs
+            step(i)
+        before = rss_bytes()
+        for i in range(1000):
+            step(i)
+        grown = rss_bytes() - before
+        print(f"\nRSS over 1000 executions: {before / 2**20:.1f} MiB -> {(before + grown) / 2**20:.1f} MiB "
+              f"({grown / 2**10:+.0f} KiB)")
+        self.assertLess(grown, 4 << 20)
+        self.assertEqual(c.memory_stats()["live_buffers"], 0)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,15 @@
 // The Python module `tpusim` (issue 5): the runtime's C++ API (runtime.h) bound with Debian's pybind11.
 //
-//   c = tpusim.Client("edge")                         # one Client per process (SystemC elaborates once)
+//   c = tpusim.client("edge")                         # the process's Client, made on first use (SystemC
+//                                                     # elaborates once): a re-run notebook cell gets it again
 //   exe = c.assemble("kernels/gemm_int8.s", {"M": 64, "K": 64, "N": 64})
-//   r = c.execute(exe, {"a": a, "b": b})              # numpy in, numpy out; r.cycles, r.stats, r.profile()
-//   buf = c.buffer(a); f = c.execute_async(exe, {"a": buf, ...}); f.result().outputs["c"].to_numpy()
+//   r = c.execute(exe, {"a": a, "b": b})              # numpy or Buffers in, numpy out; r.cycles, r.stats
+//   buf = c.device_put(a); f = c.execute_async(exe, {"a": buf, "b": b}); np.asarray(f.result().outputs["c"])
+//
+// Inputs (JAX's habits): execute and execute_async take numpy arrays and Buffers alike. Casting rules, for
+// numpy inputs and device_put: float64 -> float32 (round to nearest, as JAX does without x64); int64 -> int32
+// (an element outside int32 is a ValueError); float32 -> bf16 where the program declares bf16 (round to nearest
+// even); int8, int32 and float32 as they are; any other dtype is a ValueError naming it.
 //
 // Errors: the runtime's Status codes become Python exceptions with the runtime's one-line message:
 // INVALID_ARGUMENT -> ValueError, OUT_OF_MEMORY -> MemoryError, anything else -> RuntimeError (so do the
@@ -94,8 +100,11 @@ std::string dtype_text(const py::array& a) {
   return d ? isa::dtype_name(*d) : numpy_dtype_name(a);
 }
 
-// A numpy array argument; int64 arrays (token ids as PyTorch makes them) become int32, range-checked.
+// A numpy array argument, cast by the rules above: int64 arrays (token ids as PyTorch makes them) become int32,
+// range-checked; float64 arrays become float32.
 py::array as_array(const py::handle& h) {
+  if (py::isinstance<py::array_t<double>>(h))
+    return py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(h);
   if (py::isinstance<py::array_t<int64_t>>(h)) {
     auto a = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(h);
     py::array_t<int32_t> out(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
@@ -218,9 +227,15 @@ std::string profile_table(const runtime::Profile& p, const std::string& program_
 
 struct PyBuffer {
   runtime::Buffer b;
+  py::object keep;  // zero-copy: the numpy array whose memory the buffer refers to
 
   void check() const {
     if (!b.valid()) throw py::value_error("no buffer");
+  }
+  // Waits (without the GIL) until the bytes are in place; raises the error that prevented it.
+  void block_until_ready() const {
+    check();
+    take(await_nogil(b.ready()));
   }
   py::array to_numpy() const {
     check();
@@ -287,12 +302,16 @@ PyClient* g_live_client = nullptr;
 
 struct PyClient {
   std::unique_ptr<runtime::Client> c;
+  std::string config_name;  // as made: what tpusim.client() compares
+  std::vector<std::string> sets;
+  int num_devices = 1;
 
-  PyClient(const std::string& config, const std::vector<std::string>& sets, int devices) {
+  PyClient(const std::string& config, const std::vector<std::string>& sets, int devices)
+      : config_name(config), sets(sets), num_devices(devices) {
     if (g_client_made)
       throw std::runtime_error(
-          "tpusim: this process already made a Client, and SystemC allows one per process: make one Client "
-          "and reuse it (start another process for another configuration)");
+          "tpusim: this process already made a Client, and SystemC allows one per process: reuse it "
+          "(tpusim.client() returns it; another configuration needs another process)");
     if (devices < 1) throw py::value_error("a client needs at least one device, not " + std::to_string(devices));
     sim::ChipConfig cfg;
     try {
@@ -332,10 +351,23 @@ struct PyClient {
     return d;
   }
 
-  runtime::Executable compile(const std::string& path,
+  // `model`: a path, the bytes of a serialized ONNX model, or an onnx.ModelProto (anything with
+  // SerializeToString); `name` names bytes in errors and its stem names the program.
+  runtime::Executable compile(const py::object& model,
                               const std::optional<std::map<std::string, std::vector<int64_t>>>& shapes,
-                              const std::string& precision, const py::object& calibration) {
+                              const std::string& precision, const py::object& calibration, const std::string& name) {
     runtime::Client& cl = client();
+    std::optional<std::string> bytes;
+    std::string path;
+    if (py::isinstance<py::bytes>(model) || py::isinstance<py::bytearray>(model) ||
+        py::isinstance<py::memoryview>(model)) {
+      bytes = py::module_::import("builtins").attr("bytes")(model).cast<std::string>();
+    } else if (py::hasattr(model, "SerializeToString")) {
+      bytes = model.attr("SerializeToString")().cast<std::string>();
+    } else {
+      path = py::str(model).cast<std::string>();  // str or os.PathLike
+      if (py::hasattr(model, "__fspath__")) path = model.attr("__fspath__")().cast<std::string>();
+    }
     runtime::CompileOptions opts;
     opts.input_shapes = shapes.value_or(std::map<std::string, std::vector<int64_t>>{});
     if (precision == "int8") opts.precision = compiler::Precision::INT8;
@@ -357,9 +389,31 @@ struct PyClient {
     runtime::StatusOr<runtime::Executable> r = runtime::Status(runtime::StatusCode::kInternal, "not compiled");
     {
       py::gil_scoped_release nogil;
-      r = cl.compile_onnx(path, opts);
+      r = bytes ? cl.compile_onnx_bytes(*bytes, opts, name) : cl.compile_onnx(path, opts);
     }
     return take(std::move(r));
+  }
+
+  py::dict cache_stats() const {
+    runtime::CacheStats s = client().cache_stats();
+    py::dict d;
+    d["compilations"] = s.compilations;
+    d["hits"] = s.hits;
+    return d;
+  }
+
+  py::dict memory_stats(int device) const {
+    runtime::Client& cl = client();
+    if (device < 0 || device >= cl.device_count())
+      throw py::value_error("device " + std::to_string(device) + " does not exist (the client has " +
+                            std::to_string(cl.device_count()) + ")");
+    runtime::AllocatorStats s = cl.memory_stats(device);
+    py::dict d;
+    d["live_buffers"] = s.live_count;
+    d["live_bytes"] = s.live_bytes;
+    d["peak_bytes"] = s.peak_bytes;
+    d["total_allocations"] = s.total_allocations;
+    return d;
   }
 
   runtime::Executable load(const std::string& path, const std::map<std::string, int64_t>& defines,
@@ -399,7 +453,13 @@ struct PyClient {
     return d;
   }
 
-  PyBuffer buffer(const py::object& obj, int device, const std::optional<std::string>& dtype) {
+  py::object buffer(const py::object& obj, int device, const std::optional<std::string>& dtype, bool zero_copy) {
+    if (py::isinstance<PyBuffer>(obj)) {  // device_put of a Buffer: itself if it is already there
+      const PyBuffer& b = obj.cast<const PyBuffer&>();
+      b.check();
+      if (b.b.device() == device && (!dtype || parse_dtype(*dtype) == b.b.dtype())) return obj;
+      return buffer(py::object(b.to_numpy()), device, dtype, zero_copy);
+    }
     py::array a = as_array(obj);
     isa::DType d;
     if (dtype) {
@@ -411,8 +471,80 @@ struct PyClient {
                               " (tpusim takes int8, int32 and float32 arrays; dtype='bf16' rounds float32)");
       d = *have;
     }
+    if (zero_copy) {
+      if (dtype_of(a) != d || !(a.flags() & py::array::c_style))
+        throw py::value_error("zero_copy needs a C-contiguous array of the buffer's dtype (int8, int32 or float32), "
+                              "got " + numpy_dtype_name(a));
+      // The array must stay unchanged while the buffer lives (it is kept alive by the Buffer).
+      return py::cast(PyBuffer{take(client().buffer_from_host(a.data(), d, shape_of(a), device,
+                                                              runtime::HostSemantics::kZeroCopy)),
+                               a});
+    }
     std::vector<uint8_t> bytes = array_bytes(a, d);
-    return PyBuffer{take(client().buffer_from_host(bytes.data(), d, shape_of(a), device))};
+    return py::cast(PyBuffer{take(client().buffer_from_host(bytes.data(), d, shape_of(a), device)), py::object()});
+  }
+
+  // One device's arguments from {name: numpy array or Buffer}. Arrays are checked against the declaration and
+  // become zero-copy buffers over `host` (execute: it waits, so the bytes outlive the run) or copies
+  // (execute_async). timing_only: missing inputs are zeros.
+  runtime::ExecuteArgs device_args(const runtime::Executable& exe, const py::dict& inputs, int device,
+                                   bool timing_only, bool zero_copy, std::vector<std::vector<uint8_t>>& host) {
+    runtime::Client& cl = client();
+    check_names(exe, inputs);
+    runtime::ExecuteArgs args;
+    args.device = device;
+    for (const auto* d : exe.inputs()) {
+      py::str key(d->name);
+      if (inputs.contains(key) && py::isinstance<PyBuffer>(inputs[key])) {
+        const PyBuffer& b = inputs[key].cast<const PyBuffer&>();
+        b.check();
+        args.inputs[d->name] = b.b;  // the runtime checks its device, dtype and shape
+        continue;
+      }
+      if (!inputs.contains(key)) {
+        if (!timing_only) throw py::value_error("missing input '" + d->name + "' (" + runtime::describe(*d) + ")");
+        host.emplace_back(d->bytes(), 0);  // timing only: the values do not matter
+      } else {
+        py::array a = as_array(inputs[key]);
+        auto have = dtype_of(a);
+        bool ok_dtype = have && (*have == d->dtype || (d->dtype == isa::DType::BF16 && *have == isa::DType::F32));
+        if (!ok_dtype || shape_of(a) != d->shape)
+          throw py::value_error("input '" + d->name + "': expected " + isa::dtype_name(d->dtype) + " " +
+                                shape_text(d->shape) + ", got " + dtype_text(a) + " " + shape_text(shape_of(a)));
+        host.push_back(array_bytes(a, d->dtype));
+      }
+      args.inputs[d->name] = take(cl.buffer_from_host(
+          host.back().data(), d->dtype, d->shape, device,
+          zero_copy ? runtime::HostSemantics::kZeroCopy : runtime::HostSemantics::kCopy));
+    }
+    return args;
+  }
+
+  // Inputs for one device (a dict) or several (a list of dicts, on `devices`, default 0, 1, ...).
+  std::vector<runtime::ExecuteArgs> all_args(const runtime::Executable& exe, const py::object& inputs, int device,
+                                             const std::optional<std::vector<int>>& devices, bool timing_only,
+                                             bool zero_copy, std::vector<std::vector<uint8_t>>& host) {
+    std::vector<runtime::ExecuteArgs> all;
+    if (py::isinstance<py::dict>(inputs)) {
+      if (devices && devices->size() != 1)
+        throw py::value_error("one dict of inputs for " + std::to_string(devices->size()) + " devices");
+      all.push_back(device_args(exe, inputs.cast<py::dict>(), devices ? devices->front() : device, timing_only,
+                                zero_copy, host));
+      return all;
+    }
+    py::list lists(inputs);
+    if (devices && devices->size() != lists.size())
+      throw py::value_error(std::to_string(lists.size()) + " dicts of inputs for " +
+                            std::to_string(devices->size()) + " devices");
+    size_t count = 0;
+    for (const auto& l : lists) count += 1 + py::len(l);
+    host.reserve(count);  // zero-copy buffers point into `host`: it must not reallocate
+    for (size_t i = 0; i < lists.size(); ++i) {
+      if (!py::isinstance<py::dict>(lists[i])) throw py::value_error("inputs: a dict, or a list of dicts (one per device)");
+      all.push_back(device_args(exe, lists[i].cast<py::dict>(), devices ? (*devices)[i] : static_cast<int>(i),
+                                timing_only, zero_copy, host));
+    }
+    return all;
   }
 
   // Checks the names of `inputs` against the program's inputs (ValueError naming them).
@@ -437,57 +569,52 @@ struct PyClient {
     return o;
   }
 
-  PyResult execute(const runtime::Executable& exe, const py::dict& inputs, bool timing_only, bool trace, int device,
-                   uint64_t max_cycles) {
+  // Runs and waits; outputs as numpy arrays. `inputs` a dict (one device) or a list of dicts (several devices,
+  // run together): a Result, or a list of them.
+  py::object execute(const runtime::Executable& exe, const py::object& inputs, bool timing_only, bool trace,
+                     int device, uint64_t max_cycles, const std::optional<std::vector<int>>& devices) {
     runtime::Client& cl = client();
-    check_names(exe, inputs);
-    // Host bytes (rounded to bf16 where declared), kept alive until the run is done: zero-copy buffers.
-    std::vector<std::vector<uint8_t>> host;
+    std::vector<std::vector<uint8_t>> host;  // the numpy inputs' bytes, alive until the run is done (zero-copy)
     host.reserve(exe.inputs().size());
-    runtime::ExecuteArgs args;
-    args.device = device;
-    for (const auto* d : exe.inputs()) {
-      py::str key(d->name);
-      if (!inputs.contains(key)) {
-        if (!timing_only) throw py::value_error("missing input '" + d->name + "' (" + runtime::describe(*d) + ")");
-        host.emplace_back(d->bytes(), 0);  // timing only: the values do not matter
-      } else {
-        py::array a = as_array(inputs[key]);
-        auto have = dtype_of(a);
-        bool ok_dtype = have && (*have == d->dtype || (d->dtype == isa::DType::BF16 && *have == isa::DType::F32));
-        if (!ok_dtype || shape_of(a) != d->shape)
-          throw py::value_error("input '" + d->name + "': expected " + isa::dtype_name(d->dtype) + " " +
-                                shape_text(d->shape) + ", got " + dtype_text(a) + " " + shape_text(shape_of(a)));
-        host.push_back(array_bytes(a, d->dtype));
-      }
-      args.inputs[d->name] = take(cl.buffer_from_host(host.back().data(), d->dtype, d->shape, device,
-                                                      runtime::HostSemantics::kZeroCopy));
-    }
+    std::vector<runtime::ExecuteArgs> all = all_args(exe, inputs, device, devices, timing_only, true, host);
     runtime::ExecuteOptions o = options(timing_only, trace, max_cycles);
     o.output_memory = runtime::MemoryKind::kHost;
-    runtime::ExecuteOutput out = take(await_nogil(cl.execute_async(exe, args, o)));
-    args.inputs.clear();
-    PyResult r{py::dict(), std::move(out.run), exe, cl.config(), trace, py::object()};
-    for (auto& [name, b] : out.outputs) r.outputs[py::str(name)] = ::to_numpy(take(await_nogil(b.to_host())));
-    return r;
+    std::vector<runtime::Future<runtime::ExecuteOutput>> futures = cl.execute_async(exe, all, o);
+    std::vector<runtime::StatusOr<runtime::ExecuteOutput>> outs;
+    {
+      py::gil_scoped_release nogil;
+      for (const auto& f : futures) outs.push_back(f.await());
+    }
+    all.clear();
+    py::list results;
+    for (auto& r : outs) {
+      runtime::ExecuteOutput out = take(std::move(r));
+      PyResult res{py::dict(), std::move(out.run), exe, cl.config(), trace, py::object()};
+      for (auto& [name, b] : out.outputs) res.outputs[py::str(name)] = ::to_numpy(take(await_nogil(b.to_host())));
+      results.append(py::cast(std::move(res)));
+    }
+    if (py::isinstance<py::dict>(inputs)) return results[0];
+    return results;
   }
 
-  PyFuture execute_async(const runtime::Executable& exe, const py::dict& inputs, int device, bool timing_only,
-                         bool trace, uint64_t max_cycles, const std::vector<std::string>& donate) {
+  // Starts the run and returns at once: a Future, or a list of them (one per device) for a list of dicts. numpy
+  // inputs are copied to the device first (device_put).
+  py::object execute_async(const runtime::Executable& exe, const py::object& inputs, int device, bool timing_only,
+                           bool trace, uint64_t max_cycles, const std::vector<std::string>& donate,
+                           const std::optional<std::vector<int>>& devices) {
     runtime::Client& cl = client();
-    runtime::ExecuteArgs args;
-    args.device = device;
-    for (auto item : inputs) {
-      std::string name = py::str(item.first);
-      if (!py::isinstance<PyBuffer>(item.second))
-        throw py::value_error("input '" + name + "': execute_async takes tpusim.Buffer values (client.buffer(array))");
-      args.inputs[name] = item.second.cast<const PyBuffer&>().b;
+    std::vector<std::vector<uint8_t>> host;
+    std::vector<runtime::ExecuteArgs> all = all_args(exe, inputs, device, devices, timing_only, false, host);
+    for (auto& a : all) a.donate.insert(donate.begin(), donate.end());
+    auto futures = cl.execute_async(exe, all, options(timing_only, trace, max_cycles));
+    py::list out;
+    for (auto& f : futures) {
+      // A mistake in the arguments is found at once (the Future is ready with it): raise it here, not at result().
+      if (f.ready() && !f.await().ok()) raise(f.await().status());
+      out.append(py::cast(PyFuture{f, exe, cl.config(), trace}));
     }
-    args.donate.insert(donate.begin(), donate.end());
-    PyFuture f{cl.execute_async(exe, args, options(timing_only, trace, max_cycles)), exe, cl.config(), trace};
-    // A mistake in the arguments is found at once (the Future is ready with it): raise it here, not at result().
-    if (f.f.ready() && !f.f.await().ok()) raise(f.f.await().status());
-    return f;
+    if (py::isinstance<py::dict>(inputs)) return out[0];
+    return out;
   }
 };
 
@@ -544,6 +671,16 @@ PYBIND11_MODULE(tpusim, m) {
       })
       .def_property_readonly("deleted", [](const PyBuffer& b) { b.check(); return b.b.deleted(); })
       .def("to_numpy", &PyBuffer::to_numpy, "Copies the buffer to a new numpy array (bf16 as float32); waits.")
+      .def("__array__",
+           [](const PyBuffer& b, py::object dtype, py::object copy) {
+             py::array a = b.to_numpy();
+             return dtype.is_none() ? a : py::array(a.attr("astype")(dtype));
+           },
+           py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
+           "np.asarray(buffer): a new numpy array (bf16 as float32); waits")
+      .def("block_until_ready", [](py::object self) { self.cast<const PyBuffer&>().block_until_ready(); return self; },
+           "Waits until the buffer's bytes are in place (raises the error that prevented it); returns the buffer")
+      .def("is_ready", [](const PyBuffer& b) { b.check(); return b.b.ready().ready(); })
       .def("delete", [](PyBuffer& b) { b.check(); b.b.Delete(); }, "Releases the buffer's memory now.")
       .def("__repr__", &PyBuffer::repr);
 
@@ -562,6 +699,8 @@ PYBIND11_MODULE(tpusim, m) {
 
   py::class_<PyFuture>(m, "Future", "An execution in flight (Client.execute_async).")
       .def("result", &PyFuture::result, "Waits (without the GIL) and returns the Result; outputs are Buffers")
+      .def("block_until_ready", [](py::object self) { take(await_nogil(self.cast<const PyFuture&>().f)); return self; },
+           "Waits until the run is done (raises its error); returns the Future")
       .def("done", &PyFuture::done);
 
   py::class_<PyClient>(m, "Client",
@@ -570,26 +709,53 @@ PYBIND11_MODULE(tpusim, m) {
            py::arg("sets") = std::vector<std::string>{}, py::arg("devices") = 1,
            "config: a preset name or an INI file; sets: ['section.key=value', ...]; devices: identical chips")
       .def_property_readonly("devices", [](const PyClient& c) { return c.client().devices(); })
+      .def_property_readonly("memory_spaces",
+                             [](const PyClient& c) {
+                               py::list l;
+                               for (const auto& m : c.client().memory_spaces()) {
+                                 py::dict d;
+                                 d["name"] = m.name;
+                                 d["kind"] = m.kind == runtime::MemoryKind::kHost ? "host" : "hbm";
+                                 d["device"] = m.device;
+                                 d["capacity"] = m.capacity;
+                                 l.append(d);
+                               }
+                               return l;
+                             },
+                             "[{'name': 'device 0 hbm', 'kind': 'hbm', 'device': 0, 'capacity': bytes}, ..., host]")
       .def_property_readonly("config", &PyClient::config, "every parameter: {'mxu.rows': '128', ...}")
       .def_property_readonly("chip", [](const PyClient& c) { return c.client().config().chip.name; })
-      .def("compile", &PyClient::compile, py::arg("path"), py::arg("shapes") = py::none(),
-           py::arg("precision") = "bf16", py::arg("calibration") = py::none(),
-           "Compiles an ONNX model (cached); shapes: {input: [dims]} for dynamic dimensions; precision 'bf16' or "
-           "'int8' (calibration: a dict of input arrays, or a list of them, the activation scales are measured on)")
+      .def("compile", &PyClient::compile, py::arg("model"), py::arg("shapes") = py::none(),
+           py::arg("precision") = "bf16", py::arg("calibration") = py::none(), py::arg("name") = "model.onnx",
+           "Compiles an ONNX model: a path, bytes, or an onnx.ModelProto (cached by canonical path and mtime, or by "
+           "content); shapes: {input: [dims]} for dynamic dimensions; precision 'bf16' or 'int8' (calibration: a "
+           "dict of input arrays, or a list of them, the activation scales are measured on); name: for bytes")
+      .def("cache_stats", &PyClient::cache_stats, "{'compilations': ONNX models compiled, 'hits': cache hits}")
+      .def("memory_stats", &PyClient::memory_stats, py::arg("device") = 0,
+           "The device's HBM: {'live_buffers', 'live_bytes', 'peak_bytes', 'total_allocations'}")
       .def("load", &PyClient::load, py::arg("path"), py::arg("defines") = std::map<std::string, int64_t>{},
            py::arg("shapes") = py::none(), ".s: assemble, .onnx: compile, else a .tpub binary")
       .def("assemble", &PyClient::assemble, py::arg("path"), py::arg("defines") = std::map<std::string, int64_t>{})
       .def("deserialize", &PyClient::deserialize, py::arg("data"), "The inverse of Executable.serialize()")
       .def("cost_analysis", &PyClient::cost_analysis, py::arg("executable"))
+      .def("device_put", &PyClient::buffer, py::arg("array"), py::arg("device") = 0, py::arg("dtype") = py::none(),
+           py::arg("zero_copy") = false,
+           "A Buffer on `device` from a numpy array (copied into HBM before it returns; cast by the module's rules; "
+           "dtype='bf16' rounds float32 to bf16) or a Buffer (itself if already there). zero_copy=True: no copy, "
+           "the Buffer refers to the array's memory (in host memory; keep the array unchanged while it lives)")
       .def("buffer", &PyClient::buffer, py::arg("array"), py::arg("device") = 0, py::arg("dtype") = py::none(),
-           "Copies a numpy array into a device's HBM; dtype='bf16' rounds float32 data to bf16")
+           py::arg("zero_copy") = false, "The same as device_put")
       .def("execute", &PyClient::execute, py::arg("executable"), py::arg("inputs"), py::arg("timing_only") = false,
-           py::arg("trace") = false, py::arg("device") = 0, py::arg("max_cycles") = 0,
-           "Runs with numpy inputs {name: array} and waits; outputs are numpy arrays (bf16 as float32). "
-           "timing_only: no arithmetic, no outputs, inputs may be left out")
+           py::arg("trace") = false, py::arg("device") = 0, py::arg("max_cycles") = 0, py::arg("devices") = py::none(),
+           "Runs and waits; inputs {name: numpy array or Buffer}, or a list of such dicts to run on several devices "
+           "together (devices: which, default 0, 1, ...; a list of Results). Outputs are numpy arrays (bf16 as "
+           "float32). timing_only: no arithmetic, no outputs, inputs may be left out")
       .def("execute_async", &PyClient::execute_async, py::arg("executable"), py::arg("inputs"), py::arg("device") = 0,
            py::arg("timing_only") = false, py::arg("trace") = false, py::arg("max_cycles") = 0,
-           py::arg("donate") = std::vector<std::string>{}, "Runs with Buffer inputs; returns a Future at once")
+           py::arg("donate") = std::vector<std::string>{}, py::arg("devices") = py::none(),
+           "Starts the run and returns a Future at once (a list of them for a list of dicts); inputs as execute "
+           "(numpy arrays are copied to the device at the call); donate: input names whose Buffers are deleted by "
+           "the call, their memory reused for outputs")
       .def("close", &PyClient::close, "Finishes queued work and stops the chips (no new Client can follow)")
       .def("__enter__", [](PyClient& c) -> PyClient& { return c; }, py::return_value_policy::reference)
       .def("__exit__", [](PyClient& c, py::args) { c.close(); })
@@ -598,6 +764,55 @@ PYBIND11_MODULE(tpusim, m) {
         return "<tpusim.Client " + c.c->config().chip.name + ", " + std::to_string(c.c->device_count()) +
                " device(s)>";
       });
+
+  m.def(
+      "client",
+      [](std::optional<std::string> config, std::optional<std::vector<std::string>> sets, std::optional<int> devices) {
+        py::module_ self = py::module_::import("tpusim");
+        if (g_live_client) {
+          const PyClient& c = *g_live_client;
+          if ((config && *config != c.config_name) || (sets && *sets != c.sets) ||
+              (devices && *devices != c.num_devices)) {
+            std::string have = "'" + c.config_name + "'";
+            for (const auto& s : c.sets) have += " " + s;
+            throw std::runtime_error("tpusim.client: this process's Client is " + have + " with " +
+                                     std::to_string(c.num_devices) +
+                                     " device(s), and SystemC allows one per process (another configuration "
+                                     "needs another process)");
+          }
+          return py::cast(g_live_client, py::return_value_policy::reference);
+        }
+        if (g_client_made) throw std::runtime_error("tpusim.client: this process's Client was closed, and SystemC "
+                                                    "allows one per process");
+        py::object c = self.attr("Client")(config.value_or("v4-like"), sets.value_or(std::vector<std::string>{}),
+                                           devices.value_or(1));
+        self.attr("_client") = c;  // kept: the module owns a Client it made
+        return c;
+      },
+      py::arg("config") = py::none(), py::arg("sets") = py::none(), py::arg("devices") = py::none(),
+      "The process's Client: the one already made (by tpusim.client or tpusim.Client) if any, else a new one "
+      "(config default 'v4-like', 1 device). Arguments given must match the existing Client's (RuntimeError "
+      "otherwise). Re-running a notebook cell that calls it gets the same Client.");
+  m.def(
+      "device_put",
+      [](const py::object& x, int device, std::optional<std::string> dtype, bool zero_copy) {
+        if (!g_live_client) throw std::runtime_error("tpusim.device_put: no Client yet (tpusim.client(...) makes one)");
+        return g_live_client->buffer(x, device, dtype, zero_copy);
+      },
+      py::arg("x"), py::arg("device") = 0, py::arg("dtype") = py::none(), py::arg("zero_copy") = false,
+      "Client.device_put on the process's Client");
+  m.def(
+      "block_until_ready",
+      [](py::object x) {
+        if (py::isinstance<PyBuffer>(x)) x.cast<const PyBuffer&>().block_until_ready();
+        else if (py::hasattr(x, "block_until_ready")) x.attr("block_until_ready")();
+        else if (py::isinstance<py::dict>(x) || py::isinstance<py::list>(x) || py::isinstance<py::tuple>(x)) {
+          py::iterable items = py::isinstance<py::dict>(x) ? py::iterable(x.attr("values")()) : py::iterable(x);
+          for (const auto& v : items) py::module_::import("tpusim").attr("block_until_ready")(v);
+        }
+        return x;
+      },
+      py::arg("x"), "Waits for every Buffer or Future in x (a Buffer, a Future, or a dict/list of them); returns x");
 
   // Stop the simulation thread before the interpreter (and the process's static objects) go away.
   py::module_::import("atexit").attr("register")(py::cpp_function([] {

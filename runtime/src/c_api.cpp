@@ -15,7 +15,9 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tpusim/runtime/runtime.h"
@@ -44,6 +46,7 @@ struct TpusimError {
 struct TpusimClient {
   std::unique_ptr<rt::Client> client;
   std::vector<std::string> descriptions;  // DeviceDescription::to_string() of each device
+  std::vector<rt::MemorySpace> spaces;    // Client::memory_spaces()
 };
 
 struct TpusimBuffer {
@@ -58,6 +61,10 @@ struct TpusimExecutable {
 
 // Asynchronous work: `wait` blocks until it is done (and finishes it on the caller's side), once.
 struct TpusimEvent {
+  TpusimEvent() = default;
+  template <class T>
+  explicit TpusimEvent(const rt::Future<T>& f)  // ready when f is; its error, if any
+      : ready([f] { return f.ready(); }), wait([f]() -> Status { return f.await().status(); }) {}
   std::function<bool()> ready;
   std::function<Status()> wait;
   std::mutex mu;
@@ -155,11 +162,50 @@ TpusimError* guarded(F&& body, TpusimErrorCode thrown = TPUSIM_INTERNAL) {
     if (TpusimError* e_ = (expr)) return e_; \
   } while (0)
 #define TPUSIM_CHECK_ARGS(fn, args, type) TPUSIM_CHECK(check_args(fn, args, type##_STRUCT_SIZE))
+// For a struct that grew: callers built against version 1 set a struct_size up to v1_last, read the rest only
+// where HAS_FIELD says struct_size covers it.
+#define TPUSIM_CHECK_ARGS_V1(fn, args, type, v1_last) TPUSIM_CHECK(check_args(fn, args, TPUSIM_STRUCT_SIZE(type, v1_last)))
+#define HAS_FIELD(args, field) \
+  ((args)->struct_size >= offsetof(std::remove_pointer_t<decltype(args)>, field) + sizeof((args)->field))
 
 bool valid_dtype(TpusimDType t) { return int(t) >= 0 && int(t) < tpusim::isa::kNumDTypes; }
 
 std::vector<int64_t> dims_of(const int64_t* dims, size_t n) {
   return n ? std::vector<int64_t>(dims, dims + n) : std::vector<int64_t>{};
+}
+
+// The names in `names` (n of them, none NULL), or an error naming `field`.
+TpusimError* names_of(const char* fn, const char* field, const char* const* names, size_t n, std::set<std::string>& out) {
+  if (n && !names) return invalid(fn, std::string(field) + " is NULL");
+  for (size_t i = 0; i < n; ++i) {
+    if (!names[i]) return invalid(fn, std::string(field) + "[" + std::to_string(i) + "] is NULL");
+    out.insert(names[i]);
+  }
+  return nullptr;
+}
+
+// One device's arguments: input_names[i] is buffers[i].
+TpusimError* device_args(const char* fn, int32_t device, const char* const* input_names, TpusimBuffer* const* buffers,
+                         size_t num_inputs, const std::set<std::string>& donate, rt::ExecuteArgs& ea) {
+  if (num_inputs && (!input_names || !buffers)) return invalid(fn, "input_names or input buffers is NULL");
+  ea.device = device;
+  for (size_t i = 0; i < num_inputs; ++i) {
+    if (!input_names[i] || !buffers[i]) return invalid(fn, "input " + std::to_string(i) + " has a NULL name or buffer");
+    if (!ea.inputs.emplace(input_names[i], buffers[i]->buffer).second)
+      return invalid(fn, std::string("input '") + input_names[i] + "' given twice");
+  }
+  ea.donate = donate;
+  return nullptr;
+}
+
+// The handles of one device's execution (the future of execute_async).
+void make_execution(const TpusimExecutable& exe, const rt::Client& client, rt::Future<rt::ExecuteOutput> future,
+                    std::unique_ptr<TpusimExecution>& x, std::unique_ptr<TpusimEvent>& e) {
+  x = std::make_unique<TpusimExecution>();
+  for (const auto* d : exe.outputs) x->output_names.push_back(d->name);
+  x->cfg = client.config();
+  x->future = std::move(future);
+  e = std::make_unique<TpusimEvent>(x->future);
 }
 
 }  // namespace
@@ -200,8 +246,11 @@ TpusimError* tpusim_client_create(TpusimClientCreateArgs* args) {
       return make_error(known ? TPUSIM_INVALID_ARGUMENT : TPUSIM_NOT_FOUND, e.what());
     }
     auto h = std::make_unique<TpusimClient>();
-    h->client = std::make_unique<rt::Client>(cfg, args->num_devices ? args->num_devices : 1);
+    auto made = rt::Client::Create(cfg, args->num_devices ? args->num_devices : 1);
+    if (!made.ok()) return from_status(made.status());
+    h->client = std::move(made).value();
     for (const auto& d : h->client->devices()) h->descriptions.push_back(d.to_string());
+    h->spaces = h->client->memory_spaces();
     args->client = h.release();
     return nullptr;
   }, TPUSIM_INVALID_ARGUMENT);
@@ -236,18 +285,56 @@ TpusimError* tpusim_client_device_description(TpusimClientDeviceDescriptionArgs*
   return nullptr;
 }
 
+TpusimError* tpusim_client_stats(TpusimClientStatsArgs* args) {
+  static const char* fn = "tpusim_client_stats";
+  TPUSIM_CHECK_ARGS(fn, args, TpusimClientStatsArgs);
+  TPUSIM_CHECK(check_handle(fn, args->client, "client"));
+  const rt::Client& c = *args->client->client;
+  if (args->device < 0 || args->device >= c.device_count())
+    return invalid(fn, "device " + std::to_string(args->device) + " does not exist (the client has " +
+                           std::to_string(c.device_count()) + ")");
+  rt::CacheStats cache = c.cache_stats();
+  rt::AllocatorStats mem = c.memory_stats(args->device);
+  args->compilations = cache.compilations;
+  args->cache_hits = cache.hits;
+  args->live_buffers = mem.live_count;
+  args->live_bytes = mem.live_bytes;
+  args->peak_bytes = mem.peak_bytes;
+  args->total_allocations = mem.total_allocations;
+  return nullptr;
+}
+
+TpusimError* tpusim_client_memory_space(TpusimClientMemorySpaceArgs* args) {
+  static const char* fn = "tpusim_client_memory_space";
+  TPUSIM_CHECK_ARGS(fn, args, TpusimClientMemorySpaceArgs);
+  TPUSIM_CHECK(check_handle(fn, args->client, "client"));
+  const auto& spaces = args->client->spaces;
+  args->num_memory_spaces = spaces.size();
+  if (args->index >= spaces.size())
+    return invalid(fn, "memory space " + std::to_string(args->index) + " does not exist (the client has " +
+                           std::to_string(spaces.size()) + ")");
+  const rt::MemorySpace& m = spaces[args->index];
+  args->name = m.name.c_str();
+  args->device = m.device;
+  args->capacity = m.capacity;
+  args->is_host = m.kind == rt::MemoryKind::kHost;
+  return nullptr;
+}
+
 // --- Buffers.
 
 TpusimError* tpusim_buffer_from_host(TpusimBufferFromHostArgs* args) {
   static const char* fn = "tpusim_buffer_from_host";
-  TPUSIM_CHECK_ARGS(fn, args, TpusimBufferFromHostArgs);
+  TPUSIM_CHECK_ARGS_V1(fn, args, TpusimBufferFromHostArgs, buffer);
   TPUSIM_CHECK(check_handle(fn, args->client, "client"));
   TPUSIM_CHECK(check_handle(fn, args->data, "data"));
   if (args->num_dims && !args->dims) return invalid(fn, "dims is NULL");
   if (!valid_dtype(args->dtype)) return invalid(fn, "dtype " + std::to_string(int(args->dtype)) + " is not a TpusimDType");
   return guarded([&]() -> TpusimError* {
+    bool zero_copy = HAS_FIELD(args, zero_copy) && args->zero_copy;
     auto b = args->client->client->buffer_from_host(args->data, static_cast<DType>(args->dtype),
-                                                    dims_of(args->dims, args->num_dims), args->device);
+                                                    dims_of(args->dims, args->num_dims), args->device,
+                                                    zero_copy ? rt::HostSemantics::kZeroCopy : rt::HostSemantics::kCopy);
     if (!b.ok()) return from_status(b.status());
     args->buffer = new TpusimBuffer{std::move(b).value()};
     return nullptr;
@@ -267,17 +354,8 @@ TpusimError* tpusim_buffer_to_host(TpusimBufferToHostArgs* args) {
     return invalid(fn, "dst_size " + std::to_string(args->dst_size) + " is less than the buffer's " +
                            std::to_string(b.bytes()) + " bytes");
   return guarded([&]() -> TpusimError* {
-    auto f = b.to_host();
-    auto* e = new TpusimEvent;
-    e->ready = [f] { return f.ready(); };
-    e->wait = [f, dst = args->dst]() -> Status {
-      const auto& r = f.await();
-      if (!r.ok()) return r.status();
-      const auto& data = r.value().data;
-      if (!data.empty()) std::memcpy(dst, data.data(), data.size());
-      return Status::Ok();
-    };
-    args->event = e;
+    // Ready once dst is filled (issue 14: it used to be filled inside tpusim_event_await).
+    args->event = new TpusimEvent(b.to_host(args->dst));
     return nullptr;
   });
 }
@@ -294,14 +372,25 @@ TpusimError* tpusim_buffer_dims(TpusimBufferDimsArgs* args) {
 
 TpusimError* tpusim_buffer_info(TpusimBufferInfoArgs* args) {
   static const char* fn = "tpusim_buffer_info";
-  TPUSIM_CHECK_ARGS(fn, args, TpusimBufferInfoArgs);
+  TPUSIM_CHECK_ARGS_V1(fn, args, TpusimBufferInfoArgs, is_deleted);
   TPUSIM_CHECK(check_handle(fn, args->buffer, "buffer"));
   const rt::Buffer& b = args->buffer->buffer;
   args->dtype = static_cast<TpusimDType>(b.dtype());
   args->device = b.device();
   args->size_in_bytes = b.bytes();
   args->is_deleted = b.deleted();
+  if (HAS_FIELD(args, is_host_memory)) args->is_host_memory = b.memory() == rt::MemoryKind::kHost;
   return nullptr;
+}
+
+TpusimError* tpusim_buffer_ready_event(TpusimBufferReadyEventArgs* args) {
+  static const char* fn = "tpusim_buffer_ready_event";
+  TPUSIM_CHECK_ARGS(fn, args, TpusimBufferReadyEventArgs);
+  TPUSIM_CHECK(check_handle(fn, args->buffer, "buffer"));
+  return guarded([&]() -> TpusimError* {
+    args->event = new TpusimEvent(args->buffer->buffer.ready());
+    return nullptr;
+  });
 }
 
 TpusimError* tpusim_buffer_delete(TpusimBufferDeleteArgs* args) {
@@ -326,19 +415,45 @@ TpusimError* tpusim_buffer_destroy(TpusimBufferDestroyArgs* args) {
 
 TpusimError* tpusim_executable_compile_onnx(TpusimExecutableCompileOnnxArgs* args) {
   static const char* fn = "tpusim_executable_compile_onnx";
-  TPUSIM_CHECK_ARGS(fn, args, TpusimExecutableCompileOnnxArgs);
+  TPUSIM_CHECK_ARGS_V1(fn, args, TpusimExecutableCompileOnnxArgs, executable);
   TPUSIM_CHECK(check_handle(fn, args->client, "client"));
-  TPUSIM_CHECK(check_handle(fn, args->path, "path"));
+  const bool v2 = HAS_FIELD(args, calibration_set_size);
+  const void* bytes = v2 ? args->bytes : nullptr;
+  if (!bytes) TPUSIM_CHECK(check_handle(fn, args->path, "path"));
   if (args->num_shapes && (!args->shape_names || !args->shape_dims || !args->shape_num_dims))
     return invalid(fn, "shape_names, shape_dims or shape_num_dims is NULL");
   return guarded([&]() -> TpusimError* {
-    std::map<std::string, std::vector<int64_t>> shapes;
+    rt::CompileOptions opts;
     for (size_t i = 0; i < args->num_shapes; ++i) {
       if (!args->shape_names[i] || (args->shape_num_dims[i] && !args->shape_dims[i]))
         return invalid(fn, "shape " + std::to_string(i) + " has a NULL name or dims");
-      shapes[args->shape_names[i]] = dims_of(args->shape_dims[i], args->shape_num_dims[i]);
+      opts.input_shapes[args->shape_names[i]] = dims_of(args->shape_dims[i], args->shape_num_dims[i]);
     }
-    auto e = args->client->client->compile_onnx(args->path, shapes);
+    if (v2 && args->precision != TPUSIM_PRECISION_BF16 && args->precision != TPUSIM_PRECISION_INT8)
+      return invalid(fn, "precision " + std::to_string(int(args->precision)) + " is not a TpusimPrecision");
+    if (v2 && args->precision == TPUSIM_PRECISION_INT8) opts.precision = tpusim::compiler::Precision::INT8;
+    if (v2 && args->num_calibration) {
+      if (!args->calibration) return invalid(fn, "calibration is NULL");
+      const size_t per_set = args->calibration_set_size ? args->calibration_set_size : args->num_calibration;
+      if (args->num_calibration % per_set)
+        return invalid(fn, "num_calibration " + std::to_string(args->num_calibration) +
+                               " is not a multiple of calibration_set_size " + std::to_string(per_set));
+      for (size_t i = 0; i < args->num_calibration; ++i) {
+        const TpusimHostTensor& t = args->calibration[i];
+        if (!t.name || !valid_dtype(t.dtype) || (t.num_dims && !t.dims))
+          return invalid(fn, "calibration[" + std::to_string(i) + "] has a NULL name or dims, or a bad dtype");
+        rt::HostTensor h{static_cast<DType>(t.dtype), dims_of(t.dims, t.num_dims), {}};
+        h.data.resize(static_cast<size_t>(h.elements()) * tpusim::isa::dtype_size(h.dtype));
+        if (!h.data.empty() && !t.data) return invalid(fn, "calibration[" + std::to_string(i) + "] has no data");
+        if (!h.data.empty()) std::memcpy(h.data.data(), t.data, h.data.size());
+        if (i % per_set == 0) opts.calibration.emplace_back();
+        opts.calibration.back()[t.name] = std::move(h);
+      }
+    }
+    auto e = bytes ? args->client->client->compile_onnx_bytes(
+                         std::string(static_cast<const char*>(bytes), args->num_bytes), opts,
+                         args->path ? args->path : "model.onnx")
+                   : args->client->client->compile_onnx(args->path, opts);
     if (!e.ok()) return from_status(e.status());
     args->executable = new TpusimExecutable(std::move(e).value());
     return nullptr;
@@ -453,33 +568,55 @@ TpusimError* tpusim_executable_destroy(TpusimExecutableDestroyArgs* args) {
 
 TpusimError* tpusim_execute(TpusimExecuteArgs* args) {
   static const char* fn = "tpusim_execute";
-  TPUSIM_CHECK_ARGS(fn, args, TpusimExecuteArgs);
+  TPUSIM_CHECK_ARGS_V1(fn, args, TpusimExecuteArgs, done);
   TPUSIM_CHECK(check_handle(fn, args->client, "client"));
   TPUSIM_CHECK(check_handle(fn, args->executable, "executable"));
-  if (args->num_inputs && (!args->input_names || !args->input_buffers))
-    return invalid(fn, "input_names or input_buffers is NULL");
   return guarded([&]() -> TpusimError* {
+    std::set<std::string> donate;
+    if (HAS_FIELD(args, num_donate)) TPUSIM_CHECK(names_of(fn, "donate", args->donate, args->num_donate, donate));
     rt::ExecuteArgs ea;
-    ea.device = args->device;
-    for (size_t i = 0; i < args->num_inputs; ++i) {
-      if (!args->input_names[i] || !args->input_buffers[i])
-        return invalid(fn, "input " + std::to_string(i) + " has a NULL name or buffer");
-      if (!ea.inputs.emplace(args->input_names[i], args->input_buffers[i]->buffer).second)
-        return invalid(fn, std::string("input '") + args->input_names[i] + "' given twice");
-    }
+    TPUSIM_CHECK(device_args(fn, args->device, args->input_names, args->input_buffers, args->num_inputs, donate, ea));
     rt::ExecuteOptions opts;
     opts.functional = !args->timing_only;
     opts.max_cycles = args->max_cycles;
-    const TpusimExecutable& exe = *args->executable;
-    auto x = std::make_unique<TpusimExecution>();
-    for (const auto* d : exe.outputs) x->output_names.push_back(d->name);
-    x->cfg = args->client->client->config();
-    x->future = args->client->client->execute_async(exe.exe, ea, opts);
-    auto e = std::make_unique<TpusimEvent>();
-    e->ready = [f = x->future] { return f.ready(); };
-    e->wait = [f = x->future] { return f.await().status(); };
+    const rt::Client& client = *args->client->client;
+    std::unique_ptr<TpusimExecution> x;
+    std::unique_ptr<TpusimEvent> e;
+    make_execution(*args->executable, client, args->client->client->execute_async(args->executable->exe, ea, opts),
+                   x, e);
     args->execution = x.release();
     args->done = e.release();
+    return nullptr;
+  });
+}
+
+TpusimError* tpusim_execute_devices(TpusimExecuteDevicesArgs* args) {
+  static const char* fn = "tpusim_execute_devices";
+  TPUSIM_CHECK_ARGS(fn, args, TpusimExecuteDevicesArgs);
+  TPUSIM_CHECK(check_handle(fn, args->client, "client"));
+  TPUSIM_CHECK(check_handle(fn, args->executable, "executable"));
+  if (!args->num_devices) return invalid(fn, "num_devices is 0");
+  if (!args->devices || !args->executions || !args->done) return invalid(fn, "devices, executions or done is NULL");
+  if (args->num_inputs && !args->argument_lists) return invalid(fn, "argument_lists is NULL");
+  return guarded([&]() -> TpusimError* {
+    std::set<std::string> donate;
+    TPUSIM_CHECK(names_of(fn, "donate", args->donate, args->num_donate, donate));
+    std::vector<rt::ExecuteArgs> all(args->num_devices);
+    for (size_t d = 0; d < args->num_devices; ++d)
+      TPUSIM_CHECK(device_args(fn, args->devices[d], args->input_names,
+                               args->num_inputs ? args->argument_lists[d] : nullptr, args->num_inputs, donate, all[d]));
+    rt::ExecuteOptions opts;
+    opts.functional = !args->timing_only;
+    opts.max_cycles = args->max_cycles;
+    const rt::Client& client = *args->client->client;
+    auto futures = args->client->client->execute_async(args->executable->exe, all, opts);
+    std::vector<std::unique_ptr<TpusimExecution>> xs(futures.size());
+    std::vector<std::unique_ptr<TpusimEvent>> es(futures.size());
+    for (size_t d = 0; d < futures.size(); ++d) make_execution(*args->executable, client, futures[d], xs[d], es[d]);
+    for (size_t d = 0; d < futures.size(); ++d) {  // nothing throws from here on
+      args->executions[d] = xs[d].release();
+      args->done[d] = es[d].release();
+    }
     return nullptr;
   });
 }

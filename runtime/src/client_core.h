@@ -43,6 +43,13 @@ struct BufferState {
   std::shared_ptr<Storage> storage;  // null once deleted (or donated)
 };
 
+// An ONNX model to compile: a file (`bytes` null) or a serialized model in memory (`name` names it).
+struct ModelSource {
+  std::string path;
+  const std::string* bytes = nullptr;
+  const std::string& name() const { return path; }
+};
+
 // One execute_async call on the simulation thread (one or several devices), in the steps that let several run
 // together in one simulation: start() stages each device's inputs and starts its chip (sim::Chip::start),
 // appending the chip to `started`; then one sim::Chip::run_started runs every started chip of the batch; then
@@ -94,7 +101,7 @@ struct ClientCore {
 
   std::mutex cache_mu;
   std::map<uint64_t, Executable> programs;   // by fingerprint
-  std::map<std::string, Executable> models;  // by path, mtime and input shapes
+  std::map<std::string, Executable> models;  // by canonical path, mtime and size, or content; and options
   std::map<uint64_t, CostAnalysis> costs;    // by fingerprint
   CacheStats cache;
 
@@ -108,7 +115,7 @@ struct ClientCore {
 
   // The executable caches, shared by Client's const and non-const methods.
   StatusOr<Executable> load_program(isa::Program program);
-  StatusOr<Executable> compile_onnx(const std::string& path,
+  StatusOr<Executable> compile_onnx(const ModelSource& src,
                                     const std::map<std::string, std::vector<int64_t>>& input_shapes,
                                     const compiler::Options& extra = {});
 

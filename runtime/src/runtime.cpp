@@ -91,6 +91,12 @@ struct Item {
   std::vector<Event> input_ready;
   std::vector<std::shared_ptr<Storage>> donated;
   Promise<ExecuteOutput> promise;
+  bool settled = false;  // the promise has its value (a mistake found at submission): set it only once
+  void settle(StatusOr<ExecuteOutput> v) {
+    if (settled) return;
+    settled = true;
+    promise.set_value(std::move(v));
+  }
   // On the simulation thread:
   Status status;
   bool reserved = false, started = false;
@@ -302,8 +308,33 @@ Future<HostTensor> Buffer::to_host() const {
 // ---------------------------------------------------------------------------------------------------------------
 // Client
 
+namespace {
+// Set by the first Client of the process (SystemC elaborates once per process; see Client::Create).
+std::atomic<bool> g_client_made{false};
+const char* const kSecondClient =
+    "a Client was already made in this process, and SystemC elaborates chips once per process: make one Client "
+    "and share it (another configuration needs another process)";
+}  // namespace
+
+StatusOr<std::unique_ptr<Client>> Client::Create(const sim::ChipConfig& cfg, int num_devices) {
+  if (num_devices < 1) return invalid("a client needs at least one device, not " + std::to_string(num_devices));
+  if (g_client_made.exchange(true)) return Status(StatusCode::kFailedPrecondition, kSecondClient);
+  std::unique_ptr<Client> c(new Client());
+  try {
+    c->start(cfg, num_devices);
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kInternal, e.what());
+  }
+  return c;
+}
+
 Client::Client(const sim::ChipConfig& cfg, int num_devices) {
   if (num_devices < 1) throw Error("a client needs at least one device, not " + std::to_string(num_devices));
+  if (g_client_made.exchange(true)) throw Error(kSecondClient);
+  start(cfg, num_devices);
+}
+
+void Client::start(const sim::ChipConfig& cfg, int num_devices) {
   core_ = std::make_shared<ClientCore>(cfg, num_devices);
   ClientCore& c = *core_;
   for (int d = 0; d < num_devices; ++d) {
@@ -338,7 +369,9 @@ Client::Client(const sim::ChipConfig& cfg, int num_devices) {
   }
 }
 
-Client::~Client() { core_->stop(); }
+Client::~Client() {
+  if (core_) core_->stop();
+}
 
 const sim::ChipConfig& Client::config() const { return core_->cfg; }
 int Client::device_count() const { return core_->num_devices; }
@@ -420,14 +453,27 @@ StatusOr<Executable> ClientCore::load_program(isa::Program program) {
 }
 
 // `extra`: precision, activation ranges and calibration outputs (its target and input_shapes are ignored).
-StatusOr<Executable> ClientCore::compile_onnx(const std::string& path,
+StatusOr<Executable> ClientCore::compile_onnx(const ModelSource& src,
                                               const std::map<std::string, std::vector<int64_t>>& input_shapes,
                                               const compiler::Options& extra) {
-  std::error_code ec;
-  auto mtime = std::filesystem::last_write_time(path, ec);
-  if (ec) return Status(StatusCode::kNotFound, path + ": " + ec.message());
-  std::string key = std::filesystem::absolute(path).string() + "|" +
-                    std::to_string(mtime.time_since_epoch().count());
+  const std::string& path = src.path;
+  std::string key;
+  if (src.bytes) {  // by content, and by name (its stem names the program)
+    const auto* b = reinterpret_cast<const uint8_t*>(src.bytes->data());
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a64(b, src.bytes->size())));
+    key = std::string("bytes:") + hex + "|" + std::to_string(src.bytes->size()) + "|" +
+          std::filesystem::path(path).stem().string();
+  } else {  // by the file's canonical path (symlinks and "..", resolved), modification time and size
+    std::error_code ec;
+    std::filesystem::path canonical = std::filesystem::canonical(path, ec);
+    if (ec) return Status(StatusCode::kNotFound, path + ": " + ec.message());
+    auto mtime = std::filesystem::last_write_time(canonical, ec);
+    uint64_t size = ec ? 0 : std::filesystem::file_size(canonical, ec);
+    if (ec) return Status(StatusCode::kNotFound, path + ": " + ec.message());
+    key = "file:" + canonical.string() + "|" + std::to_string(mtime.time_since_epoch().count()) + "|" +
+          std::to_string(size);
+  }
   for (const auto& [name, shape] : input_shapes) key += "|" + name + "=" + shape_text(shape);
   if (extra.precision == compiler::Precision::INT8) key += "|int8";
   if (extra.expose_calibration) key += "|calibration";
@@ -450,7 +496,7 @@ StatusOr<Executable> ClientCore::compile_onnx(const std::string& path,
   opts.input_shapes = input_shapes;
   isa::Program program;
   try {
-    program = compiler::compile_onnx_file(path, opts);
+    program = src.bytes ? compiler::compile_onnx(*src.bytes, path, opts) : compiler::compile_onnx_file(path, opts);
   } catch (const std::exception& e) {
     return invalid(e.what());
   }
@@ -471,16 +517,26 @@ StatusOr<Executable> Client::deserialize_executable(const std::vector<uint8_t>& 
 
 StatusOr<Executable> Client::compile_onnx(const std::string& path,
                                           const std::map<std::string, std::vector<int64_t>>& input_shapes) {
-  return core_->compile_onnx(path, input_shapes);
+  return core_->compile_onnx(detail::ModelSource{path}, input_shapes);
 }
 
 StatusOr<Executable> Client::compile_onnx(const std::string& path, const CompileOptions& opts) {
-  if (opts.precision == compiler::Precision::BF16) return core_->compile_onnx(path, opts.input_shapes);
+  return compile(detail::ModelSource{path}, opts);
+}
+
+StatusOr<Executable> Client::compile_onnx_bytes(const std::string& bytes, const CompileOptions& opts,
+                                                const std::string& name) {
+  return compile(detail::ModelSource{name, &bytes}, opts);
+}
+
+StatusOr<Executable> Client::compile(const detail::ModelSource& src, const CompileOptions& opts) {
+  const std::string& path = src.path;
+  if (opts.precision == compiler::Precision::BF16) return core_->compile_onnx(src, opts.input_shapes);
   if (opts.calibration.empty())
     return invalid(path + ": int8 needs calibration inputs (at least one set of model inputs)");
   compiler::Options calib;
   calib.expose_calibration = true;
-  StatusOr<Executable> probe = core_->compile_onnx(path, opts.input_shapes, calib);
+  StatusOr<Executable> probe = core_->compile_onnx(src, opts.input_shapes, calib);
   if (!probe.ok()) return probe.status();
   const std::string prefix = compiler::kCalibrationPrefix;
   compiler::Options q;
@@ -499,7 +555,7 @@ StatusOr<Executable> Client::compile_onnx(const std::string& path, const Compile
   } catch (const std::exception& e) {
     return invalid(path + ": calibration run: " + e.what());
   }
-  return core_->compile_onnx(path, opts.input_shapes, q);
+  return core_->compile_onnx(src, opts.input_shapes, q);
 }
 
 Executable Client::compile_onnx_file(const std::string& path, const CompileOptions& opts) {
@@ -726,9 +782,9 @@ struct Run : detail::Execution {
       it.input_ready.clear();
       it.donated.clear();
       it.outputs.clear();
-      if (!it.status.ok()) it.promise.set_value(it.status);
+      if (!it.status.ok()) it.settle(it.status);
     }
-    for (auto& [it, out] : done) it->promise.set_value(std::move(out));
+    for (auto& [it, out] : done) it->settle(std::move(out));
   }
 };
 
@@ -749,7 +805,7 @@ std::vector<Future<ExecuteOutput>> Client::execute_async(const Executable& exe, 
     Item& it = run->items[i];
     it.status = common.ok() ? check_args(*core_, exe, args[i], it) : common;
     if (!it.status.ok()) {
-      it.promise.set_value(it.status);
+      it.settle(it.status);
       it.inputs.clear();
       it.donated.clear();
     } else {
@@ -762,7 +818,7 @@ std::vector<Future<ExecuteOutput>> Client::execute_async(const Executable& exe, 
   if (!core_->post(run))
     for (Item& it : run->items)
       if (it.status.ok()) {
-        it.promise.set_value(shutting_down());
+        it.settle(shutting_down());
         it.inputs.clear();
         it.donated.clear();
       }
@@ -789,7 +845,7 @@ Executable Client::compile_onnx_file(const std::string& path,
     opts.input_shapes = input_shapes;
     return Executable(compiler::compile_onnx_file(path, opts));
   }
-  return core_->compile_onnx(path, input_shapes).value();
+  return core_->compile_onnx(detail::ModelSource{path}, input_shapes).value();
 }
 
 Executable Client::load_file(const std::string& path, const std::map<std::string, int64_t>& defines,

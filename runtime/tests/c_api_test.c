@@ -50,7 +50,9 @@ static void expect_error(TpusimError* err, TpusimErrorCode code, const char* par
 
 enum { M = 24, K = 40, N = 36 }; /* not multiples of the edge chip's 32x32 array: the edges are exercised */
 
-static TpusimBuffer* upload(TpusimClient* client, const void* data, TpusimDType dtype, int64_t d0, int64_t d1) {
+/* A buffer of `data` (d0 x d1 of dtype) on `device`; zero_copy: referring to data instead of copying it. */
+static TpusimBuffer* upload_to(TpusimClient* client, const void* data, TpusimDType dtype, int64_t d0, int64_t d1,
+                               int32_t device, bool zero_copy) {
   int64_t dims[2] = {d0, d1};
   TpusimBufferFromHostArgs a = {0};
   a.struct_size = TpusimBufferFromHostArgs_STRUCT_SIZE;
@@ -59,9 +61,13 @@ static TpusimBuffer* upload(TpusimClient* client, const void* data, TpusimDType 
   a.dtype = dtype;
   a.dims = dims;
   a.num_dims = 2;
-  a.device = 0;
+  a.device = device;
+  a.zero_copy = zero_copy;
   OK(tpusim_buffer_from_host(&a));
   return a.buffer;
+}
+static TpusimBuffer* upload(TpusimClient* client, const void* data, TpusimDType dtype, int64_t d0, int64_t d1) {
+  return upload_to(client, data, dtype, d0, d1, 0, false);
 }
 
 static void destroy_buffer(TpusimBuffer* b) {
@@ -99,6 +105,221 @@ static TpusimExecution* run_gemm(TpusimClient* client, TpusimExecutable* exe, Tp
   return x.execution;
 }
 
+static TpusimClientStatsArgs client_stats(TpusimClient* client, int32_t device) {
+  TpusimClientStatsArgs a = {0};
+  a.struct_size = TpusimClientStatsArgs_STRUCT_SIZE;
+  a.client = client;
+  a.device = device;
+  OK(tpusim_client_stats(&a));
+  return a;
+}
+
+/* Issue 14, bug 2: a second client was accepted (and crashed the first later). */
+static void test_second_client_is_refused(void) {
+  TpusimClientCreateArgs a = {0};
+  a.struct_size = TpusimClientCreateArgs_STRUCT_SIZE;
+  a.config = "edge";
+  TpusimError* err = tpusim_client_create(&a);
+  EXPECT(tpusim_error_code(err) == TPUSIM_FAILED_PRECONDITION);
+  EXPECT(strstr(tpusim_error_message(err), "already made") != NULL);
+  EXPECT(strchr(tpusim_error_message(err), '\n') == NULL); /* one line */
+  tpusim_error_destroy(err);
+}
+
+/* Issue 14, bug 3: the event of a copy to the host was ready before dst was filled (it was filled in await).
+ * Polled without awaiting: once ready, dst must hold the bytes. */
+static void test_to_host_event_ready_means_filled(TpusimBuffer* buffer, const int32_t* expected, size_t n) {
+  int32_t* dst = malloc(n * sizeof *dst);
+  for (size_t i = 0; i < n; ++i) dst[i] = -7;
+  TpusimBufferToHostArgs th = {0};
+  th.struct_size = TpusimBufferToHostArgs_STRUCT_SIZE;
+  th.buffer = buffer;
+  th.dst = dst;
+  th.dst_size = n * sizeof *dst;
+  OK(tpusim_buffer_to_host(&th));
+  TpusimEventIsReadyArgs r = {TpusimEventIsReadyArgs_STRUCT_SIZE, th.event, false};
+  do OK(tpusim_event_is_ready(&r));
+  while (!r.is_ready);
+  EXPECT(memcmp(dst, expected, n * sizeof *dst) == 0);
+  destroy_event(th.event);
+  free(dst);
+}
+
+/* Several devices in one call (issue 14: also bug 1's reproducer in C): device 1 gets a wrong-shape input and
+ * fails alone; device 0 computes the GEMM. */
+static void test_execute_devices(TpusimClient* client, TpusimExecutable* exe, const int8_t* a, const int8_t* b,
+                                 const int32_t* expected) {
+  TpusimBuffer* a0 = upload(client, a, TPUSIM_DTYPE_I8, M, K);
+  TpusimBuffer* b0 = upload(client, b, TPUSIM_DTYPE_I8, K, N);
+  TpusimBuffer* b1 = upload_to(client, b, TPUSIM_DTYPE_I8, K, N, 1, false);
+  const char* names[2] = {"a", "b"};
+  TpusimBuffer* list0[2] = {a0, b0};
+  TpusimBuffer* list1[2] = {b1, b1}; /* b where a goes */
+  TpusimBuffer* const* lists[2] = {list0, list1};
+  int32_t devices[2] = {0, 1};
+  TpusimExecution* xs[2] = {NULL, NULL};
+  TpusimEvent* done[2] = {NULL, NULL};
+  TpusimExecuteDevicesArgs x = {0};
+  x.struct_size = TpusimExecuteDevicesArgs_STRUCT_SIZE;
+  x.client = client;
+  x.executable = exe;
+  x.num_devices = 2;
+  x.devices = devices;
+  x.input_names = names;
+  x.num_inputs = 2;
+  x.argument_lists = lists;
+  x.executions = xs;
+  x.done = done;
+  OK(tpusim_execute_devices(&x));
+  EXPECT_ERROR(await_event(done[1]), TPUSIM_INVALID_ARGUMENT, "input 'a': expected i8 [24, 40], got i8 [40, 36]");
+  OK(await_event(done[0]));
+  TpusimExecutionOutputArgs out = {0};
+  out.struct_size = TpusimExecutionOutputArgs_STRUCT_SIZE;
+  out.execution = xs[0];
+  OK(tpusim_execution_output(&out));
+  test_to_host_event_ready_means_filled(out.buffer, expected, M * N);
+  destroy_buffer(out.buffer);
+  for (int d = 0; d < 2; ++d) {
+    destroy_event(done[d]);
+    destroy_execution(xs[d]);
+  }
+  destroy_buffer(a0);
+  destroy_buffer(b0);
+  destroy_buffer(b1);
+}
+
+/* A zero-copy input (no HBM) and a donated one (deleted by the call): the same GEMM result. */
+static void test_zero_copy_and_donation(TpusimClient* client, TpusimExecutable* exe, const int8_t* a, const int8_t* b,
+                                        const int32_t* expected) {
+  const uint64_t live = client_stats(client, 0).live_buffers;
+  TpusimBuffer* za = upload_to(client, a, TPUSIM_DTYPE_I8, M, K, 0, true);
+  EXPECT(client_stats(client, 0).live_buffers == live); /* no HBM */
+  TpusimBufferInfoArgs bi = {0};
+  bi.struct_size = TpusimBufferInfoArgs_STRUCT_SIZE;
+  bi.buffer = za;
+  OK(tpusim_buffer_info(&bi));
+  EXPECT(bi.is_host_memory && !bi.is_deleted);
+  TpusimBuffer* db = upload(client, b, TPUSIM_DTYPE_I8, K, N);
+  EXPECT(client_stats(client, 0).live_buffers == live + 1);
+  const char* names[2] = {"a", "b"};
+  TpusimBuffer* buffers[2] = {za, db};
+  const char* donate[1] = {"b"};
+  TpusimExecuteArgs x = {0};
+  x.struct_size = TpusimExecuteArgs_STRUCT_SIZE;
+  x.client = client;
+  x.executable = exe;
+  x.input_names = names;
+  x.input_buffers = buffers;
+  x.num_inputs = 2;
+  x.donate = donate;
+  x.num_donate = 1;
+  OK(tpusim_execute(&x));
+  bi.buffer = db;
+  OK(tpusim_buffer_info(&bi));
+  EXPECT(bi.is_deleted && !bi.is_host_memory); /* donated: deleted at the call */
+  OK(await_event(x.done));
+  TpusimExecutionOutputArgs out = {0};
+  out.struct_size = TpusimExecutionOutputArgs_STRUCT_SIZE;
+  out.execution = x.execution;
+  OK(tpusim_execution_output(&out));
+  test_to_host_event_ready_means_filled(out.buffer, expected, M * N);
+  EXPECT(client_stats(client, 0).live_buffers == live + 1); /* the output; b's memory went with it */
+  destroy_buffer(out.buffer);
+  destroy_event(x.done);
+  destroy_execution(x.execution);
+  destroy_buffer(za);
+  destroy_buffer(db);
+  EXPECT(client_stats(client, 0).live_buffers == live);
+}
+
+/* Issue 14, bug 4 (compile from bytes; the cache keyed by canonical path or by content) and the int8 option. */
+static char* read_file(const char* path, size_t* n) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char* p = malloc(size > 0 ? (size_t)size : 1);
+  *n = fread(p, 1, (size_t)size, f);
+  fclose(f);
+  return p;
+}
+
+static TpusimExecutable* compile(TpusimClient* client, const char* path, const void* bytes, size_t num_bytes) {
+  TpusimExecutableCompileOnnxArgs c = {0};
+  c.struct_size = TpusimExecutableCompileOnnxArgs_STRUCT_SIZE;
+  c.client = client;
+  c.path = path;
+  c.bytes = bytes;
+  c.num_bytes = num_bytes;
+  OK(tpusim_executable_compile_onnx(&c));
+  return c.executable;
+}
+
+static uint64_t fingerprint(TpusimExecutable* exe) {
+  TpusimExecutableFingerprintArgs fp = {0};
+  fp.struct_size = TpusimExecutableFingerprintArgs_STRUCT_SIZE;
+  fp.executable = exe;
+  OK(tpusim_executable_fingerprint(&fp));
+  return fp.fingerprint;
+}
+
+static void destroy_executable(TpusimExecutable* e) {
+  TpusimExecutableDestroyArgs a = {TpusimExecutableDestroyArgs_STRUCT_SIZE, e};
+  OK(tpusim_executable_destroy(&a));
+}
+
+static void test_compile_from_bytes_and_cache(TpusimClient* client) {
+  const char* path = TPUSIM_WORKLOADS_DIR "/mlp/mlp.onnx";
+  const char* other_spelling = TPUSIM_WORKLOADS_DIR "/mlp/../mlp/./mlp.onnx";
+  size_t n = 0;
+  char* bytes = read_file(path, &n);
+  if (!bytes) {
+    fprintf(stderr, "cannot read %s (the workloads target exports it)\n", path);
+    ++failures;
+    return;
+  }
+  const TpusimClientStatsArgs before = client_stats(client, 0);
+  TpusimExecutable* e1 = compile(client, path, NULL, 0);
+  TpusimExecutable* e2 = compile(client, other_spelling, NULL, 0);
+  EXPECT(client_stats(client, 0).compilations == before.compilations + 1); /* one file, two spellings */
+  EXPECT(client_stats(client, 0).cache_hits == before.cache_hits + 1);
+  TpusimExecutable* b1 = compile(client, "mlp.onnx", bytes, n);
+  TpusimExecutable* b2 = compile(client, NULL, bytes, n); /* the same content, another name: "model" */
+  TpusimExecutable* b3 = compile(client, "in/memory/mlp.onnx", bytes, n);
+  EXPECT(client_stats(client, 0).compilations == before.compilations + 3);
+  EXPECT(fingerprint(e1) == fingerprint(e2) && fingerprint(b1) == fingerprint(e1) && fingerprint(b3) == fingerprint(b1));
+  EXPECT(fingerprint(b2) != fingerprint(b1)); /* the program's name differs */
+  TpusimExecutableCompileOnnxArgs c = {0};
+  c.struct_size = TpusimExecutableCompileOnnxArgs_STRUCT_SIZE;
+  c.client = client;
+  c.path = "junk.onnx";
+  c.bytes = "junk";
+  c.num_bytes = 4;
+  EXPECT_ERROR(tpusim_executable_compile_onnx(&c), TPUSIM_INVALID_ARGUMENT, "junk.onnx");
+  /* int8: without calibration, an error; with one set of inputs (x: f32 [8, 64]), another program. */
+  c.bytes = bytes;
+  c.num_bytes = n;
+  c.path = "mlp.onnx";
+  c.precision = TPUSIM_PRECISION_INT8;
+  EXPECT_ERROR(tpusim_executable_compile_onnx(&c), TPUSIM_INVALID_ARGUMENT, "int8 needs calibration inputs");
+  static float x[8 * 64];
+  for (int i = 0; i < 8 * 64; ++i) x[i] = (float)((i * 29) % 97) / 48.0f - 1.0f;
+  int64_t xdims[2] = {8, 64};
+  TpusimHostTensor calib = {"x", TPUSIM_DTYPE_F32, xdims, 2, x};
+  c.calibration = &calib;
+  c.num_calibration = 1;
+  OK(tpusim_executable_compile_onnx(&c));
+  EXPECT(fingerprint(c.executable) != fingerprint(b1));
+  destroy_executable(c.executable);
+  destroy_executable(e1);
+  destroy_executable(e2);
+  destroy_executable(b1);
+  destroy_executable(b2);
+  destroy_executable(b3);
+  free(bytes);
+}
+
 static void test_unknown_preset(void) {
   TpusimClientCreateArgs a = {0};
   a.struct_size = TpusimClientCreateArgs_STRUCT_SIZE;
@@ -119,13 +340,14 @@ int main(void) {
   cc.config = "edge";
   cc.overrides = overrides;
   cc.num_overrides = 1;
-  cc.num_devices = 1;
+  cc.num_devices = 2;
   OK(tpusim_client_create(&cc));
   TpusimClient* client = cc.client;
+  test_second_client_is_refused();
 
   TpusimClientDeviceCountArgs dc = {TpusimClientDeviceCountArgs_STRUCT_SIZE, client, 0};
   OK(tpusim_client_device_count(&dc));
-  EXPECT(dc.num_devices == 1);
+  EXPECT(dc.num_devices == 2);
   TpusimClientDeviceDescriptionArgs dd = {0};
   dd.struct_size = TpusimClientDeviceDescriptionArgs_STRUCT_SIZE;
   dd.client = client;
@@ -133,8 +355,20 @@ int main(void) {
   OK(tpusim_client_device_description(&dd));
   EXPECT(strncmp(dd.description, "tpusim:0 (edge, mxu 32x32, 500 MHz", 34) == 0);
   EXPECT(strcmp(dd.chip, "edge") == 0);
-  dd.device = 1;
-  EXPECT_ERROR(tpusim_client_device_description(&dd), TPUSIM_INVALID_ARGUMENT, "device 1 does not exist");
+  dd.device = 2;
+  EXPECT_ERROR(tpusim_client_device_description(&dd), TPUSIM_INVALID_ARGUMENT, "device 2 does not exist");
+  TpusimClientMemorySpaceArgs ms = {0};
+  ms.struct_size = TpusimClientMemorySpaceArgs_STRUCT_SIZE;
+  ms.client = client;
+  ms.index = 1;
+  OK(tpusim_client_memory_space(&ms));
+  EXPECT(ms.num_memory_spaces == 3 && strcmp(ms.name, "device 1 hbm") == 0 && ms.device == 1 && !ms.is_host &&
+         ms.capacity > 0);
+  ms.index = 2;
+  OK(tpusim_client_memory_space(&ms));
+  EXPECT(strcmp(ms.name, "host") == 0 && ms.device == -1 && ms.is_host);
+  ms.index = 3;
+  EXPECT_ERROR(tpusim_client_memory_space(&ms), TPUSIM_INVALID_ARGUMENT, "memory space 3 does not exist");
 
   /* --- The executable: gemm_int8.s with M, K, N. */
   const char* def_names[3] = {"M", "K", "N"};
@@ -215,6 +449,10 @@ int main(void) {
     }
   TpusimBuffer* ba = upload(client, a, TPUSIM_DTYPE_I8, M, K);
   TpusimBuffer* bb = upload(client, b, TPUSIM_DTYPE_I8, K, N);
+  TpusimBufferReadyEventArgs re = {TpusimBufferReadyEventArgs_STRUCT_SIZE, bb, NULL};
+  OK(tpusim_buffer_ready_event(&re));
+  OK(await_event(re.event)); /* the host-to-device copy is done */
+  destroy_event(re.event);
   TpusimBufferDimsArgs bd = {TpusimBufferDimsArgs_STRUCT_SIZE, bb, NULL, 0};
   OK(tpusim_buffer_dims(&bd));
   EXPECT(bd.num_dims == 2 && bd.dims[0] == K && bd.dims[1] == N);
@@ -269,6 +507,10 @@ int main(void) {
                      expected[0]);
   destroy_event(done);
   destroy_execution(run);
+  test_to_host_event_ready_means_filled(bc, expected, M * N);
+  test_execute_devices(client, exe, a, b, expected);
+  test_zero_copy_and_donation(client, exe, a, b, expected);
+  test_compile_from_bytes_and_cache(client);
 
   /* --- A wrong-shape input: b given where a goes. The error comes from the execution's event. */
   run = run_gemm(client, exe, bb, bb, &done);

@@ -436,6 +436,46 @@ TEST(Client, BatchStopsAtWorkThatMustWait) {
   for (int d = 0; d < 2; ++d) EXPECT_EQ(c.memory_stats(d).live_count, 2u) << d;  // a and b of a0 / a1
 }
 
+// Issue 14, bug 1: a device whose arguments are wrong got its Future's value at submission and again when the
+// other devices' run finished (std::future_error "Promise already satisfied", the process aborted).
+TEST(Client, MultiDeviceCallWithOneBadDeviceFailsOnlyThatDevice) {
+  Client c(config(), 3);
+  Executable exe = gemm(c, 64, 64, 64);
+  std::vector<std::map<std::string, HostTensor>> in;
+  std::vector<ExecuteArgs> args;
+  for (int d = 0; d < 3; ++d) {
+    in.push_back(random_inputs(exe, 7 * d));
+    args.push_back(upload(c, in.back(), d));
+  }
+  args[1].inputs.erase("b");  // device 1: a missing input
+  auto futures = c.execute_async(exe, args);
+  ASSERT_EQ(futures.size(), 3u);
+  EXPECT_EQ(futures[1].await().status().to_string(), "INVALID_ARGUMENT: missing input 'b' (b: i8 [64, 64])");
+  for (int d : {0, 2}) {
+    const auto& r = futures[d].await();
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r.value().outputs.at("c").to_host().await().value().data, c.execute(exe, in[d]).outputs.at("c").data);
+  }
+}
+
+// Issue 14, bug 2: a second Client was accepted (and crashed later). It is refused, even after the first is gone.
+TEST(Client, SecondClientIsRefusedWithFailedPrecondition) {
+  auto first = Client::Create(config());
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  auto second = Client::Create(config());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(second.status().message().find('\n'), std::string::npos);  // one line
+  EXPECT_NE(second.status().message().find("already made"), std::string::npos) << second.status().message();
+  EXPECT_THROW(Client second_client{config()}, runtime::Error);
+  Client& c = *first.value();
+  Executable exe = gemm(c, 16, 32, 16);
+  EXPECT_TRUE(c.execute_async(exe, upload(c, random_inputs(exe, 1), 0)).await().ok());  // the first runs on
+  first.value().reset();
+  EXPECT_EQ(Client::Create(config()).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Client::Create(config(), 0).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(Client, FaultsAreAbortedStatusesAndTheChipRunsOn) {
   Client c(config(), 2);
   Executable exe = gemm(c, 64, 64, 64);
@@ -483,6 +523,44 @@ TEST(Executable, OnnxCompiledOnce) {
   EXPECT_EQ(&e1.program(), &e2.program());
   EXPECT_EQ(c.compile_onnx("/nonexistent.onnx").status().code(), StatusCode::kNotFound);
   std::filesystem::remove(path);
+}
+
+// Issue 14, bug 4: the cache was keyed by the path as typed, and a model had to be a file.
+TEST(Executable, OnnxCacheKeyedByCanonicalPathAndByContent) {
+  Client c(config());
+  auto dir = std::filesystem::temp_directory_path() / ("rt_cache_dir_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "sub");
+  const std::string bytes = compiler::test::linear_model(8, 64, 32).bytes();
+  {
+    std::ofstream f(dir / "m.onnx", std::ios::binary);
+    f << bytes;
+  }
+  Executable e1 = c.compile_onnx((dir / "m.onnx").string()).value();
+  Executable e2 = c.compile_onnx((dir / "sub" / ".." / "." / "m.onnx").string()).value();
+  EXPECT_EQ(c.cache_stats().compilations, 1u);  // one file, two spellings
+  EXPECT_EQ(&e1.program(), &e2.program());
+  // From bytes: the same program as from the file (same stem), compiled once more (keyed by content), then cached.
+  Executable b1 = c.compile_onnx_bytes(bytes, {}, "m.onnx").value();
+  EXPECT_EQ(c.cache_stats().compilations, 2u);
+  EXPECT_EQ(b1.fingerprint(), e1.fingerprint());
+  std::string copy = bytes;  // equal content at another address
+  Executable b2 = c.compile_onnx_bytes(copy, {}, "elsewhere/m.onnx").value();
+  EXPECT_EQ(c.cache_stats().compilations, 2u);
+  EXPECT_EQ(&b1.program(), &b2.program());
+  Executable other = c.compile_onnx_bytes(compiler::test::linear_model(8, 64, 16).bytes(), {}, "m.onnx").value();
+  EXPECT_EQ(c.cache_stats().compilations, 3u);
+  EXPECT_NE(other.fingerprint(), b1.fingerprint());
+  auto bad = c.compile_onnx_bytes("not a model", {}, "junk.onnx");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("junk.onnx"), std::string::npos) << bad.status().message();
+  // A rewritten file (new size) is compiled again.
+  {
+    std::ofstream f(dir / "m.onnx", std::ios::binary);
+    f << compiler::test::linear_model(8, 64, 16).bytes();
+  }
+  EXPECT_EQ(c.compile_onnx((dir / "m.onnx").string()).value().fingerprint(), other.fingerprint());
+  EXPECT_EQ(c.cache_stats().compilations, 4u);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Executable, CostAnalysis) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <algorithm>
+#include <iterator>
 
 #include "core.h"
 #include "dma.h"
@@ -22,37 +23,77 @@ void declare_chip_params(std::vector<Param>& out) {
   ParamSection<ChipParams>(out, "chip", &ChipConfig::chip)
       .add(&ChipParams::name, "name", "custom", "", "the design point's name, for stats and traces")
       .add(&ChipParams::clock_mhz, "clock_mhz", 1050.0, "MHz", "clock of every unit; one cycle is one SystemC ns",
-           1e-3, 1e6);
+           1e-3, 1e6)
+      .add(&ChipParams::cores, "cores", 1, "cores",
+           "cores of the chip, each a dispatch core with its own units, semaphores and VMEM; they share HBM and "
+           "the [shared] memory, and run a program's SPMD copies (its .cores of them)",
+           1, 1024)
+      .add(&ChipParams::sync_latency, "sync_latency", 0, "cycles",
+           "cycles for a barrier's release or a sem.signal to reach another core", 0, 1000000)
+      .add(&ChipParams::launch_cycles, "launch_cycles", 0, "cycles",
+           "cycles from the start of a run (a kernel launch) to its first instruction: the host's launch overhead",
+           0, uint64_t(1) << 40);
 }
 
 namespace {
 int next_chip_id = 0;
 }  // namespace
 
-// The top module only declares its units; they find each other through the shared state.
-struct ChipTop : sc_core::sc_module {
-  ChipTop(const sc_core::sc_module_name& name, ChipState& st)
+// One core: its state and its units. Modules are declared in the order of ChipState::all_units (the deadlock
+// message lists the units in that order): the DMA queues, the matrix units, the vector unit.
+struct CoreTop : sc_core::sc_module {
+  CoreTop(const sc_core::sc_module_name& name, const ChipConfig& cfg, ChipShared& chip, int index)
       : sc_core::sc_module(name),
-        core("core", st),
+        st(cfg, chip, index),
+        core("dispatch", st),
         dmain("dmain", st, isa::Unit::DmaIn),
         dmaout("dmaout", st, isa::Unit::DmaOut),
-        mxu("mxu", st),
+        mxus(make_mxus(st, cfg.core.mxus)),
         vpu("vpu", st) {}
+  static std::vector<std::unique_ptr<Mxu>> make_mxus(ChipState& st, int n) {
+    std::vector<std::unique_ptr<Mxu>> v;
+    for (int i = 0; i < n; ++i) v.push_back(std::make_unique<Mxu>(("mxu" + std::to_string(i)).c_str(), st, i));
+    return v;
+  }
+  ChipState st;
   Core core;
   DmaEngine dmain, dmaout;
-  Mxu mxu;
+  std::vector<std::unique_ptr<Mxu>> mxus;
   Vpu vpu;
+};
+
+// The top module only declares the cores; they find each other through ChipShared.
+struct ChipTop : sc_core::sc_module {
+  ChipTop(const sc_core::sc_module_name& name, const ChipConfig& cfg, ChipShared& chip) : sc_core::sc_module(name) {
+    for (int i = 0; i < cfg.chip.cores; ++i) {
+      cores.push_back(std::make_unique<CoreTop>(("core" + std::to_string(i)).c_str(), cfg, chip, i));
+      chip.cores.push_back(&cores.back()->st);
+    }
+  }
+  std::vector<std::unique_ptr<CoreTop>> cores;
 };
 
 }  // namespace detail
 
 struct Chip::Impl {
-  explicit Impl(const ChipConfig& cfg)
-      : st(cfg), top(("chip" + std::to_string(detail::next_chip_id++)).c_str(), st) {}
-  detail::ChipState st;
+  explicit Impl(const ChipConfig& c)
+      : cfg(c), shared(c), top(("chip" + std::to_string(detail::next_chip_id++)).c_str(), c, shared) {}
+  const ChipConfig cfg;
+  detail::ChipShared shared;
   detail::ChipTop top;
   enum State { Idle, Started, Ran } state = Idle;  // Ran: run_started() is done, finish() not yet called
 
+  detail::ChipState& core(size_t i) { return top.cores[i]->st; }
+  std::vector<detail::CoreTop*> running_tops() {
+    std::vector<detail::CoreTop*> v;
+    for (uint32_t i = 0; i < shared.running; ++i) v.push_back(top.cores[i].get());
+    return v;
+  }
+  detail::ChipState& first() { return core(0); }
+  // The cores that run the current program.
+  std::vector<detail::ChipState*> running() {
+    return {shared.cores.begin(), shared.cores.begin() + shared.running};
+  }
   void prepare(const isa::Program& program, const RunOptions& opts);
   std::string stopped_message();
   RunResult collect();
@@ -66,14 +107,14 @@ Chip::Chip(const ChipConfig& cfg) {
 
 Chip::~Chip() = default;
 
-const ChipConfig& Chip::config() const { return impl_->st.cfg; }
+const ChipConfig& Chip::config() const { return impl_->cfg; }
 
 void Chip::write_hbm(uint64_t addr, const void* data, size_t bytes) {
-  const ChipConfig& c = impl_->st.cfg;
+  const ChipConfig& c = impl_->cfg;
   std::string err = detail::check_rows("HBM write", c.hbm_bytes(), std::to_string(c.hbm.size_mib) + " MiB",
                                        static_cast<int64_t>(addr), 1, static_cast<int64_t>(bytes), 0);
   if (addr > c.hbm_bytes() || !err.empty()) throw Error(err.empty() ? "HBM write outside HBM" : err);
-  impl_->st.mem.hbm.write(addr, data, bytes);
+  impl_->shared.mem.hbm.write(addr, data, bytes);
 }
 
 namespace {
@@ -85,75 +126,128 @@ void check_vmem(const ChipConfig& c, const char* what, uint64_t addr, size_t byt
 }  // namespace
 
 void Chip::write_vmem(uint64_t addr, const void* data, size_t bytes) {
-  check_vmem(impl_->st.cfg, "VMEM write", addr, bytes);
-  if (bytes) std::memcpy(impl_->st.mem.vmem.data() + addr, data, bytes);
+  check_vmem(impl_->cfg, "VMEM write", addr, bytes);
+  if (bytes) std::memcpy(impl_->first().mem.vmem.data() + addr, data, bytes);
 }
 
 void Chip::read_vmem(uint64_t addr, void* data, size_t bytes) const {
-  check_vmem(impl_->st.cfg, "VMEM read", addr, bytes);
-  if (bytes) std::memcpy(data, impl_->st.mem.vmem.data() + addr, bytes);
+  check_vmem(impl_->cfg, "VMEM read", addr, bytes);
+  if (bytes) std::memcpy(data, impl_->first().mem.vmem.data() + addr, bytes);
 }
 
 void Chip::read_hbm(uint64_t addr, void* data, size_t bytes) const {
-  const ChipConfig& c = impl_->st.cfg;
+  const ChipConfig& c = impl_->cfg;
   std::string err = detail::check_rows("HBM read", c.hbm_bytes(), std::to_string(c.hbm.size_mib) + " MiB",
                                        static_cast<int64_t>(addr), 1, static_cast<int64_t>(bytes), 0);
   if (addr > c.hbm_bytes() || !err.empty()) throw Error(err.empty() ? "HBM read outside HBM" : err);
-  impl_->st.mem.hbm.read(addr, data, bytes);
+  impl_->shared.mem.hbm.read(addr, data, bytes);
 }
 
 void Chip::Impl::prepare(const isa::Program& program, const RunOptions& opts) {
-  detail::RunState& r = st.run;
-  r = detail::RunState{};
-  r.program = &program;
-  r.opts = opts;
-  r.code.reserve(program.code.size());
+  if (program.cores < 1 || program.cores > static_cast<uint32_t>(cfg.chip.cores))
+    throw Error("the program runs on " + std::to_string(program.cores) + " cores (.cores), the chip has " +
+                std::to_string(cfg.chip.cores) + " (chip.cores)");
+  shared.code.clear();
+  shared.unit_of.clear();
+  shared.code.reserve(program.code.size());
   for (size_t pc = 0; pc < program.code.size(); ++pc) {
     try {
-      r.code.push_back(isa::decode(program.code[pc]));
+      shared.code.push_back(isa::decode(program.code[pc]));
     } catch (const isa::Error& e) {
       throw Error("pc " + std::to_string(pc) + ": " + e.what());
     }
-    r.unit_of.push_back(r.code.back().desc().unit);
+    shared.unit_of.push_back(shared.code.back().desc().unit);
   }
-  r.text.resize(r.code.size());
-  st.reset_units();
+  shared.text.assign(shared.code.size(), std::string());
+  shared.running = program.cores;
+  shared.barrier_arrived = 0;
+  for (detail::ChipState* c : shared.cores) {
+    detail::RunState& r = c->run;
+    r = detail::RunState{};
+    r.program = &program;
+    r.opts = opts;
+    r.code = shared.code;
+    r.unit_of = shared.unit_of;
+    r.text = &shared.text;
+    r.running = c->index < static_cast<int>(program.cores);
+    r.spans.resize(static_cast<size_t>(c->slots()));
+    r.mxu_stats.resize(static_cast<size_t>(cfg.core.mxus - 1));
+    c->reset_units();
+  }
 }
 
 // Why a run stopped without finishing or failing: out of cycles, or out of events (a deadlock).
 std::string Chip::Impl::stopped_message() {
-  detail::RunState& r = st.run;
+  detail::ChipState& c0 = first();
+  detail::RunState& r = c0.run;
   // Out of cycles: run_started stopped at the latest limit of the chips it ran with events still pending (with
   // SC_EXIT_ON_STARVATION, time stays at the last event before the limit). With several chips, an unfinished
   // chip with a limit is reported as out of cycles then, even if only another chip's events were pending.
-  if (sc_core::sc_pending_activity() && r.opts.max_cycles)
-    return "still running after " + std::to_string(r.opts.max_cycles) + " cycles at " + st.where(top.core.pc());
-  std::string s = "deadlock at cycle " + std::to_string(st.now() - r.t0) + ": ";
-  std::string waits;
-  for (const detail::UnitModule* u : st.units) {
-    std::string b = u ? u->blocked() : "";
-    if (!b.empty()) waits += (waits.empty() ? "" : "; ") + b;
+  if (sc_core::sc_pending_activity() && r.opts.max_cycles) {
+    for (detail::CoreTop* t : running_tops())
+      if (!t->st.run.finished)
+        return "still running after " + std::to_string(r.opts.max_cycles) + " cycles at " + t->st.core_prefix() +
+               t->st.where(t->core.pc());
   }
-  std::string core = top.core.blocked();
-  if (!core.empty()) waits += (waits.empty() ? "" : "; ") + core;
+  std::string s = "deadlock at cycle " + std::to_string(c0.now() - r.t0) + ": ";
+  std::string waits, ended;
+  for (detail::CoreTop* t : running_tops()) {
+    for (const detail::UnitModule* u : t->st.all_units) {
+      std::string b = u->blocked();
+      if (!b.empty()) waits += (waits.empty() ? "" : "; ") + b;
+    }
+    std::string core = t->core.blocked();
+    if (!core.empty()) waits += (waits.empty() ? "" : "; ") + t->st.core_prefix() + core;
+    if (t->st.run.finished) ended += (ended.empty() ? "" : ", ") + std::to_string(t->st.index);
+  }
+  if (!ended.empty()) waits += (waits.empty() ? "" : "; ") + std::string("ended the program: core ") + ended;
   return s + (waits.empty() ? "no unit can make progress" : waits);
 }
 
 RunResult Chip::Impl::collect() {
-  detail::RunState& r = st.run;
   RunResult out;
-  out.stats = r.stats;
   RunStats& s = out.stats;
-  s.cycles = r.cycles;
-  s.seconds = st.cfg.seconds(s.cycles);
-  for (UnitStats& u : s.units)
-    u.utilization = s.cycles ? static_cast<double>(u.busy_cycles) / static_cast<double>(s.cycles) : 0.0;
-  const double peak = static_cast<double>(st.cfg.mxu.rows) * st.cfg.mxu.cols * static_cast<double>(s.cycles);
+  for (detail::ChipState* c : shared.cores) s.cycles = std::max(s.cycles, c->run.cycles);
+  s.seconds = cfg.seconds(s.cycles);
+  s.cores = cfg.chip.cores;
+  s.cores_running = static_cast<int>(shared.running);
+  const double cycles = static_cast<double>(s.cycles);
+  std::array<int, isa::kNumUnits> count{};
+  detail::Tpuv1Cycles v1;
+  for (detail::ChipState* c : shared.cores) {
+    detail::RunState& r = c->run;
+    std::vector<StallBreakdown> stalls(static_cast<size_t>(c->slots()));
+    detail::account_stalls(r, s.cycles, stalls, v1);
+    for (int slot = 0; slot < c->slots(); ++slot) {
+      UnitStats u = c->slot_stats(slot);
+      if (slot == static_cast<int>(isa::Unit::Core))
+        u.stalls.idle_after += s.cycles - r.cycles;  // booked as it ran, up to its own end
+      else
+        u.stalls = stalls[static_cast<size_t>(slot)];
+      u.utilization = s.cycles ? static_cast<double>(u.busy_cycles) / cycles : 0.0;
+      const isa::Unit kind = detail::unit_of_slot(slot);
+      detail::add_unit_stats(s.units[static_cast<int>(kind)], u);
+      ++count[static_cast<int>(kind)];
+      s.instances.push_back({c->index, kind, detail::index_of_slot(slot), u});
+    }
+    s.mxu_macs += r.stats.mxu_macs;
+    s.hbm_bytes_read += r.stats.hbm_bytes_read;
+    s.hbm_bytes_written += r.stats.hbm_bytes_written;
+    s.shared_bytes_read += r.stats.shared_bytes_read;
+    s.shared_bytes_written += r.stats.shared_bytes_written;
+    std::move(r.trace.begin(), r.trace.end(), std::back_inserter(out.trace));
+    r.trace.clear();
+  }
+  for (int u = 0; u < isa::kNumUnits; ++u)
+    s.units[u].utilization =
+        s.cycles && count[u] ? static_cast<double>(s.units[u].busy_cycles) / (cycles * count[u]) : 0.0;
+  const double peak = static_cast<double>(cfg.mxu.rows) * cfg.mxu.cols * cycles * cfg.total_mxus();
   s.mxu_mac_utilization = peak > 0 ? static_cast<double>(s.mxu_macs) / peak : 0.0;
-  detail::account_stalls(st.cfg, r, s);
-  out.trace = std::move(r.trace);
+  detail::tpuv1_counters(v1, cycles * cfg.total_mxus(), s.mxu_mac_utilization, s.tpuv1);
   std::stable_sort(out.trace.begin(), out.trace.end(), [](const TraceEvent& a, const TraceEvent& b) {
-    return a.start != b.start ? a.start < b.start : a.unit < b.unit;
+    if (a.start != b.start) return a.start < b.start;
+    if (a.core != b.core) return a.core < b.core;
+    return a.unit != b.unit ? a.unit < b.unit : a.index < b.index;
   });
   return out;
 }
@@ -163,8 +257,14 @@ void Chip::start(const isa::Program& program, const RunOptions& opts) {
   if (m.state != Impl::Idle) throw Error("Chip::start called while the chip is running");
   m.prepare(program, opts);
   if (sc_core::sc_get_status() == sc_core::SC_ELABORATION) sc_core::sc_start(sc_core::SC_ZERO_TIME);
-  m.st.run.t0 = m.st.now();
-  m.top.core.start.notify(sc_core::SC_ZERO_TIME);
+  for (size_t i = 0; i < m.top.cores.size(); ++i) {
+    detail::ChipState& st = m.core(i);
+    st.run.t0 = st.now();
+    if (st.run.running)
+      m.top.cores[i]->core.start.notify(sc_core::SC_ZERO_TIME);
+    else
+      st.run.finished = true;  // a core the program does not use: done at once, 0 cycles
+  }
   m.state = Impl::Started;
 }
 
@@ -177,33 +277,40 @@ void Chip::run_started(const std::vector<Chip*>& chips) {
     if (!c || c->impl_->state != Impl::Started) continue;
     Impl& m = *c->impl_;
     started.push_back(&m);
-    if (!m.st.run.opts.max_cycles)
+    const detail::RunState& r = m.first().run;
+    if (!r.opts.max_cycles)
       limited = false;
     else
-      until = std::max(until, m.st.run.t0 + m.st.run.opts.max_cycles + 2);
+      until = std::max(until, r.t0 + r.opts.max_cycles + 2);
   }
   if (started.empty()) return;
   for (Impl* m : started) m->state = Impl::Ran;
   if (limited) {
-    uint64_t now = started.front()->st.now();
-    sc_core::sc_start(started.front()->st.span(until > now ? until - now : 0), sc_core::SC_EXIT_ON_STARVATION);
+    uint64_t now = started.front()->first().now();
+    sc_core::sc_start(started.front()->first().span(until > now ? until - now : 0), sc_core::SC_EXIT_ON_STARVATION);
   } else {
     sc_core::sc_start();
   }
   bool unwind = false;
   for (Impl* m : started) {
-    detail::RunState& r = m->st.run;
-    if (!r.finished && r.error.empty()) r.error = m->stopped_message();
-    if (!r.error.empty()) {
+    bool finished = true;
+    for (detail::ChipState* c : m->shared.cores) finished &= c->run.finished;
+    std::string& error = m->first().run.error;  // every core holds the chip's first error (record_error)
+    if (!finished && error.empty()) {
+      const std::string why = m->stopped_message();
+      for (detail::ChipState* c : m->shared.cores) c->run.error = why;
+    }
+    if (!error.empty()) {
       // Unwind every thread to its idle loop, so that the chip can run again.
-      m->st.abort_run();
+      for (detail::ChipState* c : m->shared.cores) c->abort_run();
       unwind = true;
     }
   }
   if (unwind) {
     if (sc_core::sc_pending_activity()) sc_core::sc_start();
     for (Impl* m : started)
-      if (!m->st.run.error.empty()) m->st.reset_units();
+      if (!m->first().run.error.empty())
+        for (detail::ChipState* c : m->shared.cores) c->reset_units();
   }
 }
 
@@ -212,7 +319,7 @@ RunResult Chip::finish() {
   if (m.state == Impl::Idle) throw Error("Chip::finish called without Chip::start");
   if (m.state == Impl::Started) throw Error("Chip::finish called before Chip::run_started");
   m.state = Impl::Idle;
-  if (!m.st.run.error.empty()) throw Error(m.st.run.error);
+  if (!m.first().run.error.empty()) throw Error(m.first().run.error);
   return m.collect();
 }
 

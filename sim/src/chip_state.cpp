@@ -4,11 +4,17 @@
 
 namespace tpusim::sim::detail {
 
-ChipState::ChipState(const ChipConfig& c)
-    : cfg(c), mem(c), cycle_value_(sc_core::sc_time(1, sc_core::SC_NS).value()) {
+ChipState::ChipState(const ChipConfig& c, ChipShared& ch, int i)
+    : cfg(c), chip(ch), index(i), mem(c, ch.mem), cycle_value_(sc_core::sc_time(1, sc_core::SC_NS).value()) {
   for (auto& e : sem_changed) events.push_back(&e);
   events.push_back(&drained);
   events.push_back(&abort_ev);
+  events.push_back(&ch.barrier_ev);
+  events.push_back(&remote_ev);
+}
+
+std::string ChipState::core_prefix() const {
+  return chip.running > 1 ? "core " + std::to_string(index) + ": " : "";
 }
 
 void ChipState::wait_until(uint64_t cycle) {
@@ -23,33 +29,43 @@ void ChipState::wait_event(sc_core::sc_event& e) {
 }
 
 bool ChipState::all_idle() const {
-  for (const UnitModule* u : units)
-    if (u && !u->idle()) return false;
+  for (const UnitModule* u : all_units)
+    if (!u->idle()) return false;
   return true;
 }
 
 void ChipState::signal(int s, uint32_t pc) {
+  if (s && sem[s] >= isa::kSemMax) fail(pc, sem_overflow(s));
+  signal(s);
+}
+
+std::string ChipState::sem_overflow(int s) const {
+  return "semaphore s" + std::to_string(s) + " would count past " + std::to_string(isa::kSemMax) + " (signalled at " +
+         std::to_string(isa::kSemMax) + ")";
+}
+
+void ChipState::signal(int s) {
   if (!s) return;
-  if (sem[s] >= isa::kSemMax)
-    fail(pc, "semaphore s" + std::to_string(s) + " would count past " + std::to_string(isa::kSemMax) +
-                 " (signalled at " + std::to_string(isa::kSemMax) + ")");
+  if (sem[s] >= isa::kSemMax) fail_message(sem_overflow(s) + " by a sem.signal");
   ++sem[s];
   sem_changed[s].notify();
 }
 
-void ChipState::trace(isa::Unit u, uint64_t start, uint64_t dur, uint32_t pc, const std::string& name,
+void ChipState::trace(int slot, uint64_t start, uint64_t dur, uint32_t pc, const std::string& name,
                       const char* kind) {
-  if (u != isa::Unit::Core) {
+  if (slot != static_cast<int>(isa::Unit::Core)) {
     const std::string_view k = kind;
-    if (k == "busy") account(u, start, start + dur, Span::Busy);
-    else if (k == "load") account(u, start, start + dur, Span::Load);
+    if (k == "busy") account(slot, start, start + dur, Span::Busy);
+    else if (k == "load") account(slot, start, start + dur, Span::Load);
   }
-  if (keeping_trace()) run.trace.push_back({u, start - run.t0, dur, pc, name, kind});
+  if (keeping_trace())
+    run.trace.push_back({unit_of_slot(slot), start - run.t0, dur, pc, name, kind, static_cast<uint16_t>(index),
+                         static_cast<uint16_t>(index_of_slot(slot))});
 }
 
-void ChipState::account(isa::Unit u, uint64_t start, uint64_t end, Span::Kind kind, int sem, isa::Op op) {
+void ChipState::account(int slot, uint64_t start, uint64_t end, Span::Kind kind, int sem, isa::Op op) {
   if (end <= start) return;
-  std::vector<Span>& v = run.spans[static_cast<int>(u)];
+  std::vector<Span>& v = run.spans[static_cast<size_t>(slot)];
   const uint64_t s = start - run.t0, e = end - run.t0;
   // Consecutive busy slices (a DMA engine's back-to-back transfers) merge, so that long runs stay small.
   if (kind == Span::Busy && !v.empty() && v.back().kind == Span::Busy && v.back().end == s) {
@@ -64,7 +80,7 @@ const std::string& ChipState::text(uint32_t pc) {
     static const std::string end = "end of program";
     return end;
   }
-  std::string& s = run.text[pc];
+  std::string& s = (*run.text)[pc];
   if (s.empty()) s = isa::format(run.code[pc]);
   return s;
 }
@@ -76,31 +92,34 @@ std::string ChipState::where(uint32_t pc) {
   return s;
 }
 
-void ChipState::fail(uint32_t pc, const std::string& what) { fail_message(where(pc) + ": " + what); }
+void ChipState::fail(uint32_t pc, const std::string& what) { fail_message(core_prefix() + where(pc) + ": " + what); }
 
 void ChipState::fail_message(const std::string& message) {
   record_error(message);
   throw Abort{};
 }
 
+// The first error stops every core of the chip: each records it (unless it has one) and aborts.
 void ChipState::record_error(const std::string& message) {
-  if (run.error.empty()) run.error = message;
-  abort_run();
+  for (ChipState* c : chip.cores) {
+    if (c->run.error.empty()) c->run.error = message;
+    c->abort_run();
+  }
 }
 
 void ChipState::abort_run() {
   aborting = true;
-  for (UnitModule* u : units)
-    if (u) u->reset();
+  remote_signals.clear();
+  for (UnitModule* u : all_units) u->reset();
   // Delta notifications work both inside the simulation and between sc_start() calls.
   for (sc_core::sc_event* e : events) e->notify(sc_core::SC_ZERO_TIME);
 }
 
 void ChipState::reset_units() {
   sem.fill(0);
+  remote_signals.clear();
   aborting = false;
-  for (UnitModule* u : units)
-    if (u) u->reset();
+  for (UnitModule* u : all_units) u->reset();
 }
 
 }  // namespace tpusim::sim::detail

@@ -5,6 +5,7 @@
 // included), wait_queue or wait_drain, so they add up to the run's cycles. So an empty program takes 1 cycle (the implicit halt), and one scalar instruction 2.
 #include "core.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "params.h"
@@ -15,7 +16,11 @@ namespace tpusim::sim::detail {
 void declare_core_params(std::vector<Param>& out) {
   ParamSection<CoreParams>(out, "core", &ChipConfig::core)
       .add(&CoreParams::queue_depth, "queue_depth", 32, "entries",
-           "instruction queue entries per unit; the core stalls when the queue it dispatches to is full", 1, 65536);
+           "instruction queue entries per unit; the core stalls when the queue it dispatches to is full", 1, 65536)
+      .add(&CoreParams::mxus, "mxus", 1, "units",
+           "matrix units per core, each its own mxu.rows x mxu.cols array with its own weight buffers, queue and "
+           "mxu.acc_rows accumulator rows (instructions select one with mxu=N)",
+           1, 16);
 }
 
 namespace {
@@ -28,6 +33,65 @@ constexpr uint32_t kSyncEvery = 1 << 16;  // scalar instructions between syncs, 
 
 Core::Core(const sc_core::sc_module_name& name, ChipState& st) : sc_core::sc_module(name), st_(st) {
   SC_THREAD(thread);
+  SC_THREAD(remote_thread);
+}
+
+void Core::remote_thread() {
+  for (;;) {
+    try {
+      for (;;) {
+        auto& pending = st_.remote_signals;
+        while (pending.empty()) sc_core::wait(st_.remote_ev);
+        auto first = std::min_element(pending.begin(), pending.end());
+        const uint64_t now = st_.now();
+        if (first->first > now) {
+          sc_core::wait(st_.span(first->first - now), st_.remote_ev);
+          st_.check_abort();
+          continue;
+        }
+        const int sem = first->second;
+        pending.erase(first);
+        st_.signal(sem);
+      }
+    } catch (const Abort&) {
+    }
+  }
+}
+
+// sem.signal: after the fence, semaphore `sem` of core `core` goes up chip.sync_latency cycles later.
+void Core::signal_core(int64_t core, int sem) {
+  const ChipShared& chip = st_.chip;
+  if (core < 0 || core >= static_cast<int64_t>(chip.running))
+    st_.fail(pc_, "core " + std::to_string(core) + " does not run this program (cores 0.." +
+                      std::to_string(chip.running - 1) + ")");
+  if (sem == 0) st_.fail(pc_, "semaphore s0 does not exist (s1..s31)");
+  drain();
+  ChipState& dst = *chip.cores[static_cast<size_t>(core)];
+  dst.remote_signals.push_back({t_ + 1 + static_cast<uint64_t>(st_.cfg.chip.sync_latency), sem});
+  dst.remote_ev.notify(sc_core::SC_ZERO_TIME);
+}
+
+// barrier: after the fence, wait for every core running the program; all go on together, the instruction's
+// cycle ending chip.sync_latency + 1 cycles after the last one arrived.
+void Core::barrier() {
+  drain();
+  ChipShared& chip = st_.chip;
+  const uint64_t arrived = t_, generation = chip.barrier_generation;
+  if (++chip.barrier_arrived == chip.running) {
+    chip.barrier_arrived = 0;
+    ++chip.barrier_generation;
+    chip.barrier_release = t_ + static_cast<uint64_t>(st_.cfg.chip.sync_latency);
+    chip.barrier_ev.notify(sc_core::SC_ZERO_TIME);
+  } else {
+    block_ = Block::Barrier;
+    while (chip.barrier_generation == generation) st_.wait_event(chip.barrier_ev);
+    block_ = Block::None;
+  }
+  st_.wait_until(chip.barrier_release);
+  t_ = chip.barrier_release;
+  st_.stats(isa::Unit::Core).stalls.wait_barrier += t_ - arrived;
+  if (st_.keeping_trace() && t_ > arrived)
+    st_.trace(static_cast<int>(isa::Unit::Core), arrived, t_ - arrived, pc_, "barrier", "wait");
 }
 
 std::string Core::blocked() const {
@@ -36,6 +100,9 @@ std::string Core::blocked() const {
     case Block::Queue:
       return std::string("core waits for space in the ") + isa::unit_name(block_unit_) + " queue at " + st_.where(pc_);
     case Block::Drain: return "core waits for the units to drain at " + st_.where(pc_);
+    case Block::Barrier:
+      return "core " + std::to_string(st_.index) + " waits at a barrier at " + st_.where(pc_) + " (" +
+             std::to_string(st_.chip.barrier_arrived) + " of " + std::to_string(st_.chip.running) + " cores arrived)";
   }
   return "";
 }
@@ -74,12 +141,22 @@ void Core::drain() {
   block_ = Block::None;
   t_ = st_.now();
   st_.stats(isa::Unit::Core).stalls.wait_drain += t_ - t;
-  if (st_.keeping_trace()) st_.trace(isa::Unit::Core, t, t_ - t, pc_, "drain (" + st_.text(pc_) + ")", "wait");
+  if (st_.keeping_trace())
+    st_.trace(static_cast<int>(isa::Unit::Core), t, t_ - t, pc_, "drain (" + st_.text(pc_) + ")", "wait");
 }
 
 void Core::dispatch(const isa::Instr& in, isa::Unit u) {
   st_.check_abort();
-  UnitQueue& q = st_.units[static_cast<int>(u)]->queue;
+  UnitModule* unit = st_.units[static_cast<int>(u)];
+  if (u == isa::Unit::Mxu) {
+    const int64_t m = in.f[in.desc().operand_index("mxu")];
+    if (m >= static_cast<int64_t>(st_.mxus.size()))
+      st_.fail(pc_, "matrix unit " + std::to_string(m) + " does not exist: the core has " +
+                        std::to_string(st_.mxus.size()) + " (core.mxus; mxu=0.." + std::to_string(st_.mxus.size() - 1) +
+                        ")");
+    unit = st_.mxus[static_cast<size_t>(m)];
+  }
+  UnitQueue& q = unit->queue;
   if (q.full()) {
     // The queue only empties as SystemC time advances: look again at the core's own cycle.
     sync();
@@ -92,7 +169,8 @@ void Core::dispatch(const isa::Instr& in, isa::Unit u) {
       st_.stats(isa::Unit::Core).wait_queue_cycles += t_ - t;
       st_.stats(isa::Unit::Core).stalls.wait_queue += t_ - t;
       if (st_.keeping_trace())
-        st_.trace(isa::Unit::Core, t, t_ - t, pc_, std::string("queue full: ") + isa::unit_name(u), "wait");
+        st_.trace(static_cast<int>(isa::Unit::Core), t, t_ - t, pc_, std::string("queue full: ") + isa::unit_name(u),
+                  "wait");
     }
   }
   Entry e;
@@ -110,6 +188,11 @@ void Core::run_program() {
   regs_.fill(0);
   t_ = st_.now();
   pc_ = 0;
+  // The launch: its cycles pass before the first instruction.
+  if (st_.cfg.chip.launch_cycles) {
+    t_ += st_.cfg.chip.launch_cycles;
+    st_.stats(isa::Unit::Core).stalls.launch += st_.cfg.chip.launch_cycles;
+  }
   const size_t n = r.code.size();
   const uint64_t limit = r.opts.max_cycles ? r.t0 + r.opts.max_cycles : std::numeric_limits<uint64_t>::max();
   UnitStats& stats = st_.stats(isa::Unit::Core);
@@ -176,6 +259,10 @@ void Core::run_program() {
         st_.sem_changed[f[0]].notify();
         break;
       case Op::FENCE: drain(); break;
+      case Op::COREID: set(f[0], st_.index); break;
+      case Op::CORECOUNT: set(f[0], st_.chip.running); break;
+      case Op::BARRIER: barrier(); break;
+      case Op::SEMSIGNAL: signal_core(R[f[0]], static_cast<int>(f[1])); break;
       default: st_.fail(pc_, "not a core instruction");
     }
     ++t_;

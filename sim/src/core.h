@@ -22,6 +22,9 @@ class Core : public sc_core::sc_module {
  private:
   SC_HAS_PROCESS(Core);
   void thread();
+  void remote_thread();  // applies sem.signal increments from other cores when they land
+  void barrier();
+  void signal_core(int64_t core, int sem);
   void run_program();
   void dispatch(const isa::Instr& in, isa::Unit u);
   void drain();
@@ -34,7 +37,7 @@ class Core : public sc_core::sc_module {
   // no SystemC events. It syncs before anything that depends on another unit's state at the current cycle.
   uint64_t t_ = 0;
   uint32_t pc_ = 0;
-  enum class Block { None, Queue, Drain } block_ = Block::None;
+  enum class Block { None, Queue, Drain, Barrier } block_ = Block::None;
   isa::Unit block_unit_ = isa::Unit::Core;
 };
 

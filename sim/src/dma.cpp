@@ -13,6 +13,9 @@
 //   random rows fall on average. The index values do not enter the timing, so a timing-only run (which moves no
 //   data and cannot see the indices) gives the same cycles; the index checks (j < 0, j >= count, row outside
 //   HBM) are made in functional runs only, for the same reason. The VMEM side is a dma.ld's.
+// With `shared` (dma.ld, dma.st), the far side is the chip's [shared] memory instead of HBM: the same rules with
+// shared.latency for dma.latency and the shared memory's banks (shared.banks, each shared.bandwidth_gbs / banks,
+// contended by every core) for HBM's channels.
 // A queue takes its next instruction as soon as fewer than dma.engines transfers are in flight; with one engine
 // (and one stream) a transfer therefore takes dma.latency + bytes / bandwidth, one after another. A transfer of
 // 0 bytes, and a sync, complete at once when nothing is in flight, else right after the transfers before them.
@@ -54,8 +57,10 @@ void DmaEngine::reset() {
 
 void DmaEngine::execute(const Entry& e) {
   const uint64_t start = st_.now();
-  Transfer t{e, start, start, start, {}, {}, e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAGATHER, {}};
-  uint64_t hbm_earliest = start + static_cast<uint64_t>(st_.cfg.dma.latency);
+  Transfer t{e, start, start, start, {}, {}, e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAGATHER, false, {}};
+  const bool plain = e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAST;
+  t.shared = plain && e.arg("shared") != 0;
+  uint64_t hbm_earliest = start + static_cast<uint64_t>(t.shared ? st_.cfg.shared.latency : st_.cfg.dma.latency);
   if (e.in.op == isa::Op::DMAGATHER) {
     start_gather(e, t);
     if (t.hbm.bytes()) {  // the indices, read through VMEM's ports before the rows are requested
@@ -70,8 +75,15 @@ void DmaEngine::execute(const Entry& e) {
     if (rows < 0 || rowbytes < 0)
       st_.fail(e.pc, "negative size: rows " + std::to_string(rows) + ", rowbytes " + std::to_string(rowbytes));
     const ChipConfig& cfg = st_.cfg;
-    std::string err = check_rows(t.load ? "HBM read" : "HBM write", cfg.hbm_bytes(),
-                                 std::to_string(cfg.hbm.size_mib) + " MiB", haddr, rows, rowbytes, hstride);
+    std::string err;
+    if (!t.shared)
+      err = check_rows(t.load ? "HBM read" : "HBM write", cfg.hbm_bytes(), std::to_string(cfg.hbm.size_mib) + " MiB",
+                       haddr, rows, rowbytes, hstride);
+    else if (!cfg.shared_bytes() && rows && rowbytes)
+      err = "the chip has no shared memory (shared.size_kib = 0)";
+    else
+      err = check_rows(t.load ? "shared memory read" : "shared memory write", cfg.shared_bytes(),
+                       std::to_string(cfg.shared.size_kib) + " KiB of shared memory", haddr, rows, rowbytes, hstride);
     if (err.empty())
       err = check_rows(t.load ? "VMEM write" : "VMEM read", cfg.vmem_bytes(),
                        std::to_string(cfg.vmem_bytes()) + " bytes", vaddr, rows, rowbytes, vstride);
@@ -88,7 +100,7 @@ void DmaEngine::execute(const Entry& e) {
   }
   if (t.hbm.bytes()) {
     t.data_start = hbm_earliest;
-    t.data_end = st_.mem.hbm_channels.transfer(t.data_start, hbm_side(t));
+    t.data_end = (t.shared ? st_.mem.shared_channels : st_.mem.hbm_channels).transfer(t.data_start, hbm_side(t));
   }
   inflight_.push_back(t);
   issued_.notify();
@@ -157,7 +169,7 @@ void DmaEngine::retire_thread() {
       }
     } catch (const Abort&) {
     } catch (const std::exception& e) {
-      st_.record_error(std::string(isa::unit_name(unit())) + ": internal error: " + e.what());
+      st_.record_error(label() + ": internal error: " + e.what());
     }
   }
 }
@@ -171,20 +183,27 @@ void DmaEngine::retire(const Transfer& t) {
                             : static_cast<uint64_t>(static_cast<int64_t>(t.hbm.base) + static_cast<int64_t>(i) * t.hbm.stride);
       const auto v =
           static_cast<uint64_t>(static_cast<int64_t>(t.vmem.base) + static_cast<int64_t>(i) * t.vmem.stride);
+      Hbm& far = t.shared ? st_.mem.shared : st_.mem.hbm;
       if (t.load)
-        st_.mem.hbm.read(h, vmem + v, t.hbm.rowbytes);
+        far.read(h, vmem + v, t.hbm.rowbytes);
       else
-        st_.mem.hbm.write(h, vmem + v, t.hbm.rowbytes);
+        far.write(h, vmem + v, t.hbm.rowbytes);
     }
   }
-  (t.load ? st_.run.stats.hbm_bytes_read : st_.run.stats.hbm_bytes_written) += hbm_side(t).bytes();
+  RunStats& rs = st_.run.stats;
+  if (t.shared)
+    (t.load ? rs.shared_bytes_read : rs.shared_bytes_written) += hbm_side(t).bytes();
+  else
+    (t.load ? rs.hbm_bytes_read : rs.hbm_bytes_written) += hbm_side(t).bytes();
   // Busy while anything is in flight: the slice starts at the issue, or where the previous slice ended.
   const uint64_t from = std::max(t.start, busy_from_);
   finish(t.e, from, last_done_);
   // Past its own latency and its bytes at the full bandwidth, the transfer waited on memory: other streams,
   // channel and bank conflicts, VMEM ports. The stall accounting books those cycles as such.
   if (t.hbm.bytes()) {
-    const auto alone = static_cast<uint64_t>(std::ceil(static_cast<double>(t.hbm.bytes()) / st_.cfg.hbm_bytes_per_cycle()));
+    const double per_cycle =
+        t.shared ? st_.cfg.shared.bandwidth_gbs * 1e3 / st_.cfg.chip.clock_mhz : st_.cfg.hbm_bytes_per_cycle();
+    const auto alone = static_cast<uint64_t>(std::ceil(static_cast<double>(t.hbm.bytes()) / per_cycle));
     note_memory_wait(std::max(from, t.data_start + alone), last_done_);
   }
   busy_from_ = last_done_;

@@ -24,6 +24,7 @@ class DmaEngine : public UnitModule {
     uint64_t start = 0, data_start = 0, data_end = 0;  // data_end: HBM side done
     Rows hbm, vmem;
     bool load = false;
+    bool shared = false;           // dma.ld/dma.st with `shared`: the far side is the [shared] memory, not HBM
     std::vector<uint64_t> gather;  // dma.gather: each row's HBM address (functional runs); hbm is its timing
   };
   // What the HBM side moves: a load with hstride 0 (a broadcast of one row into `rows` VMEM rows) reads its row

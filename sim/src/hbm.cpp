@@ -24,11 +24,37 @@ void declare_hbm_params(std::vector<Param>& out) {
            uint64_t(1) << 30)
       .add(&HbmParams::t_rc_ns, "t_rc_ns", 45.0, "ns",
            "row cycle time: a bank opens one row (serves one interleave_bytes chunk) per t_rc_ns", 0.0, 1e6)
-      .add(&HbmParams::channel_skew, "channel_skew", 1, "0/1",
+      .add(&HbmParams::channel_skew, "channel_skew", 1, "0/1/2",
            "1: chunk u goes to channel (u + u / channels) % channels, so that strides of a multiple of channels "
            "chunks still spread over the channels (a simple form of a controller's address hash); "
-           "0: channel u % channels",
-           0, 1);
+           "0: channel u % channels, bank (u / channels) % banks; 2: an address hash as controllers make it: each "
+           "row of chunks (one per channel) gets a pseudo-random channel rotation and bank, repeating every 256 x "
+           "banks rows, so that power-of-two strides spread over every channel and bank",
+           0, 2);
+}
+
+void declare_shared_params(std::vector<Param>& out) {
+  ParamSection<SharedParams>(out, "shared", &ChipConfig::shared)
+      .add(&SharedParams::size_kib, "size_kib", 0, "KiB",
+           "capacity of the chip's shared on-chip memory (TPU v4's CMEM; a GPU's L2 as a scratchpad), which every "
+           "core reaches by DMA with the `shared` flag; 0: none",
+           0, uint64_t(1) << 30)
+      .add(&SharedParams::bandwidth_gbs, "bandwidth_gbs", 1000.0, "GB/s",
+           "bandwidth of all its banks together, shared by every core's transfers", 1e-3, 1e7)
+      .add(&SharedParams::latency, "latency", 50, "cycles",
+           "cycles from the start of a transfer to its first byte (in place of dma.latency)", 0, 1000000)
+      .add(&SharedParams::banks, "banks", 16, "banks", "independent banks, each with bandwidth_gbs / banks", 1, 4096)
+      .add(&SharedParams::interleave_bytes, "interleave_bytes", 256, "bytes",
+           "consecutive chunks of this many bytes go to consecutive banks", 1, uint64_t(1) << 30);
+}
+
+ChannelSpec ChannelSpec::hbm(const ChipConfig& c) {
+  return {c.hbm.bandwidth_gbs, c.chip.clock_mhz, c.hbm.t_rc_ns, c.hbm.channels, c.hbm.banks, c.hbm.channel_skew,
+          c.hbm.interleave_bytes};
+}
+
+ChannelSpec ChannelSpec::shared(const ChipConfig& c) {
+  return {c.shared.bandwidth_gbs, c.chip.clock_mhz, 0.0, c.shared.banks, 1, 0, c.shared.interleave_bytes};
 }
 
 namespace {
@@ -88,26 +114,36 @@ void count_interleaved(std::vector<uint64_t>& counts, uint64_t grain, const Rows
 // Derived timing, computed here only: a channel moves bandwidth_gbs / channels bytes per cycle, i.e.
 // (bandwidth in kB/s) / (channels * clock in kHz), kept as a ratio of integers (25.6 GB/s at 500 MHz over 4
 // channels is 12.8 bytes per cycle, which a double does not hold exactly); tRC in cycles is rounded up.
-HbmChannels::HbmChannels(const ChipConfig& cfg)
-    : channels_(static_cast<uint64_t>(cfg.hbm.channels)),
-      banks_(static_cast<uint64_t>(cfg.hbm.banks)),
-      grain_(cfg.hbm.interleave_bytes),
-      per_s_(static_cast<unsigned __int128>(std::llround(cfg.hbm.bandwidth_gbs * 1e6))),
-      khz_(static_cast<unsigned __int128>(std::max<long long>(1, std::llround(cfg.chip.clock_mhz * 1e3)))),
-      t_rc_(static_cast<uint64_t>(std::ceil(cfg.hbm.t_rc_ns * cfg.chip.clock_mhz / 1e3 - 1e-9))),
+HbmChannels::HbmChannels(const ChannelSpec& cfg)
+    : channels_(static_cast<uint64_t>(cfg.channels)),
+      banks_(static_cast<uint64_t>(cfg.banks)),
+      grain_(cfg.interleave_bytes),
+      per_s_(static_cast<unsigned __int128>(std::llround(cfg.bandwidth_gbs * 1e6))),
+      khz_(static_cast<unsigned __int128>(std::max<long long>(1, std::llround(cfg.clock_mhz * 1e3)))),
+      t_rc_(static_cast<uint64_t>(std::ceil(cfg.t_rc_ns * cfg.clock_mhz / 1e3 - 1e-9))),
       free_(channels_, 0),
       // The (channel, bank) of chunk u repeats every channels * lcm(channels, banks) chunks with the skew (the
-      // rotation u / channels repeats every channels rows of chunks, the bank every banks), else every
-      // channels * banks.
-      slots_(channels_ * (cfg.hbm.channel_skew ? std::lcm(channels_, banks_) : banks_)),
+      // rotation u / channels repeats every channels rows of chunks, the bank every banks), every channels *
+      // kHashRows * banks with the hash, else every channels * banks.
+      slots_(channels_ * (cfg.channel_skew == 2   ? kHashRows * banks_
+                          : cfg.channel_skew == 1 ? std::lcm(channels_, banks_)
+                                                  : banks_)),
       per_unit_(channels_ * banks_, 0),
       chan_bytes_(channels_, 0),
       chan_bank_limit_(channels_, 0) {
   slot_unit_.resize(slots_);
   for (uint64_t u = 0; u < slots_; ++u) {
-    const uint64_t hi = u / channels_;
-    const uint64_t channel = (u % channels_ + (cfg.hbm.channel_skew ? hi : 0)) % channels_;
-    slot_unit_[u] = static_cast<uint32_t>(channel + (hi % banks_) * channels_);
+    const uint64_t hi = u / channels_;  // the row of chunks (one chunk per channel)
+    uint64_t channel = (u % channels_ + (cfg.channel_skew == 1 ? hi : 0)) % channels_, bank = hi % banks_;
+    if (cfg.channel_skew == 2) {  // a fixed pseudo-random rotation and bank per row of chunks (splitmix64)
+      uint64_t z = hi + 0x9e3779b97f4a7c15ull;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      channel = (u % channels_ + z % channels_) % channels_;
+      bank = (z / channels_) % banks_;
+    }
+    slot_unit_[u] = static_cast<uint32_t>(channel + bank * channels_);
   }
 }
 
@@ -170,12 +206,15 @@ uint64_t HbmChannels::transfer(uint64_t data_start, const Rows& row_pattern) {
     if (n > grain_)  // (chunks - 1) * tRC + one chunk; a single chunk never limits more than its channel does
       chan_bank_limit_[c] = std::max(chan_bank_limit_[c], ((n + grain_ - 1) / grain_ - 1) * t_rc_ + chunk_cycles);
   }
+  // The channel's data bus carries the bytes after the transfers booked before; the banks' row cycles bound the
+  // transfer's own end (from its start on that channel) but leave the bus free for other transfers' banks.
   uint64_t end = data_start;
   for (uint32_t u : touched_) {
     const uint64_t c = u % channels_;
     if (!chan_bytes_[c]) continue;  // done already
-    free_[c] = std::max(data_start, free_[c]) + std::max(channel_cycles(chan_bytes_[c]), chan_bank_limit_[c]);
-    end = std::max(end, free_[c]);
+    const uint64_t start = std::max(data_start, free_[c]);
+    free_[c] = start + channel_cycles(chan_bytes_[c]);
+    end = std::max({end, free_[c], start + chan_bank_limit_[c]});
     chan_bytes_[c] = chan_bank_limit_[c] = 0;
   }
   return end;

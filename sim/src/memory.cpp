@@ -11,6 +11,7 @@ namespace tpusim::sim::detail {
 void declare_memory_params(std::vector<Param>& out) {
   declare_hbm_params(out);
   declare_vmem_params(out);
+  declare_shared_params(out);
 }
 
 Hbm::Hbm(uint64_t bytes) : size_(bytes), pages_((bytes + kPageBytes - 1) / kPageBytes) {}
@@ -37,12 +38,20 @@ void Hbm::write(uint64_t addr, const void* src, uint64_t n) {
   }
 }
 
-Memories::Memories(const ChipConfig& cfg)
+ChipMemories::ChipMemories(const ChipConfig& cfg)
     : hbm(cfg.hbm_bytes()),
+      hbm_channels(ChannelSpec::hbm(cfg)),
+      shared(cfg.shared_bytes()),
+      shared_channels(ChannelSpec::shared(cfg)) {}
+
+Memories::Memories(const ChipConfig& cfg, ChipMemories& chip)
+    : hbm(chip.hbm),
+      hbm_channels(chip.hbm_channels),
+      shared(chip.shared),
+      shared_channels(chip.shared_channels),
       vmem(cfg.vmem_bytes()),
-      acc(static_cast<size_t>(cfg.mxu.acc_rows) * cfg.mxu.cols),
+      acc(static_cast<size_t>(cfg.core_acc_rows()) * cfg.mxu.cols),
       acc_cols(cfg.mxu.cols),
-      hbm_channels(cfg),
       vmem_ports(cfg) {}
 
 std::string hex(uint64_t v) {

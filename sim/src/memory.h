@@ -42,13 +42,27 @@ void count_interleaved(std::vector<uint64_t>& counts, uint64_t grain, const Rows
 // HBM timing (hbm.cpp). Channel c serves its share of a transfer at hbm.bandwidth_gbs / hbm.channels, one
 // transfer after another (its next free cycle); a transfer's data ends when its last channel is done. Address x
 // is in chunk u = x / hbm.interleave_bytes, bank (u / channels) % banks of channel (u + u / channels) % channels
-// (hbm.channel_skew = 1) or u % channels (0).
+// (hbm.channel_skew = 1) or u % channels (0); with hbm.channel_skew = 2 each row of chunks u / channels gets a
+// pseudo-random rotation of the channels and a pseudo-random bank (hbm.cpp), as a controller's address hash.
 // Bank conflicts, per transfer: every interleave_bytes chunk a bank serves opens a row (row-buffer hits are not
 // modelled) and a bank opens one row per hbm.t_rc_ns, so a bank holding n chunks of a transfer needs at least
-// (n - 1) * tRC + (one chunk at the channel's rate) cycles. Bank state does not carry over between transfers.
+// (n - 1) * tRC + (one chunk at the channel's rate) cycles from the transfer's start on its channel: that bounds
+// the transfer's end, not the channel's data bus, which serves the next transfer's bytes (other banks) as soon as
+// this one's bytes have passed, as a controller interleaves requests to other banks during a row cycle. Bank
+// state does not carry over between transfers.
+// What HbmChannels needs of a memory: HBM's [hbm] parameters, or the shared level's [shared] (banks as
+// channels of one bank each, no row cycle).
+struct ChannelSpec {
+  double bandwidth_gbs, clock_mhz, t_rc_ns;
+  int channels, banks, channel_skew;
+  uint64_t interleave_bytes;
+  static ChannelSpec hbm(const ChipConfig& cfg);
+  static ChannelSpec shared(const ChipConfig& cfg);
+};
+
 class HbmChannels {
  public:
-  explicit HbmChannels(const ChipConfig& cfg);
+  explicit HbmChannels(const ChannelSpec& spec);
   // Books the transfer's bytes on the channels from cycle `data_start`; returns the cycle its data is done.
   uint64_t transfer(uint64_t data_start, const Rows& r);
   void reset();  // all channels free (before a run)
@@ -59,6 +73,7 @@ class HbmChannels {
   unsigned __int128 per_s_, khz_;  // a channel's bandwidth in kB/s * channels, and the clock in kHz
   uint64_t t_rc_;                  // hbm.t_rc_ns in cycles, rounded up
   std::vector<uint64_t> free_;     // per channel: first free cycle
+  static constexpr uint64_t kHashRows = 256;  // channel_skew 2: rows of chunks per bank in the hash's period
   const uint64_t slots_;             // chunks in the address map's period
   std::vector<uint32_t> slot_unit_;  // per slot: its unit, channel + bank * channels
   // Scratch, all zero between transfers: bytes per unit, the units touched, bytes and bank limit per channel.
@@ -98,16 +113,29 @@ class VmemPorts {
   std::vector<uint64_t> free_;  // per bank: first free cycle
 };
 
-struct Memories {
-  explicit Memories(const ChipConfig& cfg);
+// The memories one chip's cores share: HBM and the [shared] level, with their timing.
+struct ChipMemories {
+  explicit ChipMemories(const ChipConfig& cfg);
   Hbm hbm;
-  std::vector<uint8_t> vmem;
-  std::vector<uint32_t> acc;  // acc_rows x mxu.cols 32-bit words (i32 or f32 bits), row-major
-  uint64_t acc_cols;
   HbmChannels hbm_channels;
+  Hbm shared;  // shared.size_kib (0: none), paged like HBM
+  HbmChannels shared_channels;
+};
+
+// One core's view of the memories: its own VMEM, accumulators and VMEM ports, and the chip's shared ones.
+struct Memories {
+  Memories(const ChipConfig& cfg, ChipMemories& chip);
+  Hbm& hbm;
+  HbmChannels& hbm_channels;
+  Hbm& shared;
+  HbmChannels& shared_channels;
+  std::vector<uint8_t> vmem;
+  std::vector<uint32_t> acc;  // core.mxus * acc_rows x mxu.cols 32-bit words (i32 or f32 bits), row-major
+  uint64_t acc_cols;
   VmemPorts vmem_ports;
-  void reset_timing() {  // before a run: every resource free
+  void reset_timing() {  // before a run: every resource free (the chip's shared ones too: every core resets)
     hbm_channels.reset();
+    shared_channels.reset();
     vmem_ports.reset();
   }
 };
@@ -116,6 +144,7 @@ struct Memories {
 struct Param;
 void declare_hbm_params(std::vector<Param>& out);
 void declare_vmem_params(std::vector<Param>& out);
+void declare_shared_params(std::vector<Param>& out);  // [shared] (hbm.cpp: its timing is HbmChannels')
 
 // Checks that rows i < `rows` of `rowbytes` bytes at `base + i*stride` all lie in [0, size). Returns "" or the
 // error, e.g. "HBM read [0x1000, 0x2000) outside 1024 MiB" (`what` is "HBM read", `size_text` "1024 MiB").

@@ -45,6 +45,11 @@
 // mxu.sync, and an mxu.mm with m == 0, complete at max(f, the latest completion scheduled so far): the matrix
 // unit signals in order, so `mxu.sync signal=sN` after an mm says its results are in the accumulators.
 // Busy cycles are streaming cycles (ws: m; os: folds * Kt; is: folds * Nt per mm); useful MACs are m*k*n per mm.
+// mxu.i8_rate (ws only): an i8 mm streams rate rows per cycle, so m above becomes ceil(m / rate) (the PEs do rate
+// int8 MACs per cycle, as TPU v5e's and v6e's MXUs do twice their bf16 rate).
+// A core has core.mxus matrix units, each with all of the above of its own (queue, front-end, weight buffers,
+// array, accumulator rows [index * acc_rows, (index + 1) * acc_rows) of the core's accumulator memory); they share
+// the core's VMEM ports.
 //
 // Functional: lw reads VMEM when it completes, mm reads its inputs and writes the accumulators when it completes
 // (a program must not overwrite them before the instruction signals). int8: products are exact in f32 and a
@@ -79,6 +84,14 @@ void declare_mxu_params(std::vector<Param>& out) {
     const std::string& d = c.mxu.dataflow;
     return d == "ws" || d == "os" || d == "is" ? "" : "must be ws, os or is";
   };
+  ParamSection<MxuParams>(out, "mxu", &ChipConfig::mxu)
+      .add(&MxuParams::i8_rate, "i8_rate", 1, "rows/cycle",
+           "input rows an i8 mxu.mm streams per cycle (bf16 streams 1): the int8 rate over the bf16 rate, 2 on "
+           "chips whose PEs do two int8 MACs per cycle (TPU v5e, v6e); weight-stationary only",
+           1, 4);
+  out.back().check = [](const ChipConfig& c) -> std::string {
+    return c.mxu.i8_rate == 1 || c.mxu.dataflow == "ws" ? "" : "must be 1 unless mxu.dataflow = ws";
+  };
 }
 
 namespace {
@@ -95,9 +108,11 @@ float element(isa::DType t, const uint8_t* p) {
 }
 }  // namespace
 
-Mxu::Mxu(const sc_core::sc_module_name& name, ChipState& st)
-    : UnitModule(name, st, isa::Unit::Mxu), R_(st.cfg.mxu.rows), C_(st.cfg.mxu.cols),
-      df_(dataflow_of(st.cfg.mxu.dataflow)) {
+Mxu::Mxu(const sc_core::sc_module_name& name, ChipState& st, int index)
+    : UnitModule(name, st, isa::Unit::Mxu, index), R_(st.cfg.mxu.rows), C_(st.cfg.mxu.cols),
+      df_(dataflow_of(st.cfg.mxu.dataflow)), index_(index),
+      acc_base_(static_cast<int64_t>(index) * st.cfg.mxu.acc_rows),
+      i8_rate_(static_cast<uint64_t>(st.cfg.mxu.i8_rate)) {
   st.events.push_back(&pending_changed_);
   SC_THREAD(retire_thread);
 }
@@ -149,7 +164,7 @@ void Mxu::load_weights(const Entry& e) {
   shadow_ready_ = start + (df_ == Dataflow::WS ? R_ : std::max<uint64_t>(k, 1));
   shadow_free_ = shadow_ready_;  // until then it is loading; after that, until the swap (which updates this)
   schedule(shadow_ready_, e, std::move(tile));
-  if (st_.tracing()) st_.trace(isa::Unit::Mxu, start, shadow_ready_ - start, e.pc, st_.text(e.pc), "load");
+  if (st_.tracing()) trace(start, shadow_ready_ - start, e.pc, st_.text(e.pc), "load");
 }
 
 void Mxu::matmul(const Entry& e) {
@@ -166,7 +181,8 @@ void Mxu::matmul(const Entry& e) {
   const auto acc_rows = static_cast<int64_t>(st_.cfg.mxu.acc_rows);
   if (acc < 0 || acc > acc_rows || m > acc_rows - acc)
     st_.fail(e.pc, "accumulator rows [" + std::to_string(acc) + ", " + std::to_string(acc + m) + ") outside " +
-                       std::to_string(acc_rows) + " rows");
+                       std::to_string(acc_rows) + " rows" +
+                       (st_.cfg.core.mxus > 1 ? " of matrix unit " + std::to_string(index_) : std::string()));
   std::string err = check_rows("VMEM read", st_.cfg.vmem_bytes(), std::to_string(st_.cfg.vmem_bytes()) + " bytes",
                                e.arg("vaddr"), m, int64_t(tile->k) * isa::dtype_size(dt), e.arg("stride"));
   if (!err.empty()) st_.fail(e.pc, err);
@@ -182,10 +198,12 @@ void Mxu::matmul(const Entry& e) {
   std::vector<uint64_t> folds;  // stream start of each fold
   uint64_t len = um, done = 0;   // stream cycles per fold; completion
   if (df_ == Dataflow::WS) {
+    // i8 at mxu.i8_rate rows per cycle: the stream takes ceil(m / rate) cycles.
+    len = dt == isa::DType::I8 ? (um + i8_rate_ - 1) / i8_rate_ : um;
     const uint64_t s = std::max({f, stream_free_, swap});
     folds.push_back(s);
-    stream_free_ = s + um;
-    done = s + um + R_ + C_ - 2;
+    stream_free_ = s + len;
+    done = s + len + R_ + C_ - 2;
   } else if (df_ == Dataflow::OS) {
     len = std::max<uint64_t>(active_->k, 1);
     uint64_t t = std::max({f, swap, stream_free_, sub_sat(out_free_, len)});
@@ -211,7 +229,7 @@ void Mxu::matmul(const Entry& e) {
   stats().busy_cycles += len * folds.size();
   st_.run.stats.mxu_macs += um * static_cast<uint64_t>(active_->k) * static_cast<uint64_t>(active_->n);
   if (st_.tracing())
-    for (uint64_t t : folds) st_.trace(isa::Unit::Mxu, t, len, e.pc, st_.text(e.pc), "busy");
+    for (uint64_t t : folds) trace(t, len, e.pc, st_.text(e.pc), "busy");
   schedule(done, e, active_);
   st_.wait_until(folds.back());
 }
@@ -243,7 +261,7 @@ void Mxu::retire_thread() {
       }
     } catch (const Abort&) {
     } catch (const std::exception& e) {
-      st_.record_error(std::string("mxu: internal error: ") + e.what());
+      st_.record_error(label() + ": internal error: " + e.what());
     }
   }
 }
@@ -257,7 +275,7 @@ void Mxu::complete(const Completion& c) {
   }
   // An mxu.sync's completion is when the work before it has landed: an instant in the trace ("sync").
   if (c.e.in.op == isa::Op::MXUSYNC && st_.keeping_trace())
-    st_.trace(isa::Unit::Mxu, st_.now(), 0, c.e.pc, st_.text(c.e.pc), "sync");
+    trace(st_.now(), 0, c.e.pc, st_.text(c.e.pc), "sync");
   st_.signal(c.e.signal_sem(), c.e.pc);
 }
 
@@ -293,7 +311,7 @@ void Mxu::compute(const Entry& e, const Tile& t) {
   RowMajor p(m, t.n);
   p.noalias() = a * w;
   for (int64_t i = 0; i < m; ++i) {
-    uint32_t* out = st_.mem.acc.data() + static_cast<size_t>(acc + i) * st_.mem.acc_cols;
+    uint32_t* out = st_.mem.acc.data() + static_cast<size_t>(acc_base_ + acc + i) * st_.mem.acc_cols;
     for (int j = 0; j < t.n; ++j) {
       if (t.dtype == isa::DType::I8) {
         auto v = static_cast<uint32_t>(static_cast<int32_t>(p(i, j)));  // exact: |p| <= 2^24

@@ -16,7 +16,7 @@ enum class Dataflow { WS, OS, IS };
 class Mxu : public UnitModule {
  public:
   SC_HAS_PROCESS(Mxu);
-  Mxu(const sc_core::sc_module_name& name, ChipState& st);
+  Mxu(const sc_core::sc_module_name& name, ChipState& st, int index);
   bool idle() const override { return UnitModule::idle() && pending_.empty(); }
   void reset() override;
 
@@ -49,6 +49,9 @@ class Mxu : public UnitModule {
 
   const uint64_t R_, C_;
   const Dataflow df_;
+  const int index_;           // which of the core's matrix units
+  const int64_t acc_base_;    // its first row in the core's accumulator memory (index * mxu.acc_rows)
+  const uint64_t i8_rate_;    // mxu.i8_rate
   std::priority_queue<Completion, std::vector<Completion>, std::greater<>> pending_;
   sc_core::sc_event pending_changed_;
   uint64_t seq_ = 0;

@@ -11,11 +11,6 @@ namespace tpusim::sim {
 namespace detail {
 namespace {
 
-// TPUv1's categories of a matrix unit cycle, in cycles (Tpuv1Counters has the definitions).
-struct Tpuv1Cycles {
-  uint64_t active = 0, weight_stall = 0, weight_shift = 0, non_matrix = 0, raw = 0, input = 0;
-};
-
 // For each semaphore, the units whose instructions signal it (bit per isa::Unit; the core's bit for sem.set).
 std::array<uint32_t, isa::kNumSems> signallers(const RunState& run) {
   std::array<uint32_t, isa::kNumSems> out{};
@@ -88,29 +83,48 @@ void sweep(const std::vector<Span>& spans, uint64_t cycles, const std::array<uin
 
 }  // namespace
 
-void account_stalls(const ChipConfig& cfg, const RunState& run, RunStats& out) {
+void account_stalls(const RunState& run, uint64_t cycles, std::vector<StallBreakdown>& out, Tpuv1Cycles& v1) {
   const auto sig = signallers(run);
-  Tpuv1Cycles v1;
-  for (int u = 0; u < isa::kNumUnits; ++u) {
-    if (static_cast<isa::Unit>(u) == isa::Unit::Core) continue;  // booked as it ran (core.cpp)
-    StallBreakdown& b = out.units[u].stalls;
-    b = StallBreakdown{};
-    sweep(run.spans[u], out.cycles, sig, b, static_cast<isa::Unit>(u) == isa::Unit::Mxu ? &v1 : nullptr);
+  for (size_t slot = 0; slot < out.size(); ++slot) {
+    const isa::Unit u = unit_of_slot(static_cast<int>(slot));
+    if (u == isa::Unit::Core) continue;  // booked as it ran (core.cpp)
+    out[slot] = StallBreakdown{};
+    sweep(run.spans[slot], cycles, sig, out[slot], u == isa::Unit::Mxu ? &v1 : nullptr);
   }
-  const double c = out.cycles ? static_cast<double>(out.cycles) : 1.0;
-  Tpuv1Counters& t = out.tpuv1;
+}
+
+void tpuv1_counters(const Tpuv1Cycles& v1, double unit_cycles, double mac_utilization, Tpuv1Counters& t) {
+  const double c = unit_cycles > 0 ? unit_cycles : 1.0;
   t.array_active = static_cast<double>(v1.active) / c;
-  t.useful_macs = out.mxu_mac_utilization;
+  t.useful_macs = mac_utilization;
   t.unused_macs = std::max(0.0, t.array_active - t.useful_macs);
   t.weight_stall = static_cast<double>(v1.weight_stall) / c;
   t.weight_shift = static_cast<double>(v1.weight_shift) / c;
   t.non_matrix = static_cast<double>(v1.non_matrix) / c;
   t.raw_stall = static_cast<double>(v1.raw) / c;
   t.input_stall = static_cast<double>(v1.input) / c;
-  (void)cfg;
+}
+
+void add_unit_stats(UnitStats& into, const UnitStats& u) {
+  into.instructions += u.instructions;
+  into.busy_cycles += u.busy_cycles;
+  into.wait_sem_cycles += u.wait_sem_cycles;
+  into.wait_queue_cycles += u.wait_queue_cycles;
+  StallBreakdown& b = into.stalls;
+  const StallBreakdown& x = u.stalls;
+  b.wait_memory += x.wait_memory, b.busy += x.busy, b.weight_load += x.weight_load, b.wait_sem += x.wait_sem;
+  for (size_t k = 0; k < b.wait_sem_by.size(); ++k) b.wait_sem_by[k] += x.wait_sem_by[k];
+  b.wait_queue += x.wait_queue, b.wait_drain += x.wait_drain, b.wait_barrier += x.wait_barrier;
+  b.launch += x.launch, b.idle += x.idle, b.idle_after += x.idle_after;
 }
 
 }  // namespace detail
+
+std::string UnitInstance::name() const {
+  std::string s = "core" + std::to_string(core) + "." + isa::unit_name(unit);
+  if (unit == isa::Unit::Mxu) s += std::to_string(index);
+  return s;
+}
 
 std::string RunStats::to_json(const ChipConfig& cfg) const {
   nlohmann::ordered_json j;
@@ -138,13 +152,26 @@ std::string RunStats::to_json(const ChipConfig& cfg) const {
           {"wait_sem_by", std::move(by)},
           {"wait_queue", b.wait_queue},
           {"wait_drain", b.wait_drain},
+          {"wait_barrier", b.wait_barrier},
+          {"launch", b.launch},
           {"idle", b.idle},
           {"idle_after", b.idle_after}}},
     };
   }
   j["units"] = std::move(u);
+  j["cores"] = cores;
+  j["cores_running"] = cores_running;
+  j["mxus_per_core"] = cfg.core.mxus;
+  // Every unit of every core: its own counts and utilization (the "units" above add these up per kind).
+  nlohmann::ordered_json inst = nlohmann::ordered_json::object();
+  for (const UnitInstance& i : instances)
+    inst[i.name()] = {{"instructions", i.stats.instructions},
+                      {"busy_cycles", i.stats.busy_cycles},
+                      {"utilization", i.stats.utilization}};
+  j["instances"] = std::move(inst);
   j["mxu"] = {{"macs", mxu_macs}, {"mac_utilization", mxu_mac_utilization}};
   j["hbm"] = {{"bytes_read", hbm_bytes_read}, {"bytes_written", hbm_bytes_written}};
+  j["shared"] = {{"bytes_read", shared_bytes_read}, {"bytes_written", shared_bytes_written}};
   // Fractions of "cycles" (Tpuv1Counters in chip.h defines each on our matrix unit).
   j["tpuv1_counters"] = {{"array_active", tpuv1.array_active}, {"useful_macs", tpuv1.useful_macs},
                          {"unused_macs", tpuv1.unused_macs},   {"weight_stall", tpuv1.weight_stall},

@@ -2,7 +2,10 @@
 // simulated time. The matrix unit's weight loads and semaphore waits overlap its streaming, so they get tracks
 // of their own ("mxu.lw", "mxu.wait"): slices on one track must nest. Waits are slices named after what they
 // wait for ("wait s3", "queue full: mxu", "drain (...)"); a unit's memory waits ("memory wait", kind "memory")
-// lie inside its busy slice on the same track. Cycles with no slice on a unit's tracks are idle.
+// lie inside its busy slice on the same track. Cycles with no slice on a unit's tracks are idle. A chip of several
+// cores or matrix units gets a set of tracks per core ("core1 dmain") and per matrix unit ("mxu2.lw").
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "tpusim/sim/chip.h"
@@ -10,12 +13,31 @@
 namespace tpusim::sim {
 namespace {
 
+// Tracks: core 0's units keep the numbers of a one-core chip (core 1, dmain 2, dmaout 3, mxu 4, vpu 5, mxu.lw 6,
+// mxu.wait 7); matrix unit i > 0 of a core adds 10 * i to the matrix unit's three; core c adds 1000 * c. (The
+// runtime's profiles put their node and kernel tracks at 100 and 101.)
 enum Track { kCore = 1, kDmaIn, kDmaOut, kMxu, kVpu, kMxuLoad, kMxuWait };
 
 int track(const TraceEvent& e) {
-  if (e.unit == isa::Unit::Mxu && e.kind == "load") return kMxuLoad;
-  if (e.unit == isa::Unit::Mxu && (e.kind == "wait" || e.kind == "memory")) return kMxuWait;
-  return static_cast<int>(e.unit) + 1;
+  int t = static_cast<int>(e.unit) + 1;
+  if (e.unit == isa::Unit::Mxu && e.kind == "load") t = kMxuLoad;
+  if (e.unit == isa::Unit::Mxu && (e.kind == "wait" || e.kind == "memory")) t = kMxuWait;
+  if (e.unit == isa::Unit::Mxu) t += 10 * e.index;
+  return 1000 * e.core + t;
+}
+
+std::string track_name(int tid, bool cores, bool mxus) {
+  const int core = tid / 1000, t = tid % 1000;
+  std::string s = cores ? "core" + std::to_string(core) + " " : "";
+  static const char* base[] = {"", "core", "dmain", "dmaout", "mxu", "vpu", "mxu", "mxu"};
+  const int b = t < 10 ? t : t % 10;
+  s += base[b];
+  if (b == kMxu || b == kMxuLoad || b == kMxuWait) {
+    if (mxus) s += std::to_string(t / 10);
+    if (b == kMxuLoad) s += ".lw";
+    if (b == kMxuWait) s += ".wait";
+  }
+  return s;
 }
 
 }  // namespace
@@ -23,12 +45,16 @@ int track(const TraceEvent& e) {
 std::string chrome_trace_json(const std::vector<TraceEvent>& events, const ChipConfig& cfg) {
   using json = nlohmann::ordered_json;
   json list = json::array();
-  const std::pair<int, const char*> names[] = {{kCore, "core"}, {kDmaIn, "dmain"},     {kDmaOut, "dmaout"},
-                                               {kMxu, "mxu"},   {kVpu, "vpu"},         {kMxuLoad, "mxu.lw"},
-                                               {kMxuWait, "mxu.wait"}};
+  const bool cores = cfg.chip.cores > 1, mxus = cfg.core.mxus > 1;
+  std::set<int> tids = {kCore, kDmaIn, kDmaOut, kMxu, kVpu, kMxuLoad, kMxuWait};
+  for (const TraceEvent& e : events) tids.insert(track(e));
   list.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", cfg.chip.name}}}});
-  for (const auto& [tid, name] : names) {
-    list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"name", name}}}});
+  for (int tid : tids) {
+    list.push_back({{"name", "thread_name"},
+                    {"ph", "M"},
+                    {"pid", 1},
+                    {"tid", tid},
+                    {"args", {{"name", track_name(tid, cores, mxus)}}}});
     list.push_back(
         {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"sort_index", tid}}}});
   }

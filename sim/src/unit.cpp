@@ -2,9 +2,12 @@
 
 namespace tpusim::sim::detail {
 
-UnitModule::UnitModule(const sc_core::sc_module_name& name, ChipState& st, isa::Unit unit)
-    : sc_core::sc_module(name), queue(static_cast<size_t>(st.cfg.core.queue_depth)), st_(st), unit_(unit) {
-  st.units[static_cast<int>(unit)] = this;
+UnitModule::UnitModule(const sc_core::sc_module_name& name, ChipState& st, isa::Unit unit, int index)
+    : sc_core::sc_module(name), queue(static_cast<size_t>(st.cfg.core.queue_depth)), st_(st), unit_(unit),
+      index_(index), slot_(slot_of(unit, index)) {
+  if (index == 0) st.units[static_cast<int>(unit)] = this;
+  if (unit == isa::Unit::Mxu) st.mxus.push_back(this);
+  st.all_units.push_back(this);
   st.events.push_back(&queue.pushed);
   st.events.push_back(&queue.popped);
   SC_THREAD(thread);
@@ -16,9 +19,16 @@ void UnitModule::reset() {
   blocked_sem_ = 0;
 }
 
+std::string UnitModule::label() const {
+  std::string s = st_.chip.running > 1 ? "core " + std::to_string(st_.index) + " " : "";
+  s += isa::unit_name(unit_);
+  if (st_.cfg.core.mxus > 1 && unit_ == isa::Unit::Mxu) s += std::to_string(index_);
+  return s;
+}
+
 std::string UnitModule::blocked() const {
   if (!blocked_sem_) return "";
-  return std::string(isa::unit_name(unit_)) + " waits for s" + std::to_string(blocked_sem_) + " (value " +
+  return label() + " waits for s" + std::to_string(blocked_sem_) + " (value " +
          std::to_string(st_.sem[blocked_sem_]) + ") at " + st_.where(pc_);
 }
 
@@ -28,7 +38,7 @@ void UnitModule::thread() {
       serve();
     } catch (const Abort&) {
     } catch (const std::exception& e) {
-      st_.record_error(std::string(isa::unit_name(unit_)) + ": internal error: " + e.what());
+      st_.record_error(label() + ": internal error: " + e.what());
     }
     busy_ = false;
     blocked_sem_ = 0;
@@ -67,20 +77,20 @@ void UnitModule::acquire(const Entry& e) {
   uint64_t waited = st_.now() - t;
   if (!waited) return;
   stats().wait_sem_cycles += waited;
-  st_.account(unit_, t, t + waited, Span::Sem, s, e.in.op);
-  if (st_.keeping_trace()) st_.trace(unit_, t, waited, e.pc, "wait s" + std::to_string(s), "wait");
+  st_.account(slot_, t, t + waited, Span::Sem, s, e.in.op);
+  if (st_.keeping_trace()) trace(t, waited, e.pc, "wait s" + std::to_string(s), "wait");
 }
 
 void UnitModule::finish(const Entry& e, uint64_t start, uint64_t end) {
   stats().busy_cycles += end - start;
-  st_.trace(unit_, start, end - start, e.pc, st_.text(e.pc), "busy");
+  trace(start, end - start, e.pc, st_.text(e.pc), "busy");
   st_.signal(e.signal_sem(), e.pc);
 }
 
 void UnitModule::note_memory_wait(uint64_t start, uint64_t end) {
   if (end <= start) return;
-  st_.account(unit_, start, end, Span::Memory);
-  if (st_.keeping_trace()) st_.trace(unit_, start, end - start, pc_, "memory wait", "memory");
+  st_.account(slot_, start, end, Span::Memory);
+  if (st_.keeping_trace()) trace(start, end - start, pc_, "memory wait", "memory");
 }
 
 }  // namespace tpusim::sim::detail

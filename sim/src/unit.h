@@ -56,9 +56,12 @@ class UnitQueue {
 class UnitModule : public sc_core::sc_module {
  public:
   SC_HAS_PROCESS(UnitModule);
-  UnitModule(const sc_core::sc_module_name& name, ChipState& st, isa::Unit unit);
+  // `index`: which of the core's matrix units (0 for every other unit).
+  UnitModule(const sc_core::sc_module_name& name, ChipState& st, isa::Unit unit, int index = 0);
 
   isa::Unit unit() const { return unit_; }
+  int slot() const { return slot_; }
+  std::string label() const;  // "mxu", "mxu2", "dmain"; with the core ("core 1 mxu2") on several cores
   // Idle: nothing queued, nothing executing, nothing in flight.
   virtual bool idle() const { return queue.empty() && !busy_; }
   // Drops queued and in-flight work and timing state (before a run, and after an error).
@@ -80,7 +83,11 @@ class UnitModule : public sc_core::sc_module {
   void note_memory_wait(uint64_t start, uint64_t end);
   // The same for the `cycles` cycles just before now (after a wait_until on memory).
   void note_memory_wait(uint64_t cycles) { note_memory_wait(st_.now() - cycles, st_.now()); }
-  UnitStats& stats() { return st_.stats(unit_); }
+  UnitStats& stats() { return st_.slot_stats(slot_); }
+  // This unit's trace slice (and stall accounting, ChipState::trace).
+  void trace(uint64_t start, uint64_t dur, uint32_t pc, const std::string& name, const char* kind) {
+    st_.trace(slot_, start, dur, pc, name, kind);
+  }
 
   ChipState& st_;
 
@@ -90,6 +97,7 @@ class UnitModule : public sc_core::sc_module {
   void acquire(const Entry& e);
 
   isa::Unit unit_;
+  int index_, slot_;
   bool busy_ = false;
   int blocked_sem_ = 0;
   uint32_t pc_ = 0;

@@ -298,7 +298,7 @@ uint64_t Vpu::check(const Entry& e) {
       const DType adt = e.dtype("adt"), odt = e.dtype("odt");
       if (adt != DType::I32 && adt != DType::F32)
         st_.fail(e.pc, std::string("accumulators read as ") + isa::dtype_name(adt) + ": adt must be i32 or f32");
-      const auto acc_rows = static_cast<int64_t>(st_.cfg.mxu.acc_rows);
+      const auto acc_rows = st_.cfg.core_acc_rows();  // every matrix unit's rows, numbered across them
       if (acc < 0 || acc > acc_rows || rows > acc_rows - acc || cols > st_.cfg.mxu.cols)
         st_.fail(e.pc, "accumulator block [" + std::to_string(acc) + ", " + std::to_string(acc + rows) + ") x " +
                            std::to_string(cols) + " outside " + std::to_string(acc_rows) + " x " +

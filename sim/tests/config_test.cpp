@@ -26,7 +26,8 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 TEST(Config, PresetsAreListedAndLoad) {
-  EXPECT_EQ(preset_names(), (std::vector<std::string>{"v1-like", "v4-like", "edge"}));
+  EXPECT_EQ(preset_names(),
+            (std::vector<std::string>{"v1-like", "v4-like", "edge", "v1", "v4", "v5e", "v6e", "h200-like"}));
   EXPECT_EQ(default_preset(), "v4-like");
   for (const auto& name : preset_names()) {
     ChipConfig c = load_config(name);
@@ -74,9 +75,35 @@ TEST(Config, DeclaredDefaultsAreTheV4LikePreset) {
   }
 }
 
+// The whole-chip presets against the figures their makers publish (FACTS.md): peak matrix throughput from
+// cores x matrix units x rows x cols x 2 x clock (and int8 at mxu.i8_rate), HBM bandwidth, capacities. Within 1%:
+// clocks are rounded to whole MHz where only the peak is published.
+TEST(Config, WholeChipPresetsMatchPublishedFigures) {
+  struct Want {
+    const char* name;
+    double tflops_bf16, tops_i8, hbm_gbs;
+    int cores, mxus;
+  };
+  for (const Want& w : {Want{"v1", 91.75, 91.75, 34, 1, 1}, Want{"v4", 275, 275, 1200, 2, 4},
+                        Want{"v5e", 197, 393, 819, 1, 4}, Want{"v6e", 918, 1836, 1640, 1, 4},
+                        Want{"h200-like", 989, 1979, 4800, 132, 4}}) {
+    ChipConfig c = load_config(w.name);
+    const double hz = c.chip.clock_mhz * 1e6;
+    EXPECT_NEAR(2 * c.peak_macs_per_cycle() * hz / 1e12, w.tflops_bf16, w.tflops_bf16 * 0.01) << w.name;
+    EXPECT_NEAR(2 * c.peak_macs_per_cycle(true) * hz / 1e12, w.tops_i8, w.tops_i8 * 0.01) << w.name;
+    EXPECT_DOUBLE_EQ(c.hbm.bandwidth_gbs, w.hbm_gbs) << w.name;
+    EXPECT_EQ(c.chip.cores, w.cores) << w.name;
+    EXPECT_EQ(c.core.mxus, w.mxus) << w.name;
+  }
+  EXPECT_EQ(load_config("v4").shared_bytes(), uint64_t(128) << 20);   // 128 MiB CMEM
+  EXPECT_EQ(load_config("v4").vmem_bytes(), uint64_t(16) << 20);      // 16 MiB per TensorCore
+  EXPECT_EQ(load_config("h200-like").vmem_bytes(), uint64_t(228) << 10);  // 228 KB per SM
+  EXPECT_EQ(load_config("h200-like").shared_bytes(), uint64_t(50) << 20);  // 50 MB L2
+}
+
 TEST(Config, DescribeListsEveryParameterWithHelp) {
   auto params = describe(load_config("edge", {"mxu.rows=8"}));
-  ASSERT_EQ(params.size(), 23u);
+  ASSERT_EQ(params.size(), 33u);
   for (const ParamInfo& p : params) EXPECT_FALSE(p.help.empty()) << p.key;
   auto rows = std::find_if(params.begin(), params.end(), [](const ParamInfo& p) { return p.key == "mxu.rows"; });
   ASSERT_NE(rows, params.end());
@@ -128,8 +155,9 @@ TEST(Config, BadValuesNameTheKey) {
 
 TEST(Config, UnknownPresetListsThePresets) {
   EXPECT_EQ(error_of([] { load_config("v9-like"); }),
-            "unknown preset or configuration file 'v9-like' (presets: v1-like, v4-like, edge)");
-  EXPECT_EQ(error_of([] { preset_text("v9-like"); }), "unknown preset 'v9-like' (presets: v1-like, v4-like, edge)");
+            "unknown preset or configuration file 'v9-like' (presets: v1-like, v4-like, edge, v1, v4, v5e, v6e, "
+            "h200-like)");
+  EXPECT_EQ(error_of([] { preset_text("v9-like"); }), "unknown preset 'v9-like' (presets: v1-like, v4-like, edge, v1, v4, v5e, v6e, h200-like)");
 }
 
 TEST(Config, KernelSymbols) {

@@ -37,16 +37,22 @@ class ProgramBuilder {
   ProgramBuilder& wait(int s) { return with("wait", s); }
   ProgramBuilder& signal(int s) { return with("signal", s); }
   ProgramBuilder& li(int rd, int64_t v) { return op(Op::LI, {rd, v}); }
+  ProgramBuilder& cores(uint32_t n) {  // the program's .cores
+    cores_ = n;
+    return *this;
+  }
   size_t pc() const { return code_.size(); }
   isa::Program build() const {
     isa::Program p;
     p.name = "test";
+    p.cores = cores_;
     for (const auto& in : code_) p.code.push_back(isa::encode(in));
     return p;
   }
 
  private:
   std::vector<isa::Instr> code_;
+  uint32_t cores_ = 1;
 };
 
 inline int64_t dt(DType t) { return static_cast<int64_t>(t); }

@@ -18,10 +18,19 @@ std::string hex(int64_t v) {
 }
 }  // namespace
 
-Reference::Reference(const Config& cfg, const Options& opts)
-    : cfg_(cfg), opts_(opts), vmem_(cfg.vmem_bytes), acc_(static_cast<size_t>(cfg.acc_rows) * cfg.cols) {
-  active_.w.assign(static_cast<size_t>(cfg.rows) * cfg.cols, 0.0);
-  shadow_.w = active_.w;
+Reference::Reference(const Config& cfg, const Options& opts) : cfg_(cfg), opts_(opts) {
+  cores_.resize(static_cast<size_t>(cfg.cores));
+  for (CoreState& c : cores_) {
+    c.vmem.assign(cfg.vmem_bytes, 0);
+    c.acc.resize(static_cast<size_t>(cfg.mxus) * cfg.acc_rows * cfg.cols);
+    Tile empty;
+    empty.w.assign(static_cast<size_t>(cfg.rows) * cfg.cols, 0.0);
+    c.active.assign(static_cast<size_t>(cfg.mxus), empty);
+    c.shadow = c.active;
+    c.have_active.assign(static_cast<size_t>(cfg.mxus), 0);
+    c.have_shadow = c.have_active;
+  }
+  c_ = &cores_[0];
 }
 
 // ---- host access ------------------------------------------------------------------------------------------
@@ -32,30 +41,40 @@ uint8_t* Reference::hbm_page(uint64_t page) {
   return p.data();
 }
 
-void Reference::write_hbm(uint64_t addr, const void* data, size_t bytes) {
-  if (addr > cfg_.hbm_bytes || bytes > cfg_.hbm_bytes - addr) throw Error("write_hbm outside HBM");
+void Reference::write_pages(Pages& mem, uint64_t addr, const void* data, size_t bytes) {
   const auto* src = static_cast<const uint8_t*>(data);
   for (size_t i = 0; i < bytes;) {
     uint64_t a = addr + i, off = a % kHbmPage;
     size_t n = std::min<size_t>(bytes - i, kHbmPage - off);
-    std::memcpy(hbm_page(a / kHbmPage) + off, src + i, n);
+    auto& page = mem[a / kHbmPage];
+    if (page.empty()) page.assign(kHbmPage, 0);
+    std::memcpy(page.data() + off, src + i, n);
     i += n;
   }
 }
 
-void Reference::read_hbm(uint64_t addr, void* data, size_t bytes) const {
-  if (addr > cfg_.hbm_bytes || bytes > cfg_.hbm_bytes - addr) throw Error("read_hbm outside HBM");
+void Reference::read_pages(const Pages& mem, uint64_t addr, void* data, size_t bytes) {
   auto* dst = static_cast<uint8_t*>(data);
   for (size_t i = 0; i < bytes;) {
     uint64_t a = addr + i, off = a % kHbmPage;
     size_t n = std::min<size_t>(bytes - i, kHbmPage - off);
-    auto it = hbm_.find(a / kHbmPage);
-    if (it == hbm_.end())
+    auto it = mem.find(a / kHbmPage);
+    if (it == mem.end())
       std::memset(dst + i, 0, n);
     else
       std::memcpy(dst + i, it->second.data() + off, n);
     i += n;
   }
+}
+
+void Reference::write_hbm(uint64_t addr, const void* data, size_t bytes) {
+  if (addr > cfg_.hbm_bytes || bytes > cfg_.hbm_bytes - addr) throw Error("write_hbm outside HBM");
+  write_pages(hbm_, addr, data, bytes);
+}
+
+void Reference::read_hbm(uint64_t addr, void* data, size_t bytes) const {
+  if (addr > cfg_.hbm_bytes || bytes > cfg_.hbm_bytes - addr) throw Error("read_hbm outside HBM");
+  read_pages(hbm_, addr, data, bytes);
 }
 
 void Reference::load_constants(const isa::Program& p) {
@@ -66,12 +85,45 @@ void Reference::load_constants(const isa::Program& p) {
 // ---- the fetch loop -----------------------------------------------------------------------------------------
 
 uint64_t Reference::run(const isa::Program& p) {
-  std::fill(std::begin(regs_), std::end(regs_), 0);
+  if (p.cores < 1 || p.cores > static_cast<uint32_t>(cfg_.cores))
+    throw Error("the program runs on " + std::to_string(p.cores) + " cores, the machine has " +
+                std::to_string(cfg_.cores));
   prog_ = &p;
   instr_ = nullptr;
-  const int64_t end = static_cast<int64_t>(p.code.size());
+  running_ = static_cast<int>(p.cores);
+  for (int i = 0; i < running_; ++i) {
+    CoreState& c = cores_[static_cast<size_t>(i)];
+    std::fill(std::begin(c.regs), std::end(c.regs), 0);
+    c.pc = 0, c.done = false, c.at_barrier = false;
+  }
   uint64_t executed = 0;
-  for (int64_t pc = 0; pc >= 0 && pc < end;) {
+  for (;;) {
+    // Each core from where it stands to its next barrier or its end, in core order.
+    for (int i = 0; i < running_; ++i) {
+      core_ = i, c_ = &cores_[static_cast<size_t>(i)];
+      if (!c_->done && !c_->at_barrier) run_core(p, executed);
+    }
+    std::string ended, waiting;
+    for (int i = 0; i < running_; ++i)
+      (cores_[static_cast<size_t>(i)].done ? ended : waiting) += (i ? " " : "") + std::to_string(i);
+    if (waiting.empty()) break;
+    if (!ended.empty())
+      throw Error("deadlock: cores [" + waiting + "] wait at a barrier that cores [" + ended +
+                  "] never reach (they ended the program)");
+    for (int i = 0; i < running_; ++i) {  // every core is at the barrier: all go on past it
+      CoreState& c = cores_[static_cast<size_t>(i)];
+      c.at_barrier = false, ++c.pc;
+    }
+  }
+  core_ = 0, c_ = &cores_[0];
+  instr_ = nullptr;
+  return executed;
+}
+
+void Reference::run_core(const isa::Program& p, uint64_t& executed) {
+  const int64_t end = static_cast<int64_t>(p.code.size());
+  int64_t pc = c_->pc;
+  while (pc >= 0 && pc < end) {
     pc_ = pc;
     isa::Instr in;
     try {
@@ -82,7 +134,15 @@ uint64_t Reference::run(const isa::Program& p) {
     instr_ = &in;
     if (++executed > opts_.max_instructions) fail("more than max_instructions executed");
     switch (in.desc().unit) {
-      case isa::Unit::Core: pc = core(in, pc); continue;
+      case isa::Unit::Core: {
+        const int64_t next = core(in, pc);
+        if (next == kBarrier) {
+          c_->pc = pc, c_->at_barrier = true;
+          return;
+        }
+        pc = next;
+        continue;
+      }
       case isa::Unit::DmaIn:
       case isa::Unit::DmaOut: dma(in); break;
       case isa::Unit::Mxu: mxu(in); break;
@@ -90,8 +150,8 @@ uint64_t Reference::run(const isa::Program& p) {
     }
     ++pc;  // a unit instruction has completed: the next one is dispatched (program order, see reference.h)
   }
-  instr_ = nullptr;
-  return executed;
+  c_->pc = pc;
+  c_->done = true;
 }
 
 // ---- operands, errors, memories -----------------------------------------------------------------------------
@@ -102,14 +162,14 @@ int64_t Reference::field(const isa::Instr& in, const char* name) const {
   return in.f[i];
 }
 
-int64_t Reference::value(const isa::Instr& in, const char* name) const { return regs_[field(in, name)]; }
+int64_t Reference::value(const isa::Instr& in, const char* name) const { return c_->regs[field(in, name)]; }
 
 DType Reference::dtype(const isa::Instr& in, const char* name) const {
   return static_cast<DType>(field(in, name));
 }
 
 void Reference::fail(const std::string& what) const {
-  std::string where = "pc " + std::to_string(pc_);
+  std::string where = (running_ > 1 ? "core " + std::to_string(core_) + ": " : "") + "pc " + std::to_string(pc_);
   if (instr_) where += " (" + isa::format(*instr_) + ")";
   if (prog_ && pc_ < static_cast<int64_t>(prog_->source.size()) && !prog_->source[pc_].empty())
     where += " [" + prog_->source[pc_] + "]";
@@ -120,7 +180,7 @@ uint8_t* Reference::vmem(int64_t addr, int64_t bytes) {
   if (addr < 0 || bytes < 0 || static_cast<uint64_t>(addr) + bytes > cfg_.vmem_bytes)
     fail("VMEM access [" + hex(addr) + ", " + hex(addr + bytes) + ") outside " + std::to_string(cfg_.vmem_bytes) +
          " bytes");
-  return vmem_.data() + addr;
+  return c_->vmem.data() + addr;
 }
 
 void Reference::check_hbm(int64_t addr, int64_t bytes) const {
@@ -130,10 +190,11 @@ void Reference::check_hbm(int64_t addr, int64_t bytes) const {
 }
 
 Reference::AccWord& Reference::acc(int64_t row, int64_t col) {
-  if (row < 0 || row >= cfg_.acc_rows || col < 0 || col >= cfg_.cols)
-    fail("ACC word [" + std::to_string(row) + "][" + std::to_string(col) + "] outside " +
-         std::to_string(cfg_.acc_rows) + " x " + std::to_string(cfg_.cols));
-  return acc_[static_cast<size_t>(row) * cfg_.cols + col];
+  const int64_t rows = static_cast<int64_t>(cfg_.mxus) * cfg_.acc_rows;  // every matrix unit's, numbered across
+  if (row < 0 || row >= rows || col < 0 || col >= cfg_.cols)
+    fail("ACC word [" + std::to_string(row) + "][" + std::to_string(col) + "] outside " + std::to_string(rows) +
+         " x " + std::to_string(cfg_.cols));
+  return c_->acc[static_cast<size_t>(row) * cfg_.cols + col];
 }
 
 // An ACC word read as `adt` (i32 or f32), as a double.
@@ -148,7 +209,7 @@ double Reference::acc_read(int64_t row, int64_t col, DType adt) {
 
 int64_t Reference::core(const isa::Instr& in, int64_t pc) {
   auto set = [&](int64_t v) {
-    if (int rd = static_cast<int>(field(in, "rd")); rd != 0) regs_[rd] = v;  // r0 stays zero
+    if (int rd = static_cast<int>(field(in, "rd")); rd != 0) c_->regs[rd] = v;  // r0 stays zero
   };
   auto wrap = [](uint64_t v) { return static_cast<int64_t>(v); };  // 64-bit wrapping arithmetic
   auto a = [&] { return value(in, "ra"); };
@@ -191,6 +252,17 @@ int64_t Reference::core(const isa::Instr& in, int64_t pc) {
     case Op::JMP: return branch(true);
     case Op::SEMSET:
     case Op::FENCE: break;  // every earlier instruction has completed already
+    case Op::COREID: set(core_); break;
+    case Op::CORECOUNT: set(running_); break;
+    case Op::BARRIER: return kBarrier;
+    case Op::SEMSIGNAL: {
+      const int64_t to = value(in, "rcore");
+      if (to < 0 || to >= running_)
+        fail("core " + std::to_string(to) + " does not run this program (cores 0.." + std::to_string(running_ - 1) +
+             ")");
+      if (field(in, "sem") == 0) fail("semaphore s0 does not exist (s1..s31)");
+      break;  // semaphores are no-ops here (reference.h)
+    }
     default: fail("not a core instruction");
   }
   return pc + 1;
@@ -220,23 +292,36 @@ void Reference::dma(const isa::Instr& in) {
     }
     return;
   }
-  bool load = in.op == Op::DMALD;
+  bool load = in.op == Op::DMALD, shared = field(in, "shared") != 0;
   int64_t vaddr = value(in, "vaddr"), haddr = value(in, "haddr"), rows = value(in, "rows"),
           rowbytes = value(in, "rowbytes"), hstride = value(in, "hstride"), vstride = value(in, "vstride");
   if (rows < 0 || rowbytes < 0) fail("negative rows or rowbytes");
   for (int64_t i = 0; i < rows; ++i) {
     int64_t h = haddr + i * hstride, v = vaddr + i * vstride;
-    check_hbm(h, rowbytes);
+    if (!shared) {
+      check_hbm(h, rowbytes);
+    } else if (h < 0 || rowbytes < 0 || static_cast<uint64_t>(h) + rowbytes > cfg_.shared_bytes) {
+      fail("shared memory access [" + hex(h) + ", " + hex(h + rowbytes) + ") outside " +
+           std::to_string(cfg_.shared_bytes) + " bytes");
+    }
     uint8_t* p = vmem(v, rowbytes);
-    if (load) read_hbm(static_cast<uint64_t>(h), p, static_cast<size_t>(rowbytes));
-    else write_hbm(static_cast<uint64_t>(h), p, static_cast<size_t>(rowbytes));
+    Pages& far = shared ? shared_ : hbm_;
+    if (load) read_pages(far, static_cast<uint64_t>(h), p, static_cast<size_t>(rowbytes));
+    else write_pages(far, static_cast<uint64_t>(h), p, static_cast<size_t>(rowbytes));
   }
 }
 
 // ---- the matrix unit ----------------------------------------------------------------------------------------
 
 void Reference::mxu(const isa::Instr& in) {
+  const int64_t unit = field(in, "mxu");
+  if (unit >= cfg_.mxus)
+    fail("matrix unit " + std::to_string(unit) + " does not exist (" + std::to_string(cfg_.mxus) + " per core)");
   if (in.op == Op::MXUSYNC) return;
+  const auto u = static_cast<size_t>(unit);
+  Tile &active_ = c_->active[u], &shadow_ = c_->shadow[u];
+  char &have_active_ = c_->have_active[u], &have_shadow_ = c_->have_shadow[u];
+  const int64_t acc_base = unit * cfg_.acc_rows;  // this unit's first row of the core's ACC
   DType dt = dtype(in, "dtype");
   if (dt != DType::I8 && dt != DType::BF16) fail("the matrix unit multiplies i8 or bf16");
   int64_t vaddr = value(in, "vaddr"), stride = value(in, "stride");
@@ -267,6 +352,10 @@ void Reference::mxu(const isa::Instr& in) {
   int64_t m = value(in, "m"), acc0 = value(in, "acc");
   bool accumulate = field(in, "accumulate") != 0;
   if (m < 0) fail("negative m");
+  if (m > 0 && (acc0 < 0 || acc0 + m > cfg_.acc_rows))
+    fail("accumulator rows [" + std::to_string(acc0) + ", " + std::to_string(acc0 + m) + ") outside the unit's " +
+         std::to_string(cfg_.acc_rows));
+  acc0 += acc_base;
   std::vector<double> a(active_.k);
   for (int64_t i = 0; i < m; ++i) {
     for (int l = 0; l < active_.k; ++l) a[l] = vmem_load(vaddr + i * stride + l * size, dt);

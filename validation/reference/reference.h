@@ -11,9 +11,16 @@
 // same memory contents as the decoupled hardware, whose units run concurrently; that equality is the contract
 // the simulator must meet. (A program with a race may legitimately differ; the reference cannot see races.)
 //
-// State: 32 registers (r0 reads as zero), HBM (sparse: pages appear, zero-filled, when first touched), VMEM,
-// the accumulator memory ACC (acc_rows x cols 32-bit words), and the matrix unit's active and shadow weight
-// tiles. Out-of-range accesses and misuse throw reference::Error naming the pc and the instruction.
+// State: per core, 32 registers (r0 reads as zero), VMEM, the accumulator memory ACC (mxus * acc_rows x cols
+// 32-bit words: matrix unit u owns rows [u * acc_rows, (u + 1) * acc_rows)), and each matrix unit's active and
+// shadow weight tiles; per chip, HBM and the shared memory (sparse: pages appear, zero-filled, when first
+// touched). Out-of-range accesses and misuse throw reference::Error naming the pc and the instruction.
+//
+// Several cores (a program's .cores): each runs the program in program order, one core after another, from the
+// start or a barrier to its next barrier or its end; when every core waits at the barrier, all go on. For a
+// program whose cores touch one another's data only across barriers this is what the chip computes. sem.signal
+// is checked (its core must run the program) and otherwise a no-op, like every semaphore here: a program that
+// hands data between cores by signals alone is outside what this reference checks.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +44,9 @@ struct Config {
   int acc_rows = 256;         // ACC depth
   uint64_t vmem_bytes = 1 << 20;
   uint64_t hbm_bytes = 1ull << 30;
+  int cores = 1;              // chip.cores: the most a program may ask for
+  int mxus = 1;               // core.mxus: matrix units per core
+  uint64_t shared_bytes = 0;  // the shared memory level (0: none)
 };
 
 // How float sums (bf16 matrix products, vpu.rsum) are computed; see tolerance.h.
@@ -65,7 +75,7 @@ class Reference {
   // cleared at the start. Returns the number of instructions executed. Throws Error.
   uint64_t run(const isa::Program& p);
 
-  int64_t reg(int i) const { return regs_[i]; }
+  int64_t reg(int i, int core = 0) const { return cores_.at(static_cast<size_t>(core)).regs[i]; }
 
  private:
   // One ACC word. Integer passes store an i32; float passes store a value that is read as f32 (rounded to f32
@@ -81,7 +91,21 @@ class Reference {
     std::vector<double> w;  // rows x cols, zero outside k x n
   };
 
-  // Returns the next pc, or -1 to end the program.
+  // One core's state.
+  struct CoreState {
+    int64_t regs[isa::kNumRegs] = {};
+    std::vector<uint8_t> vmem;
+    std::vector<AccWord> acc;          // mxus * acc_rows x cols
+    std::vector<Tile> active, shadow;  // per matrix unit
+    std::vector<char> have_active, have_shadow;
+    int64_t pc = 0;
+    bool done = false, at_barrier = false;
+  };
+  static constexpr int64_t kBarrier = -2;  // core()'s return value for a barrier: stop there
+
+  // Runs the current core until the program's end or a barrier.
+  void run_core(const isa::Program& p, uint64_t& executed);
+  // Returns the next pc, or -1 to end the program, or kBarrier.
   int64_t core(const isa::Instr& in, int64_t pc);
   void dma(const isa::Instr& in);
   void mxu(const isa::Instr& in);
@@ -103,17 +127,20 @@ class Reference {
   void vmem_store(int64_t addr, DType t, double v) { store_value(vmem(addr, size_of(t)), t, v); }
   void check_hbm(int64_t addr, int64_t bytes) const;
   uint8_t* hbm_page(uint64_t page);
+  using Pages = std::unordered_map<uint64_t, std::vector<uint8_t>>;
+  static void write_pages(Pages& mem, uint64_t addr, const void* data, size_t bytes);
+  static void read_pages(const Pages& mem, uint64_t addr, void* data, size_t bytes);
   AccWord& acc(int64_t row, int64_t col);
   double acc_read(int64_t row, int64_t col, DType adt);
 
   Config cfg_;
   Options opts_;
-  int64_t regs_[isa::kNumRegs] = {};
-  std::unordered_map<uint64_t, std::vector<uint8_t>> hbm_;  // page number -> kHbmPage bytes
-  std::vector<uint8_t> vmem_;
-  std::vector<AccWord> acc_;
-  Tile active_, shadow_;
-  bool have_active_ = false, have_shadow_ = false;
+  Pages hbm_;     // page number -> kHbmPage bytes
+  Pages shared_;  // the shared memory level, the same way
+  std::vector<CoreState> cores_;
+  CoreState* c_ = nullptr;  // the core executing
+  int core_ = 0;            // its index
+  int running_ = 1;         // cores running the program
   // Where we are, for error messages.
   const isa::Program* prog_ = nullptr;
   int64_t pc_ = 0;

@@ -34,7 +34,8 @@ int dtype_size(DType t);                              // bytes per element
 const char* dtype_name(DType t);                      // "i8", "i32", "bf16", "f32"
 std::optional<DType> dtype_from_name(std::string_view name);  // also accepts "int8", "int32", "float32", ...
 
-enum class OperandKind : uint8_t { Reg, Imm, UImm, Target, DType, Sem, Flag };
+// Key: an unsigned immediate written by name after the positional operands (`mxu=2`), 0 when omitted.
+enum class OperandKind : uint8_t { Reg, Imm, UImm, Target, DType, Sem, Flag, Key };
 
 struct OperandDesc {
   std::string name;

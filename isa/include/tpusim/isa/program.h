@@ -57,6 +57,9 @@ struct Program {
   std::vector<uint8_t> const_data;   // bytes of the Const tensors
   std::vector<std::string> source;   // optional: per instruction, where it came from ("gemm.s:42"), for errors
   std::vector<Region> regions;       // optional: named ranges of `code`, in pre-order (see Region)
+  // The cores that run the program (SPMD: each runs all of `code` with its own core.id), 1..; a chip with fewer
+  // cores refuses it. Assembly: `.cores N`; a program for one core leaves the chip's other cores idle.
+  uint32_t cores = 1;
 
   const TensorDecl* find(const std::string& name) const;
   // Lowest address past every tensor declared in `space`.
@@ -71,13 +74,15 @@ void validate_regions(const Program& p);
 // For each region, the index of the region directly enclosing it, or -1 (regions must be valid).
 std::vector<int> region_parents(const std::vector<Region>& regions);
 
-inline constexpr uint32_t kProgramVersion = 3;  // 2: tensors carry their memory space; 3: mxu.lw trans (its
+inline constexpr uint32_t kProgramVersion = 4;  // 2: tensors carry their memory space; 3: mxu.lw trans (its
                                                 // wait/signal fields moved up a bit), dma.gather, regions
-                                                // carry flops and bytes
+                                                // carry flops and bytes; 4: whole chips (mxu=N on matrix
+                                                // instructions, dma `shared`, core.id, barrier, sem.signal,
+                                                // section 7: the program's cores)
 
 // Binary format: "TPUB", u32 version, u32 section count, then sections (u32 id, u64 byte length, payload);
 // little-endian throughout. Sections: 1 code (u64 words), 2 tensors, 3 constant data, 4 name, 5 source lines,
-// 6 regions (written only when there are some). Readers skip sections with unknown ids, so later versions can
+// 6 regions (written only when there are some), 7 cores (u32; written only when not 1). Readers skip sections with unknown ids, so later versions can
 // add some (a reader that predates section 6 loads such a file without its regions).
 std::vector<uint8_t> serialize(const Program& p);
 // Throws isa::Error naming the byte offset and what was wrong (bad magic, unsupported version, truncated section,

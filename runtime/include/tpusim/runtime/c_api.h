@@ -19,7 +19,12 @@
  *   Malformed arguments (a NULL handle, a short struct_size, a bad dtype) are reported by the call itself; what
  *   the runtime finds when doing the work (a wrong shape, a deleted buffer, a fault of the simulated chip) is
  *   reported by awaiting the event.
- * - One client per process (the simulator elaborates its chips once per process).
+ * - An event is ready when the work is done and its results are in place (as in PjRT): a buffer's bytes are in
+ *   device memory, a copy's destination is filled, an execution's outputs exist. Host memory a call reads is
+ *   copied before the call returns unless the call says otherwise (zero_copy); memory a call writes
+ *   asynchronously (tpusim_buffer_to_host's dst) must stay valid until its event is ready.
+ * - One client per process (the simulator elaborates its chips once per process): a second
+ *   tpusim_client_create, even after the first client is destroyed, fails with TPUSIM_FAILED_PRECONDITION.
  */
 #ifndef TPUSIM_RUNTIME_C_API_H_
 #define TPUSIM_RUNTIME_C_API_H_
@@ -32,7 +37,7 @@
 extern "C" {
 #endif
 
-#define TPUSIM_C_API_VERSION 1
+#define TPUSIM_C_API_VERSION 2
 
 #define TPUSIM_STRUCT_SIZE(type, last_field) (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
 /* Declares `type` and its constant `type##_STRUCT_SIZE` (the struct's size up to and including last_field). */
@@ -68,6 +73,21 @@ typedef enum {
   TPUSIM_DTYPE_F32 = 3,
 } TpusimDType;
 
+/* How an ONNX model is compiled (runtime::CompileOptions::precision). */
+typedef enum {
+  TPUSIM_PRECISION_BF16 = 0,  /* matmuls and convolutions in bf16, f32 accumulation */
+  TPUSIM_PRECISION_INT8 = 1,  /* post-training quantisation, activation scales calibrated on sample inputs */
+} TpusimPrecision;
+
+/* A tensor in host memory, read by the call that takes it (and copied if kept). */
+typedef struct {
+  const char* name;
+  TpusimDType dtype;
+  const int64_t* dims;
+  size_t num_dims;
+  const void* data;                /* row-major, product(dims) elements */
+} TpusimHostTensor;
+
 /* ---------------------------------------------------------------------------------------------------------------
  * Errors. A NULL error means success: tpusim_error_code(NULL) is TPUSIM_OK. */
 
@@ -89,7 +109,9 @@ typedef struct {
   TpusimClient* client;            /* out; destroy with tpusim_client_destroy */
 } TpusimClientCreateArgs;
 TPUSIM_DEFINE_STRUCT_TRAITS(TpusimClientCreateArgs, client);
-/* TPUSIM_NOT_FOUND for an unknown preset or missing file; TPUSIM_INVALID_ARGUMENT for a bad key or value. */
+/* TPUSIM_NOT_FOUND for an unknown preset or missing file; TPUSIM_INVALID_ARGUMENT for a bad key or value;
+ * TPUSIM_FAILED_PRECONDITION if this process already made a client (see the conventions above). Synchronous:
+ * the chips are elaborated when it returns. */
 TpusimError* tpusim_client_create(TpusimClientCreateArgs* args);
 
 typedef struct {
@@ -117,26 +139,60 @@ typedef struct {
 TPUSIM_DEFINE_STRUCT_TRAITS(TpusimClientDeviceDescriptionArgs, chip);
 TpusimError* tpusim_client_device_description(TpusimClientDeviceDescriptionArgs* args);
 
+/* The client's counters: its executable cache, and one device's HBM allocator. */
+typedef struct {
+  size_t struct_size;
+  TpusimClient* client;
+  int32_t device;                  /* whose memory counters to read */
+  uint64_t compilations;           /* out: ONNX models compiled */
+  uint64_t cache_hits;             /* out: compiles and loads answered from the cache */
+  uint64_t live_buffers;           /* out: device memory allocations not yet freed */
+  uint64_t live_bytes;             /* out: their sizes */
+  uint64_t peak_bytes;             /* out: the most live_bytes ever was */
+  uint64_t total_allocations;      /* out: allocations made so far */
+} TpusimClientStatsArgs;
+TPUSIM_DEFINE_STRUCT_TRAITS(TpusimClientStatsArgs, total_allocations);
+TpusimError* tpusim_client_stats(TpusimClientStatsArgs* args);
+
+/* Memory spaces (as PjRT's): index 0 .. N-1 are the devices' HBM, index N is "host" (zero-copy buffers). */
+typedef struct {
+  size_t struct_size;
+  TpusimClient* client;
+  size_t index;
+  size_t num_memory_spaces;        /* out: N + 1 */
+  const char* name;                /* out: "device 0 hbm", ..., "host"; owned by the client */
+  int32_t device;                  /* out: the device whose HBM it is; -1 for host */
+  uint64_t capacity;               /* out: bytes (0 for host: unbounded) */
+  bool is_host;                    /* out */
+} TpusimClientMemorySpaceArgs;
+TPUSIM_DEFINE_STRUCT_TRAITS(TpusimClientMemorySpaceArgs, is_host);
+TpusimError* tpusim_client_memory_space(TpusimClientMemorySpaceArgs* args);
+
 /* ---------------------------------------------------------------------------------------------------------------
- * Buffers: device arrays in a device's HBM. */
+ * Buffers: device arrays in a device's HBM (or, zero-copy, in the caller's host memory). */
 
 typedef struct {
   size_t struct_size;
   TpusimClient* client;
-  const void* data;                /* row-major; copied before the call returns (the caller may reuse it at once) */
+  const void* data;                /* row-major; copied before the call returns unless zero_copy */
   TpusimDType dtype;
   const int64_t* dims;             /* num_dims dimensions (0 dims: a scalar) */
   size_t num_dims;
   int32_t device;
-  TpusimBuffer* buffer;            /* out; destroy with tpusim_buffer_destroy */
+  TpusimBuffer* buffer;            /* out; destroy with tpusim_buffer_destroy. Ready (for executions and copies)
+                                      once the bytes are in HBM; later work on it waits for that by itself */
+  /* Version 2: */
+  bool zero_copy;                  /* true: not copied; the buffer refers to `data`, which must stay valid and
+                                      unchanged until the buffer is deleted or its last handle destroyed (and
+                                      every execution using it has finished). It is in host memory, takes no HBM. */
 } TpusimBufferFromHostArgs;
-TPUSIM_DEFINE_STRUCT_TRAITS(TpusimBufferFromHostArgs, buffer);
+TPUSIM_DEFINE_STRUCT_TRAITS(TpusimBufferFromHostArgs, zero_copy);
 TpusimError* tpusim_buffer_from_host(TpusimBufferFromHostArgs* args);
 
 /* Copies the buffer's bytes to `dst`, asynchronously. With dst == NULL, only sets dst_size to the bytes needed
- * (and no event). Otherwise dst_size must be at least that; `event` becomes ready when the device-to-host copy
- * is done, and the bytes are written to dst while tpusim_event_await runs: dst must stay valid until the event
- * has been awaited (destroying the event unawaited leaves dst untouched). */
+ * (and no event). Otherwise dst_size must be at least that; `event` becomes ready when dst holds the bytes (or
+ * with the error that prevented it). dst must stay valid until the event is ready, even if the event is
+ * destroyed unawaited (the copy still happens). */
 typedef struct {
   size_t struct_size;
   TpusimBuffer* buffer;
@@ -163,9 +219,22 @@ typedef struct {
   int32_t device;                  /* out */
   size_t size_in_bytes;            /* out */
   bool is_deleted;                 /* out */
+  /* Version 2: */
+  bool is_host_memory;             /* out: the buffer is in the host memory space (zero-copy), not in HBM */
 } TpusimBufferInfoArgs;
-TPUSIM_DEFINE_STRUCT_TRAITS(TpusimBufferInfoArgs, is_deleted);
+TPUSIM_DEFINE_STRUCT_TRAITS(TpusimBufferInfoArgs, is_host_memory);
 TpusimError* tpusim_buffer_info(TpusimBufferInfoArgs* args);
+
+/* An event ready when the buffer's bytes are in place (PjRT's ready event): at once for zero-copy buffers, when
+ * the host-to-device copy is done for others, when its execution has finished for outputs. Work queued on the
+ * buffer waits for it by itself: the event is for callers that want to know. */
+typedef struct {
+  size_t struct_size;
+  TpusimBuffer* buffer;
+  TpusimEvent* event;              /* out; destroy with tpusim_event_destroy */
+} TpusimBufferReadyEventArgs;
+TPUSIM_DEFINE_STRUCT_TRAITS(TpusimBufferReadyEventArgs, event);
+TpusimError* tpusim_buffer_ready_event(TpusimBufferReadyEventArgs* args);
 
 /* Releases the buffer's device memory now (or when the last execution using it finishes). The handle stays
  * valid and must still be destroyed; using it for a copy or an execution is then a TPUSIM_INVALID_ARGUMENT
@@ -189,18 +258,29 @@ TpusimError* tpusim_buffer_destroy(TpusimBufferDestroyArgs* args);
  * Executables: immutable programs with named input and output tensors. An executable does not belong to a
  * client (the client argument gives the chip it is built for) and may outlive it. */
 
+/* Compiles an ONNX model for the client's chip, synchronously. Cached by the client: a file by its canonical
+ * path, modification time and size; bytes by their content; and the options. */
 typedef struct {
   size_t struct_size;
   TpusimClient* client;
-  const char* path;                /* an .onnx model; compiled for the client's chip, cached by the client */
+  const char* path;                /* an .onnx file; with `bytes`, only the model's name (NULL: "model.onnx") */
   /* Values for dynamic input dimensions: input shape_names[i] has shape_num_dims[i] dims shape_dims[i]. */
   const char* const* shape_names;
   const int64_t* const* shape_dims;
   const size_t* shape_num_dims;
   size_t num_shapes;
   TpusimExecutable* executable;    /* out; destroy with tpusim_executable_destroy */
+  /* Version 2: */
+  const void* bytes;               /* non-NULL: a serialized ONNX ModelProto in memory (read during the call) */
+  size_t num_bytes;
+  TpusimPrecision precision;       /* 0 (BF16) by default */
+  /* INT8: calibration inputs, num_calibration tensors in sets of calibration_set_size consecutive ones, each set
+   * giving every model input by name (calibration_set_size 0: one set). The model is run on each set first. */
+  const TpusimHostTensor* calibration;
+  size_t num_calibration;
+  size_t calibration_set_size;
 } TpusimExecutableCompileOnnxArgs;
-TPUSIM_DEFINE_STRUCT_TRAITS(TpusimExecutableCompileOnnxArgs, executable);
+TPUSIM_DEFINE_STRUCT_TRAITS(TpusimExecutableCompileOnnxArgs, calibration_set_size);
 TpusimError* tpusim_executable_compile_onnx(TpusimExecutableCompileOnnxArgs* args);
 
 /* Assembles a kernel file (kernels/ *.s, or one that .includes them) with the chip's symbols (MXU_ROWS, ...)
@@ -296,9 +376,35 @@ typedef struct {
   uint64_t max_cycles;             /* 0: no limit; a run that exceeds it fails (TPUSIM_ABORTED) */
   TpusimExecution* execution;      /* out; destroy with tpusim_execution_destroy */
   TpusimEvent* done;               /* out; destroy with tpusim_event_destroy */
+  /* Version 2: */
+  const char* const* donate;       /* inputs (by name) whose buffers are donated: deleted by the call (every
+                                      handle sees them deleted), their HBM reused for an output of the same size */
+  size_t num_donate;
 } TpusimExecuteArgs;
-TPUSIM_DEFINE_STRUCT_TRAITS(TpusimExecuteArgs, done);
+TPUSIM_DEFINE_STRUCT_TRAITS(TpusimExecuteArgs, num_donate);
 TpusimError* tpusim_execute(TpusimExecuteArgs* args);
+
+/* One call on several devices (PjRT's execute with one argument list per device): the devices run together in
+ * one simulation. Each device gets its own execution and event, ready with that device's outcome (a device
+ * whose arguments are wrong fails alone). */
+typedef struct {
+  size_t struct_size;
+  TpusimClient* client;
+  TpusimExecutable* executable;
+  size_t num_devices;
+  const int32_t* devices;          /* num_devices distinct devices */
+  const char* const* input_names;  /* num_inputs names, the same for every device */
+  size_t num_inputs;
+  TpusimBuffer* const* const* argument_lists; /* [num_devices][num_inputs]: device i's buffer for input j */
+  const char* const* donate;       /* as TpusimExecuteArgs, on every device */
+  size_t num_donate;
+  bool timing_only;
+  uint64_t max_cycles;
+  TpusimExecution** executions;    /* the caller's array of num_devices; out: one execution per device */
+  TpusimEvent** done;              /* the caller's array of num_devices; out: one event per device */
+} TpusimExecuteDevicesArgs;
+TPUSIM_DEFINE_STRUCT_TRAITS(TpusimExecuteDevicesArgs, done);
+TpusimError* tpusim_execute_devices(TpusimExecuteDevicesArgs* args);
 
 /* The functions below wait for the run if it has not finished, and return its error if it failed. */
 

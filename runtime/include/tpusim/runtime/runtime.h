@@ -40,6 +40,7 @@ class Client;
 namespace detail {
 struct ClientCore;
 struct BufferState;
+struct ModelSource;
 }  // namespace detail
 
 enum class MemoryKind { kHbm, kHost };
@@ -83,11 +84,13 @@ class Buffer {
   MemoryKind memory() const;
   // Ready when the bytes are in place (the host-to-device copy or the execution that made it is done).
   Event ready() const;
-  // Copies the buffer's bytes to a new host tensor, asynchronously.
+  // Copies the buffer's bytes to a new host tensor, asynchronously (after the work queued before it on the
+  // buffer's device). The Future is ready when the tensor, owned by the Future's holders, holds the bytes.
   Future<HostTensor> to_host() const;
   // Copies the buffer's bytes() bytes into `dst`, asynchronously, with no allocation (the way to move large
-  // buffers): `dst` must stay valid until the returned event is ready.
+  // buffers): `dst` must stay valid until the returned event is ready, and holds the bytes once it is.
   Event to_host(void* dst) const;
+  // Releases the memory now, or when the last execution still using it finishes; every handle sees it deleted.
   void Delete();
   bool deleted() const;
 
@@ -138,9 +141,24 @@ struct CacheStats {
   uint64_t hits = 0;          // compile_onnx / load_program answered from the cache
 };
 
+// Ownership and readiness, for every call below (as PjRT's header states them):
+// - Buffers, Executables, Futures and Events are shared handles: copies refer to the same object, which lives
+//   as long as its last handle (and, for a buffer's memory, as long as an execution still uses it). A handle may
+//   outlive its Client; calls that need the client then fail with kFailedPrecondition.
+// - A call that takes host memory says whether it copies it before returning (the caller may reuse it at once)
+//   or keeps referring to it (zero-copy: the caller keeps it alive and unchanged until the buffer is gone).
+// - An Event or Future is ready when the work is done and its results are in place: a buffer's bytes are in its
+//   memory, a copy's destination is filled, an execution's output buffers exist. It is ready with the error that
+//   stopped the work otherwise. Nothing blocks except await() (and the convenience layer, which awaits).
 class Client {
  public:
-  // Elaborates `num_devices` chips of `cfg` on the simulation thread. One Client per process (SystemC).
+  // The process's one Client: elaborates `num_devices` chips of `cfg` on a new simulation thread. The Client is
+  // owned by the caller (destroying it finishes the queued work, then stops the thread). kFailedPrecondition if
+  // this process already made a Client, even one since destroyed: SystemC elaborates chips once per process, so
+  // a second Client cannot work (make one and share it; another configuration needs another process).
+  // kInvalidArgument for num_devices < 1; kInternal if elaboration fails.
+  static StatusOr<std::unique_ptr<Client>> Create(const sim::ChipConfig& cfg, int num_devices = 1);
+  // The same, throwing runtime::Error with Create's message.
   explicit Client(const sim::ChipConfig& cfg, int num_devices = 1);
   ~Client();  // finishes the queued work, then stops the simulation thread
   Client(const Client&) = delete;
@@ -153,27 +171,40 @@ class Client {
   AllocatorStats memory_stats(int device) const;  // of the device's HBM allocator
   CacheStats cache_stats() const;
 
-  // --- Buffers
+  // --- Buffers. The buffer is owned by the caller (a shared handle). kCopy: `data` is copied before the call
+  // returns; the buffer's ready() event becomes ready when the bytes are in the device's HBM. kZeroCopy: see
+  // HostSemantics; the buffer is ready at once.
   StatusOr<Buffer> buffer_from_host(const void* data, isa::DType dtype, const std::vector<int64_t>& dims, int device,
                                     HostSemantics semantics = HostSemantics::kCopy);
   StatusOr<Buffer> buffer_from_host(const HostTensor& t, int device);  // kCopy
 
-  // --- Executables. Programs are cached by fingerprint (load_program returns the cached executable for an
-  // equal program), ONNX models by path, modification time and input shapes: the second compile is free.
+  // --- Executables (shared, immutable handles; an executable may outlive the client). Programs are cached by
+  // fingerprint (load_program returns the cached executable for an equal program); ONNX models from a file by
+  // canonical path, modification time, size and options (so "m.onnx" and "./dir/../m.onnx" compile once), from
+  // bytes by their content (FNV-1a 64 and size), name and options: the second compile is free. The calls are
+  // synchronous (compiling does not touch the chips; INT8 calibration runs do, and wait for them).
   StatusOr<Executable> compile_onnx(const std::string& path,
                                     const std::map<std::string, std::vector<int64_t>>& input_shapes = {});
   // With a precision (and for INT8 the calibration runs, which make this call wait for the chip).
   StatusOr<Executable> compile_onnx(const std::string& path, const CompileOptions& opts);
-  StatusOr<Executable> load_program(isa::Program program);
-  StatusOr<Executable> deserialize_executable(const std::vector<uint8_t>& bytes);
+  // A serialized ONNX ModelProto made in memory (`bytes`, read during the call only); `name` names it in errors
+  // and its stem names the program, as a file's would.
+  StatusOr<Executable> compile_onnx_bytes(const std::string& bytes, const CompileOptions& opts = {},
+                                          const std::string& name = "model.onnx");
+  StatusOr<Executable> load_program(isa::Program program);  // takes the program; the cached one if equal
+  StatusOr<Executable> deserialize_executable(const std::vector<uint8_t>& bytes);  // reads bytes during the call
   // kInvalidArgument if the program cannot run on this chip (its tensors do not fit in HBM or VMEM).
   Status fits(const Executable& exe) const;
-  // Runs the program once timing-only (on device 0, through the simulation thread); cached by fingerprint.
+  // Runs the program once timing-only (on device 0, through the simulation thread, waiting for it); cached by
+  // fingerprint.
   StatusOr<CostAnalysis> cost_analysis(const Executable& exe);
 
   // --- Execution. Checks every argument at once (errors come back in the Future); the run happens on the
   // simulation thread. With several ExecuteArgs (distinct devices), the devices run together in one simulation,
-  // overlapping in simulated time; one Future per ExecuteArgs, in order.
+  // overlapping in simulated time; one Future per ExecuteArgs, in order, each ready with its own device's
+  // outcome (a device whose arguments are wrong fails alone; the others run). The input buffers are held by the
+  // execution until it finishes (a caller may drop or Delete() them at once); donated ones are deleted at the
+  // call. A Future is ready when its outputs are in their buffers (owned by the caller through the result).
   Future<ExecuteOutput> execute_async(const Executable& exe, const ExecuteArgs& args, const ExecuteOptions& opts = {});
   std::vector<Future<ExecuteOutput>> execute_async(const Executable& exe, const std::vector<ExecuteArgs>& args,
                                                    const ExecuteOptions& opts = {});
@@ -196,6 +227,9 @@ class Client {
                         const ExecuteOptions& opts = {});
 
  private:
+  Client() = default;
+  void start(const sim::ChipConfig& cfg, int num_devices);  // elaborates; throws
+  StatusOr<Executable> compile(const detail::ModelSource& src, const CompileOptions& opts);
   std::shared_ptr<detail::ClientCore> core_;
 };
 

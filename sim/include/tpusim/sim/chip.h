@@ -1,5 +1,6 @@
-// The simulated chip: an in-order dispatch core feeding per-unit queues (DMA in, DMA out, matrix unit, vector
-// unit), HBM, VMEM and the accumulator memory, as SystemC modules timed at instruction granularity.
+// The simulated chip: chip.cores cores, each an in-order dispatch core feeding per-unit queues (DMA in, DMA out,
+// core.mxus matrix units, vector unit) with its own VMEM and accumulator memory; all cores share HBM and the
+// [shared] on-chip memory. SystemC modules timed at instruction granularity.
 #pragma once
 
 #include <array>
@@ -30,11 +31,14 @@ struct StallBreakdown {
   uint64_t wait_sem = 0;     // waiting for an instruction's `wait=` semaphore; the sum of wait_sem_by
   std::array<uint64_t, isa::kNumSems> wait_sem_by{};  // the same, per semaphore (index = semaphore number)
   uint64_t wait_queue = 0;   // core only: stalled because the queue it dispatches to is full
-  uint64_t wait_drain = 0;   // core only: fence, sem.set or halt waiting until every unit is idle
+  uint64_t wait_drain = 0;   // core only: fence, sem.set, sem.signal, barrier or halt waiting until every unit is idle
+  uint64_t wait_barrier = 0; // core only: at a barrier, waiting for the other cores (and chip.sync_latency)
+  uint64_t launch = 0;       // core only: the launch overhead before the first instruction (chip.launch_cycles)
   uint64_t idle = 0;         // units: nothing to do (queue empty, nothing executing), before the unit's last work
   uint64_t idle_after = 0;   // units: after the unit's last work, to the end of the run
   uint64_t total() const {
-    return wait_memory + busy + weight_load + wait_sem + wait_queue + wait_drain + idle + idle_after;
+    return wait_memory + busy + weight_load + wait_sem + wait_queue + wait_drain + wait_barrier + launch + idle +
+           idle_after;
   }
 };
 
@@ -64,21 +68,38 @@ struct Tpuv1Counters {
          raw_stall = 0, input_stall = 0;
 };
 
+// One unit of one core: "core1.mxu2".
+struct UnitInstance {
+  int core = 0;
+  isa::Unit unit = isa::Unit::Core;
+  int index = 0;  // matrix units: which one of the core's; 0 for the others
+  UnitStats stats;
+  std::string name() const;
+};
+
 struct RunStats {
-  uint64_t cycles = 0;
+  uint64_t cycles = 0;            // the run's length: until its last core finished
   double seconds = 0;
+  // Per kind of unit, over every core of the chip (and every matrix unit of each): counts and cycles are sums,
+  // so a kind with n instances has stalls adding up to n * cycles; utilization = busy_cycles / (n * cycles).
+  // On a chip of one core with one matrix unit these are that core's units.
   std::array<UnitStats, isa::kNumUnits> units{};   // indexed by isa::Unit
-  uint64_t mxu_macs = 0;          // useful multiply-accumulates (m * k * n per mxu.mm)
-  double mxu_mac_utilization = 0; // mxu_macs / (rows * cols * cycles)
+  std::vector<UnitInstance> instances;             // every unit of every core, core by core
+  int cores = 1;                  // chip.cores
+  int cores_running = 1;          // the program's .cores
+  uint64_t mxu_macs = 0;          // useful multiply-accumulates (m * k * n per mxu.mm), every matrix unit
+  double mxu_mac_utilization = 0; // mxu_macs / (rows * cols * cycles * every matrix unit of the chip)
   uint64_t hbm_bytes_read = 0;
   uint64_t hbm_bytes_written = 0;
-  Tpuv1Counters tpuv1;
+  uint64_t shared_bytes_read = 0;    // the [shared] memory level, by DMA with `shared`
+  uint64_t shared_bytes_written = 0;
+  Tpuv1Counters tpuv1;            // over every matrix unit: fractions of cycles * matrix units
 
   std::string to_json(const ChipConfig& cfg) const;  // the stats file, with the chip's name and clock
 };
 
 struct TraceEvent {
-  isa::Unit unit;
+  isa::Unit unit;               // with `core` and `index`: which unit (core 1's matrix unit 2: Mxu, 1, 2)
   uint64_t start = 0;   // cycle
   uint64_t duration = 0;
   uint32_t pc = 0;
@@ -86,6 +107,8 @@ struct TraceEvent {
   std::string kind;     // "busy", "load" (mxu.lw), "wait" (a semaphore, queue or drain wait, named in `name`:
                         // "wait s3"), "memory" (a memory wait inside a busy slice: "memory wait"), or "sync" (an
                         // instant: an mxu.sync completing, when the matrix unit's earlier work has landed)
+  uint16_t core = 0;    // the core
+  uint16_t index = 0;   // matrix units: the unit's index in its core
 };
 
 // Chrome trace event JSON (Perfetto opens it): one track per unit, timestamps in microseconds of simulated time.

@@ -20,15 +20,20 @@ struct Error : std::runtime_error {
 struct ChipParams {
   std::string name;     // chip.name
   double clock_mhz;     // chip.clock_mhz
+  int cores;            // chip.cores: cores (each a dispatch core with its own units and VMEM), sharing HBM
+  int sync_latency;     // chip.sync_latency: cycles for a barrier release or sem.signal to reach another core
+  uint64_t launch_cycles;  // chip.launch_cycles: cycles from a run's start to its first instruction (launch)
 };
 struct CoreParams {
   int queue_depth;      // core.queue_depth: entries in each unit's instruction queue
+  int mxus;             // core.mxus: matrix units per core, each its own array, weight buffers, queue, accumulators
 };
 struct MxuParams {
   int rows;             // mxu.rows: PE rows = the K extent of a weight tile
   int cols;             // mxu.cols: PE columns = the N extent of a weight tile
   int acc_rows;         // mxu.acc_rows: accumulator memory depth, rows of mxu.cols 32-bit words
   std::string dataflow; // mxu.dataflow: ws, os or is (sim/src/mxu.cpp, docs/dataflows.md)
+  int i8_rate;          // mxu.i8_rate: input rows an i8 mxu.mm streams per cycle (bf16: 1), ws only
 };
 struct VpuParams {
   int lanes;            // vpu.lanes
@@ -55,6 +60,16 @@ struct VmemParams {
   uint64_t interleave_bytes;      // vmem.interleave_bytes: consecutive bytes in one bank
 };
 
+// The shared on-chip memory level (TPU v4's CMEM, a GPU's L2 used as a scratchpad): one per chip, addressed by
+// DMA with the `shared` flag, contended by every core. size_kib = 0: none.
+struct SharedParams {
+  uint64_t size_kib;    // shared.size_kib
+  double bandwidth_gbs; // shared.bandwidth_gbs: all banks together
+  int latency;          // shared.latency: cycles from a transfer's start to its first byte
+  int banks;            // shared.banks: each with bandwidth_gbs / banks
+  uint64_t interleave_bytes;  // shared.interleave_bytes: consecutive bytes in one bank
+};
+
 struct ChipConfig {
   ChipParams chip;
   CoreParams core;
@@ -63,11 +78,20 @@ struct ChipConfig {
   DmaParams dma;
   HbmParams hbm;
   VmemParams vmem;
+  SharedParams shared;
 
   // Derived quantities, computed here only.
   double hbm_bytes_per_cycle() const { return hbm.bandwidth_gbs * 1e3 / chip.clock_mhz; }
   uint64_t hbm_bytes() const { return hbm.size_mib << 20; }
   uint64_t vmem_bytes() const { return vmem.size_kib << 10; }
+  uint64_t shared_bytes() const { return shared.size_kib << 10; }
+  int total_mxus() const { return chip.cores * core.mxus; }
+  // Accumulator rows of one core: every matrix unit's mxu.acc_rows, numbered across them.
+  int64_t core_acc_rows() const { return static_cast<int64_t>(core.mxus) * mxu.acc_rows; }
+  // Peak multiply-accumulates per cycle of the whole chip, for inputs of `i8` (else bf16).
+  double peak_macs_per_cycle(bool i8 = false) const {
+    return static_cast<double>(mxu.rows) * mxu.cols * total_mxus() * (i8 ? mxu.i8_rate : 1);
+  }
   double seconds(uint64_t cycles) const { return static_cast<double>(cycles) / (chip.clock_mhz * 1e6); }
 };
 

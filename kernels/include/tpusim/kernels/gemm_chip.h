@@ -1,0 +1,55 @@
+// gemm_chip: a generator of GEMM kernels that use every core and every matrix unit of a chip:
+// c[M,N] = a[M,K] @ b[K,N] (i8 accumulating in i32, or bf16 in f32), cast to the output type.
+//
+// Work split. The N columns fall into strips of C = MXU_COLS columns and the strips into groups of U (the matrix
+// units used per core): group g is columns [g*U*C, (g+1)*U*C), strip j of a group runs on matrix unit j, and core
+// c takes groups c, c + cores, c + 2*cores, ... (SPMD: every core runs the same program and finds its groups from
+// core.id). Each core keeps row tiles of a (TM rows, all of K) in its own VMEM and streams b past them, as gemm.s
+// does on one matrix unit: a is read from HBM once per core, b once per row tile. Its matrix units share the row
+// tile (they read the same a rows against their own weight tiles), so a group's U weight tiles of one fold are one
+// DMA transfer (a panel of R rows by U*C columns).
+//
+// Schedule of one core: row tile 0's a is loaded first, whole rows in one transfer; then per row tile m0 and group
+// g, per fold k0 (R rows of K):
+//   dmain:  in the row tile's first group, fold f loads piece f of the NEXT row tile's a (whole rows of K, so
+//           HBM is read sequentially; the first piece waits `a region free`) into the other A region;
+//           then the panel b[k0:+kt, n0:+U*C] into panel slot `slot` (after `dmain.sync wait=FREE_j` for every
+//           strip j > 0, the load waits FREE_0: every unit has taken its tile out of that slot), followed by
+//           `dmain.sync signal=FULL_j` for each strip (loads complete in order: the panel, and the a block before
+//           it, are in VMEM then)
+//   mxu j:  lw its C columns of the panel (waits FULL_j, frees with FREE_j); mm the row tile's fold k0 into its
+//           accumulator region (the first fold waits AFREE_j: the region was drained)
+//   then per strip: mxu.sync mxu=j signals AFULL_j; the vector unit drains the region (waits AFULL_j, signals
+//   AFREE_j) into one of two C buffers (CFREE/CFULL with dmaout), dmaout stores it into c.
+//   After a row tile's groups, `vpu.sync signal=AREG`: every drain, so every mm that read the row tile, is done.
+// Panel slots, accumulator regions (two per unit) and C buffers are double-buffered, so the next fold's DMA, the
+// drain of one group and the matrix work of the next overlap. Semaphores: 4 per unit used (FREE, FULL, AFREE,
+// AFULL) and 3 more, so at most 7 units per core.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "tpusim/isa/isa.h"
+#include "tpusim/isa/program.h"
+
+namespace tpusim::kernels {
+
+struct GemmChip {
+  int64_t m = 0, k = 0, n = 0;
+  isa::DType in = isa::DType::BF16;   // i8 or bf16
+  isa::DType out = isa::DType::F32;   // i8, i32, bf16 or f32
+  int cores = 0;                      // cores to use; 0: every core of the chip (CORES)
+  int mxus = 0;                       // matrix units per core to use; 0: every one (MXUS, at most 7)
+};
+
+// Assembly source of the kernel for the chip described by `symbols` (sim::kernel_symbols: MXU_ROWS, MXU_COLS,
+// ACC_ROWS, VMEM_BYTES, MXUS, CORES). Tensors: inputs a [M, K], b [K, N] (g.in); output c [M, N] (g.out).
+// Throws std::invalid_argument when the shape or the chip cannot run it (the message says why).
+std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
+
+// gemm_chip_source assembled (isa::Error on failure).
+isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
+
+}  // namespace tpusim::kernels

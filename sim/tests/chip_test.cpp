@@ -1,0 +1,266 @@
+// Whole chips: several cores sharing HBM, barriers and signals between cores, several matrix units per core, the
+// int8 rate, the shared memory level and the launch overhead. Exact cycle counts, each with its arithmetic, on
+// small_config() (test_util.h: 4x4 arrays, dma.latency 10, HBM 32 bytes per cycle over 4 channels of 64-byte
+// chunks, queues of 4) with the chip's shape set per test.
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace tpusim::sim::test {
+namespace {
+
+constexpr int64_t kI8 = 0, kI32 = 1;
+const UnitStats& unit(const RunStats& s, isa::Unit u) { return s.units[static_cast<int>(u)]; }
+
+uint64_t stall_sum(const StallBreakdown& b) { return b.total(); }
+
+TEST(WholeChip, TwoCoresContendForHbm) {
+  Chip chip(small_config({"chip.cores=2"}));
+  ProgramBuilder b;
+  b.op(Op::COREID, {7});           // 0
+  b.op(Op::MULI, {8, 7, 256});     // 1: haddr = 256 * core
+  b.li(3, 4).li(4, 64).li(5, 64).li(6, 64);  // 2-5: 4 rows of 64 bytes = 256 bytes = 8 cycles of HBM
+  b.op(Op::DMALD, {0, 8, 3, 4, 5, 6});       // dispatched 6, starts 7, data from 17
+  RunResult r = chip.run(b.cores(2).build());
+  // Both transfers want every channel from cycle 17: the first booked gets [17, 25), the second [25, 33);
+  // the later core halts at cycle 33: 34 cycles. Alone (or with HBM per core) each would take 7 + 10 + 8 + 1 = 26.
+  EXPECT_EQ(r.stats.cycles, 34u);
+  EXPECT_EQ(r.stats.hbm_bytes_read, 512u);
+  EXPECT_EQ(unit(r.stats, isa::Unit::DmaIn).instructions, 2u);
+  EXPECT_EQ(unit(r.stats, isa::Unit::DmaIn).busy_cycles, 18u + 26u);  // [7, 25) and [7, 33)
+  // Per kind, the stalls of the two cores' queues add up to 2 x cycles.
+  EXPECT_EQ(stall_sum(unit(r.stats, isa::Unit::DmaIn).stalls), 2 * r.stats.cycles);
+  EXPECT_EQ(stall_sum(unit(r.stats, isa::Unit::Core).stalls), 2 * r.stats.cycles);
+  ASSERT_EQ(r.stats.instances.size(), 2u * 5);
+  EXPECT_EQ(r.stats.instances[5].name(), "core1.core");
+
+  // One core alone: 26 cycles.
+  EXPECT_EQ(chip.run(b.cores(1).build()).stats.cycles, 26u);
+}
+
+// Core 0 reaches the barrier at once, core 1 after a loop; both go on sync_latency cycles after the last arrives.
+ProgramBuilder barrier_program() {
+  ProgramBuilder b;
+  b.op(Op::COREID, {1});           // 0
+  b.op(Op::BEQ, {1, 0, 5});        // 1: core 0 jumps to the barrier
+  b.li(2, 10);                     // 2 (core 1)
+  b.op(Op::ADDI, {2, 2, -1});      // 3..: 10 x (addi, bne) = cycles 3-22
+  b.op(Op::BNE, {2, 0, 3});
+  b.op(Op::BARRIER);               // pc 5: core 0 arrives at 2, core 1 at 23
+  return b;
+}
+
+TEST(WholeChip, BarrierReleasesEveryCoreAfterTheLast) {
+  Chip chip(small_config({"chip.cores=2", "chip.sync_latency=5"}));
+  RunResult r = chip.run(barrier_program().cores(2).build());
+  // The last core arrives at 23; release at 23 + 5; the barrier's cycle ends at 29 and the halt takes cycle 29:
+  // 30 cycles, both cores ending together.
+  EXPECT_EQ(r.stats.cycles, 30u);
+  // Core 0 waited 28 - 2 = 26 cycles, core 1 the latency, 5.
+  EXPECT_EQ(unit(r.stats, isa::Unit::Core).stalls.wait_barrier, 26u + 5u);
+  EXPECT_EQ(r.stats.instances[0].stats.stalls.wait_barrier, 26u);
+  EXPECT_EQ(stall_sum(unit(r.stats, isa::Unit::Core).stalls), 2 * r.stats.cycles);
+}
+
+TEST(WholeChip, BarrierThatACoreNeverReachesIsADeadlockNamingTheCores) {
+  Chip chip(small_config({"chip.cores=2"}));
+  ProgramBuilder b;
+  b.op(Op::COREID, {1});
+  b.op(Op::BEQ, {1, 0, 3});        // core 0 jumps past the barrier to the end
+  b.op(Op::BARRIER);               // pc 2: core 1 only
+  try {
+    chip.run(b.cores(2).build());
+    FAIL() << "expected a deadlock";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
+    EXPECT_NE(m.find("core 1 waits at a barrier at pc 2 (barrier) (1 of 2 cores arrived)"), std::string::npos) << m;
+    EXPECT_NE(m.find("ended the program: core 0"), std::string::npos) << m;
+  }
+  // The chip runs again afterwards.
+  EXPECT_EQ(chip.run(ProgramBuilder().build()).stats.cycles, 1u);
+}
+
+TEST(WholeChip, SemSignalReachesAnotherCoreAfterTheLatency) {
+  Chip chip(small_config({"chip.cores=2", "chip.sync_latency=5"}));
+  ProgramBuilder b;
+  b.op(Op::COREID, {1});           // 0
+  b.op(Op::BNE, {1, 0, 5});        // 1: core 1 to pc 5
+  b.li(2, 1);                      // 2 (core 0)
+  b.op(Op::SEMSIGNAL, {2, 1});     // 3: core 0 signals s1 of core 1 at 3 + 1 + 5 = 9
+  b.op(Op::JMP, {6});              // 4
+  b.op(Op::VSYNC).wait(1);         // 5 (core 1): dispatched 2, starts 3, waits for s1 until 9
+  RunResult r = chip.run(b.cores(2).build());
+  // Core 1: the vpu.sync completes at 9, its halt drains then takes cycle 9: 10 cycles. Core 0 ends at 6.
+  EXPECT_EQ(r.stats.cycles, 10u);
+  EXPECT_EQ(unit(r.stats, isa::Unit::Vpu).wait_sem_cycles, 6u);  // [3, 9)
+
+  ProgramBuilder bad;
+  bad.li(2, 2).op(Op::SEMSIGNAL, {2, 1});
+  EXPECT_THROW(
+      {
+        try {
+          chip.run(bad.cores(2).build());
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("core 2 does not run this program (cores 0..1)"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
+// r1 = 4 (k, n, stride of i8 rows of 4), r2 = 64 (inputs), r3 = m = 8, r4 = 32 (MXU 1's weights).
+ProgramBuilder two_mxu_program() {
+  ProgramBuilder b;
+  b.li(1, 4).li(2, 64).li(3, 8).li(4, 32);   // 0-3
+  b.op(Op::MXULW, {0, 1, 1, 1, kI8});        // 4: mxu 0 loads [5, 9)
+  b.op(Op::MXUMM, {2, 3, 0, 1, kI8});        // 5: mxu 0 streams [9, 17), results at 17 + 4 + 4 - 2 = 23
+  b.op(Op::MXULW, {4, 1, 1, 1, kI8}).with("mxu", 1);  // 6: mxu 1 loads [7, 11)
+  b.op(Op::MXUMM, {2, 3, 0, 1, kI8}).with("mxu", 1);  // 7: mxu 1 streams [11, 19), results at 25
+  return b;
+}
+
+TEST(WholeChip, TwoMatrixUnitsOfACoreRunInParallel) {
+  Chip chip(small_config({"core.mxus=2"}));
+  RunResult r = chip.run(two_mxu_program().build());
+  // MXU 1's results land at 25, the halt takes cycle 25: 26 cycles. On one matrix unit the second fold would
+  // wait for the first: its load [9, 13), stream [17, 25), results at 31, 32 cycles (checked below).
+  EXPECT_EQ(r.stats.cycles, 26u);
+  EXPECT_EQ(unit(r.stats, isa::Unit::Mxu).busy_cycles, 16u);
+  EXPECT_EQ(r.stats.instances[3].name(), "core0.mxu0");
+  EXPECT_EQ(r.stats.instances[3].stats.busy_cycles, 8u);
+  EXPECT_EQ(r.stats.instances[5].name(), "core0.mxu1");
+  EXPECT_EQ(r.stats.instances[5].stats.busy_cycles, 8u);
+  EXPECT_DOUBLE_EQ(r.stats.mxu_mac_utilization, 2 * 8 * 16.0 / (16.0 * 26 * 2));
+  EXPECT_EQ(stall_sum(unit(r.stats, isa::Unit::Mxu).stalls), 2 * r.stats.cycles);
+
+  // The same program with mxu=0 throughout, on the same chip.
+  ProgramBuilder b;
+  b.li(1, 4).li(2, 64).li(3, 8).li(4, 32);
+  b.op(Op::MXULW, {0, 1, 1, 1, kI8}).op(Op::MXUMM, {2, 3, 0, 1, kI8});
+  b.op(Op::MXULW, {4, 1, 1, 1, kI8}).op(Op::MXUMM, {2, 3, 0, 1, kI8});
+  EXPECT_EQ(chip.run(b.build()).stats.cycles, 32u);
+}
+
+TEST(WholeChip, EachMatrixUnitWritesItsOwnAccumulatorRows) {
+  Chip chip(small_config({"core.mxus=2"}));
+  // Weights: ones for mxu 0 at VMEM 0, twos for mxu 1 at 32; inputs ones at 64 (8 rows of 4 i8).
+  std::vector<int8_t> ones(16, 1), twos(16, 2), in(32, 1);
+  chip.write_vmem(0, ones.data(), 16);
+  chip.write_vmem(32, twos.data(), 16);
+  chip.write_vmem(64, in.data(), 32);
+  ProgramBuilder b = two_mxu_program();
+  b.op(Op::MXUSYNC).signal(1);
+  b.op(Op::MXUSYNC).with("mxu", 1).signal(2);
+  // Drain accumulator rows [0, 8) (mxu 0) and [64, 72) (mxu 1's first rows: acc_rows = 64) as i32.
+  b.li(5, 512).li(6, 0).li(7, 16).li(8, 1024).li(9, 64);
+  b.op(Op::VACC, {5, 6, 3, 1, 7, 0, 0, kI32, kI32}).wait(1);
+  b.op(Op::VACC, {8, 9, 3, 1, 7, 0, 0, kI32, kI32}).wait(2);
+  chip.run(b.build());
+  std::vector<int32_t> a(32), c(32);
+  chip.read_vmem(512, a.data(), 128);
+  chip.read_vmem(1024, c.data(), 128);
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(a[i], 4) << i;  // a row of four 1s times a column of four 1s
+    EXPECT_EQ(c[i], 8) << i;  // ... times a column of four 2s
+  }
+}
+
+TEST(WholeChip, MatrixUnitOrCoreTheChipLacksIsAnError) {
+  Chip chip(small_config({"core.mxus=2", "chip.cores=2"}));
+  ProgramBuilder b;
+  b.op(Op::MXUSYNC).with("mxu", 2);
+  try {
+    chip.run(b.build());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pc 0 (mxu.sync mxu=2): matrix unit 2 does not exist: the core has 2"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    chip.run(ProgramBuilder().cores(3).build());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "the program runs on 3 cores (.cores), the chip has 2 (chip.cores)");
+  }
+}
+
+TEST(WholeChip, Int8StreamsAtTheI8Rate) {
+  // The isolated fold of Timing.IsolatedFoldIsScaleSims2RPlusCPlusMMinus2 (23 cycles with m = 8): at two rows
+  // per cycle the stream takes 4 cycles, results at 8 + 4 + 6 = 18, 19 cycles; bf16 is unchanged.
+  Chip chip(small_config({"mxu.i8_rate=2"}));
+  for (auto [dtype, cycles, busy] : {std::tuple{kI8, 19u, 4u}, std::tuple{int64_t(2), 23u, 8u}}) {
+    ProgramBuilder b;
+    b.li(1, 4).li(2, 64).li(3, 8);
+    b.op(Op::MXULW, {0, 1, 1, 1, dtype}).op(Op::MXUMM, {2, 3, 0, 1, dtype});
+    RunResult r = chip.run(b.build());
+    EXPECT_EQ(r.stats.cycles, cycles) << dtype;
+    EXPECT_EQ(unit(r.stats, isa::Unit::Mxu).busy_cycles, busy) << dtype;
+  }
+}
+
+TEST(WholeChip, SharedMemoryIsReachedByDma) {
+  // 32 GB/s at 500 MHz over 4 banks = 64 bytes per cycle; latency 4.
+  Chip chip(small_config({"shared.size_kib=64", "shared.bandwidth_gbs=32", "shared.latency=4", "shared.banks=4",
+                          "shared.interleave_bytes=64"}));
+  std::vector<uint8_t> data(256);
+  for (int i = 0; i < 256; ++i) data[i] = static_cast<uint8_t>(i);
+  chip.write_vmem(0, data.data(), 256);
+  ProgramBuilder b;
+  b.li(3, 4).li(4, 64).li(5, 64).li(6, 64).li(7, 1024);
+  b.op(Op::DMAST, {7, 0, 3, 4, 5, 6}).with("shared", 1).signal(1);  // 5: starts 6, data [10, 14)
+  b.op(Op::DMALD, {7, 7, 3, 4, 5, 6}).with("shared", 1).wait(1);   // 6: waits until 14, data [18, 22)
+  RunResult r = chip.run(b.build());
+  // The store completes at 14 = 6 + 4 + 256 / 64; the load starts there, completes at 14 + 4 + 4 = 22: 23 cycles.
+  EXPECT_EQ(r.stats.cycles, 23u);
+  EXPECT_EQ(r.stats.shared_bytes_written, 256u);
+  EXPECT_EQ(r.stats.shared_bytes_read, 256u);
+  EXPECT_EQ(r.stats.hbm_bytes_read + r.stats.hbm_bytes_written, 0u);
+  std::vector<uint8_t> back(256);
+  chip.read_vmem(1024, back.data(), 256);
+  EXPECT_EQ(back, data);
+}
+
+TEST(WholeChip, SharedMemoryDmaWithoutOneIsAnError) {
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.li(3, 1).li(4, 64);
+  b.op(Op::DMALD, {0, 0, 3, 4, 0, 0}).with("shared", 1);
+  try {
+    chip.run(b.build());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pc 2 (dma.ld r0, r0, r3, r4, r0, r0, shared): the chip has no shared "
+                                         "memory (shared.size_kib = 0)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(WholeChip, LaunchCyclesComeBeforeTheFirstInstruction) {
+  Chip chip(small_config({"chip.launch_cycles=100"}));
+  RunResult r = chip.run(ProgramBuilder().op(Op::NOP).build());
+  EXPECT_EQ(r.stats.cycles, 102u);  // 100 + nop + halt
+  EXPECT_EQ(unit(r.stats, isa::Unit::Core).stalls.launch, 100u);
+  EXPECT_EQ(stall_sum(unit(r.stats, isa::Unit::Core).stalls), r.stats.cycles);
+}
+
+TEST(WholeChip, InvalidChipShapesAreRefused) {
+  auto error = [](std::vector<std::string> sets) {
+    try {
+      load_config("edge", sets);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error({"chip.cores=0"}), "chip.cores = 0 must be in [1, 1024] (in --set chip.cores=0)");
+  EXPECT_EQ(error({"core.mxus=17"}), "core.mxus = 17 must be in [1, 16] (in --set core.mxus=17)");
+  EXPECT_EQ(error({"mxu.i8_rate=2", "mxu.dataflow=os"}),
+            "mxu.i8_rate = 2 must be 1 unless mxu.dataflow = ws (in --set mxu.i8_rate=2)");
+}
+
+}  // namespace
+}  // namespace tpusim::sim::test

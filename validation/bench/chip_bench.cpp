@@ -1,0 +1,91 @@
+// Whole-chip GEMM benchmark: the gemm_chip kernel (kernels/gemm_chip.h) on one chip configuration, timing-only
+// by default, printing one line: the chip, the shape, the units used, simulated time, the fraction of the chip's
+// peak (every core and matrix unit of the chip, whether the kernel uses them or not), MXU utilisation, and the
+// wall time to simulate. One process per chip (SystemC elaborates once): scripts/run-chip-bench.sh runs the
+// tables of the issue (presets, and the scaling over matrix units and cores).
+//
+//   chip_bench --config v4 [--set k=v]... [--m 4096 --k 4096 --n 4096] [--dtype bf16|i8] [--cores N] [--mxus N]
+//              [--out f32|bf16|i32|i8] [--functional] [--stats FILE.json]
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tpusim/kernels/gemm_chip.h"
+#include "tpusim/sim/chip.h"
+#include "tpusim/sim/config.h"
+
+using namespace tpusim;
+
+int main(int argc, char** argv) {
+  std::string config = "v4";
+  std::vector<std::string> sets;
+  kernels::GemmChip g{4096, 4096, 4096, isa::DType::BF16, isa::DType::F32, 0, 0};
+  bool functional = false;
+  std::string stats, out_name;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--config") config = next();
+    else if (a == "--set") sets.push_back(next());
+    else if (a == "--m") g.m = std::stoll(next());
+    else if (a == "--k") g.k = std::stoll(next());
+    else if (a == "--n") g.n = std::stoll(next());
+    else if (a == "--cores") g.cores = std::stoi(next());
+    else if (a == "--mxus") g.mxus = std::stoi(next());
+    else if (a == "--dtype") g.in = next() == "i8" ? isa::DType::I8 : isa::DType::BF16;
+    else if (a == "--functional") functional = true;
+    else if (a == "--out") out_name = next();
+    else if (a == "--stats") stats = next();
+    else {
+      std::cerr << "chip_bench: unknown argument " << a << "\n";
+      return 2;
+    }
+  }
+  if (g.in == isa::DType::I8) g.out = isa::DType::I32;
+  if (!out_name.empty()) {
+    auto t = isa::dtype_from_name(out_name);
+    if (!t) {
+      std::cerr << "chip_bench: unknown data type " << out_name << "\n";
+      return 2;
+    }
+    g.out = *t;
+  }
+  try {
+    sim::ChipConfig cfg = sim::load_config(config, sets);
+    std::map<std::string, int64_t> symbols;
+    for (const auto& [name, v] : sim::kernel_symbols(cfg)) symbols[name] = v;
+    isa::Program p = kernels::gemm_chip_kernel(g, symbols);
+    sim::Chip chip(cfg);
+    sim::RunOptions opts;
+    opts.functional = functional;
+    const auto t0 = std::chrono::steady_clock::now();
+    sim::RunResult r = chip.run(p, opts);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!stats.empty()) {
+      FILE* f = std::fopen(stats.c_str(), "w");
+      if (!f) throw std::runtime_error("cannot write " + stats);
+      std::fputs(r.stats.to_json(cfg).c_str(), f);
+      std::fclose(f);
+    }
+    const bool i8 = g.in == isa::DType::I8;
+    const double macs = static_cast<double>(g.m) * g.k * g.n;
+    const double peak_cycles = macs / cfg.peak_macs_per_cycle(i8);
+    std::printf("%-10s %-5s %5lld x %5lld x %5lld  cores %3d of %3d  mxus %d of %d  %12llu cycles  %9.2f us  "
+                "%6.1f %s  %5.1f%% of peak  mxu util %5.1f%%  wall %.2f s\n",
+                cfg.chip.name.c_str(), i8 ? "i8" : "bf16", static_cast<long long>(g.m), static_cast<long long>(g.k),
+                static_cast<long long>(g.n), static_cast<int>(p.cores), cfg.chip.cores,
+                g.mxus ? g.mxus : cfg.core.mxus, cfg.core.mxus, static_cast<unsigned long long>(r.stats.cycles),
+                r.stats.seconds * 1e6, 2 * macs / r.stats.seconds / 1e12, i8 ? "TOP/s" : "TFLOP/s",
+                100.0 * peak_cycles / static_cast<double>(r.stats.cycles), 100.0 * r.stats.mxu_mac_utilization, wall);
+  } catch (const std::exception& e) {
+    std::cerr << "chip_bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

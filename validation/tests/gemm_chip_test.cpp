@@ -1,0 +1,102 @@
+// The whole-chip GEMM (kernels/gemm_chip.h) on a chip of 2 cores x 3 matrix units of 8x8, over random shapes
+// that leave partial strips, groups and row tiles: the simulator against the reference machine (which runs the
+// cores one after another, reference.h) and the host's math (int8 exactly, bf16 within tolerance.h's bound), and
+// against the same kernel on one core with one matrix unit, bit for bit: results do not depend on the chip's
+// shape.
+#include <map>
+
+#include "reference_harness.h"
+#include "tpusim/kernels/gemm_chip.h"
+#include "tpusim/sim/config.h"
+
+namespace tpusim::reftest {
+namespace {
+
+const std::vector<std::string>& chip_sets() {
+  static const std::vector<std::string> s{"mxu.rows=8", "mxu.cols=8", "mxu.acc_rows=32", "chip.cores=2",
+                                          "core.mxus=3"};
+  return s;
+}
+
+struct Shape {
+  int64_t m, k, n;
+};
+
+std::vector<double> run_gemm(Machines& m, const kernels::GemmChip& g, const std::vector<double>& a,
+                             const std::vector<double>& b, std::vector<double>* reference = nullptr) {
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, v] : sim::kernel_symbols(m.cfg)) symbols[name] = v;
+  isa::Program p = kernels::gemm_chip_kernel(g, symbols);
+  m.write(p.find("a")->addr, a, g.in);
+  m.write(p.find("b")->addr, b, g.in);
+  const isa::TensorDecl* c = p.find("c");
+  m.write(c->addr, std::vector<uint8_t>(c->bytes(), 0xa5));
+  m.run(p);
+  if (reference) *reference = Machines::read(*m.fp64, c->addr, static_cast<size_t>(c->elements()), g.out);
+  return m.read_sim(c->addr, static_cast<size_t>(c->elements()), g.out);
+}
+
+void cases(DType in, uint64_t seed) {
+  TPUSIM_MACHINES(m, chip_sets());
+  Random r(seed);
+  std::vector<Shape> shapes{{1, 1, 1}, {8, 8, 48}, {40, 17, 49}, {70, 50, 24}};
+  while (shapes.size() < 10) shapes.push_back({r.integer(1, 70), r.integer(1, 50), r.integer(1, 60)});
+  const DType out = in == DType::I8 ? DType::I32 : DType::F32;
+  for (const Shape& s : shapes) {
+    std::vector<double> a = r.values(in, s.m * s.k, -3, 3), b = r.values(in, s.k * s.n, -3, 3);
+    const std::string what = "gemm_chip M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) +
+                             " N=" + std::to_string(s.n);
+    std::vector<double> ref_out;
+    std::vector<double> whole = run_gemm(*m, {s.m, s.k, s.n, in, out, 2, 3}, a, b, &ref_out);
+    std::vector<double> one = run_gemm(*m, {s.m, s.k, s.n, in, out, 1, 1}, a, b);
+    std::vector<double> exact(s.m * s.n, 0), mag(s.m * s.n, 0), bound(s.m * s.n);
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t l = 0; l < s.k; ++l)
+        for (int64_t j = 0; j < s.n; ++j) {
+          const double p = a[i * s.k + l] * b[l * s.n + j];
+          exact[i * s.n + j] += p, mag[i * s.n + j] += std::fabs(p);
+        }
+    for (size_t i = 0; i < bound.size(); ++i) bound[i] = ref::sum_error_bound(s.k, mag[i]);
+    const size_t n = exact.size();
+    expect_all(what + ": 2 cores x 3 units vs 1 x 1, bit for bit", n, [&](size_t i) { return same(whole[i], one[i]); },
+               [&](size_t i) { return "whole chip " + num(whole[i]) + ", one unit " + num(one[i]); });
+    if (in == DType::I8) {
+      expect_all(what + ": sim vs host", n, [&](size_t i) { return whole[i] == exact[i]; },
+                 [&](size_t i) { return "sim " + num(whole[i]) + ", host " + num(exact[i]); });
+      expect_all(what + ": sim vs reference", n, [&](size_t i) { return whole[i] == ref_out[i]; },
+                 [&](size_t i) { return "sim " + num(whole[i]) + ", reference " + num(ref_out[i]); });
+    } else {
+      expect_all(what + ": sim vs host fp64", n,
+                 [&](size_t i) { return ref::within_sum_bound(out, whole[i], exact[i], bound[i]); },
+                 [&](size_t i) { return "sim " + num(whole[i]) + ", host " + num(exact[i]); });
+      expect_all(what + ": reference vs host fp64", n,
+                 [&](size_t i) { return ref::within_sum_bound(out, ref_out[i], exact[i], bound[i]); },
+                 [&](size_t i) { return "reference " + num(ref_out[i]) + ", host " + num(exact[i]); });
+    }
+  }
+}
+
+TEST(GemmChip, Int8OnTwoCoresOfThreeUnits) { cases(DType::I8, 901); }
+TEST(GemmChip, Bf16OnTwoCoresOfThreeUnits) { cases(DType::BF16, 902); }
+
+TEST(GemmChip, ShapesThatCannotRunSaySo) {
+  TPUSIM_MACHINES(m, chip_sets());
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  auto message = [&](kernels::GemmChip g) {
+    try {
+      kernels::gemm_chip_source(g, symbols);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message({4, 4, 4, DType::BF16, DType::F32, 3, 1}), "gemm_chip: 3 cores asked, the chip has 2");
+  EXPECT_EQ(message({4, 4, 4, DType::BF16, DType::F32, 1, 4}),
+            "gemm_chip: 4 matrix units per core asked (the chip has 3; the kernel's semaphores allow 7)");
+  EXPECT_EQ(message({4, 1 << 20, 4, DType::BF16, DType::F32, 1, 1}).rfind("gemm_chip: a row of a (K = 1048576)", 0),
+            0u);
+}
+
+}  // namespace
+}  // namespace tpusim::reftest
