@@ -108,7 +108,11 @@ void write_overview(std::ostream& o) {
        "the core dispatches it, so the core may change them right after.\n\n"
        "### Semaphores and the wait/signal rule\n\n"
     << "Semaphores `s1`..`s" << kNumSems - 1
-    << "` are counters shared by all units (`s0` in an operand means \"none\"); `sem.set` initialises one. Every "
+    << "` are counters of 0.." << kSemMax
+    << " shared by all units (`s0` in an operand means \"none\"; `sem.set s0` is a run-time error); `sem.set` "
+       "initialises one. A signal that would take a semaphore past " << kSemMax
+    << " is a run-time error naming the instruction (a program that never waits on a semaphore it keeps "
+       "signalling has a bug). Every "
        "instruction of a unit other than the core carries two optional operands, `wait` and `signal`: before it "
        "starts, the unit waits until semaphore `wait` is positive and decrements it; when it completes (its "
        "results are written), the unit increments semaphore `signal`. A unit does not start the next instruction "
@@ -155,12 +159,22 @@ void write_numerics(std::ostream& o) {
        "gamma(K+5) * sum |a*b| of the exact value (gamma(h) = h*u / (1 - h*u), u = 2^-24; Higham 4.2), the bound "
        "validation holds the simulator to against an fp64 reference.\n"
        "- **Exactness that the functional model relies on**: an int8 x int8 product is at most 2^14 in magnitude, "
-       "so a dot product of up to 1024 of them is exact in f32 (below 2^24), and so is one matrix-unit pass of "
-       "K <= 256.\n"
+       "so a dot product of up to 1024 of them is exact in f32 (at most 2^24 in magnitude), and so is every "
+       "matrix-unit pass: K <= mxu.rows <= 1024 (validation checks the worst case, -128 x -128 with K = 1024, on a "
+       "1024 x 1024 array).\n"
        "- **Reductions** (`vpu.rsum`) sum in order j = 0..cols-1, in i32 (wrapping) or in f32 for floats.\n"
        "- **f32 vector arithmetic** is IEEE single precision with round to nearest even. `vpu.exp`, "
        "`vpu.recip` and `vpu.rsqrt` are deterministic but not required to be correctly rounded; validation "
        "compares them with an fp64 reference within a stated tolerance.\n"
+       "- **NaN, infinities, signed zeros, overflow.** No instruction traps or sets flags. Float results follow "
+       "IEEE 754 (NaN in gives NaN out; inf - inf and 0 x inf give NaN; a result beyond the "
+       "type's range is +-inf); a NaN result is a quiet NaN whose sign and payload are unspecified. `vpu.max`, "
+       "`vpu.min`, `vpu.rmax` and every ReLU (`vpu.relu`, `vpu.acc relu`) are IEEE 754-2019 *maximum* and "
+       "*minimum*: a NaN operand gives NaN, and -0 < +0 (so relu(-0) = +0). Chosen over the older maxNum (which "
+       "returns the number and drops the NaN, common in GPU and DSP min/max instructions) because NaN-propagating "
+       "max, min, relu and reductions are what XLA/JAX, PyTorch and ONNX define for these operations: a NaN "
+       "in a model stays visible in its output instead of turning into a plausible number. Casts to integers "
+       "turn NaN into 0 and saturate infinities (above). Each instruction's entry below says what applies to it.\n"
        "- **Scaling** (`scale_en`): the value is converted to f32 and multiplied by the f32 whose bits are in "
        "the `scale` register, before the final cast.\n\n";
 }

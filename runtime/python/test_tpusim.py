@@ -110,7 +110,7 @@ class MlpTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = os.path.join(WORKLOADS, "mlp")
         if not os.path.exists(os.path.join(cls.dir, "mlp.onnx")):
-            raise unittest.SkipTest(f"{cls.dir}/mlp.onnx is missing (built by the workload_mlp target)")
+            raise AssertionError(f"{cls.dir}/mlp.onnx is missing (built by the workload_mlp target)")
         cls.client = tpusim.Client()  # v4-like
 
     def test_mlp_matches_torch(self):
@@ -142,7 +142,7 @@ class BertTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = os.path.join(WORKLOADS, "bert_small")
         if not os.path.exists(os.path.join(cls.dir, "bert.onnx")):
-            raise unittest.SkipTest(f"{cls.dir}/bert.onnx is missing (built by the workload_bert_small target)")
+            raise AssertionError(f"{cls.dir}/bert.onnx is missing (built by the workload_bert_small target)")
         cls.client = tpusim.Client()
 
     def test_precisions(self):
@@ -165,6 +165,72 @@ class BertTest(unittest.TestCase):
         big = dict(inputs, input_ids=np.full_like(inputs["input_ids"], 2**40))
         with self.assertRaisesRegex(ValueError, "does not fit the int32"):
             c.execute(bf16, big)
+
+
+class Int8ExactTest(unittest.TestCase):
+    """int8 post-training quantisation of Linear(40, 24) + ReLU, emulated in numpy with the scales the compiler
+    documents (compiler.h Options) and the ISA's arithmetic, and required to match bit for bit. Calibrated on
+    three sets of inputs that are not the test input; the one with the largest |x| is the middle one, so a merge
+    that kept the first or the last set (instead of the maximum over all) gives other bits."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        import torch
+        cls.tmp = tempfile.TemporaryDirectory()
+        torch.manual_seed(3)
+        m = torch.nn.Sequential(torch.nn.Linear(40, 24), torch.nn.ReLU())
+        cls.w = m[0].weight.detach().numpy().T.astype(np.float32)  # [K, N]
+        cls.b = m[0].bias.detach().numpy().astype(np.float32)
+        cls.path = os.path.join(cls.tmp.name, "lin.onnx")
+        torch.onnx.export(m, torch.zeros(6, 40), cls.path, input_names=["x"], output_names=["y"], opset_version=13)
+        cls.client = tpusim.Client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    @staticmethod
+    def emulate(x, absmax, w, b):
+        """The quantised graph in float32 / int64 numpy, step by step as the compiler lowers it."""
+        f = np.float32
+        s_a = f(absmax) / f(127) if absmax > 0 else f(1)       # activation scale: absmax / 127 (f32)
+        inv = f(1) / s_a                                       # quantize: cast.s with SCALE = 1 / s_a
+        q = np.clip(np.rint(x.astype(f) * inv), -128, 127)     # f32 product, round to nearest even, saturate
+        s_w = np.abs(w).max(axis=0)                            # per output column: max|w| / 127
+        s_w = np.where(s_w > 0, s_w / f(127), f(1)).astype(f)
+        qw = np.clip(np.rint(w / s_w), -127, 127)              # f32 division, nearest even
+        acc = q.astype(np.int64) @ qw.astype(np.int64)         # int8 x int8 -> int32, exact
+        assert np.abs(acc).max() < 2**24                       # so its f32 conversion is exact
+        mult = (s_a * s_w).astype(f)                           # the dequantisation multiplier s_a * s_w[n] (f32)
+        y = acc.astype(f) * mult + b                           # f32 multiply, then f32 add
+        return np.maximum(y, f(0)), mult
+
+    def test_bit_exact_against_numpy_with_merged_calibration(self):
+        rng = np.random.default_rng(5)
+        calib = [{"x": (rng.standard_normal((6, 40)) * s).astype(np.float32)} for s in (1.0, 2.5, 1.5)]
+        x = rng.standard_normal((6, 40)).astype(np.float32)
+        absmax = [float(np.abs(c["x"]).max()) for c in calib]
+        self.assertEqual(max(absmax), absmax[1])
+        exe = self.client.compile(self.path, precision="int8", calibration=calib)
+        y = self.client.execute(exe, {"x": x}).outputs["y"]
+        want, mult = self.emulate(x, max(absmax), self.w, self.b)
+        self.assertEqual(y.dtype, np.float32)
+        np.testing.assert_array_equal(y, want, "int8 Linear+ReLU: not the numpy emulation's bits")
+        # The multiplier the emulation used is not a no-op: scaled by 2, the output changes.
+        self.assertFalse(np.array_equal(y, self.emulate(x, 2 * max(absmax), self.w, self.b)[0]))
+        # Calibrated on the first or the last set alone, the bits differ: the merge takes the maximum.
+        for only in (absmax[0], absmax[2]):
+            self.assertFalse(np.array_equal(y, self.emulate(x, only, self.w, self.b)[0]))
+        single = self.client.compile(self.path, precision="int8", calibration=calib[1])
+        self.assertEqual(single.fingerprint, exe.fingerprint)   # the set holding the maximum alone: same program
+        other = self.client.compile(self.path, precision="int8", calibration=calib[0])
+        self.assertNotEqual(other.fingerprint, exe.fingerprint)
+        # Against float: relative L2 error of the quantised output.
+        ref = np.maximum(x.astype(np.float64) @ self.w + self.b, 0)
+        rel = float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+        print(f"\n  int8 Linear+ReLU: bit-exact against numpy; rel L2 against float {rel:.3e}")
+        self.assertLess(rel, 0.02)
 
 
 class AsyncTest(unittest.TestCase):

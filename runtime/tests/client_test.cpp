@@ -180,6 +180,27 @@ TEST(Client, OutOfMemoryNamesTheRequestAndTheLiveBuffers) {
   EXPECT_EQ(c.fits(gemm(c, 1024, 1024, 1024)).code(), StatusCode::kInvalidArgument);  // 6 MiB of tensors
 }
 
+TEST(Client, TensorsKeptInVmemMustFitTheChipsVmem) {
+  // A program that keeps a tensor in VMEM (`@ vmem ADDR`) up to byte VMEM + 1 does not fit: fits() says so,
+  // with both numbers; one that ends exactly at VMEM's size fits.
+  Client c(config());
+  const uint64_t vmem = c.config().vmem_bytes();
+  auto program = [&](uint64_t end) {
+    isa::Program p;
+    p.name = "resident";
+    isa::TensorDecl t;
+    t.name = "x", t.kind = isa::TensorKind::Input, t.dtype = isa::DType::I8, t.shape = {1024};
+    t.space = isa::MemSpace::Vmem, t.addr = end - 1024;
+    p.tensors.push_back(t);
+    return p;
+  };
+  EXPECT_TRUE(c.fits(Executable(program(vmem))).ok());
+  const runtime::Status s = c.fits(Executable(program(vmem + 1)));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "program 'resident' keeps tensors in VMEM up to byte " + std::to_string(vmem + 1) +
+                             ", the chip has " + std::to_string(vmem));
+}
+
 TEST(Client, DonationReusesTheInputsMemory) {
   Client c(config());
   Executable exe = kernel(c, "vadd.s", {{"N", 4096}});  // y = a + b, all f32 [4096]

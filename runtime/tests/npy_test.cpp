@@ -198,7 +198,7 @@ TEST(HostTensor, Elements) {
 // ---- interoperability with numpy ----
 
 TEST_F(Npy, ReadsFilesNumpyWrote) {
-  if (!have_numpy()) GTEST_SKIP() << TPUSIM_TEST_PYTHON << " cannot import numpy (run scripts/setup.sh)";
+  if (!have_numpy()) GTEST_FAIL() << TPUSIM_TEST_PYTHON << " cannot import numpy (run scripts/setup.sh)";
   ASSERT_EQ(python(R"(
 np.save('i8.npy', np.arange(-6, 6, dtype=np.int8).reshape(3, 4))
 np.save('i4.npy', (np.arange(10, dtype=np.int32) * 123457 - 600000).reshape(2, 5))
@@ -247,7 +247,7 @@ for v in [(1, 0), (2, 0), (3, 0)]:
 
 // ONNX models take token ids as int64; the chip's integer inputs are int32: values are narrowed, range-checked.
 TEST_F(Npy, Int64IsReadAsInt32) {
-  if (!have_numpy()) GTEST_SKIP() << TPUSIM_TEST_PYTHON << " cannot import numpy (run scripts/setup.sh)";
+  if (!have_numpy()) GTEST_FAIL() << TPUSIM_TEST_PYTHON << " cannot import numpy (run scripts/setup.sh)";
   ASSERT_EQ(python("np.save('i64.npy', np.array([[-2147483648, -1, 0], [1, 30521, 2147483647]], dtype=np.int64))"), 0);
   HostTensor t = read_npy(path("i64.npy"));
   EXPECT_EQ(t.dtype, DType::I32);
@@ -256,7 +256,7 @@ TEST_F(Npy, Int64IsReadAsInt32) {
 }
 
 TEST_F(Npy, RejectsWhatNumpyWritesButWeDoNotSupport) {
-  if (!have_numpy()) GTEST_SKIP() << TPUSIM_TEST_PYTHON << " cannot import numpy (run scripts/setup.sh)";
+  if (!have_numpy()) GTEST_FAIL() << TPUSIM_TEST_PYTHON << " cannot import numpy (run scripts/setup.sh)";
   ASSERT_EQ(python(R"(
 np.save('f8.npy', np.zeros((2, 2)))
 np.save('i64big.npy', np.array([1, 2**31], dtype=np.int64))
@@ -288,7 +288,7 @@ np.save('struct.npy', np.zeros(2, dtype=[('a', '<f4'), ('b', '<i4')]))
 }
 
 TEST_F(Npy, NumpyReadsFilesWeWrote) {
-  if (!have_numpy()) GTEST_SKIP() << TPUSIM_TEST_PYTHON << " cannot import numpy (run scripts/setup.sh)";
+  if (!have_numpy()) GTEST_FAIL() << TPUSIM_TEST_PYTHON << " cannot import numpy (run scripts/setup.sh)";
   write_npy(path("i8.npy"), make(DType::I8, {2, 3}, std::vector<int8_t>{-128, -1, 0, 1, 2, 127}));
   write_npy(path("i4.npy"), make(DType::I32, {3}, std::vector<int32_t>{-2147483647 - 1, 0, 2147483647}));
   write_npy(path("f4.npy"), make(DType::F32, {2, 2}, std::vector<float>{0.5f, -1.25f, 3e38f, 1e-40f}));

@@ -34,8 +34,19 @@ bool ChipState::all_idle() const {
   return true;
 }
 
+void ChipState::signal(int s, uint32_t pc) {
+  if (s && sem[s] >= isa::kSemMax) fail(pc, sem_overflow(s));
+  signal(s);
+}
+
+std::string ChipState::sem_overflow(int s) const {
+  return "semaphore s" + std::to_string(s) + " would count past " + std::to_string(isa::kSemMax) + " (signalled at " +
+         std::to_string(isa::kSemMax) + ")";
+}
+
 void ChipState::signal(int s) {
   if (!s) return;
+  if (sem[s] >= isa::kSemMax) fail_message(sem_overflow(s) + " by a sem.signal");
   ++sem[s];
   sem_changed[s].notify();
 }

@@ -118,7 +118,9 @@ class ChipState {
   }
 
   bool all_idle() const;
-  void signal(int s);  // increments semaphore s (0: none)
+  void signal(int s, uint32_t pc);  // increments semaphore s (0: none); past isa::kSemMax fails at pc
+  void signal(int s);               // the same for a sem.signal arriving from a core (no unit instruction)
+  std::string sem_overflow(int s) const;
 
   UnitStats& stats(isa::Unit u) { return run.stats.units[static_cast<int>(u)]; }
   UnitStats& slot_stats(int slot) {

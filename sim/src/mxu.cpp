@@ -276,7 +276,7 @@ void Mxu::complete(const Completion& c) {
   // An mxu.sync's completion is when the work before it has landed: an instant in the trace ("sync").
   if (c.e.in.op == isa::Op::MXUSYNC && st_.keeping_trace())
     trace(st_.now(), 0, c.e.pc, st_.text(c.e.pc), "sync");
-  st_.signal(c.e.signal_sem());
+  st_.signal(c.e.signal_sem(), c.e.pc);
 }
 
 void Mxu::fill_tile(const Entry& e, Tile& t) {

@@ -95,17 +95,26 @@ struct Mul {
   int32_t operator()(int32_t a, int32_t b) const { return wrap(int64_t(a) * b); }
   float operator()(float a, float b) const { return a * b; }
 };
+// max and min are IEEE 754-2019 maximum and minimum (isa.def): a NaN operand gives NaN, and -0 < +0.
 struct Max {
-  template <class T>
-  T operator()(T a, T b) const { return a < b ? b : a; }
+  int32_t operator()(int32_t a, int32_t b) const { return std::max(a, b); }
+  float operator()(float a, float b) const {
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<float>::quiet_NaN();
+    if (a == b) return std::signbit(a) ? b : a;
+    return a < b ? b : a;
+  }
 };
 struct Min {
-  template <class T>
-  T operator()(T a, T b) const { return b < a ? b : a; }
+  int32_t operator()(int32_t a, int32_t b) const { return std::min(a, b); }
+  float operator()(float a, float b) const {
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<float>::quiet_NaN();
+    if (a == b) return std::signbit(a) ? a : b;
+    return b < a ? b : a;
+  }
 };
-struct Relu {
+struct Relu {  // maximum(x, +0): NaN stays NaN, -0 becomes +0
   template <class T>
-  T operator()(T a) const { return a < T(0) ? T(0) : a; }
+  T operator()(T a) const { return Max{}(a, T(0)); }
 };
 struct Exp {
   float operator()(float a) const { return std::exp(a); }

@@ -82,6 +82,83 @@ TEST(Errors, WeightTileTooLarge) {
             "pc 2 (mxu.lw r0, r1, r2, r2, i8): weight tile 5x4 does not fit the 4x4 array");
 }
 
+TEST(Errors, WeightsOfI32OrF32) {
+  Chip chip(small_config());
+  for (isa::DType t : {isa::DType::I32, isa::DType::F32}) {
+    ProgramBuilder b;
+    b.li(1, 4).li(2, 4);
+    b.op(Op::MXULW, {0, 1, 2, 2, int64_t(t)});
+    const std::string n = isa::dtype_name(t);
+    EXPECT_EQ(error_of([&] { chip.run(b.build()); }),
+              "pc 2 (mxu.lw r0, r1, r2, r2, " + n + "): weights of type " + n + ": the matrix unit takes i8 or bf16");
+  }
+  expect_chip_works(chip);
+}
+
+TEST(Errors, MatmulOfAnotherTypeThanItsTile) {
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.li(1, 4).li(2, 4);
+  b.op(Op::MXULW, {0, 1, 2, 2, kI8});
+  b.op(Op::MXUMM, {0, 1, 0, 2, int64_t(isa::DType::BF16)});
+  EXPECT_EQ(error_of([&] { chip.run(b.build()); }),
+            "pc 3 (mxu.mm r0, r1, r0, r2, bf16): inputs of type bf16 but the weight tile is i8");
+  expect_chip_works(chip);
+}
+
+TEST(Errors, MatmulPastTheAccumulators) {
+  Chip chip(small_config());  // mxu.acc_rows = 64
+  auto program = [](int m_reg) {
+    ProgramBuilder b;
+    b.li(1, 4).li(2, 4).li(3, 8).li(4, 60);
+    b.op(Op::MXULW, {0, 1, 2, 2, kI8});
+    b.op(Op::MXUMM, {0, m_reg, 4, 2, kI8});
+    return b.build();
+  };
+  EXPECT_EQ(error_of([&] { chip.run(program(3)); }),  // 8 rows from 60: [60, 68)
+            "pc 5 (mxu.mm r0, r3, r4, r2, i8): accumulator rows [60, 68) outside 64 rows");
+  chip.run(program(1));  // 4 rows from 60: [60, 64) fit
+  expect_chip_works(chip);
+}
+
+TEST(Errors, AccumulatorDrainOfABadType) {
+  Chip chip(small_config());
+  for (isa::DType t : {isa::DType::I8, isa::DType::BF16}) {
+    ProgramBuilder b;
+    b.li(1, 1).li(2, 4);
+    b.op(Op::VACC, {0, 0, 1, 2, 2, 0, 0, int64_t(t), int64_t(isa::DType::F32)});
+    const std::string n = isa::dtype_name(t);
+    EXPECT_EQ(error_of([&] { chip.run(b.build()); }),
+              "pc 2 (vpu.acc r0, r0, r1, r2, r2, r0, r0, " + n + ", f32): accumulators read as " + n +
+                  ": adt must be i32 or f32");
+  }
+  expect_chip_works(chip);
+}
+
+TEST(Errors, SemSetS0) {
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.op(Op::SEMSET, {0, 1});
+  EXPECT_EQ(error_of([&] { chip.run(b.build()); }), "pc 0 (sem.set s0, 1): semaphore s0 does not exist (s1..s31)");
+  expect_chip_works(chip);
+}
+
+TEST(Errors, SemaphoreCountsUpTo65535) {
+  // A semaphore is a counter of 0..65535 (isa::kSemMax, sem.set's u16): a signal past it is an error at the
+  // signalling instruction, not a silent wrap or an unbounded count.
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.op(Op::SEMSET, {1, 65534});
+  b.op(Op::VSYNC).signal(1);  // 65535: fine
+  ProgramBuilder ok = b;
+  b.op(Op::VSYNC).signal(1);  // past it
+  EXPECT_EQ(error_of([&] { chip.run(b.build()); }),
+            "pc 2 (vpu.sync signal=s1): semaphore s1 would count past 65535 (signalled at 65535)");
+  ok.op(Op::VSYNC).wait(1).signal(1);  // takes one first: 65534 -> 65535 again
+  chip.run(ok.build());
+  expect_chip_works(chip);
+}
+
 TEST(Errors, DeadlockNamesEveryBlockedUnit) {
   Chip chip(small_config());
   ProgramBuilder b;

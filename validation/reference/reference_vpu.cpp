@@ -7,6 +7,21 @@ namespace tpusim::reference {
 
 using isa::Op;
 
+namespace {
+// IEEE 754-2019 maximum and minimum, as the ISA defines vpu.max, vpu.min, vpu.relu (maximum(x, +0)), vpu.rmax
+// and vpu.acc's relu: NaN if either operand is NaN; -0 is below +0.
+double maximum(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::nan("");
+  if (a == b) return std::signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+double minimum(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::nan("");
+  if (a == b) return std::signbit(a) ? a : b;
+  return a < b ? a : b;
+}
+}  // namespace
+
 void Reference::vpu(const isa::Instr& in) {
   switch (in.op) {
     case Op::VSYNC: return;
@@ -39,9 +54,9 @@ void Reference::vpu_elementwise(const isa::Instr& in) {
       case Op::VADD: r = a + b; break;  // exact for integers; one double rounding at most for floats
       case Op::VSUB: r = a - b; break;
       case Op::VMUL: r = is_int(dt) ? static_cast<double>(wrap_to(int64_t(a) * int64_t(b), dt)) : a * b; break;
-      case Op::VMAX: r = a > b ? a : b; break;
-      case Op::VMIN: r = a < b ? a : b; break;
-      case Op::VRELU: r = a > 0 ? a : 0; break;
+      case Op::VMAX: r = maximum(a, b); break;
+      case Op::VMIN: r = minimum(a, b); break;
+      case Op::VRELU: r = maximum(a, 0.0); break;
       case Op::VEXP: r = std::exp(a); break;
       case Op::VRECIP: r = 1.0 / a; break;
       case Op::VRSQRT: r = 1.0 / std::sqrt(a); break;
@@ -64,7 +79,7 @@ void Reference::vpu_reduce(const isa::Instr& in) {
     int64_t isum = 0;
     for (int64_t j = 0; j < cols; ++j) {
       double x = vmem_load(va + i * stride + j * size, dt);
-      if (in.op == Op::VRMAX) r = j == 0 || x > r ? x : r;
+      if (in.op == Op::VRMAX) r = j == 0 ? x : maximum(r, x);
       else if (is_int(dt)) isum += static_cast<int64_t>(x);  // exact in int64, wrapped below
       else if (opts_.sums == FloatSums::Fp64) r += x;         // the fp64 reference
       else r = to_f32(r + x);                                 // the ISA's order, in f32
@@ -131,7 +146,7 @@ void Reference::vpu_acc(const isa::Instr& in) {
         double b = vmem_load(bias + j * 4, adt);
         x = adt == DType::I32 ? static_cast<double>(wrap_to(int64_t(x) + int64_t(b), DType::I32)) : to_f32(x + b);
       }
-      if (relu) x = x > 0 ? x : 0;
+      if (relu) x = maximum(x, 0.0);
       if (scale_en) x = to_f32(to_f32(x) * scale);
       vmem_store(vaddr + i * stride + j * size_of(odt), odt, cast_to(x, odt));
     }

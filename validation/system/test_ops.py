@@ -41,6 +41,9 @@ METRICS_FILE = os.environ.get("TPUSIM_OPS_METRICS")  # optional: append one line
 MIN_COSINE, MAX_REL_L2 = 0.999, 2e-2
 F32_REL_L2 = 2e-6          # f32 work on the vector unit (worst measured: 4.8e-7, softmax over 300)
 INT8_MIN_COSINE = 0.99
+# int8 against PyTorch's float output, calibrated on other data (run_model): worst measured 5.1e-2 (the MLP with
+# GELU), conv net 1.6e-2, attention block 4.4e-3. Any output scaled by more than ~8% fails.
+INT8_MAX_REL_L2 = 0.08
 
 try:
     import torch
@@ -112,8 +115,8 @@ def randomize_bn(bn):
 
 class OpCase(unittest.TestCase):
     def setUp(self):
-        if torch is None:
-            self.skipTest(f"torch/onnx not importable: {_IMPORT_ERROR}")
+        if torch is None:  # scripts/setup.sh installs python3-torch and python3-onnx: missing, this fails
+            self.fail(f"torch/onnx not importable (run scripts/setup.sh): {_IMPORT_ERROR}")
         self._tmp = tempfile.TemporaryDirectory()
         self.dir = self._tmp.name
         self.n = 0
@@ -150,6 +153,14 @@ class OpCase(unittest.TestCase):
             args += ["--input", f"{name}={f}"]
         if precision:
             args += ["--precision", precision]
+        if precision == "int8":
+            # Calibrated on other data than the input it is checked on: as many standard normal draws of the same
+            # shapes, from a generator of their own.
+            g = torch.Generator().manual_seed(1234)
+            for name, x in zip(names, inputs):
+                f = os.path.join(d, name + ".calib.npy")
+                np.save(f, torch.randn(tuple(x.shape), generator=g).to(x.dtype).numpy())
+                args += ["--calibrate", f"{name}={f}"]
         tpusim(*args)
         got = [np.load(os.path.join(d, "out", o + ".npy")) for o in outs]
         return got, refs
@@ -820,7 +831,8 @@ class DataMovement(OpCase):
 
 
 class Int8(OpCase):
-    """`--precision int8` (calibrated on the run's own input) on a conv net, an MLP and a tiny attention block."""
+    """`--precision int8` (calibrated on other inputs than the checked one) on a conv net, an MLP and a tiny
+    attention block: cosine and relative L2 error against PyTorch's float output."""
 
     def test_conv_net(self):
         torch.manual_seed(7)
@@ -828,12 +840,12 @@ class Int8(OpCase):
                           nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16), nn.ReLU6(),
                           nn.Conv2d(16, 24, 1), nn.ReLU(), nn.MaxPool2d(2),
                           nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(24, 10))
-        self.check(m, randn(2, 3, 17, 15), precision="int8", cos=INT8_MIN_COSINE, rel=1.0)
+        self.check(m, randn(2, 3, 17, 15), precision="int8", cos=INT8_MIN_COSINE, rel=INT8_MAX_REL_L2)
 
     def test_mlp(self):
         torch.manual_seed(8)
         m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 10))
-        self.check(m, randn(8, 32), precision="int8", cos=INT8_MIN_COSINE, rel=1.0)
+        self.check(m, randn(8, 32), precision="int8", cos=INT8_MIN_COSINE, rel=INT8_MAX_REL_L2)
 
     def test_attention_block(self):
         class Block(nn.Module):
@@ -859,8 +871,8 @@ class Int8(OpCase):
         m = Block()
         x = randn(2, 10, 32)
         self.check(m, x, name="bf16")
-        self.check(m, x, precision="int8", cos=INT8_MIN_COSINE, rel=1.0)
-        self.check(m, x, opset=17, precision="int8", cos=INT8_MIN_COSINE, rel=1.0)
+        self.check(m, x, precision="int8", cos=INT8_MIN_COSINE, rel=INT8_MAX_REL_L2)
+        self.check(m, x, opset=17, precision="int8", cos=INT8_MIN_COSINE, rel=INT8_MAX_REL_L2)
 
 
 class Errors(OpCase):

@@ -48,6 +48,10 @@ INT8_WORKLOADS = {"tinycnn", "resnet18", "bert_small", "gpt2_prefill"}
 
 BF16_MIN_COSINE, BF16_MAX_REL_L2 = 0.999, 2e-2
 INT8_MIN_COSINE = 0.99
+# int8 relative L2 error against PyTorch's float output: worst measured 3.9e-2 (resnet18 logits; gpt2_prefill
+# 1.2e-2, bert_small 7.1e-3, tinycnn 4.0e-3). Bounded so that an output off by a scale factor fails even where its
+# cosine stays high.
+INT8_MAX_REL_L2 = 0.08
 
 
 def tpusim(*args, check=True, timeout=RUN_TIMEOUT):
@@ -56,20 +60,6 @@ def tpusim(*args, check=True, timeout=RUN_TIMEOUT):
     if check and p.returncode != 0:
         raise AssertionError(f"tpusim {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     return p
-
-
-_help_cache = {}
-
-
-def help_text(command):
-    if command not in _help_cache:
-        p = tpusim(command, "--help", check=False)
-        _help_cache[command] = p.stdout + p.stderr
-    return _help_cache[command]
-
-
-def has_option(command, option):
-    return re.search(r"(^|\s)" + re.escape(option) + r"\b", help_text(command)) is not None
 
 
 def compare(out, ref):
@@ -89,9 +79,9 @@ class Workload:
         self.dir = os.path.join(WORKLOADS_DIR, WORKLOADS[name])
         meta_path = os.path.join(self.dir, "meta.json")
         if not os.path.exists(meta_path):
-            if name == "resnet18":  # the build skips it, with a configure warning, without python3-torchvision
-                raise unittest.SkipTest(f"{self.dir} was not built (it needs python3-torchvision)")
-            raise AssertionError(f"{self.dir} was not built: build the target `workloads` first")
+            # scripts/setup.sh installs what every workload needs (resnet18: python3-torchvision): a missing one
+            # is a failure, not a skip.
+            raise AssertionError(f"{self.dir} was not built: run scripts/setup.sh, then build the target `workloads`")
         with open(meta_path) as f:
             self.meta = json.load(f)
         self.model = os.path.join(self.dir, self.meta["model"])
@@ -189,15 +179,13 @@ class WorkloadTests(unittest.TestCase):
 
 
 class Int8Tests:
-    """int8 (`--precision int8`, calibrated on the workload's own inputs) against PyTorch: cosine >= 0.99."""
+    """int8 (`--precision int8`, calibrated on the workload's own inputs) against PyTorch: cosine >= 0.99 and
+    relative L2 <= INT8_MAX_REL_L2; the compiled .tpub bit-identical."""
 
     def test_d_int8_against_torch(self):
-        if not has_option("run", "--precision"):
-            self.skipTest("`tpusim run --help` has no --precision option (int8 compilation not available yet)")
         calib = []
-        if has_option("run", "--calibrate"):
-            for n, path in self.w.inputs.items():
-                calib += ["--calibrate", f"{n}={path}"]
+        for n, path in self.w.inputs.items():
+            calib += ["--calibrate", f"{n}={path}"]
         out_dir = os.path.join(self.tmp, "int8_out")
         tpusim("run", self.w.model, "--config", self.CONFIG, "--precision", "int8", *calib, *self.w.input_args(),
                "--output-dir", out_dir)
@@ -207,22 +195,18 @@ class Int8Tests:
         for n, ref_path in self.w.refs.items():
             cos, rel = compare(outs[n], np.load(ref_path))
             print(f"  {n:20s} cosine {cos:.6f}  rel L2 {rel:.3e}")
-            if not cos >= INT8_MIN_COSINE:
-                failures.append(f"{n}: cosine {cos:.6f} (>= {INT8_MIN_COSINE})")
+            if not (cos >= INT8_MIN_COSINE and rel <= INT8_MAX_REL_L2):
+                failures.append(f"{n}: cosine {cos:.6f} (>= {INT8_MIN_COSINE}), rel L2 {rel:.3e} (<= {INT8_MAX_REL_L2})")
         self.assertFalse(failures, f"{self.NAME} int8: " + "; ".join(failures))
-        # The int8 program compiled to a .tpub runs the same, where `tpusim compile` takes --precision too.
-        if has_option("compile", "--precision"):
-            ccalib = list(calib) if has_option("compile", "--calibrate") else []
-            tpub = os.path.join(self.tmp, "int8.tpub")
-            tpusim("compile", self.w.model, "--config", self.CONFIG, "--precision", "int8", *ccalib, "-o", tpub)
-            tpub_dir = os.path.join(self.tmp, "int8_tpub_out")
-            tpusim("run", tpub, "--config", self.CONFIG, *self.w.input_args(), "--output-dir", tpub_dir)
-            again = self.w.load_outputs(tpub_dir)
-            for n, out in outs.items():
-                self.assertEqual(again[n].tobytes(), out.tobytes(), f"{n}: int8 .tpub run differs from the .onnx run")
-            print(f"  int8 .tpub run bit-identical to the .onnx run")
-        else:
-            print("  (`tpusim compile --help` has no --precision: the int8 .tpub path is not tested)")
+        # The int8 program compiled to a .tpub runs the same.
+        tpub = os.path.join(self.tmp, "int8.tpub")
+        tpusim("compile", self.w.model, "--config", self.CONFIG, "--precision", "int8", *calib, "-o", tpub)
+        tpub_dir = os.path.join(self.tmp, "int8_tpub_out")
+        tpusim("run", tpub, "--config", self.CONFIG, *self.w.input_args(), "--output-dir", tpub_dir)
+        again = self.w.load_outputs(tpub_dir)
+        for n, out in outs.items():
+            self.assertEqual(again[n].tobytes(), out.tobytes(), f"{n}: int8 .tpub run differs from the .onnx run")
+        print(f"  int8 .tpub run bit-identical to the .onnx run")
 
 
 for _name in WORKLOADS:
@@ -405,8 +389,6 @@ class BadInput(Workdir):
         self.expect_error(["compile", path, "-o", self.path("d.tpub")], r"(?=.*'X')(?=.*'batch')")
 
     def test_dynamic_shape_given_with_shape_option(self):
-        if not has_option("run", "--shape") or not has_option("compile", "--shape"):
-            self.skipTest("tpusim run/compile have no --shape option")
         path, w = self.dynamic_matmul()
         x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
         xf = self.save("x.npy", x)
@@ -472,10 +454,7 @@ class DynamicBatchResnet(unittest.TestCase):
     --shape, at batch 2."""
 
     def test_dynamic_batch_resnet18(self):
-        try:
-            import torchvision  # noqa: F401
-        except ImportError:
-            self.skipTest("python3-torchvision is not installed")
+        import torchvision  # noqa: F401  (scripts/setup.sh installs python3-torchvision: missing, this fails)
         with tempfile.TemporaryDirectory() as tmp:
             d = os.path.join(tmp, "r18dyn")
             subprocess.run([sys.executable, os.path.join(WORKLOADS_SRC, "resnet.py"), "--arch", "resnet18",
@@ -488,8 +467,6 @@ class DynamicBatchResnet(unittest.TestCase):
             self.assertEqual(p.returncode, 1, p.stderr)
             self.assertEqual(len(err.splitlines()), 1, err)
             self.assertRegex(err, r"(?=.*'input')(?=.*'batch')")
-            if not has_option("run", "--shape"):
-                self.skipTest("tpusim run has no --shape option")
             out = os.path.join(tmp, "out")
             tpusim("run", model, "--input", "input=" + x, "--shape", "input=2,3,32,32", "--output-dir", out)
             logits, ref = np.load(os.path.join(out, "logits.npy")), np.load(os.path.join(d, "logits_ref.npy"))

@@ -83,7 +83,13 @@ class Machine {
         ++t;
       }
     }
-    for (const Timing& x : res_.timing) res_.total = std::max(res_.total, x.end);
+    uint64_t ended = 0;  // the latest end so far, in program order
+    for (size_t j = 0; j < prog_.size(); ++j) {
+      Timing& x = res_.timing[j];
+      if (prog_[j].kind == Instr::SYNC) x.end = std::max(x.start, ended);
+      ended = std::max(ended, x.end);
+    }
+    res_.total = ended;
     return std::move(res_);
   }
 
@@ -114,6 +120,12 @@ class Machine {
       const Instr& in = prog_[next_];
       if (t < std::max(in.arrive, fe_free_)) continue;
       progress = true;
+      if (in.kind == Instr::SYNC) {  // takes the front-end for no time; ends when the work before it has
+        res_.timing[next_] = {t, 0};
+        fe_free_ = t;
+        ++next_;
+        continue;
+      }
       if (in.kind == Instr::LW) {  // handed to the load path; the front-end moves on
         lw_queue_.push_back(next_);
         fe_free_ = t;

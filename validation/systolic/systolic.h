@@ -28,7 +28,7 @@ const char* name(Dataflow d);
 
 // One matrix-unit instruction as the array sees it.
 struct Instr {
-  enum Kind { LW, MM } kind = LW;
+  enum Kind { LW, MM, SYNC } kind = LW;
   uint64_t arrive = 0;     // first cycle the unit's front-end may take it (dispatched, semaphore acquired)
   int k = 0, n = 0;        // LW: tile shape, k <= rows, n <= cols
   std::vector<int32_t> b;  // LW: k x n, row-major (may be empty when values are not computed)
@@ -38,6 +38,8 @@ struct Instr {
 
 // LW: [first cycle of the load, cycle from which a stream may use the tile).
 // MM: [first cycle its first input enters the array, cycle after its last output left the array).
+// SYNC (mxu.sync): [the cycle the front-end takes it, the cycle every earlier instruction has ended): the
+// matrix unit signals in order.
 struct Timing {
   uint64_t start = 0, end = 0;
 };

@@ -25,9 +25,9 @@ namespace {
 std::string mlp_file(const std::string& name) { return std::string(TPUSIM_MLP_DIR) + "/" + name; }
 
 bool have_workload() { return std::filesystem::exists(mlp_file("mlp.onnx")); }
-#define SKIP_WITHOUT_WORKLOAD()                                                                           \
+#define FAIL_WITHOUT_WORKLOAD()                                                                           \
   if (!have_workload())                                                                                   \
-  GTEST_SKIP() << mlp_file("mlp.onnx") << " is missing: build the workload_mlp target (needs /usr/bin/python3 " \
+  GTEST_FAIL() << mlp_file("mlp.onnx") << " is missing: build the workload_mlp target (needs /usr/bin/python3 " \
                                           "with torch and onnx)"
 
 // The chip both end-to-end tests run on: SystemC elaborates once, so a process cannot construct a Chip after its
@@ -44,7 +44,7 @@ compiler::Options options_for(const sim::ChipConfig& cfg) {
 }
 
 TEST(MlpCompile, DeclaresTheModelsTensorsAndOneKernelPerLayer) {
-  SKIP_WITHOUT_WORKLOAD();
+  FAIL_WITHOUT_WORKLOAD();
   sim::ChipConfig cfg = sim::load_config(sim::default_preset());
   isa::Program p = compiler::compile_onnx_file(mlp_file("mlp.onnx"), options_for(cfg));
   EXPECT_EQ(p.name, "mlp");
@@ -73,7 +73,7 @@ TEST(MlpCompile, DeclaresTheModelsTensorsAndOneKernelPerLayer) {
 }
 
 TEST(MlpEndToEnd, MatchesPyTorchAndTimingOnlyGivesTheSameCycles) {
-  SKIP_WITHOUT_WORKLOAD();
+  FAIL_WITHOUT_WORKLOAD();
   sim::ChipConfig cfg = sim::load_config(sim::default_preset());
   isa::Program p = compiler::compile_onnx_file(mlp_file("mlp.onnx"), options_for(cfg));
   runtime::HostTensor x = runtime::read_npy(mlp_file("x.npy"));

@@ -271,6 +271,155 @@ TEST(ReferenceVpu, RmaxOfInfinities) {
   }
 }
 
+// ---- NaN, infinities, signed zeros, overflow (isa.def; docs/isa.md "Numerics") ----------------------------------
+// The simulator and the reference must agree on the class and sign of every result (a NaN with a NaN, -0 with
+// -0), and both with the ISA's words, which each test spells out again here: float arithmetic is IEEE; max, min,
+// rmax and relu are IEEE 754-2019 maximum / minimum (NaN in, NaN out; -0 < +0).
+
+bool same_strict(double a, double b) {
+  return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
+}
+const std::vector<double> kSpecial = {kNaN, kInf, -kInf, 0.0, -0.0, 1.0, -1.0, 3e38};
+
+double isa_maximum(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return kNaN;
+  if (a == 0 && b == 0) return std::signbit(a) && std::signbit(b) ? -0.0 : 0.0;
+  return a > b ? a : b;
+}
+double isa_minimum(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return kNaN;
+  if (a == 0 && b == 0) return std::signbit(a) || std::signbit(b) ? -0.0 : 0.0;
+  return a < b ? a : b;
+}
+
+TEST(ReferenceVpu, NanInfinitySignedZeroElementwise) {
+  TPUSIM_MACHINES(m);
+  for (DType t : {DType::BF16, DType::F32}) {
+    std::vector<double> a, b;  // every ordered pair of special values
+    for (double x : kSpecial)
+      for (double y : kSpecial) a.push_back(ref::cast_to(x, t)), b.push_back(ref::cast_to(y, t));
+    for (Op op : {Op::VADD, Op::VSUB, Op::VMUL, Op::VMAX, Op::VMIN}) {
+      Results res = run_vector(*m, {{a, t}, {b, t}}, [&](Builder& p) {
+        p.li(1, kOut).li(2, kIn[0]).li(3, kIn[1]).li(4, a.size());
+        p.emit(op, {{"vd", 1}, {"va", 2}, {"vb", 3}, {"n", 4}, {"dtype", int64_t(t)}});
+      }, a.size(), t);
+      // IEEE double arithmetic rounded once to the type is IEEE f32 (bf16: then rounded again): NaN, infinities,
+      // overflow (3e38 + 3e38) and the sign of zero come out as the ISA says.
+      auto want = [&](size_t i) {
+        switch (op) {
+          case Op::VADD: return ref::float_result(t, a[i] + b[i]);
+          case Op::VSUB: return ref::float_result(t, a[i] - b[i]);
+          case Op::VMUL: return ref::float_result(t, a[i] * b[i]);
+          case Op::VMAX: return isa_maximum(a[i], b[i]);
+          default: return isa_minimum(a[i], b[i]);
+        }
+      };
+      expect_all(name(op, t), a.size(),
+                 [&](size_t i) { return same_strict(res.sim[i], res.fp64[i]) && same_strict(res.sim[i], want(i)); },
+                 [&](size_t i) {
+                   return "a " + num(a[i]) + ", b " + num(b[i]) + ": sim " + num(res.sim[i]) + ", reference " +
+                          num(res.fp64[i]) + ", ISA " + num(want(i));
+                 });
+    }
+  }
+}
+
+TEST(ReferenceVpu, NanInfinitySignedZeroReluRmaxRsum) {
+  TPUSIM_MACHINES(m);
+  for (DType t : {DType::BF16, DType::F32}) {
+    std::vector<double> a;
+    for (double x : kSpecial) a.push_back(ref::cast_to(x, t));
+    Results res = run_vector(*m, {{a, t}}, [&](Builder& p) {
+      p.li(1, kOut).li(2, kIn[0]).li(4, a.size());
+      p.emit(Op::VRELU, {{"vd", 1}, {"va", 2}, {"n", 4}, {"dtype", int64_t(t)}});
+    }, a.size(), t);
+    // relu(x) = maximum(x, +0): NaN -> NaN, -inf -> +0, -0 -> +0, +inf -> +inf.
+    expect_all(name(Op::VRELU, t), a.size(), [&](size_t i) {
+      const double want = std::isnan(a[i]) ? kNaN : a[i] > 0 ? a[i] : 0.0;
+      return same_strict(res.sim[i], res.fp64[i]) && same_strict(res.sim[i], want);
+    }, [&](size_t i) { return "a " + num(a[i]) + ": sim " + num(res.sim[i]) + ", reference " + num(res.fp64[i]); });
+    // Rows of 3 for vpu.rmax and vpu.rsum, with what the ISA says each gives.
+    struct Row {
+      std::array<double, 3> x;
+      double max, sum;
+    };
+    const std::vector<Row> rows = {
+        {{1, kNaN, 2}, kNaN, kNaN},             // a NaN anywhere: NaN
+        {{kNaN, -kInf, kInf}, kNaN, kNaN},
+        {{-0.0, 0.0, -0.0}, 0.0, 0.0},          // -0 < +0
+        {{-0.0, -0.0, -1}, -0.0, -1},
+        {{-kInf, -kInf, -kInf}, -kInf, -kInf},  // a row of -inf
+        {{kInf, -kInf, 1}, kInf, kNaN},         // opposite infinities sum to NaN
+        {{3e38, 3e38, -3e38}, 3e38, kInf},      // in order: 3e38 + 3e38 overflows to inf first
+    };
+    std::vector<double> in;
+    for (const Row& r : rows)
+      for (double x : r.x) in.push_back(ref::cast_to(x, t));
+    for (Op op : {Op::VRMAX, Op::VRSUM}) {
+      Results rr = run_vector(*m, {{in, t}}, [&](Builder& p) {
+        p.li(1, kOut).li(2, kIn[0]).li(3, rows.size()).li(4, 3).li(5, 3 * ref::size_of(t));
+        p.emit(op, {{"vd", 1}, {"va", 2}, {"rows", 3}, {"cols", 4}, {"stride", 5}, {"dtype", int64_t(t)}});
+      }, rows.size(), t);
+      expect_all(name(op, t), rows.size(), [&](size_t i) {
+        const double want = ref::cast_to(op == Op::VRMAX ? rows[i].max : rows[i].sum, t);
+        // rsum: the reference that sums in the ISA's order, in f32 (the fp64 one does not overflow).
+        const double r = op == Op::VRSUM ? rr.isaf32[i] : rr.fp64[i];
+        return same_strict(rr.sim[i], r) && same_strict(rr.sim[i], want);
+      }, [&](size_t i) {
+        return "row " + std::to_string(i) + ": sim " + num(rr.sim[i]) + ", reference " +
+               num(op == Op::VRSUM ? rr.isaf32[i] : rr.fp64[i]);
+      });
+    }
+  }
+}
+
+TEST(ReferenceMxu, NanInfinityThroughMatmulAndDrain) {
+  // bf16 mxu.mm with k = 2 and 4 columns, then vpu.acc (f32 accumulators) to f32, bf16 and i32, with and without
+  // relu and a scale of 2. The products and sums are IEEE f32: the expected accumulators are written out.
+  TPUSIM_MACHINES(m);
+  const DType bf = DType::BF16;
+  const double big = ref::to_bf16(3e38);
+  const std::vector<double> w = {1, kInf, 0, 1,    // row 0 of the tile
+                                 1, 1, 1, -1};     // row 1
+  const std::vector<double> a = {kNaN, 1, 1, 1, 0, 1, -1, 1, big, big, kInf, -kInf};  // 6 rows of k = 2
+  const std::vector<double> acc = {
+      kNaN, kNaN, kNaN, kNaN,      // NaN x anything
+      2, kInf, 1, 0,               // inf + 1 = inf
+      1, kNaN, 1, -1,              // 0 x inf = NaN
+      0, -kInf, 1, -2,             // -inf + 1 = -inf
+      kInf, kInf, big, 0,          // big + big overflows to inf; big - big = 0
+      kNaN, kNaN, kNaN, kInf};     // inf - inf = NaN; inf x 0 = NaN; inf + inf = inf
+  const uint32_t two = ref::bits_of_f32(2.0);
+  for (DType odt : {DType::F32, DType::BF16, DType::I32})
+    for (int relu = 0; relu < 2; ++relu)
+      for (int scale = 0; scale < 2; ++scale) {
+        const int64_t o = ref::size_of(odt);
+        Results res = run_vector(*m, {{a, bf}, {w, bf}}, [&](Builder& p) {
+          p.li(1, kIn[1]).li(2, 2).li(3, 4).li(4, 4 * 2).li(5, kIn[0]).li(6, 6).li(7, 0).li(8, 2 * 2);
+          p.emit(Op::MXULW, {{"vaddr", 1}, {"k", 2}, {"n", 3}, {"stride", 4}, {"dtype", int64_t(bf)}});
+          p.emit(Op::MXUMM, {{"vaddr", 5}, {"m", 6}, {"acc", 7}, {"stride", 8}, {"dtype", int64_t(bf)}});
+          p.fence();
+          p.li(10, kOut).li(14, 4 * o).li(16, two);
+          p.emit(Op::VACC, {{"vaddr", 10}, {"acc", 7}, {"rows", 6}, {"cols", 3}, {"stride", 14}, {"scale", 16},
+                            {"adt", int64_t(DType::F32)}, {"odt", int64_t(odt)}, {"relu", relu}, {"scale_en", scale}});
+        }, acc.size(), odt);
+        auto want = [&](size_t i) {
+          double x = acc[i];
+          if (relu) x = std::isnan(x) ? kNaN : x > 0 ? x : 0.0;
+          if (scale) x = ref::to_f32(x * 2);  // big * 2 overflows to inf
+          if (odt == DType::I32) return std::isnan(x) ? 0.0 : std::clamp(x, double(INT32_MIN), double(INT32_MAX));
+          return odt == DType::BF16 ? ref::to_bf16(x) : x;
+        };
+        expect_all(std::string("mxu.mm bf16 -> vpu.acc odt ") + isa::dtype_name(odt) + (relu ? " relu" : "") +
+                       (scale ? " scale" : ""),
+                   acc.size(), [&](size_t i) { return same_strict(res.sim[i], res.fp64[i]) && same_strict(res.sim[i], want(i)); },
+                   [&](size_t i) {
+                     return "accumulator " + num(acc[i]) + ": sim " + num(res.sim[i]) + ", reference " + num(res.fp64[i]) +
+                            ", ISA " + num(want(i));
+                   });
+      }
+}
+
 // ---- the matrix unit and the accumulator drain -----------------------------------------------------------------
 
 // Two passes into ACC rows [acc0, acc0 + m): a full tile (k = rows, n = cols) without `accumulate`, then a
@@ -431,6 +580,55 @@ TEST(ReferenceMxu, Bf16PassesAndEveryDrainWithinTolerance) {
       return ref::within_sum_bound(d.odt, res.fp64[i], want, err);
     }, [&](size_t i) { return "reference " + num(res.fp64[i]) + ", exact " + num(exact[i]); });
   });
+}
+
+TEST(ReferenceMxu, Int8WorstCaseExactOnTheLargestArray) {
+  // mxu.rows and mxu.cols go up to 1024, so one pass sums K = 1024 int8 products of magnitude up to 2^14: |sum|
+  // <= 2^24, which the simulator's f32 GEMM still gets exactly (isa.def, mxu.mm). Row 0 of a is all -128 and
+  // column 0 of the tile all -128: that element is 1024 * (-128) * (-128) = 2^24, the worst case. Row 1 / column
+  // 1 are 127 (-128 * 127 * 1024 against column 0), row 2 and column 2 alternate, the rest is random. A second
+  // pass with `accumulate` doubles every element (row 0, column 0: 2^25, exact in i32).
+  TPUSIM_MACHINES(m, {"mxu.rows=1024", "mxu.cols=1024", "mxu.acc_rows=8", "vmem.size_kib=2048"});
+  const int64_t K = 1024, N = 1024, M = 4;
+  ASSERT_EQ(m->cfg.mxu.rows, K);
+  Random r(31);
+  auto pattern = [&](int64_t which, int64_t l) -> double {
+    if (which == 0) return -128;
+    if (which == 1) return 127;
+    if (which == 2) return l % 2 ? 127 : -128;
+    return static_cast<double>(r.integer(-128, 127));
+  };
+  std::vector<double> w(K * N), a(M * K);
+  for (int64_t l = 0; l < K; ++l)
+    for (int64_t j = 0; j < N; ++j) w[l * N + j] = pattern(std::min<int64_t>(j, 3), l);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t l = 0; l < K; ++l) a[i * K + l] = pattern(i, l);
+  const uint64_t kW = 0, kA = 0x100000, kC = 0x110000;
+  m->write(kW, w, DType::I8);
+  m->write(kA, a, DType::I8);
+  Builder b;
+  b.load(kW, kW, K * N).load(kA, kA, M * K).fence();
+  const int64_t i8 = int64_t(DType::I8);
+  b.li(1, kW).li(2, K).li(3, N).li(5, kA).li(6, M).li(7, 0).li(10, kC).li(14, N * 4);
+  b.emit(Op::MXULW, {{"vaddr", 1}, {"k", 2}, {"n", 3}, {"stride", 3}, {"dtype", i8}});
+  b.emit(Op::MXUMM, {{"vaddr", 5}, {"m", 6}, {"acc", 7}, {"stride", 2}, {"dtype", i8}});
+  b.emit(Op::MXUMM, {{"vaddr", 5}, {"m", 6}, {"acc", 7}, {"stride", 2}, {"dtype", i8}, {"accumulate", 1}});
+  b.fence();
+  b.emit(Op::VACC, {{"vaddr", 10}, {"acc", 7}, {"rows", 6}, {"cols", 3}, {"stride", 14},
+                    {"adt", int64_t(DType::I32)}, {"odt", int64_t(DType::I32)}});
+  b.fence().store(kC, kC, M * N * 4);
+  m->run(b.p);
+  std::vector<double> host(M * N, 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      int64_t sum = 0;
+      for (int64_t l = 0; l < K; ++l) sum += static_cast<int64_t>(a[i * K + l]) * static_cast<int64_t>(w[l * N + j]);
+      host[i * N + j] = static_cast<double>(2 * sum);
+    }
+  EXPECT_EQ(host[0], 0x1p25);  // 2 passes x 2^24
+  const auto sim = m->read_sim(kC, M * N, DType::I32), ref = Machines::read(*m->fp64, kC, M * N, DType::I32);
+  expect_all("i8 1024 x 1024 worst case", host.size(), [&](size_t i) { return sim[i] == host[i] && ref[i] == host[i]; },
+             [&](size_t i) { return "sim " + num(sim[i]) + ", reference " + num(ref[i]) + ", host " + num(host[i]); });
 }
 
 // A pass of int8 products handed from the matrix unit to the vector unit by semaphore `sem` alone (no fence):

@@ -52,6 +52,7 @@ struct OperandDesc {
 inline constexpr int kMaxOperands = 16;
 inline constexpr int kNumRegs = 32;
 inline constexpr int kNumSems = 32;  // s1..s31 usable; 0 means "none"
+inline constexpr uint64_t kSemMax = 65535;  // a semaphore counts 0..kSemMax (sem.set's u16); a signal past it faults
 
 struct InstrDesc {
   Op op;
