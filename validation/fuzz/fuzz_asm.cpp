@@ -11,8 +11,6 @@
 
 using namespace tpusim;
 
-extern "C" int sc_main(int, char**) { return 0; }  // libsystemc.so needs one (DESIGN.md, pitfalls); never called
-
 namespace {
 
 isa::AsmOptions options() {

@@ -11,8 +11,6 @@
 
 using namespace tpusim;
 
-extern "C" int sc_main(int, char**) { return 0; }  // libsystemc.so needs one (DESIGN.md, pitfalls); never called
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string in(reinterpret_cast<const char*>(data), size);
   const size_t nul = in.find('\0');
