@@ -252,6 +252,10 @@ TensorDecl read_tensor(Reader& r) {
   for (uint32_t i = 0; i < rank; ++i) t.shape.push_back(static_cast<int64_t>(r.u64("tensor dimension")));
   t.addr = r.u64("tensor address");
   t.const_offset = r.u64("tensor constant offset");
+  // Only const tensors have bytes in the constant data (an offset on another would be lost by the disassembly).
+  if (t.kind != TensorKind::Const && t.const_offset != 0)
+    r.fail("tensor '" + t.name + "' (" + tensor_kind_name(t.kind) + ") has a constant offset (" +
+               std::to_string(t.const_offset) + "); only const tensors have one", at);
   checked_elements(r, t, at);
   if (t.addr + t.bytes() < t.addr) r.fail("tensor '" + t.name + "': extends past the address space", at);
   return t;

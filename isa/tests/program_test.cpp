@@ -229,6 +229,21 @@ TEST(ProgramFormat, ConstOutsideTheData) {
   EXPECT_THROW(deserialize(serialize(p)), Error);
 }
 
+// Found by fuzz_tpub (validation/fuzz): an output with a constant offset loaded, and its disassembly, which has no
+// way to say it, assembled into a different program.
+TEST(ProgramFormat, ConstOffsetOnlyOnConstTensors) {
+  Program p = small_program();
+  p.tensors[2].const_offset = 4128768;  // output Y
+  EXPECT_NE(error_of(serialize(p)).find("tensor 'Y' (output) has a constant offset (4128768); only const tensors "
+                                        "have one"),
+            std::string::npos)
+      << error_of(serialize(p));
+  p.tensors[2].const_offset = 0;
+  p.tensors[0].const_offset = 1;  // input X
+  EXPECT_NE(error_of(serialize(p)).find("tensor 'X' (input) has a constant offset (1)"), std::string::npos)
+      << error_of(serialize(p));
+}
+
 TEST(ProgramFormat, OtherCorruptions) {
   std::vector<uint8_t> bytes = serialize(small_program());
   std::vector<uint8_t> bad = bytes;
