@@ -430,7 +430,7 @@ void Assembler::dir_tensor(Cursor& c, TensorKind kind) {
   t.shape = parse_dims(c);
   int64_t n = 1;
   for (int64_t d : t.shape) {
-    if (d != 0 && n > (int64_t(1) << 56) / d) fail(dims_at, "tensor '" + t.name + "' is too large");
+    if (d != 0 && n > kMaxTensorElements / d) fail(dims_at, "tensor '" + t.name + "' is too large");
     n *= d;
   }
   std::optional<Expr> at, offset;

@@ -230,8 +230,8 @@ int64_t checked_elements(const Reader& r, const TensorDecl& t, size_t at) {
   int64_t n = 1;
   for (int64_t d : t.shape) {
     if (d < 0) r.fail("tensor '" + t.name + "': negative dimension " + std::to_string(d), at);
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / 16 / d)
-      r.fail("tensor '" + t.name + "': too many elements", at);
+    if (d != 0 && n > kMaxTensorElements / d)  // the assembler's rule, so that the disassembly assembles
+      r.fail("tensor '" + t.name + "': more than 2^56 elements", at);
     n *= d;
   }
   return n;

@@ -244,6 +244,22 @@ TEST(ProgramFormat, ConstOffsetOnlyOnConstTensors) {
       << error_of(serialize(p));
 }
 
+// Found by fuzz_tpub: the loader took tensors of up to 2^59 elements and the assembler only 2^56, so the
+// disassembly of a loaded program did not assemble. Both now apply kMaxTensorElements, with the same rule.
+TEST(ProgramFormat, TensorSizeLimitIsTheAssemblers) {
+  Program p = small_program();
+  p.tensors[0].dtype = DType::I8;
+  p.tensors[0].shape = {4, kMaxTensorElements / 4};  // exactly the limit: loads, and its disassembly assembles
+  Program loaded = deserialize(serialize(p));
+  Program back = assemble(disassemble(loaded), "d.s");
+  back.source = loaded.source;
+  EXPECT_EQ(back, loaded);
+  p.tensors[0].shape = {6, 36011204832919552};  // the fuzzer's: 6 x 2^55 = 3 x 2^56 elements
+  EXPECT_NE(error_of(serialize(p)).find("tensor 'X': more than 2^56 elements"), std::string::npos)
+      << error_of(serialize(p));
+  EXPECT_THROW(assemble(".input X, i8, [6, 36011204832919552]\n", "x.s"), Error);
+}
+
 TEST(ProgramFormat, OtherCorruptions) {
   std::vector<uint8_t> bytes = serialize(small_program());
   std::vector<uint8_t> bad = bytes;
