@@ -260,6 +260,21 @@ TEST(ProgramFormat, TensorSizeLimitIsTheAssemblers) {
   EXPECT_THROW(assemble(".input X, i8, [6, 36011204832919552]\n", "x.s"), Error);
 }
 
+// Found by fuzz_tpub: an address past 2^63 - 1 loaded, and the disassembly's `@ 0xfffffffc00001000` did not
+// assemble (the assembler's addresses are non-negative 64-bit integers).
+TEST(ProgramFormat, AddressesStayBelow2To63) {
+  Program p = small_program();
+  p.tensors[2].addr = 0xfffffffc00001000ull;  // output Y
+  EXPECT_NE(error_of(serialize(p)).find("tensor 'Y': address 18446744056529686528 is past 2^63 - 1"),
+            std::string::npos)
+      << error_of(serialize(p));
+  p.tensors[2].addr = 0x7ffffffffffff000ull;  // the highest page below 2^63: loads, and the disassembly assembles
+  Program loaded = deserialize(serialize(p));
+  Program back = assemble(disassemble(loaded), "d.s");
+  back.source = loaded.source;
+  EXPECT_EQ(back, loaded);
+}
+
 TEST(ProgramFormat, OtherCorruptions) {
   std::vector<uint8_t> bytes = serialize(small_program());
   std::vector<uint8_t> bad = bytes;
