@@ -19,11 +19,16 @@ namespace tpusim::fuzz {
   std::abort();
 }
 
-// One scratch file per process (libFuzzer's -fork and -jobs run several), rewritten for every input.
+// One scratch file per process (libFuzzer's -fork and -jobs run several), rewritten for every input and removed
+// when the process exits.
+struct ScratchFile {
+  std::string path;
+  ~ScratchFile() { std::remove(path.c_str()); }
+};
 inline const std::string& scratch_path(const char* suffix) {
-  static const std::string path = (std::filesystem::temp_directory_path() /
-                                   ("tpusim-fuzz-" + std::to_string(getpid()) + suffix)).string();
-  return path;
+  static const ScratchFile file{(std::filesystem::temp_directory_path() /
+                                 ("tpusim-fuzz-" + std::to_string(getpid()) + suffix)).string()};
+  return file.path;
 }
 
 inline const std::string& write_scratch(const uint8_t* data, size_t size, const char* suffix) {
