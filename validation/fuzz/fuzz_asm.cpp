@@ -5,8 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "fuzz_common.h"
-#include "tpusim/isa/assembler.h"
+#include "round_trips.h"
 #include "tpusim/sim/config.h"
 
 using namespace tpusim;
@@ -36,22 +35,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const isa::Error&) {
     return 0;
   }
-  isa::Program loaded;
-  try {
-    loaded = isa::deserialize(isa::serialize(p));
-  } catch (const isa::Error& e) {
-    fuzz::property_failed(std::string("an assembled program does not load: ") + e.what());
-  }
-  if (!(loaded == p)) fuzz::property_failed("deserialize(serialize(p)) != p");
-  std::string text;
-  isa::Program back;
-  try {
-    text = isa::disassemble(p);
-    back = isa::assemble(text, "disasm.s");
-  } catch (const isa::Error& e) {
-    fuzz::property_failed(std::string("the disassembly of an assembled program does not assemble: ") + e.what());
-  }
-  back.source = p.source;
-  if (!(back == p)) fuzz::property_failed("assemble(disassemble(p)) != p; disassembly:\n" + text);
+  fuzz::check_round_trips(p, "an assembled program");
   return 0;
 }

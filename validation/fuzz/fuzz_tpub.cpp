@@ -6,8 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "fuzz_common.h"
-#include "tpusim/isa/assembler.h"
+#include "round_trips.h"
 
 using namespace tpusim;
 
@@ -18,23 +17,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const isa::Error&) {
     return 0;
   }
-  isa::Program again;
-  try {
-    again = isa::deserialize(isa::serialize(p));
-  } catch (const isa::Error& e) {
-    fuzz::property_failed(std::string("a loaded program does not load again once saved: ") + e.what());
-  }
-  if (!(again == p)) fuzz::property_failed("deserialize(serialize(p)) != p");
-  std::string text;
-  isa::Program back;
-  try {
-    text = isa::disassemble(p);
-    back = isa::assemble(text, "disasm.s");
-  } catch (const isa::Error& e) {
-    fuzz::property_failed(std::string("the disassembly of a loaded program does not assemble: ") + e.what() +
-                          "\ndisassembly:\n" + text);
-  }
-  back.source = p.source;
-  if (!(back == p)) fuzz::property_failed("assemble(disassemble(p)) != p; disassembly:\n" + text);
+  fuzz::check_round_trips(p, "a loaded program");
   return 0;
 }
