@@ -2,6 +2,8 @@
 # Installs everything tpusim needs from Debian 12 (bookworm) packages (docs/architecture.md, decision 8).
 # Idempotent: when every package is already installed it does nothing and returns in about a second.
 # Run as root on a fresh minimal Debian 12; the README's commands call it first.
+# `setup.sh fuzz` also installs clang with its libFuzzer and sanitizer runtimes (about 200 MB), which only
+# scripts/run-fuzz.sh needs.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -19,6 +21,9 @@ PACKAGES=(
   python3-dev pybind11-dev python3-setuptools python3-wheel python3-pip
   ca-certificates
 )
+if [[ " $* " == *" fuzz "* ]]; then
+  PACKAGES+=(clang libclang-rt-dev)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -12,6 +12,19 @@
 #include "params.h"
 #include "vpu.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TPUSIM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TPUSIM_ASAN 1
+#endif
+#endif
+#ifdef TPUSIM_ASAN
+#include <pthread.h>
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 // libsystemc.so refers to sc_main (docs/architecture.md, "Known pitfalls"): every program linking this library
 // gets this definition, which is never called (programs have their own main).
 extern "C" int sc_main(int, char**) { return 0; }
@@ -252,11 +265,43 @@ RunResult Chip::Impl::collect() {
   return out;
 }
 
+namespace {
+
+// Under AddressSanitizer only. Debian's SystemC 2.3.4 announces its coroutine switches to ASan, but its main
+// coroutine never records its stack, so every switch back to this thread's own stack announces empty bounds. ASan
+// then skips unpoisoning the frames a C++ exception unwinds here ("ASan is ignoring requested
+// __asan_handle_no_return") and reports a false stack-buffer-overflow where later frames reuse them
+// (validation/fuzz/README.md, "Sanitizers and SystemC's coroutines"). After sc_start() returns, announce this
+// thread's stack again and clear what such an unwinding left poisoned below the current frame (dead stack).
+void sc_start_returned() {
+#ifdef TPUSIM_ASAN
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) return;
+  void* low = nullptr;
+  size_t size = 0;
+  pthread_attr_getstack(&attr, &low, &size);
+  pthread_attr_destroy(&attr);
+  void* fake_stack = nullptr;
+  __sanitizer_start_switch_fiber(&fake_stack, low, size);
+  __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+  char* here = static_cast<char*>(__builtin_frame_address(0));
+  __asan_unpoison_memory_region(low, static_cast<size_t>(here - static_cast<char*>(low)));
+#endif
+}
+
+template <typename... Args>
+void start_simulation(Args... args) {
+  sc_core::sc_start(args...);
+  sc_start_returned();
+}
+
+}  // namespace
+
 void Chip::start(const isa::Program& program, const RunOptions& opts) {
   Impl& m = *impl_;
   if (m.state != Impl::Idle) throw Error("Chip::start called while the chip is running");
   m.prepare(program, opts);
-  if (sc_core::sc_get_status() == sc_core::SC_ELABORATION) sc_core::sc_start(sc_core::SC_ZERO_TIME);
+  if (sc_core::sc_get_status() == sc_core::SC_ELABORATION) start_simulation(sc_core::SC_ZERO_TIME);
   for (size_t i = 0; i < m.top.cores.size(); ++i) {
     detail::ChipState& st = m.core(i);
     st.run.t0 = st.now();
@@ -287,9 +332,9 @@ void Chip::run_started(const std::vector<Chip*>& chips) {
   for (Impl* m : started) m->state = Impl::Ran;
   if (limited) {
     uint64_t now = started.front()->first().now();
-    sc_core::sc_start(started.front()->first().span(until > now ? until - now : 0), sc_core::SC_EXIT_ON_STARVATION);
+    start_simulation(started.front()->first().span(until > now ? until - now : 0), sc_core::SC_EXIT_ON_STARVATION);
   } else {
-    sc_core::sc_start();
+    start_simulation();
   }
   bool unwind = false;
   for (Impl* m : started) {
@@ -307,7 +352,7 @@ void Chip::run_started(const std::vector<Chip*>& chips) {
     }
   }
   if (unwind) {
-    if (sc_core::sc_pending_activity()) sc_core::sc_start();
+    if (sc_core::sc_pending_activity()) start_simulation();
     for (Impl* m : started)
       if (!m->first().run.error.empty())
         for (detail::ChipState* c : m->shared.cores) c->reset_units();

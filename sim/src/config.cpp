@@ -71,7 +71,7 @@ void store_ini(std::istream& in, const std::string& origin, const po::options_de
     boost::any parsed_value;
     try {
       sem->parse(parsed_value, o.value, true);
-    } catch (const po::error&) {
+    } catch (const std::exception&) {  // po::error, or std::logic_error for a value that is not UTF-8
       throw Error("bad value '" + isa::printable(value) + "' for " + p->key + " (in " + origin + "): expected " + p->type);
     }
     origins.emplace(o.string_key, origin);  // keeps the first (highest-priority) origin

@@ -153,6 +153,15 @@ TEST(Config, BadValuesNameTheKey) {
   std::remove(path.c_str());
 }
 
+// Found by fuzz_config (validation/fuzz): a value that is not UTF-8 made Boost throw std::logic_error ("character
+// conversion failed"), which escaped load_config instead of a sim::Error naming the key.
+TEST(Config, ValueNotUtf8IsABadValue) {
+  std::string path = temp_ini("utf8", "[mxu]\nrows = 64\ncols = 6\xd6\n");
+  EXPECT_EQ(error_of([&] { load_config(path); }),
+            "bad value '6\xd6' for mxu.cols (in " + path + "): expected an integer");
+  std::remove(path.c_str());
+}
+
 TEST(Config, UnknownPresetListsThePresets) {
   EXPECT_EQ(error_of([] { load_config("v9-like"); }),
             "unknown preset or configuration file 'v9-like' (presets: v1-like, v4-like, edge, v1, v4, v5e, v6e, "

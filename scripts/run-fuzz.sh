@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Fuzzes tpusim's parsers and the simulator (validation/fuzz/README.md).
+#   bash scripts/run-fuzz.sh [SECONDS] [NAME...]
+# builds the libFuzzer harnesses with clang in build-fuzz/ (-DTPUSIM_FUZZ=ON: ASan + UBSan, `setup.sh fuzz`
+# installs clang), runs each named one (default: all; asm tpub onnx config npy, and cli) for SECONDS (default 60),
+# one after the other, and prints each one's executions. `cli` is the mutation loop over programs run through
+# `tpusim run --timing-only` (validation/fuzz/cli_mutate.py); it needs build/tools/tpusim (or TPUSIM=path).
+# Environment: FUZZ_RUNS=N also stops each libFuzzer harness after N executions; FUZZ_ARGS adds libFuzzer options.
+# The corpus each harness grows is kept in build-fuzz/corpus/NAME (the seeds in validation/fuzz/corpus/NAME are
+# read, never written); a finding is written to build-fuzz/findings/NAME/ and ends the script with status 1.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+seconds=${1:-60}
+shift || true
+names=("$@")
+[[ ${#names[@]} -gt 0 ]] || names=(asm tpub onnx config npy cli)
+[[ "$seconds" =~ ^[0-9]+$ && "$seconds" -gt 0 ]] || { echo "run-fuzz.sh: SECONDS must be a positive integer, not '$seconds'" >&2; exit 2; }
+
+harnesses=()
+for n in "${names[@]}"; do
+  case "$n" in
+    asm|tpub|onnx|config|npy) harnesses+=("fuzz_$n") ;;
+    cli) ;;
+    *) echo "run-fuzz.sh: unknown fuzzer '$n' (asm tpub onnx config npy cli)" >&2; exit 2 ;;
+  esac
+done
+
+export SC_COPYRIGHT_MESSAGE=DISABLE
+if [[ ${#harnesses[@]} -gt 0 ]]; then
+  bash scripts/setup.sh fuzz
+  start=$(date +%s)
+  if [[ ! -f build-fuzz/CMakeCache.txt ]]; then
+    CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTPUSIM_FUZZ=ON \
+      -DBUILD_TESTING=OFF > /dev/null
+  fi
+  cmake --build build-fuzz --target "${harnesses[@]}"
+  echo "run-fuzz.sh: harnesses built in $(( $(date +%s) - start )) s"
+fi
+
+status=0
+for h in "${harnesses[@]}"; do
+  n=${h#fuzz_}
+  corpus=build-fuzz/corpus/$n findings=build-fuzz/findings/$n
+  mkdir -p "$corpus" "$findings"
+  log=build-fuzz/$h.log
+  args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+        -dict="validation/fuzz/dict/$n.dict" -artifact_prefix="$findings/")
+  [[ -n "${FUZZ_RUNS:-}" ]] && args+=(-runs="$FUZZ_RUNS")
+  # shellcheck disable=SC2086  # FUZZ_ARGS is split into words on purpose
+  if "build-fuzz/validation/fuzz/$h" "${args[@]}" ${FUZZ_ARGS:-} "$corpus" "validation/fuzz/corpus/$n" > "$log" 2>&1; then
+    execs=$(awk '/stat::number_of_executed_units/{print $2}' "$log")
+    secs=$(awk '/stat::number_of_executed_units/{e=1} /Done [0-9]+ runs in/{print $(NF-1)}' "$log")
+    echo "run-fuzz.sh: $h: ${execs:-?} executions in ${secs:-?} s, $(ls "$corpus" | wc -l) inputs in $corpus, no finding"
+  else
+    status=1
+    echo "run-fuzz.sh: $h FOUND A PROBLEM (log: $log; input: $(ls -t "$findings" | head -1 | sed "s|^|$findings/|")):"
+    grep -E "ERROR: |runtime error: |fuzz property failed|deadly signal|uncaught|what\(\)" "$log" | head -5 | sed 's/^/    /'
+  fi
+done
+
+for n in "${names[@]}"; do
+  [[ "$n" == cli ]] || continue
+  tpusim=${TPUSIM:-$root/build/tools/tpusim}
+  if [[ ! -x "$tpusim" ]]; then
+    echo "run-fuzz.sh: cli: $tpusim not found (build it: cmake --build build --target tpusim, or set TPUSIM)" >&2
+    exit 2
+  fi
+  /usr/bin/python3 validation/fuzz/cli_mutate.py --tpusim "$tpusim" --seconds "$seconds" \
+    --findings build-fuzz/findings/cli || status=1
+done
+exit $status

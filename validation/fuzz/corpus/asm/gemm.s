@@ -1,0 +1,290 @@
+.set M, 33
+.set K, 130
+.set N, 20
+.set BIAS, 1
+.set RELU, 1
+# gemm.s: c[M,N] = act(scale * (a[M,K] @ b[K,N] + bias[N])), for any M, K, N (or a @ b^T with TRANS_B).
+#
+# Defines (-D NAME=VALUE; defaults below):
+#   M, K, N     problem size (required)
+#   IN_DT       DT_I8 (accumulates in i32) or DT_BF16 (accumulates in f32)
+#   OUT_DT      DT_I8, DT_I32, DT_BF16 or DT_F32
+#   BIAS        1: input `bias` [N] (i32 for DT_I8 inputs, f32 for DT_BF16) is added to the accumulators
+#   RELU        1: max(x, 0) after the bias
+#   SCALE       f32 bit pattern multiplied in after bias and ReLU (requantisation); 0: none
+#   ACT_RESIDENT 1: a and c live in VMEM (`@ vmem`, at A_VADDR and C_VADDR), as a layer's activations do in a
+#               TPUv1's Unified Buffer: the kernel reads a and writes c in place, and only b (and bias) come
+#               from HBM. The runtime writes a into VMEM and reads c from it.
+#   B_TILED     1: b is stored tile by tile, [cdiv(K,R), cdiv(N,C), R, C] (zero-padded), as a compiler lays out
+#               weights: each fold's weights are one contiguous HBM read instead of R strided rows.
+#   TRANS_B     1: b is given transposed, [N, K] row-major, and c = a @ b^T (attention's Q @ K^T): each B tile is
+#               loaded as the nt x kt block of b and mxu.lw transposes it on the way into the array (`trans`),
+#               with the same timing as TRANS_B=0. Not with B_TILED.
+#   MXU_ROWS, MXU_COLS, ACC_ROWS, VMEM_BYTES: the chip (tpusim passes them from the config)
+#
+# Schedule. Weight-stationary: each mxu.lw holds a K-by-N tile of b (R = MXU_ROWS rows of K, C = MXU_COLS
+# columns of N); TM rows of a, held in VMEM for all of N, stream through it into one of two accumulator regions.
+#   for m0 in 0..M step TM:           (one row tile of a, resident in A region `aslot`)
+#     for n0 in 0..N step C:          (one output tile: accumulator region `accslot`)
+#       for k0 in 0..K step R:        (one fold: B tile in VMEM slot `slot`)
+#         dmain:  in the first strip only, load A[m0:+mt, k0:+kt] into the A region (its first block waits s8:
+#                 region free); then load B[k0:+kt, n0:+nt] into slot (waits s1: slot free; signals s2)
+#         mxu:    lw B tile (waits s2; frees the slot, s1, once the tile is in the array's shadow buffer);
+#                 mm the A region's columns k0.., overwrite at k0 = 0 (waits s3: region free) else accumulate
+#       mxu.sync signals s4 (region full); vpu drains it with bias/ReLU/scale/cast into a C buffer
+#       (waits s5: C buffer free; frees the region: s3, fills the buffer: s6); dmaout stores it (frees s5)
+#     mxu.sync signals s8: the A region is free for the row tile after next
+# a is read from HBM once and b once per row tile (M/TM times): activations stay in VMEM and weights stream,
+# as on a TPU. Edge tiles are partial: DMA moves only the valid rows and bytes and mxu.lw zero-fills the rest of
+# the tile, so no operand is padded in HBM. A regions, B slots, accumulator regions and C buffers are each
+# double-buffered, so the DMA of fold i+1, the drain of tile t and the load of the next row tile overlap the
+# matrix unit's work.
+
+.name "gemm"
+.default IN_DT, DT_BF16
+.default OUT_DT, DT_F32
+.default BIAS, 0
+.default RELU, 0
+.default SCALE, 0
+.default ACT_RESIDENT, 0
+.default B_TILED, 0
+.default TRANS_B, 0
+.if TRANS_B && B_TILED
+.error "gemm.s: TRANS_B and B_TILED cannot be combined"
+.endif
+
+.if IN_DT == DT_I8
+.set ACC_DT, DT_I32
+.elif IN_DT == DT_BF16
+.set ACC_DT, DT_F32
+.else
+.error "gemm.s: IN_DT must be DT_I8 or DT_BF16"
+.endif
+.set E, sizeof(IN_DT)
+.set O, sizeof(OUT_DT)
+.if M < 1 || K < 1 || N < 1
+.error "gemm.s: M, K and N must be positive"
+.endif
+
+.set R, MXU_ROWS
+.set C, MXU_COLS
+.set KT, cdiv(K, R)
+.set NT, cdiv(N, C)
+.set BIAS_BYTES, align(BIAS * N * 4, 64)
+.set B_BYTES, align(R * C * E, 64)
+# Row tiles of at most TM_MAX rows (half the accumulators: two tiles in flight), all of the same size: M = 2700
+# with TM_MAX = 2048 runs as 2 x 1350, not 2048 + 652, whose weight loads the short tile could not hide.
+.if ACT_RESIDENT
+# VMEM layout: [bias | B slot 0 | B slot 1 | a | c]
+.set TM_MAX, ACC_ROWS / 2
+.set VB0, BIAS_BYTES
+.default A_VADDR, VB0 + 2 * B_BYTES
+.default C_VADDR, align(A_VADDR + M * K * E, 64)
+.if C_VADDR + M * N * O > VMEM_BYTES
+.error "gemm.s: with ACT_RESIDENT, a and c do not fit in VMEM"
+.endif
+.set TM, cdiv(M, cdiv(M, TM_MAX))
+.set A_BYTES, 0
+.input a, IN_DT, [M, K] @ vmem A_VADDR
+.else
+# VMEM layout: [bias | A region 0 | A region 1 | B slot 0 | B slot 1 | C buffer 0 | C buffer 1]; an A region
+# holds TM rows of a at their HBM row pitch K*E. (256 bytes cover the alignment of the four aligned regions.)
+.set TM_VMEM, (VMEM_BYTES - BIAS_BYTES - 2 * B_BYTES - 256) / (2 * K * E + 2 * C * O)
+.set TM_MAX, min(ACC_ROWS / 2, TM_VMEM)
+.if TM_MAX < 1
+.error "gemm.s: a row of a and the operand tiles do not fit in VMEM"
+.endif
+.set TM, cdiv(M, cdiv(M, TM_MAX))
+.set A_BYTES, align(TM * K * E, 64)
+.set C_BYTES, align(TM * C * O, 64)
+.set VA0, BIAS_BYTES
+.set VB0, VA0 + 2 * A_BYTES
+.set VC0, VB0 + 2 * B_BYTES
+.input a, IN_DT, [M, K]
+.endif
+.if B_TILED
+.input b, IN_DT, [KT, NT, R, C]
+.elif TRANS_B
+.input b, IN_DT, [N, K]
+.else
+.input b, IN_DT, [K, N]
+.endif
+.if BIAS
+.input bias, ACC_DT, [N]
+.endif
+.if ACT_RESIDENT
+.output c, OUT_DT, [M, N] @ vmem C_VADDR
+.else
+.output c, OUT_DT, [M, N]
+.endif
+
+.reg n0, r1
+.reg m0, r2
+.reg k0, r3
+.reg nt, r4
+.reg mt, r5
+.reg kt, r6
+.reg slot, r7
+.reg accslot, r8
+.reg one, r9
+.reg va, r10
+.reg vb, r11
+.reg acc, r12
+.reg t0, r13
+.reg t1, r14
+.reg t2, r15
+.reg t3, r16
+.reg t4, r17
+.reg vc, r18
+.reg scale, r19
+.reg aslot, r20
+.reg abase, r21
+
+    sem.set s1, 2            # B slots free
+    sem.set s2, 0            # B slot full
+    sem.set s3, 2            # accumulator regions free
+    sem.set s4, 0            # accumulator region full
+    sem.set s5, 2            # C buffers free
+    sem.set s6, 0            # C buffer full
+    sem.set s7, 0            # bias loaded
+    sem.set s8, 2            # A regions free
+    li one, 1
+    li scale, SCALE
+.if BIAS
+    li t0, 0
+    li t1, bias
+    li t2, N * 4
+    dma.ld t0, t1, one, t2, t2, t2, signal=s7
+    vpu.sync wait=s7
+.endif
+    li slot, 0
+    li accslot, 0
+    li aslot, 0
+    li m0, 0
+rowtile:
+    li t0, M
+    sub mt, t0, m0
+    li t0, TM
+    min mt, mt, t0
+.if ACT_RESIDENT
+    muli abase, m0, K * E
+    addi abase, abase, a
+.else
+    muli abase, aslot, A_BYTES
+    addi abase, abase, VA0
+.endif
+    li n0, 0
+strip:
+    li t0, N
+    sub nt, t0, n0
+    li t0, C
+    min nt, nt, t0
+    muli acc, accslot, TM
+    li k0, 0
+fold:
+    li t0, K
+    sub kt, t0, k0
+    li t0, R
+    min kt, kt, t0
+    muli va, k0, E
+    add va, va, abase
+    li t3, K * E
+.if !ACT_RESIDENT
+    bne n0, r0, btile
+    # first strip: A block rows m0.., bytes k0*E.., from a into the A region, both at row pitch K*E
+    muli t0, m0, K
+    add t0, t0, k0
+    muli t0, t0, E
+    li t1, a
+    add t0, t0, t1
+    muli t1, kt, E
+    bne k0, r0, ablock
+    dma.ld va, t0, mt, t1, t3, t3, wait=s8
+    jmp btile
+ablock:
+    dma.ld va, t0, mt, t1, t3, t3
+.endif
+btile:
+    muli vb, slot, B_BYTES
+    addi vb, vb, VB0
+.if B_TILED
+    # B tile (k0/R, n0/C): R x C elements stored contiguously; its first kt rows of nt elements into slot
+    li t1, R
+    div t0, k0, t1
+    muli t0, t0, NT
+    li t1, C
+    div t1, n0, t1
+    add t0, t0, t1
+    muli t0, t0, R * C * E
+    li t2, C * E
+.elif TRANS_B
+    # B^T tile: rows n0.. of b, bytes k0*E.. (row pitch K*E) into slot (row pitch R*E): an nt x kt block
+    muli t0, n0, K
+    add t0, t0, k0
+    muli t0, t0, E
+    li t2, K * E
+.else
+    # B tile: rows k0.., bytes n0*E.., from b (row pitch N*E) into slot (row pitch C*E)
+    muli t0, k0, N
+    add t0, t0, n0
+    muli t0, t0, E
+    li t2, N * E
+.endif
+    li t1, b
+    add t0, t0, t1
+.if TRANS_B
+    muli t1, kt, E
+    li t4, R * E
+    dma.ld vb, t0, nt, t1, t2, t4, wait=s1, signal=s2
+.else
+    muli t1, nt, E
+    li t4, C * E
+    dma.ld vb, t0, kt, t1, t2, t4, wait=s1, signal=s2
+.endif
+    # the weights leave the slot once shifted into the array's shadow buffer: the lw frees it (s1)
+    mxu.lw vb, kt, nt, t4, IN_DT, trans=TRANS_B, wait=s2, signal=s1
+    beq k0, r0, first
+    mxu.mm va, mt, acc, t3, IN_DT, accumulate
+    jmp next
+first:
+    mxu.mm va, mt, acc, t3, IN_DT, wait=s3
+next:
+    sub slot, one, slot
+    addi k0, k0, R
+    li t0, K
+    blt k0, t0, fold
+    # drain the tile: accumulators -> (bias, relu, scale, cast) -> C buffer -> c[m0.., n0..]
+    mxu.sync signal=s4
+    muli t0, n0, 4
+.if ACT_RESIDENT
+    # straight into c[m0.., n0..] in VMEM (row pitch N*O)
+    muli vc, m0, N
+    add vc, vc, n0
+    muli vc, vc, O
+    addi vc, vc, c
+    li t1, N * O
+    vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, scale_en=(SCALE != 0), wait=s4, signal=s3
+.else
+    muli vc, accslot, C_BYTES
+    addi vc, vc, VC0
+    muli t1, nt, O
+    vpu.sync wait=s5
+    vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, scale_en=(SCALE != 0), wait=s4, signal=s3
+    vpu.sync signal=s6
+    muli t0, m0, N
+    add t0, t0, n0
+    muli t0, t0, O
+    li t2, c
+    add t0, t0, t2
+    li t2, N * O
+    dma.st t0, vc, mt, t1, t2, t1, wait=s6, signal=s5
+.endif
+    sub accslot, one, accslot
+    addi n0, n0, C
+    li t0, N
+    blt n0, t0, strip
+    mxu.sync signal=s8
+    sub aslot, one, aslot
+    addi m0, m0, TM
+    li t0, M
+    blt m0, t0, rowtile
