@@ -247,9 +247,6 @@ TensorDecl read_tensor(Reader& r) {
            at);
   for (uint32_t i = 0; i < rank; ++i) t.shape.push_back(static_cast<int64_t>(r.u64("tensor dimension")));
   t.addr = r.u64("tensor address");
-  // The assembler's range (addresses are non-negative 64-bit integers there), so that the disassembly assembles.
-  if (t.addr > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    r.fail("tensor '" + t.name + "': address " + std::to_string(t.addr) + " is past 2^63 - 1", at);
   t.const_offset = r.u64("tensor constant offset");
   try {
     check_tensor(t);

@@ -234,41 +234,42 @@ TEST(ProgramFormat, ConstOutsideTheData) {
 TEST(ProgramFormat, ConstOffsetOnlyOnConstTensors) {
   Program p = small_program();
   p.tensors[2].const_offset = 4128768;  // output Y
-  EXPECT_NE(error_of(serialize(p)).find("tensor 'Y' (output) has a constant offset (4128768); only const tensors "
-                                        "have one"),
+  EXPECT_NE(error_of(serialize(p)).find("output 'Y': a constant offset (4128768) on a tensor that is not const"),
             std::string::npos)
       << error_of(serialize(p));
   p.tensors[2].const_offset = 0;
   p.tensors[0].const_offset = 1;  // input X
-  EXPECT_NE(error_of(serialize(p)).find("tensor 'X' (input) has a constant offset (1)"), std::string::npos)
+  EXPECT_NE(error_of(serialize(p)).find("input 'X': a constant offset (1) on a tensor that is not const"), std::string::npos)
       << error_of(serialize(p));
 }
 
-// Found by fuzz_tpub: the loader took tensors of up to 2^59 elements and the assembler only 2^56, so the
-// disassembly of a loaded program did not assemble. Both now apply kMaxTensorElements, with the same rule.
+// Found by fuzz_tpub: the loader and the assembler had different limits on a tensor's size and address, so the
+// disassembly of a loaded program did not assemble. Both now apply check_tensor (kMaxTensorBytes, kMaxAddress).
 TEST(ProgramFormat, TensorSizeLimitIsTheAssemblers) {
   Program p = small_program();
   p.tensors[0].dtype = DType::I8;
-  p.tensors[0].shape = {4, kMaxTensorElements / 4};  // exactly the limit: loads, and its disassembly assembles
+  p.tensors[0].addr = 0;
+  p.tensors[0].shape = {4, int64_t(kMaxTensorBytes / 4)};  // exactly the limit: loads, and its disassembly assembles
+  p.tensors[1].addr = p.tensors[2].addr = 0;  // (the others move out of its way)
+  p.tensors[1].addr = kMaxTensorBytes, p.tensors[2].addr = kMaxTensorBytes + (1 << 20);
   Program loaded = deserialize(serialize(p));
   Program back = assemble(disassemble(loaded), "d.s");
   back.source = loaded.source;
   EXPECT_EQ(back, loaded);
   p.tensors[0].shape = {6, 36011204832919552};  // the fuzzer's: 6 x 2^55 = 3 x 2^56 elements
-  EXPECT_NE(error_of(serialize(p)).find("tensor 'X': more than 2^56 elements"), std::string::npos)
+  EXPECT_NE(error_of(serialize(p)).find("input 'X': more than 1 TiB (the limit for one tensor)"), std::string::npos)
       << error_of(serialize(p));
   EXPECT_THROW(assemble(".input X, i8, [6, 36011204832919552]\n", "x.s"), Error);
 }
 
 // Found by fuzz_tpub: an address past 2^63 - 1 loaded, and the disassembly's `@ 0xfffffffc00001000` did not
-// assemble (the assembler's addresses are non-negative 64-bit integers).
+// assemble (the assembler's addresses are non-negative 64-bit integers). Addresses now stay below kMaxAddress.
 TEST(ProgramFormat, AddressesStayBelow2To63) {
   Program p = small_program();
   p.tensors[2].addr = 0xfffffffc00001000ull;  // output Y
-  EXPECT_NE(error_of(serialize(p)).find("tensor 'Y': address 18446744056529686528 is past 2^63 - 1"),
-            std::string::npos)
+  EXPECT_NE(error_of(serialize(p)).find("output 'Y': [18446744056529686528, +"), std::string::npos)
       << error_of(serialize(p));
-  p.tensors[2].addr = 0x7ffffffffffff000ull;  // the highest page below 2^63: loads, and the disassembly assembles
+  p.tensors[2].addr = kMaxAddress - 4096;  // the highest page below the limit: loads, and the disassembly assembles
   Program loaded = deserialize(serialize(p));
   Program back = assemble(disassemble(loaded), "d.s");
   back.source = loaded.source;

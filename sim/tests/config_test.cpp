@@ -158,7 +158,7 @@ TEST(Config, BadValuesNameTheKey) {
 TEST(Config, ValueNotUtf8IsABadValue) {
   std::string path = temp_ini("utf8", "[mxu]\nrows = 64\ncols = 6\xd6\n");
   EXPECT_EQ(error_of([&] { load_config(path); }),
-            "bad value '6\xd6' for mxu.cols (in " + path + "): expected an integer");
+            "bad value '6\\xd6' for mxu.cols (in " + path + "): expected an integer");
   std::remove(path.c_str());
 }
 

@@ -506,7 +506,7 @@ class UserFacing(Workdir):
         self.assertEqual(groups, {
             "program": ["--define", "--shape", "--precision", "--calibrate"],
             "inputs": ["--input", "--inputs", "--random-inputs", "--seed"],
-            "outputs": ["--output-dir", "--stats", "--trace"],
+            "outputs": ["--output-dir", "--stats", "--trace", "--trace-limit"],
             "the run": ["--timing-only", "--max-cycles"],
             "the simulated chip": ["--config", "--set"],
             "help": ["--help"],

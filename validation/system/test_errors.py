@@ -35,7 +35,7 @@ def error_table():
     return rows
 
 
-def tpub(tensors, version=3, code=()):
+def tpub(tensors, version=4, code=()):
     """A .tpub file (layout in isa/src/program.cpp): `tensors` are (name, kind, dtype, space, dims, addr, offset)."""
     def section(sid, payload):
         return struct.pack("<IQ", sid, len(payload)) + payload

@@ -44,7 +44,6 @@ struct TensorDecl {
 
 // The most elements one tensor may have: 2^56, so that its bytes (at most 8 per element) and its end address stay
 // far from 64-bit overflow. The assembler and the loader refuse more, with the same rule.
-inline constexpr int64_t kMaxTensorElements = int64_t(1) << 56;
 
 // A named range [begin, end) of instruction indices, for profiles: kind "node" marks the code of a graph node,
 // "kernel" one kernel fragment (any other kind is allowed). Regions nest properly: two regions are disjoint or
