@@ -38,6 +38,19 @@ if [[ ${#harnesses[@]} -gt 0 ]]; then
   echo "run-fuzz.sh: harnesses built in $(( $(date +%s) - start )) s"
 fi
 
+# The assembler's seeds include the built-in kernels, each with defines that make it assemble (made here from
+# kernels/*.s rather than kept as copies).
+seeds=build-fuzz/seeds/asm
+mkdir -p "$seeds"
+while read -r kernel defines; do
+  { for d in $defines; do echo ".set ${d%%=*}, ${d#*=}"; done; cat "kernels/$kernel.s"; } > "$seeds/$kernel.s"
+done <<'EOF_SEEDS'
+gemm M=33 K=130 N=20 BIAS=1 RELU=1
+gather M=5 D=7 V=11
+cast N=300 SDT=DT_F32 DDT=DT_I8 SCALE=0x3f000000
+vadd N=300
+EOF_SEEDS
+
 status=0
 for h in "${harnesses[@]}"; do
   n=${h#fuzz_}
@@ -48,7 +61,8 @@ for h in "${harnesses[@]}"; do
         -dict="validation/fuzz/dict/$n.dict" -artifact_prefix="$findings/")
   [[ -n "${FUZZ_RUNS:-}" ]] && args+=(-runs="$FUZZ_RUNS")
   # shellcheck disable=SC2086  # FUZZ_ARGS is split into words on purpose
-  if "build-fuzz/validation/fuzz/$h" "${args[@]}" ${FUZZ_ARGS:-} "$corpus" "validation/fuzz/corpus/$n" > "$log" 2>&1; then
+  if "build-fuzz/validation/fuzz/$h" "${args[@]}" ${FUZZ_ARGS:-} "$corpus" "validation/fuzz/corpus/$n" \
+       $([[ $n == asm ]] && echo "$seeds") > "$log" 2>&1; then
     execs=$(awk '/stat::number_of_executed_units/{print $2}' "$log")
     secs=$(awk '/stat::number_of_executed_units/{e=1} /Done [0-9]+ runs in/{print $(NF-1)}' "$log")
     echo "run-fuzz.sh: $h: ${execs:-?} executions in ${secs:-?} s, $(ls "$corpus" | wc -l) inputs in $corpus, no finding"
