@@ -227,6 +227,7 @@ RunResult Chip::Impl::collect() {
   const double cycles = static_cast<double>(s.cycles);
   std::array<int, isa::kNumUnits> count{};
   detail::Tpuv1Cycles v1;
+  double mac_slots = 0;
   for (detail::ChipState* c : shared.cores) {
     detail::RunState& r = c->run;
     std::vector<StallBreakdown> stalls(static_cast<size_t>(c->slots()));
@@ -244,6 +245,7 @@ RunResult Chip::Impl::collect() {
       s.instances.push_back({c->index, kind, detail::index_of_slot(slot), u});
     }
     s.mxu_macs += r.stats.mxu_macs;
+    mac_slots += r.mac_slots;
     s.hbm_bytes_read += r.stats.hbm_bytes_read;
     s.hbm_bytes_written += r.stats.hbm_bytes_written;
     s.shared_bytes_read += r.stats.shared_bytes_read;
@@ -255,7 +257,7 @@ RunResult Chip::Impl::collect() {
     s.units[u].utilization =
         s.cycles && count[u] ? static_cast<double>(s.units[u].busy_cycles) / (cycles * count[u]) : 0.0;
   const double peak = static_cast<double>(cfg.mxu.rows) * cfg.mxu.cols * cycles * cfg.total_mxus();
-  s.mxu_mac_utilization = peak > 0 ? static_cast<double>(s.mxu_macs) / peak : 0.0;
+  s.mxu_mac_utilization = peak > 0 ? mac_slots / peak : 0.0;
   detail::tpuv1_counters(v1, cycles * cfg.total_mxus(), s.mxu_mac_utilization, s.tpuv1);
   std::stable_sort(out.trace.begin(), out.trace.end(), [](const TraceEvent& a, const TraceEvent& b) {
     if (a.start != b.start) return a.start < b.start;

@@ -80,6 +80,7 @@ struct RunState {
   std::vector<std::vector<Span>> spans;   // by unit slot (slot_of); the core books its stalls directly
   std::vector<UnitStats> mxu_stats;       // matrix units 1.. (unit 0's are stats.units[Mxu])
   bool running = false;                   // this core runs the program (its index < the program's .cores)
+  double mac_slots = 0;                   // MACs in units of the array's slots (i8 ones count 1 / mxu.i8_rate)
 };
 
 class UnitModule;

@@ -227,7 +227,11 @@ void Mxu::matmul(const Entry& e) {
   }
   read_vmem(folds.front(), e.arg("vaddr"), m, int64_t(active_->k) * isa::dtype_size(dt), e.arg("stride"));
   stats().busy_cycles += len * folds.size();
-  st_.run.stats.mxu_macs += um * static_cast<uint64_t>(active_->k) * static_cast<uint64_t>(active_->n);
+  const uint64_t macs = um * static_cast<uint64_t>(active_->k) * static_cast<uint64_t>(active_->n);
+  st_.run.stats.mxu_macs += macs;
+  // The array's MAC slots they take: an i8 MAC is 1 / i8_rate of one (mxu_mac_utilization).
+  st_.run.mac_slots += dt == isa::DType::I8 ? static_cast<double>(macs) / static_cast<double>(i8_rate_)
+                                            : static_cast<double>(macs);
   if (st_.tracing())
     for (uint64_t t : folds) trace(t, len, e.pc, st_.text(e.pc), "busy");
   schedule(done, e, active_);

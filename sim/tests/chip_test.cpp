@@ -198,6 +198,8 @@ TEST(WholeChip, Int8StreamsAtTheI8Rate) {
     RunResult r = chip.run(b.build());
     EXPECT_EQ(r.stats.cycles, cycles) << dtype;
     EXPECT_EQ(unit(r.stats, isa::Unit::Mxu).busy_cycles, busy) << dtype;
+    // 8 x 4 x 4 MACs; at two per slot for i8 they fill 64 or 128 of 16 x cycles slots.
+    EXPECT_DOUBLE_EQ(r.stats.mxu_mac_utilization, (dtype == kI8 ? 64.0 : 128.0) / (16.0 * cycles)) << dtype;
   }
 }
 

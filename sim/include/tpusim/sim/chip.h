@@ -95,7 +95,8 @@ struct RunStats {
   int cores = 1;                  // chip.cores
   int cores_running = 1;          // the program's .cores
   uint64_t mxu_macs = 0;          // useful multiply-accumulates (m * k * n per mxu.mm), every matrix unit
-  double mxu_mac_utilization = 0; // mxu_macs / (rows * cols * cycles * every matrix unit of the chip)
+  double mxu_mac_utilization = 0; // mxu_macs / (rows * cols * cycles * every matrix unit of the chip), an i8 MAC
+                                  // counting 1 / mxu.i8_rate (so at most 1 on every chip)
   uint64_t hbm_bytes_read = 0;
   uint64_t hbm_bytes_written = 0;
   uint64_t shared_bytes_read = 0;    // the [shared] memory level, by DMA with `shared`
