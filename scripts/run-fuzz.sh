@@ -51,6 +51,16 @@ cast N=300 SDT=DT_F32 DDT=DT_I8 SCALE=0x3f000000
 vadd N=300
 EOF_SEEDS
 
+# The .npy reader's seeds are made here too (.npy files are not kept in git): a few headers and dtypes.
+mkdir -p build-fuzz/seeds/npy
+/usr/bin/python3 -c '
+import numpy as np, sys
+d = sys.argv[1]
+for i, a in enumerate([np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(5, dtype=np.int8),
+                       np.zeros((2, 2, 2), np.int32), np.array(3.5, np.float32), np.arange(4, dtype=np.int64)]):
+    np.save(f"{d}/seed{i}.npy", a)
+' build-fuzz/seeds/npy || echo "run-fuzz.sh: no numpy: the .npy seeds are only those in validation/fuzz/corpus/npy"
+
 status=0
 for h in "${harnesses[@]}"; do
   n=${h#fuzz_}
@@ -61,8 +71,9 @@ for h in "${harnesses[@]}"; do
         -dict="validation/fuzz/dict/$n.dict" -artifact_prefix="$findings/")
   [[ -n "${FUZZ_RUNS:-}" ]] && args+=(-runs="$FUZZ_RUNS")
   # shellcheck disable=SC2086  # FUZZ_ARGS is split into words on purpose
-  if "build-fuzz/validation/fuzz/$h" "${args[@]}" ${FUZZ_ARGS:-} "$corpus" "validation/fuzz/corpus/$n" \
-       $([[ $n == asm ]] && echo "$seeds") > "$log" 2>&1; then
+  if "build-fuzz/validation/fuzz/$h" "${args[@]}" ${FUZZ_ARGS:-} "$corpus" \
+       $([[ -d validation/fuzz/corpus/$n ]] && echo "validation/fuzz/corpus/$n") \
+       $([[ -d build-fuzz/seeds/$n ]] && echo "build-fuzz/seeds/$n") > "$log" 2>&1; then
     execs=$(awk '/stat::number_of_executed_units/{print $2}' "$log")
     secs=$(awk '/stat::number_of_executed_units/{e=1} /Done [0-9]+ runs in/{print $(NF-1)}' "$log")
     echo "run-fuzz.sh: $h: ${execs:-?} executions in ${secs:-?} s, $(ls "$corpus" | wc -l) inputs in $corpus, no finding"
