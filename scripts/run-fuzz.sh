@@ -51,7 +51,8 @@ cast N=300 SDT=DT_F32 DDT=DT_I8 SCALE=0x3f000000
 vadd N=300
 EOF_SEEDS
 
-# The .npy reader's seeds are made here too (.npy files are not kept in git): a few headers and dtypes.
+# The .npy reader's seeds are made here too (.npy files are not kept in git): a few headers and dtypes. numpy and
+# onnx come from Debian (scripts/setup.sh).
 mkdir -p build-fuzz/seeds/npy
 /usr/bin/python3 -c '
 import numpy as np, sys
@@ -59,7 +60,9 @@ d = sys.argv[1]
 for i, a in enumerate([np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(5, dtype=np.int8),
                        np.zeros((2, 2, 2), np.int32), np.array(3.5, np.float32), np.arange(4, dtype=np.int64)]):
     np.save(f"{d}/seed{i}.npy", a)
-' build-fuzz/seeds/npy || echo "run-fuzz.sh: no numpy: the .npy seeds are only those in validation/fuzz/corpus/npy"
+' build-fuzz/seeds/npy
+# The ONNX import's seeds: small graphs over the operators real exports use (model files are not kept in git).
+/usr/bin/python3 validation/fuzz/make_onnx_seeds.py build-fuzz/seeds/onnx
 
 status=0
 for h in "${harnesses[@]}"; do
