@@ -63,6 +63,20 @@ for i, a in enumerate([np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(5
 ' build-fuzz/seeds/npy
 # The ONNX import's seeds: small graphs over the operators real exports use (model files are not kept in git).
 /usr/bin/python3 validation/fuzz/make_onnx_seeds.py build-fuzz/seeds/onnx
+# The loader's (and the cli loop's) valid programs, written by this build's tpusim so that they are of the current
+# format version: the asm seeds assembled, the ONNX seeds compiled.
+tpusim=${TPUSIM:-$root/build/tools/tpusim}
+mkdir -p build-fuzz/seeds/tpub
+if [[ -x "$tpusim" ]]; then
+  for s in "$seeds"/*.s; do
+    "$tpusim" asm "$s" -o "build-fuzz/seeds/tpub/$(basename "${s%.s}").tpub" > /dev/null
+  done
+  for m in build-fuzz/seeds/onnx/*.onnx; do
+    "$tpusim" compile "$m" -o "build-fuzz/seeds/tpub/compiled_$(basename "${m%.onnx}").tpub" > /dev/null
+  done
+else
+  echo "run-fuzz.sh: $tpusim not found: the .tpub seeds are only the reproducers in validation/fuzz/corpus/tpub"
+fi
 
 status=0
 for h in "${harnesses[@]}"; do
@@ -89,12 +103,11 @@ done
 
 for n in "${names[@]}"; do
   [[ "$n" == cli ]] || continue
-  tpusim=${TPUSIM:-$root/build/tools/tpusim}
   if [[ ! -x "$tpusim" ]]; then
     echo "run-fuzz.sh: cli: $tpusim not found (build it: cmake --build build --target tpusim, or set TPUSIM)" >&2
     exit 2
   fi
   /usr/bin/python3 validation/fuzz/cli_mutate.py --tpusim "$tpusim" --seconds "$seconds" \
-    --findings build-fuzz/findings/cli || status=1
+    --seeds validation/fuzz/corpus/tpub --seeds build-fuzz/seeds/tpub --findings build-fuzz/findings/cli || status=1
 done
 exit $status

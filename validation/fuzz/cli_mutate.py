@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Mutation loop over programs run through the tpusim program (the simulator cannot be fuzzed in-process: one
-SystemC kernel per process). Starts from the valid programs in corpus/tpub (their disassembly, and the binaries),
+SystemC kernel per process). Starts from the programs in the --seeds folders (their disassembly, and the binaries),
 mutates them, and runs each mutant with `tpusim run FILE --timing-only --random-inputs --max-cycles N` under a
 wall-clock timeout and a memory limit. Every run must end by itself with status 0, or with status 1 or 2 and a
 last line on stderr that is one clear `tpusim: ...` message (no "internal error"); a signal, a timeout or any
@@ -103,15 +103,16 @@ def main():
     ap.add_argument("--max-cycles", type=int, default=2_000_000)
     ap.add_argument("--memory-mib", type=int, default=4096, help="address-space limit of each run")
     ap.add_argument("--findings", default="build-fuzz/findings/cli")
+    ap.add_argument("--seeds", action="append", help="a folder of .tpub seeds (repeatable; default corpus/tpub)")
     args = ap.parse_args()
 
     rng = random.Random(args.seed)
     env = dict(os.environ, SC_COPYRIGHT_MESSAGE="DISABLE")
     work = tempfile.mkdtemp(prefix="tpusim-cli-fuzz-")
     seeds = []  # (kind, content)
-    corpus = os.path.join(HERE, "corpus", "tpub")
-    for name in sorted(os.listdir(corpus)):
-        path = os.path.join(corpus, name)
+    paths = [os.path.join(d, name) for d in args.seeds or [os.path.join(HERE, "corpus", "tpub")]
+             for name in sorted(os.listdir(d)) if name.endswith(".tpub")]
+    for path in paths:
         data = open(path, "rb").read()
         seeds.append(("tpub", data))
         # Seeds the loader refuses (reproducers of findings) are mutated as bytes only. Latin-1 keeps any byte.
