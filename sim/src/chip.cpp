@@ -103,10 +103,6 @@ struct Chip::Impl {
     return v;
   }
   detail::ChipState& first() { return core(0); }
-  // The cores that run the current program.
-  std::vector<detail::ChipState*> running() {
-    return {shared.cores.begin(), shared.cores.begin() + shared.running};
-  }
   void prepare(const isa::Program& program, const RunOptions& opts);
   std::string stopped_message();
   RunResult collect();
@@ -228,10 +224,11 @@ RunResult Chip::Impl::collect() {
   std::array<int, isa::kNumUnits> count{};
   detail::Tpuv1Cycles v1;
   double mac_slots = 0;
+  const detail::Signallers sig = detail::signallers(first().run);  // the program's, the same on every core
   for (detail::ChipState* c : shared.cores) {
     detail::RunState& r = c->run;
     std::vector<StallBreakdown> stalls(static_cast<size_t>(c->slots()));
-    detail::account_stalls(r, s.cycles, stalls, v1);
+    detail::account_stalls(r, sig, s.cycles, stalls, v1);
     for (int slot = 0; slot < c->slots(); ++slot) {
       UnitStats u = c->slot_stats(slot);
       if (slot == static_cast<int>(isa::Unit::Core))

@@ -164,9 +164,14 @@ struct Tpuv1Cycles {
   uint64_t active = 0, weight_stall = 0, weight_shift = 0, non_matrix = 0, raw = 0, input = 0;
 };
 
+// For each semaphore, the units whose instructions signal it (bit per isa::Unit; the core's bit for sem.set), from
+// the program run.code holds (stats.cpp).
+using Signallers = std::array<uint32_t, isa::kNumSems>;
+Signallers signallers(const RunState& run);
 // Fills the stalls of every unit slot of one core but the core's own (booked as it runs) from run.spans over
 // [0, cycles) (the chip's cycles), and adds its matrix units' TPUv1 categories to v1 (stats.cpp).
-void account_stalls(const RunState& run, uint64_t cycles, std::vector<StallBreakdown>& out, Tpuv1Cycles& v1);
+void account_stalls(const RunState& run, const Signallers& sig, uint64_t cycles, std::vector<StallBreakdown>& out,
+                    Tpuv1Cycles& v1);
 // TPUv1's counters from the categories of every matrix unit: fractions of `unit_cycles` (cycles * units).
 void tpuv1_counters(const Tpuv1Cycles& v1, double unit_cycles, double mac_utilization, Tpuv1Counters& out);
 // Adds u's counts and cycles (stalls included) to `into`; utilization is left to the caller.

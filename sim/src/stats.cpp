@@ -11,20 +11,6 @@ namespace tpusim::sim {
 namespace detail {
 namespace {
 
-// For each semaphore, the units whose instructions signal it (bit per isa::Unit; the core's bit for sem.set).
-std::array<uint32_t, isa::kNumSems> signallers(const RunState& run) {
-  std::array<uint32_t, isa::kNumSems> out{};
-  for (size_t pc = 0; pc < run.code.size(); ++pc) {
-    const isa::Instr& in = run.code[pc];
-    const isa::Unit u = run.unit_of[pc];
-    int64_t s = 0;
-    if (u != isa::Unit::Core) s = in.f[in.desc().num_operands - 1];
-    else if (in.op == isa::Op::SEMSET) s = in.f[0];
-    if (s > 0 && s < isa::kNumSems) out[static_cast<size_t>(s)] |= 1u << static_cast<int>(u);
-  }
-  return out;
-}
-
 // Sweeps one unit's spans over [0, cycles): each stretch goes to the first of memory, busy, weight load,
 // semaphore wait that covers it, else to idle (before the unit's last span ends) or idle_after.
 void sweep(const std::vector<Span>& spans, uint64_t cycles, const std::array<uint32_t, isa::kNumSems>& sig,
@@ -83,8 +69,21 @@ void sweep(const std::vector<Span>& spans, uint64_t cycles, const std::array<uin
 
 }  // namespace
 
-void account_stalls(const RunState& run, uint64_t cycles, std::vector<StallBreakdown>& out, Tpuv1Cycles& v1) {
-  const auto sig = signallers(run);
+Signallers signallers(const RunState& run) {
+  Signallers out{};
+  for (size_t pc = 0; pc < run.code.size(); ++pc) {
+    const isa::Instr& in = run.code[pc];
+    const isa::Unit u = run.unit_of[pc];
+    int64_t s = 0;
+    if (u != isa::Unit::Core) s = in.f[in.desc().num_operands - 1];
+    else if (in.op == isa::Op::SEMSET) s = in.f[0];
+    if (s > 0 && s < isa::kNumSems) out[static_cast<size_t>(s)] |= 1u << static_cast<int>(u);
+  }
+  return out;
+}
+
+void account_stalls(const RunState& run, const Signallers& sig, uint64_t cycles, std::vector<StallBreakdown>& out,
+                    Tpuv1Cycles& v1) {
   for (size_t slot = 0; slot < out.size(); ++slot) {
     const isa::Unit u = unit_of_slot(static_cast<int>(slot));
     if (u == isa::Unit::Core) continue;  // booked as it ran (core.cpp)
