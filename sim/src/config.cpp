@@ -184,6 +184,8 @@ std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cf
       {"VMEM_BYTES", static_cast<int64_t>(cfg.vmem_bytes())},
       {"VPU_WIDTH", static_cast<int64_t>(cfg.vpu.lanes) * cfg.vpu.sublanes},
       {"HBM_BYTES", static_cast<int64_t>(cfg.hbm_bytes())},
+      // HBM bandwidth in bytes per cycle (at least 1): kernel generators weigh memory against compute with it
+      {"HBM_BYTES_PER_CYCLE", std::max<int64_t>(1, static_cast<int64_t>(cfg.hbm_bytes_per_cycle()))},
   };
 }
 

@@ -5,7 +5,7 @@
 // tables of the issue (presets, and the scaling over matrix units and cores).
 //
 //   chip_bench --config v4 [--set k=v]... [--m 4096 --k 4096 --n 4096] [--dtype bf16|i8] [--cores N] [--mxus N]
-//              [--out f32|bf16|i32|i8] [--functional] [--stats FILE.json]
+//              [--out f32|bf16|i32|i8] [--schedule auto|strips|tiles] [--functional] [--stats FILE.json]
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -40,6 +40,12 @@ int main(int argc, char** argv) {
     else if (a == "--mxus") g.mxus = std::stoi(next());
     else if (a == "--dtype") g.in = next() == "i8" ? isa::DType::I8 : isa::DType::BF16;
     else if (a == "--functional") functional = true;
+    else if (a == "--schedule") {
+      const std::string v = next();
+      g.schedule = v == "strips" ? kernels::GemmSchedule::Strips
+                   : v == "tiles" ? kernels::GemmSchedule::Tiles
+                                  : kernels::GemmSchedule::Auto;
+    }
     else if (a == "--out") out_name = next();
     else if (a == "--stats") stats = next();
     else {

@@ -36,8 +36,14 @@ std::vector<double> run_gemm(Machines& m, const kernels::GemmChip& g, const std:
   return m.read_sim(c->addr, static_cast<size_t>(c->elements()), g.out);
 }
 
-void cases(DType in, uint64_t seed) {
-  TPUSIM_MACHINES(m, chip_sets());
+// `schedule` for the whole chip; the one-unit run uses the strips schedule, so the bit-for-bit check also holds
+// the two schedules against each other. `sets` add to chip_sets() (a small VMEM makes the tiled schedule cut K
+// into several chunks).
+void cases(DType in, uint64_t seed, kernels::GemmSchedule schedule = kernels::GemmSchedule::Strips,
+           std::vector<std::string> sets = {}) {
+  std::vector<std::string> all = chip_sets();
+  all.insert(all.end(), sets.begin(), sets.end());
+  TPUSIM_MACHINES(m, all);
   Random r(seed);
   std::vector<Shape> shapes{{1, 1, 1}, {8, 8, 48}, {40, 17, 49}, {70, 50, 24}};
   while (shapes.size() < 10) shapes.push_back({r.integer(1, 70), r.integer(1, 50), r.integer(1, 60)});
@@ -47,8 +53,8 @@ void cases(DType in, uint64_t seed) {
     const std::string what = "gemm_chip M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) +
                              " N=" + std::to_string(s.n);
     std::vector<double> ref_out;
-    std::vector<double> whole = run_gemm(*m, {s.m, s.k, s.n, in, out, 2, 3}, a, b, &ref_out);
-    std::vector<double> one = run_gemm(*m, {s.m, s.k, s.n, in, out, 1, 1}, a, b);
+    std::vector<double> whole = run_gemm(*m, {s.m, s.k, s.n, in, out, 2, 3, schedule}, a, b, &ref_out);
+    std::vector<double> one = run_gemm(*m, {s.m, s.k, s.n, in, out, 1, 1, kernels::GemmSchedule::Strips}, a, b);
     std::vector<double> exact(s.m * s.n, 0), mag(s.m * s.n, 0), bound(s.m * s.n);
     for (int64_t i = 0; i < s.m; ++i)
       for (int64_t l = 0; l < s.k; ++l)
@@ -78,6 +84,15 @@ void cases(DType in, uint64_t seed) {
 
 TEST(GemmChip, Int8OnTwoCoresOfThreeUnits) { cases(DType::I8, 901); }
 TEST(GemmChip, Bf16OnTwoCoresOfThreeUnits) { cases(DType::BF16, 902); }
+// The tiled schedule: tiles of up to 16 rows (ACC_ROWS 32, double-buffered) by 3 units x S strips of 8 columns
+// over 2 cores; with 4 KiB of VMEM a chunk holds 16 elements of K (2 slots of 16 x (16 + 24) bf16 and two C
+// buffers), so K = 50 runs as 4 chunks: the first, two from the loop, and a partial last one.
+TEST(GemmChip, Int8TiledOnTwoCoresOfThreeUnits) { cases(DType::I8, 903, kernels::GemmSchedule::Tiles); }
+TEST(GemmChip, Bf16TiledOnTwoCoresOfThreeUnits) { cases(DType::BF16, 904, kernels::GemmSchedule::Tiles); }
+TEST(GemmChip, Bf16TiledInChunksOfK) {
+  cases(DType::BF16, 905, kernels::GemmSchedule::Tiles, {"vmem.size_kib=4"});
+}
+TEST(GemmChip, Int8TiledInChunksOfK) { cases(DType::I8, 906, kernels::GemmSchedule::Tiles, {"vmem.size_kib=4"}); }
 
 TEST(GemmChip, ShapesThatCannotRunSaySo) {
   TPUSIM_MACHINES(m, chip_sets());
@@ -94,8 +109,11 @@ TEST(GemmChip, ShapesThatCannotRunSaySo) {
   EXPECT_EQ(message({4, 4, 4, DType::BF16, DType::F32, 3, 1}), "gemm_chip: 3 cores asked, the chip has 2");
   EXPECT_EQ(message({4, 4, 4, DType::BF16, DType::F32, 1, 4}),
             "gemm_chip: 4 matrix units per core asked (the chip has 3; the kernel's semaphores allow 7)");
-  EXPECT_EQ(message({4, 1 << 20, 4, DType::BF16, DType::F32, 1, 1}).rfind("gemm_chip: a row of a (K = 1048576)", 0),
+  EXPECT_EQ(message({4, 1 << 20, 4, DType::BF16, DType::F32, 1, 1, kernels::GemmSchedule::Strips})
+                .rfind("gemm_chip: a row of a (K = 1048576)", 0),
             0u);
+  // Auto takes the tiled schedule, which cuts K into chunks, when a row of a does not fit.
+  EXPECT_EQ(message({4, 1 << 20, 4, DType::BF16, DType::F32, 1, 1}), "no error");
 }
 
 }  // namespace

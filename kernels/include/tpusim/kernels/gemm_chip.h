@@ -36,12 +36,29 @@
 
 namespace tpusim::kernels {
 
+// Two schedules (both give bit-identical results: every output element sums its K folds in the same order):
+//  Strips (above): column groups over cores, each core's a row tile of all of K in VMEM; a and b cross HBM few
+//    times, but it needs N / (U * C) >= cores to use every core and a row of a (K elements) in VMEM.
+//  Tiles: output tiles of TM rows x W = U*S*C columns (S strips per matrix unit) dealt round-robin over the cores,
+//    K in chunks of KC: a GPU-style kernel, for chips with many cores and small core memories (h200-like).
+//    Per tile, per chunk: dmain loads a[m0:+TM, k0:+KC] and b[k0:+KC, n0:+W] into one of two VMEM slots (waits
+//    FREE_j of every unit: the slot is free; signals FULL_j); unit j, per fold of R rows of the chunk and per
+//    strip s, loads its weight tile (the first waits FULL_j) and streams the chunk's a rows into accumulator
+//    region (slot, s) (the tile's first fold waits AFREE_j; the chunk's last mm signals FREE_j). After the
+//    tile's chunks: mxu.sync signals AFULL_j, the vector unit drains each strip into a C buffer (CFREE/CFULL)
+//    and dmaout stores it. Slots, accumulator regions and C buffers are double-buffered, so the next chunk's
+//    loads, the matrix work and the drains overlap. TM and S are chosen to minimise an estimate of the
+//    kernel's time (waves of tiles over the cores, each tile's matrix cycles and its share of memory bandwidth).
+// Auto takes Strips where it has at least one column group per core and a row tile fits, else Tiles.
+enum class GemmSchedule { Auto, Strips, Tiles };
+
 struct GemmChip {
   int64_t m = 0, k = 0, n = 0;
   isa::DType in = isa::DType::BF16;   // i8 or bf16
   isa::DType out = isa::DType::F32;   // i8, i32, bf16 or f32
   int cores = 0;                      // cores to use; 0: every core of the chip (CORES)
   int mxus = 0;                       // matrix units per core to use; 0: every one (MXUS, at most 7)
+  GemmSchedule schedule = GemmSchedule::Auto;
 };
 
 // Assembly source of the kernel for the chip described by `symbols` (sim::kernel_symbols: MXU_ROWS, MXU_COLS,
