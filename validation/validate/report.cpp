@@ -268,6 +268,7 @@ namespace {
 // Colours per class, in order of first appearance (the first ones are matplotlib's "tab10", easy to tell apart).
 constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                     "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
+constexpr const char* kBand = "#c4e6c4";  // the +-10% band: a pale green that the points' colours stand out on
 
 // A decade's label in microseconds: plain numbers from 0.001 to 100000, powers of ten beyond.
 std::string decade_label(int e) {
@@ -298,7 +299,7 @@ void write_scatter(const std::string& dir, const std::vector<Case>& cases, const
   const int e_lo = static_cast<int>(std::floor(std::log10(lo))), e_hi = std::max(e_lo + 1, static_cast<int>(std::ceil(std::log10(hi))));
 
   // Layout (SVG user units = pixels): the square plot at (L, T), the legend to its right.
-  constexpr double L = 90, T = 60, S = 600, W = 960, H = 730;
+  constexpr double L = 90, T = 60, S = 600, W = 1000, H = 730;
   const double span = e_hi - e_lo;
   auto px = [&](double us) { return L + (std::log10(us) - e_lo) / span * S; };
   auto py = [&](double us) { return T + S - (std::log10(us) - e_lo) / span * S; };
@@ -337,15 +338,19 @@ void write_scatter(const std::string& dir, const std::vector<Case>& cases, const
   }
   svg += "<text x=\"" + c1(L + S / 2) + "\" y=\"" + c1(T + S + 50) + "\" text-anchor=\"middle\">measured time (µs)</text>\n";
   svg += "<text transform=\"translate(" + c1(L - 62) + " " + c1(T + S / 2) + ") rotate(-90)\" text-anchor=\"middle\">" +
-         "predicted time (µs)</text>\n";
+         "simulated time (µs)</text>\n";
 
-  // The +-10% band (between y = 0.9 x and y = 1.1 x) and the y = x line, clipped to the plot.
+  // The +-10% band (between y = 0.9 x and y = 1.1 x), clipped to the plot. On a few decades it is only a few
+  // pixels wide, so its edges are drawn as well as its fill.
   const double a = std::pow(10.0, e_lo), b = std::pow(10.0, e_hi);
+  auto line = [&](double y_a, double y_b, const std::string& style) {  // from (a, y_a) to (b, y_b)
+    svg += "<line x1=\"" + c1(px(a)) + "\" y1=\"" + c1(py(y_a)) + "\" x2=\"" + c1(px(b)) + "\" y2=\"" + c1(py(y_b)) + "\" " +
+           style + "/>\n";
+  };
   svg += "<g clip-path=\"url(#plot)\">\n";
-  svg += "<polygon fill=\"#cfe8cf\" fill-opacity=\"0.6\" points=\"" + c1(px(a)) + "," + c1(py(1.1 * a)) + " " + c1(px(b)) +
+  svg += "<polygon fill=\"" + std::string(kBand) + "\" points=\"" + c1(px(a)) + "," + c1(py(1.1 * a)) + " " + c1(px(b)) +
          "," + c1(py(1.1 * b)) + " " + c1(px(b)) + "," + c1(py(0.9 * b)) + " " + c1(px(a)) + "," + c1(py(0.9 * a)) + "\"/>\n";
-  svg += "<line x1=\"" + c1(px(a)) + "\" y1=\"" + c1(py(a)) + "\" x2=\"" + c1(px(b)) + "\" y2=\"" + c1(py(b)) +
-         "\" stroke=\"#444\" stroke-width=\"1\"/>\n";
+  for (double f : {0.9, 1.1}) line(f * a, f * b, "stroke=\"#5aa05a\" stroke-width=\"0.8\" stroke-dasharray=\"4 3\"");
 
   // The roofline baseline under tpusim's points, faint and grey: one path of zero-length segments with round caps
   // (a dot each, about 14 bytes per point instead of a circle's 40).
@@ -356,6 +361,7 @@ void write_scatter(const std::string& dir, const std::vector<Case>& cases, const
   if (!roof.empty())
     svg += "<path stroke=\"#999\" stroke-opacity=\"0.35\" stroke-width=\"2.5\" stroke-linecap=\"round\" fill=\"none\" d=\"" +
            roof + "\"/>\n";
+  line(a, b, "stroke=\"#333\" stroke-width=\"1\"");  // y = x, over the baseline, under tpusim's points
 
   // tpusim's points: one circle per case, grouped per class so the colour is written once per class.
   const std::vector<std::string> classes = classes_of(cases);
@@ -370,35 +376,47 @@ void write_scatter(const std::string& dir, const std::vector<Case>& cases, const
   svg += "<rect x=\"" + c1(L) + "\" y=\"" + c1(T) + "\" width=\"" + c1(S) + "\" height=\"" + c1(S) +
          "\" fill=\"none\" stroke=\"black\" stroke-width=\"1\"/>\n";
 
-  // The legend: per class its colour, case count, failures and MAPE; then the baseline, the line and the band.
-  // Its swatches are squares, so the file's circles are exactly the cases' points (one each).
+  // The legend: per class its colour, then its cases, failures and MAPE on a second, smaller line (long class
+  // names and counts do not fit on one); then the baseline, the line and the band. Its swatches are squares, so
+  // the file's circles are exactly the cases' points (one each).
   double y = T + 10;
   const double lx = L + S + 30;
-  auto legend_text = [&](const std::string& text) {
+  auto legend_text = [&](const std::string& text, const std::string& detail = "") {
     svg += "<text x=\"" + c1(lx + 20) + "\" y=\"" + c1(y + 4) + "\">" + xml_escape(text) + "</text>\n";
-    y += 22;
+    if (!detail.empty()) {
+      y += 17;
+      svg += "<text x=\"" + c1(lx + 20) + "\" y=\"" + c1(y + 4) + "\" font-size=\"11\" fill=\"#555\">" + xml_escape(detail) +
+             "</text>\n";
+    }
+    y += 24;
+  };
+  auto detail = [](const ErrorStats& s) {
+    std::string t = std::to_string(s.n) + " cases";
+    if (s.failed) t += ", " + std::to_string(s.failed) + " failed";
+    if (s.n) t += ", MAPE " + fmt("%.1f", s.mape) + "%";
+    return t;
   };
   for (size_t i = 0; i < classes.size(); ++i) {
     std::vector<const Case*> g;
     for (const Case& c : cases)
       if (c.cls == classes[i]) g.push_back(&c);
-    const ErrorStats s = error_stats(g, true);
     svg += "<rect x=\"" + c1(lx + 1) + "\" y=\"" + c1(y - 5) + "\" width=\"10\" height=\"10\" fill=\"" +
            kPalette[i % std::size(kPalette)] + "\"/>\n";
-    std::string t = classes[i] + ": " + std::to_string(s.n);
-    if (s.failed) t += " (+" + std::to_string(s.failed) + " failed)";
-    if (s.n) t += ", MAPE " + fmt("%.1f", s.mape) + "%";
-    legend_text(t);
+    legend_text(classes[i], detail(error_stats(g, true)));
   }
   if (!roof.empty()) {
-    svg += "<rect x=\"" + c1(lx + 3) + "\" y=\"" + c1(y - 3) + "\" width=\"6\" height=\"6\" fill=\"#999\" fill-opacity=\"0.6\"/>\n";
-    legend_text("roofline baseline");
+    std::vector<const Case*> all;
+    for (const Case& c : cases) all.push_back(&c);
+    svg += "<rect x=\"" + c1(lx + 3) + "\" y=\"" + c1(y - 3) + "\" width=\"6\" height=\"6\" fill=\"#999\"/>\n";
+    const ErrorStats s = error_stats(all, false);
+    legend_text("roofline baseline", "MAPE " + fmt("%.1f", s.mape) + "% over the same cases");
   }
-  svg += "<line x1=\"" + c1(lx) + "\" y1=\"" + c1(y) + "\" x2=\"" + c1(lx + 14) + "\" y2=\"" + c1(y) + "\" stroke=\"#444\"/>\n";
+  svg += "<line x1=\"" + c1(lx) + "\" y1=\"" + c1(y) + "\" x2=\"" + c1(lx + 14) + "\" y2=\"" + c1(y) + "\" stroke=\"#333\"/>\n";
   legend_text("y = x");
-  svg += "<rect x=\"" + c1(lx) + "\" y=\"" + c1(y - 6) + "\" width=\"14\" height=\"12\" fill=\"#cfe8cf\"/>\n";
+  svg += "<rect x=\"" + c1(lx) + "\" y=\"" + c1(y - 6) + "\" width=\"14\" height=\"12\" fill=\"" + kBand +
+         "\" stroke=\"#5aa05a\" stroke-width=\"0.8\" stroke-dasharray=\"4 3\"/>\n";
   legend_text("within ±10%");
-  if (off_scale) legend_text(std::to_string(off_scale) + " with a time <= 0 not drawn");
+  if (off_scale) legend_text(std::to_string(off_scale) + " not drawn", "(a time <= 0 has no place on a log axis)");
   svg += "</svg>\n";
   write_file(dir, "scatter.svg", svg);
 }
