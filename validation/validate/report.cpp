@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <stdexcept>
 
 namespace tpusim::validate {
@@ -129,8 +128,9 @@ std::string shape_text(const Case& c) {  // "m=4096 n=4096 k=4096"
 // Writes `text` to dir/name through a temporary file in the same folder and a rename, which replaces the old file
 // in one step: a reader (or a run killed mid-write) sees the old file or the new one, never half of one.
 void write_file(const std::string& dir, const std::string& name, const std::string& text) {
-  fs::create_directories(dir);
-  const fs::path path = fs::path(dir) / name, tmp = fs::path(dir) / ("." + name + ".tmp");
+  const fs::path folder = dir.empty() ? fs::path(".") : fs::path(dir);
+  fs::create_directories(folder);
+  const fs::path path = folder / name, tmp = folder / ("." + name + ".tmp");
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) throw std::runtime_error("cannot write " + tmp.string());
