@@ -34,6 +34,9 @@ struct Case {
   std::string error;        // non-empty when the case could not be compiled or simulated
 };
 
+// A case failed when it has an error message or no finite simulated time; it is counted, never scored.
+bool case_failed(const Case& c);
+
 // Signed relative error of a prediction: (predicted - measured) / measured.
 double rel_error(double predicted, double measured);
 
@@ -47,6 +50,7 @@ struct ErrorStats {
   double within10 = 0;     // fraction of cases within +-10%
   double mean_signed = 0;  // mean signed percentage error (bias: > 0 means tpusim is slow)
 };
+// With no scored case (n == 0) the five statistics are NaN, not 0: an empty group is not a perfect one.
 // `simulated` selects which prediction is scored: tpusim's (true) or the roofline baseline's (false).
 ErrorStats error_stats(const std::vector<const Case*>& cases, bool simulated);
 
@@ -54,7 +58,8 @@ ErrorStats error_stats(const std::vector<const Case*>& cases, bool simulated);
 //   cases.csv   one row per case: class, regime, held_out, the shape as "m=4096 n=4096 k=4096", flops, bytes,
 //               measured_us, simulated_us, error_pct, roofline_us, roofline_error_pct, wall_s, error
 //   summary.csv one row per (class, regime, part) and per class over all regimes, with part "tune", "held-out"
-//               or "all": n, failed, mape, median, p90, within10, mean_signed for tpusim and the roofline
+//               or "all": n, failed, mape, median, p90, within10, mean_signed for tpusim and the roofline;
+//               last, class "all" over every case (regime "all"). Empty fields where n == 0.
 //   summary.md  the same as a readable table, followed by how the run was made (`header`, verbatim)
 //   scatter.svg simulated against measured time, log-log axes, one colour per class, the y = x line and the
 //               +-10% band, the roofline baseline optionally as faint points; self-contained SVG, no scripts
@@ -76,6 +81,9 @@ class Progress {
   bool tty_;
   double start_;
   size_t last_ = 0;
+  double last_print_ = -1;  // when the line was last written (steady clock, s): a terminal is redrawn at most 10/s
+  std::string line_;        // the last line written
+  size_t width_ = 0;        // its length on a terminal, to blank out what a shorter next line leaves behind
 };
 
 }  // namespace tpusim::validate
