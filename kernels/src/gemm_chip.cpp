@@ -179,6 +179,7 @@ namespace {
 // The tiled schedule's shape: TM rows x W = U*S*C columns per tile, K in chunks of KC.
 struct TilePlan {
   int64_t tm = 0, s = 0, kc = 0;
+  int64_t abuf = 2;     // accumulator regions per unit: 2 = the next tile's matrix work overlaps this one's drain
   double estimate = 0;  // cycles (see choose_tiles)
 };
 
@@ -194,15 +195,19 @@ int64_t strips_tm_max(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
 // work is KT folds x S strips x max(rows, R) cycles on each unit (a fold streams the tile's rows once per strip;
 // a weight load, R cycles, hides behind a stream of at least R rows); its memory share is the bytes it loads
 // (its a rows and b columns over all of K) times the cores loading at once, over the HBM's bytes per cycle.
+// With a cache in front of HBM (CACHE_BYTES_PER_CYCLE > 0) tiles re-read from it, so both bandwidths count.
+// Accumulators are double-buffered (2 regions of S strips x TM rows) or, for twice the rows, single: the tile's
+// drain (U*S strips of TM x C at VPU_WIDTH per cycle) then adds to its time instead of overlapping the next.
 // KC is the largest multiple of R whose two slots and the two C buffers fit VMEM.
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t U,
-                      int64_t hbm_bpc) {
+                      int64_t mem_bpc, int64_t vpu_width) {
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const int64_t KT = cdiv(g.k, R);
   TilePlan best;
+  for (int64_t abuf = 2; abuf >= 1; --abuf)
   for (int64_t S = 1; S <= 8; S *= 2) {
     if (S > 1 && (S / 2) * U * C >= g.n) break;  // the tile would be wider than the whole of N
-    for (int64_t cap = ACC / (2 * S); cap >= 1; cap /= 2) {
+    for (int64_t cap = ACC / (abuf * S); cap >= 1; cap /= 2) {
       const int64_t tm = cdiv(g.m, cdiv(g.m, cap)), W = U * S * C;
       const int64_t fixed = 2 * align64(tm * C * O) + 256;
       const int64_t per_k = 2 * (tm + W) * E;  // bytes of both slots per element of K
@@ -213,10 +218,10 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
       const double waves = std::ceil(tiles / static_cast<double>(P));
       const double compute = static_cast<double>(KT * S * std::max(tm, R));
       const double bytes = static_cast<double>((tm + std::min(W, g.n)) * g.k * E);
-      const double memory = bytes * std::min(tiles, static_cast<double>(P)) / static_cast<double>(hbm_bpc);
-      const double drain = static_cast<double>(S * tm);
-      const double est = waves * (std::max(compute, memory) + drain);
-      if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, est};
+      const double memory = bytes * std::min(tiles, static_cast<double>(P)) / static_cast<double>(mem_bpc);
+      const double drain = static_cast<double>(U * S * tm * C) / static_cast<double>(vpu_width);
+      const double est = waves * (std::max(compute, memory) + (abuf == 1 ? drain : 0.0)) + drain;
+      if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, abuf, est};
       if (tm == 1) break;
     }
   }
@@ -229,12 +234,16 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
 std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t U) {
   const int64_t R = symbol(s, "MXU_ROWS"), C = symbol(s, "MXU_COLS"), ACC = symbol(s, "ACC_ROWS"),
                 VMEM = symbol(s, "VMEM_BYTES");
-  auto bpc = s.find("HBM_BYTES_PER_CYCLE");
-  const TilePlan plan = choose_tiles(g, R, C, ACC, VMEM, P, U, bpc == s.end() ? 64 : bpc->second);
+  auto optional = [&s](const char* name, int64_t otherwise) {
+    auto it = s.find(name);
+    return it == s.end() ? otherwise : it->second;
+  };
+  const int64_t mem_bpc = std::max<int64_t>(1, optional("HBM_BYTES_PER_CYCLE", 64) + optional("CACHE_BYTES_PER_CYCLE", 0));
+  const TilePlan plan = choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, std::max<int64_t>(1, optional("VPU_WIDTH", 128)));
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const char* in = isa::dtype_name(g.in);
   const char* acc_dt = g.in == isa::DType::I8 ? "i32" : "f32";
-  const int64_t TM = plan.tm, S = plan.s, KC = plan.kc, W = U * S * C;
+  const int64_t TM = plan.tm, S = plan.s, KC = plan.kc, W = U * S * C, ABUF = plan.abuf;
   const int64_t NC = cdiv(g.n, W), T = cdiv(g.m, TM) * NC;  // column tiles, tiles
   const int64_t NK = cdiv(g.k, KC), KLAST = g.k - (NK - 1) * KC;
   const int64_t A_SLOT = align64(TM * KC * E), SLOT = A_SLOT + align64(KC * W * E);
@@ -252,7 +261,8 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   std::ostringstream o;
   o << "# gemm_chip (tiles): c[" << g.m << "," << g.n << "] = a[" << g.m << "," << g.k << "] @ b[" << g.k << ","
     << g.n << "] on " << P << " cores x " << U << " matrix units: " << T << " tiles of " << TM << " x " << W
-    << " (" << S << " strips per unit), K in chunks of " << KC << " (kernels/gemm_chip.h)\n";
+    << " (" << S << " strips per unit, " << ABUF << " accumulator regions), K in chunks of " << KC
+    << " (kernels/gemm_chip.h)\n";
   o << ".name \"gemm_chip\"\n.cores " << P << "\n";
   o << ".input a, " << in << ", [" << g.m << ", " << g.k << "]\n";
   o << ".input b, " << in << ", [" << g.k << ", " << g.n << "]\n";
@@ -284,7 +294,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
 )";
   for (int64_t j = 0; j < U; ++j)
     o << "    sem.set s" << FREE(j) << ", 2\n    sem.set s" << FULL(j) << ", 0\n    sem.set s" << AFREE(j)
-      << ", 2\n    sem.set s" << AFULL(j) << ", 0\n";
+      << ", " << ABUF << "\n    sem.set s" << AFULL(j) << ", 0\n";
   o << "    sem.set s" << CFREE << ", 2\n    sem.set s" << CFULL << ", 0\n";
   o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li accslot, 0\n    li cslot, 0\n    li astr, " << KC * E
     << "\n    li wstr, " << W * E << "\n    addi t, cid, 0\n    li nt, " << C << "\n";
@@ -383,7 +393,8 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     }
     o << "    vpu.sync signal=s" << AFREE(j) << "\n" << lu << ":\n";
   }
-  o << "    sub accslot, one, accslot\n    addi t, t, " << P << "\n    jmp tile\ndone:\n    halt\n";
+  if (ABUF == 2) o << "    sub accslot, one, accslot\n";
+  o << "    addi t, t, " << P << "\n    jmp tile\ndone:\n    halt\n";
   return o.str();
 }
 

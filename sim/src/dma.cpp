@@ -16,6 +16,11 @@
 // With `shared` (dma.ld, dma.st), the far side is the chip's [shared] memory instead of HBM: the same rules with
 // shared.latency for dma.latency and the shared memory's banks (shared.banks, each shared.bandwidth_gbs / banks,
 // contended by every core) for HBM's channels.
+// With shared.cache = 1 (a GPU's L2), every HBM transfer goes through the cache's tags (CacheTags, memory.h), line
+// by line in issue order: a load's rows whose lines are all held are read from the shared level (its banks, its
+// latency), the others from HBM; a row that is partly held is split into runs of held and missing lines. Runs of
+// consecutive rows with the same outcome are booked as one strided pattern. Stores are booked on HBM as always
+// (write-through) and leave their lines held, so a later kernel's loads of them hit.
 // A queue takes its next instruction as soon as fewer than dma.engines transfers are in flight; with one engine
 // (and one stream) a transfer therefore takes dma.latency + bytes / bandwidth, one after another. A transfer of
 // 0 bytes, and a sync, complete at once when nothing is in flight, else right after the transfers before them.
@@ -79,6 +84,8 @@ void DmaEngine::execute(const Entry& e) {
     if (!t.shared)
       err = check_rows(t.load ? "HBM read" : "HBM write", cfg.hbm_bytes(), std::to_string(cfg.hbm.size_mib) + " MiB",
                        haddr, rows, rowbytes, hstride);
+    else if (cfg.shared.cache && rows && rowbytes)
+      err = "the chip's shared level is a cache (shared.cache = 1), not memory a transfer can name";
     else if (!cfg.shared_bytes() && rows && rowbytes)
       err = "the chip has no shared memory (shared.size_kib = 0)";
     else
@@ -100,11 +107,61 @@ void DmaEngine::execute(const Entry& e) {
   }
   if (t.hbm.bytes()) {
     t.data_start = hbm_earliest;
-    t.data_end = (t.shared ? st_.mem.shared_channels : st_.mem.hbm_channels).transfer(t.data_start, hbm_side(t));
+    if (!t.shared && st_.mem.cache.enabled())
+      t.data_end = book_cached(t, start);  // sets data_start
+    else
+      t.data_end = (t.shared ? st_.mem.shared_channels : st_.mem.hbm_channels).transfer(t.data_start, hbm_side(t));
   }
   inflight_.push_back(t);
   issued_.notify();
   while (inflight_.size() >= engines_) st_.wait_event(retired_);
+}
+
+uint64_t DmaEngine::book_cached(Transfer& t, uint64_t start) {
+  CacheTags& cache = st_.mem.cache;
+  const Rows all = hbm_side(t);
+  const uint64_t line = cache.line();
+  const uint64_t hit_start = start + static_cast<uint64_t>(st_.cfg.shared.latency);
+  const uint64_t miss_start = start + static_cast<uint64_t>(st_.cfg.dma.latency);
+  uint64_t end = 0, data_start = UINT64_MAX;
+  auto book = [&](const Rows& r, bool hit) {
+    if (!r.bytes()) return;
+    if (hit && t.load) t.hit_bytes += r.bytes();
+    data_start = std::min(data_start, hit && t.load ? hit_start : miss_start);
+    end = std::max(end, hit && t.load ? st_.mem.shared_channels.transfer(hit_start, r)
+                                      : st_.mem.hbm_channels.transfer(miss_start, r));
+  };
+  Rows run{};      // consecutive whole rows with one outcome
+  bool run_hit = false;
+  std::vector<std::pair<uint64_t, bool>> pieces;  // (first byte, hit) where the outcome changes in a row
+  for (uint64_t i = 0; i < all.rows; ++i) {
+    const uint64_t base = static_cast<uint64_t>(static_cast<int64_t>(all.base) + static_cast<int64_t>(i) * all.stride);
+    const uint64_t first = base / line, last = (base + all.rowbytes - 1) / line;
+    pieces.clear();
+    for (uint64_t l = first; l <= last; ++l) {
+      const bool h = cache.access(l);
+      if (pieces.empty() || pieces.back().second != h) pieces.emplace_back(std::max(l * line, base), h);
+    }
+    if (pieces.size() == 1) {  // the whole row one way: extend the run or start a new one
+      const bool h = pieces[0].second;
+      if (run.rows && run_hit == h) {
+        ++run.rows;
+        continue;
+      }
+      book(run, run_hit);
+      run = Rows{base, 1, all.rowbytes, all.stride}, run_hit = h;
+      continue;
+    }
+    book(run, run_hit);
+    run = Rows{};
+    for (size_t p = 0; p < pieces.size(); ++p) {
+      const uint64_t to = p + 1 < pieces.size() ? pieces[p + 1].first : base + all.rowbytes;
+      book(Rows{pieces[p].first, 1, to - pieces[p].first, 0}, pieces[p].second);
+    }
+  }
+  book(run, run_hit);
+  t.data_start = data_start;  // the first byte's arrival (the VMEM side is booked from there)
+  return end;
 }
 
 void DmaEngine::start_gather(const Entry& e, Transfer& t) {
@@ -194,7 +251,8 @@ void DmaEngine::retire(const Transfer& t) {
   if (t.shared)
     (t.load ? rs.shared_bytes_read : rs.shared_bytes_written) += hbm_side(t).bytes();
   else
-    (t.load ? rs.hbm_bytes_read : rs.hbm_bytes_written) += hbm_side(t).bytes();
+    (t.load ? rs.hbm_bytes_read : rs.hbm_bytes_written) += hbm_side(t).bytes() - t.hit_bytes;
+  rs.shared_bytes_read += t.hit_bytes;
   // Busy while anything is in flight: the slice starts at the issue, or where the previous slice ended.
   const uint64_t from = std::max(t.start, busy_from_);
   finish(t.e, from, last_done_);

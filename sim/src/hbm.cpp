@@ -45,7 +45,20 @@ void declare_shared_params(std::vector<Param>& out) {
            "cycles from the start of a transfer to its first byte (in place of dma.latency)", 0, 1000000)
       .add(&SharedParams::banks, "banks", 16, "banks", "independent banks, each with bandwidth_gbs / banks", 1, 4096)
       .add(&SharedParams::interleave_bytes, "interleave_bytes", 256, "bytes",
-           "consecutive chunks of this many bytes go to consecutive banks", 1, uint64_t(1) << 30);
+           "consecutive chunks of this many bytes go to consecutive banks (and, as a cache, its line size)", 1,
+           uint64_t(1) << 30)
+      .add(&SharedParams::cache, "cache", 0, "0/1",
+           "1: the shared level is a cache in front of HBM, as a GPU's L2, instead of a scratchpad: every core's "
+           "HBM reads and writes go through it; the lines it holds are read at its bandwidth and latency, the "
+           "others from HBM (which it then holds); writes go to HBM and are held too (least recently used lines "
+           "make room). Not addressable: dma `shared` is an error",
+           0, 1)
+      .add(&SharedParams::ways, "ways", 16, "ways", "associativity of the cache (shared.cache = 1)", 1, 1024)
+      .add(&SharedParams::hash, "hash", 0, "0/1",
+           "1: each row of chunks (banks x interleave_bytes) gets a pseudo-random rotation of the banks, as an "
+           "address hash (hbm.channel_skew = 2), so that power-of-two strides spread over every bank; 0: chunk u "
+           "in bank u % banks",
+           0, 1);
 }
 
 ChannelSpec ChannelSpec::hbm(const ChipConfig& c) {
@@ -54,7 +67,8 @@ ChannelSpec ChannelSpec::hbm(const ChipConfig& c) {
 }
 
 ChannelSpec ChannelSpec::shared(const ChipConfig& c) {
-  return {c.shared.bandwidth_gbs, c.chip.clock_mhz, 0.0, c.shared.banks, 1, 0, c.shared.interleave_bytes};
+  return {c.shared.bandwidth_gbs, c.chip.clock_mhz, 0.0, c.shared.banks, 1, c.shared.hash ? 2 : 0,
+          c.shared.interleave_bytes};
 }
 
 namespace {

@@ -59,13 +59,42 @@ ChipMemories::ChipMemories(const ChipConfig& cfg)
     : hbm(cfg.hbm_bytes()),
       hbm_channels(ChannelSpec::hbm(cfg)),
       shared(cfg.shared_bytes()),
-      shared_channels(ChannelSpec::shared(cfg)) {}
+      shared_channels(ChannelSpec::shared(cfg)),
+      cache(cfg.cache_bytes(), cfg.shared.interleave_bytes, cfg.shared.ways) {}
+
+CacheTags::CacheTags(uint64_t bytes, uint64_t line, int ways)
+    : line_(std::max<uint64_t>(line, 1)), ways_(static_cast<uint64_t>(std::max(ways, 1))) {
+  sets_ = bytes / line_ / ways_;
+  ways_of_.resize(sets_ * ways_);
+}
+
+bool CacheTags::access(uint64_t l) {
+  Way* set = ways_of_.data() + (l % sets_) * ways_;
+  const uint64_t tag = l / sets_;
+  Way* victim = set;
+  ++clock_;
+  for (uint64_t w = 0; w < ways_; ++w) {
+    Way& way = set[w];
+    if (way.generation != generation_) {  // empty: the first empty way is the victim
+      if (victim->generation == generation_) victim = &way;
+      continue;
+    }
+    if (way.tag == tag) {
+      way.used = clock_;
+      return true;
+    }
+    if (victim->generation == generation_ && way.used < victim->used) victim = &way;
+  }
+  *victim = Way{tag, clock_, generation_};
+  return false;
+}
 
 Memories::Memories(const ChipConfig& cfg, ChipMemories& chip)
     : hbm(chip.hbm),
       hbm_channels(chip.hbm_channels),
       shared(chip.shared),
       shared_channels(chip.shared_channels),
+      cache(chip.cache),
       vmem(cfg.vmem_bytes()),
       acc(static_cast<size_t>(cfg.core_acc_rows()) * cfg.mxu.cols),
       acc_cols(cfg.mxu.cols),

@@ -130,6 +130,29 @@ class LazyBytes {
   uint64_t n_;
 };
 
+// The tags of the shared level when it is a cache (shared.cache = 1): `ways`-way set-associative over lines of
+// `line` bytes, least recently used replacement, sets chosen by the line address modulo the set count. Only
+// tags: the data stays in HBM (a cache changes when bytes arrive, never which bytes). reset() empties it in O(1)
+// (a generation count), as every core's DMA queues reset the shared timing before a run.
+class CacheTags {
+ public:
+  CacheTags(uint64_t bytes, uint64_t line, int ways);
+  bool enabled() const { return sets_ > 0; }
+  uint64_t line() const { return line_; }
+  // Looks up line number `l` (address / line) and makes it the set's most recently used, inserting it (evicting
+  // the least recently used) if absent. Returns whether it was present.
+  bool access(uint64_t l);
+  void reset() { ++generation_, clock_ = 0; }
+
+ private:
+  struct Way {
+    uint64_t tag = 0, used = 0, generation = 0;  // valid when generation == generation_
+  };
+  uint64_t line_, sets_ = 0, ways_;
+  uint64_t generation_ = 1, clock_ = 0;
+  std::vector<Way> ways_of_;  // sets_ x ways_
+};
+
 // The memories one chip's cores share: HBM and the [shared] level, with their timing.
 struct ChipMemories {
   explicit ChipMemories(const ChipConfig& cfg);
@@ -137,6 +160,7 @@ struct ChipMemories {
   HbmChannels hbm_channels;
   Hbm shared;  // shared.size_kib (0: none), paged like HBM
   HbmChannels shared_channels;
+  CacheTags cache;  // shared.cache = 1: the shared level's tags
 };
 
 // One core's view of the memories: its own VMEM, accumulators and VMEM ports, and the chip's shared ones.
@@ -146,6 +170,7 @@ struct Memories {
   HbmChannels& hbm_channels;
   Hbm& shared;
   HbmChannels& shared_channels;
+  CacheTags& cache;
   LazyBytes vmem;
   std::vector<uint32_t> acc;  // core.mxus * acc_rows x mxu.cols 32-bit words (i32 or f32 bits), row-major
   uint64_t acc_cols;
@@ -153,6 +178,7 @@ struct Memories {
   void reset_timing() {  // before a run: every resource free (the chip's shared ones too: every core resets)
     hbm_channels.reset();
     shared_channels.reset();
+    cache.reset();
     vmem_ports.reset();
   }
 };

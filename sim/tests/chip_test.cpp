@@ -241,6 +241,58 @@ TEST(WholeChip, SharedMemoryDmaWithoutOneIsAnError) {
   }
 }
 
+// The shared level as a cache (a GPU's L2): 64 KiB, 4 ways of 64-byte lines, 64 bytes per cycle over 4 banks,
+// latency 4; HBM is small_config's 32 bytes per cycle, dma.latency 10.
+std::vector<std::string> cache_config() {
+  return {"shared.size_kib=64", "shared.cache=1", "shared.ways=4", "shared.bandwidth_gbs=32", "shared.latency=4",
+          "shared.banks=4", "shared.interleave_bytes=64"};
+}
+
+TEST(WholeChip, CacheServesRepeatedReadsAtItsOwnRate) {
+  Chip chip(small_config(cache_config()));
+  ProgramBuilder b;
+  b.li(3, 4).li(4, 64).li(5, 64).li(6, 64).li(7, 1024);
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6}).signal(1);  // 5: misses: starts 6, HBM data [16, 24)
+  b.op(Op::DMALD, {7, 0, 3, 4, 5, 6}).wait(1);    // 6: the same 256 bytes, held: starts 24, data [28, 32)
+  RunResult r = chip.run(b.build());
+  // 24 + shared.latency 4 + 256 bytes / 64 per cycle = 32; halt at 32: 33 cycles. Uncached, the second load
+  // would take 10 + 8 cycles like the first (43 cycles: WholeChip.CacheSplitsATransferIntoHeldAndMissingRows's
+  // HBM part).
+  EXPECT_EQ(r.stats.cycles, 33u);
+  EXPECT_EQ(r.stats.hbm_bytes_read, 256u);
+  EXPECT_EQ(r.stats.shared_bytes_read, 256u);
+}
+
+TEST(WholeChip, CacheSplitsATransferIntoHeldAndMissingRows) {
+  Chip chip(small_config(cache_config()));
+  ProgramBuilder b;
+  b.li(3, 4).li(4, 64).li(5, 64).li(6, 64).li(7, 8);
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6}).signal(1);  // 5: bytes [0, 256) miss: HBM [16, 24), done 24
+  b.op(Op::DMALD, {0, 0, 7, 4, 5, 6}).wait(1);    // 6: bytes [0, 512) from 24: [0, 256) held, [256, 512) not
+  RunResult r = chip.run(b.build());
+  // The second load: the held rows on the shared level [28, 32), the missing ones from HBM [34, 42); done at
+  // 42, halt: 43 cycles. Stores and loads: 256 + 256 bytes from HBM, 256 from the cache.
+  EXPECT_EQ(r.stats.cycles, 43u);
+  EXPECT_EQ(r.stats.hbm_bytes_read, 512u);
+  EXPECT_EQ(r.stats.shared_bytes_read, 256u);
+}
+
+TEST(WholeChip, CacheIsNotAddressable) {
+  Chip chip(small_config(cache_config()));
+  ProgramBuilder b;
+  b.li(3, 1).li(4, 64);
+  b.op(Op::DMALD, {0, 0, 3, 4, 0, 0}).with("shared", 1);
+  try {
+    chip.run(b.build());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the chip's shared level is a cache (shared.cache = 1), not memory a "
+                                         "transfer can name"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(WholeChip, LaunchCyclesComeBeforeTheFirstInstruction) {
   Chip chip(small_config({"chip.launch_cycles=100"}));
   RunResult r = chip.run(ProgramBuilder().op(Op::NOP).build());

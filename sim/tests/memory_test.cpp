@@ -7,6 +7,7 @@
 // instruction the cycle after its dispatch.
 #include <gtest/gtest.h>
 
+#include "memory.h"
 #include "test_util.h"
 
 namespace tpusim::sim::test {
@@ -22,6 +23,23 @@ uint64_t strided_load_cycles(Chip& chip, int64_t rows, int64_t hstride) {
   b.li(3, rows).li(4, 64).li(5, hstride).li(6, 64);
   b.op(Op::DMALD, {0, 0, 3, 4, 5, 6});
   return chip.run(b.build()).stats.cycles;
+}
+
+// CacheTags: 2 sets x 2 ways of 64-byte lines (256 bytes); line l goes to set l % 2.
+TEST(Memory, CacheTagsKeepTheMostRecentlyUsedLines) {
+  detail::CacheTags c(256, 64, 2);
+  EXPECT_FALSE(c.access(0));  // set 0: {0}
+  EXPECT_FALSE(c.access(2));  // set 0: {0, 2}
+  EXPECT_TRUE(c.access(0));   // 0 is now the most recent
+  EXPECT_FALSE(c.access(4));  // evicts 2, the least recently used
+  EXPECT_TRUE(c.access(0));
+  EXPECT_FALSE(c.access(2));  // 2 was evicted; evicts 4
+  EXPECT_FALSE(c.access(1));  // set 1 is independent
+  EXPECT_TRUE(c.access(2));
+  EXPECT_FALSE(c.access(4));
+  c.reset();                  // empty again
+  EXPECT_FALSE(c.access(0));
+  EXPECT_FALSE(c.access(1));
 }
 
 TEST(Memory, SingleTransferUsesEveryChannel) {

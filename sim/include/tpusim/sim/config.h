@@ -72,6 +72,9 @@ struct SharedParams {
   int latency;          // shared.latency: cycles from a transfer's start to its first byte
   int banks;            // shared.banks: each with bandwidth_gbs / banks
   uint64_t interleave_bytes;  // shared.interleave_bytes: consecutive bytes in one bank
+  int cache;            // shared.cache: 1 = a cache in front of HBM (a GPU's L2), not addressable
+  int ways;             // shared.ways: its associativity (lines of interleave_bytes)
+  int hash;             // shared.hash: 1 = addresses hashed over the banks (as hbm.channel_skew = 2)
 };
 
 struct ChipConfig {
@@ -88,7 +91,9 @@ struct ChipConfig {
   double hbm_bytes_per_cycle() const { return hbm.bandwidth_gbs * 1e3 / chip.clock_mhz; }
   uint64_t hbm_bytes() const { return hbm.size_mib << 20; }
   uint64_t vmem_bytes() const { return vmem.size_kib << 10; }
-  uint64_t shared_bytes() const { return shared.size_kib << 10; }
+  // The addressable shared memory (0 when the shared level is a cache) and the cache's capacity (0 when not one).
+  uint64_t shared_bytes() const { return shared.cache ? 0 : shared.size_kib << 10; }
+  uint64_t cache_bytes() const { return shared.cache ? shared.size_kib << 10 : 0; }
   int total_mxus() const { return chip.cores * core.mxus; }
   // Accumulator rows of one core: every matrix unit's mxu.acc_rows, numbered across them.
   int64_t core_acc_rows() const { return static_cast<int64_t>(core.mxus) * mxu.acc_rows; }
