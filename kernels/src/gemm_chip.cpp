@@ -265,7 +265,10 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     << " (kernels/gemm_chip.h)\n";
   o << ".name \"gemm_chip\"\n.cores " << P << "\n";
   o << ".input a, " << in << ", [" << g.m << ", " << g.k << "]\n";
-  o << ".input b, " << in << ", [" << g.k << ", " << g.n << "]\n";
+  if (g.trans_b)
+    o << ".input b, " << in << ", [" << g.n << ", " << g.k << "]\n";
+  else
+    o << ".input b, " << in << ", [" << g.k << ", " << g.n << "]\n";
   o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.m << ", " << g.n << "]\n";
   o << R"(.reg cid, r1
 .reg t, r2
@@ -317,8 +320,12 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     }
     o << "    muli t0, k0, " << E << "\n    add t0, t0, ah\n    li t1, " << kc * E << "\n    li t2, " << g.k * E
       << "\n    dma.ld va, t0, mt, t1, t2, astr, wait=s" << FREE(0) << "\n";
-    o << "    muli t0, k0, " << g.n * E << "\n    add t0, t0, bh\n    li kt, " << kc << "\n    muli t1, pw, " << E
-      << "\n    li t2, " << g.n * E << "\n    dma.ld vb, t0, kt, t1, t2, wstr, signal=s" << FULL(0) << "\n";
+    if (g.trans_b)  // pw rows of b (output columns), kc elements of K each, KC apart in VMEM
+      o << "    muli t0, k0, " << E << "\n    add t0, t0, bh\n    li t1, " << kc * E << "\n    li t2, " << g.k * E
+        << "\n    dma.ld vb, t0, pw, t1, t2, astr, signal=s" << FULL(0) << "\n";
+    else
+      o << "    muli t0, k0, " << g.n * E << "\n    add t0, t0, bh\n    li kt, " << kc << "\n    muli t1, pw, " << E
+        << "\n    li t2, " << g.n * E << "\n    dma.ld vb, t0, kt, t1, t2, wstr, signal=s" << FULL(0) << "\n";
     for (int64_t j = 1; j < U; ++j) {
       const std::string l = fresh();
       unit_guard(j, l);
@@ -332,7 +339,12 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
           const int64_t q = j * S + sidx;
           const std::string l = fresh();
           strip_guard(q, l);
-          o << "    addi t1, vb, " << (f * R * W + q * C) * E << "\n    mxu.lw t1, kt, nt, wstr, " << in << ", mxu=" << j;
+          if (g.trans_b)  // the strip's C rows of the panel, from element f*R of each
+            o << "    addi t1, vb, " << (q * C * KC + f * R) * E << "\n    mxu.lw t1, kt, nt, astr, " << in
+              << ", trans, mxu=" << j;
+          else
+            o << "    addi t1, vb, " << (f * R * W + q * C) * E << "\n    mxu.lw t1, kt, nt, wstr, " << in
+              << ", mxu=" << j;
           if (f == 0 && sidx == 0) o << ", wait=s" << FULL(j);
           o << "\n    addi t1, va, " << f * R * E << "\n    addi t2, ar, " << sidx * TM << "\n    mxu.mm t1, mt, t2, astr, "
             << in << (first && f == 0 ? "" : ", accumulate") << ", mxu=" << j;
@@ -360,7 +372,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     << "    muli n0, t2, " << W << "\n    li t0, " << g.n << "\n    sub pw, t0, n0\n    li t0, " << W
     << "\n    min pw, pw, t0\n"
     << "    muli ah, m0, " << g.k * E << "\n    li t0, a\n    add ah, ah, t0\n"
-    << "    muli bh, n0, " << E << "\n    li t0, b\n    add bh, bh, t0\n"
+    << "    muli bh, n0, " << (g.trans_b ? g.k * E : E) << "\n    li t0, b\n    add bh, bh, t0\n"
     << "    muli ar, accslot, " << S * TM << "\n    li k0, 0\n";
   chunk(NK == 1 ? g.k : KC, true);
   if (NK > 2) {
@@ -415,6 +427,9 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
     throw std::invalid_argument("gemm_chip: " + std::to_string(U) + " matrix units per core asked (the chip has " +
                                 std::to_string(symbol(s, "MXUS")) + "; the kernel's semaphores allow 7)");
   GemmSchedule schedule = g.schedule;
+  if (g.trans_b && schedule == GemmSchedule::Strips)
+    throw std::invalid_argument("gemm_chip: a transposed b (trans_b) needs the tiled schedule");
+  if (schedule == GemmSchedule::Auto && g.trans_b) schedule = GemmSchedule::Tiles;
   if (schedule == GemmSchedule::Auto) {
     const bool fits = strips_tm_max(g, R, C, ACC, VMEM, U) >= 1;
     schedule = fits && cdiv(g.n, U * C) >= P ? GemmSchedule::Strips : GemmSchedule::Tiles;

@@ -54,8 +54,12 @@
 // Functional: lw reads VMEM when it completes, mm reads its inputs and writes the accumulators when it completes
 // (a program must not overwrite them before the instruction signals). int8: products are exact in f32 and a
 // pass of k <= 1024 products sums exactly too (|sum| <= 2^24), so Eigen's f32 GEMM gives exact int32 results,
-// which are then added into the int32 accumulators, wrapping. bf16: products are exact in f32, summed by Eigen's
-// f32 GEMM (deterministic, within rounding of the ordered sum) and accumulated in f32.
+// which are then added into the int32 accumulators, wrapping. bf16: products are exact in f32 and each output
+// element sums its k products in order l = 0, 1, ..., k-1 in f32 (no fused multiply-add: mxu.cpp is built with
+// -ffp-contract=off), then is accumulated in f32. The order does not depend on m or on the row's place in the
+// pass, so a GEMM gives bit-identical results whatever its tiling over rows, matrix units and cores. (Eigen's
+// GEMM, used before, sums in an order that depends on the block a row falls in.) The loop runs over j innermost,
+// which the compiler vectorises across output columns without changing any element's order.
 #include "mxu.h"
 
 #include <cstring>
@@ -311,9 +315,22 @@ void Mxu::compute(const Entry& e, const Tile& t) {
     const uint8_t* row = vmem + vaddr + i * stride;
     for (int l = 0; l < t.k; ++l) a(i, l) = element(t.dtype, row + l * size);
   }
-  Eigen::Map<const RowMajor> w(t.w.data(), t.k, t.n);
   RowMajor p(m, t.n);
-  p.noalias() = a * w;
+  if (t.dtype == isa::DType::I8) {
+    Eigen::Map<const RowMajor> w(t.w.data(), t.k, t.n);
+    p.noalias() = a * w;  // exact in any order
+  } else {
+    const float* w = t.w.data();
+    for (int64_t i = 0; i < m; ++i) {
+      float* out = &p(i, 0);
+      for (int j = 0; j < t.n; ++j) out[j] = t.k > 0 ? a(i, 0) * w[j] : 0.0f;  // the first product as is (-0 too)
+      for (int l = 1; l < t.k; ++l) {
+        const float x = a(i, l);
+        const float* wl = w + static_cast<size_t>(l) * t.n;
+        for (int j = 0; j < t.n; ++j) out[j] += x * wl[j];
+      }
+    }
+  }
   for (int64_t i = 0; i < m; ++i) {
     uint32_t* out = st_.mem.acc.data() + static_cast<size_t>(acc_base_ + acc + i) * st_.mem.acc_cols;
     for (int j = 0; j < t.n; ++j) {

@@ -98,12 +98,14 @@ TEST(Config, WholeChipPresetsMatchPublishedFigures) {
   EXPECT_EQ(load_config("v4").shared_bytes(), uint64_t(128) << 20);   // 128 MiB CMEM
   EXPECT_EQ(load_config("v4").vmem_bytes(), uint64_t(16) << 20);      // 16 MiB per TensorCore
   EXPECT_EQ(load_config("h200-like").vmem_bytes(), uint64_t(228) << 10);  // 228 KB per SM
-  EXPECT_EQ(load_config("h200-like").shared_bytes(), uint64_t(50) << 20);  // 50 MB L2
+  // 50 MB L2, a cache in front of HBM (not addressable)
+  EXPECT_EQ(load_config("h200-like").cache_bytes(), uint64_t(50) << 20);
+  EXPECT_EQ(load_config("h200-like").shared_bytes(), 0u);
 }
 
 TEST(Config, DescribeListsEveryParameterWithHelp) {
   auto params = describe(load_config("edge", {"mxu.rows=8"}));
-  ASSERT_EQ(params.size(), 33u);
+  ASSERT_EQ(params.size(), 36u);
   for (const ParamInfo& p : params) EXPECT_FALSE(p.help.empty()) << p.key;
   auto rows = std::find_if(params.begin(), params.end(), [](const ParamInfo& p) { return p.key == "mxu.rows"; });
   ASSERT_NE(rows, params.end());

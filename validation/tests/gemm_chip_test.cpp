@@ -28,7 +28,14 @@ std::vector<double> run_gemm(Machines& m, const kernels::GemmChip& g, const std:
   for (const auto& [name, v] : sim::kernel_symbols(m.cfg)) symbols[name] = v;
   isa::Program p = kernels::gemm_chip_kernel(g, symbols);
   m.write(p.find("a")->addr, a, g.in);
-  m.write(p.find("b")->addr, b, g.in);
+  if (g.trans_b) {  // b given as [N, K]
+    std::vector<double> bt(b.size());
+    for (int64_t l = 0; l < g.k; ++l)
+      for (int64_t j = 0; j < g.n; ++j) bt[j * g.k + l] = b[l * g.n + j];
+    m.write(p.find("b")->addr, bt, g.in);
+  } else {
+    m.write(p.find("b")->addr, b, g.in);
+  }
   const isa::TensorDecl* c = p.find("c");
   m.write(c->addr, std::vector<uint8_t>(c->bytes(), 0xa5));
   m.run(p);
@@ -40,7 +47,7 @@ std::vector<double> run_gemm(Machines& m, const kernels::GemmChip& g, const std:
 // the two schedules against each other. `sets` add to chip_sets() (a small VMEM makes the tiled schedule cut K
 // into several chunks).
 void cases(DType in, uint64_t seed, kernels::GemmSchedule schedule = kernels::GemmSchedule::Strips,
-           std::vector<std::string> sets = {}) {
+           std::vector<std::string> sets = {}, bool trans_b = false) {
   std::vector<std::string> all = chip_sets();
   all.insert(all.end(), sets.begin(), sets.end());
   TPUSIM_MACHINES(m, all);
@@ -53,7 +60,7 @@ void cases(DType in, uint64_t seed, kernels::GemmSchedule schedule = kernels::Ge
     const std::string what = "gemm_chip M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) +
                              " N=" + std::to_string(s.n);
     std::vector<double> ref_out;
-    std::vector<double> whole = run_gemm(*m, {s.m, s.k, s.n, in, out, 2, 3, schedule}, a, b, &ref_out);
+    std::vector<double> whole = run_gemm(*m, {s.m, s.k, s.n, in, out, 2, 3, schedule, trans_b}, a, b, &ref_out);
     std::vector<double> one = run_gemm(*m, {s.m, s.k, s.n, in, out, 1, 1, kernels::GemmSchedule::Strips}, a, b);
     std::vector<double> exact(s.m * s.n, 0), mag(s.m * s.n, 0), bound(s.m * s.n);
     for (int64_t i = 0; i < s.m; ++i)
@@ -93,6 +100,11 @@ TEST(GemmChip, Bf16TiledInChunksOfK) {
   cases(DType::BF16, 905, kernels::GemmSchedule::Tiles, {"vmem.size_kib=4"});
 }
 TEST(GemmChip, Int8TiledInChunksOfK) { cases(DType::I8, 906, kernels::GemmSchedule::Tiles, {"vmem.size_kib=4"}); }
+// b given as [N, K] (c = a @ b^T, a Linear layer's weights): the weight loads transpose.
+TEST(GemmChip, Bf16TiledWithTransposedB) {
+  cases(DType::BF16, 907, kernels::GemmSchedule::Tiles, {"vmem.size_kib=4"}, true);
+}
+TEST(GemmChip, Int8TiledWithTransposedB) { cases(DType::I8, 908, kernels::GemmSchedule::Tiles, {}, true); }
 
 TEST(GemmChip, ShapesThatCannotRunSaySo) {
   TPUSIM_MACHINES(m, chip_sets());

@@ -49,7 +49,8 @@ namespace tpusim::kernels {
 //    and dmaout stores it. Slots, accumulator regions and C buffers are double-buffered, so the next chunk's
 //    loads, the matrix work and the drains overlap. TM and S are chosen to minimise an estimate of the
 //    kernel's time (waves of tiles over the cores, each tile's matrix cycles and its share of memory bandwidth).
-// Auto takes Strips where it has at least one column group per core and a row tile fits, else Tiles.
+// Auto takes Strips where it has at least one column group per core and a row tile fits, else Tiles (and Tiles
+// always for trans_b).
 enum class GemmSchedule { Auto, Strips, Tiles };
 
 struct GemmChip {
@@ -59,6 +60,9 @@ struct GemmChip {
   int cores = 0;                      // cores to use; 0: every core of the chip (CORES)
   int mxus = 0;                       // matrix units per core to use; 0: every one (MXUS, at most 7)
   GemmSchedule schedule = GemmSchedule::Auto;
+  // b given as [N, K] (row-major), c = a @ b^T (a Linear layer's weights, attention's K): the tiled schedule
+  // loads W rows of KC elements per chunk and the weight loads transpose them (mxu.lw trans, same timing).
+  bool trans_b = false;
 };
 
 // Assembly source of the kernel for the chip described by `symbols` (sim::kernel_symbols: MXU_ROWS, MXU_COLS,

@@ -1,0 +1,255 @@
+// tpusim validate: golden cases through the kernels the compiler emits and the simulator (validate.h).
+#include "validate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "tpusim/kernels/gemm_chip.h"
+#include "tpusim/sim/chip.h"
+#include "tpusim/sim/config.h"
+
+#ifndef TPUSIM_GOLDENS_DIR
+#define TPUSIM_GOLDENS_DIR "validation/goldens/h200"
+#endif
+
+namespace tpusim::validate {
+namespace {
+
+// The plain roofline's fixed overhead: the smallest measured GEMMs take about 2.5 us (launch and first tile).
+constexpr double kFixedUs = 2.5;
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string shape_key(const std::string& cls, const std::vector<std::pair<std::string, int64_t>>& shape) {
+  std::string k = cls;
+  for (const auto& [name, v] : shape) k += " " + name + "=" + std::to_string(v);
+  return k;
+}
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> f;
+  std::stringstream ss(line);
+  std::string x;
+  while (std::getline(ss, x, ',')) f.push_back(x);
+  return f;
+}
+
+int64_t get(const Case& c, const char* name) {
+  for (const auto& [n, v] : c.shape)
+    if (n == name) return v;
+  throw std::logic_error(std::string("case without ") + name);
+}
+
+// The chip's figures for the plain roofline.
+struct ChipFigures {
+  double peak_bf16 = 0, peak_i8 = 0, hbm = 0;  // flop/s, flop/s, bytes/s
+  double clock_mhz = 0;
+};
+ChipFigures figures(const sim::ChipConfig& cfg) {
+  ChipFigures f;
+  const double macs = static_cast<double>(cfg.chip.cores) * cfg.core.mxus * cfg.mxu.rows * cfg.mxu.cols;
+  f.clock_mhz = cfg.chip.clock_mhz;
+  f.peak_bf16 = 2.0 * macs * cfg.chip.clock_mhz * 1e6;
+  f.peak_i8 = f.peak_bf16 * cfg.mxu.i8_rate;
+  f.hbm = cfg.hbm.bandwidth_gbs * 1e9;
+  return f;
+}
+
+// The GEMM kernel the compiler emits for `y = x @ W^T` (W [n, k], a Linear layer) on this chip: gemm_chip's
+// tiled schedule with the weights transposed on load; fp8 runs as the 1-byte type at the chip's i8 rate.
+isa::Program gemm_program(const Case& c, const std::map<std::string, int64_t>& symbols) {
+  kernels::GemmChip g;
+  g.m = get(c, "m"), g.n = get(c, "n"), g.k = get(c, "k");
+  g.in = c.cls == "gemm_fp8" ? isa::DType::I8 : isa::DType::BF16;
+  g.out = isa::DType::BF16;
+  g.trans_b = true;
+  return kernels::gemm_chip_kernel(g, symbols);
+}
+
+void fill_roofline(Case& c, const ChipFigures& f) {
+  const double peak = c.cls == "gemm_fp8" ? f.peak_i8 : f.peak_bf16;
+  const double t = std::max(c.flops / peak, c.bytes / f.hbm) * 1e6;
+  c.roofline_us = t + kFixedUs;
+  c.regime = t < kFixedUs ? Regime::Launch : (c.bytes / f.hbm >= c.flops / peak ? Regime::Memory : Regime::Compute);
+}
+
+}  // namespace
+
+std::string default_goldens() { return TPUSIM_GOLDENS_DIR; }
+
+bool held_out(const std::string& cls, const std::vector<std::pair<std::string, int64_t>>& shape) {
+  return fnv1a(shape_key(cls, shape)) % 5 == 0;
+}
+
+std::vector<Case> load_gemm(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::string line;
+  std::vector<Case> cases;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (lineno == 1) {
+      if (line.rfind("dtype,m,n,k,latency_us", 0) != 0)
+        throw std::runtime_error(path + ":1: expected the header dtype,m,n,k,latency_us");
+      continue;
+    }
+    if (line.empty()) continue;
+    const std::vector<std::string> f = split(line);
+    try {
+      if (f.size() != 5) throw std::invalid_argument("5 fields expected");
+      Case c;
+      if (f[0] == "bfloat16") c.cls = "gemm_bf16";
+      else if (f[0] == "fp8") c.cls = "gemm_fp8";
+      else throw std::invalid_argument("unknown dtype '" + f[0] + "'");
+      const int64_t m = std::stoll(f[1]), n = std::stoll(f[2]), k = std::stoll(f[3]);
+      if (m < 1 || n < 1 || k < 1) throw std::invalid_argument("sizes must be positive");
+      c.shape = {{"m", m}, {"n", n}, {"k", k}};
+      c.measured_us = std::stod(f[4]);
+      if (!(c.measured_us > 0)) throw std::invalid_argument("latency must be positive");
+      const double e = c.cls == "gemm_fp8" ? 1 : 2;
+      c.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+      c.bytes = (static_cast<double>(m) * k + static_cast<double>(n) * k) * e + static_cast<double>(m) * n * 2;
+      c.held_out = held_out(c.cls, c.shape);
+      cases.push_back(std::move(c));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(path + ":" + std::to_string(lineno) + ": " + e.what());
+    }
+  }
+  return cases;
+}
+
+std::vector<Case> sample(std::vector<Case> cases, size_t n) {
+  std::stable_sort(cases.begin(), cases.end(), [](const Case& a, const Case& b) {
+    if (a.cls != b.cls) return a.cls < b.cls;
+    return fnv1a(shape_key(a.cls, a.shape)) < fnv1a(shape_key(b.cls, b.shape));
+  });
+  if (n > 0 && n < cases.size()) {
+    std::map<std::string, size_t> per;
+    for (const Case& c : cases) ++per[c.cls];
+    // Equal shares per class, what a small class cannot use going to the others.
+    std::map<std::string, size_t> take;
+    size_t left = n, classes = per.size();
+    std::vector<std::pair<size_t, std::string>> by_size;
+    for (const auto& [cls, count] : per) by_size.emplace_back(count, cls);
+    std::sort(by_size.begin(), by_size.end());
+    for (const auto& [count, cls] : by_size) {
+      const size_t share = std::min(count, left / classes);
+      take[cls] = share, left -= share, --classes;
+    }
+    std::vector<Case> kept;
+    std::map<std::string, size_t> seen;
+    for (Case& c : cases)
+      if (seen[c.cls]++ < take[c.cls]) kept.push_back(std::move(c));
+    cases = std::move(kept);
+  }
+  std::stable_sort(cases.begin(), cases.end(), [](const Case& a, const Case& b) {
+    if (a.cls != b.cls) return a.cls < b.cls;
+    return a.shape < b.shape;
+  });
+  return cases;
+}
+
+int run(const Options& opts, std::ostream& log) {
+  if (opts.out.empty()) throw std::invalid_argument("validate needs --out DIR");
+  if (opts.suite != "gemm" && opts.suite != "attention" && opts.suite != "all")
+    throw std::invalid_argument("unknown suite '" + opts.suite + "' (gemm, attention or all)");
+  if (opts.part != "all" && opts.part != "tune" && opts.part != "held-out")
+    throw std::invalid_argument("unknown part '" + opts.part + "' (all, tune or held-out)");
+  if (opts.suite == "attention")
+    throw std::invalid_argument(
+        "the attention suite needs the fused attention kernel, which the compiler does not emit yet; "
+        "--suite gemm runs the GEMM goldens");
+  if (opts.suite == "all")
+    log << "validate: the attention goldens are skipped: the compiler has no fused attention kernel yet\n";
+  const std::string dir = opts.goldens.empty() ? default_goldens() : opts.goldens;
+  std::vector<Case> cases = load_gemm(dir + "/gemm.csv");
+  if (opts.part != "all") {
+    const bool want = opts.part == "held-out";
+    std::erase_if(cases, [&](const Case& c) { return c.held_out != want; });
+  }
+  cases = sample(std::move(cases), opts.sample);
+
+  const sim::ChipConfig cfg = sim::load_config(opts.config, opts.sets);
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, v] : sim::kernel_symbols(cfg)) symbols[name] = v;
+  const ChipFigures fig = figures(cfg);
+  sim::Chip chip(cfg);
+  sim::RunOptions ro;
+  ro.functional = false;
+
+  std::filesystem::create_directories(opts.out);
+  std::ostringstream header;
+  header << "tpusim validate --suite " << opts.suite << " --config " << opts.config;
+  for (const std::string& s : opts.sets) header << " --set " << s;
+  header << " --sample " << opts.sample << " --part " << opts.part << "\n\ngoldens: " << dir << "/gemm.csv ("
+         << cases.size() << " cases run). Timing-only; the simulated time includes chip.launch_cycles. The "
+         << "roofline baseline is max(flops / peak, bytes / HBM bandwidth) + " << kFixedUs << " us with this "
+         << "chip's peak (" << fig.peak_bf16 / 1e12 << " TFLOP/s bf16, " << fig.peak_i8 / 1e12 << " fp8) and HBM ("
+         << fig.hbm / 1e12 << " TB/s).\n";
+
+  Progress progress(log, cases.size(), opts.tty);
+  std::vector<Case> done;
+  done.reserve(cases.size());
+  auto last_write = std::chrono::steady_clock::now();
+  for (Case& c : cases) {
+    fill_roofline(c, fig);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      isa::Program p = gemm_program(c, symbols);
+      sim::RunResult r = chip.run(p, ro);
+      c.simulated_us = static_cast<double>(r.stats.cycles) / fig.clock_mhz;
+    } catch (const std::exception& e) {
+      c.error = e.what();
+      c.simulated_us = std::nan("");
+    }
+    c.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    done.push_back(c);
+    progress.update(done);
+    // cases.csv is kept current (at most once a second), so an interrupted run keeps what it simulated.
+    if (std::chrono::steady_clock::now() - last_write > std::chrono::seconds(1)) {
+      write_cases(opts.out, done);
+      last_write = std::chrono::steady_clock::now();
+    }
+  }
+  progress.finish();
+  write_cases(opts.out, done);
+  write_summary(opts.out, done, header.str());
+  write_scatter(opts.out, done, "tpusim " + opts.config + " against measured H200 kernels");
+
+  // The per-class table on the terminal.
+  std::map<std::string, std::vector<const Case*>> by;
+  for (const Case& c : done) {
+    by[c.cls].push_back(&c);
+    by[c.cls + " " + regime_name(c.regime)].push_back(&c);
+    by["all"].push_back(&c);
+  }
+  log << std::left << std::setw(24) << "class" << std::right << std::setw(7) << "n" << std::setw(8) << "failed"
+      << std::setw(10) << "MAPE %" << std::setw(10) << "median" << std::setw(10) << "p90" << std::setw(10)
+      << "in 10%" << std::setw(14) << "roofline MAPE" << "\n";
+  size_t ok = 0;
+  for (const auto& [name, group] : by) {
+    const ErrorStats s = error_stats(group, true), r = error_stats(group, false);
+    if (name == "all") ok = s.n;
+    log << std::left << std::setw(24) << name << std::right << std::setw(7) << s.n << std::setw(8) << s.failed
+        << std::fixed << std::setprecision(1) << std::setw(10) << s.mape << std::setw(10) << s.median << std::setw(10)
+        << s.p90 << std::setw(10) << 100 * s.within10 << std::setw(14) << r.mape << "\n";
+    log.unsetf(std::ios::fixed);
+  }
+  log << "validate: wrote " << opts.out << "/cases.csv, summary.csv, summary.md and scatter.svg\n";
+  return ok > 0 ? 0 : 1;
+}
+
+}  // namespace tpusim::validate

@@ -1,0 +1,48 @@
+// `tpusim validate` (docs/validation.md): measured kernel timings (validation/goldens) against the simulator's.
+//
+// Each golden row becomes a Case (report.h); the kernel tpusim's compiler emits for that operator on the chip is
+// generated and run timing-only, and the simulated time is compared with the measurement and with a plain
+// roofline (max(flops / peak, bytes / HBM bandwidth) + 2.5 us). Only the GEMM suite runs today: the fused
+// attention kernel the attention goldens need does not exist yet, and `--suite attention` says so.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "report.h"
+
+namespace tpusim::validate {
+
+struct Options {
+  std::string suite = "gemm";       // gemm | attention | all
+  std::string config = "h200-like";
+  std::vector<std::string> sets;    // --set k=v
+  std::string goldens;              // folder of golden CSVs ("" = the project's validation/goldens/h200)
+  std::string out;                  // output folder (required)
+  size_t sample = 0;                // 0 = every case; else at most this many, spread evenly over the classes
+  std::string part = "all";         // all | tune | held-out
+  bool tty = false;                 // progress on a terminal
+};
+
+// The project's own golden folder (validation/goldens/h200 in the source tree this was built from).
+std::string default_goldens();
+
+// Reads gemm.csv ("dtype,m,n,k,latency_us"): classes gemm_bf16 and gemm_fp8. Throws std::runtime_error naming
+// file:line for a malformed row.
+std::vector<Case> load_gemm(const std::string& path);
+
+// Whether a case is in the held-out part: a hash (FNV-1a, 64-bit) of its class and shape, one case in five.
+// Parameters of a preset may be set looking at the tuning part only.
+bool held_out(const std::string& cls, const std::vector<std::pair<std::string, int64_t>>& shape);
+
+// At most n cases (n = 0: all), in a fixed pseudo-random order (by the same hash), the same share from each
+// class; the result is sorted by class and shape.
+std::vector<Case> sample(std::vector<Case> cases, size_t n);
+
+// Runs the validation; writes the report files (report.h) to opts.out and a summary table to `log`. Returns
+// the process exit code: 0, or 1 when no case could be simulated.
+int run(const Options& opts, std::ostream& log);
+
+}  // namespace tpusim::validate
