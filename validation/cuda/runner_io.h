@@ -71,6 +71,10 @@ float bf16_to_float(uint16_t h);
 uint8_t float_to_e4m3(float x);
 float e4m3_to_float(uint8_t b);
 
+// The fixed parameters of the cases, written to meta.json (the GPU test reads the fp8 scales from their .npy files).
+constexpr float kFp8ScaleX = 0.5f, kFp8ScaleW = 0.25f;  // per-tensor dequantisation scales of the fp8 GEMM
+constexpr float kLayerNormEps = 1e-5f;
+
 // n values uniform in [lo, hi), each rounded to bf16 / e4m3; uniform ints in [lo, hi].
 std::vector<uint16_t> random_bf16(size_t n, float lo, float hi, uint64_t seed);
 std::vector<uint8_t> random_e4m3(size_t n, float lo, float hi, uint64_t seed);
