@@ -126,11 +126,13 @@ PreparedCase prepare_gemm(const Case& c, Gpu& gpu, const NpySink& npy) {
   if (found < 1) throw std::runtime_error("cuBLASLt has no algorithm for " + name);
 
   PreparedCase pc;
-  int algo_id = -1, tile = -1, stages = -1, split_k = -1;
-  cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_ID, &algo_id, sizeof algo_id, nullptr);
-  cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, nullptr);
-  cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, nullptr);
-  cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof split_k, nullptr);
+  // What the heuristic chose, for meta.json (each attribute is 4 bytes; -1 where cuBLASLt does not say).
+  int32_t algo_id = -1, tile = -1, stages = -1, split_k = -1;
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_ID, &algo_id, sizeof algo_id, &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof split_k, &written);
   pc.algorithm = "cublasLt heuristic #1: algo " + std::to_string(algo_id) + ", tile " + std::to_string(tile) +
                  ", stages " + std::to_string(stages) + ", split-k " + std::to_string(split_k) + ", workspace " +
                  std::to_string(heur.workspaceSize) + " B";

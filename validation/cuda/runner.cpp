@@ -109,7 +109,8 @@ namespace {
 using namespace tpusim::cuda_ref;
 
 const char* kUsage =
-    "usage: tpusim_cuda_runner --corpus FILE.csv --out DIR [--repeats N] [--warmup N] [--device N] [--no-npy]\n"
+    "usage: tpusim_cuda_runner --corpus FILE.csv --out DIR [--repeats N] [--warmup N] [--device N]\n"
+    "                          [--npy-max-mb N | --no-npy]\n"
     "\n"
     "Runs every case of the corpus (validation/cuda/README.md) on a CUDA GPU: fixed-seed inputs, N warm-up launches,\n"
     "then the median of --repeats launches timed with CUDA events. Writes DIR/<op>.csv (the NVIDIA goldens' format),\n"
@@ -118,6 +119,7 @@ const char* kUsage =
     "  --repeats N  timed launches per case (default 30)\n"
     "  --warmup N   untimed launches first (default 5)\n"
     "  --device N   the CUDA device (default 0)\n"
+    "  --npy-max-mb N  write no tensors for a case whose tensors would pass N MB (default 512; 0: no limit)\n"
     "  --no-npy     write no tensors (timings only)\n"
     "\n"
     "Exit status: 0 all cases ran; 1 a case failed; 2 a mistake in the arguments or the corpus; 3 no CUDA device.\n";
@@ -130,6 +132,7 @@ struct Options {
   std::string corpus, out;
   int repeats = 30, warmup = 5, device = 0;
   bool npy = true;
+  int64_t npy_max_mb = 512;
 };
 
 Options parse_args(int argc, char** argv) {
@@ -163,6 +166,8 @@ Options parse_args(int argc, char** argv) {
       o.warmup = number(a, value(), 0);
     } else if (a == "--device") {
       o.device = number(a, value(), 0);
+    } else if (a == "--npy-max-mb") {
+      o.npy_max_mb = number(a, value(), 0);
     } else if (a == "--no-npy") {
       o.npy = false;
     } else {
@@ -248,7 +253,8 @@ int main(int argc, char** argv) {
     cuda_check(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
     cuda_check(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
     Gpu gpu;
-    cuda_check(cudaStreamCreateWithFlags(&gpu.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    // A blocking stream: it waits for the uploads (plain cudaMemcpy, on the legacy default stream) to land.
+    cuda_check(cudaStreamCreate(&gpu.stream), "cudaStreamCreate");
     cudaEvent_t start, stop;
     cuda_check(cudaEventCreate(&start), "cudaEventCreate");
     cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -278,6 +284,7 @@ int main(int argc, char** argv) {
         {"corpus", json_string(opt.corpus)},
         {"started_utc", json_string(utc_now())},
         {"npy", opt.npy ? "true" : "false"},
+        {"npy_max_mb", std::to_string(opt.npy_max_mb)},
     };
     auto save = [&] {
       write_results(opt.out, results);
@@ -300,10 +307,13 @@ int main(int argc, char** argv) {
         continue;
       }
       try {
-        NpySink npy{opt.out, name, opt.npy};
+        const int64_t bytes = case_tensor_bytes(r.c);
+        NpySink npy{opt.out, name, opt.npy && (opt.npy_max_mb == 0 || bytes <= opt.npy_max_mb * 1000000)};
+        r.npy = npy.enabled;
         PreparedCase pc = r.c.op == "gemm"   ? prepare_gemm(r.c, gpu, npy)
                           : r.c.op == "conv" ? prepare_conv(r.c, gpu, npy)
                                              : prepare_kernel(r.c, gpu, npy);
+        cuda_check(cudaDeviceSynchronize(), "after the uploads");
         for (int w = 0; w < opt.warmup; ++w) pc.launch(gpu.stream);
         cuda_check(cudaStreamSynchronize(gpu.stream), "warm-up");
         std::vector<double> us;
@@ -323,7 +333,10 @@ int main(int argc, char** argv) {
         r.max_us = *std::max_element(us.begin(), us.end());
         r.repeats = opt.repeats;
         r.algorithm = pc.algorithm;
-        std::cout << r.median_us << " us (min " << r.min_us << ", max " << r.max_us << "); " << r.algorithm << "\n";
+        std::cout << r.median_us << " us (min " << r.min_us << ", max " << r.max_us << "); " << r.algorithm
+                  << (r.npy || !opt.npy ? "" : "; tensors not written (" + std::to_string(bytes / 1000000) +
+                                                     " MB > --npy-max-mb)")
+                  << "\n";
       } catch (const std::exception& ex) {
         r.error = ex.what();
         std::cout << "FAILED: " << r.error << "\n";

@@ -154,6 +154,28 @@ std::vector<Case> read_corpus(const std::string& path) {
   return cases;
 }
 
+int64_t case_tensor_bytes(const Case& c) {
+  const auto& d = c.dims;
+  if (c.op == "gemm") {
+    const int64_t m = d[0], n = d[1], k = d[2];
+    return c.dtype == "int8" ? (m * k + n * k) + 4 * m * n : 4 * (m * k + n * k + m * n) + (c.dtype == "fp8" ? 8 : 0);
+  }
+  if (c.op == "conv") {
+    const int64_t n = d[0], h = d[1], w = d[2], ch = d[3], k = d[4], r = d[5], s = d[6], st = d[7], pad = d[8];
+    const int64_t p = (h + 2 * pad - r) / st + 1, q = (w + 2 * pad - s) / st + 1;
+    return 4 * (n * h * w * ch + k * r * s * ch + n * p * q * k);
+  }
+  if (c.op == "softmax") return 4 * 2 * d[0] * d[1];
+  if (c.op == "layernorm") return 4 * (2 * d[0] * d[1] + 2 * d[1]);
+  if (c.op == "gelu") return 4 * 2 * d[0];
+  if (c.op == "add") return 4 * 3 * d[0];
+  if (c.op == "causal_attention") {
+    const int64_t b = d[0], s = d[1], h = d[2], kv = d[3], hd = d[4];
+    return 4 * (2 * b * h * s * hd + 2 * b * kv * s * hd);
+  }
+  throw std::logic_error("case_tensor_bytes: unknown op " + c.op);
+}
+
 // ---- Deterministic inputs ------------------------------------------------------------------------------------
 
 uint64_t SplitMix64::next() {
@@ -459,7 +481,7 @@ void write_meta_json(std::ostream& os, const std::vector<std::pair<std::string, 
       char buf[160];
       std::snprintf(buf, sizeof buf, ", \"median_us\": %.4f, \"min_us\": %.4f, \"max_us\": %.4f, \"repeats\": %d",
                     r.median_us, r.min_us, r.max_us, r.repeats);
-      os << buf << ", \"algorithm\": " << json_string(r.algorithm);
+      os << buf << ", \"algorithm\": " << json_string(r.algorithm) << ", \"npy\": " << (r.npy ? "true" : "false");
     } else {
       os << ", \"error\": " << json_string(r.error);
     }

@@ -49,6 +49,10 @@ struct CorpusError : std::runtime_error {
 std::vector<Case> parse_corpus(const std::string& text, const std::string& source);
 std::vector<Case> read_corpus(const std::string& path);
 
+// The bytes of the .npy data the runner writes for a case: every input and the output, bf16 and fp8 values as
+// float32, int8 as int8, int32 as int32 (headers not counted).
+int64_t case_tensor_bytes(const Case& c);
+
 // ---- Deterministic inputs ------------------------------------------------------------------------------------
 // SplitMix64 (Steele, Lea, Flood 2014): a fixed sequence for a seed on every machine.
 class SplitMix64 {
@@ -109,6 +113,7 @@ struct CaseResult {
   double median_us = 0, min_us = 0, max_us = 0;
   int repeats = 0;
   std::string algorithm;    // what the library chose (cuBLASLt/cuDNN), or the kernel's name
+  bool npy = false;         // whether its tensors were written as .npy
 };
 double median(std::vector<double> v);  // of a non-empty list; the mean of the middle two for an even count
 

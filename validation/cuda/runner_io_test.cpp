@@ -74,6 +74,33 @@ TEST(Corpus, ErrorsNameTheLine) {
   EXPECT_EQ(corpus_error("gemm,int8,4,8,8\n"), "(no error)");
 }
 
+TEST(Corpus, TensorBytes) {
+  auto cs = parse_corpus(
+      "gemm,bfloat16,2,3,4\ngemm,fp8,16,16,16\ngemm,int8,4,8,8\nconv,bfloat16,1,5,5,2,3,3,3,2,1\n"
+      "softmax,bfloat16,2,5\nlayernorm,bfloat16,2,5\ngelu,bfloat16,7\nadd,bfloat16,7\n"
+      "causal_attention,bfloat16,2,5,4,2,32\n",
+      "c");
+  EXPECT_EQ(case_tensor_bytes(cs[0]), 4 * (8 + 12 + 6));            // x, w, y as float32
+  EXPECT_EQ(case_tensor_bytes(cs[1]), 4 * (256 * 3) + 8);            // and the two scales
+  EXPECT_EQ(case_tensor_bytes(cs[2]), 32 + 64 + 4 * 32);             // int8 inputs, int32 output
+  EXPECT_EQ(case_tensor_bytes(cs[3]), 4 * (50 + 54 + 3 * 3 * 3));    // output 3x3 ((5 + 2 - 3) / 2 + 1)
+  EXPECT_EQ(case_tensor_bytes(cs[4]), 4 * 20);
+  EXPECT_EQ(case_tensor_bytes(cs[5]), 4 * (20 + 10));                // x, y, gamma, beta
+  EXPECT_EQ(case_tensor_bytes(cs[6]), 4 * 14);
+  EXPECT_EQ(case_tensor_bytes(cs[7]), 4 * 21);
+  EXPECT_EQ(case_tensor_bytes(cs[8]), 4 * (2 * 2 * 4 * 5 * 32 + 2 * 2 * 2 * 5 * 32));  // q, y; k, v
+}
+
+// The corpus the runner ships parses (no typo waits for a GPU to be found).
+TEST(Corpus, TheDefaultCorpusParses) {
+  auto cases = read_corpus(TPUSIM_CUDA_DEFAULT_CORPUS);
+  EXPECT_GE(cases.size(), 30u);
+  int64_t golden_gemm = 0;
+  for (const auto& c : cases)
+    golden_gemm += c.op == "gemm" && c.dtype == "bfloat16" && c.dims == std::vector<int64_t>{8192, 8192, 8192};
+  EXPECT_EQ(golden_gemm, 1);
+}
+
 TEST(Inputs, SplitMix64KnownSequence) {
   // The first outputs of SplitMix64 seeded with 0 (the reference implementation's well-known values).
   SplitMix64 g(0);
@@ -240,7 +267,7 @@ TEST(Meta, JsonEscapingAndCases) {
             "  \"cases\": [\n"
             "    {\"name\": \"gemm_int8_m4_n8_k8\", \"op\": \"gemm\", \"dtype\": \"int8\", \"dims\": {\"m\": 4, \"n\": 8, "
             "\"k\": 8}, \"status\": \"ok\", \"median_us\": 3.2500, \"min_us\": 2.2500, \"max_us\": 4.2500, \"repeats\": 5, "
-            "\"algorithm\": \"algo \\\"1\\\"\"},\n"
+            "\"algorithm\": \"algo \\\"1\\\"\", \"npy\": false},\n"
             "    {\"name\": \"gelu_bfloat16_e10\", \"op\": \"gelu\", \"dtype\": \"bfloat16\", \"dims\": {\"elements\": 10}, "
             "\"status\": \"failed\", \"error\": \"boom\\nline two\"}\n"
             "  ]\n"
