@@ -348,7 +348,7 @@ TEST(CudaReference, MetaJson) {
   std::string meta = slurp(r.dir / "out" / "meta.json");
   for (const char* key : {"\"gpu_name\": \"", "\"driver_version\": ", "\"cuda_runtime_version\": \"",
                           "\"cublaslt_version\": \"", "\"cudnn_version\": ", "\"repeats\": 3,", "\"warmup\": 1,",
-                          "\"name\": \"add_bfloat16_e8\"", "\"status\": \"ok\""})
+                          "\"name\": \"add_bfloat16_e8\"", "\"status\": \"ok\"", "\"npy\": true}"})
     EXPECT_NE(meta.find(key), std::string::npos) << key << " missing from meta.json:\n" << meta;
 }
 
