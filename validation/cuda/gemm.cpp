@@ -117,6 +117,12 @@ PreparedCase prepare_gemm(const Case& c, Gpu& gpu, const NpySink& npy) {
   lt_check(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                 sizeof(ws_bytes)),
            "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+  // Split-k partial sums only in the compute type (fp32 / int32): the schemes that add them up in the output type
+  // (bf16) would round each partial sum, an error a library call for accuracy does not make.
+  uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  lt_check(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                &reduction_mask, sizeof(reduction_mask)),
+           "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)");
   cublasLtMatmulHeuristicResult_t heur;
   std::memset(&heur, 0, sizeof heur);
   int found = 0;
@@ -127,14 +133,16 @@ PreparedCase prepare_gemm(const Case& c, Gpu& gpu, const NpySink& npy) {
 
   PreparedCase pc;
   // What the heuristic chose, for meta.json (each attribute is 4 bytes; -1 where cuBLASLt does not say).
-  int32_t algo_id = -1, tile = -1, stages = -1, split_k = -1;
+  int32_t algo_id = -1, tile = -1, stages = -1, split_k = -1, reduction = -1;
   size_t written = 0;
   cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_ID, &algo_id, sizeof algo_id, &written);
   cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &written);
   cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &written);
   cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof split_k, &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof reduction,
+                                       &written);
   pc.algorithm = "cublasLt heuristic #1: algo " + std::to_string(algo_id) + ", tile " + std::to_string(tile) +
-                 ", stages " + std::to_string(stages) + ", split-k " + std::to_string(split_k) + ", workspace " +
+                 ", stages " + std::to_string(stages) + ", split-k " + std::to_string(split_k) + " (reduction scheme " + std::to_string(reduction) + "), workspace " +
                  std::to_string(heur.workspaceSize) + " B";
   const bool is_int = c.dtype == "int8";
   Buf ws = gpu.workspace;
