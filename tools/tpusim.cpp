@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "compare.h"
 #include "tpusim/isa/assembler.h"
 #include "tpusim/runtime/profile.h"
 #include "tpusim/runtime/runtime.h"
@@ -35,6 +36,7 @@ const char* kUsage =
     "  compile FILE.onnx -o FILE.tpub  compile an ONNX model (--report: per-node cycles and roofline bounds)\n"
     "  config --list | --show [NAME]   list the chip presets, or show every parameter of one\n"
     "  profile FILE                 run a model, program or kernel and list its graph nodes by time\n"
+    "  compare A B                  compare .npy tensors (or folders of them): cosine, relative L2, bf16 ulps\n"
     "\n"
     "`tpusim <command> --help` lists a command's options.\n";
 
@@ -586,7 +588,8 @@ int main(int argc, char** argv) {
   }
   static const std::map<std::string, int (*)(const std::vector<std::string>&)> commands = {
       {"run", cmd_run}, {"asm", cmd_asm}, {"disasm", cmd_disasm},
-      {"compile", cmd_compile}, {"config", cmd_config}, {"demo", cmd_demo}, {"profile", cmd_profile}};
+      {"compile", cmd_compile}, {"config", cmd_config}, {"demo", cmd_demo}, {"profile", cmd_profile},
+      {"compare", cmd_compare}};
   auto it = commands.find(args[0]);
   try {
     if (it == commands.end()) throw UsageError("unknown command '" + args[0] + "' (see tpusim --help)");
