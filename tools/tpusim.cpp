@@ -12,8 +12,11 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "cli.h"
 #include "compare.h"
+#include "validate.h"
 #include "tpusim/isa/assembler.h"
 #include "tpusim/runtime/profile.h"
 #include "tpusim/runtime/runtime.h"
@@ -37,6 +40,7 @@ const char* kUsage =
     "  config --list | --show [NAME]   list the chip presets, or show every parameter of one\n"
     "  profile FILE                 run a model, program or kernel and list its graph nodes by time\n"
     "  compare A B                  compare .npy tensors (or folders of them): cosine, relative L2, bf16 ulps\n"
+    "  validate --out DIR           simulated against measured H200 kernel times (GEMM goldens): CSV, tables, SVG\n"
     "\n"
     "`tpusim <command> --help` lists a command's options.\n";
 
@@ -560,6 +564,34 @@ int cmd_config(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_validate(const std::vector<std::string>& args) {
+  validate::Options o;
+  po::options_description what("what to validate");
+  what.add_options()
+      ("suite", po::value(&o.suite)->default_value("gemm")->value_name("gemm|attention|all"), "the golden suite")
+      ("sample", po::value(&o.sample)->default_value(0)->value_name("N"),
+       "at most N cases, the same share of each class, in a fixed pseudo-random order (0: every case)")
+      ("part", po::value(&o.part)->default_value("all")->value_name("all|tune|held-out"),
+       "all cases, or only the tuning or the held-out part (one case in five, by a hash of its shape)")
+      ("goldens", po::value(&o.goldens)->value_name("DIR"),
+       "folder holding gemm.csv (default: the project's validation/goldens/h200)")
+      ("out", po::value(&o.out)->value_name("DIR"), "where cases.csv, summary.csv, summary.md and scatter.svg go");
+  o.config = "h200-like";
+  po::options_description shown;
+  shown.add(what).add(chip_options(o.config, o.sets));
+  po::variables_map vm;
+  if (!parse(args, shown, "usage: tpusim validate --out DIR [--suite gemm] [--sample N] [--config h200-like]", vm))
+    return 0;
+  if (vm["config"].defaulted()) o.config = "h200-like";
+  if (o.out.empty()) throw UsageError("validate needs --out DIR (see tpusim validate --help)");
+  o.tty = isatty(fileno(stderr)) != 0;
+  try {
+    return validate::run(o, std::cerr);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("validate: ") + e.what());
+  }
+}
+
 int cmd_demo(const std::vector<std::string>& args) {
   std::string config;
   std::vector<std::string> sets;
@@ -589,7 +621,7 @@ int main(int argc, char** argv) {
   static const std::map<std::string, int (*)(const std::vector<std::string>&)> commands = {
       {"run", cmd_run}, {"asm", cmd_asm}, {"disasm", cmd_disasm},
       {"compile", cmd_compile}, {"config", cmd_config}, {"demo", cmd_demo}, {"profile", cmd_profile},
-      {"compare", cmd_compare}};
+      {"compare", cmd_compare}, {"validate", cmd_validate}};
   auto it = commands.find(args[0]);
   try {
     if (it == commands.end()) throw UsageError("unknown command '" + args[0] + "' (see tpusim --help)");

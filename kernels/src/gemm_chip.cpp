@@ -180,6 +180,8 @@ namespace {
 struct TilePlan {
   int64_t tm = 0, s = 0, kc = 0;
   int64_t abuf = 2;     // accumulator regions per unit: 2 = the next tile's matrix work overlaps this one's drain
+  int64_t sk = 1, ks = 0;  // splits of K and the elements of K per split (a multiple of kc; the last may be short)
+  int64_t nslot = 2;       // operand slots (chunks in flight)
   double estimate = 0;  // cycles (see choose_tiles)
 };
 
@@ -191,40 +193,64 @@ int64_t strips_tm_max(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
   return std::max<int64_t>(0, std::min(ACC / 2, TM_VMEM));
 }
 
-// Chooses TM and S for the tiled schedule by an estimate of its time: waves = ceil(tiles / P); a tile's matrix
-// work is KT folds x S strips x max(rows, R) cycles on each unit (a fold streams the tile's rows once per strip;
-// a weight load, R cycles, hides behind a stream of at least R rows); its memory share is the bytes it loads
-// (its a rows and b columns over all of K) times the cores loading at once, over the HBM's bytes per cycle.
-// With a cache in front of HBM (CACHE_BYTES_PER_CYCLE > 0) tiles re-read from it, so both bandwidths count.
-// Accumulators are double-buffered (2 regions of S strips x TM rows) or, for twice the rows, single: the tile's
-// drain (U*S strips of TM x C at VPU_WIDTH per cycle) then adds to its time instead of overlapping the next.
-// KC is the largest multiple of R whose two slots and the two C buffers fit VMEM.
+// Chooses the tiled schedule's shape by an estimate of its time. Candidates: S strips per unit, accumulators
+// double-buffered (2 regions of S strips x TM rows: the next tile's matrix work overlaps this one's drain) or
+// single (twice the rows; the drain of U*S strips of TM x C at VPU_WIDTH per cycle then adds to each tile);
+// tile heights TM that split M evenly; NSLOT = 2..4 operand slots (more slots keep more chunks in flight when a
+// chunk's transfer latency exceeds its matrix work, as a GPU kernel's multi-stage pipeline does); KC = the
+// largest multiple of R whose NSLOT slots and two C buffers fit VMEM; and, with max_split_k > 1, SK splits of K.
+// Estimate, per work item (a tile, or a split of one): its chunks, each taking the longest of its matrix work
+// (KC/R folds x S strips x max(TM, R) cycles: a weight load, R cycles, hides behind a stream of at least R rows),
+// its transfer at this core's share of the bandwidth (the cache's when the chip has one, since tiles re-read
+// their operands from it, else HBM's; shared by the cores loading at once) and (latency + transfer) / (NSLOT - 1)
+// (NSLOT - 1 chunks in flight); plus one latency to fill the pipeline. Items run in waves over the cores. Split
+// K adds the reduction: every split's f32 partials written and read back, the result written, a barrier.
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t U,
-                      int64_t mem_bpc, int64_t vpu_width) {
+                      int64_t mem_bpc, int64_t vpu_width, int64_t latency) {
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
-  const int64_t KT = cdiv(g.k, R);
+  const bool may_split = g.max_split_k > 1 || g.split_k > 1;
+  const int64_t OD = may_split ? std::max<int64_t>(O, 4) : O;
   TilePlan best;
   for (int64_t abuf = 2; abuf >= 1; --abuf)
-  for (int64_t S = 1; S <= 8; S *= 2) {
-    if (S > 1 && (S / 2) * U * C >= g.n) break;  // the tile would be wider than the whole of N
-    for (int64_t cap = ACC / (abuf * S); cap >= 1; cap /= 2) {
-      const int64_t tm = cdiv(g.m, cdiv(g.m, cap)), W = U * S * C;
-      const int64_t fixed = 2 * align64(tm * C * O) + 256;
-      const int64_t per_k = 2 * (tm + W) * E;  // bytes of both slots per element of K
-      if (VMEM <= fixed) continue;
-      int64_t kc = std::min((VMEM - fixed) / per_k / R * R, cdiv(g.k, R) * R);
-      if (kc < R) continue;
-      const double tiles = static_cast<double>(cdiv(g.m, tm) * cdiv(g.n, W));
-      const double waves = std::ceil(tiles / static_cast<double>(P));
-      const double compute = static_cast<double>(KT * S * std::max(tm, R));
-      const double bytes = static_cast<double>((tm + std::min(W, g.n)) * g.k * E);
-      const double memory = bytes * std::min(tiles, static_cast<double>(P)) / static_cast<double>(mem_bpc);
-      const double drain = static_cast<double>(U * S * tm * C) / static_cast<double>(vpu_width);
-      const double est = waves * (std::max(compute, memory) + (abuf == 1 ? drain : 0.0)) + drain;
-      if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, abuf, est};
-      if (tm == 1) break;
+    for (int64_t S = 1; S <= 8; S *= 2) {
+      if (S > 1 && (S / 2) * U * C >= g.n) break;  // the tile would be wider than the whole of N
+      const int64_t cap = ACC / (abuf * S), W = U * S * C;
+      // Tile heights: the even splits of M into row tiles of at most cap, cap/2, ... rows, and of at most each
+      // multiple of 16 between cap/8 and cap, so that the tile count can fill the last wave.
+      std::vector<int64_t> heights;
+      for (int64_t h = cap; h >= 1; h /= 2) heights.push_back(cdiv(g.m, cdiv(g.m, h)));
+      for (int64_t h = cap / 16 * 16; h >= std::max<int64_t>(16, cap / 8); h -= 16)
+        heights.push_back(cdiv(g.m, cdiv(g.m, h)));
+      std::sort(heights.begin(), heights.end());
+      heights.erase(std::unique(heights.begin(), heights.end()), heights.end());
+      for (const int64_t tm : heights)
+        for (int64_t nslot = g.slots ? g.slots : 2; nslot <= (g.slots ? g.slots : 4); ++nslot) {
+          const int64_t fixed = 2 * align64(tm * C * OD) + 256;
+          const int64_t per_k = nslot * (tm + W) * E;  // bytes of the slots per element of K
+          if (VMEM <= fixed) continue;
+          const int64_t kc = std::min((VMEM - fixed) / per_k / R * R, cdiv(g.k, R) * R);
+          if (kc < R) continue;
+          const int64_t tiles = cdiv(g.m, tm) * cdiv(g.n, W);
+          const int64_t max_split = g.split_k > 0 ? g.split_k : std::max(1, g.max_split_k);
+          for (int64_t want = g.split_k > 0 ? g.split_k : 1; want <= max_split; want *= 2) {
+            const int64_t ks = cdiv(cdiv(g.k, want), kc) * kc, sk = cdiv(g.k, ks);
+            if (want > 1 && sk < 2 && g.split_k == 0) break;
+            const double items = static_cast<double>(tiles * sk);
+            const double waves = std::ceil(items / static_cast<double>(P));
+            const double share = static_cast<double>(mem_bpc) / std::min(items, static_cast<double>(P));
+            const double chunks = static_cast<double>(cdiv(ks, kc));
+            const double work = static_cast<double>(cdiv(kc, R) * S * std::max(tm, R));
+            const double transfer = static_cast<double>((tm + std::min(W, g.n)) * kc * E) / share;
+            const double chunk = std::max({work, transfer, (static_cast<double>(latency) + transfer) / (nslot - 1)});
+            const double drain = static_cast<double>(U * S * tm * C) / static_cast<double>(vpu_width);
+            double est = waves * (chunks * chunk + static_cast<double>(latency) + (abuf == 1 ? drain : 0.0)) + drain;
+            if (sk > 1)
+              est += static_cast<double>(g.m * g.n) * (8.0 * static_cast<double>(sk) + O) / static_cast<double>(mem_bpc) +
+                     4.0 * static_cast<double>(latency);
+            if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, abuf, sk, ks, nslot, est};
+          }
+        }
     }
-  }
   if (best.tm == 0)
     throw std::invalid_argument("gemm_chip: no tile of the tiled schedule fits VMEM (" + std::to_string(VMEM) +
                                 " bytes) with " + std::to_string(R) + " rows of K");
@@ -238,17 +264,25 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     auto it = s.find(name);
     return it == s.end() ? otherwise : it->second;
   };
-  const int64_t mem_bpc = std::max<int64_t>(1, optional("HBM_BYTES_PER_CYCLE", 64) + optional("CACHE_BYTES_PER_CYCLE", 0));
-  const TilePlan plan = choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, std::max<int64_t>(1, optional("VPU_WIDTH", 128)));
+  // With a cache, tiles re-read their operands from it (HBM serves each byte's first read, in parallel): its
+  // bandwidth is the limit; without one, HBM's.
+  const int64_t cache_bpc = optional("CACHE_BYTES_PER_CYCLE", 0);
+  const int64_t mem_bpc = std::max<int64_t>(1, cache_bpc > 0 ? cache_bpc : optional("HBM_BYTES_PER_CYCLE", 64));
+  const TilePlan plan = choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, std::max<int64_t>(1, optional("VPU_WIDTH", 128)),
+                                     optional("DMA_LATENCY", 100));
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const char* in = isa::dtype_name(g.in);
   const char* acc_dt = g.in == isa::DType::I8 ? "i32" : "f32";
   const int64_t TM = plan.tm, S = plan.s, KC = plan.kc, W = U * S * C, ABUF = plan.abuf;
+  const int64_t SK = plan.sk, KS = plan.ks;                 // splits of K, elements per split
+  const int64_t NSLOT = plan.nslot;
   const int64_t NC = cdiv(g.n, W), T = cdiv(g.m, TM) * NC;  // column tiles, tiles
-  const int64_t NK = cdiv(g.k, KC), KLAST = g.k - (NK - 1) * KC;
+  const int64_t NKS = KS / KC;                              // chunks of a split (all full) ...
+  const int64_t KL = g.k - (SK - 1) * KS, NKL = cdiv(KL, KC), KLAST = KL - (NKL - 1) * KC;  // ... of the last
   const int64_t A_SLOT = align64(TM * KC * E), SLOT = A_SLOT + align64(KC * W * E);
-  const int64_t C_BYTES = align64(TM * C * O);
-  const int64_t VA0 = 0, VC0 = 2 * SLOT;
+  const int64_t OD = SK > 1 ? 4 : O;  // the drain's element size: f32 partials when K is split
+  const int64_t C_BYTES = align64(TM * C * OD);
+  const int64_t VA0 = 0, VC0 = NSLOT * SLOT;
   const bool partial = g.n % W != 0;  // the last column tile lacks some strips
   auto FREE = [](int64_t j) { return 1 + 4 * j; };
   auto FULL = [](int64_t j) { return 2 + 4 * j; };
@@ -261,8 +295,10 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   std::ostringstream o;
   o << "# gemm_chip (tiles): c[" << g.m << "," << g.n << "] = a[" << g.m << "," << g.k << "] @ b[" << g.k << ","
     << g.n << "] on " << P << " cores x " << U << " matrix units: " << T << " tiles of " << TM << " x " << W
-    << " (" << S << " strips per unit, " << ABUF << " accumulator regions), K in chunks of " << KC
-    << " (kernels/gemm_chip.h)\n";
+    << " (" << S << " strips per unit, " << ABUF << " accumulator regions), K in chunks of " << KC << " (" << NSLOT
+    << " slots)";
+  if (SK > 1) o << " and " << SK << " splits of " << KS << " (f32 partials in ws, reduced after a barrier)";
+  o << " (kernels/gemm_chip.h)\n";
   o << ".name \"gemm_chip\"\n.cores " << P << "\n";
   o << ".input a, " << in << ", [" << g.m << ", " << g.k << "]\n";
   if (g.trans_b)
@@ -270,7 +306,10 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   else
     o << ".input b, " << in << ", [" << g.k << ", " << g.n << "]\n";
   o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.m << ", " << g.n << "]\n";
-  o << R"(.reg cid, r1
+  if (SK > 1) o << ".output ws, f32, [" << SK << ", " << g.m << ", " << g.n << "]\n";
+  o << R"(.reg split, r25
+.reg kb, r26
+.reg cid, r1
 .reg t, r2
 .reg m0, r3
 .reg mt, r4
@@ -296,7 +335,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
 .reg vc, r24
 )";
   for (int64_t j = 0; j < U; ++j)
-    o << "    sem.set s" << FREE(j) << ", 2\n    sem.set s" << FULL(j) << ", 0\n    sem.set s" << AFREE(j)
+    o << "    sem.set s" << FREE(j) << ", " << NSLOT << "\n    sem.set s" << FULL(j) << ", 0\n    sem.set s" << AFREE(j)
       << ", " << ABUF << "\n    sem.set s" << AFULL(j) << ", 0\n";
   o << "    sem.set s" << CFREE << ", 2\n    sem.set s" << CFULL << ", 0\n";
   o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li accslot, 0\n    li cslot, 0\n    li astr, " << KC * E
@@ -362,27 +401,51 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
             << ", signal=s" << FREE(j) << "\n" << l << ":\n";
         }
     }
-    o << "    sub slot, one, slot\n";
+    if (NSLOT == 2) {
+      o << "    sub slot, one, slot\n";
+    } else {
+      const std::string l = fresh();
+      o << "    addi slot, slot, 1\n    li t0, " << NSLOT << "\n    blt slot, t0, " << l << "\n    li slot, 0\n" << l << ":\n";
+    }
   };
 
-  o << "tile:\n    li t0, " << T << "\n    bge t, t0, done\n"
-    << "    li t0, " << NC << "\n    div t1, t, t0\n    muli t2, t1, " << NC << "\n    sub t2, t, t2\n"  // row, column tile
+  o << "tile:\n    li t0, " << T * SK << "\n    bge t, t0, done\n"
+    << "    li t0, " << SK << "\n    div t1, t, t0\n    muli t2, t1, " << SK << "\n    sub split, t, t2\n"  // tile, split
+    << "    muli kb, split, " << KS << "\n"
+    << "    li t0, " << NC << "\n    div t2, t1, t0\n    muli t0, t2, " << NC << "\n    sub t2, t1, t0\n"
+    << "    li t0, " << NC << "\n    div t1, t1, t0\n";  // t1 = row tile, t2 = column tile
+  o
     << "    muli m0, t1, " << TM << "\n    li t0, " << g.m << "\n    sub mt, t0, m0\n    li t0, " << TM
     << "\n    min mt, mt, t0\n"
     << "    muli n0, t2, " << W << "\n    li t0, " << g.n << "\n    sub pw, t0, n0\n    li t0, " << W
     << "\n    min pw, pw, t0\n"
     << "    muli ah, m0, " << g.k * E << "\n    li t0, a\n    add ah, ah, t0\n"
     << "    muli bh, n0, " << (g.trans_b ? g.k * E : E) << "\n    li t0, b\n    add bh, bh, t0\n"
-    << "    muli ar, accslot, " << S * TM << "\n    li k0, 0\n";
-  chunk(NK == 1 ? g.k : KC, true);
-  if (NK > 2) {
-    o << "    li k0, " << KC << "\nmid:\n";
-    chunk(KC, false);
-    o << "    addi k0, k0, " << KC << "\n    li t0, " << (NK - 1) * KC << "\n    blt k0, t0, mid\n";
-  }
-  if (NK > 1) {
-    o << "    li k0, " << (NK - 1) * KC << "\n";
-    chunk(KLAST, false);
+    << "    muli ar, accslot, " << S * TM << "\n";
+  // The K range [kb, kb + (nk - 1) * KC + klast): the first chunk, the middle ones in a loop, the last.
+  auto krange = [&](int64_t nk, int64_t klast) {
+    o << "    addi k0, kb, 0\n";
+    chunk(nk == 1 ? klast : KC, true);
+    if (nk > 2) {
+      const std::string mid = fresh();
+      o << "    addi k0, kb, " << KC << "\n" << mid << ":\n";
+      chunk(KC, false);
+      o << "    addi k0, k0, " << KC << "\n    addi t0, kb, " << (nk - 1) * KC << "\n    blt k0, t0, " << mid << "\n";
+    }
+    if (nk > 1) {
+      o << "    addi k0, kb, " << (nk - 1) * KC << "\n";
+      chunk(klast, false);
+    }
+  };
+  if (SK > 1) {
+    const std::string last = fresh(), drain = fresh();
+    o << "    li t0, " << SK - 1 << "\n    beq split, t0, " << last << "\n";
+    krange(NKS, KC);
+    o << "    jmp " << drain << "\n" << last << ":\n";
+    krange(NKL, KLAST);
+    o << drain << ":\n";
+  } else {
+    krange(NKL, KLAST);
   }
   // Drain: every strip of every unit into a C buffer, stored into c.
   for (int64_t j = 0; j < U; ++j) {
@@ -394,19 +457,53 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       const std::string l = fresh();
       strip_guard(q, l);
       o << "    muli vc, cslot, " << C_BYTES << "\n    addi vc, vc, " << VC0 << "\n"
-        << "    addi t0, ar, " << j * ACC + sidx * TM << "\n    muli t1, nt, " << O << "\n"
+        << "    addi t0, ar, " << j * ACC + sidx * TM << "\n    muli t1, nt, " << OD << "\n"
         << "    vpu.sync wait=s" << CFREE << "\n"
-        << "    vpu.acc vc, t0, mt, nt, t1, r0, r0, " << acc_dt << ", " << isa::dtype_name(g.out) << "\n"
+        << "    vpu.acc vc, t0, mt, nt, t1, r0, r0, " << acc_dt << ", " << isa::dtype_name(SK > 1 ? isa::DType::F32 : g.out) << "\n"
         << "    vpu.sync signal=s" << CFULL << "\n"
-        << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << q * C << "\n    muli t0, t0, "
-        << O << "\n    li t2, c\n    add t0, t0, t2\n    li t2, " << g.n * O << "\n"
+        << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << q * C << "\n";
+      if (SK > 1)  // the split's partial tile: ws[split, m0:, n0:] in f32
+        o << "    muli t2, split, " << g.m * g.n << "\n    add t0, t0, t2\n    muli t0, t0, 4\n    li t2, ws\n"
+          << "    add t0, t0, t2\n    li t2, " << g.n * 4 << "\n";
+      else
+        o << "    muli t0, t0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    li t2, " << g.n * O << "\n";
+      o
         << "    dma.st t0, vc, mt, t1, t2, t1, wait=s" << CFULL << ", signal=s" << CFREE << "\n"
         << "    sub cslot, one, cslot\n" << l << ":\n";
     }
     o << "    vpu.sync signal=s" << AFREE(j) << "\n" << lu << ":\n";
   }
   if (ABUF == 2) o << "    sub accslot, one, accslot\n";
-  o << "    addi t, t, " << P << "\n    jmp tile\ndone:\n    halt\n";
+  o << "    addi t, t, " << P << "\n    jmp tile\ndone:\n";
+  if (SK > 1) {
+    // Reduction, after every core's partials are in ws: the M*N results in chunks of EL elements dealt over the
+    // cores; per chunk x = ws[0] + ws[1] + ... in order (f32), cast to c's type and stored. Y is double-buffered
+    // so the next split's load overlaps the add; semaphores 1-5 are reused (every unit is idle at the barrier).
+    const int64_t MN = g.m * g.n;
+    const int64_t EL = std::max<int64_t>(16, (VMEM - 512) / (12 + O) / 16 * 16), NCH = cdiv(MN, EL);
+    const int64_t VX = 0, VY0 = align64(EL * 4), VY1 = VY0 + align64(EL * 4), VO = VY1 + align64(EL * 4);
+    const int YFULL = 1, YFREE = 2, XFULL = 3, XFREE = 4, OFREE = 5;
+    o << "    barrier\n    sem.set s" << YFULL << ", 0\n    sem.set s" << YFREE << ", 2\n    sem.set s" << XFULL
+      << ", 0\n    sem.set s" << XFREE << ", 1\n    sem.set s" << OFREE << ", 1\n    sem.set s" << CFULL
+      << ", 0\n    addi t, cid, 0\n"
+      << "reduce:\n    li t0, " << NCH << "\n    bge t, t0, end\n"
+      << "    muli k0, t, " << EL << "\n    li t0, " << MN << "\n    sub nt, t0, k0\n    li t0, " << EL
+      << "\n    min nt, nt, t0\n    muli t1, nt, 4\n    li one, 1\n"
+      << "    muli t0, k0, 4\n    li t2, ws\n    add t0, t0, t2\n    li va, " << VX << "\n"
+      << "    dma.ld va, t0, one, t1, r0, r0, wait=s" << XFREE << ", signal=s" << XFULL << "\n"
+      << "    vpu.sync wait=s" << XFULL << "\n";
+    for (int64_t sp = 1; sp < SK; ++sp) {
+      o << "    addi t0, t0, " << MN * 4 << "\n    li vb, " << (sp % 2 ? VY0 : VY1) << "\n"
+        << "    dma.ld vb, t0, one, t1, r0, r0, wait=s" << YFREE << ", signal=s" << YFULL << "\n"
+        << "    vpu.add va, va, vb, nt, f32, wait=s" << YFULL << ", signal=s" << YFREE << "\n";
+    }
+    o << "    li vc, " << VO << "\n    vpu.cast vc, va, nt, r0, f32, " << isa::dtype_name(g.out) << ", wait=s" << OFREE
+      << "\n    vpu.sync signal=s" << XFREE << "\n    vpu.sync signal=s" << CFULL << "\n"
+      << "    muli t0, k0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    muli t1, nt, " << O << "\n"
+      << "    dma.st t0, vc, one, t1, r0, r0, wait=s" << CFULL << ", signal=s" << OFREE << "\n"
+      << "    addi t, t, " << P << "\n    jmp reduce\nend:\n";
+  }
+  o << "    halt\n";
   return o.str();
 }
 
@@ -436,6 +533,8 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
   }
   if (schedule == GemmSchedule::Strips) return strips_source(g, s);
   if (ACC < 2) throw std::invalid_argument("gemm_chip: the tiled schedule needs at least 2 accumulator rows");
+  if (g.slots != 0 && (g.slots < 2 || g.slots > 4))
+    throw std::invalid_argument("gemm_chip: " + std::to_string(g.slots) + " operand slots asked (2 to 4)");
   return tiles_source(g, s, P, U);
 }
 

@@ -5,7 +5,7 @@
 // tables of the issue (presets, and the scaling over matrix units and cores).
 //
 //   chip_bench --config v4 [--set k=v]... [--m 4096 --k 4096 --n 4096] [--dtype bf16|i8] [--cores N] [--mxus N]
-//              [--out f32|bf16|i32|i8] [--schedule auto|strips|tiles] [--functional] [--stats FILE.json]
+//              [--out f32|bf16|i32|i8] [--schedule auto|strips|tiles] [--split-k N] [--max-split-k N] [--plan] [--trans-b] [--functional] [--stats FILE.json]
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   std::string config = "v4";
   std::vector<std::string> sets;
   kernels::GemmChip g{4096, 4096, 4096, isa::DType::BF16, isa::DType::F32, 0, 0};
-  bool functional = false;
+  bool functional = false, plan = false;  // --plan: print the kernel's plan (its first source line)
   std::string stats, out_name;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -40,6 +40,10 @@ int main(int argc, char** argv) {
     else if (a == "--mxus") g.mxus = std::stoi(next());
     else if (a == "--dtype") g.in = next() == "i8" ? isa::DType::I8 : isa::DType::BF16;
     else if (a == "--functional") functional = true;
+    else if (a == "--split-k") g.split_k = std::stoi(next());
+    else if (a == "--max-split-k") g.max_split_k = std::stoi(next());
+    else if (a == "--plan") plan = true;
+    else if (a == "--trans-b") g.trans_b = true;
     else if (a == "--schedule") {
       const std::string v = next();
       g.schedule = v == "strips" ? kernels::GemmSchedule::Strips
@@ -67,6 +71,10 @@ int main(int argc, char** argv) {
     std::map<std::string, int64_t> symbols;
     for (const auto& [name, v] : sim::kernel_symbols(cfg)) symbols[name] = v;
     isa::Program p = kernels::gemm_chip_kernel(g, symbols);
+    if (plan) {
+      const std::string src = kernels::gemm_chip_source(g, symbols);
+      std::cout << src.substr(0, src.find('\n')) << "\n";
+    }
     sim::Chip chip(cfg);
     sim::RunOptions opts;
     opts.functional = functional;

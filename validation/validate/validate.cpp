@@ -68,13 +68,15 @@ ChipFigures figures(const sim::ChipConfig& cfg) {
 }
 
 // The GEMM kernel the compiler emits for `y = x @ W^T` (W [n, k], a Linear layer) on this chip: gemm_chip's
-// tiled schedule with the weights transposed on load; fp8 runs as the 1-byte type at the chip's i8 rate.
+// tiled schedule with the weights transposed on load, K split where tiles alone leave cores idle; fp8 runs as
+// the 1-byte type at the chip's i8 rate.
 isa::Program gemm_program(const Case& c, const std::map<std::string, int64_t>& symbols) {
   kernels::GemmChip g;
   g.m = get(c, "m"), g.n = get(c, "n"), g.k = get(c, "k");
   g.in = c.cls == "gemm_fp8" ? isa::DType::I8 : isa::DType::BF16;
   g.out = isa::DType::BF16;
   g.trans_b = true;
+  g.max_split_k = 16;  // as cuBLAS splits K when the output tiles alone leave SMs idle
   return kernels::gemm_chip_kernel(g, symbols);
 }
 

@@ -63,6 +63,14 @@ struct GemmChip {
   // b given as [N, K] (row-major), c = a @ b^T (a Linear layer's weights, attention's K): the tiled schedule
   // loads W rows of KC elements per chunk and the weight loads transpose them (mxu.lw trans, same timing).
   bool trans_b = false;
+  // At most this many splits of K (the tiled schedule): when tiles alone leave cores idle (few, long tiles),
+  // each tile's K range is split over several cores, which write f32 partial tiles to an extra output `ws`
+  // [SK, M, N]; after a barrier the cores sum them (in split order) into c. Results then depend on the split,
+  // as cuBLAS's split-K results do, so the compiler (bit-identical results on every chip shape) leaves it at 1;
+  // `tpusim validate` models GPU library kernels with it.
+  int max_split_k = 1;
+  int split_k = 0;  // > 0: exactly this many splits of K (fewer if K has fewer chunks); 0: chosen, <= max_split_k
+  int slots = 0;    // tiled schedule: 2..4 operand slots (chunks in flight) exactly; 0: chosen
 };
 
 // Assembly source of the kernel for the chip described by `symbols` (sim::kernel_symbols: MXU_ROWS, MXU_COLS,
