@@ -573,6 +573,8 @@ int cmd_validate(const std::vector<std::string>& args) {
        "at most N cases, the same share of each class, in a fixed pseudo-random order (0: every case)")
       ("part", po::value(&o.part)->default_value("all")->value_name("all|tune|held-out"),
        "all cases, or only the tuning or the held-out part (one case in five, by a hash of its shape)")
+      ("max-gflop", po::value(&o.max_gflop)->default_value(0)->value_name("X"),
+       "leave out cases of more than X GFLOP, which take seconds to a minute each to simulate (0: none)")
       ("goldens", po::value(&o.goldens)->value_name("DIR"),
        "folder holding gemm.csv (default: the project's validation/goldens/h200)")
       ("out", po::value(&o.out)->value_name("DIR"), "where cases.csv, summary.csv, summary.md and scatter.svg go");

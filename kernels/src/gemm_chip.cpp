@@ -225,7 +225,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
       heights.erase(std::unique(heights.begin(), heights.end()), heights.end());
       for (const int64_t tm : heights)
         for (int64_t nslot = g.slots ? g.slots : 2; nslot <= (g.slots ? g.slots : 4); ++nslot) {
-          const int64_t fixed = 2 * align64(tm * C * OD) + 256;
+          const int64_t fixed = std::min<int64_t>(U * S, 8) * align64(tm * C * OD) + 256;  // the C buffers
           const int64_t per_k = nslot * (tm + W) * E;  // bytes of the slots per element of K
           if (VMEM <= fixed) continue;
           const int64_t kc = std::min((VMEM - fixed) / per_k / R * R, cdiv(g.k, R) * R);
@@ -282,7 +282,10 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t A_SLOT = align64(TM * KC * E), SLOT = A_SLOT + align64(KC * W * E);
   const int64_t OD = SK > 1 ? 4 : O;  // the drain's element size: f32 partials when K is split
   const int64_t C_BYTES = align64(TM * C * OD);
-  const int64_t VA0 = 0, VC0 = NSLOT * SLOT;
+  // One C buffer per strip of a tile (up to 8): every strip's store is in flight at once, so a tile's drain
+  // costs one store latency, not one per pair of strips.
+  const int64_t NCBUF = std::min<int64_t>(U * S, 8);
+  const int64_t VA0 = 0, VC0 = NSLOT * SLOT;  // then NCBUF C buffers
   const bool partial = g.n % W != 0;  // the last column tile lacks some strips
   auto FREE = [](int64_t j) { return 1 + 4 * j; };
   auto FULL = [](int64_t j) { return 2 + 4 * j; };
@@ -337,7 +340,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   for (int64_t j = 0; j < U; ++j)
     o << "    sem.set s" << FREE(j) << ", " << NSLOT << "\n    sem.set s" << FULL(j) << ", 0\n    sem.set s" << AFREE(j)
       << ", " << ABUF << "\n    sem.set s" << AFULL(j) << ", 0\n";
-  o << "    sem.set s" << CFREE << ", 2\n    sem.set s" << CFULL << ", 0\n";
+  o << "    sem.set s" << CFREE << ", " << NCBUF << "\n    sem.set s" << CFULL << ", 0\n";
   o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li accslot, 0\n    li cslot, 0\n    li astr, " << KC * E
     << "\n    li wstr, " << W * E << "\n    addi t, cid, 0\n    li nt, " << C << "\n";
   // Strip q (of U*S) of the tile: skipped where the last column tile lacks it; nt = its columns.
@@ -469,7 +472,8 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
         o << "    muli t0, t0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    li t2, " << g.n * O << "\n";
       o
         << "    dma.st t0, vc, mt, t1, t2, t1, wait=s" << CFULL << ", signal=s" << CFREE << "\n"
-        << "    sub cslot, one, cslot\n" << l << ":\n";
+        << "    addi cslot, cslot, 1\n    li t0, " << NCBUF << "\n    blt cslot, t0, " << l << "\n    li cslot, 0\n"
+        << l << ":\n";
     }
     o << "    vpu.sync signal=s" << AFREE(j) << "\n" << lu << ":\n";
   }

@@ -182,7 +182,9 @@ int run(const Options& opts, std::ostream& log) {
     const bool want = opts.part == "held-out";
     std::erase_if(cases, [&](const Case& c) { return c.held_out != want; });
   }
+  if (opts.max_gflop > 0) std::erase_if(cases, [&](const Case& c) { return c.flops > opts.max_gflop * 1e9; });
   cases = sample(std::move(cases), opts.sample);
+  if (cases.empty()) throw std::invalid_argument("no golden case is left to run (see --part and --max-gflop)");
 
   const sim::ChipConfig cfg = sim::load_config(opts.config, opts.sets);
   std::map<std::string, int64_t> symbols;
@@ -196,7 +198,9 @@ int run(const Options& opts, std::ostream& log) {
   std::ostringstream header;
   header << "tpusim validate --suite " << opts.suite << " --config " << opts.config;
   for (const std::string& s : opts.sets) header << " --set " << s;
-  header << " --sample " << opts.sample << " --part " << opts.part << "\n\ngoldens: " << dir << "/gemm.csv ("
+  header << " --sample " << opts.sample << " --part " << opts.part;
+  if (opts.max_gflop > 0) header << " --max-gflop " << opts.max_gflop;
+  header << "\n\ngoldens: " << dir << "/gemm.csv ("
          << cases.size() << " cases run). Timing-only; the simulated time includes chip.launch_cycles. The "
          << "roofline baseline is max(flops / peak, bytes / HBM bandwidth) + " << kFixedUs << " us with this "
          << "chip's peak (" << fig.peak_bf16 / 1e12 << " TFLOP/s bf16, " << fig.peak_i8 / 1e12 << " fp8) and HBM ("

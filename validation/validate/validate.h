@@ -23,6 +23,7 @@ struct Options {
   std::string out;                  // output folder (required)
   size_t sample = 0;                // 0 = every case; else at most this many, spread evenly over the classes
   std::string part = "all";         // all | tune | held-out
+  double max_gflop = 0;             // > 0: leave out cases of more GFLOP (they take long to simulate)
   bool tty = false;                 // progress on a terminal
 };
 

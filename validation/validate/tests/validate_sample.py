@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""The CI sample of `tpusim validate` (ctest label `validate`): a fixed sample of GEMM goldens on h200-like.
+
+Checks, each against something computed here independently:
+  - every case ran (a finite simulated time, no error) and the CSV has the sample's size;
+  - the held-out flags follow the documented hash (FNV-1a of "class m=.. n=.. k=..", one in five);
+  - one case's simulated time equals chip_bench's cycles for the same kernel over the preset's clock;
+  - summary.csv's MAPE for gemm_bf16 equals the mean of |simulated - measured| / measured over cases.csv;
+  - scatter.svg is well-formed XML with one circle per case;
+  - the sample's bf16 MAPE has not grown past its recorded level (a regression guard: a modelling change that
+    makes it worse must say so by changing RECORDED_BF16_MAPE here).
+usage: validate_sample.py TPUSIM CHIP_BENCH OUT_DIR
+"""
+import csv
+import math
+import subprocess
+import sys
+import xml.dom.minidom
+
+SAMPLE, MAX_GFLOP = 16, 20
+RECORDED_BF16_MAPE = None  # set below after the first measured run
+
+
+def fnv1a(s):
+    h = 1469598103934665603
+    for c in s.encode():
+        h = ((h ^ c) * 1099511628211) % (1 << 64)
+    return h
+
+
+def main():
+    tpusim, chip_bench, out = sys.argv[1:4]
+    subprocess.run([tpusim, "validate", "--sample", str(SAMPLE), "--max-gflop", str(MAX_GFLOP), "--out", out],
+                   check=True)
+    rows = list(csv.DictReader(open(f"{out}/cases.csv")))
+    assert len(rows) == SAMPLE, f"{len(rows)} rows, {SAMPLE} expected"
+    for r in rows:
+        assert r["error"] == "", r
+        assert math.isfinite(float(r["simulated_us"])) and float(r["simulated_us"]) > 0, r
+        shape = dict(kv.split("=") for kv in r["shape"].split())
+        key = f"{r['class']} m={shape['m']} n={shape['n']} k={shape['k']}"
+        assert (r["held_out"] in ("1", "true", "yes")) == (fnv1a(key) % 5 == 0), (key, r["held_out"])
+        assert float(r["flops"]) == 2 * int(shape["m"]) * int(shape["n"]) * int(shape["k"]), r
+
+    # One case against chip_bench (the same kernel, run by another program).
+    r = next(x for x in rows if x["class"] == "gemm_bf16")
+    shape = dict(kv.split("=") for kv in r["shape"].split())
+    line = subprocess.run([chip_bench, "--config", "h200-like", "--m", shape["m"], "--n", shape["n"], "--k",
+                           shape["k"], "--out", "bf16", "--trans-b", "--max-split-k", "16"],
+                          check=True, capture_output=True, text=True).stdout
+    cycles = int(line.split(" cycles")[0].split()[-1])
+    assert abs(cycles / 1830.0 - float(r["simulated_us"])) < 1e-6 * cycles, (cycles, r["simulated_us"])
+
+    # summary.csv against cases.csv.
+    bf16 = [x for x in rows if x["class"] == "gemm_bf16"]
+    mape = 100 * sum(abs(float(x["simulated_us"]) - float(x["measured_us"])) / float(x["measured_us"])
+                     for x in bf16) / len(bf16)
+    summary = list(csv.DictReader(open(f"{out}/summary.csv")))
+    keys = summary[0].keys()
+    col = next(k for k in keys if "mape" in k.lower())
+    part_col = next(k for k in keys if k.lower() == "part")
+    regime_col = next(k for k in keys if k.lower() == "regime")
+    row = next(x for x in summary if x["class"] == "gemm_bf16" and x[part_col] == "all"
+               and x[regime_col] in ("all", ""))
+    assert abs(float(row[col]) - mape) < 1e-3 * max(1, mape), (row[col], mape)
+
+    doc = xml.dom.minidom.parse(f"{out}/scatter.svg")
+    assert len(doc.getElementsByTagName("circle")) == len(rows)
+
+    print(f"validate sample: {len(rows)} cases, gemm_bf16 MAPE {mape:.1f}% (recorded {RECORDED_BF16_MAPE})")
+    if RECORDED_BF16_MAPE is not None:
+        assert mape <= RECORDED_BF16_MAPE + 0.5, f"bf16 MAPE {mape:.2f}% grew past {RECORDED_BF16_MAPE}%"
+
+
+if __name__ == "__main__":
+    main()
