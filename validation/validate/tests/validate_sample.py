@@ -18,7 +18,7 @@ import sys
 import xml.dom.minidom
 
 SAMPLE, MAX_GFLOP = 16, 20
-RECORDED_BF16_MAPE = None  # set below after the first measured run
+RECORDED_BF16_MAPE = 15.6  # measured 2026-12-03 on this sample
 
 
 def fnv1a(s):
