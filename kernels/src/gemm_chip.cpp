@@ -21,20 +21,10 @@ int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
 
 }  // namespace
 
-static std::string strips_source(const GemmChip& g, const std::map<std::string, int64_t>& s) {
+// The strips schedule (gemm_chip.h); gemm_chip_source has checked the shape, the types, P and U.
+static std::string strips_source(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t U) {
   const int64_t R = symbol(s, "MXU_ROWS"), C = symbol(s, "MXU_COLS"), ACC = symbol(s, "ACC_ROWS"),
                 VMEM = symbol(s, "VMEM_BYTES");
-  const int64_t P = g.cores ? g.cores : symbol(s, "CORES");
-  const int64_t U = g.mxus ? g.mxus : symbol(s, "MXUS");
-  if (g.m < 1 || g.k < 1 || g.n < 1) throw std::invalid_argument("gemm_chip: M, K and N must be positive");
-  if (g.in != isa::DType::I8 && g.in != isa::DType::BF16)
-    throw std::invalid_argument("gemm_chip: inputs must be i8 or bf16");
-  if (P < 1 || P > symbol(s, "CORES"))
-    throw std::invalid_argument("gemm_chip: " + std::to_string(P) + " cores asked, the chip has " +
-                                std::to_string(symbol(s, "CORES")));
-  if (U < 1 || U > symbol(s, "MXUS") || U > 7)
-    throw std::invalid_argument("gemm_chip: " + std::to_string(U) + " matrix units per core asked (the chip has " +
-                                std::to_string(symbol(s, "MXUS")) + "; the kernel's semaphores allow 7)");
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const char* in = isa::dtype_name(g.in);
   const char* acc_dt = g.in == isa::DType::I8 ? "i32" : "f32";
@@ -535,7 +525,7 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
     const bool fits = strips_tm_max(g, R, C, ACC, VMEM, U) >= 1;
     schedule = fits && cdiv(g.n, U * C) >= P ? GemmSchedule::Strips : GemmSchedule::Tiles;
   }
-  if (schedule == GemmSchedule::Strips) return strips_source(g, s);
+  if (schedule == GemmSchedule::Strips) return strips_source(g, s, P, U);
   if (ACC < 2) throw std::invalid_argument("gemm_chip: the tiled schedule needs at least 2 accumulator rows");
   if (g.slots != 0 && (g.slots < 2 || g.slots > 4))
     throw std::invalid_argument("gemm_chip: " + std::to_string(g.slots) + " operand slots asked (2 to 4)");
