@@ -194,12 +194,12 @@ int64_t strips_tm_max(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
 // its transfer at this core's share of the bandwidth (the cache's when the chip has one, since tiles re-read
 // their operands from it, else HBM's; shared by the cores loading at once) and (latency + transfer) / (NSLOT - 1)
 // (NSLOT - 1 chunks in flight); plus one latency to fill the pipeline. Items run in waves over the cores. Split
-// K adds the reduction: every split's f32 partials written and read back, the result written, a barrier.
+// K adds the reduction: every split's f32 partials written (to HBM: the cache writes through) and read back,
+// the result written, a barrier.
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t U,
-                      int64_t mem_bpc, int64_t vpu_width, int64_t latency) {
+                      int64_t mem_bpc, int64_t hbm_bpc, int64_t vpu_width, int64_t latency) {
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const bool may_split = g.max_split_k > 1 || g.split_k > 1;
-  const int64_t OD = may_split ? std::max<int64_t>(O, 4) : O;
   TilePlan best;
   for (int64_t abuf = 2; abuf >= 1; --abuf)
     for (int64_t S = 1; S <= 8; S *= 2) {
@@ -215,14 +215,17 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
       heights.erase(std::unique(heights.begin(), heights.end()), heights.end());
       for (const int64_t tm : heights)
         for (int64_t nslot = g.slots ? g.slots : 2; nslot <= (g.slots ? g.slots : 4); ++nslot) {
-          const int64_t fixed = std::min<int64_t>(U * S, 8) * align64(tm * C * OD) + 256;  // the C buffers
+          // split = 0: K whole (C buffers of the output type); 1: K split (C buffers of f32 partials)
+          for (int split = g.split_k > 1 ? 1 : 0; split <= (may_split ? 1 : 0); ++split) {
+          const int64_t od = split ? std::max<int64_t>(O, 4) : O;
+          const int64_t fixed = std::min<int64_t>(U * S, 8) * align64(tm * C * od) + 256;  // the C buffers
           const int64_t per_k = nslot * (tm + W) * E;  // bytes of the slots per element of K
           if (VMEM <= fixed) continue;
           const int64_t kc = std::min((VMEM - fixed) / per_k / R * R, cdiv(g.k, R) * R);
           if (kc < R) continue;
           const int64_t tiles = cdiv(g.m, tm) * cdiv(g.n, W);
-          const int64_t max_split = g.split_k > 0 ? g.split_k : std::max(1, g.max_split_k);
-          for (int64_t want = g.split_k > 0 ? g.split_k : 1; want <= max_split; want *= 2) {
+          const int64_t max_split = !split ? 1 : g.split_k > 0 ? g.split_k : g.max_split_k;
+          for (int64_t want = !split ? 1 : g.split_k > 0 ? g.split_k : 2; want <= max_split; want *= 2) {
             const int64_t ks = cdiv(cdiv(g.k, want), kc) * kc, sk = cdiv(g.k, ks);
             if (want > 1 && sk < 2 && g.split_k == 0) break;
             const double items = static_cast<double>(tiles * sk);
@@ -234,10 +237,13 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
             const double chunk = std::max({work, transfer, (static_cast<double>(latency) + transfer) / (nslot - 1)});
             const double drain = static_cast<double>(U * S * tm * C) / static_cast<double>(vpu_width);
             double est = waves * (chunks * chunk + static_cast<double>(latency) + (abuf == 1 ? drain : 0.0)) + drain;
-            if (sk > 1)
-              est += static_cast<double>(g.m * g.n) * (8.0 * static_cast<double>(sk) + O) / static_cast<double>(mem_bpc) +
+            if (sk > 1)  // partials and results written to HBM, partials read back (from the cache if any)
+              est += static_cast<double>(g.m * g.n) *
+                         ((4.0 * static_cast<double>(sk) + O) / static_cast<double>(hbm_bpc) +
+                          4.0 * static_cast<double>(sk) / static_cast<double>(mem_bpc)) +
                      4.0 * static_cast<double>(latency);
             if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, abuf, sk, ks, nslot, est};
+          }
           }
         }
     }
@@ -258,7 +264,8 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   // bandwidth is the limit; without one, HBM's.
   const int64_t cache_bpc = optional("CACHE_BYTES_PER_CYCLE", 0);
   const int64_t mem_bpc = std::max<int64_t>(1, cache_bpc > 0 ? cache_bpc : optional("HBM_BYTES_PER_CYCLE", 64));
-  const TilePlan plan = choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, std::max<int64_t>(1, optional("VPU_WIDTH", 128)),
+  const int64_t hbm_bpc = std::max<int64_t>(1, optional("HBM_BYTES_PER_CYCLE", 64));
+  const TilePlan plan = choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, std::max<int64_t>(1, optional("VPU_WIDTH", 128)),
                                      optional("DMA_LATENCY", 100));
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const char* in = isa::dtype_name(g.in);
