@@ -893,12 +893,13 @@ HostTensor random_tensor(const isa::TensorDecl& d, uint64_t seed) {
   HostTensor t{d.dtype, d.shape, std::vector<uint8_t>(d.bytes())};
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> small(-128, 127);
+  std::uniform_int_distribution<int32_t> index(0, 15);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   for (int64_t i = 0; i < t.elements(); ++i) {
     switch (d.dtype) {
       case isa::DType::I8: t.data[i] = static_cast<uint8_t>(static_cast<int8_t>(small(rng))); break;
-      case isa::DType::I32: {
-        int32_t v = small(rng);
+      case isa::DType::I32: {  // usually indices (token ids): non-negative, valid for any table of 16 rows
+        int32_t v = index(rng);
         std::memcpy(t.data.data() + 4 * i, &v, 4);
         break;
       }

@@ -479,6 +479,22 @@ class UserFacing(Workdir):
         out = self.run_in_dir(kernel, *self.GEMM, "--inputs", "in", "--random-inputs").stdout
         self.assertIn("inputs as random data (--seed 1): b\n", out)
 
+    def test_random_index_inputs_are_valid_indices(self):
+        # i32 inputs are usually indices: --random-inputs makes them 0..15, so an embedding lookup of a 16-row
+        # table runs (negative ids used to stop it with a dma.gather error); the rows it gathered are the table's.
+        # Row r of the (bf16) table holds r, exact in bf16, so the gathered rows tell which ids were drawn.
+        kernel = os.path.join(KERNELS, "gather.s")
+        table = np.repeat(np.arange(16, dtype=np.float32)[:, None], 8, axis=1)
+        np.save(self.path("table.npy"), table)
+        out = self.path("out")
+        tpusim("run", kernel, "-D", "M=64", "-D", "D=8", "-D", "V=16", "--random-inputs",
+               "--seed", "3", "--input", "table=" + self.path("table.npy"), "--output-dir", out)
+        y = np.load(os.path.join(out, "y.npy"))
+        ids = y[:, 0].astype(np.int64)
+        self.assertTrue(((ids >= 0) & (ids <= 15)).all(), ids)
+        self.assertGreater(len(set(ids.tolist())), 4)  # drawn, not constant
+        np.testing.assert_array_equal(y, table[ids])
+
     def test_asm_says_what_it_wrote(self):
         src = os.path.join(KERNELS, "gemm_int8.s")
         out = tpusim("asm", src, "-D", "M=50", "-D", "K=60", "-D", "N=70", "-o", self.path("g.tpub")).stdout

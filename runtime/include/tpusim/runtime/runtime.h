@@ -234,8 +234,9 @@ class Client {
   std::shared_ptr<detail::ClientCore> core_;
 };
 
-// Deterministic pseudo-random tensor of a declaration's dtype and shape (small integers for i8/i32, uniform in
-// [-1, 1) for floats), for timing runs and demos.
+// Deterministic pseudo-random tensor of a declaration's dtype and shape, for timing runs and demos: i8 uniform in
+// [-128, 127]; i32 in [0, 15] (i32 inputs are usually indices such as token ids, and these are valid for any
+// table of at least 16 rows); floats uniform in [-1, 1).
 HostTensor random_tensor(const isa::TensorDecl& decl, uint64_t seed);
 std::string describe(const isa::TensorDecl& decl);  // "a: i8 [384, 256]"
 
