@@ -218,7 +218,8 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
           // split = 0: K whole (C buffers of the output type); 1: K split (C buffers of f32 partials)
           for (int split = g.split_k > 1 ? 1 : 0; split <= (may_split ? 1 : 0); ++split) {
           const int64_t od = split ? std::max<int64_t>(O, 4) : O;
-          const int64_t fixed = std::min<int64_t>(U * S, 8) * align64(tm * C * od) + 256;  // the C buffers
+          const int64_t fixed = std::min<int64_t>(U * S, 8) * align64(tm * C * od) + 256 +  // the C buffers
+                                (g.bias ? align64(W * 4) : 0);                              // and the bias
           const int64_t per_k = nslot * (tm + W) * E;  // bytes of the slots per element of K
           if (VMEM <= fixed) continue;
           const int64_t kc = std::min((VMEM - fixed) / per_k / R * R, cdiv(g.k, R) * R);
@@ -288,7 +289,9 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   auto FULL = [](int64_t j) { return 2 + 4 * j; };
   auto AFREE = [](int64_t j) { return 3 + 4 * j; };
   auto AFULL = [](int64_t j) { return 4 + 4 * j; };
-  const int64_t CFREE = 4 * U + 1, CFULL = 4 * U + 2;
+  const int64_t CFREE = 4 * U + 1, CFULL = 4 * U + 2, BFREE = 4 * U + 3, BFULL = 4 * U + 4;
+  const int64_t NTB = cdiv(g.n, C);                   // b_tiled: weight tiles per row of tiles
+  const int64_t VBIAS = VC0 + NCBUF * C_BYTES;        // bias: the tile's W columns (f32 or i32)
   int label = 0;
   auto fresh = [&label]() { return "l" + std::to_string(label++); };
 
@@ -303,8 +306,11 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   o << ".input a, " << in << ", [" << g.m << ", " << g.k << "]\n";
   if (g.trans_b)
     o << ".input b, " << in << ", [" << g.n << ", " << g.k << "]\n";
+  else if (g.b_tiled)
+    o << ".input b, " << in << ", [" << cdiv(g.k, R) << ", " << cdiv(g.n, C) << ", " << R << ", " << C << "]\n";
   else
     o << ".input b, " << in << ", [" << g.k << ", " << g.n << "]\n";
+  if (g.bias) o << ".input bias, " << acc_dt << ", [" << g.n << "]\n";
   o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.m << ", " << g.n << "]\n";
   if (SK > 1) o << ".output ws, f32, [" << SK << ", " << g.m << ", " << g.n << "]\n";
   o << R"(.reg split, r25
@@ -329,6 +335,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
 .reg t2, r18
 .reg nt, r19
 .reg one, r20
+.reg t3, r27
 .reg ar, r21
 .reg astr, r22
 .reg wstr, r23
@@ -338,6 +345,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     o << "    sem.set s" << FREE(j) << ", " << NSLOT << "\n    sem.set s" << FULL(j) << ", 0\n    sem.set s" << AFREE(j)
       << ", " << ABUF << "\n    sem.set s" << AFULL(j) << ", 0\n";
   o << "    sem.set s" << CFREE << ", " << NCBUF << "\n    sem.set s" << CFULL << ", 0\n";
+  if (g.bias) o << "    sem.set s" << BFREE << ", 1\n    sem.set s" << BFULL << ", 0\n";
   o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li accslot, 0\n    li cslot, 0\n    li astr, " << KC * E
     << "\n    li wstr, " << W * E << "\n    addi t, cid, 0\n    li nt, " << C << "\n";
   // Strip q (of U*S) of the tile: skipped where the last column tile lacks it; nt = its columns.
@@ -362,6 +370,11 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     if (g.trans_b)  // pw rows of b (output columns), kc elements of K each, KC apart in VMEM
       o << "    muli t0, k0, " << E << "\n    add t0, t0, bh\n    li t1, " << kc * E << "\n    li t2, " << g.k * E
         << "\n    dma.ld vb, t0, pw, t1, t2, astr, signal=s" << FULL(0) << "\n";
+    else if (g.b_tiled)  // per fold, the tile's ceil(pw / C) weight tiles are contiguous: one row per fold
+      o << "    muli t0, k0, " << NTB * C * E << "\n    add t0, t0, bh\n    li kt, " << cdiv(kc, R) << "\n    addi t1, pw, "
+        << C - 1 << "\n    li t2, " << C << "\n    div t1, t1, t2\n    muli t1, t1, " << R * C * E << "\n    li t2, "
+        << NTB * R * C * E << "\n    li vc, " << W * R * E << "\n    dma.ld vb, t0, kt, t1, t2, vc, signal=s" << FULL(0)
+        << "\n";
     else
       o << "    muli t0, k0, " << g.n * E << "\n    add t0, t0, bh\n    li kt, " << kc << "\n    muli t1, pw, " << E
         << "\n    li t2, " << g.n * E << "\n    dma.ld vb, t0, kt, t1, t2, wstr, signal=s" << FULL(0) << "\n";
@@ -381,6 +394,9 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
           if (g.trans_b)  // the strip's C rows of the panel, from element f*R of each
             o << "    addi t1, vb, " << (q * C * KC + f * R) * E << "\n    mxu.lw t1, kt, nt, astr, " << in
               << ", trans, mxu=" << j;
+          else if (g.b_tiled)  // fold f's tile q: R x C contiguous
+            o << "    addi t1, vb, " << (f * W * R + q * R * C) * E << "\n    li t2, " << C * E << "\n    mxu.lw t1, kt, nt, t2, "
+              << in << ", mxu=" << j;
           else
             o << "    addi t1, vb, " << (f * R * W + q * C) * E << "\n    mxu.lw t1, kt, nt, wstr, " << in
               << ", mxu=" << j;
@@ -420,7 +436,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     << "    muli n0, t2, " << W << "\n    li t0, " << g.n << "\n    sub pw, t0, n0\n    li t0, " << W
     << "\n    min pw, pw, t0\n"
     << "    muli ah, m0, " << g.k * E << "\n    li t0, a\n    add ah, ah, t0\n"
-    << "    muli bh, n0, " << (g.trans_b ? g.k * E : E) << "\n    li t0, b\n    add bh, bh, t0\n"
+    << "    muli bh, n0, " << (g.trans_b ? g.k * E : g.b_tiled ? R * E : E) << "\n    li t0, b\n    add bh, bh, t0\n"
     << "    muli ar, accslot, " << S * TM << "\n";
   // The K range [kb, kb + (nk - 1) * KC + klast): the first chunk, the middle ones in a loop, the last.
   auto krange = [&](int64_t nk, int64_t klast) {
@@ -447,6 +463,10 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   } else {
     krange(NKL, KLAST);
   }
+  if (g.bias)  // the tile's bias columns, once the previous tile's drain is done with the buffer
+    o << "    muli t0, n0, 4\n    li t2, bias\n    add t0, t0, t2\n    li vc, " << VBIAS << "\n    muli t1, pw, 4\n"
+      << "    dma.ld vc, t0, one, t1, r0, r0, wait=s" << BFREE << ", signal=s" << BFULL << "\n";
+  if (g.bias) o << "    vpu.sync wait=s" << BFULL << "\n";
   // Drain: every strip of every unit into a C buffer, stored into c.
   for (int64_t j = 0; j < U; ++j) {
     const std::string lu = fresh();
@@ -459,7 +479,9 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       o << "    muli vc, cslot, " << C_BYTES << "\n    addi vc, vc, " << VC0 << "\n"
         << "    addi t0, ar, " << j * ACC + sidx * TM << "\n    muli t1, nt, " << OD << "\n"
         << "    vpu.sync wait=s" << CFREE << "\n"
-        << "    vpu.acc vc, t0, mt, nt, t1, r0, r0, " << acc_dt << ", " << isa::dtype_name(SK > 1 ? isa::DType::F32 : g.out) << "\n"
+        << "    li t2, " << VBIAS + q * C * 4 << "\n    li t3, " << g.scale_bits << "\n"
+        << "    vpu.acc vc, t0, mt, nt, t1, t2, t3, " << acc_dt << ", " << isa::dtype_name(SK > 1 ? isa::DType::F32 : g.out)
+        << (g.bias ? ", bias_en" : "") << (g.relu ? ", relu" : "") << (g.scale_bits ? ", scale_en" : "") << "\n"
         << "    vpu.sync signal=s" << CFULL << "\n"
         << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << q * C << "\n";
       if (SK > 1)  // the split's partial tile: ws[split, m0:, n0:] in f32
@@ -474,6 +496,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     }
     o << "    vpu.sync signal=s" << AFREE(j) << "\n" << lu << ":\n";
   }
+  if (g.bias) o << "    vpu.sync signal=s" << BFREE << "\n";
   if (ABUF == 2) o << "    sub accslot, one, accslot\n";
   o << "    addi t, t, " << P << "\n    jmp tile\ndone:\n";
   if (SK > 1) {
@@ -525,9 +548,15 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
     throw std::invalid_argument("gemm_chip: " + std::to_string(U) + " matrix units per core asked (the chip has " +
                                 std::to_string(symbol(s, "MXUS")) + "; the kernel's semaphores allow 7)");
   GemmSchedule schedule = g.schedule;
-  if (g.trans_b && schedule == GemmSchedule::Strips)
-    throw std::invalid_argument("gemm_chip: a transposed b (trans_b) needs the tiled schedule");
-  if (schedule == GemmSchedule::Auto && g.trans_b) schedule = GemmSchedule::Tiles;
+  const bool epilogue = g.bias || g.relu || g.scale_bits != 0 || g.b_tiled;
+  if ((g.trans_b || epilogue) && schedule == GemmSchedule::Strips)
+    throw std::invalid_argument("gemm_chip: trans_b, b_tiled, bias, relu and scale need the tiled schedule");
+  if (g.trans_b && g.b_tiled) throw std::invalid_argument("gemm_chip: b is either transposed or tiled, not both");
+  if (epilogue && (g.split_k > 1 || g.max_split_k > 1))
+    throw std::invalid_argument("gemm_chip: bias, relu, scale and b_tiled do not combine with split K");
+  if (g.bias && U > 6)
+    throw std::invalid_argument("gemm_chip: with a bias the kernel's semaphores allow 6 matrix units per core");
+  if (schedule == GemmSchedule::Auto && (g.trans_b || epilogue)) schedule = GemmSchedule::Tiles;
   if (schedule == GemmSchedule::Auto) {
     const bool fits = strips_tm_max(g, R, C, ACC, VMEM, U) >= 1;
     schedule = fits && cdiv(g.n, U * C) >= P ? GemmSchedule::Strips : GemmSchedule::Tiles;

@@ -7,6 +7,8 @@
 
 #include "reference_harness.h"
 #include "tpusim/kernels/gemm_chip.h"
+#include "tpusim/isa/numerics.h"
+#include "tpusim/kernels/kernels.h"
 #include "tpusim/sim/config.h"
 
 namespace tpusim::reftest {
@@ -123,6 +125,53 @@ TEST(GemmChip, Int8TiledWithFourSlotsAndSplitK) {
   cases(DType::I8, 912, kernels::GemmSchedule::Tiles, {"vmem.size_kib=4"}, true, 2, 4);
 }
 TEST(GemmChip, Int8TiledWithTransposedB) { cases(DType::I8, 908, kernels::GemmSchedule::Tiles, {}, true); }
+
+// The compiler's GEMMs: bias, relu, a scale and weights stored tile by tile (gemm.s's B_TILED layout), on 2 cores
+// x 3 units (tiled schedule) against gemm.s on one unit with the same defines, bit for bit (gemm.s is checked
+// against the reference machine and the host elsewhere). The weights are written in the tiled layout for both.
+void epilogue_cases(DType in, uint64_t seed, bool relu, float scale) {
+  TPUSIM_MACHINES(m, chip_sets());
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
+  Random r(seed);
+  const DType acc = in == DType::I8 ? DType::I32 : DType::F32;
+  const DType out = in == DType::I8 ? DType::I8 : DType::BF16;
+  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {33, 64, 65}}) {
+    const int64_t kt = (s.k + R - 1) / R, nt = (s.n + C - 1) / C;
+    std::vector<double> a = r.values(in, s.m * s.k, -3, 3), b = r.values(in, s.k * s.n, -3, 3);
+    std::vector<double> bias = in == DType::I8 ? r.values(DType::I8, s.n) : r.values(DType::F32, s.n, -2, 4);
+    std::vector<double> tiled(static_cast<size_t>(kt * nt * R * C), 0.0);
+    for (int64_t i = 0; i < s.k; ++i)
+      for (int64_t j = 0; j < s.n; ++j) tiled[(((i / R) * nt + j / C) * R + i % R) * C + j % C] = b[i * s.n + j];
+    auto run = [&](const isa::Program& p) {
+      m->write(p.find("a")->addr, a, in);
+      m->write(p.find("b")->addr, tiled, in);
+      m->write(p.find("bias")->addr, bias, acc);
+      const isa::TensorDecl* c = p.find("c");
+      m->write(c->addr, std::vector<uint8_t>(c->bytes(), 0xa5));
+      m->run(p);
+      return m->read_sim(c->addr, static_cast<size_t>(c->elements()), out);
+    };
+    kernels::GemmChip g{s.m, s.k, s.n, in, out, 2, 3, kernels::GemmSchedule::Auto};
+    g.bias = true, g.relu = relu, g.b_tiled = true, g.scale_bits = scale == 1.0f ? 0 : isa::bits_from_f32(scale);
+    std::vector<double> whole = run(kernels::gemm_chip_kernel(g, symbols));
+    std::map<std::string, int64_t> defines = symbols;
+    defines.insert({{"M", s.m}, {"K", s.k}, {"N", s.n}, {"IN_DT", static_cast<int64_t>(in)},
+                    {"OUT_DT", static_cast<int64_t>(out)}, {"BIAS", 1}, {"RELU", relu}, {"B_TILED", 1},
+                    {"SCALE", static_cast<int64_t>(g.scale_bits)}});
+    std::vector<double> one = run(kernels::assemble("gemm.s", defines, {}, 0));
+    const std::string what = "gemm_chip with bias" + std::string(relu ? ", relu" : "") + " M=" + std::to_string(s.m) +
+                             " K=" + std::to_string(s.k) + " N=" + std::to_string(s.n);
+    expect_all(what + ": 2 cores x 3 units vs gemm.s, bit for bit", whole.size(),
+               [&](size_t i) { return same(whole[i], one[i]); },
+               [&](size_t i) { return "gemm_chip " + num(whole[i]) + ", gemm.s " + num(one[i]); });
+  }
+}
+
+TEST(GemmChip, Bf16EpilogueAndTiledWeightsMatchGemmS) { epilogue_cases(DType::BF16, 913, true, 1.0f); }
+TEST(GemmChip, Bf16ScaledMatchesGemmS) { epilogue_cases(DType::BF16, 914, false, 0.375f); }
+TEST(GemmChip, Int8EpilogueMatchesGemmS) { epilogue_cases(DType::I8, 915, true, 0.0625f); }
 
 TEST(GemmChip, ShapesThatCannotRunSaySo) {
   TPUSIM_MACHINES(m, chip_sets());

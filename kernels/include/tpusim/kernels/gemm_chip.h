@@ -71,6 +71,11 @@ struct GemmChip {
   int max_split_k = 1;
   int split_k = 0;  // > 0: exactly this many splits of K (fewer if K has fewer chunks); 0: chosen, <= max_split_k
   int slots = 0;    // tiled schedule: 2..4 operand slots (chunks in flight) exactly; 0: chosen
+  // The epilogue and layouts gemm.s has, for the compiler (tiled schedule only, no split K, at most 6 units):
+  bool bias = false;        // input `bias` [N] (i32 for i8 inputs, f32 for bf16) added to the accumulators
+  bool relu = false;        // max(x, 0) after the bias
+  uint32_t scale_bits = 0;  // f32 bits multiplying the accumulator before the cast (0: none)
+  bool b_tiled = false;     // b stored tile by tile: [cdiv(K,R), cdiv(N,C), R, C], zero-padded (gemm.s's B_TILED)
 };
 
 // Assembly source of the kernel for the chip described by `symbols` (sim::kernel_symbols: MXU_ROWS, MXU_COLS,
