@@ -1,10 +1,13 @@
 #include "codegen.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "tpusim/compiler/compiler.h"
+#include "tpusim/isa/assembler.h"
 #include "tpusim/kernels/copy.h"
+#include "tpusim/kernels/gemm_chip.h"
 #include "tpusim/kernels/kernels.h"
 #include "tpusim/kernels/rowwise.h"
 
@@ -31,10 +34,64 @@ bool starts_with_sync(const isa::Program& frag) {
   return false;
 }
 
+int64_t symbol_or(const std::map<std::string, int64_t>& s, const char* name, int64_t otherwise) {
+  auto it = s.find(name);
+  return it == s.end() ? otherwise : it->second;
+}
+
+// A gemm.s call as the whole-chip kernel (kernels/gemm_chip.h), where the chip has more than one core or matrix
+// unit and gemm_chip does everything the call asks (not ACT_RESIDENT); gemm_chip gives the same results bit for
+// bit. nullopt: the call stays gemm.s on one unit.
+std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const std::map<std::string, int64_t>& symbols) {
+  const int64_t cores = symbol_or(symbols, "CORES", 1), mxus = symbol_or(symbols, "MXUS", 1);
+  if (call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s" || cores * mxus <= 1) return std::nullopt;
+  auto param = [&](const char* name, int64_t otherwise) {
+    auto it = call.params.find(name);
+    return it == call.params.end() ? otherwise : it->second;
+  };
+  if (param("ACT_RESIDENT", 0) != 0) return std::nullopt;
+  kernels::GemmChip g;
+  g.m = param("M", 0), g.k = param("K", 0), g.n = param("N", 0);
+  g.in = static_cast<isa::DType>(param("IN_DT", static_cast<int64_t>(isa::DType::BF16)));
+  g.out = static_cast<isa::DType>(param("OUT_DT", static_cast<int64_t>(isa::DType::F32)));
+  g.bias = param("BIAS", 0) != 0, g.relu = param("RELU", 0) != 0;
+  g.scale_bits = static_cast<uint32_t>(param("SCALE", 0));
+  g.b_tiled = param("B_TILED", 0) != 0, g.trans_b = param("TRANS_B", 0) != 0;
+  g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias ? 6 : 7));
+  g.schedule = kernels::GemmSchedule::Tiles;
+  // Worth it only where the estimate beats one unit's (gemm.s: row tiles of up to ACC_ROWS / 2 rows, each
+  // streamed once per strip of C columns and fold of R rows of K, plus a load's and a store's latency) by more
+  // than the two barriers around it: a small GEMM runs faster on one unit than spread with synchronisation.
+  const int64_t R = symbol_or(symbols, "MXU_ROWS", 1), C = symbol_or(symbols, "MXU_COLS", 1);
+  const int64_t tm = std::max<int64_t>(1, std::min(g.m, symbol_or(symbols, "ACC_ROWS", 2) / 2));
+  auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const double one_unit = static_cast<double>(cdiv(g.m, tm) * cdiv(g.n, C) * cdiv(g.k, R) * std::max(tm, R)) +
+                          2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));  // first load, last store
+  const double sync = cores > 1 ? 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0)) : 0.0;
+  try {
+    // (with a margin of a quarter: the estimates leave out the per-instruction costs of the larger kernel)
+    if (kernels::gemm_chip_estimate(g, symbols) + sync >= 0.75 * one_unit) return std::nullopt;
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;  // a shape the whole-chip kernel cannot run stays on gemm.s
+  }
+  return g;
+}
+
+// `whole`: the call as the whole-chip kernel (whole_chip_gemm), or nullopt.
 isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
-                           const std::map<std::string, int64_t>& symbols, uint64_t base_pc) {
+                           const std::map<std::string, int64_t>& symbols, uint64_t base_pc,
+                           const std::optional<kernels::GemmChip>& g = std::nullopt) {
   auto at = [&](int buf, uint64_t off) { return plan.buffers[buf].addr + off; };
   try {
+    if (g) {
+      isa::AsmOptions opts;
+      opts.base_pc = base_pc;
+      for (const auto& [tensor, b] : call.tensors) {
+        auto off = call.offsets.find(tensor);
+        opts.tensor_addr[tensor] = at(b, off == call.offsets.end() ? 0 : off->second);
+      }
+      return isa::assemble(kernels::gemm_chip_source(*g, symbols), "gemm_chip", opts);
+    }
     if (call.kind == KernelCall::Kind::Copy) {
       std::vector<kernels::Move> moves;
       moves.reserve(call.moves.size());
@@ -114,17 +171,52 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
       p.tensors.push_back(std::move(t));
     }
 
+  // On a chip of several cores, the program runs on all of them (SPMD): whole-chip kernels share the work, every
+  // other kernel runs on core 0 (the others jump over it: core.id, bne), and a barrier separates consecutive
+  // kernels (it also waits for this core's units, as the fence between kernels on one core does).
+  const int64_t chip_cores = symbol_or(symbols, "CORES", 1);
+  std::vector<std::optional<kernels::GemmChip>> chip_gemm;
+  bool spread = false;
+  for (const KernelCall& call : plan.calls) {
+    chip_gemm.push_back(whole_chip_gemm(call, symbols));
+    spread = spread || chip_gemm.back().has_value();
+  }
+  const bool spmd = spread && chip_cores > 1;
+  if (spmd) p.cores = static_cast<uint32_t>(chip_cores);
+  constexpr int kGuardReg = 31;
+  bool prev_whole = false;
+
   int node = -1;  // the "node" region of the previous call, which a call with the same label extends
   for (size_t c = 0; c < plan.calls.size(); ++c) {
     const KernelCall& call = plan.calls[c];
     const auto call_begin = static_cast<uint32_t>(p.code.size());
-    isa::Program frag = assemble_call(plan, call, symbols, p.code.size());
-    if (c > 0 && !starts_with_sync(frag)) {
+    const bool whole = chip_gemm[c].has_value();
+    // Cores meet at a barrier around each whole-chip kernel; between two core-0 kernels core 0 fences alone.
+    const bool meet = spmd && c > 0 && (whole || prev_whole);
+    if (meet) {
+      p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::BARRIER}));
+      p.source.push_back(call.label + ": barrier before " + call.kernel);
+    }
+    prev_whole = whole;
+    const bool guard = spmd && !whole;  // core 0 only
+    const uint64_t base = p.code.size() + (guard ? 2 : 0);
+    isa::Program frag = assemble_call(plan, call, symbols, base, chip_gemm[c]);
+    if (!meet && c > 0 && !starts_with_sync(frag)) {
       p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::FENCE}));
       p.source.push_back(call.label + ": fence before " + call.kernel);
-      frag = assemble_call(plan, call, symbols, p.code.size());
+      frag = assemble_call(plan, call, symbols, p.code.size() + (guard ? 2 : 0), chip_gemm[c]);
     }
-    const uint64_t end = p.code.size() + frag.code.size();
+    const uint64_t end = p.code.size() + (guard ? 2 : 0) + frag.code.size();
+    if (guard) {
+      isa::Instr id{.op = isa::Op::COREID};
+      id.f[0] = kGuardReg;
+      isa::Instr skip{.op = isa::Op::BNE};
+      skip.f[0] = kGuardReg, skip.f[1] = 0, skip.f[2] = static_cast<int64_t>(end);
+      p.code.push_back(isa::encode(id));
+      p.source.push_back(call.label + ": core.id (" + call.kernel + " runs on core 0)");
+      p.code.push_back(isa::encode(skip));
+      p.source.push_back(call.label + ": other cores skip " + call.kernel);
+    }
     if (node < 0 || p.regions[node].name != call.label) {
       node = static_cast<int>(p.regions.size());
       p.regions.push_back(isa::Region{isa::kRegionNode, call.label, call_begin, 0});
@@ -133,14 +225,15 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     p.regions[node].flops += call.flops;
     p.regions[node].bytes += call_bytes(plan, call);
     const auto frag_begin = static_cast<uint32_t>(p.code.size());
-    p.regions.push_back(isa::Region{isa::kRegionKernel, call.kernel, frag_begin, static_cast<uint32_t>(end)});
+    p.regions.push_back(isa::Region{isa::kRegionKernel, whole ? "gemm_chip" : call.kernel, frag_begin,
+                                    static_cast<uint32_t>(end)});
     for (isa::Region r : frag.regions) {  // the kernel's own regions, if it marks any
       r.begin += frag_begin, r.end += frag_begin;
       p.regions.push_back(std::move(r));
     }
     for (size_t i = 0; i < frag.code.size(); ++i) {
       isa::Word w = frag.code[i];
-      if (c + 1 < plan.calls.size() && isa::decode(w).op == isa::Op::HALT) {
+      if ((c + 1 < plan.calls.size() || guard) && isa::decode(w).op == isa::Op::HALT) {
         isa::Instr jump{.op = isa::Op::JMP};
         jump.f[0] = static_cast<int64_t>(end);
         w = isa::encode(jump);
@@ -148,6 +241,10 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
       p.code.push_back(w);
       p.source.push_back(call.label + ": " + (i < frag.source.size() ? frag.source[i] : call.kernel));
     }
+  }
+  if (spmd && (p.code.empty() || isa::decode(p.code.back()).op != isa::Op::HALT)) {
+    p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::HALT}));  // where core 0's last kernel and the others end
+    p.source.push_back("end of the program");
   }
   return p;
 }

@@ -254,7 +254,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
   return best;
 }
 
-std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t U) {
+TilePlan plan_tiles(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t U) {
   const int64_t R = symbol(s, "MXU_ROWS"), C = symbol(s, "MXU_COLS"), ACC = symbol(s, "ACC_ROWS"),
                 VMEM = symbol(s, "VMEM_BYTES");
   auto optional = [&s](const char* name, int64_t otherwise) {
@@ -264,10 +264,16 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   // With a cache, tiles re-read their operands from it (HBM serves each byte's first read, in parallel): its
   // bandwidth is the limit; without one, HBM's.
   const int64_t cache_bpc = optional("CACHE_BYTES_PER_CYCLE", 0);
-  const int64_t mem_bpc = std::max<int64_t>(1, cache_bpc > 0 ? cache_bpc : optional("HBM_BYTES_PER_CYCLE", 64));
   const int64_t hbm_bpc = std::max<int64_t>(1, optional("HBM_BYTES_PER_CYCLE", 64));
-  const TilePlan plan = choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, std::max<int64_t>(1, optional("VPU_WIDTH", 128)),
-                                     optional("DMA_LATENCY", 100));
+  const int64_t mem_bpc = std::max<int64_t>(1, cache_bpc > 0 ? cache_bpc : hbm_bpc);
+  return choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, std::max<int64_t>(1, optional("VPU_WIDTH", 128)),
+                      optional("DMA_LATENCY", 100));
+}
+
+std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t U) {
+  const int64_t R = symbol(s, "MXU_ROWS"), C = symbol(s, "MXU_COLS"), ACC = symbol(s, "ACC_ROWS"),
+                VMEM = symbol(s, "VMEM_BYTES");
+  const TilePlan plan = plan_tiles(g, s, P, U);
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const char* in = isa::dtype_name(g.in);
   const char* acc_dt = g.in == isa::DType::I8 ? "i32" : "f32";
@@ -566,6 +572,13 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
   if (g.slots != 0 && (g.slots < 2 || g.slots > 4))
     throw std::invalid_argument("gemm_chip: " + std::to_string(g.slots) + " operand slots asked (2 to 4)");
   return tiles_source(g, s, P, U);
+}
+
+double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
+  gemm_chip_source(g, symbols);  // the same checks
+  const int64_t P = g.cores ? g.cores : symbol(symbols, "CORES");
+  const int64_t U = g.mxus ? g.mxus : symbol(symbols, "MXUS");
+  return plan_tiles(g, symbols, P, U).estimate;
 }
 
 isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {

@@ -186,6 +186,8 @@ std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cf
       {"HBM_BYTES", static_cast<int64_t>(cfg.hbm_bytes())},
       // HBM bandwidth in bytes per cycle (at least 1): kernel generators weigh memory against compute with it
       {"HBM_BYTES_PER_CYCLE", std::max<int64_t>(1, static_cast<int64_t>(cfg.hbm_bytes_per_cycle()))},
+      // cycles a barrier or signal between cores takes (chip.sync_latency)
+      {"SYNC_LATENCY", static_cast<int64_t>(cfg.chip.sync_latency)},
       // cycles from a DMA transfer's start to its first byte from HBM (dma.latency)
       {"DMA_LATENCY", static_cast<int64_t>(cfg.dma.latency)},
       // the shared level's bandwidth in bytes per cycle when it is a cache (shared.cache = 1), else 0

@@ -83,6 +83,10 @@ struct GemmChip {
 // Throws std::invalid_argument when the shape or the chip cannot run it (the message says why).
 std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
 
+// The kernel's estimated cycles (the tiled schedule's plan estimate, gemm_chip.cpp: waves, chunk pipeline,
+// bandwidth), for choosing between it and a one-unit kernel. Throws as gemm_chip_source.
+double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
+
 // gemm_chip_source assembled (isa::Error on failure).
 isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
 
