@@ -65,8 +65,10 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
   const int64_t R = symbol_or(symbols, "MXU_ROWS", 1), C = symbol_or(symbols, "MXU_COLS", 1);
   const int64_t tm = std::max<int64_t>(1, std::min(g.m, symbol_or(symbols, "ACC_ROWS", 2) / 2));
   auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-  const double one_unit = static_cast<double>(cdiv(g.m, tm) * cdiv(g.n, C) * cdiv(g.k, R) * std::max(tm, R)) +
-                          2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));  // first load, last store
+  const double matrix = static_cast<double>(cdiv(g.m, tm) * cdiv(g.n, C) * cdiv(g.k, R) * std::max(tm, R));
+  const double latency = 2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));  // first load, last store
+  const double one_unit = matrix + latency;
+  if (matrix < latency) return std::nullopt;  // latency-bound on any number of units: spreading cannot pay
   const double sync = cores > 1 ? 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0)) : 0.0;
   try {
     // (with a margin of a quarter: the estimates leave out the per-instruction costs of the larger kernel)

@@ -479,6 +479,30 @@ class UserFacing(Workdir):
         out = self.run_in_dir(kernel, *self.GEMM, "--inputs", "in", "--random-inputs").stdout
         self.assertIn("inputs as random data (--seed 1): b\n", out)
 
+    def test_whole_chip_gives_the_one_unit_results(self):
+        # On v4 (2 cores x 4 matrix units) the compiler spreads the CNN's larger GEMMs over both cores: the program
+        # runs on 2 cores and is faster, and its outputs are those of the same chip with 1 core of 1 unit, bit for
+        # bit (the matrix units sum each pass in a fixed order, whatever the tiling).
+        d = os.path.join(WORKLOADS_DIR, "tinycnn")
+        if not os.path.exists(os.path.join(d, "tinycnn.onnx")):
+            self.skipTest(f"{d}/tinycnn.onnx is not exported")
+        runs = {}
+        for name, sets in (("whole", []), ("one", ["--set", "chip.cores=1", "--set", "core.mxus=1"])):
+            out = self.path(name)
+            tpusim("run", os.path.join(d, "tinycnn.onnx"), "--input", "input=" + os.path.join(d, "input.npy"),
+                   "--config", "v4", *sets, "--output-dir", out, "--stats", self.path(name + ".json"))
+            stats = json.loads(read(self.path(name + ".json")))
+            outputs = {}
+            for f in sorted(os.listdir(out)):
+                with open(os.path.join(out, f), "rb") as fh:
+                    outputs[f] = fh.read()
+            runs[name] = (stats, outputs)
+        self.assertEqual(runs["whole"][0]["cores_running"], 2)
+        self.assertEqual(runs["one"][0]["cores_running"], 1)
+        self.assertLess(runs["whole"][0]["cycles"], runs["one"][0]["cycles"])
+        self.assertTrue(runs["whole"][1])
+        self.assertEqual(runs["whole"][1], runs["one"][1])
+
     def test_random_index_inputs_are_valid_indices(self):
         # i32 inputs are usually indices: --random-inputs makes them 0..15, so an embedding lookup of a 16-row
         # table runs (negative ids used to stop it with a dma.gather error); the rows it gathered are the table's.
