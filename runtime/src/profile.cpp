@@ -102,7 +102,8 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
   Profile prof;
   prof.chip = cfg.chip.name;
   prof.clock_mhz = cfg.chip.clock_mhz;
-  prof.peak_flops_per_cycle = 2.0 * cfg.mxu.rows * cfg.mxu.cols;
+  // The whole chip's bf16 peak: every matrix unit of every core (a program may use fewer; the bound is the chip's).
+  prof.peak_flops_per_cycle = 2.0 * cfg.mxu.rows * cfg.mxu.cols * cfg.core.mxus * cfg.chip.cores;
   prof.hbm_bytes_per_cycle = cfg.hbm_bytes_per_cycle();
   prof.cycles = run.stats.cycles;
   prof.program.kind = "program";

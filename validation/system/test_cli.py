@@ -264,6 +264,10 @@ class CompileReport(Workdir):
         self.assertEqual(rep["chip"], "v4-like")
         self.assertEqual(rep["peak_flops_per_cycle"], 2 * 128 * 128)
         self.assertAlmostEqual(rep["hbm_bytes_per_cycle"], 1200e3 / 1050, delta=1e-9)
+        # A whole chip's bound uses its whole peak: v4 is 2 cores x 4 MXUs of 128 x 128.
+        tpusim("compile", os.path.join(MLP_DIR, "mlp.onnx"), "--config", "v4", "--report", self.path("v4.txt"),
+               "--report-json", self.path("v4.json"), "-o", self.path("v4.tpub"))
+        self.assertEqual(json.loads(read(self.path("v4.json")))["peak_flops_per_cycle"], 2 * 128 * 128 * 4 * 2)
         rows = self.table(text)
         self.assertEqual([r[0] for r in rows], [n["name"] for n in nodes])  # every node, in program order
         for row, n in zip(rows, nodes):

@@ -7,8 +7,9 @@
 //
 // Roofline: a region whose maker gave its work (isa::Region::flops and ::bytes; the compiler does for graph
 // nodes) gets a lower bound on its cycles on this chip, the larger of
-//   compute: flops / Profile::peak_flops_per_cycle, with peak_flops_per_cycle = 2 * mxu.rows * mxu.cols (every
-//            PE of the MXU doing one multiply-add, 2 operations, each cycle), and
+//   compute: flops / Profile::peak_flops_per_cycle, with peak_flops_per_cycle = 2 * mxu.rows * mxu.cols *
+//            core.mxus * chip.cores (every PE of every matrix unit of the chip doing one multiply-add, 2
+//            operations, each cycle), and
 //   memory:  bytes / Profile::hbm_bytes_per_cycle, with hbm_bytes_per_cycle = hbm.bandwidth_gbs * 1e3 /
 //            chip.clock_mhz (ChipConfig::hbm_bytes_per_cycle: GB/s is 1e3 bytes per microsecond, MHz 1 cycle
 //            per microsecond);
@@ -64,7 +65,7 @@ struct RegionProfile {
 struct Profile {
   std::string chip;
   double clock_mhz = 0;
-  double peak_flops_per_cycle = 0;    // 2 * mxu.rows * mxu.cols
+  double peak_flops_per_cycle = 0;    // 2 * mxu.rows * mxu.cols * core.mxus * chip.cores: the whole chip's
   double hbm_bytes_per_cycle = 0;     // hbm.bandwidth_gbs * 1e3 / chip.clock_mhz
   uint64_t cycles = 0;                // the run's cycles
   RegionProfile program;              // the whole program, every event
