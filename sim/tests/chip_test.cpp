@@ -271,7 +271,7 @@ TEST(WholeChip, CacheSplitsATransferIntoHeldAndMissingRows) {
   b.op(Op::DMALD, {0, 0, 7, 4, 5, 6}).wait(1);    // 6: bytes [0, 512) from 24: [0, 256) held, [256, 512) not
   RunResult r = chip.run(b.build());
   // The second load: the held rows on the shared level [28, 32), the missing ones from HBM [34, 42); done at
-  // 42, halt: 43 cycles. Stores and loads: 256 + 256 bytes from HBM, 256 from the cache.
+  // 42, halt: 43 cycles. The loads read 256 + 256 bytes from HBM and 256 from the cache.
   EXPECT_EQ(r.stats.cycles, 43u);
   EXPECT_EQ(r.stats.hbm_bytes_read, 512u);
   EXPECT_EQ(r.stats.shared_bytes_read, 256u);
