@@ -173,9 +173,10 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
       p.tensors.push_back(std::move(t));
     }
 
-  // On a chip of several cores, the program runs on all of them (SPMD): whole-chip kernels share the work, every
-  // other kernel runs on core 0 (the others jump over it: core.id, bne), and a barrier separates consecutive
-  // kernels (it also waits for this core's units, as the fence between kernels on one core does).
+  // On a chip of several cores where some GEMM is spread, the program runs on all of them (SPMD): whole-chip
+  // kernels share the work, every other kernel runs on core 0 (the others jump over it: core.id, bne), and a
+  // barrier comes before and after each whole-chip kernel (it also waits for this core's units, as the fence
+  // between kernels on one core does).
   const int64_t chip_cores = symbol_or(symbols, "CORES", 1);
   std::vector<std::optional<kernels::GemmChip>> chip_gemm;
   bool spread = false;
