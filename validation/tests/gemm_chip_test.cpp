@@ -193,6 +193,16 @@ TEST(GemmChip, ShapesThatCannotRunSaySo) {
             0u);
   // Auto takes the tiled schedule, which cuts K into chunks, when a row of a does not fit.
   EXPECT_EQ(message({4, 1 << 20, 4, DType::BF16, DType::F32, 1, 1}), "no error");
+  kernels::GemmChip g{8, 8, 8, DType::BF16, DType::F32, 1, 1, kernels::GemmSchedule::Strips};
+  g.bias = true;
+  EXPECT_EQ(message(g), "gemm_chip: trans_b, b_tiled, bias, relu and scale need the tiled schedule");
+  g.schedule = kernels::GemmSchedule::Auto, g.max_split_k = 4;
+  EXPECT_EQ(message(g), "gemm_chip: bias, relu, scale and b_tiled do not combine with split K");
+  g.max_split_k = 1, g.b_tiled = true, g.trans_b = true;
+  EXPECT_EQ(message(g), "gemm_chip: b is either transposed or tiled, not both");
+  g = kernels::GemmChip{8, 8, 8, DType::BF16, DType::F32, 1, 1, kernels::GemmSchedule::Tiles};
+  g.slots = 5;
+  EXPECT_EQ(message(g), "gemm_chip: 5 operand slots asked (2 to 4)");
 }
 
 }  // namespace
