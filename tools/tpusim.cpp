@@ -573,6 +573,8 @@ int cmd_validate(const std::vector<std::string>& args) {
        "at most N cases, the same share of each class, in a fixed pseudo-random order (0: every case)")
       ("part", po::value(&o.part)->default_value("all")->value_name("all|tune|held-out"),
        "all cases, or only the tuning or the held-out part (one case in five, by a hash of its shape)")
+      ("jobs", po::value(&o.jobs)->default_value(1)->value_name("N"),
+       "worker processes: cases are shared among N processes, each simulating its own (results are the same)")
       ("max-gflop", po::value(&o.max_gflop)->default_value(0)->value_name("X"),
        "leave out cases of more than X GFLOP, which take seconds to a minute each to simulate (0: none)")
       ("goldens", po::value(&o.goldens)->value_name("DIR"),
@@ -586,6 +588,7 @@ int cmd_validate(const std::vector<std::string>& args) {
     return 0;
   if (vm["config"].defaulted()) o.config = "h200-like";
   if (o.out.empty()) throw UsageError("validate needs --out DIR (see tpusim validate --help)");
+  if (o.jobs < 1 || o.jobs > 256) throw UsageError("validate: --jobs must be 1 to 256");
   o.tty = isatty(fileno(stderr)) != 0;
   try {
     return validate::run(o, std::cerr);

@@ -25,6 +25,7 @@ struct Options {
   std::string part = "all";         // all | tune | held-out
   double max_gflop = 0;             // > 0: leave out cases of more GFLOP (they take long to simulate)
   bool tty = false;                 // progress on a terminal
+  int jobs = 1;                     // worker processes (one SystemC kernel each)
 };
 
 // The project's own golden folder (validation/goldens/h200 in the source tree this was built from).

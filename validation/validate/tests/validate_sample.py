@@ -7,6 +7,7 @@ Checks, each against something computed here independently:
   - one case's simulated time equals chip_bench's cycles for the same kernel over the preset's clock;
   - summary.csv's MAPE for gemm_bf16 equals the mean of |simulated - measured| / measured over cases.csv;
   - scatter.svg is well-formed XML with one circle per case;
+  - --jobs 2 (two worker processes) gives the same rows, simulated times included;
   - the sample's bf16 MAPE has not grown past its recorded level (a regression guard: a modelling change that
     makes it worse must say so by changing RECORDED_BF16_MAPE here).
 usage: validate_sample.py TPUSIM CHIP_BENCH OUT_DIR
@@ -63,6 +64,13 @@ def main():
     row = next(x for x in summary if x["class"] == "gemm_bf16" and x[part_col] == "all"
                and x[regime_col] in ("all", ""))
     assert abs(float(row[col]) - mape) < 1e-3 * max(1, mape), (row[col], mape)
+
+    # Two worker processes: the same cases, the same simulated times, in the same order.
+    subprocess.run([tpusim, "validate", "--sample", str(SAMPLE), "--max-gflop", str(MAX_GFLOP), "--jobs", "2",
+                    "--out", out + "-jobs2"], check=True)
+    rows2 = list(csv.DictReader(open(f"{out}-jobs2/cases.csv")))
+    assert [(r["shape"], r["class"], r["simulated_us"]) for r in rows2] == \
+        [(r["shape"], r["class"], r["simulated_us"]) for r in rows], "--jobs 2 differs from one process"
 
     doc = xml.dom.minidom.parse(f"{out}/scatter.svg")
     assert len(doc.getElementsByTagName("circle")) == len(rows)
