@@ -578,7 +578,7 @@ int cmd_validate(const std::vector<std::string>& args) {
       ("max-gflop", po::value(&o.max_gflop)->default_value(0)->value_name("X"),
        "leave out cases of more than X GFLOP, which take seconds to a minute each to simulate (0: none)")
       ("goldens", po::value(&o.goldens)->value_name("DIR"),
-       "folder holding gemm.csv (default: the project's validation/goldens/h200)")
+       "folder holding gemm.csv (default: the project's validation/goldens/h200, as built)")
       ("out", po::value(&o.out)->value_name("DIR"), "where cases.csv, summary.csv, summary.md and scatter.svg go");
   o.config = "h200-like";
   po::options_description shown;

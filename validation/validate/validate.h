@@ -19,7 +19,7 @@ struct Options {
   std::string suite = "gemm";       // gemm | attention | all
   std::string config = "h200-like";
   std::vector<std::string> sets;    // --set k=v
-  std::string goldens;              // folder of golden CSVs ("" = the project's validation/goldens/h200)
+  std::string goldens;              // folder of golden CSVs ("" = the project's goldens, decompressed into the build tree)
   std::string out;                  // output folder (required)
   size_t sample = 0;                // 0 = every case; else at most this many, spread evenly over the classes
   std::string part = "all";         // all | tune | held-out
@@ -28,7 +28,7 @@ struct Options {
   int jobs = 1;                     // worker processes (one SystemC kernel each)
 };
 
-// The project's own golden folder (validation/goldens/h200 in the source tree this was built from).
+// The project's own golden folder: validation/goldens/h200 as the build tree holds it (gemm.csv decompressed).
 std::string default_goldens();
 
 // Reads gemm.csv ("dtype,m,n,k,latency_us"): classes gemm_bf16 and gemm_fp8. Throws std::runtime_error naming
