@@ -539,7 +539,16 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
 
 }  // namespace
 
-std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int64_t>& s) {
+namespace {
+
+// The checked shape of a request: cores and units used, and the schedule Auto resolves to.
+struct Resolved {
+  int64_t P, U;
+  GemmSchedule schedule;
+};
+
+// Checks a request against the chip (std::invalid_argument says what is wrong) and resolves its schedule.
+Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
   const int64_t R = symbol(s, "MXU_ROWS"), C = symbol(s, "MXU_COLS"), ACC = symbol(s, "ACC_ROWS"),
                 VMEM = symbol(s, "VMEM_BYTES");
   const int64_t P = g.cores ? g.cores : symbol(s, "CORES");
@@ -567,18 +576,25 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
     const bool fits = strips_tm_max(g, R, C, ACC, VMEM, U) >= 1;
     schedule = fits && cdiv(g.n, U * C) >= P ? GemmSchedule::Strips : GemmSchedule::Tiles;
   }
-  if (schedule == GemmSchedule::Strips) return strips_source(g, s, P, U);
-  if (ACC < 2) throw std::invalid_argument("gemm_chip: the tiled schedule needs at least 2 accumulator rows");
-  if (g.slots != 0 && (g.slots < 2 || g.slots > 4))
-    throw std::invalid_argument("gemm_chip: " + std::to_string(g.slots) + " operand slots asked (2 to 4)");
-  return tiles_source(g, s, P, U);
+  if (schedule == GemmSchedule::Tiles) {
+    if (ACC < 2) throw std::invalid_argument("gemm_chip: the tiled schedule needs at least 2 accumulator rows");
+    if (g.slots != 0 && (g.slots < 2 || g.slots > 4))
+      throw std::invalid_argument("gemm_chip: " + std::to_string(g.slots) + " operand slots asked (2 to 4)");
+  }
+  return {P, U, schedule};
+}
+
+}  // namespace
+
+std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int64_t>& s) {
+  const Resolved r = resolve(g, s);
+  if (r.schedule == GemmSchedule::Strips) return strips_source(g, s, r.P, r.U);
+  return tiles_source(g, s, r.P, r.U);
 }
 
 double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
-  gemm_chip_source(g, symbols);  // the same checks
-  const int64_t P = g.cores ? g.cores : symbol(symbols, "CORES");
-  const int64_t U = g.mxus ? g.mxus : symbol(symbols, "MXUS");
-  return plan_tiles(g, symbols, P, U).estimate;
+  const Resolved r = resolve(g, symbols);
+  return plan_tiles(g, symbols, r.P, r.U).estimate;
 }
 
 isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
