@@ -92,14 +92,15 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
   size_t w = 4;
   for (const auto* r : rows) w = std::max(w, r->name.size());
   os << "  " << std::left << std::setw(w + 2) << "node" << std::right << std::setw(10) << "cycles" << std::setw(8)
-     << "share" << std::setw(10) << "MXU util";
+     << "share" << std::setw(10) << "MXU util" << std::setw(7) << "cores" << std::setw(6) << "last";
   for (const char* u : {"dmain", "mxu", "vpu", "dmaout"}) os << std::setw(9) << u;
   os << std::setw(9) << "waits" << std::setw(8) << "FLOPs" << std::setw(8) << "bytes" << std::setw(11) << "bound"
      << std::setw(8) << "by" << std::setw(8) << "ratio" << "  kernels\n";
   os << std::fixed << std::setprecision(1);
   for (const auto* r : rows) {
     os << "  " << std::left << std::setw(w + 2) << r->name << std::right << std::setw(10) << r->cycles()
-       << std::setw(7) << 100 * r->share << "%" << std::setw(9) << 100 * r->mxu_utilization << "%";
+       << std::setw(7) << 100 * r->share << "%" << std::setw(9) << 100 * r->mxu_utilization << "%" << std::setw(7)
+       << r->cores << std::setw(6) << (r->critical_core < 0 ? std::string("-") : std::to_string(r->critical_core));
     uint64_t waits = 0;
     for (isa::Unit u : {isa::Unit::DmaIn, isa::Unit::Mxu, isa::Unit::Vpu, isa::Unit::DmaOut}) {
       const runtime::UnitProfile& up = r->units[static_cast<int>(u)];
@@ -108,15 +109,24 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
     }
     os << std::setw(9) << waits << std::setw(8) << si(r->flops) << std::setw(8) << si(r->bytes) << std::setw(11)
        << bound_text(*r) << std::setw(8) << bound_kind(*r) << std::setw(8) << ratio_text(*r) << "  ";
-    std::string kernels;
+    // The node's kernels in order, a run of one kernel as "name xN".
+    std::vector<std::pair<std::string, int>> kernels;
     for (const auto& k : p.regions)
-      if (k.kind == isa::kRegionKernel && k.begin >= r->begin && k.end <= r->end && &k != r)
-        kernels += (kernels.empty() ? "" : ", ") + k.name;
-    os << (kernels.empty() ? "-" : kernels) << "\n";
+      if (k.kind == isa::kRegionKernel && k.begin >= r->begin && k.end <= r->end && &k != r) {
+        if (!kernels.empty() && kernels.back().first == k.name) ++kernels.back().second;
+        else kernels.emplace_back(k.name, 1);
+      }
+    std::string list;
+    for (const auto& [name, n] : kernels)
+      list += (list.empty() ? "" : ", ") + name + (n > 1 ? " x" + std::to_string(n) : "");
+    os << (list.empty() ? "-" : list) << "\n";
   }
   os.unsetf(std::ios::fixed);
   os << "  cycles: first to last cycle of the node's unit slices; share: of the run's cycles; MXU util: MXU busy / "
-        "cycles\n  unit columns: busy cycles; waits: those units' semaphore wait cycles, summed\n"
+        "(cycles x "
+     << p.matrix_units
+     << " matrix units)\n  cores: the cores that worked on the node; last: the core that finished it (its critical "
+        "path)\n  unit columns: busy cycles, summed over the cores; waits: those units' semaphore wait cycles, summed\n"
         "  FLOPs, bytes: the node's work (multiply-add = 2 FLOPs; HBM bytes read and written; - = not known)\n"
         "  bound: roofline lower bound in cycles, max(FLOPs / "
      << fixed(p.peak_flops_per_cycle, 0) << " per cycle, bytes / " << fixed(p.hbm_bytes_per_cycle, 2)

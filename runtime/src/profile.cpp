@@ -26,22 +26,27 @@ void count_static(const isa::Program& p, RegionProfile& r) {
     ++r.units[static_cast<int>(isa::decode(p.code[pc]).desc().unit)].instructions;
 }
 
-void add_event(RegionProfile& r, const sim::TraceEvent& e, bool& timed) {
+// `cores_seen`: per core, whether the region has a unit slice on it yet.
+void add_event(RegionProfile& r, const sim::TraceEvent& e, bool& timed, std::vector<bool>& cores_seen) {
   UnitProfile& u = r.units[static_cast<int>(e.unit)];
   ++u.events;
   u.cycles[e.kind] += e.duration;
   if (e.unit == isa::Unit::Core) return;
   const uint64_t end = e.start + e.duration;
+  if (!timed || end > r.last_cycle) r.critical_core = e.core;
   r.first_cycle = timed ? std::min(r.first_cycle, e.start) : e.start;
   r.last_cycle = timed ? std::max(r.last_cycle, end) : end;
   timed = true;
+  if (e.core >= cores_seen.size()) cores_seen.resize(e.core + 1u, false);
+  if (!cores_seen[e.core]) cores_seen[e.core] = true, ++r.cores;
 }
 
 void finish(RegionProfile& r, const Profile& p) {
   const uint64_t span = r.cycles();
   r.share = p.cycles ? static_cast<double>(span) / static_cast<double>(p.cycles) : 0.0;
-  r.mxu_utilization =
-      span ? static_cast<double>(r.units[static_cast<int>(isa::Unit::Mxu)].busy()) / static_cast<double>(span) : 0.0;
+  r.mxu_utilization = span ? static_cast<double>(r.units[static_cast<int>(isa::Unit::Mxu)].busy()) /
+                                 (static_cast<double>(span) * p.matrix_units)
+                           : 0.0;
   const double compute = p.peak_flops_per_cycle > 0 ? r.flops / p.peak_flops_per_cycle : 0.0;
   const double memory = p.hbm_bytes_per_cycle > 0 ? r.bytes / p.hbm_bytes_per_cycle : 0.0;
   r.bound_cycles = std::max(compute, memory);
@@ -66,6 +71,8 @@ json region_json(const RegionProfile& r) {
           {"first_cycle", r.first_cycle},
           {"share", r.share},
           {"mxu_utilization", r.mxu_utilization},
+          {"cores", r.cores},
+          {"critical_core", r.critical_core},
           {"instructions", r.instructions},
           {"flops", r.flops},
           {"bytes", r.bytes},
@@ -103,7 +110,8 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
   prof.chip = cfg.chip.name;
   prof.clock_mhz = cfg.chip.clock_mhz;
   // The whole chip's bf16 peak: every matrix unit of every core (a program may use fewer; the bound is the chip's).
-  prof.peak_flops_per_cycle = 2.0 * cfg.mxu.rows * cfg.mxu.cols * cfg.core.mxus * cfg.chip.cores;
+  prof.matrix_units = cfg.core.mxus * cfg.chip.cores;
+  prof.peak_flops_per_cycle = 2.0 * cfg.mxu.rows * cfg.mxu.cols * prof.matrix_units;
   prof.hbm_bytes_per_cycle = cfg.hbm_bytes_per_cycle();
   prof.cycles = run.stats.cycles;
   prof.program.kind = "program";
@@ -133,11 +141,13 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
 
   const std::vector<int> at = innermost(program);
   std::deque<bool> timed(prof.regions.size(), false);  // has a unit slice yet
+  std::vector<std::vector<bool>> cores_seen(prof.regions.size());
+  std::vector<bool> program_cores;
   bool program_timed = false;
   for (const sim::TraceEvent& e : run.trace) {
-    add_event(prof.program, e, program_timed);
+    add_event(prof.program, e, program_timed, program_cores);
     for (int r = e.pc < at.size() ? at[e.pc] : -1; r >= 0; r = prof.regions[r].parent)
-      add_event(prof.regions[r], e, timed[r]);
+      add_event(prof.regions[r], e, timed[r], cores_seen[r]);
   }
   finish(prof.program, prof);
   for (RegionProfile& r : prof.regions) finish(r, prof);

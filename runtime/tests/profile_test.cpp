@@ -38,6 +38,34 @@ isa::Program two_nodes() {
 
 sim::ChipConfig config() { return sim::load_config("v4-like"); }
 
+TEST(Profile, CountsTheCoresOfARegionAndTheOneThatFinishesIt) {
+  // v4: 2 cores x 4 matrix units. Node a: core 0's load (2..12) and matrix unit 3 (20..24), core 1's matrix unit
+  // 0 (12..27: it ends last, so core 1 is a's critical core). Node b: core 0's store only.
+  sim::RunResult run;
+  run.stats.cycles = 40;
+  run.trace = {
+      {Unit::DmaIn, 2, 10, 1, "dma.ld", "busy", 0, 0},
+      {Unit::Mxu, 20, 4, 2, "mxu.lw", "busy", 0, 3},
+      {Unit::Mxu, 12, 15, 2, "mxu.lw", "busy", 1, 0},
+      {Unit::DmaOut, 28, 6, 4, "dma.st", "busy", 0, 0},
+  };
+  Profile p = make_profile(two_nodes(), run, sim::load_config("v4"));
+  EXPECT_EQ(p.matrix_units, 8);
+  const RegionProfile &a = p.regions[0], &b = p.regions[2];
+  EXPECT_EQ(a.cores, 2);
+  EXPECT_EQ(a.critical_core, 1);
+  EXPECT_EQ(a.cycles(), 25u);  // 2..27
+  // 4 + 15 busy cycles of the 8 units' 25 x 8.
+  EXPECT_DOUBLE_EQ(a.mxu_utilization, 19.0 / (25 * 8));
+  EXPECT_EQ(b.cores, 1);
+  EXPECT_EQ(b.critical_core, 0);
+  EXPECT_EQ(p.program.cores, 2);
+  EXPECT_EQ(p.program.critical_core, 0);  // the store ends the run at 34
+  const auto j = nlohmann::json::parse(profile_json(p));
+  EXPECT_EQ(j["regions"][0]["cores"], 2);
+  EXPECT_EQ(j["regions"][0]["critical_core"], 1);
+}
+
 TEST(Profile, AttributesEachEventToItsRegionAndTheRegionsAroundIt) {
   sim::RunResult run;
   run.stats.cycles = 32;

@@ -484,28 +484,43 @@ class UserFacing(Workdir):
         self.assertIn("inputs as random data (--seed 1): b\n", out)
 
     def test_whole_chip_gives_the_one_unit_results(self):
-        # On v4 (2 cores x 4 matrix units) the compiler spreads the CNN's larger GEMMs over both cores: the program
-        # runs on 2 cores and is faster, and its outputs are those of the same chip with 1 core of 1 unit, bit for
-        # bit (the matrix units sum each pass in a fixed order, whatever the tiling).
-        d = os.path.join(WORKLOADS_DIR, "tinycnn")
-        if not os.path.exists(os.path.join(d, "tinycnn.onnx")):
-            self.skipTest(f"{d}/tinycnn.onnx is not exported")
-        runs = {}
-        for name, sets in (("whole", []), ("one", ["--set", "chip.cores=1", "--set", "core.mxus=1"])):
-            out = self.path(name)
-            tpusim("run", os.path.join(d, "tinycnn.onnx"), "--input", "input=" + os.path.join(d, "input.npy"),
-                   "--config", "v4", *sets, "--output-dir", out, "--stats", self.path(name + ".json"))
-            stats = json.loads(read(self.path(name + ".json")))
-            outputs = {}
-            for f in sorted(os.listdir(out)):
-                with open(os.path.join(out, f), "rb") as fh:
-                    outputs[f] = fh.read()
-            runs[name] = (stats, outputs)
-        self.assertEqual(runs["whole"][0]["cores_running"], 2)
-        self.assertEqual(runs["one"][0]["cores_running"], 1)
-        self.assertLess(runs["whole"][0]["cycles"], runs["one"][0]["cycles"])
-        self.assertTrue(runs["whole"][1])
-        self.assertEqual(runs["whole"][1], runs["one"][1])
+        # The compiler spreads work over the chip: on v4 (2 cores x 4 matrix units) the CNN's larger GEMMs run over
+        # both cores; on h200-like (132 cores; with barriers made free, so that every kernel worth sharing is
+        # shared) BERT's row-wise kernels share their rows among the cores (core.id r8 in the row-wise kernel)
+        # and the per-head GEMMs of its attention run side by side, one head per core ("runs on core N"). Each
+        # program runs on every core and is faster, and its outputs are those of the same chip with 1 core of 1
+        # unit, bit for bit (the matrix units sum each pass in a fixed order, whatever the tiling; a row is
+        # computed by the same instructions on whichever core).
+        cases = (("tinycnn", "tinycnn.onnx", "v4", [], 2),
+                 ("bert_small", "bert.onnx", "h200-like", ["--set", "chip.sync_latency=0"], 132))
+        for model, onnx, config, extra, cores in cases:
+            d = os.path.join(WORKLOADS_DIR, model)
+            if not os.path.exists(os.path.join(d, onnx)):
+                self.skipTest(f"{d}/{onnx} is not exported")
+            inputs = [a for f in sorted(os.listdir(d)) if f.endswith(".npy") and not f.endswith("_ref.npy")
+                      for a in ("--input", f[:-4] + "=" + os.path.join(d, f))]
+            runs = {}
+            for name, sets in (("whole", []), ("one", ["--set", "chip.cores=1", "--set", "core.mxus=1"])):
+                out = self.path(f"{model}.{name}")
+                stats_file = self.path(f"{model}.{name}.json")
+                tpusim("run", os.path.join(d, onnx), *inputs, "--config", config, *extra, *sets,
+                       "--output-dir", out, "--stats", stats_file)
+                stats = json.loads(read(stats_file))
+                outputs = {}
+                for f in sorted(os.listdir(out)):
+                    with open(os.path.join(out, f), "rb") as fh:
+                        outputs[f] = fh.read()
+                runs[name] = (stats, outputs)
+            self.assertEqual(runs["whole"][0]["cores_running"], cores, model)
+            self.assertEqual(runs["one"][0]["cores_running"], 1, model)
+            self.assertLess(runs["whole"][0]["cycles"], runs["one"][0]["cycles"], model)
+            self.assertTrue(runs["whole"][1], model)
+            self.assertEqual(runs["whole"][1], runs["one"][1], model)
+            if model == "bert_small":
+                tpusim("compile", os.path.join(d, onnx), "--config", config, *extra, "-o", self.path("b.tpub"))
+                dis = tpusim("disasm", self.path("b.tpub")).stdout
+                self.assertIn("core.id r8", dis)  # a row-wise kernel whose rows the cores share
+                self.assertRegex(dis, r"MatMul: core.id \(gemm.s runs on core 3\)")  # heads side by side
 
     def test_random_index_inputs_are_valid_indices(self):
         # i32 inputs are usually indices: --random-inputs makes them 0..15, so an embedding lookup of a 16-row

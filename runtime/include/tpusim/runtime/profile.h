@@ -49,7 +49,11 @@ struct RegionProfile {
   uint64_t first_cycle = 0, last_cycle = 0;
   uint64_t cycles() const { return last_cycle - first_cycle; }
   double share = 0;            // cycles() / the run's cycles
-  double mxu_utilization = 0;  // the MXU's busy cycles in the region / cycles() (0 when cycles() is 0)
+  // The matrix units' busy cycles in the region / (cycles() x the chip's matrix units, core.mxus x chip.cores):
+  // 1 when every unit of every core is busy throughout (0 when cycles() is 0).
+  double mxu_utilization = 0;
+  int cores = 0;               // the cores with unit slices in the region
+  int critical_core = -1;      // the core whose unit slice ends last (sets last_cycle); -1 without slices
   uint64_t instructions = 0;   // static: end - begin
   std::array<UnitProfile, isa::kNumUnits> units{};  // indexed by isa::Unit
   // Roofline (see the top of this file). flops, bytes: the region's (isa::Region), 0 = unknown; for
@@ -65,7 +69,8 @@ struct RegionProfile {
 struct Profile {
   std::string chip;
   double clock_mhz = 0;
-  double peak_flops_per_cycle = 0;    // 2 * mxu.rows * mxu.cols * core.mxus * chip.cores: the whole chip's
+  int matrix_units = 1;               // core.mxus * chip.cores
+  double peak_flops_per_cycle = 0;    // 2 * mxu.rows * mxu.cols * matrix_units: the whole chip's
   double hbm_bytes_per_cycle = 0;     // hbm.bandwidth_gbs * 1e3 / chip.clock_mhz
   uint64_t cycles = 0;                // the run's cycles
   RegionProfile program;              // the whole program, every event
