@@ -114,20 +114,47 @@ int64_t rowwise_cores(const KernelCall& call, const std::map<std::string, int64_
   }
 }
 
+// The cores a copy call's moves are shared among (kernels/copy.h), or 1: shared where its estimate on every core,
+// with the two barriers around it, beats one core's by a quarter.
+int64_t copy_cores(const std::vector<kernels::Move>& moves, const KernelCall& call,
+                   const std::map<std::string, int64_t>& symbols) {
+  const int64_t cores = symbol_or(symbols, "CORES", 1);
+  if (call.kind != KernelCall::Kind::Copy || cores <= 1) return 1;
+  try {
+    const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
+    const double one = kernels::copy_estimate(moves, symbols, 1), all = kernels::copy_estimate(moves, symbols, cores);
+    return all + sync < 0.75 * one ? cores : 1;
+  } catch (const std::invalid_argument&) {
+    return 1;  // the one-core kernel reports its own error
+  }
+}
+
 // How a call runs on the chip: `gemm`, the call as the whole-chip GEMM (whole_chip_gemm); `row_cores`, the cores
-// a row-wise call's rows are shared among (rowwise_cores). Either makes it a kernel every core runs.
+// a row-wise call's rows are shared among (rowwise_cores); `copy_cores`, those a copy's moves are (copy_cores).
+// Each makes it a kernel every core runs.
 // `group`, `core`: a call of a group of independent calls that run side by side, this one on core `core`
 // (group_independent_calls); -1 and core 0 otherwise.
 struct OnChip {
   std::optional<kernels::GemmChip> gemm;
-  int64_t row_cores = 1;
+  int64_t row_cores = 1;   // a row-wise call: the cores sharing its rows
+  int64_t copy_cores = 1;  // a copy call: the cores sharing its moves
   int group = -1;
   int64_t core = 0;
-  bool every_core() const { return gemm.has_value() || row_cores > 1; }
+  bool every_core() const { return gemm.has_value() || row_cores > 1 || copy_cores > 1; }
 };
 
 isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
                            const std::map<std::string, int64_t>& symbols, uint64_t base_pc, const OnChip& chip);
+
+// A copy call's moves at the buffers' addresses.
+std::vector<kernels::Move> moves_of(const KernelPlan& plan, const KernelCall& call) {
+  std::vector<kernels::Move> moves;
+  moves.reserve(call.moves.size());
+  for (const BufferMove& m : call.moves)
+    moves.push_back(kernels::Move{plan.buffers[m.src].addr + m.src_off, plan.buffers[m.dst].addr + m.dst_off, m.rows,
+                                  m.rowbytes, m.src_stride, m.dst_stride});
+  return moves;
+}
 
 // The HBM byte ranges [lo, hi) a library call reads and writes, from its kernel's tensor declarations.
 struct Touches {
@@ -191,7 +218,7 @@ void group_independent_calls(const KernelPlan& plan, const std::map<std::string,
       const double side_by_side = static_cast<double>((G + cores - 1) / cores) * slowest + sync;
       if (side_by_side < alone) {
         for (size_t i = c; i < e; ++i)
-          on_chip[i] = OnChip{std::nullopt, 1, groups, static_cast<int64_t>(i - c) % cores};
+          on_chip[i] = OnChip{std::nullopt, 1, 1, groups, static_cast<int64_t>(i - c) % cores};
         ++groups;
       }
     }
@@ -213,14 +240,8 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
       }
       return isa::assemble(kernels::gemm_chip_source(*g, symbols), "gemm_chip", opts);
     }
-    if (call.kind == KernelCall::Kind::Copy) {
-      std::vector<kernels::Move> moves;
-      moves.reserve(call.moves.size());
-      for (const BufferMove& m : call.moves)
-        moves.push_back(kernels::Move{at(m.src, m.src_off), at(m.dst, m.dst_off), m.rows, m.rowbytes, m.src_stride,
-                                      m.dst_stride});
-      return kernels::copy_kernel(moves, symbols, base_pc, "copy");
-    }
+    if (call.kind == KernelCall::Kind::Copy)
+      return kernels::copy_kernel(moves_of(plan, call), symbols, base_pc, "copy", chip.copy_cores);
     if (call.kind == KernelCall::Kind::Rowwise) {
       kernels::rowwise::Program rows = call.rows;
       rows.cores = chip.row_cores;
@@ -302,7 +323,8 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   std::vector<OnChip> on_chip;
   bool spread = false;
   for (const KernelCall& call : plan.calls)
-    on_chip.push_back(OnChip{whole_chip_gemm(call, symbols), rowwise_cores(call, symbols)});
+    on_chip.push_back(OnChip{whole_chip_gemm(call, symbols), rowwise_cores(call, symbols),
+                             call.kind == KernelCall::Kind::Copy ? copy_cores(moves_of(plan, call), call, symbols) : 1});
   group_independent_calls(plan, symbols, on_chip);
   for (const OnChip& o : on_chip) spread = spread || o.every_core() || o.group >= 0;
   const bool spmd = spread && chip_cores > 1;

@@ -485,14 +485,18 @@ class UserFacing(Workdir):
 
     def test_whole_chip_gives_the_one_unit_results(self):
         # The compiler spreads work over the chip: on v4 (2 cores x 4 matrix units) the CNN's larger GEMMs run over
-        # both cores; on h200-like (132 cores; with barriers made free, so that every kernel worth sharing is
-        # shared) BERT's row-wise kernels share their rows among the cores (core.id r8 in the row-wise kernel)
+        # both cores; on h200-like (132 cores; with barriers made free and DMA latency short, so that every kernel
+        # worth sharing is shared) the CNN's copies (padding, im2col) share their moves among the cores (core.id
+        # r31 in the copy kernel), BERT's row-wise kernels share their rows (core.id r8 in the row-wise kernel)
         # and the per-head GEMMs of its attention run side by side, one head per core ("runs on core N"). Each
         # program runs on every core and is faster, and its outputs are those of the same chip with 1 core of 1
         # unit, bit for bit (the matrix units sum each pass in a fixed order, whatever the tiling; a row is
-        # computed by the same instructions on whichever core).
+        # computed by the same instructions on whichever core; copies move the same bytes in the same order of
+        # dependent moves).
+        shared = ["--set", "chip.sync_latency=0", "--set", "dma.latency=10"]
         cases = (("tinycnn", "tinycnn.onnx", "v4", [], 2),
-                 ("bert_small", "bert.onnx", "h200-like", ["--set", "chip.sync_latency=0"], 132))
+                 ("tinycnn", "tinycnn.onnx", "h200-like", shared, 132),
+                 ("bert_small", "bert.onnx", "h200-like", shared, 132))
         for model, onnx, config, extra, cores in cases:
             d = os.path.join(WORKLOADS_DIR, model)
             if not os.path.exists(os.path.join(d, onnx)):
@@ -501,8 +505,8 @@ class UserFacing(Workdir):
                       for a in ("--input", f[:-4] + "=" + os.path.join(d, f))]
             runs = {}
             for name, sets in (("whole", []), ("one", ["--set", "chip.cores=1", "--set", "core.mxus=1"])):
-                out = self.path(f"{model}.{name}")
-                stats_file = self.path(f"{model}.{name}.json")
+                out = self.path(f"{model}.{config}.{name}")
+                stats_file = self.path(f"{model}.{config}.{name}.json")
                 tpusim("run", os.path.join(d, onnx), *inputs, "--config", config, *extra, *sets,
                        "--output-dir", out, "--stats", stats_file)
                 stats = json.loads(read(stats_file))
@@ -516,11 +520,14 @@ class UserFacing(Workdir):
             self.assertLess(runs["whole"][0]["cycles"], runs["one"][0]["cycles"], model)
             self.assertTrue(runs["whole"][1], model)
             self.assertEqual(runs["whole"][1], runs["one"][1], model)
-            if model == "bert_small":
-                tpusim("compile", os.path.join(d, onnx), "--config", config, *extra, "-o", self.path("b.tpub"))
-                dis = tpusim("disasm", self.path("b.tpub")).stdout
-                self.assertIn("core.id r8", dis)  # a row-wise kernel whose rows the cores share
-                self.assertRegex(dis, r"MatMul: core.id \(gemm.s runs on core 3\)")  # heads side by side
+            if config == "h200-like":
+                tpusim("compile", os.path.join(d, onnx), "--config", config, *extra, "-o", self.path("m.tpub"))
+                dis = tpusim("disasm", self.path("m.tpub")).stdout
+                if model == "tinycnn":
+                    self.assertRegex(dis, r"core.id r31 +# pc \d+ \([^)]*<copy>/copy.s")  # a shared copy
+                else:
+                    self.assertIn("core.id r8", dis)  # a row-wise kernel whose rows the cores share
+                    self.assertRegex(dis, r"MatMul: core.id \(gemm.s runs on core 3\)")  # heads side by side
 
     def test_random_index_inputs_are_valid_indices(self):
         # i32 inputs are usually indices: --random-inputs makes them 0..15, so an embedding lookup of a 16-row
