@@ -173,7 +173,8 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
   }
   os << "\n  node cycles sum " << sum << " = " << fixed(p.cycles ? 100.0 * sum / p.cycles : 0.0, 1)
      << "% of the run (nodes may overlap where no fence parts them; the rest is outside every node)\n"
-     << "  cycles: first to last cycle of the node's unit slices; share: of the run; MXU util: MXU busy / cycles\n"
+     << "  cycles: first to last cycle of the node's unit slices; share: of the run; MXU util: MXU busy / (cycles x "
+     << p.matrix_units << " matrix units)\n"
      << "  GFLOP, MB: the node's work as the compiler counts it (a multiply-add is 2 FLOPs; MB: 1e6 HBM bytes read\n"
      << "  and written); bound: roofline lower bound in cycles, max(FLOPs / peak, bytes / HBM bytes per cycle); by:\n"
      << "  the side that sets it; ratio: cycles / bound (- where the node gives no work)\n";
