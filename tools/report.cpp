@@ -140,7 +140,10 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
      << "model    " << model << (output.empty() ? "" : " -> " + output) << "\n"
      << "program  " << (program.name.empty() ? "(unnamed)" : program.name) << ": " << program.code.size()
      << " instructions, " << program.hbm_footprint() << " bytes of HBM\n"
-     << "chip     " << cfg.chip.name << ": " << cfg.mxu.rows << "x" << cfg.mxu.cols << " MXU at " << cfg.chip.clock_mhz
+     << "chip     " << cfg.chip.name << ": "
+     << (cfg.chip.cores > 1 ? std::to_string(cfg.chip.cores) + " cores x " : std::string())
+     << (cfg.core.mxus > 1 ? std::to_string(cfg.core.mxus) + " " : std::string()) << cfg.mxu.rows << "x"
+     << cfg.mxu.cols << " MXU" << (cfg.core.mxus > 1 ? "s" : "") << " at " << cfg.chip.clock_mhz
      << " MHz, " << cfg.hbm.bandwidth_gbs << " GB/s HBM; peak " << fixed(p.peak_flops_per_cycle, 0)
      << " FLOP/cycle, " << fixed(p.hbm_bytes_per_cycle, 2) << " HBM bytes/cycle\n"
      << "total    " << p.cycles << " cycles, " << fixed(cfg.seconds(p.cycles) * 1e6, 3)
@@ -160,14 +163,16 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
   size_t w = 4;
   for (const auto* r : rows) w = std::max(w, r->name.size());
   os << "  " << std::left << std::setw(w + 2) << "node" << std::right << std::setw(8) << "instrs" << std::setw(10)
-     << "cycles" << std::setw(8) << "share" << std::setw(10) << "MXU util" << std::setw(12) << "GFLOP"
+     << "cycles" << std::setw(8) << "share" << std::setw(10) << "MXU util" << std::setw(7) << "cores" << std::setw(12)
+     << "GFLOP"
      << std::setw(11) << "MB" << std::setw(12) << "bound" << std::setw(9) << "by" << std::setw(8) << "ratio" << "\n";
   uint64_t sum = 0;
   for (const auto* r : rows) {
     sum += r->cycles();
     os << "  " << std::left << std::setw(w + 2) << r->name << std::right << std::setw(8) << r->instructions
        << std::setw(10) << r->cycles() << std::setw(7) << fixed(100 * r->share, 1) << "%" << std::setw(9)
-       << fixed(100 * r->mxu_utilization, 1) << "%" << std::setw(12) << fixed(r->flops / 1e9, 6) << std::setw(11)
+       << fixed(100 * r->mxu_utilization, 1) << "%" << std::setw(7) << r->cores << std::setw(12)
+       << fixed(r->flops / 1e9, 6) << std::setw(11)
        << fixed(r->bytes / 1e6, 4) << std::setw(12) << bound_text(*r) << std::setw(9) << bound_kind(*r)
        << std::setw(8) << ratio_text(*r) << "\n";
   }
@@ -177,7 +182,26 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
      << p.matrix_units << " matrix units)\n"
      << "  GFLOP, MB: the node's work as the compiler counts it (a multiply-add is 2 FLOPs; MB: 1e6 HBM bytes read\n"
      << "  and written); bound: roofline lower bound in cycles, max(FLOPs / peak, bytes / HBM bytes per cycle); by:\n"
-     << "  the side that sets it; ratio: cycles / bound (- where the node gives no work)\n";
+     << "  the side that sets it; ratio: cycles / bound (- where the node gives no work); cores: the cores that\n"
+     << "  worked on it\n";
+  // On a chip of several cores: the kernels left on core 0, and why (the compiler's "serial" regions).
+  std::vector<const runtime::RegionProfile*> serial;
+  for (const auto& r : p.regions)
+    if (r.kind == isa::kRegionSerial) serial.push_back(&r);
+  if (serial.empty()) return;
+  uint64_t serial_cycles = 0;
+  for (const auto* r : serial) serial_cycles += r->cycles();
+  std::stable_sort(serial.begin(), serial.end(), [](auto* a, auto* b) { return a->cycles() > b->cycles(); });
+  os << "\nnot shared: " << serial.size() << " kernels run on core 0 alone, " << serial_cycles << " cycles ("
+     << fixed(p.cycles ? 100.0 * static_cast<double>(serial_cycles) / static_cast<double>(p.cycles) : 0.0, 1)
+     << "% of the run)" << (serial.size() > 10 ? "; the 10 longest" : "") << ":\n";
+  for (size_t i = 0; i < std::min<size_t>(serial.size(), 10); ++i) {
+    const auto* r = serial[i];
+    const auto* kernel = r->parent >= 0 ? &p.regions[static_cast<size_t>(r->parent)] : nullptr;
+    const auto* node = kernel && kernel->parent >= 0 ? &p.regions[static_cast<size_t>(kernel->parent)] : nullptr;
+    os << "  " << (node ? node->name : std::string("-")) << " (" << (kernel ? kernel->name : std::string("-")) << ", "
+       << r->cycles() << " cycles): " << r->name << "\n";
+  }
 }
 
 std::string compile_report_json(const runtime::Profile& p, const std::string& model, const std::string& output) {

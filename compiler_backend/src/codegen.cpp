@@ -1,6 +1,7 @@
 #include "codegen.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <stdexcept>
 
@@ -45,27 +46,33 @@ int64_t param_or(const KernelCall& call, const char* name, int64_t otherwise) {
 }
 
 // A gemm.s call's cycles on one matrix unit, estimated: row tiles of up to ACC_ROWS / 2 rows, each streamed once per
-// strip of C columns and fold of R rows of K, plus a load's and a store's latency.
+// strip of C columns and fold of R rows of K; a fold's B tile comes from HBM through two slots, so at most two
+// loads are in flight and a fold takes at least half a DMA latency; plus a load's and a store's latency.
 double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, int64_t>& symbols) {
   const int64_t m = param_or(call, "M", 0), k = param_or(call, "K", 0), n = param_or(call, "N", 0);
   const int64_t R = symbol_or(symbols, "MXU_ROWS", 1), C = symbol_or(symbols, "MXU_COLS", 1);
   const int64_t tm = std::max<int64_t>(1, std::min(m, symbol_or(symbols, "ACC_ROWS", 2) / 2));
   auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-  const double matrix = static_cast<double>(cdiv(m, tm) * cdiv(n, C) * cdiv(k, R) * std::max(tm, R));
-  return matrix + 2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
+  const double latency = static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
+  const double folds = static_cast<double>(cdiv(m, tm) * cdiv(n, C) * cdiv(k, R));
+  return folds * std::max(static_cast<double>(std::max(tm, R)), latency / 2) + 2.0 * latency;
 }
 
 // A gemm.s call as the whole-chip kernel (kernels/gemm_chip.h), where the chip has more than one core or matrix
 // unit and gemm_chip does everything the call asks (not ACT_RESIDENT); gemm_chip gives the same results bit for
 // bit. nullopt: the call stays gemm.s on one unit.
-std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const std::map<std::string, int64_t>& symbols) {
+std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const std::map<std::string, int64_t>& symbols,
+                                                 std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1), mxus = symbol_or(symbols, "MXUS", 1);
   if (call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s" || cores * mxus <= 1) return std::nullopt;
   auto param = [&](const char* name, int64_t otherwise) {
     auto it = call.params.find(name);
     return it == call.params.end() ? otherwise : it->second;
   };
-  if (param("ACT_RESIDENT", 0) != 0) return std::nullopt;
+  if (param("ACT_RESIDENT", 0) != 0) {
+    why = "its activations stay in VMEM between GEMMs, which the whole-chip kernel does not do";
+    return std::nullopt;
+  }
   kernels::GemmChip g;
   g.m = param("M", 0), g.k = param("K", 0), g.n = param("N", 0);
   g.in = static_cast<isa::DType>(param("IN_DT", static_cast<int64_t>(isa::DType::BF16)));
@@ -77,15 +84,27 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
   g.schedule = kernels::GemmSchedule::Tiles;
   // Worth it only where the estimate beats one unit's by more than the two barriers around it: a small GEMM runs
   // faster on one unit than spread with synchronisation.
-  const double latency = 2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
   const double one_unit = one_unit_gemm_cycles(call, symbols);
-  if (one_unit - latency < latency) return std::nullopt;  // latency-bound on any number of units: spreading cannot pay
+  auto cycles = [](double c) { return std::to_string(static_cast<int64_t>(std::llround(c))); };
+  // Units share output tiles (K is not split: results stay bit-identical), so one tile is one unit's work.
+  const int64_t C = symbol_or(symbols, "MXU_COLS", 1);
+  const int64_t tm = std::max<int64_t>(1, std::min(g.m, symbol_or(symbols, "ACC_ROWS", 2) / 2));
+  if ((g.m + tm - 1) / tm * ((g.n + C - 1) / C) < 2) {
+    why = "its output is one tile of a matrix unit (" + std::to_string(g.m) + " x " + std::to_string(g.n) + ")";
+    return std::nullopt;
+  }
   const double sync = cores > 1 ? 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0)) : 0.0;
   try {
     // (with a margin of a quarter: the estimates leave out the per-instruction costs of the larger kernel)
-    if (kernels::gemm_chip_estimate(g, symbols) + sync >= 0.75 * one_unit) return std::nullopt;
-  } catch (const std::invalid_argument&) {
-    return std::nullopt;  // a shape the whole-chip kernel cannot run stays on gemm.s
+    if (const double chip = kernels::gemm_chip_estimate(g, symbols); chip + sync >= 0.75 * one_unit) {
+      why = "the whole chip's estimate, " + cycles(chip) + " cycles" +
+            (sync > 0 ? " and " + cycles(sync) + " of barriers" : std::string()) + ", does not beat one unit's " +
+            cycles(one_unit) + " by a quarter";
+      return std::nullopt;
+    }
+  } catch (const std::invalid_argument& e) {
+    why = std::string("the whole-chip kernel cannot run it: ") + e.what();  // it stays on gemm.s
+    return std::nullopt;
   }
   return g;
 }
@@ -95,7 +114,7 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
 // passes over all R x C elements), shrinks by more than the two barriers around the shared kernel cost:
 // W x (1 - 1 / n) > 2 x SYNC_LATENCY with n the cores that get rows. (Its transfers shrink likewise; the vector
 // work alone decides, which leaves small memory-bound kernels on one core.)
-int64_t rowwise_cores(const KernelCall& call, const std::map<std::string, int64_t>& symbols) {
+int64_t rowwise_cores(const KernelCall& call, const std::map<std::string, int64_t>& symbols, std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1);
   if (call.kind != KernelCall::Kind::Rowwise || cores <= 1) return 1;
   kernels::rowwise::Program rows = call.rows;
@@ -103,12 +122,20 @@ int64_t rowwise_cores(const KernelCall& call, const std::map<std::string, int64_
   try {
     const kernels::rowwise::Plan shared = kernels::rowwise::plan(rows, symbols);
     const int64_t n = shared.cores_used;
-    if (n < 2) return 1;
+    if (n < 2) {
+      why = "its " + std::to_string(rows.rows) + " rows make one core's share";
+      return 1;
+    }
     const int64_t width = std::max<int64_t>(1, symbol_or(symbols, "VPU_WIDTH", 1));
     const double passes = static_cast<double>((rows.rows * rows.cols + width - 1) / width);
     const double work = static_cast<double>(shared.vector_ops_per_tile) * passes;
     const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
-    return work * (1.0 - 1.0 / static_cast<double>(n)) > sync ? cores : 1;
+    if (work * (1.0 - 1.0 / static_cast<double>(n)) > sync) return cores;
+    why = "sharing its rows would save " +
+          std::to_string(static_cast<int64_t>(work * (1.0 - 1.0 / static_cast<double>(n)))) +
+          " cycles of vector work, no more than its two barriers cost (" + std::to_string(static_cast<int64_t>(sync)) +
+          ")";
+    return 1;
   } catch (const std::invalid_argument&) {
     return 1;  // the one-core plan reports its own error
   }
@@ -117,13 +144,17 @@ int64_t rowwise_cores(const KernelCall& call, const std::map<std::string, int64_
 // The cores a copy call's moves are shared among (kernels/copy.h), or 1: shared where its estimate on every core,
 // with the two barriers around it, beats one core's by a quarter.
 int64_t copy_cores(const std::vector<kernels::Move>& moves, const KernelCall& call,
-                   const std::map<std::string, int64_t>& symbols) {
+                   const std::map<std::string, int64_t>& symbols, std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1);
   if (call.kind != KernelCall::Kind::Copy || cores <= 1) return 1;
   try {
     const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
     const double one = kernels::copy_estimate(moves, symbols, 1), all = kernels::copy_estimate(moves, symbols, cores);
-    return all + sync < 0.75 * one ? cores : 1;
+    if (all + sync < 0.75 * one) return cores;
+    why = "every core's estimate, " + std::to_string(static_cast<int64_t>(all)) + " cycles and " +
+          std::to_string(static_cast<int64_t>(sync)) + " of barriers, does not beat one core's " +
+          std::to_string(static_cast<int64_t>(one)) + " by a quarter";
+    return 1;
   } catch (const std::invalid_argument&) {
     return 1;  // the one-core kernel reports its own error
   }
@@ -135,6 +166,7 @@ int64_t copy_cores(const std::vector<kernels::Move>& moves, const KernelCall& ca
 // `group`, `core`: a call of a group of independent calls that run side by side, this one on core `core`
 // (group_independent_calls); -1 and core 0 otherwise.
 struct OnChip {
+  std::string why;  // a call on one core: why it is not shared (for the compile report)
   std::optional<kernels::GemmChip> gemm;
   int64_t row_cores = 1;   // a row-wise call: the cores sharing its rows
   int64_t copy_cores = 1;  // a copy call: the cores sharing its moves
@@ -218,7 +250,7 @@ void group_independent_calls(const KernelPlan& plan, const std::map<std::string,
       const double side_by_side = static_cast<double>((G + cores - 1) / cores) * slowest + sync;
       if (side_by_side < alone) {
         for (size_t i = c; i < e; ++i)
-          on_chip[i] = OnChip{std::nullopt, 1, 1, groups, static_cast<int64_t>(i - c) % cores};
+          on_chip[i] = OnChip{"", std::nullopt, 1, 1, groups, static_cast<int64_t>(i - c) % cores};
         ++groups;
       }
     }
@@ -322,9 +354,14 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   const int64_t chip_cores = symbol_or(symbols, "CORES", 1);
   std::vector<OnChip> on_chip;
   bool spread = false;
-  for (const KernelCall& call : plan.calls)
-    on_chip.push_back(OnChip{whole_chip_gemm(call, symbols), rowwise_cores(call, symbols),
-                             call.kind == KernelCall::Kind::Copy ? copy_cores(moves_of(plan, call), call, symbols) : 1});
+  for (const KernelCall& call : plan.calls) {
+    OnChip o;
+    o.gemm = whole_chip_gemm(call, symbols, o.why);
+    o.row_cores = rowwise_cores(call, symbols, o.why);
+    if (call.kind == KernelCall::Kind::Copy) o.copy_cores = copy_cores(moves_of(plan, call), call, symbols, o.why);
+    if (o.why.empty()) o.why = "there is no whole-chip version of " + call.kernel;
+    on_chip.push_back(std::move(o));
+  }
   group_independent_calls(plan, symbols, on_chip);
   for (const OnChip& o : on_chip) spread = spread || o.every_core() || o.group >= 0;
   const bool spmd = spread && chip_cores > 1;
@@ -386,6 +423,9 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     const auto frag_begin = static_cast<uint32_t>(p.code.size());
     p.regions.push_back(isa::Region{isa::kRegionKernel, on_chip[c].gemm ? "gemm_chip" : call.kernel, frag_begin,
                                     static_cast<uint32_t>(end)});
+    // On a chip of several cores, a kernel left on core 0 says why (the compile report lists them).
+    if (guard && core == 0 && on_chip[c].group < 0)
+      p.regions.push_back(isa::Region{isa::kRegionSerial, on_chip[c].why, frag_begin, static_cast<uint32_t>(end)});
     for (isa::Region r : frag.regions) {  // the kernel's own regions, if it marks any
       r.begin += frag_begin, r.end += frag_begin;
       p.regions.push_back(std::move(r));

@@ -243,15 +243,45 @@ class CompileReport(Workdir):
 
     @staticmethod
     def table(text):
-        """The node rows of the text report: (name, instrs, cycles, share, util, gflop, mb, bound, by, ratio)."""
+        """The node rows of the text report: (name, instrs, cycles, share, util, cores, gflop, mb, bound, by,
+        ratio)."""
         lines = text.splitlines()
         start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["node", "instrs"]) + 1
         rows = []
         for line in lines[start:]:
             if not line.strip():
                 break
-            rows.append(line.strip().rsplit(None, 9))  # the name may hold spaces; the 9 columns after it do not
+            rows.append(line.strip().rsplit(None, 10))  # the name may hold spaces; the 10 columns after it do not
         return rows
+
+    def test_report_says_what_runs_on_one_core_and_why(self):
+        # On h200-like (132 cores) the program is SPMD; the kernels left on core 0 are listed after the node table
+        # with the compiler's reason, as many as the report's "serial" regions, each inside its node's kernel.
+        d = os.path.join(WORKLOADS_DIR, "bert_small")
+        if not os.path.exists(os.path.join(d, "bert.onnx")):
+            self.skipTest(f"{d}/bert.onnx is not exported")
+        tpusim("compile", os.path.join(d, "bert.onnx"), "--config", "h200-like", "--report", self.path("b.txt"),
+               "--report-json", self.path("b.json"), "-o", self.path("b.tpub"))
+        text, rep = read(self.path("b.txt")), json.loads(read(self.path("b.json")))
+        serial = [r for r in rep["regions"] if r["kind"] == "serial"]
+        self.assertTrue(serial)
+        m = re.search(r"^not shared: (\d+) kernels run on core 0 alone, (\d+) cycles", text, re.M)
+        self.assertIsNotNone(m, text[-2000:])
+        self.assertEqual(int(m.group(1)), len(serial))
+        self.assertEqual(int(m.group(2)), sum(r["cycles"] for r in serial))
+        listed = text[m.end():].strip().splitlines()[1:]
+        self.assertEqual(len(listed), min(10, len(serial)))
+        regions = rep["regions"]
+        for r in sorted(serial, key=lambda r: -r["cycles"])[:len(listed)]:
+            kernel = regions[r["parent"]]
+            node = regions[kernel["parent"]]
+            self.assertEqual(kernel["kind"], "kernel")
+            self.assertEqual(node["kind"], "node")
+            self.assertIn(f"  {node['name']} ({kernel['name']}, {r['cycles']} cycles): {r['name']}", listed)
+        reasons = " ".join(r["name"] for r in serial)
+        self.assertIn("there is no whole-chip version of gather.s", reasons)  # the embedding lookups
+        # A program for one core has nothing to say.
+        self.assertNotIn("not shared", self.compile_report()[1])
 
     def test_report_lists_every_node_in_program_order(self):
         out, text, rep = self.compile_report("-o", self.path("m.tpub"))
@@ -276,9 +306,11 @@ class CompileReport(Workdir):
             self.assertGreater(n["cycles"], 0)
             self.assertAlmostEqual(float(row[3].rstrip("%")), 100 * n["share"], delta=0.051)
             self.assertAlmostEqual(float(row[4].rstrip("%")), 100 * n["mxu_utilization"], delta=0.051)
-            self.assertAlmostEqual(float(row[5]), n["flops"] / 1e9, delta=1e-6)
-            self.assertAlmostEqual(float(row[6]), n["bytes"] / 1e6, delta=1e-4)
-            self.assertEqual(row[8], n["bound"] or "-")
+            self.assertEqual(int(row[5]), n["cores"])
+            self.assertEqual(n["cores"], 1)  # v4-like: one core
+            self.assertAlmostEqual(float(row[6]), n["flops"] / 1e9, delta=1e-6)
+            self.assertAlmostEqual(float(row[7]), n["bytes"] / 1e6, delta=1e-4)
+            self.assertEqual(row[9], n["bound"] or "-")
             self.assertIn(n["bound"], ("", "compute", "memory"))
         # The header: the run's cycles and time, as the JSON has them, and the same cycles `profile` measures.
         self.assertIn(f"total    {rep['cycles']} cycles, {rep['cycles'] / 1050:.3f} us", text)
