@@ -12,7 +12,7 @@
 //       3% each, PCIe and other I/O 4%, control 2%: 77% of the die (buffers 37%, compute 30%, I/O 10%, control
 //       2% in all); Table 2: idle power 28 W, TDP 75 W.
 //   O'Connor: M. O'Connor et al., "Fine-Grained DRAM: Energy-Efficient DRAM for Extreme Bandwidth Systems", MICRO 2017:
-//       HBM2 about 3.9 pJ per bit moved (the presets with HBM set hbm_pj_per_byte from it).
+//       HBM2 about 3.9 pJ per bit moved.
 //   Dennard: R. Dennard et al., "Design of ion-implanted MOSFETs with very small physical dimensions", IEEE JSSC 1974:
 //       area scales with the square of the feature size.
 // Scaling rules (docs/energy.md): an energy figure given at energy.ref_nm is multiplied by
@@ -32,43 +32,45 @@ namespace detail {
 void declare_energy_params(std::vector<Param>& out) {
   ParamSection<EnergyParams>(out, "energy", &ChipConfig::energy)
       .add(&EnergyParams::ref_nm, "ref_nm", 45.0, "nm",
-           "node at which the pJ figures of this section are given (Horowitz ISSCC 2014: 45 nm); they are scaled to chip.node_nm",
+           "node at which this section's pJ figures are given (Horowitz, ISSCC 2014: 45 nm); scaled to chip.node_nm",
            1.0, 1000.0)
       .add(&EnergyParams::node_exponent, "node_exponent", 1.0, "",
-           "an action's energy scales as (chip.node_nm / ref_nm)^node_exponent (1: C V^2 with C proportional to the "
-           "feature size and V fixed)",
+           "an action's energy scales as (chip.node_nm / ref_nm)^node_exponent (1: C V^2 with C proportional to "
+           "the feature size and V no longer scaling)",
            0.0, 4.0)
       .add(&EnergyParams::mac_i8_pj, "mac_i8_pj", 0.3, "pJ",
-           "one int8 multiply-accumulate of a matrix unit (an 8-bit multiply and a 32-bit add Horowitz ISSCC 2014)", 0.0, 1e6)
+           "one int8 multiply-accumulate of a matrix unit: an 8-bit multiply and a 32-bit add (Horowitz)", 0.0, 1e6)
       .add(&EnergyParams::mac_bf16_pj, "mac_bf16_pj", 2.0, "pJ",
-           "one bf16 multiply-accumulate with f32 accumulation (a 16-bit float multiply and a 32-bit float add Horowitz ISSCC 2014)",
+           "one bf16 multiply-accumulate with f32 accumulation: a 16-bit float multiply and a 32-bit float add "
+           "(Horowitz)",
            0.0, 1e6)
       .add(&EnergyParams::vpu_float_add_pj, "vpu_float_add_pj", 0.9, "pJ",
-           "one element of an add-like vector operation in f32 (a 32-bit float add Horowitz ISSCC 2014)", 0.0, 1e6)
+           "one element of an add-like vector operation in f32: a 32-bit float add (Horowitz)", 0.0, 1e6)
       .add(&EnergyParams::vpu_float_mul_pj, "vpu_float_mul_pj", 3.7, "pJ",
-           "one element of a multiply-like vector operation in f32 (mul, mulrow, exp, recip, rsqrt: a 32-bit float "
-           "multiply Horowitz ISSCC 2014)",
+           "one element of a multiply-like vector operation in f32 (mul, mulrow, exp, recip, rsqrt): a 32-bit "
+           "float multiply (Horowitz)",
            0.0, 1e6)
       .add(&EnergyParams::vpu_int_add_pj, "vpu_int_add_pj", 0.1, "pJ",
-           "one element of an add-like vector operation on integers (a 32-bit add Horowitz ISSCC 2014)", 0.0, 1e6)
+           "one element of an add-like vector operation on integers: a 32-bit add (Horowitz)", 0.0, 1e6)
       .add(&EnergyParams::vpu_int_mul_pj, "vpu_int_mul_pj", 3.1, "pJ",
-           "one element of an integer vector multiply (a 32-bit multiply Horowitz ISSCC 2014)", 0.0, 1e6)
+           "one element of an integer vector multiply: a 32-bit multiply (Horowitz)", 0.0, 1e6)
       .add(&EnergyParams::sram_pj_per_byte, "sram_pj_per_byte", 12.5, "pJ/byte",
-           "the SRAM rule: a byte read or written in a 1 MiB bank (Horowitz ISSCC 2014: 100 pJ per 64-bit read of 1 MB); a bank of "
-           "S MiB costs this * S^sram_size_exponent",
+           "the SRAM rule: a byte read or written in a bank of 1 MiB (Horowitz: 100 pJ per 64-bit read of 1 MB); "
+           "a bank of S MiB costs this x S^sram_size_exponent",
            0.0, 1e6)
       .add(&EnergyParams::sram_size_exponent, "sram_size_exponent", 0.5, "",
-           "the SRAM rule's exponent (Horowitz ISSCC 2014: 10, 20 and 100 pJ from 8 KB, 32 KB and 1 MB grow as the square root)", 0.0,
-           2.0)
+           "the SRAM rule's exponent (Horowitz: 10, 20 and 100 pJ from 8 KB, 32 KB and 1 MB grow as the square "
+           "root of the size)",
+           0.0, 2.0)
       .add(&EnergyParams::vmem_pj_per_byte, "vmem_pj_per_byte", -1.0, "pJ/byte",
            "a byte read or written in VMEM; < 0: the SRAM rule for a bank of vmem.size_kib / vmem.banks", -1.0, 1e6)
       .add(&EnergyParams::acc_pj_per_byte, "acc_pj_per_byte", -1.0, "pJ/byte",
-           "a byte read or written in the accumulators; < 0: the SRAM rule for one column's bank (mxu.acc_rows x 4 "
-           "bytes)",
+           "a byte read or written in the accumulators; < 0: the SRAM rule for one column's bank, mxu.acc_rows x "
+           "4 bytes",
            -1.0, 1e6)
       .add(&EnergyParams::wbuf_pj_per_byte, "wbuf_pj_per_byte", -1.0, "pJ/byte",
-           "a byte written into or read from a matrix unit's weight buffers; < 0: the SRAM rule for one tile "
-           "(mxu.rows x mxu.cols x 2 bytes)",
+           "a byte written into or read from a matrix unit's weight buffers; < 0: the SRAM rule for one tile, "
+           "mxu.rows x mxu.cols x 2 bytes",
            -1.0, 1e6)
       .add(&EnergyParams::shared_pj_per_byte, "shared_pj_per_byte", -1.0, "pJ/byte",
            "a byte read or written in the [shared] level; < 0: the SRAM rule for a bank of shared.size_kib / "
@@ -78,56 +80,57 @@ void declare_energy_params(std::vector<Param>& out) {
            "a byte a DMA transfer carries over the chip's interconnect between HBM or [shared] and VMEM "
            "(assumption: no published figure)",
            0.0, 1e6)
-      .add(&EnergyParams::hbm_pj_per_byte, "hbm_pj_per_byte", 162.5, "pJ/byte",
-           "a byte read or written in HBM, not scaled with chip.node_nm (Horowitz ISSCC 2014: DRAM 1.3 nJ per 64-bit access; HBM2 "
-           "about 31 O'Connor MICRO 2017)",
+      .add(&EnergyParams::hbm_pj_per_byte, "hbm_pj_per_byte", 31.2, "pJ/byte",
+           "a byte read or written in HBM, not scaled with chip.node_nm (HBM2: about 3.9 pJ per bit, O'Connor et "
+           "al., MICRO 2017; DDR3: 1.3 nJ per 64-bit access, Horowitz)",
            0.0, 1e6)
       .add(&EnergyParams::static_w_per_mm2, "static_w_per_mm2", 0.0846, "W/mm2",
-           "static power (leakage, clocks, idle I/O) per mm2 of the chip's area, not scaled (TPUv1, ISCA 2017: TPUv1 idles at "
-           "28 W on 331 mm2)",
+           "static power (leakage, clocks, idle I/O) per mm2 of the chip's area, not scaled (TPUv1 idles at 28 W "
+           "on 331 mm2, ISCA 2017)",
            0.0, 100.0);
 }
 
 void declare_area_params(std::vector<Param>& out) {
   ParamSection<AreaParams>(out, "area", &ChipConfig::area)
       .add(&AreaParams::ref_nm, "ref_nm", 28.0, "nm",
-           "node at which the figures of this section are given (TPUv1, ISCA 2017: TPUv1, 28 nm); they are scaled to "
+           "node at which this section's figures are given (TPUv1's floor plan, ISCA 2017: 28 nm); scaled to "
            "chip.node_nm",
            1.0, 1000.0)
       .add(&AreaParams::node_exponent, "node_exponent", 2.0, "",
-           "an area scales as (chip.node_nm / ref_nm)^node_exponent (2: with the square of the feature size Dennard 1974)",
+           "an area scales as (chip.node_nm / ref_nm)^node_exponent (2: with the square of the feature size, "
+           "Dennard et al. 1974)",
            0.0, 4.0)
       .add(&AreaParams::mac_i8_um2, "mac_i8_um2", 1212.0, "um2",
-           "one int8 MAC (PE) of a matrix unit, its weight registers included (TPUv1, ISCA 2017: 24% of 331 mm2 over 65,536)",
+           "one int8 MAC (PE) of a matrix unit, its weight registers included (TPUv1: 24% of 331 mm2 over 65,536)",
            0.0, 1e9)
       .add(&AreaParams::mac_bf16_um2, "mac_bf16_um2", 16850.0, "um2",
-           "one bf16 MAC (PE) with f32 accumulation: mac_i8_um2 x 13.9, Horowitz ISSCC 2014's area of a 16-bit float multiply and "
-           "a 32-bit float add over an 8-bit multiply and a 32-bit add",
+           "one bf16 MAC (PE) with f32 accumulation: mac_i8_um2 x 13.9, Horowitz's (ISSCC 2014) area of a 16-bit "
+           "float multiply and a 32-bit float add over an 8-bit multiply and a 32-bit add",
            0.0, 1e9)
       .add(&AreaParams::pe_bf16, "pe_bf16", 1, "0/1",
            "1: each PE is a bf16 MAC (int8 runs on it; mxu.i8_rate - 1 more int8 MACs are added); 0: PEs of "
            "mxu.i8_rate int8 MACs only (TPUv1). The simulator runs both types either way",
            0, 1)
       .add(&AreaParams::sram_mm2_per_mib, "sram_mm2_per_mib", 4.0, "mm2/MiB",
-           "VMEM and the [shared] level (TPUv1, ISCA 2017: the 24 MiB Unified Buffer is 29% of 331 mm2)", 0.0, 1e6)
+           "VMEM and the [shared] level (TPUv1: the 24 MiB Unified Buffer is 29% of 331 mm2)", 0.0, 1e6)
       .add(&AreaParams::acc_mm2_per_mib, "acc_mm2_per_mib", 4.97, "mm2/MiB",
-           "the accumulators (TPUv1, ISCA 2017: 4 MiB are 6% of 331 mm2)", 0.0, 1e6)
+           "the accumulators (TPUv1: 4 MiB are 6% of 331 mm2)", 0.0, 1e6)
       .add(&AreaParams::vpu_mm2_per_lane, "vpu_mm2_per_lane", 0.0776, "mm2",
-           "one lane of a vector unit, per vpu.lanes x vpu.sublanes (TPUv1, ISCA 2017: the 256-lane activation pipeline is 6% of "
-           "331 mm2)",
+           "one lane of a vector unit, per vpu.lanes x vpu.sublanes (TPUv1: the 256-lane activation pipeline is "
+           "6% of 331 mm2)",
            0.0, 1e6)
-      .add(&AreaParams::core_mm2, "core_mm2", 6.62, "mm2", "each core's control and dispatch (TPUv1, ISCA 2017: 2% of 331 mm2)",
+      .add(&AreaParams::core_mm2, "core_mm2", 6.62, "mm2", "each core's control and dispatch (TPUv1: 2% of 331 mm2)",
            0.0, 1e6)
       .add(&AreaParams::chip_io_mm2, "chip_io_mm2", 13.2, "mm2",
-           "the chip's host and chip-to-chip I/O (PCIe, links), once per chip, not scaled (TPUv1, ISCA 2017: 4% of 331 mm2)", 0.0,
-           1e6)
-      .add(&AreaParams::memory_phy_mm2, "memory_phy_mm2", 19.9, "mm2",
-           "the memory interfaces (HBM PHYs and controllers), once per chip, not scaled (TPUv1, ISCA 2017: two DDR3 "
-           "interfaces, 3% of 331 mm2 each)",
+           "the chip's host and chip-to-chip I/O (PCIe, links), once per chip, not scaled (TPUv1: 4% of 331 mm2)",
+           0.0, 1e6)
+      .add(&AreaParams::memory_phy_mm2, "memory_phy_mm2", 60.0, "mm2",
+           "the memory interfaces (PHYs and controllers), once per chip, not scaled (TPUv1's two DDR3 interfaces: "
+           "3% of 331 mm2 each; an HBM stack's: about 15, assumption)",
            0.0, 1e6)
       .add(&AreaParams::other_fraction, "other_fraction", 0.23, "",
            "the share of the die outside the parts above (wiring, unlabelled blocks): the total is their sum / (1 - "
-           "other_fraction) (TPUv1, ISCA 2017: the floor plan's parts above are 77% of the die)",
+           "other_fraction) (TPUv1: the floor plan's parts above are 77% of the die)",
            0.0, 0.99);
 }
 
@@ -221,9 +224,8 @@ EnergyModel energy_model(const ChipConfig& c) {
   set(Action::DmaBytes, e.link_pj_per_byte * s);
   set(Action::HbmRead, e.hbm_pj_per_byte);
   set(Action::HbmWrite, e.hbm_pj_per_byte);
-  const double shared = c.shared.size_kib
-                            ? sram_pj(c, e.shared_pj_per_byte, static_cast<double>(c.shared.size_kib << 10) / c.shared.banks) * s
-                            : 0.0;
+  const double shared_bank = static_cast<double>(c.shared.size_kib << 10) / c.shared.banks;
+  const double shared = c.shared.size_kib ? sram_pj(c, e.shared_pj_per_byte, shared_bank) * s : 0.0;
   set(Action::SharedRead, shared);
   set(Action::SharedWrite, shared);
   m.static_w = e.static_w_per_mm2 * area_of(c).total_mm2;
