@@ -8,6 +8,20 @@
 
 namespace tpusim::cli {
 
+namespace {
+// Joules with a prefix: "137.9 uJ", "2.41 mJ".
+std::string joules(double j) {
+  static const std::pair<double, const char*> prefixes[] = {{1, "J"}, {1e-3, "mJ"}, {1e-6, "uJ"}, {1e-9, "nJ"}};
+  for (const auto& [scale, name] : prefixes)
+    if (std::abs(j) >= scale || scale == 1e-9) {
+      std::ostringstream t;
+      t << std::setprecision(4) << j / scale << " " << name;
+      return t.str();
+    }
+  return "";
+}
+}  // namespace
+
 void print_summary(std::ostream& os, const isa::Program& p, const sim::ChipConfig& cfg, const sim::RunStats& s) {
   os << "program " << (p.name.empty() ? "(unnamed)" : p.name) << " on " << cfg.chip.name << " ("
      << cfg.mxu.rows << "x" << cfg.mxu.cols << " MXU, " << cfg.chip.clock_mhz << " MHz)\n";
@@ -52,6 +66,16 @@ void print_summary(std::ostream& os, const isa::Program& p, const sim::ChipConfi
   os << "  MXU MAC utilisation " << std::fixed << std::setprecision(1) << 100.0 * s.mxu_mac_utilization << "% ("
      << s.mxu_macs << " MACs); HBM read " << s.hbm_bytes_read << " B, written " << s.hbm_bytes_written << " B\n";
   os.unsetf(std::ios::fixed);
+  // The energy model (docs/energy.md): the same figures as the stats file's "energy" and "area".
+  const sim::EnergyModel model = sim::energy_model(cfg);
+  const sim::Energy e = sim::energy_of(s.actions, s.seconds, model);
+  os << "  energy " << joules(e.total_j()) << ": dynamic " << joules(e.dynamic_j) << " (";
+  const std::vector<double> by_unit = e.by_unit_j();
+  for (size_t k = 0; k < by_unit.size(); ++k)
+    os << (k ? ", " : "") << sim::energy_units()[k] << " " << std::setprecision(3) << 100 * by_unit[k] / (e.dynamic_j > 0 ? e.dynamic_j : 1) << "%";
+  os << "), static " << joules(e.static_j) << "; " << std::setprecision(4)
+     << (s.seconds > 0 ? e.total_j() / s.seconds : 0.0) << " W average; chip area " << sim::area_of(cfg).total_mm2
+     << " mm2 (model: docs/energy.md)\n";
 }
 
 namespace {
@@ -95,7 +119,9 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
      << "share" << std::setw(10) << "MXU util" << std::setw(7) << "cores" << std::setw(6) << "last";
   for (const char* u : {"dmain", "mxu", "vpu", "dmaout"}) os << std::setw(9) << u;
   os << std::setw(9) << "waits" << std::setw(8) << "FLOPs" << std::setw(8) << "bytes" << std::setw(11) << "bound"
-     << std::setw(8) << "by" << std::setw(8) << "ratio" << "  kernels\n";
+     << std::setw(8) << "by" << std::setw(8) << "ratio" << std::setw(11) << "energy uJ" << std::setw(8) << "of E"
+     << "  kernels\n";
+  const double total_j = p.program.energy_j();
   os << std::fixed << std::setprecision(1);
   for (const auto* r : rows) {
     os << "  " << std::left << std::setw(w + 2) << r->name << std::right << std::setw(10) << r->cycles()
@@ -108,7 +134,9 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
       if (auto it = up.cycles.find("wait"); it != up.cycles.end()) waits += it->second;
     }
     os << std::setw(9) << waits << std::setw(8) << si(r->flops) << std::setw(8) << si(r->bytes) << std::setw(11)
-       << bound_text(*r) << std::setw(8) << bound_kind(*r) << std::setw(8) << ratio_text(*r) << "  ";
+       << bound_text(*r) << std::setw(8) << bound_kind(*r) << std::setw(8) << ratio_text(*r) << std::setw(11)
+       << fixed(r->energy_j() * 1e6, 2) << std::setw(7) << fixed(total_j > 0 ? 100 * r->energy_j() / total_j : 0.0, 1)
+       << "%  ";
     // The node's kernels in order, a run of one kernel as "name xN".
     std::vector<std::pair<std::string, int>> kernels;
     for (const auto& k : p.regions)
@@ -130,7 +158,10 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
         "  FLOPs, bytes: the node's work (multiply-add = 2 FLOPs; HBM bytes read and written; - = not known)\n"
         "  bound: roofline lower bound in cycles, max(FLOPs / "
      << fixed(p.peak_flops_per_cycle, 0) << " per cycle, bytes / " << fixed(p.hbm_bytes_per_cycle, 2)
-     << " per cycle)\n  by: the side that sets the bound; ratio: cycles / bound\n";
+     << " per cycle)\n  by: the side that sets the bound; ratio: cycles / bound\n"
+     << "  energy: the node's instructions' actions x their energies, plus static power over the cycles it holds "
+        "(docs/energy.md); of E: of the run's " << joules(total_j) << " (outside every node: "
+     << joules(p.outside_nodes_j()) << ")\n";
 }
 
 void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa::Program& program,

@@ -53,6 +53,41 @@ void finish(RegionProfile& r, const Profile& p) {
   r.bound = r.flops == 0 && r.bytes == 0 ? "" : compute >= memory ? "compute" : "memory";
 }
 
+// Each region's share of the run's cycles for static power (profile.h): per kind, the cycles covered by the spans
+// of that kind's regions, shared equally among the spans covering them.
+void hold_cycles(Profile& prof) {
+  std::map<std::string, std::vector<size_t>> by_kind;
+  for (size_t i = 0; i < prof.regions.size(); ++i)
+    if (prof.regions[i].cycles() > 0) by_kind[prof.regions[i].kind].push_back(i);
+  for (const auto& [kind, idx] : by_kind) {
+    std::vector<std::pair<uint64_t, int64_t>> edges;  // (cycle, +(i + 1) opens region i, -(i + 1) closes it)
+    for (size_t i : idx) {
+      edges.emplace_back(prof.regions[i].first_cycle, static_cast<int64_t>(i) + 1);
+      edges.emplace_back(prof.regions[i].last_cycle, -(static_cast<int64_t>(i) + 1));
+    }
+    std::sort(edges.begin(), edges.end());
+    std::vector<size_t> open;
+    uint64_t prev = 0;
+    for (const auto& [t, e] : edges) {
+      if (!open.empty() && t > prev)
+        for (size_t i : open) prof.regions[i].held_cycles += static_cast<double>(t - prev) / static_cast<double>(open.size());
+      prev = t;
+      if (e > 0) open.push_back(static_cast<size_t>(e - 1));
+      else std::erase(open, static_cast<size_t>(-e - 1));
+    }
+  }
+}
+
+json energy_json(const RegionProfile& r) {
+  json by_unit = json::object();
+  for (size_t k = 0; k < r.dynamic_by_unit_j.size(); ++k) by_unit[sim::energy_units()[k]] = r.dynamic_by_unit_j[k];
+  return {{"total_j", r.energy_j()},
+          {"dynamic_j", r.dynamic_j},
+          {"static_j", r.static_j},
+          {"held_cycles", r.held_cycles},
+          {"by_unit_j", std::move(by_unit)}};
+}
+
 json region_json(const RegionProfile& r) {
   json units = json::object();
   for (int u = 0; u < isa::kNumUnits; ++u) {
@@ -79,6 +114,7 @@ json region_json(const RegionProfile& r) {
           {"bound_cycles", r.bound_cycles},
           {"bound", r.bound},
           {"bound_ratio", r.bound_ratio()},
+          {"energy", energy_json(r)},
           {"units", std::move(units)}};
 }
 
@@ -151,6 +187,36 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
   }
   finish(prof.program, prof);
   for (RegionProfile& r : prof.regions) finish(r, prof);
+
+  // Energy (profile.h): actions by instruction, static power by the cycles each region holds.
+  const sim::EnergyModel model = sim::energy_model(cfg);
+  prof.static_w = model.static_w;
+  const double hz = cfg.chip.clock_mhz * 1e6;
+  const bool counted = run.actions_by_pc.size() == program.code.size();
+  std::vector<bool> in_node(program.code.size(), false);
+  for (const isa::Region& g : program.regions)
+    if (g.kind == isa::kRegionNode) std::fill(in_node.begin() + g.begin, in_node.begin() + g.end, true);
+  sim::ActionCounts outside;
+  for (size_t pc = 0; counted && pc < program.code.size(); ++pc) {
+    prof.program.actions += run.actions_by_pc[pc];
+    if (!in_node[pc]) outside += run.actions_by_pc[pc];
+  }
+  for (RegionProfile& r : prof.regions)
+    for (uint32_t pc = r.begin; counted && pc < r.end; ++pc) r.actions += run.actions_by_pc[pc];
+  hold_cycles(prof);
+  prof.program.held_cycles = static_cast<double>(prof.cycles);
+  double node_cycles = 0;
+  auto energy = [&](RegionProfile& r) {
+    const sim::Energy e = sim::dynamic_energy(r.actions, model);
+    r.dynamic_j = e.dynamic_j;
+    r.dynamic_by_unit_j = e.by_unit_j();
+    r.static_j = model.static_w * r.held_cycles / hz;
+    if (r.kind == isa::kRegionNode) node_cycles += r.held_cycles;
+  };
+  energy(prof.program);
+  for (RegionProfile& r : prof.regions) energy(r);
+  prof.outside_nodes_dynamic_j = sim::dynamic_energy(outside, model).dynamic_j;
+  prof.outside_nodes_static_j = model.static_w * (static_cast<double>(prof.cycles) - node_cycles) / hz;
   return prof;
 }
 
@@ -162,6 +228,8 @@ std::string profile_json(const Profile& p) {
             {"peak_flops_per_cycle", p.peak_flops_per_cycle},
             {"hbm_bytes_per_cycle", p.hbm_bytes_per_cycle},
             {"cycles", p.cycles},
+            {"static_w", p.static_w},
+            {"outside_nodes_energy_j", p.outside_nodes_j()},
             {"program", region_json(p.program)},
             {"regions", std::move(regions)}};
   return j.dump(1);

@@ -23,6 +23,8 @@ const std::vector<Param>& all_params() {
     declare_vpu_params(p);
     declare_dma_params(p);
     declare_memory_params(p);
+    declare_energy_params(p);
+    declare_area_params(p);
     return p;
   }();
   return params;

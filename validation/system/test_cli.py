@@ -164,6 +164,46 @@ class Outputs(Workdir):
         slices = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
         self.assertGreater(len(slices), 10)
 
+    def config_value(self, key, *sets):
+        """A parameter's value as `tpusim config --show v4-like` prints it."""
+        args = ["config", "--show", "v4-like"] + [a for s in sets for a in ("--set", s)]
+        row = next(line for line in tpusim(*args).stdout.splitlines() if line.split()[:1] == [key])
+        return float(row.split()[1])
+
+    def test_energy_of_the_gemm_kernel(self):
+        """The stats' energy of kernels/gemm_bf16.s: its M*K*N MACs at the configured bf16 MAC energy scaled from
+        energy.ref_nm to chip.node_nm (docs/energy.md), every action's count times its energy, and --set."""
+        m, k, n = 64, 256, 96
+
+        def stats(*sets):
+            path = self.path("s.json")
+            tpusim("run", os.path.join(KERNELS, "gemm_bf16.s"), "-D", f"M={m}", "-D", f"K={k}", "-D", f"N={n}",
+                   "--config", "v4-like", "--timing-only", "--stats", path, *[a for s in sets for a in ("--set", s)])
+            return json.loads(read(path))
+
+        s = stats()
+        e = s["energy"]
+        self.assertEqual(e["actions"]["mac_bf16"], m * k * n)
+        self.assertEqual(e["actions"]["hbm_read_bytes"], s["hbm"]["bytes_read"])
+        scale = self.config_value("chip.node_nm") / self.config_value("energy.ref_nm")
+        mac_pj = self.config_value("energy.mac_bf16_pj") * scale
+        self.assertAlmostEqual(e["by_unit_j"]["mxu"], m * k * n * mac_pj * 1e-12, delta=1e-18)
+        dynamic = sum(e["actions"][a] * e["pj_per_action"][a] for a in e["actions"]) * 1e-12
+        self.assertAlmostEqual(e["dynamic_j"], dynamic, delta=dynamic * 1e-12)
+        self.assertAlmostEqual(e["static_j"], e["static_w"] * s["seconds"], delta=e["static_j"] * 1e-12)
+        self.assertAlmostEqual(sum(e["by_unit_j"].values()), e["total_j"], delta=e["total_j"] * 1e-12)
+        self.assertAlmostEqual(e["static_w"], self.config_value("energy.static_w_per_mm2") * s["area"]["total_mm2"],
+                               delta=1e-9)
+        # --set: twice the MAC energy doubles the MXU's part and leaves the rest; the same cycles.
+        d = stats("energy.mac_bf16_pj=4")
+        self.assertEqual(d["cycles"], s["cycles"])
+        self.assertAlmostEqual(d["energy"]["by_unit_j"]["mxu"], 2 * e["by_unit_j"]["mxu"], delta=1e-18)
+        self.assertEqual(d["energy"]["by_unit_j"]["hbm"], e["by_unit_j"]["hbm"])
+        # Twice the node: MAC energy x 2 (energy.node_exponent 1), the MXU's area x 4 (area.node_exponent 2).
+        t = stats("chip.node_nm=14")
+        self.assertAlmostEqual(t["energy"]["by_unit_j"]["mxu"], 2 * e["by_unit_j"]["mxu"], delta=1e-18)
+        self.assertAlmostEqual(t["area"]["by_part_mm2"]["mxu"], 4 * s["area"]["by_part_mm2"]["mxu"], delta=1e-9)
+
     def test_timing_only_same_cycles_and_runs_repeat(self):
         tpusim(*self.gemm_args("--stats", self.path("a.json")))
         tpusim(*self.gemm_args("--stats", self.path("b.json")))
@@ -378,6 +418,15 @@ class CompileReport(Workdir):
         self.assertNotIn("top 1", out)
         for col in ("FLOPs", "bytes", "bound", "ratio"):
             self.assertIn(col, out.splitlines()[1])
+        # Energy per node (docs/energy.md): the nodes' and the energy outside them add up to the program's, which
+        # is the run's as `tpusim run --stats` gives it.
+        self.assertIn("energy uJ", out.splitlines()[1])
+        total = prof["program"]["energy"]["total_j"]
+        self.assertGreater(total, 0)
+        self.assertAlmostEqual(sum(n["energy"]["total_j"] for n in nodes) + prof["outside_nodes_energy_j"], total,
+                               delta=total * 1e-12)
+        tpusim("run", onnx_path, "--timing-only", "--stats", self.path("s.json"))
+        self.assertAlmostEqual(json.loads(read(self.path("s.json")))["energy"]["total_j"], total, delta=total * 1e-12)
 
 
 class UserFacing(Workdir):
