@@ -34,7 +34,7 @@ const std::vector<Column>& columns() {
   static const std::vector<Column> c = {
       {"latency_cycles", "latency (cycles)", [](const Record& r) { return num_at(r, {"stats", "cycles"}); }},
       {"latency_us", "latency (µs)", [](const Record& r) { return seconds(r) * 1e6; }},
-      {"throughput_per_s", "throughput (inferences/s)", [](const Record& r) { return 1.0 / seconds(r); }},
+      {"throughput_per_s", "throughput (runs/s)", [](const Record& r) { return 1.0 / seconds(r); }},
       {"tflops", "achieved TFLOP/s",
        [](const Record& r) { return num_at(r, {"program", "flops"}) / seconds(r) / 1e12; }},
       {"mxu_utilization", "MXU MAC utilisation", [](const Record& r) { return num_at(r, {"stats", "mxu", "mac_utilization"}); }},
@@ -143,22 +143,19 @@ std::string latency_plot(const std::string& key, const std::vector<std::string>&
   double xmin = INFINITY, xmax = -INFINITY;
   for (double x : xs) xmin = std::min(xmin, x), xmax = std::max(xmax, x);
   const bool xlog = all_numeric && xmax >= 8 * xmin;
-  svg::Axis ax = svg::Axis::fit(xs, xlog, L, L + PW);
+  std::vector<double> xr = xs;
+  if (all_numeric && !xlog && xmin < xmax)  // a margin, so that no point sits on the frame
+    xr.push_back(xmin - 0.05 * (xmax - xmin)), xr.push_back(xmax + 0.05 * (xmax - xmin));
+  svg::Axis ax = svg::Axis::fit(xr, xlog, L, L + PW);
   if (!all_numeric) {  // categories at 0, 1, ...: a half step of margin either side
     ax.lo = -0.5, ax.hi = static_cast<double>(cats.size()) - 0.5;
+    for (size_t i = 0; i < cats.size(); ++i) ax.labels.emplace_back(static_cast<double>(i), cats[i]);
   }
   double ymin = INFINITY, ymax = -INFINITY;
   for (double y : ys) ymin = std::min(ymin, y), ymax = std::max(ymax, y);
   const svg::Axis ay = svg::Axis::fit(ys, ymax >= 20 * ymin && ymin > 0, T + PH, T);
   std::string s = svg::document_begin(W, H, "latency against " + key, L + PW / 2);
-  if (all_numeric) {
-    s += svg::frame(ax, ay, key, "latency (µs)", "clip");
-  } else {
-    s += svg::frame(ax, ay, key, "latency (µs)", "clip");
-    for (size_t i = 0; i < cats.size(); ++i)
-      s += "<text x=\"" + c1(ax.map(static_cast<double>(i))) + "\" y=\"" + c1(T + PH + 36) +
-           "\" text-anchor=\"middle\" font-size=\"11\">" + svg::escape(cats[i]) + "</text>\n";
-  }
+  s += svg::frame(ax, ay, key, "latency (µs)", "clip");
   // Series: the other parameters' values.
   std::map<std::string, std::vector<const Record*>> series;
   std::vector<std::string> order;

@@ -117,6 +117,7 @@ Axis Axis::fit(const std::vector<double>& values, bool log, double from, double 
 }
 
 std::vector<std::pair<double, std::string>> Axis::ticks() const {
+  if (!labels.empty()) return labels;
   std::vector<std::pair<double, std::string>> t;
   if (log) {
     const int e_lo = static_cast<int>(std::lround(std::log10(lo))), e_hi = static_cast<int>(std::lround(std::log10(hi)));

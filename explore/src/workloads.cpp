@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
+#include <cmath>
+#include <iostream>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -294,14 +297,18 @@ fs::path model_in(const fs::path& dir, const std::string& what) {
     return d / meta["model"].get<std::string>();
   };
   if (fs::is_regular_file(dir / "meta.json")) return model(dir);
-  std::vector<fs::path> subs;
-  for (const auto& e : fs::directory_iterator(dir))
+  std::vector<fs::path> subs, onnx;
+  for (const auto& e : fs::directory_iterator(dir)) {
     if (e.is_directory() && fs::is_regular_file(e.path() / "meta.json")) subs.push_back(e.path());
+    if (e.is_regular_file() && e.path().extension() == ".onnx") onnx.push_back(e.path());
+  }
   std::sort(subs.begin(), subs.end());
   if (subs.size() == 1) return model(subs[0]);
+  if (subs.empty() && onnx.size() == 1) return onnx[0];  // an exporter without meta.json (mlp.py)
+  if (subs.empty()) throw std::runtime_error(what + " wrote no model into " + dir.string());
   std::string list;
   for (const auto& s : subs) list += " " + s.filename().string();
-  throw std::runtime_error(what + " wrote several models (" + list.substr(list.empty() ? 0 : 1) +
+  throw std::runtime_error(what + " wrote several models (" + list.substr(1) +
                            "): choose one with the exporter's option (e.g. gpt2:mode=prefill)");
 }
 

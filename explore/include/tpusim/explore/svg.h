@@ -30,11 +30,12 @@ struct Axis {
   bool log = false;
   double lo = 0, hi = 1;
   double from = 0, to = 1;
+  std::vector<std::pair<double, std::string>> labels;  // when not empty, the ticks (categories at 0, 1, ...)
   double map(double v) const;
   // An axis over `values` (non-finite ones ignored; a log axis ignores values <= 0): a log axis spans whole
   // decades, a linear one "nice" steps (1, 2 or 5 times a power of ten) from a multiple of its step.
   static Axis fit(const std::vector<double>& values, bool log, double from, double to);
-  // Labelled ticks: a log axis each decade, a linear one each step.
+  // Labelled ticks: `labels` when given, else on a log axis each decade, on a linear one each step.
   std::vector<std::pair<double, std::string>> ticks() const;
   // Unlabelled ticks: 2..9 times each decade on a log axis; none on a linear one.
   std::vector<double> minor_ticks() const;
