@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
@@ -24,6 +25,7 @@
 #include "mpi_world.h"
 #include "results.h"
 #include "tpusim/explore/pool.h"
+#include "tpusim/isa/program.h"
 #include "tpusim/runtime/runtime.h"
 #include "tpusim/sim/config.h"
 #include "workloads.h"
@@ -74,7 +76,38 @@ struct Point {
   std::string precision;
   std::map<std::string, std::string> workload_params;
   std::string model_path;  // File and Exporter workloads
+  std::string program_key; // what the compiled program depends on (program_key()); "" when the chip is invalid
+  bool program_shared = false;  // another point still to run has the same program_key
 };
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Everything a point's compiled program depends on: the workload (a file by path, size and modification time; a
+// layer by its parameters), the precision, timing-only or not, and the chip as its kernel symbols, which is all the
+// compiler sees of it (compiler::Target). Points that differ only in parameters the compiler does not see (HBM
+// bandwidth, latencies) share one program.
+std::string program_key(const Options& o, const WorkloadSpec& w, const Point& p) {
+  std::string k = "workload=";
+  if (w.kind == WorkloadSpec::Kind::Layer) {
+    k += w.name;
+    for (const auto& [n, v] : with_params(w, p.workload_params).params) k += "," + n + "=" + v;
+  } else {
+    std::error_code ec;
+    k += fs::absolute(p.model_path, ec).string() + "," + std::to_string(fs::file_size(p.model_path, ec)) + "," +
+         std::to_string(fs::last_write_time(p.model_path, ec).time_since_epoch().count());
+  }
+  k += "|precision=" + p.precision + (o.functional ? "|functional" : "|timing-only");
+  try {
+    for (const auto& [n, v] : sim::kernel_symbols(sim::load_config(o.config, p.sets))) k += "|" + n + "=" + std::to_string(v);
+  } catch (const std::exception&) {
+    return "";  // the point fails when it runs, saying why
+  }
+  return k;
+}
 
 // The sweep as the journal's first line and results.json's "sweep": everything that decides the points' results.
 json sweep_header(const Options& o) {
@@ -192,8 +225,36 @@ struct PointRunner {
         make_inputs(compile(bf));
         co.calibration.push_back(inputs);
       }
-      runtime::Executable exe = compile(co);
+      // Timing-only programs (no weights: small) are kept in DIR/.programs/ by program_key: a point whose chip
+      // differs from an earlier one's only where the compiler does not look loads it instead of compiling.
+      std::string cached;
+      if (!opts.functional && p.program_shared) {
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(p.program_key)));
+        cached = (fs::path(opts.out) / ".programs" / (std::string(hex) + ".tpub")).string();
+      }
+      std::optional<runtime::Executable> loaded;
+      std::error_code ec;
+      if (!cached.empty() && fs::exists(cached, ec)) {
+        try {
+          loaded = client->load_program(isa::load_program(cached)).value();
+        } catch (const std::exception&) {
+          loaded.reset();  // unreadable: compile it again
+        }
+      }
+      runtime::Executable exe = loaded ? *loaded : compile(co);
+      if (!loaded && !cached.empty()) {
+        const std::string tmp = cached + "." + std::to_string(getpid()) + ".tmp";
+        fs::create_directories(fs::path(cached).parent_path(), ec);
+        try {
+          isa::save_program(exe.program(), tmp);
+          fs::rename(tmp, cached, ec);
+        } catch (const std::exception&) {
+          fs::remove(tmp, ec);  // a cache that cannot be written only costs time
+        }
+      }
       rec["compile_s"] = since(tc);
+      rec["program_cached"] = loaded.has_value();
       client->check_fits(exe);
       if (inputs.empty()) make_inputs(exe);
       runtime::ExecuteOptions eo;
@@ -309,7 +370,9 @@ class Journal {
   int fd_ = -1;
 };
 
-// Groups points of one chip (a worker process elaborates one chip) into tasks of at most `chunk` points.
+// Groups points of one chip (a worker process elaborates one chip) into tasks of at most `chunk` points, ordered
+// so that the first point of each program (program_key) comes before any second one: workers running at the same
+// time compile different programs, and later points find theirs compiled.
 std::vector<std::vector<size_t>> make_tasks(const std::vector<Point>& points, const std::vector<size_t>& todo, int jobs) {
   std::map<std::string, std::vector<size_t>> by_chip;
   std::vector<std::string> order;
@@ -326,7 +389,13 @@ std::vector<std::vector<size_t>> make_tasks(const std::vector<Point>& points, co
       tasks.emplace_back(v.begin() + static_cast<std::ptrdiff_t>(a),
                          v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), a + chunk)));
   }
-  return tasks;
+  std::map<std::string, size_t> seen;
+  std::vector<std::pair<size_t, size_t>> rank;  // (how many earlier tasks start with the same program, position)
+  for (size_t t = 0; t < tasks.size(); ++t) rank.emplace_back(seen[points[tasks[t][0]].program_key]++, t);
+  std::stable_sort(rank.begin(), rank.end());
+  std::vector<std::vector<size_t>> sorted;
+  for (const auto& [n, t] : rank) sorted.push_back(std::move(tasks[t]));
+  return sorted;
 }
 
 struct SignalGuard {
@@ -399,6 +468,11 @@ int run(const Options& opts, std::ostream& log) {
     }
   }
 
+  {
+    std::map<std::string, size_t> uses;
+    for (size_t i : todo) ++uses[points[i].program_key = program_key(opts, workload, points[i])];
+    for (size_t i : todo) points[i].program_shared = !points[i].program_key.empty() && uses[points[i].program_key] > 1;
+  }
   // This rank's share: every size-th point still to do.
   std::vector<size_t> mine;
   for (size_t j = static_cast<size_t>(w.rank); j < todo.size(); j += static_cast<size_t>(w.size)) mine.push_back(todo[j]);
@@ -469,6 +543,10 @@ int run(const Options& opts, std::ostream& log) {
   }
   progress.finish();
 
+  if (whole) {  // the programs kept for later points: none is left to run
+    std::error_code ec;
+    fs::remove_all(fs::path(opts.out) / ".programs", ec);
+  }
   std::vector<Record> records;
   for (auto& [i, r] : done) records.push_back(r);
   const std::vector<std::string> files = write_results(opts.out, keys, records, header);
