@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tests of `tpusim explore` (docs/explore.md), each against an independent reference:
 
-  matches-run  a tiny sweep over the exported MLP: each row of results.csv equals `tpusim run --timing-only --stats`
+  matches-run  a tiny sweep over the exported MLP (some of its points sharing one compiled program): each row of
+               results.csv equals `tpusim run --timing-only --stats`
                of the same point (cycles, time, MXU utilisation, HBM bytes), results.json holds the same numbers,
                a point with an invalid parameter is recorded with its error and the others still run; a built-in
                GEMM layer's FLOPs are 2 m n k and its roofline figures follow from its own columns.
@@ -52,15 +53,20 @@ def close(a, b, rel=1e-9):
 def check_matches_run(tpusim, work, mlp):
     out = os.path.join(work, "sweep")
     shutil.rmtree(work, ignore_errors=True)
+    # hbm.channels is not among the kernel symbols the compiler sees: its points share one compiled program.
+    keys = ["mxu.rows", "hbm.bandwidth_gbs", "hbm.channels"]
     r = explore(tpusim, out, "--workload", mlp, "--config", "v4-like", "--sweep", "mxu.rows=32,64,4096",
-                "--sweep", "hbm.bandwidth_gbs=100,400", "--jobs", "2")
+                "--sweep", "hbm.bandwidth_gbs=100,400", "--sweep", "hbm.channels=2,16", "--jobs", "2")
     got = rows(out)
-    assert [int(x["point"]) for x in got] == list(range(6)), got
+    assert [int(x["point"]) for x in got] == list(range(12)), got
     data = json.load(open(os.path.join(out, "results.json")))
-    assert len(data["points"]) == 6
+    assert len(data["points"]) == 12
+    cached = [json.loads(l).get("program_cached") for l in journal_lines(out)[1:] if l]
+    assert any(cached), "no point reused a compiled program"
+    assert not os.path.exists(os.path.join(out, ".programs")), "the kept programs were not removed"
     for x, j in zip(got, data["points"]):
-        sets = ["--set", f"mxu.rows={x['mxu.rows']}", "--set", f"hbm.bandwidth_gbs={x['hbm.bandwidth_gbs']}"]
-        assert j["params"] == {"mxu.rows": x["mxu.rows"], "hbm.bandwidth_gbs": x["hbm.bandwidth_gbs"]}, (x, j)
+        sets = [a for k in keys for a in ("--set", f"{k}={x[k]}")]
+        assert j["params"] == {k: x[k] for k in keys}, (x, j)
         assert j["status"] == x["status"] and j["error"] == x["error"], (x, j)
         if x["mxu.rows"] == "4096":  # out of the parameter's range: an error, as `tpusim run` says too
             assert x["status"] == "error" and "mxu.rows" in x["error"], x
@@ -78,13 +84,14 @@ def check_matches_run(tpusim, work, mlp):
         assert int(x["hbm_bytes"]) == s["hbm"]["bytes_read"] + s["hbm"]["bytes_written"], x
         assert close(float(x["throughput_per_s"]), 1 / s["seconds"]), x
         for k, v in x.items():  # the JSON row holds the CSV's numbers
-            if k in ("point", "status", "error", "mxu.rows", "hbm.bandwidth_gbs"):
+            if k in ["point", "status", "error"] + keys:
                 continue
             assert close(float(v), j[k], 1e-9), (k, v, j[k])
     # More HBM bandwidth never makes a point slower; the sweep covers both.
-    by = {(x["mxu.rows"], x["hbm.bandwidth_gbs"]): x for x in got if x["status"] == "ok"}
+    by = {(x["mxu.rows"], x["hbm.bandwidth_gbs"], x["hbm.channels"]): x for x in got if x["status"] == "ok"}
     for rws in ("32", "64"):
-        assert int(by[(rws, "400")]["latency_cycles"]) <= int(by[(rws, "100")]["latency_cycles"])
+        for ch in ("2", "16"):
+            assert int(by[(rws, "400", ch)]["latency_cycles"]) <= int(by[(rws, "100", ch)]["latency_cycles"])
 
     # A built-in layer: its FLOPs are the GEMM's 2 m n k; intensity and achieved rate follow from the columns.
     out2 = os.path.join(work, "gemm")
