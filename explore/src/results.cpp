@@ -27,9 +27,10 @@ double hbm_bytes(const Record& r) {
 
 }  // namespace
 
-// THE place where a point's figures come from its record. A figure the stats gain later (energy, area) is one
-// more line here, e.g. {"energy_j", "energy (J)", [](const Record& r) { return num_at(r, {"stats", "energy",
-// "total_j"}); }, true}; the CSV, the JSON, the HTML table and (for energy_j and area_mm2) the Pareto plots follow.
+// THE place where a point's figures come from its record: a figure the stats gain is one more line here, and the
+// CSV, the JSON, the HTML table and (for energy_j and area_mm2) the Pareto plots follow. Optional columns are
+// written only when some point has them: the energy and area model's (docs/energy.md: "energy", "area" and
+// "efficiency" in the stats JSON) appear with a simulator that reports them.
 const std::vector<Column>& columns() {
   static const std::vector<Column> c = {
       {"latency_cycles", "latency (cycles)", [](const Record& r) { return num_at(r, {"stats", "cycles"}); }},
@@ -44,6 +45,13 @@ const std::vector<Column>& columns() {
       {"intensity", "arithmetic intensity (FLOP/byte of HBM)",
        [](const Record& r) { return num_at(r, {"program", "flops"}) / hbm_bytes(r); }},
       {"peak_tflops", "chip peak TFLOP/s", [](const Record& r) { return num_at(r, {"chip", "peak_flops"}) / 1e12; }},
+      {"energy_j", "energy per run (J)", [](const Record& r) { return num_at(r, {"stats", "energy", "total_j"}); }, true},
+      {"power_w", "average power (W)", [](const Record& r) { return num_at(r, {"stats", "energy", "average_power_w"}); },
+       true},
+      {"area_mm2", "area (mm²)", [](const Record& r) { return num_at(r, {"stats", "area", "total_mm2"}); }, true},
+      {"tops_per_w", "MXU TOPS/W", [](const Record& r) { return num_at(r, {"stats", "efficiency", "tops_per_w"}); }, true},
+      {"tops_per_mm2", "MXU TOPS/mm²",
+       [](const Record& r) { return num_at(r, {"stats", "efficiency", "tops_per_mm2"}); }, true},
       {"compile_s", "compile (s)", [](const Record& r) { return num_at(r, {"compile_s"}); }},
       {"simulate_s", "simulate (s)", [](const Record& r) { return num_at(r, {"simulate_s"}); }},
   };

@@ -1,9 +1,13 @@
 // Unit tests of tpusim explore's pieces: the worker pool, the progress line, SVG axes, the Pareto front, sweep and
-// workload parsing, and the built-in layers' ONNX models (checked by reading them back with the ONNX library).
+// workload parsing, the built-in layers' ONNX models (checked by reading them back with the ONNX library), and the
+// results files made from records (with and without the energy model's figures).
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -158,3 +162,70 @@ TEST(Workloads, LayersBuildTheGraphTheyName) {
 }
 
 }  // namespace
+
+namespace {
+
+// A record as a worker makes it, with made-up figures (and, with `energy`, the energy model's stats fields).
+Record record(size_t i, const std::string& rows, double seconds, double energy_j, double area) {
+  Record r;
+  r["point"] = i;
+  r["params"] = {{"mxu.rows", rows}};
+  r["status"] = "ok";
+  r["error"] = "";
+  r["stats"] = {{"cycles", static_cast<uint64_t>(seconds * 1e9)}, {"seconds", seconds},
+                {"mxu", {{"mac_utilization", 0.5}}}, {"hbm", {{"bytes_read", 1000}, {"bytes_written", 24}}}};
+  if (energy_j > 0) {
+    r["stats"]["energy"] = {{"total_j", energy_j}, {"average_power_w", energy_j / seconds}};
+    r["stats"]["area"] = {{"total_mm2", area}};
+    r["stats"]["efficiency"] = {{"tops_per_w", 1.5}, {"tops_per_mm2", 0.25}};
+  }
+  r["program"] = {{"flops", 4096.0}, {"bytes", 1024.0}, {"instructions", 10}};
+  r["chip"] = {{"peak_flops", 1e12}, {"hbm_bytes_per_s", 1e11}};
+  return r;
+}
+
+std::string read_file(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST(Results, ColumnsFromTheStatsAndEnergyWhenPresent) {
+  const std::string dir = testing::TempDir() + "explore-results-" + std::to_string(getpid());
+  // Without energy in the stats: no energy or area columns, no Pareto plots.
+  std::vector<Record> plain = {record(0, "64", 2e-6, 0, 0), record(1, "128", 1e-6, 0, 0)};
+  write_results(dir + "/plain", {"mxu.rows"}, plain, nlohmann::json{{"workload", "w"}});
+  const std::string csv = read_file(dir + "/plain/results.csv");
+  EXPECT_EQ(csv.find("energy_j"), std::string::npos);
+  EXPECT_NE(csv.find("\n1,128,ok,,1000,1,1000000,"), std::string::npos) << csv;  // cycles, us, runs/s
+  EXPECT_FALSE(std::filesystem::exists(dir + "/plain/pareto_energy_j.svg"));
+
+  // With it: the columns, and latency against energy and area with the front marked. Point 2 is beaten by point
+  // 1 (slower and more energy); 0 and 1 trade latency for energy.
+  std::vector<Record> e = {record(0, "64", 2e-6, 1.0, 10), record(1, "128", 1e-6, 2.0, 20),
+                           record(2, "256", 3e-6, 3.0, 30)};
+  Record failed;
+  failed["point"] = 3;
+  failed["params"] = {{"mxu.rows", "9999"}};
+  failed["status"] = "error";
+  failed["error"] = "mxu.rows = 9999 must be in [1, 1024]";
+  e.push_back(failed);
+  const auto files = write_results(dir + "/energy", {"mxu.rows"}, e, nlohmann::json{{"workload", "w"}});
+  const std::string csv2 = read_file(dir + "/energy/results.csv");
+  EXPECT_NE(csv2.find("energy_j,power_w,area_mm2,tops_per_w,tops_per_mm2"), std::string::npos) << csv2;
+  EXPECT_NE(csv2.find("\n3,9999,error,\"mxu.rows = 9999 must be in [1, 1024]\","), std::string::npos) << csv2;
+  for (const char* f : {"pareto_energy_j.svg", "pareto_area_mm2.svg"}) {
+    ASSERT_NE(std::find(files.begin(), files.end(), f), files.end()) << f;
+    const std::string svg = read_file(dir + "/energy/" + f);
+    size_t rings = 0;
+    for (size_t p = svg.find("class=\"pareto\""); p != std::string::npos; p = svg.find("class=\"pareto\"", p + 1)) ++rings;
+    EXPECT_EQ(rings, 2u) << f;  // points 0 and 1
+  }
+  const nlohmann::json j = nlohmann::json::parse(read_file(dir + "/energy/results.json"));
+  EXPECT_DOUBLE_EQ(j["points"][1]["energy_j"].get<double>(), 2.0);
+  EXPECT_TRUE(j["points"][3]["energy_j"].is_null());
+  std::filesystem::remove_all(dir);
+}
