@@ -611,9 +611,8 @@ int cmd_explore(const std::vector<std::string>& args) {
   po::options_description what("what to sweep");
   what.add_options()
       ("workload", po::value(&o.workload)->value_name("MODEL.onnx|NAME[:k=v,...]|LAYER:k=v,..."),
-       "an ONNX file; an exporter of workloads/ (resnet, bert, gpt2, mlp; resnet50 = resnet:arch=resnet50), "
-       "exported once into a cache; or a built-in layer: gemm:m=,n=,k=  conv:batch=,cin=,h=,w=,cout=,kernel=,"
-       "stride=,pad=,groups=  attention:batch=,heads=,seq=,dim=")
+       ("an ONNX file; an exporter of workloads/ (resnet, bert, gpt2, mlp; resnet50 = resnet:arch=resnet50), "
+        "exported once into a cache; or a built-in layer, its shape's defaults: " + explore::layers_help()).c_str())
       ("sweep", po::value(&sweeps)->composing()->value_name("KEY=V1,V2,..."),
        "a parameter and its values (repeatable; every combination runs, the first --sweep varying slowest): a chip "
        "parameter (section.key), precision, or a workload parameter (a layer's shape, an exporter's option)")

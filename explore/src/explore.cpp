@@ -421,9 +421,28 @@ struct MpiGuard {
 
 }  // namespace
 
+namespace {
+int run_sweep(const Options& opts, std::ostream& log, const mpi::World& w);
+}  // namespace
+
 int run(const Options& opts, std::ostream& log) {
   MpiGuard world{mpi::init()};
-  const mpi::World& w = world.w;
+  if (!world.w.active) return run_sweep(opts, log, world.w);
+  // Under mpirun an error on one rank must end them all: the others would wait for it forever.
+  try {
+    return run_sweep(opts, log, world.w);
+  } catch (const std::invalid_argument& e) {
+    log << "tpusim: explore: " << e.what() << " (MPI rank " << world.w.rank << ")\n" << std::flush;
+    mpi::abort(world.w, 2);
+  } catch (const std::exception& e) {
+    log << "tpusim: error: " << e.what() << " (MPI rank " << world.w.rank << ")\n" << std::flush;
+    mpi::abort(world.w, 1);
+  }
+}
+
+namespace {
+
+int run_sweep(const Options& opts, std::ostream& log, const mpi::World& w) {
   const bool root = w.rank == 0;
   if (opts.out.empty()) throw std::invalid_argument("explore needs --out DIR");
   if (opts.jobs < 1 || opts.jobs > 256) throw std::invalid_argument("--jobs must be 1 to 256");
@@ -562,5 +581,7 @@ int run(const Options& opts, std::ostream& log) {
   }
   return ok > 0 ? 0 : 1;
 }
+
+}  // namespace
 
 }  // namespace tpusim::explore

@@ -1,6 +1,8 @@
 // Workloads of a sweep (workloads.h).
 #include "workloads.h"
 
+#include "tpusim/explore/explore.h"
+
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -79,12 +81,12 @@ bool plain_name(const std::string& s) {
 
 std::string default_cache() { return TPUSIM_EXPLORE_CACHE; }
 
-std::string layer_help() {
+std::string layers_help() {
   std::string s;
   for (const LayerDef& d : layers()) {
-    s += std::string("  ") + d.name + ":";
-    for (const auto& [k, v] : d.params) s += (s.back() == ':' ? "" : ",") + k + "=" + std::to_string(v);
-    s += std::string("\n      ") + d.what + "\n";
+    s += (s.empty() ? "" : "; ") + std::string(d.name) + ":";
+    for (size_t i = 0; i < d.params.size(); ++i)
+      s += (i ? "," : "") + d.params[i].first + "=" + std::to_string(d.params[i].second);
   }
   return s;
 }

@@ -34,8 +34,6 @@ WorkloadSpec with_params(const WorkloadSpec& w, const std::map<std::string, std:
 // name its program gets ("gemm_m512_n512_k512"). Throws std::invalid_argument for an unknown parameter or a value
 // that is not a positive integer (or a shape that does not make sense, e.g. channels not divisible by groups).
 std::pair<std::string, std::string> layer_model(const WorkloadSpec& w);
-// Every layer's parameters with their defaults, for --help and errors: "gemm: m=512 n=512 k=512".
-std::string layer_help();
 
 // An exporter's model: exported into `cache`/<name>[-k-v...]/ unless already there (a lock file makes concurrent
 // sweeps export it once), found through the exporter's meta.json. Returns the .onnx path. `log` gets a line when it

@@ -36,6 +36,9 @@ struct Options {
   std::string cache;                  // where exported workloads go ("" = the build tree's explore-cache)
 };
 
+// The built-in layers with their parameters' defaults, for --help: "gemm:m=512,n=512,k=512; conv:batch=1,...".
+std::string layers_help();
+
 // Runs the sweep, writing progress to `log`; returns the exit code (0 when every point ran or failed with an
 // error recorded; 1 when none could run; 130 when interrupted by SIGINT or SIGTERM after writing what was done).
 // Throws std::invalid_argument for a mistake in the options (unknown key, bad value list, a folder holding another
