@@ -8,6 +8,20 @@
 
 namespace tpusim::cli {
 
+namespace {
+// Joules with a prefix: "137.9 uJ", "2.41 mJ".
+std::string joules(double j) {
+  static const std::pair<double, const char*> prefixes[] = {{1, "J"}, {1e-3, "mJ"}, {1e-6, "uJ"}, {1e-9, "nJ"}};
+  for (const auto& [scale, name] : prefixes)
+    if (std::abs(j) >= scale || scale == 1e-9) {
+      std::ostringstream t;
+      t << std::setprecision(4) << j / scale << " " << name;
+      return t.str();
+    }
+  return "";
+}
+}  // namespace
+
 void print_summary(std::ostream& os, const isa::Program& p, const sim::ChipConfig& cfg, const sim::RunStats& s) {
   os << "program " << (p.name.empty() ? "(unnamed)" : p.name) << " on " << cfg.chip.name << " ("
      << cfg.mxu.rows << "x" << cfg.mxu.cols << " MXU, " << cfg.chip.clock_mhz << " MHz)\n";
@@ -52,6 +66,16 @@ void print_summary(std::ostream& os, const isa::Program& p, const sim::ChipConfi
   os << "  MXU MAC utilisation " << std::fixed << std::setprecision(1) << 100.0 * s.mxu_mac_utilization << "% ("
      << s.mxu_macs << " MACs); HBM read " << s.hbm_bytes_read << " B, written " << s.hbm_bytes_written << " B\n";
   os.unsetf(std::ios::fixed);
+  // The energy model (docs/energy.md): the same figures as the stats file's "energy" and "area".
+  const sim::EnergyModel model = sim::energy_model(cfg);
+  const sim::Energy e = sim::energy_of(s.actions, s.seconds, model);
+  os << "  energy " << joules(e.total_j()) << ": dynamic " << joules(e.dynamic_j) << " (";
+  const std::vector<double> by_unit = e.by_unit_j();
+  for (size_t k = 0; k < by_unit.size(); ++k)
+    os << (k ? ", " : "") << sim::energy_units()[k] << " " << std::setprecision(3) << 100 * by_unit[k] / (e.dynamic_j > 0 ? e.dynamic_j : 1) << "%";
+  os << "), static " << joules(e.static_j) << "; " << std::setprecision(4)
+     << (s.seconds > 0 ? e.total_j() / s.seconds : 0.0) << " W average; chip area " << sim::area_of(cfg).total_mm2
+     << " mm2 (model: docs/energy.md)\n";
 }
 
 namespace {
@@ -92,14 +116,17 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
   size_t w = 4;
   for (const auto* r : rows) w = std::max(w, r->name.size());
   os << "  " << std::left << std::setw(w + 2) << "node" << std::right << std::setw(10) << "cycles" << std::setw(8)
-     << "share" << std::setw(10) << "MXU util";
+     << "share" << std::setw(10) << "MXU util" << std::setw(7) << "cores" << std::setw(6) << "last";
   for (const char* u : {"dmain", "mxu", "vpu", "dmaout"}) os << std::setw(9) << u;
   os << std::setw(9) << "waits" << std::setw(8) << "FLOPs" << std::setw(8) << "bytes" << std::setw(11) << "bound"
-     << std::setw(8) << "by" << std::setw(8) << "ratio" << "  kernels\n";
+     << std::setw(8) << "by" << std::setw(8) << "ratio" << std::setw(11) << "energy uJ" << std::setw(8) << "of E"
+     << "  kernels\n";
+  const double total_j = p.program.energy_j();
   os << std::fixed << std::setprecision(1);
   for (const auto* r : rows) {
     os << "  " << std::left << std::setw(w + 2) << r->name << std::right << std::setw(10) << r->cycles()
-       << std::setw(7) << 100 * r->share << "%" << std::setw(9) << 100 * r->mxu_utilization << "%";
+       << std::setw(7) << 100 * r->share << "%" << std::setw(9) << 100 * r->mxu_utilization << "%" << std::setw(7)
+       << r->cores << std::setw(6) << (r->critical_core < 0 ? std::string("-") : std::to_string(r->critical_core));
     uint64_t waits = 0;
     for (isa::Unit u : {isa::Unit::DmaIn, isa::Unit::Mxu, isa::Unit::Vpu, isa::Unit::DmaOut}) {
       const runtime::UnitProfile& up = r->units[static_cast<int>(u)];
@@ -107,20 +134,34 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
       if (auto it = up.cycles.find("wait"); it != up.cycles.end()) waits += it->second;
     }
     os << std::setw(9) << waits << std::setw(8) << si(r->flops) << std::setw(8) << si(r->bytes) << std::setw(11)
-       << bound_text(*r) << std::setw(8) << bound_kind(*r) << std::setw(8) << ratio_text(*r) << "  ";
-    std::string kernels;
+       << bound_text(*r) << std::setw(8) << bound_kind(*r) << std::setw(8) << ratio_text(*r) << std::setw(11)
+       << fixed(r->energy_j() * 1e6, 2) << std::setw(7) << fixed(total_j > 0 ? 100 * r->energy_j() / total_j : 0.0, 1)
+       << "%  ";
+    // The node's kernels in order, a run of one kernel as "name xN".
+    std::vector<std::pair<std::string, int>> kernels;
     for (const auto& k : p.regions)
-      if (k.kind == isa::kRegionKernel && k.begin >= r->begin && k.end <= r->end && &k != r)
-        kernels += (kernels.empty() ? "" : ", ") + k.name;
-    os << (kernels.empty() ? "-" : kernels) << "\n";
+      if (k.kind == isa::kRegionKernel && k.begin >= r->begin && k.end <= r->end && &k != r) {
+        if (!kernels.empty() && kernels.back().first == k.name) ++kernels.back().second;
+        else kernels.emplace_back(k.name, 1);
+      }
+    std::string list;
+    for (const auto& [name, n] : kernels)
+      list += (list.empty() ? "" : ", ") + name + (n > 1 ? " x" + std::to_string(n) : "");
+    os << (list.empty() ? "-" : list) << "\n";
   }
   os.unsetf(std::ios::fixed);
   os << "  cycles: first to last cycle of the node's unit slices; share: of the run's cycles; MXU util: MXU busy / "
-        "cycles\n  unit columns: busy cycles; waits: those units' semaphore wait cycles, summed\n"
+        "(cycles x "
+     << p.matrix_units
+     << " matrix units)\n  cores: the cores that worked on the node; last: the core that finished it (its critical "
+        "path)\n  unit columns: busy cycles, summed over the cores; waits: those units' semaphore wait cycles, summed\n"
         "  FLOPs, bytes: the node's work (multiply-add = 2 FLOPs; HBM bytes read and written; - = not known)\n"
         "  bound: roofline lower bound in cycles, max(FLOPs / "
      << fixed(p.peak_flops_per_cycle, 0) << " per cycle, bytes / " << fixed(p.hbm_bytes_per_cycle, 2)
-     << " per cycle)\n  by: the side that sets the bound; ratio: cycles / bound\n";
+     << " per cycle)\n  by: the side that sets the bound; ratio: cycles / bound\n"
+     << "  energy: the node's instructions' actions x their energies, plus static power over the cycles it holds "
+        "(docs/energy.md); of E: of the run's " << joules(total_j) << " (outside every node: "
+     << joules(p.outside_nodes_j()) << ")\n";
 }
 
 void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa::Program& program,
@@ -130,7 +171,10 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
      << "model    " << model << (output.empty() ? "" : " -> " + output) << "\n"
      << "program  " << (program.name.empty() ? "(unnamed)" : program.name) << ": " << program.code.size()
      << " instructions, " << program.hbm_footprint() << " bytes of HBM\n"
-     << "chip     " << cfg.chip.name << ": " << cfg.mxu.rows << "x" << cfg.mxu.cols << " MXU at " << cfg.chip.clock_mhz
+     << "chip     " << cfg.chip.name << ": "
+     << (cfg.chip.cores > 1 ? std::to_string(cfg.chip.cores) + " cores x " : std::string())
+     << (cfg.core.mxus > 1 ? std::to_string(cfg.core.mxus) + " " : std::string()) << cfg.mxu.rows << "x"
+     << cfg.mxu.cols << " MXU" << (cfg.core.mxus > 1 ? "s" : "") << " at " << cfg.chip.clock_mhz
      << " MHz, " << cfg.hbm.bandwidth_gbs << " GB/s HBM; peak " << fixed(p.peak_flops_per_cycle, 0)
      << " FLOP/cycle, " << fixed(p.hbm_bytes_per_cycle, 2) << " HBM bytes/cycle\n"
      << "total    " << p.cycles << " cycles, " << fixed(cfg.seconds(p.cycles) * 1e6, 3)
@@ -150,23 +194,45 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
   size_t w = 4;
   for (const auto* r : rows) w = std::max(w, r->name.size());
   os << "  " << std::left << std::setw(w + 2) << "node" << std::right << std::setw(8) << "instrs" << std::setw(10)
-     << "cycles" << std::setw(8) << "share" << std::setw(10) << "MXU util" << std::setw(12) << "GFLOP"
+     << "cycles" << std::setw(8) << "share" << std::setw(10) << "MXU util" << std::setw(7) << "cores" << std::setw(12)
+     << "GFLOP"
      << std::setw(11) << "MB" << std::setw(12) << "bound" << std::setw(9) << "by" << std::setw(8) << "ratio" << "\n";
   uint64_t sum = 0;
   for (const auto* r : rows) {
     sum += r->cycles();
     os << "  " << std::left << std::setw(w + 2) << r->name << std::right << std::setw(8) << r->instructions
        << std::setw(10) << r->cycles() << std::setw(7) << fixed(100 * r->share, 1) << "%" << std::setw(9)
-       << fixed(100 * r->mxu_utilization, 1) << "%" << std::setw(12) << fixed(r->flops / 1e9, 6) << std::setw(11)
+       << fixed(100 * r->mxu_utilization, 1) << "%" << std::setw(7) << r->cores << std::setw(12)
+       << fixed(r->flops / 1e9, 6) << std::setw(11)
        << fixed(r->bytes / 1e6, 4) << std::setw(12) << bound_text(*r) << std::setw(9) << bound_kind(*r)
        << std::setw(8) << ratio_text(*r) << "\n";
   }
   os << "\n  node cycles sum " << sum << " = " << fixed(p.cycles ? 100.0 * sum / p.cycles : 0.0, 1)
      << "% of the run (nodes may overlap where no fence parts them; the rest is outside every node)\n"
-     << "  cycles: first to last cycle of the node's unit slices; share: of the run; MXU util: MXU busy / cycles\n"
+     << "  cycles: first to last cycle of the node's unit slices; share: of the run; MXU util: MXU busy / (cycles x "
+     << p.matrix_units << " matrix units)\n"
      << "  GFLOP, MB: the node's work as the compiler counts it (a multiply-add is 2 FLOPs; MB: 1e6 HBM bytes read\n"
      << "  and written); bound: roofline lower bound in cycles, max(FLOPs / peak, bytes / HBM bytes per cycle); by:\n"
-     << "  the side that sets it; ratio: cycles / bound (- where the node gives no work)\n";
+     << "  the side that sets it; ratio: cycles / bound (- where the node gives no work); cores: the cores that\n"
+     << "  worked on it\n";
+  // On a chip of several cores: the kernels left on core 0, and why (the compiler's "serial" regions).
+  std::vector<const runtime::RegionProfile*> serial;
+  for (const auto& r : p.regions)
+    if (r.kind == isa::kRegionSerial) serial.push_back(&r);
+  if (serial.empty()) return;
+  uint64_t serial_cycles = 0;
+  for (const auto* r : serial) serial_cycles += r->cycles();
+  std::stable_sort(serial.begin(), serial.end(), [](auto* a, auto* b) { return a->cycles() > b->cycles(); });
+  os << "\nnot shared: " << serial.size() << " kernels run on core 0 alone, " << serial_cycles << " cycles ("
+     << fixed(p.cycles ? 100.0 * static_cast<double>(serial_cycles) / static_cast<double>(p.cycles) : 0.0, 1)
+     << "% of the run)" << (serial.size() > 10 ? "; the 10 longest" : "") << ":\n";
+  for (size_t i = 0; i < std::min<size_t>(serial.size(), 10); ++i) {
+    const auto* r = serial[i];
+    const auto* kernel = r->parent >= 0 ? &p.regions[static_cast<size_t>(r->parent)] : nullptr;
+    const auto* node = kernel && kernel->parent >= 0 ? &p.regions[static_cast<size_t>(kernel->parent)] : nullptr;
+    os << "  " << (node ? node->name : std::string("-")) << " (" << (kernel ? kernel->name : std::string("-")) << ", "
+       << r->cycles() << " cycles): " << r->name << "\n";
+  }
 }
 
 std::string compile_report_json(const runtime::Profile& p, const std::string& model, const std::string& output) {

@@ -567,7 +567,8 @@ int cmd_config(const std::vector<std::string>& args) {
     sim::ChipConfig c = sim::load_config(name);
     std::cout << name << (name == sim::default_preset() ? " (default)" : "") << ": " << c.mxu.rows << "x"
               << c.mxu.cols << " MXU at " << c.chip.clock_mhz << " MHz, " << (c.vmem.size_kib >> 10) << " MiB VMEM, "
-              << c.hbm.bandwidth_gbs << " GB/s HBM\n";
+              << c.hbm.bandwidth_gbs << " GB/s HBM; model: " << std::lround(sim::area_of(c).total_mm2) << " mm2 at "
+              << c.chip.node_nm << " nm, " << std::lround(sim::peak_power(c).total_w()) << " W peak\n";
   }
   return 0;
 }

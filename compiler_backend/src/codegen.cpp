@@ -1,6 +1,7 @@
 #include "codegen.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <stdexcept>
 
@@ -39,17 +40,39 @@ int64_t symbol_or(const std::map<std::string, int64_t>& s, const char* name, int
   return it == s.end() ? otherwise : it->second;
 }
 
+int64_t param_or(const KernelCall& call, const char* name, int64_t otherwise) {
+  auto it = call.params.find(name);
+  return it == call.params.end() ? otherwise : it->second;
+}
+
+// A gemm.s call's cycles on one matrix unit, estimated: row tiles of up to ACC_ROWS / 2 rows, each streamed once per
+// strip of C columns and fold of R rows of K; a fold's B tile comes from HBM through two slots, so at most two
+// loads are in flight and a fold takes at least half a DMA latency; plus a load's and a store's latency.
+double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, int64_t>& symbols) {
+  const int64_t m = param_or(call, "M", 0), k = param_or(call, "K", 0), n = param_or(call, "N", 0);
+  const int64_t R = symbol_or(symbols, "MXU_ROWS", 1), C = symbol_or(symbols, "MXU_COLS", 1);
+  const int64_t tm = std::max<int64_t>(1, std::min(m, symbol_or(symbols, "ACC_ROWS", 2) / 2));
+  auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const double latency = static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
+  const double folds = static_cast<double>(cdiv(m, tm) * cdiv(n, C) * cdiv(k, R));
+  return folds * std::max(static_cast<double>(std::max(tm, R)), latency / 2) + 2.0 * latency;
+}
+
 // A gemm.s call as the whole-chip kernel (kernels/gemm_chip.h), where the chip has more than one core or matrix
 // unit and gemm_chip does everything the call asks (not ACT_RESIDENT); gemm_chip gives the same results bit for
 // bit. nullopt: the call stays gemm.s on one unit.
-std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const std::map<std::string, int64_t>& symbols) {
+std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const std::map<std::string, int64_t>& symbols,
+                                                 std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1), mxus = symbol_or(symbols, "MXUS", 1);
   if (call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s" || cores * mxus <= 1) return std::nullopt;
   auto param = [&](const char* name, int64_t otherwise) {
     auto it = call.params.find(name);
     return it == call.params.end() ? otherwise : it->second;
   };
-  if (param("ACT_RESIDENT", 0) != 0) return std::nullopt;
+  if (param("ACT_RESIDENT", 0) != 0) {
+    why = "its activations stay in VMEM between GEMMs, which the whole-chip kernel does not do";
+    return std::nullopt;
+  }
   kernels::GemmChip g;
   g.m = param("M", 0), g.k = param("K", 0), g.n = param("N", 0);
   g.in = static_cast<isa::DType>(param("IN_DT", static_cast<int64_t>(isa::DType::BF16)));
@@ -59,30 +82,185 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
   g.b_tiled = param("B_TILED", 0) != 0, g.trans_b = param("TRANS_B", 0) != 0;
   g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias ? 6 : 7));
   g.schedule = kernels::GemmSchedule::Tiles;
-  // Worth it only where the estimate beats one unit's (gemm.s: row tiles of up to ACC_ROWS / 2 rows, each
-  // streamed once per strip of C columns and fold of R rows of K, plus a load's and a store's latency) by more
-  // than the two barriers around it: a small GEMM runs faster on one unit than spread with synchronisation.
-  const int64_t R = symbol_or(symbols, "MXU_ROWS", 1), C = symbol_or(symbols, "MXU_COLS", 1);
+  // Worth it only where the estimate beats one unit's by more than the two barriers around it: a small GEMM runs
+  // faster on one unit than spread with synchronisation.
+  const double one_unit = one_unit_gemm_cycles(call, symbols);
+  auto cycles = [](double c) { return std::to_string(static_cast<int64_t>(std::llround(c))); };
+  // Units share output tiles (K is not split: results stay bit-identical), so one tile is one unit's work.
+  const int64_t C = symbol_or(symbols, "MXU_COLS", 1);
   const int64_t tm = std::max<int64_t>(1, std::min(g.m, symbol_or(symbols, "ACC_ROWS", 2) / 2));
-  auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-  const double matrix = static_cast<double>(cdiv(g.m, tm) * cdiv(g.n, C) * cdiv(g.k, R) * std::max(tm, R));
-  const double latency = 2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));  // first load, last store
-  const double one_unit = matrix + latency;
-  if (matrix < latency) return std::nullopt;  // latency-bound on any number of units: spreading cannot pay
+  if ((g.m + tm - 1) / tm * ((g.n + C - 1) / C) < 2) {
+    why = "its output is one tile of a matrix unit (" + std::to_string(g.m) + " x " + std::to_string(g.n) + ")";
+    return std::nullopt;
+  }
   const double sync = cores > 1 ? 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0)) : 0.0;
   try {
     // (with a margin of a quarter: the estimates leave out the per-instruction costs of the larger kernel)
-    if (kernels::gemm_chip_estimate(g, symbols) + sync >= 0.75 * one_unit) return std::nullopt;
-  } catch (const std::invalid_argument&) {
-    return std::nullopt;  // a shape the whole-chip kernel cannot run stays on gemm.s
+    if (const double chip = kernels::gemm_chip_estimate(g, symbols); chip + sync >= 0.75 * one_unit) {
+      why = "the whole chip's estimate, " + cycles(chip) + " cycles" +
+            (sync > 0 ? " and " + cycles(sync) + " of barriers" : std::string()) + ", does not beat one unit's " +
+            cycles(one_unit) + " by a quarter";
+      return std::nullopt;
+    }
+  } catch (const std::invalid_argument& e) {
+    why = std::string("the whole-chip kernel cannot run it: ") + e.what();  // it stays on gemm.s
+    return std::nullopt;
   }
   return g;
 }
 
-// `whole`: the call as the whole-chip kernel (whole_chip_gemm), or nullopt.
+// The cores a row-wise call's rows are shared among (kernels/rowwise.h, Program::cores), or 1 where it stays on
+// one core. Shared where the vector work one core would do, W = (vector instructions per tile) x (vector-unit
+// passes over all R x C elements), shrinks by more than the two barriers around the shared kernel cost:
+// W x (1 - 1 / n) > 2 x SYNC_LATENCY with n the cores that get rows. (Its transfers shrink likewise; the vector
+// work alone decides, which leaves small memory-bound kernels on one core.)
+int64_t rowwise_cores(const KernelCall& call, const std::map<std::string, int64_t>& symbols, std::string& why) {
+  const int64_t cores = symbol_or(symbols, "CORES", 1);
+  if (call.kind != KernelCall::Kind::Rowwise || cores <= 1) return 1;
+  kernels::rowwise::Program rows = call.rows;
+  rows.cores = cores;
+  try {
+    const kernels::rowwise::Plan shared = kernels::rowwise::plan(rows, symbols);
+    const int64_t n = shared.cores_used;
+    if (n < 2) {
+      why = "its " + std::to_string(rows.rows) + " rows make one core's share";
+      return 1;
+    }
+    const int64_t width = std::max<int64_t>(1, symbol_or(symbols, "VPU_WIDTH", 1));
+    const double passes = static_cast<double>((rows.rows * rows.cols + width - 1) / width);
+    const double work = static_cast<double>(shared.vector_ops_per_tile) * passes;
+    const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
+    if (work * (1.0 - 1.0 / static_cast<double>(n)) > sync) return cores;
+    why = "sharing its rows would save " +
+          std::to_string(static_cast<int64_t>(work * (1.0 - 1.0 / static_cast<double>(n)))) +
+          " cycles of vector work, no more than its two barriers cost (" + std::to_string(static_cast<int64_t>(sync)) +
+          ")";
+    return 1;
+  } catch (const std::invalid_argument&) {
+    return 1;  // the one-core plan reports its own error
+  }
+}
+
+// The cores a copy call's moves are shared among (kernels/copy.h), or 1: shared where its estimate on every core,
+// with the two barriers around it, beats one core's by a quarter.
+int64_t copy_cores(const std::vector<kernels::Move>& moves, const KernelCall& call,
+                   const std::map<std::string, int64_t>& symbols, std::string& why) {
+  const int64_t cores = symbol_or(symbols, "CORES", 1);
+  if (call.kind != KernelCall::Kind::Copy || cores <= 1) return 1;
+  try {
+    const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
+    const double one = kernels::copy_estimate(moves, symbols, 1), all = kernels::copy_estimate(moves, symbols, cores);
+    if (all + sync < 0.75 * one) return cores;
+    why = "every core's estimate, " + std::to_string(static_cast<int64_t>(all)) + " cycles and " +
+          std::to_string(static_cast<int64_t>(sync)) + " of barriers, does not beat one core's " +
+          std::to_string(static_cast<int64_t>(one)) + " by a quarter";
+    return 1;
+  } catch (const std::invalid_argument&) {
+    return 1;  // the one-core kernel reports its own error
+  }
+}
+
+// How a call runs on the chip: `gemm`, the call as the whole-chip GEMM (whole_chip_gemm); `row_cores`, the cores
+// a row-wise call's rows are shared among (rowwise_cores); `copy_cores`, those a copy's moves are (copy_cores).
+// Each makes it a kernel every core runs.
+// `group`, `core`: a call of a group of independent calls that run side by side, this one on core `core`
+// (group_independent_calls); -1 and core 0 otherwise.
+struct OnChip {
+  std::string why;  // a call on one core: why it is not shared (for the compile report)
+  std::optional<kernels::GemmChip> gemm;
+  int64_t row_cores = 1;   // a row-wise call: the cores sharing its rows
+  int64_t copy_cores = 1;  // a copy call: the cores sharing its moves
+  int group = -1;
+  int64_t core = 0;
+  bool every_core() const { return gemm.has_value() || row_cores > 1 || copy_cores > 1; }
+};
+
 isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
-                           const std::map<std::string, int64_t>& symbols, uint64_t base_pc,
-                           const std::optional<kernels::GemmChip>& g = std::nullopt) {
+                           const std::map<std::string, int64_t>& symbols, uint64_t base_pc, const OnChip& chip);
+
+// A copy call's moves at the buffers' addresses.
+std::vector<kernels::Move> moves_of(const KernelPlan& plan, const KernelCall& call) {
+  std::vector<kernels::Move> moves;
+  moves.reserve(call.moves.size());
+  for (const BufferMove& m : call.moves)
+    moves.push_back(kernels::Move{plan.buffers[m.src].addr + m.src_off, plan.buffers[m.dst].addr + m.dst_off, m.rows,
+                                  m.rowbytes, m.src_stride, m.dst_stride});
+  return moves;
+}
+
+// The HBM byte ranges [lo, hi) a library call reads and writes, from its kernel's tensor declarations.
+struct Touches {
+  std::vector<std::pair<uint64_t, uint64_t>> reads, writes;
+};
+Touches touches(const KernelPlan& plan, const KernelCall& call, const std::map<std::string, int64_t>& symbols) {
+  Touches t;
+  for (const isa::TensorDecl& d : assemble_call(plan, call, symbols, 0, {}).tensors) {
+    if (d.space != isa::MemSpace::Hbm) continue;
+    (d.kind == isa::TensorKind::Output ? t.writes : t.reads).emplace_back(d.addr, d.addr + d.bytes());
+  }
+  return t;
+}
+bool overlap(const std::vector<std::pair<uint64_t, uint64_t>>& a, const std::vector<std::pair<uint64_t, uint64_t>>& b) {
+  for (const auto& x : a)
+    for (const auto& y : b)
+      if (x.first < y.second && y.first < x.second) return true;
+  return false;
+}
+
+// Independent calls of one node run side by side on the cores: a run of consecutive gemm.s calls with the same
+// label (the per-head or per-batch GEMMs of a batched MatMul) where no call writes bytes another reads or writes.
+// Call i of the run goes to core i % CORES, alone on it as on one core (a fence between two calls on one core),
+// with no barrier between them; the run meets at a barrier before and after. Chosen where that beats running
+// them one after the other, each as decided alone (the whole-chip GEMM or one unit, with its barriers):
+// ceil(G / CORES) x one unit's estimate + 2 x SYNC_LATENCY against their sum.
+void group_independent_calls(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
+                             std::vector<OnChip>& on_chip) {
+  const int64_t cores = symbol_or(symbols, "CORES", 1);
+  if (cores <= 1) return;
+  const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
+  auto candidate = [&](size_t c) {
+    const KernelCall& k = plan.calls[c];
+    return k.kind == KernelCall::Kind::Library && k.kernel == "gemm.s" && param_or(k, "ACT_RESIDENT", 0) == 0;
+  };
+  int groups = 0;
+  for (size_t c = 0; c < plan.calls.size();) {
+    if (!candidate(c)) {
+      ++c;
+      continue;
+    }
+    std::vector<Touches> run{touches(plan, plan.calls[c], symbols)};
+    size_t e = c + 1;
+    for (; e < plan.calls.size() && candidate(e) && plan.calls[e].label == plan.calls[c].label; ++e) {
+      Touches t = touches(plan, plan.calls[e], symbols);
+      bool independent = true;
+      for (const Touches& u : run)
+        independent = independent && !overlap(t.writes, u.reads) && !overlap(t.writes, u.writes) &&
+                      !overlap(u.writes, t.reads);
+      if (!independent) break;
+      run.push_back(std::move(t));
+    }
+    const auto G = static_cast<int64_t>(e - c);
+    if (G >= 2) {
+      double alone = 0, slowest = 0;
+      for (size_t i = c; i < e; ++i) {
+        const double one = one_unit_gemm_cycles(plan.calls[i], symbols);
+        slowest = std::max(slowest, one);
+        alone += on_chip[i].gemm ? kernels::gemm_chip_estimate(*on_chip[i].gemm, symbols) + sync : one;
+      }
+      const double side_by_side = static_cast<double>((G + cores - 1) / cores) * slowest + sync;
+      if (side_by_side < alone) {
+        for (size_t i = c; i < e; ++i)
+          on_chip[i] = OnChip{"", std::nullopt, 1, 1, groups, static_cast<int64_t>(i - c) % cores};
+        ++groups;
+      }
+    }
+    c = e;
+  }
+}
+
+isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
+                           const std::map<std::string, int64_t>& symbols, uint64_t base_pc, const OnChip& chip) {
+  const std::optional<kernels::GemmChip>& g = chip.gemm;
   auto at = [&](int buf, uint64_t off) { return plan.buffers[buf].addr + off; };
   try {
     if (g) {
@@ -94,16 +272,11 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
       }
       return isa::assemble(kernels::gemm_chip_source(*g, symbols), "gemm_chip", opts);
     }
-    if (call.kind == KernelCall::Kind::Copy) {
-      std::vector<kernels::Move> moves;
-      moves.reserve(call.moves.size());
-      for (const BufferMove& m : call.moves)
-        moves.push_back(kernels::Move{at(m.src, m.src_off), at(m.dst, m.dst_off), m.rows, m.rowbytes, m.src_stride,
-                                      m.dst_stride});
-      return kernels::copy_kernel(moves, symbols, base_pc, "copy");
-    }
+    if (call.kind == KernelCall::Kind::Copy)
+      return kernels::copy_kernel(moves_of(plan, call), symbols, base_pc, "copy", chip.copy_cores);
     if (call.kind == KernelCall::Kind::Rowwise) {
       kernels::rowwise::Program rows = call.rows;
+      rows.cores = chip.row_cores;
       for (size_t i = 0; i < rows.inputs.size(); ++i) rows.inputs[i].addr = at(call.row_inputs[i], call.row_input_offs[i]);
       for (size_t i = 0; i < rows.outputs.size(); ++i)
         rows.outputs[i].addr = at(call.row_outputs[i], call.row_output_offs[i]);
@@ -173,50 +346,70 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
       p.tensors.push_back(std::move(t));
     }
 
-  // On a chip of several cores where some GEMM is spread, the program runs on all of them (SPMD): whole-chip
-  // kernels share the work, every other kernel runs on core 0 (the others jump over it: core.id, bne), and a
-  // barrier comes before and after each whole-chip kernel (it also waits for this core's units, as the fence
-  // between kernels on one core does).
+  // On a chip of several cores where some kernel is spread (a whole-chip GEMM, a row-wise kernel whose rows the
+  // cores share), the program runs on all of them (SPMD): spread kernels share the work, every other kernel runs
+  // on core 0 (the others jump over it: core.id, bne) or, in a group of independent calls, on its own core; a
+  // barrier comes before and after each spread kernel and each group (it also waits for this core's units, as the
+  // fence between kernels on one core does).
   const int64_t chip_cores = symbol_or(symbols, "CORES", 1);
-  std::vector<std::optional<kernels::GemmChip>> chip_gemm;
+  std::vector<OnChip> on_chip;
   bool spread = false;
   for (const KernelCall& call : plan.calls) {
-    chip_gemm.push_back(whole_chip_gemm(call, symbols));
-    spread = spread || chip_gemm.back().has_value();
+    OnChip o;
+    o.gemm = whole_chip_gemm(call, symbols, o.why);
+    o.row_cores = rowwise_cores(call, symbols, o.why);
+    if (call.kind == KernelCall::Kind::Copy) o.copy_cores = copy_cores(moves_of(plan, call), call, symbols, o.why);
+    if (o.why.empty()) o.why = "there is no whole-chip version of " + call.kernel;
+    on_chip.push_back(std::move(o));
   }
+  group_independent_calls(plan, symbols, on_chip);
+  for (const OnChip& o : on_chip) spread = spread || o.every_core() || o.group >= 0;
   const bool spmd = spread && chip_cores > 1;
   if (spmd) p.cores = static_cast<uint32_t>(chip_cores);
-  constexpr int kGuardReg = 31;
+  constexpr int kGuardReg = 31, kCoreReg = 30;
   bool prev_whole = false;
+  int prev_group = -1;
 
   int node = -1;  // the "node" region of the previous call, which a call with the same label extends
   for (size_t c = 0; c < plan.calls.size(); ++c) {
     const KernelCall& call = plan.calls[c];
     const auto call_begin = static_cast<uint32_t>(p.code.size());
-    const bool whole = chip_gemm[c].has_value();
-    // Cores meet at a barrier around each whole-chip kernel; between two core-0 kernels core 0 fences alone.
-    const bool meet = spmd && c > 0 && (whole || prev_whole);
+    const bool whole = on_chip[c].every_core();
+    // Cores meet at a barrier around each whole-chip kernel and each group; between two kernels of one core
+    // (core 0's, or a group's on one core) that core fences alone.
+    const int group = on_chip[c].group;
+    const bool meet = spmd && c > 0 && (whole || prev_whole || (group != prev_group && (group >= 0 || prev_group >= 0)));
     if (meet) {
       p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::BARRIER}));
       p.source.push_back(call.label + ": barrier before " + call.kernel);
     }
-    prev_whole = whole;
-    const bool guard = spmd && !whole;  // core 0 only
-    const uint64_t base = p.code.size() + (guard ? 2 : 0);
-    isa::Program frag = assemble_call(plan, call, symbols, base, chip_gemm[c]);
+    prev_whole = whole, prev_group = group;
+    const bool guard = spmd && !whole;  // one core only: core 0, or the group's
+    const int64_t core = on_chip[c].core;
+    const uint64_t guard_len = guard ? (core == 0 ? 2 : 3) : 0;
+    const uint64_t base = p.code.size() + guard_len;
+    isa::Program frag = assemble_call(plan, call, symbols, base, on_chip[c]);
     if (!meet && c > 0 && !starts_with_sync(frag)) {
       p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::FENCE}));
       p.source.push_back(call.label + ": fence before " + call.kernel);
-      frag = assemble_call(plan, call, symbols, p.code.size() + (guard ? 2 : 0), chip_gemm[c]);
+      frag = assemble_call(plan, call, symbols, p.code.size() + guard_len, on_chip[c]);
     }
-    const uint64_t end = p.code.size() + (guard ? 2 : 0) + frag.code.size();
+    const uint64_t end = p.code.size() + guard_len + frag.code.size();
     if (guard) {
+      const std::string who = "core " + std::to_string(core);
       isa::Instr id{.op = isa::Op::COREID};
       id.f[0] = kGuardReg;
+      p.code.push_back(isa::encode(id));
+      p.source.push_back(call.label + ": core.id (" + call.kernel + " runs on " + who + ")");
       isa::Instr skip{.op = isa::Op::BNE};
       skip.f[0] = kGuardReg, skip.f[1] = 0, skip.f[2] = static_cast<int64_t>(end);
-      p.code.push_back(isa::encode(id));
-      p.source.push_back(call.label + ": core.id (" + call.kernel + " runs on core 0)");
+      if (core != 0) {
+        isa::Instr li{.op = isa::Op::LI};
+        li.f[0] = kCoreReg, li.f[1] = core;
+        p.code.push_back(isa::encode(li));
+        p.source.push_back(call.label + ": " + who);
+        skip.f[1] = kCoreReg;
+      }
       p.code.push_back(isa::encode(skip));
       p.source.push_back(call.label + ": other cores skip " + call.kernel);
     }
@@ -228,8 +421,11 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     p.regions[node].flops += call.flops;
     p.regions[node].bytes += call_bytes(plan, call);
     const auto frag_begin = static_cast<uint32_t>(p.code.size());
-    p.regions.push_back(isa::Region{isa::kRegionKernel, whole ? "gemm_chip" : call.kernel, frag_begin,
+    p.regions.push_back(isa::Region{isa::kRegionKernel, on_chip[c].gemm ? "gemm_chip" : call.kernel, frag_begin,
                                     static_cast<uint32_t>(end)});
+    // On a chip of several cores, a kernel left on core 0 says why (the compile report lists them).
+    if (guard && core == 0 && on_chip[c].group < 0)
+      p.regions.push_back(isa::Region{isa::kRegionSerial, on_chip[c].why, frag_begin, static_cast<uint32_t>(end)});
     for (isa::Region r : frag.regions) {  // the kernel's own regions, if it marks any
       r.begin += frag_begin, r.end += frag_begin;
       p.regions.push_back(std::move(r));

@@ -353,8 +353,13 @@ int64_t symbol(const std::map<std::string, int64_t>& s, const std::string& k, in
 
 }  // namespace
 
-std::string copy_source(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
-                        const std::string& name) {
+namespace {
+
+// The window's slot size and base, from the symbols.
+struct Window {
+  int64_t base = 0, slot = 0;
+};
+Window window(const std::map<std::string, int64_t>& symbols) {
   const int64_t vmem = symbol(symbols, "VMEM_BYTES", 0, true);
   const int64_t vbase = symbol(symbols, "COPY_VMEM_BASE", 0, false);
   const int64_t vbytes = symbol(symbols, "COPY_VMEM_BYTES", vmem / 2, false);
@@ -363,8 +368,11 @@ std::string copy_source(const std::vector<Move>& moves, const std::map<std::stri
                                 ") is not inside VMEM_BYTES " + std::to_string(vmem));
   const int64_t slot = vbytes / kSlots / 64 * 64;
   if (slot < 64) throw std::invalid_argument("copy: VMEM window of " + std::to_string(vbytes) + " bytes is too small");
+  return {vbase, slot};
+}
 
-  // 1. Validate, normalise, merge.
+// Step 1: validated, normalised, merged.
+std::vector<M> normalise(const std::vector<Move>& moves) {
   std::vector<M> ms;
   for (size_t i = 0; i < moves.size(); ++i) {
     M m = validate(moves[i], i);
@@ -376,33 +384,31 @@ std::string copy_source(const std::vector<Move>& moves, const std::map<std::stri
     }
     ms.push_back(m);
   }
+  return ms;
+}
 
-  // 2. Pieces, groups and read-after-write syncs.
-  Planner pl{slot, {}, -1, {}};
+// Steps 2 and 3 for one core's moves: the pipelined transfers, from the semaphores' set-up to the last store (no
+// halt). Returns the number of groups.
+size_t emit_moves(const std::vector<M>& ms, const Window& w, std::ostringstream& os) {
+  Planner pl{w.slot, {}, -1, {}};
   pl.open();
   for (const M& m : ms) pl.add(m);
   if (pl.groups.back().pieces.empty()) pl.groups.pop_back();
-
-  // 3. Code.
-  std::ostringstream os;
-  os << "# " << name << ": " << moves.size() << " moves, " << ms.size() << " after merging, " << pl.groups.size()
-     << " groups in " << kSlots << " slots of " << slot << " bytes at VMEM " << vbase << " (tpusim/kernels/copy.h)\n";
-  os << ".name \"" << name << "\"\n";
   Emitter e(os);
   e.line("sem.set s1, " + std::to_string(kSlots));
   e.line("sem.set s2, 0");
   e.line("sem.set s3, 0");
   const int G = int(pl.groups.size());
   std::vector<Item> prev;  // stores of the previous group
-  auto vslot = [&](int g) { return vbase + int64_t(g % kSlots) * slot; };
+  auto vslot = [&](int g) { return w.base + int64_t(g % kSlots) * w.slot; };
   auto emit = [&](bool load, const std::vector<Item>& items, size_t i, int g) {
     const Item& it = items[i];
     if (it.sync) return e.line("dmain.sync wait=s3");
     size_t first = 0, last = items.size() - 1;
     while (items[first].sync) ++first;
-    const char* w = i == first ? (load ? "s1" : "s2") : nullptr;
-    const char* s = i == last ? (load ? "s2" : "s1") : nullptr;
-    e.xfer(load, it.x, vslot(g), w, s);
+    const char* wt = i == first ? (load ? "s1" : "s2") : nullptr;
+    const char* sg = i == last ? (load ? "s2" : "s1") : nullptr;
+    e.xfer(load, it.x, vslot(g), wt, sg);
   };
   for (int g = 0; g <= G; ++g) {
     std::vector<Item> loads = g < G ? group_items(pl.groups[size_t(g)], true) : std::vector<Item>{};
@@ -426,16 +432,130 @@ std::string copy_source(const std::vector<Move>& moves, const std::map<std::stri
     if (!after && g > 0 && pl.groups[size_t(g - 1)].signal) e.line("dmaout.sync signal=s3");
     if (g < G) prev = group_items(pl.groups[size_t(g)], false);
   }
-  e.line("halt");
+  return pl.groups.size();
+}
+
+// Several cores: the moves in phases of mutually independent moves (none reads or writes bytes that another of
+// its phase writes, exactly for arithmetic row patterns, else assumed to), in order; a phase holds at most
+// kPhaseMoves moves, which bounds the checks.
+constexpr size_t kPhaseMoves = 1024;
+std::vector<std::vector<M>> phases(const std::vector<M>& ms) {
+  std::vector<std::vector<M>> out;
+  for (const M& m : ms) {
+    bool fits = !out.empty() && out.back().size() < kPhaseMoves;
+    if (fits)
+      for (const M& q : out.back())
+        if (overlaps(m.dst_pat(), q.dst_pat(), true) || overlaps(m.src_pat(), q.dst_pat(), true) ||
+            overlaps(m.dst_pat(), q.src_pat(), true)) {
+          fits = false;
+          break;
+        }
+    if (!fits) out.emplace_back();
+    out.back().push_back(m);
+  }
+  return out;
+}
+
+// A phase's bytes in move order, cut into `cores` runs of about equal size: core k takes bytes [k * T / cores,
+// (k + 1) * T / cores) of the T, as whole rows of a move of several rows (a row goes to the core its first byte
+// falls to) and as byte ranges of a single row. Rows of one move are independent (copy.h's contract), so the
+// runs are too.
+std::vector<std::vector<M>> share(const std::vector<M>& phase, int64_t cores) {
+  i128 total = 0;
+  for (const M& m : phase) total += i128(m.rows) * m.rb;
+  std::vector<std::vector<M>> per(static_cast<size_t>(cores));
+  auto cut = [&](int64_t k, i128 at, i128 bytes) {  // core k's first byte within the move, clamped
+    const i128 b = i128(k) * total / cores - at;
+    return std::clamp<i128>(b, 0, bytes);
+  };
+  i128 at = 0;
+  for (const M& m : phase) {
+    const i128 bytes = i128(m.rows) * m.rb;
+    for (int64_t k = 0; k < cores; ++k) {
+      i128 lo = cut(k, at, bytes), hi = cut(k + 1, at, bytes);
+      if (m.rows > 1) {  // whole rows: row r goes to the core its first byte r * rb falls to
+        lo = (lo + m.rb - 1) / m.rb, hi = (hi + m.rb - 1) / m.rb;
+        if (hi <= lo) continue;
+        M part = m;
+        part.rows = uint64_t(hi - lo);
+        if (m.ss != 0) part.src = m.src + m.ss * int64_t(lo);
+        part.dst = m.dst + m.ds * int64_t(lo);
+        collapse(part);
+        per[size_t(k)].push_back(part);
+      } else {
+        if (hi <= lo) continue;
+        per[size_t(k)].push_back(M{m.src + int64_t(lo), m.dst + int64_t(lo), 1, uint64_t(hi - lo), 0, 0});
+      }
+    }
+    at += bytes;
+  }
+  return per;
+}
+
+}  // namespace
+
+std::string copy_source(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
+                        const std::string& name, int64_t cores) {
+  if (cores < 1) throw std::invalid_argument("copy: cores must be positive (got " + std::to_string(cores) + ")");
+  const Window w = window(symbols);
+  const std::vector<M> ms = normalise(moves);
+  std::ostringstream os;
+  if (cores == 1) {
+    std::ostringstream body;
+    const size_t groups = emit_moves(ms, w, body);
+    os << "# " << name << ": " << moves.size() << " moves, " << ms.size() << " after merging, " << groups
+       << " groups in " << kSlots << " slots of " << w.slot << " bytes at VMEM " << w.base
+       << " (tpusim/kernels/copy.h)\n";
+    os << ".name \"" << name << "\"\n" << body.str();
+    os << "    halt\n";
+    return os.str();
+  }
+  const std::vector<std::vector<M>> ph = phases(ms);
+  os << "# " << name << ": " << moves.size() << " moves, " << ms.size() << " after merging, in " << ph.size()
+     << " phases of independent moves shared among " << cores << " cores, each through " << kSlots
+     << " slots of " << w.slot << " bytes at VMEM " << w.base << " (tpusim/kernels/copy.h)\n";
+  os << ".name \"" << name << "\"\n.cores " << cores << "\n";
+  for (size_t p = 0; p < ph.size(); ++p) {
+    if (p > 0) os << "    barrier\n";
+    const std::string end = "cp" + std::to_string(p) + "_end";
+    os << "    core.id r31\n";
+    const std::vector<std::vector<M>> per = share(ph[p], cores);
+    for (int64_t k = 0; k < cores; ++k) {
+      if (per[size_t(k)].empty()) continue;
+      const std::string next = "cp" + std::to_string(p) + "_" + std::to_string(k);
+      if (k == 0) {
+        os << "    bne r31, r0, " << next << "\n";
+      } else {
+        os << "    li r30, " << k << "\n    bne r31, r30, " << next << "\n";
+      }
+      emit_moves(per[size_t(k)], w, os);
+      os << "    jmp " << end << "\n" << next << ":\n";
+    }
+    os << end << ":\n";
+  }
+  os << "    halt\n";
   return os.str();
 }
 
+double copy_estimate(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols, int64_t cores) {
+  const std::vector<M> ms = normalise(moves);
+  double bytes = 0;
+  for (const M& m : ms) bytes += double(m.rows) * double(m.rb);
+  const double hbm = double(std::max<int64_t>(1, symbol(symbols, "HBM_BYTES_PER_CYCLE", 1, false)));
+  const double vmem = double(std::max<int64_t>(1, symbol(symbols, "VMEM_BYTES_PER_CYCLE", 1, false)));
+  const double latency = double(symbol(symbols, "DMA_LATENCY", 0, false));
+  const double n = double(std::max<int64_t>(1, cores));
+  const double phase_count = cores > 1 ? double(phases(ms).size()) : 1.0;
+  const double sync = cores > 1 ? double(symbol(symbols, "SYNC_LATENCY", 0, false)) : 0.0;
+  return std::max(2 * bytes / (n * vmem), 2 * bytes / hbm) + phase_count * 2 * latency + (phase_count - 1) * sync;
+}
+
 isa::Program copy_kernel(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
-                         uint64_t base_pc, const std::string& name) {
+                         uint64_t base_pc, const std::string& name, int64_t cores) {
   isa::AsmOptions opts;
   opts.defines = symbols;
   opts.base_pc = base_pc;
-  return isa::assemble(copy_source(moves, symbols, name), "<copy>/" + name + ".s", opts);
+  return isa::assemble(copy_source(moves, symbols, name, cores), "<copy>/" + name + ".s", opts);
 }
 
 }  // namespace tpusim::kernels

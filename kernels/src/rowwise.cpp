@@ -552,6 +552,7 @@ void validate(const Program& p) {
   if (p.rows < 1 || p.cols < 1)
     fail("rows and cols must be positive (got " + std::to_string(p.rows) + " x " + std::to_string(p.cols) + ")");
   if (p.outputs.empty()) fail("the program has no outputs");
+  if (p.cores < 1) fail("cores must be positive (got " + std::to_string(p.cores) + ")");
   for (size_t i = 0; i < p.inputs.size(); ++i)
     if (p.inputs[i].period < 0) fail("input " + std::to_string(i) + " has a negative period");
   for (size_t i = 0; i < p.nodes.size(); ++i) {
@@ -616,7 +617,16 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
          " tile buffers, the two slots' counted twice), more than the " + std::to_string(budget) +
          " bytes available");
   }
-  int64_t lo = 1, hi = R;  // largest T with fits_both(T)
+  // The rows of one core: S (see rowwise.h).
+  int64_t S = R;
+  if (p.cores > 1) {
+    S = (R + p.cores - 1) / p.cores;
+    int64_t L = 1;
+    for (int64_t P : periods)
+      if (lcm64(L, P) <= S) L = lcm64(L, P);
+    if (const int64_t up = (S + L - 1) / L * L; up - S <= S / 8) S = up;
+  }
+  int64_t lo = 1, hi = S;  // largest T with fits_both(T)
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo + 1) / 2;
     if (fits_both(mid)) lo = mid;
@@ -624,8 +634,8 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
   }
   const int64_t t_max = lo;
   const int64_t cap = std::max<int64_t>(1, 128 * width / C);
-  int64_t T = std::min({t_max, cap, R});
-  if (T < R) {
+  int64_t T = std::min({t_max, cap, S});
+  if (T < S) {
     std::sort(periods.begin(), periods.end());
     int64_t L = 1;
     for (int64_t P : periods)
@@ -639,7 +649,8 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
   for (;;) {
     std::vector<bool> inv(p.inputs.size(), false);
     for (size_t i = 0; i < p.inputs.size(); ++i)
-      inv[i] = is_periodic(p, p.inputs[i]) && (T >= R || T % p.inputs[i].period == 0);
+      inv[i] = is_periodic(p, p.inputs[i]) && (S >= R || S % p.inputs[i].period == 0) &&
+               (T >= S || T % p.inputs[i].period == 0);
     b.low = Lowerer(p, inv).run();
     b.plan.invariant = inv;
     if (b.low.bytes(T, C) <= budget) break;
@@ -664,7 +675,9 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
     }
   b.slot_bytes = s;
   b.plan.tile_rows = T;
-  b.plan.tiles = (R + T - 1) / T;
+  b.plan.core_rows = S;
+  b.plan.cores_used = (R + S - 1) / S;
+  b.plan.tiles = (S + T - 1) / T;
   b.plan.full_temps = b.low.full_temps;
   b.plan.row_temps = b.low.row_temps;
   b.plan.vector_ops_per_tile = static_cast<int>(b.low.ops.size());
@@ -677,7 +690,8 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
 // ---- emission ----------------------------------------------------------------------------------------------
 // Registers: r0 = 0; r1 tile row start; r2 rows in the tile; r3 = r2 * C; r4 slot offset (0 or SLOT); r5 = 1;
 // r6 = C; r7 = C * 4; r9..r11 operand addresses; r12 scale bits; r13 scratch; r20..r22 the next tile's row
-// start, rows and slot offset (loads); r23..r27 load/store scratch.
+// start, rows and slot offset (loads); r23..r27 load/store scratch; on several cores r8 = core.id, r14 and r15
+// the core's first row and the end of its rows.
 class Emitter {
  public:
   Emitter(const Program& p, const Built& b, std::ostringstream& o) : p_(p), b_(b), o_(o) {}
@@ -689,8 +703,11 @@ class Emitter {
     for (char& ch : shown)
       if (ch == '"' || ch == '\\' || ch == '\n') ch = '_';
     o_ << ".name \"" << shown << "\"\n";
-    o_ << "# Fused row-wise kernel (kernels/rowwise.h): [" << R << ", " << C << "], tiles of " << T << " rows ("
-       << pl.tiles << " tiles), " << pl.vector_ops_per_tile << " vector instructions per tile, " << pl.full_temps
+    if (p_.cores > 1) o_ << ".cores " << p_.cores << "\n";
+    o_ << "# Fused row-wise kernel (kernels/rowwise.h): [" << R << ", " << C << "], ";
+    if (p_.cores > 1) o_ << pl.core_rows << " rows on each of " << pl.cores_used << " cores, ";
+    o_ << "tiles of " << T << " rows (" << pl.tiles << " tiles), " << pl.vector_ops_per_tile
+       << " vector instructions per tile, " << pl.full_temps
        << " full temporaries, VMEM [" << b_.base << ", +" << pl.vmem_used << ")\n";
     for (size_t i = 0; i < p_.inputs.size(); ++i) {
       const Input& in = p_.inputs[i];
@@ -708,6 +725,24 @@ class Emitter {
       if (!row) o_ << ", " << C;
       o_ << "] @ hbm " << out.addr << "\n";
     }
+    // Several cores: r14 = this core's first row, r15 = its end; a core past the last row skips the kernel.
+    const bool split = p_.cores > 1;
+    if (split) {
+      line("core.id r8");
+      line("li r13, " + std::to_string(pl.core_rows));
+      line("mul r14, r8, r13", "this core's first row");
+      line("li r13, " + std::to_string(R));
+      line("bge r14, r13, rw_end", "no rows for this core");
+      line("li r13, " + std::to_string(pl.core_rows));
+      line("add r15, r14, r13");
+      line("li r13, " + std::to_string(R));
+      line("min r15, r15, r13", "the end of its rows");
+    }
+    // The end of the rows into r13: R on one core, r15 on several.
+    auto rows_end = [&] {
+      if (split) line("mov r13, r15");
+      else line("li r13, " + std::to_string(R));
+    };
     line("sem.set s1, 2", "input slots free");
     line("sem.set s2, 0", "input slots loaded");
     line("sem.set s3, 2", "output slots free");
@@ -768,20 +803,29 @@ class Emitter {
     }
     // The loop over tiles, software-pipelined: tile 0's loads, then per tile: the next tile's loads, this
     // tile's vector work, this tile's stores.
-    line("li r1, 0");
-    line("li r4, 0");
-    line("li r20, 0");
-    line("li r21, " + std::to_string(std::min(T, R)));
+    if (split) {
+      line("mov r1, r14");
+      line("li r4, 0");
+      line("mov r20, r14");
+      line("sub r21, r15, r14");
+      line("li r13, " + std::to_string(T));
+      line("min r21, r21, r13");
+    } else {
+      line("li r1, 0");
+      line("li r4, 0");
+      line("li r20, 0");
+      line("li r21, " + std::to_string(std::min(T, R)));
+    }
     line("li r22, 0");
     loads();
     o_ << "rw_tile:\n";
-    line("li r13, " + std::to_string(R));
+    rows_end();
     line("sub r2, r13, r1");
     line("li r13, " + std::to_string(T));
     line("min r2, r2, r13", "rows in this tile");
     line("mul r3, r2, r6", "elements in this tile");
     line("addi r20, r1, " + std::to_string(T));
-    line("li r13, " + std::to_string(R));
+    rows_end();
     line("bge r20, r13, rw_compute", "no next tile");
     line("sub r21, r13, r20");
     line("li r13, " + std::to_string(T));
@@ -813,8 +857,9 @@ class Emitter {
     line("li r13, " + std::to_string(b_.slot_bytes));
     line("sub r4, r13, r4", "the other slot");
     line("addi r1, r1, " + std::to_string(T));
-    line("li r13, " + std::to_string(R));
+    rows_end();
     line("blt r1, r13, rw_tile");
+    if (split) o_ << "rw_end:\n";
   }
 
  private:

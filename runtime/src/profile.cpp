@@ -26,26 +26,66 @@ void count_static(const isa::Program& p, RegionProfile& r) {
     ++r.units[static_cast<int>(isa::decode(p.code[pc]).desc().unit)].instructions;
 }
 
-void add_event(RegionProfile& r, const sim::TraceEvent& e, bool& timed) {
+// `cores_seen`: per core, whether the region has a unit slice on it yet.
+void add_event(RegionProfile& r, const sim::TraceEvent& e, bool& timed, std::vector<bool>& cores_seen) {
   UnitProfile& u = r.units[static_cast<int>(e.unit)];
   ++u.events;
   u.cycles[e.kind] += e.duration;
   if (e.unit == isa::Unit::Core) return;
   const uint64_t end = e.start + e.duration;
+  if (!timed || end > r.last_cycle) r.critical_core = e.core;
   r.first_cycle = timed ? std::min(r.first_cycle, e.start) : e.start;
   r.last_cycle = timed ? std::max(r.last_cycle, end) : end;
   timed = true;
+  if (e.core >= cores_seen.size()) cores_seen.resize(e.core + 1u, false);
+  if (!cores_seen[e.core]) cores_seen[e.core] = true, ++r.cores;
 }
 
 void finish(RegionProfile& r, const Profile& p) {
   const uint64_t span = r.cycles();
   r.share = p.cycles ? static_cast<double>(span) / static_cast<double>(p.cycles) : 0.0;
-  r.mxu_utilization =
-      span ? static_cast<double>(r.units[static_cast<int>(isa::Unit::Mxu)].busy()) / static_cast<double>(span) : 0.0;
+  r.mxu_utilization = span ? static_cast<double>(r.units[static_cast<int>(isa::Unit::Mxu)].busy()) /
+                                 (static_cast<double>(span) * p.matrix_units)
+                           : 0.0;
   const double compute = p.peak_flops_per_cycle > 0 ? r.flops / p.peak_flops_per_cycle : 0.0;
   const double memory = p.hbm_bytes_per_cycle > 0 ? r.bytes / p.hbm_bytes_per_cycle : 0.0;
   r.bound_cycles = std::max(compute, memory);
   r.bound = r.flops == 0 && r.bytes == 0 ? "" : compute >= memory ? "compute" : "memory";
+}
+
+// Each region's share of the run's cycles for static power (profile.h): per kind, the cycles covered by the spans
+// of that kind's regions, shared equally among the spans covering them.
+void hold_cycles(Profile& prof) {
+  std::map<std::string, std::vector<size_t>> by_kind;
+  for (size_t i = 0; i < prof.regions.size(); ++i)
+    if (prof.regions[i].cycles() > 0) by_kind[prof.regions[i].kind].push_back(i);
+  for (const auto& [kind, idx] : by_kind) {
+    std::vector<std::pair<uint64_t, int64_t>> edges;  // (cycle, +(i + 1) opens region i, -(i + 1) closes it)
+    for (size_t i : idx) {
+      edges.emplace_back(prof.regions[i].first_cycle, static_cast<int64_t>(i) + 1);
+      edges.emplace_back(prof.regions[i].last_cycle, -(static_cast<int64_t>(i) + 1));
+    }
+    std::sort(edges.begin(), edges.end());
+    std::vector<size_t> open;
+    uint64_t prev = 0;
+    for (const auto& [t, e] : edges) {
+      if (!open.empty() && t > prev)
+        for (size_t i : open) prof.regions[i].held_cycles += static_cast<double>(t - prev) / static_cast<double>(open.size());
+      prev = t;
+      if (e > 0) open.push_back(static_cast<size_t>(e - 1));
+      else std::erase(open, static_cast<size_t>(-e - 1));
+    }
+  }
+}
+
+json energy_json(const RegionProfile& r) {
+  json by_unit = json::object();
+  for (size_t k = 0; k < r.dynamic_by_unit_j.size(); ++k) by_unit[sim::energy_units()[k]] = r.dynamic_by_unit_j[k];
+  return {{"total_j", r.energy_j()},
+          {"dynamic_j", r.dynamic_j},
+          {"static_j", r.static_j},
+          {"held_cycles", r.held_cycles},
+          {"by_unit_j", std::move(by_unit)}};
 }
 
 json region_json(const RegionProfile& r) {
@@ -66,12 +106,15 @@ json region_json(const RegionProfile& r) {
           {"first_cycle", r.first_cycle},
           {"share", r.share},
           {"mxu_utilization", r.mxu_utilization},
+          {"cores", r.cores},
+          {"critical_core", r.critical_core},
           {"instructions", r.instructions},
           {"flops", r.flops},
           {"bytes", r.bytes},
           {"bound_cycles", r.bound_cycles},
           {"bound", r.bound},
           {"bound_ratio", r.bound_ratio()},
+          {"energy", energy_json(r)},
           {"units", std::move(units)}};
 }
 
@@ -103,7 +146,8 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
   prof.chip = cfg.chip.name;
   prof.clock_mhz = cfg.chip.clock_mhz;
   // The whole chip's bf16 peak: every matrix unit of every core (a program may use fewer; the bound is the chip's).
-  prof.peak_flops_per_cycle = 2.0 * cfg.mxu.rows * cfg.mxu.cols * cfg.core.mxus * cfg.chip.cores;
+  prof.matrix_units = cfg.core.mxus * cfg.chip.cores;
+  prof.peak_flops_per_cycle = 2.0 * cfg.mxu.rows * cfg.mxu.cols * prof.matrix_units;
   prof.hbm_bytes_per_cycle = cfg.hbm_bytes_per_cycle();
   prof.cycles = run.stats.cycles;
   prof.program.kind = "program";
@@ -133,14 +177,46 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
 
   const std::vector<int> at = innermost(program);
   std::deque<bool> timed(prof.regions.size(), false);  // has a unit slice yet
+  std::vector<std::vector<bool>> cores_seen(prof.regions.size());
+  std::vector<bool> program_cores;
   bool program_timed = false;
   for (const sim::TraceEvent& e : run.trace) {
-    add_event(prof.program, e, program_timed);
+    add_event(prof.program, e, program_timed, program_cores);
     for (int r = e.pc < at.size() ? at[e.pc] : -1; r >= 0; r = prof.regions[r].parent)
-      add_event(prof.regions[r], e, timed[r]);
+      add_event(prof.regions[r], e, timed[r], cores_seen[r]);
   }
   finish(prof.program, prof);
   for (RegionProfile& r : prof.regions) finish(r, prof);
+
+  // Energy (profile.h): actions by instruction, static power by the cycles each region holds.
+  const sim::EnergyModel model = sim::energy_model(cfg);
+  prof.static_w = model.static_w;
+  const double hz = cfg.chip.clock_mhz * 1e6;
+  const bool counted = run.actions_by_pc.size() == program.code.size();
+  std::vector<bool> in_node(program.code.size(), false);
+  for (const isa::Region& g : program.regions)
+    if (g.kind == isa::kRegionNode) std::fill(in_node.begin() + g.begin, in_node.begin() + g.end, true);
+  sim::ActionCounts outside;
+  for (size_t pc = 0; counted && pc < program.code.size(); ++pc) {
+    prof.program.actions += run.actions_by_pc[pc];
+    if (!in_node[pc]) outside += run.actions_by_pc[pc];
+  }
+  for (RegionProfile& r : prof.regions)
+    for (uint32_t pc = r.begin; counted && pc < r.end; ++pc) r.actions += run.actions_by_pc[pc];
+  hold_cycles(prof);
+  prof.program.held_cycles = static_cast<double>(prof.cycles);
+  double node_cycles = 0;
+  auto energy = [&](RegionProfile& r) {
+    const sim::Energy e = sim::dynamic_energy(r.actions, model);
+    r.dynamic_j = e.dynamic_j;
+    r.dynamic_by_unit_j = e.by_unit_j();
+    r.static_j = model.static_w * r.held_cycles / hz;
+    if (r.kind == isa::kRegionNode) node_cycles += r.held_cycles;
+  };
+  energy(prof.program);
+  for (RegionProfile& r : prof.regions) energy(r);
+  prof.outside_nodes_dynamic_j = sim::dynamic_energy(outside, model).dynamic_j;
+  prof.outside_nodes_static_j = model.static_w * (static_cast<double>(prof.cycles) - node_cycles) / hz;
   return prof;
 }
 
@@ -152,6 +228,8 @@ std::string profile_json(const Profile& p) {
             {"peak_flops_per_cycle", p.peak_flops_per_cycle},
             {"hbm_bytes_per_cycle", p.hbm_bytes_per_cycle},
             {"cycles", p.cycles},
+            {"static_w", p.static_w},
+            {"outside_nodes_energy_j", p.outside_nodes_j()},
             {"program", region_json(p.program)},
             {"regions", std::move(regions)}};
   return j.dump(1);

@@ -38,6 +38,34 @@ isa::Program two_nodes() {
 
 sim::ChipConfig config() { return sim::load_config("v4-like"); }
 
+TEST(Profile, CountsTheCoresOfARegionAndTheOneThatFinishesIt) {
+  // v4: 2 cores x 4 matrix units. Node a: core 0's load (2..12) and matrix unit 3 (20..24), core 1's matrix unit
+  // 0 (12..27: it ends last, so core 1 is a's critical core). Node b: core 0's store only.
+  sim::RunResult run;
+  run.stats.cycles = 40;
+  run.trace = {
+      {Unit::DmaIn, 2, 10, 1, "dma.ld", "busy", 0, 0},
+      {Unit::Mxu, 20, 4, 2, "mxu.lw", "busy", 0, 3},
+      {Unit::Mxu, 12, 15, 2, "mxu.lw", "busy", 1, 0},
+      {Unit::DmaOut, 28, 6, 4, "dma.st", "busy", 0, 0},
+  };
+  Profile p = make_profile(two_nodes(), run, sim::load_config("v4"));
+  EXPECT_EQ(p.matrix_units, 8);
+  const RegionProfile &a = p.regions[0], &b = p.regions[2];
+  EXPECT_EQ(a.cores, 2);
+  EXPECT_EQ(a.critical_core, 1);
+  EXPECT_EQ(a.cycles(), 25u);  // 2..27
+  // 4 + 15 busy cycles of the 8 units' 25 x 8.
+  EXPECT_DOUBLE_EQ(a.mxu_utilization, 19.0 / (25 * 8));
+  EXPECT_EQ(b.cores, 1);
+  EXPECT_EQ(b.critical_core, 0);
+  EXPECT_EQ(p.program.cores, 2);
+  EXPECT_EQ(p.program.critical_core, 0);  // the store ends the run at 34
+  const auto j = nlohmann::json::parse(profile_json(p));
+  EXPECT_EQ(j["regions"][0]["cores"], 2);
+  EXPECT_EQ(j["regions"][0]["critical_core"], 1);
+}
+
 TEST(Profile, AttributesEachEventToItsRegionAndTheRegionsAroundIt) {
   sim::RunResult run;
   run.stats.cycles = 32;
@@ -246,6 +274,82 @@ TEST(Profile, OfARealRun) {
   EXPECT_LE(lw.first_cycle, lw.last_cycle);
   EXPECT_GE(lw.first_cycle, load.first_cycle);
   EXPECT_LE(lw.last_cycle, load.last_cycle);
+}
+
+// Energy per region (profile.h): dynamic from each instruction's actions, static from the cycles each region holds.
+// Node a spans cycles [0, 20), node b [10, 30), in a run of 40: they share [10, 20), so each holds 10 + 5 = 15
+// cycles, and 10 cycles ([30, 40)) are held by no node. The kernel k.s has no slices: it holds none.
+TEST(Profile, EnergyPerRegionFromActionsAndHeldCycles) {
+  const sim::ChipConfig cfg = config();
+  sim::RunResult run;
+  run.stats.cycles = 40;
+  run.trace = {
+      {Unit::DmaIn, 0, 20, 1, "dma.ld", "busy"},    // node a
+      {Unit::DmaOut, 10, 20, 4, "dma.st", "busy"},  // node b
+  };
+  run.actions_by_pc.resize(6);
+  run.actions_by_pc[1][sim::Action::HbmRead] = 1000;   // node a
+  run.actions_by_pc[2][sim::Action::MacBf16] = 4096;   // kernel k.s, in node a
+  run.actions_by_pc[4][sim::Action::HbmWrite] = 500;   // node b
+  run.actions_by_pc[5][sim::Action::VmemRead] = 64;    // halt: outside every node (made up, to be counted)
+  const Profile p = make_profile(two_nodes(), run, cfg);
+  const sim::EnergyModel m = sim::energy_model(cfg);
+  const double hz = cfg.chip.clock_mhz * 1e6;
+  const RegionProfile &a = p.regions[0], &k = p.regions[1], &b = p.regions[2];
+  EXPECT_DOUBLE_EQ(a.held_cycles, 15.0);
+  EXPECT_DOUBLE_EQ(b.held_cycles, 15.0);
+  EXPECT_DOUBLE_EQ(k.held_cycles, 0.0);
+  EXPECT_DOUBLE_EQ(p.program.held_cycles, 40.0);
+  EXPECT_DOUBLE_EQ(p.static_w, m.static_w);
+  EXPECT_DOUBLE_EQ(a.static_j, m.static_w * 15 / hz);
+  EXPECT_DOUBLE_EQ(p.outside_nodes_static_j, m.static_w * 10 / hz);
+  EXPECT_DOUBLE_EQ(a.dynamic_j, (1000 * m.pj_of(sim::Action::HbmRead) + 4096 * m.pj_of(sim::Action::MacBf16)) * 1e-12);
+  EXPECT_DOUBLE_EQ(k.dynamic_j, 4096 * m.pj_of(sim::Action::MacBf16) * 1e-12);
+  EXPECT_DOUBLE_EQ(b.dynamic_j, 500 * m.pj_of(sim::Action::HbmWrite) * 1e-12);
+  EXPECT_DOUBLE_EQ(p.outside_nodes_dynamic_j, 64 * m.pj_of(sim::Action::VmemRead) * 1e-12);
+  EXPECT_NEAR(a.energy_j() + b.energy_j() + p.outside_nodes_j(), p.program.energy_j(), p.program.energy_j() * 1e-12);
+  auto j = nlohmann::json::parse(profile_json(p));
+  EXPECT_DOUBLE_EQ(j["regions"][0]["energy"]["held_cycles"].get<double>(), 15.0);
+  EXPECT_DOUBLE_EQ(j["regions"][1]["energy"]["by_unit_j"]["mxu"].get<double>(), k.dynamic_j);
+  EXPECT_DOUBLE_EQ(j["outside_nodes_energy_j"].get<double>(), p.outside_nodes_j());
+}
+
+// On the chip: the nodes' energies and the energy outside them add up to the run's (its statistics' energy).
+TEST(Profile, EnergyPerNodeAddsUpToTheRun) {
+  const sim::ChipConfig cfg = config();
+  sim::Chip chip(cfg);
+  isa::Program prog = isa::assemble(
+      "  li r2, 128\n  li r3, 256\n  li r7, 4096\n"
+      "  dma.ld r1, r7, r2, r3, r3, r3\n"      // outside every node: 128 rows of 256 bytes
+      ".region node, \"matmul\"\n"
+      "  dma.ld r7, r1, r2, r3, r3, r3, signal=s1\n"
+      "  mxu.lw r7, r2, r2, r3, bf16, wait=s1\n"
+      "  mxu.mm r1, r2, r1, r3, bf16, signal=s2\n"
+      ".endregion\n"
+      ".region node, \"drain\"\n"
+      "  li r4, 512\n"
+      "  li r5, 65536\n"
+      "  vpu.acc r5, r1, r2, r2, r4, r0, r0, f32, f32, wait=s2, signal=s3\n"
+      "  dma.st r5, r5, r2, r4, r4, r4, wait=s3\n"
+      ".endregion\n"
+      "halt\n",
+      "energy.s");
+  sim::RunOptions opts;
+  opts.trace = true;
+  const sim::RunResult run = chip.run(prog, opts);
+  const Profile p = make_profile(prog, run, cfg);
+  const sim::Energy total = sim::energy_of(run.stats.actions, run.stats.seconds, sim::energy_model(cfg));
+  ASSERT_GT(total.dynamic_j, 0.0);
+  EXPECT_EQ(p.program.actions, run.stats.actions);
+  EXPECT_NEAR(p.program.energy_j(), total.total_j(), total.total_j() * 1e-12);
+  double nodes = 0;
+  for (const RegionProfile& r : p.regions)
+    if (r.kind == isa::kRegionNode) nodes += r.energy_j();
+  EXPECT_GT(p.outside_nodes_dynamic_j, 0.0);  // the first load
+  EXPECT_NEAR(nodes + p.outside_nodes_j(), total.total_j(), total.total_j() * 1e-12);
+  // The matmul node holds the MACs: 128 x 128 x 128.
+  EXPECT_EQ(p.regions.at(0).actions[sim::Action::MacBf16], 128u * 128 * 128);
+  EXPECT_EQ(p.regions.at(1).actions[sim::Action::MacBf16], 0u);
 }
 
 // Two devices running one program together: a process per device in the trace, each with its unit tracks and

@@ -45,7 +45,11 @@ void declare_chip_params(std::vector<Param>& out) {
            "cycles for a barrier's release or a sem.signal to reach another core", 0, 1000000)
       .add(&ChipParams::launch_cycles, "launch_cycles", 0, "cycles",
            "cycles from the start of a run (a kernel launch) to its first instruction: the host's launch overhead",
-           0, uint64_t(1) << 40);
+           0, uint64_t(1) << 40)
+      .add(&ChipParams::node_nm, "node_nm", 7.0, "nm",
+           "process node (its nominal name): scales the [energy] and [area] figures from the node they were "
+           "published at (docs/energy.md)",
+           1.0, 1000.0);
 }
 
 namespace {
@@ -170,6 +174,7 @@ void Chip::Impl::prepare(const isa::Program& program, const RunOptions& opts) {
   shared.text.assign(shared.code.size(), std::string());
   shared.running = program.cores;
   shared.barrier_arrived = 0;
+  shared.actions_by_pc.assign(opts.trace ? shared.code.size() : 0, ActionCounts{});
   for (detail::ChipState* c : shared.cores) {
     detail::RunState& r = c->run;
     r = detail::RunState{};
@@ -181,6 +186,7 @@ void Chip::Impl::prepare(const isa::Program& program, const RunOptions& opts) {
     r.running = c->index < static_cast<int>(program.cores);
     r.spans.resize(static_cast<size_t>(c->slots()));
     r.mxu_stats.resize(static_cast<size_t>(cfg.core.mxus - 1));
+    r.slot_actions.assign(static_cast<size_t>(c->slots()), ActionCounts{});
     c->reset_units();
   }
 }
@@ -239,7 +245,9 @@ RunResult Chip::Impl::collect() {
       const isa::Unit kind = detail::unit_of_slot(slot);
       detail::add_unit_stats(s.units[static_cast<int>(kind)], u);
       ++count[static_cast<int>(kind)];
-      s.instances.push_back({c->index, kind, detail::index_of_slot(slot), u});
+      const ActionCounts& acts = r.slot_actions[static_cast<size_t>(slot)];
+      s.actions += acts;
+      s.instances.push_back({c->index, kind, detail::index_of_slot(slot), u, acts});
     }
     s.mxu_macs += r.stats.mxu_macs;
     mac_slots += r.mac_slots;
@@ -256,6 +264,8 @@ RunResult Chip::Impl::collect() {
   const double peak = static_cast<double>(cfg.mxu.rows) * cfg.mxu.cols * cycles * cfg.total_mxus();
   s.mxu_mac_utilization = peak > 0 ? mac_slots / peak : 0.0;
   detail::tpuv1_counters(v1, cycles * cfg.total_mxus(), s.mxu_mac_utilization, s.tpuv1);
+  out.actions_by_pc = std::move(shared.actions_by_pc);
+  shared.actions_by_pc.clear();
   std::stable_sort(out.trace.begin(), out.trace.end(), [](const TraceEvent& a, const TraceEvent& b) {
     if (a.start != b.start) return a.start < b.start;
     if (a.core != b.core) return a.core < b.core;

@@ -49,6 +49,9 @@ struct ChipShared {
   uint32_t barrier_arrived = 0;
   uint64_t barrier_generation = 0, barrier_release = 0;
   sc_core::sc_event barrier_ev;
+  // With RunOptions::trace: the actions of each instruction, every core's together (RunResult::actions_by_pc);
+  // empty otherwise.
+  std::vector<ActionCounts> actions_by_pc;
 };
 
 // Thrown inside a SystemC thread to unwind it to its idle loop after an error; never leaves that thread.
@@ -79,6 +82,7 @@ struct RunState {
   std::vector<TraceEvent> trace;
   std::vector<std::vector<Span>> spans;   // by unit slot (slot_of); the core books its stalls directly
   std::vector<UnitStats> mxu_stats;       // matrix units 1.. (unit 0's are stats.units[Mxu])
+  std::vector<ActionCounts> slot_actions; // by unit slot: what each unit did (ChipState::act)
   bool running = false;                   // this core runs the program (its index < the program's .cores)
   double mac_slots = 0;                   // MACs in units of the array's slots (i8 ones count 1 / mxu.i8_rate)
 };
@@ -129,6 +133,11 @@ class ChipState {
   }
   int slots() const { return isa::kNumUnits + cfg.core.mxus - 1; }
   bool functional() const { return run.opts.functional; }
+  // Counts `n` of action `a`, done by the unit in `slot` for the instruction at `pc` (energy.h).
+  void act(int slot, uint32_t pc, Action a, uint64_t n) {
+    run.slot_actions[static_cast<size_t>(slot)][a] += n;
+    if (!chip.actions_by_pc.empty()) chip.actions_by_pc[pc][a] += n;
+  }
   // Units report each slice of their time through trace() (kinds "busy", "load", "wait", "memory"): the stall
   // accounting is built from the "busy" and "load" slices of every run, so tracing() is always true; TraceEvents
   // are kept only when RunOptions::trace asks for them (keeping_trace()).

@@ -23,6 +23,8 @@ const std::vector<Param>& all_params() {
     declare_vpu_params(p);
     declare_dma_params(p);
     declare_memory_params(p);
+    declare_energy_params(p);
+    declare_area_params(p);
     return p;
   }();
   return params;
@@ -182,6 +184,8 @@ std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cf
       {"CORES", cfg.chip.cores},
       {"SHARED_BYTES", static_cast<int64_t>(cfg.shared_bytes())},
       {"VMEM_BYTES", static_cast<int64_t>(cfg.vmem_bytes())},
+      // bytes per cycle through one core's VMEM ports, all banks together (vmem.banks x vmem.port_bytes_per_cycle)
+      {"VMEM_BYTES_PER_CYCLE", static_cast<int64_t>(cfg.vmem.banks) * static_cast<int64_t>(cfg.vmem.port_bytes_per_cycle)},
       {"VPU_WIDTH", static_cast<int64_t>(cfg.vpu.lanes) * cfg.vpu.sublanes},
       {"HBM_BYTES", static_cast<int64_t>(cfg.hbm_bytes())},
       // HBM bandwidth in bytes per cycle (at least 1): kernel generators weigh memory against compute with it

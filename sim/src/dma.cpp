@@ -73,6 +73,7 @@ void DmaEngine::execute(const Entry& e) {
       VmemPorts::Demand d = ports.demand();
       ports.add(d, Rows{static_cast<uint64_t>(e.arg("idx")), 1, t.hbm.rows * 4, 0});
       hbm_earliest = std::max(hbm_earliest, ports.reserve(start, d));
+      act(e.pc, Action::VmemRead, t.hbm.rows * 4);
     }
   } else if (e.in.op != isa::Op::DMAINSYNC && e.in.op != isa::Op::DMAOUTSYNC) {
     const int64_t vaddr = t.load ? e[0] : e[1], haddr = t.load ? e[1] : e[0];
@@ -253,6 +254,18 @@ void DmaEngine::retire(const Transfer& t) {
   else
     (t.load ? rs.hbm_bytes_read : rs.hbm_bytes_written) += hbm_side(t).bytes() - t.hit_bytes;
   rs.shared_bytes_read += t.hit_bytes;
+  // Energy's actions (energy.h): the far side's bytes cross the interconnect once; the VMEM side's are written
+  // (a load) or read (a store) there; a cache's hits are read from the shared level, its misses and stores fill it.
+  const uint64_t far = hbm_side(t).bytes();
+  act(t.e.pc, Action::DmaBytes, far);
+  act(t.e.pc, t.load ? Action::VmemWrite : Action::VmemRead, t.vmem.bytes());
+  if (t.shared) {
+    act(t.e.pc, t.load ? Action::SharedRead : Action::SharedWrite, far);
+  } else {
+    act(t.e.pc, t.load ? Action::HbmRead : Action::HbmWrite, far - t.hit_bytes);
+    act(t.e.pc, Action::SharedRead, t.hit_bytes);
+    if (st_.mem.cache.enabled()) act(t.e.pc, Action::SharedWrite, far - t.hit_bytes);
+  }
   // Busy while anything is in flight: the slice starts at the issue, or where the previous slice ended.
   const uint64_t from = std::max(t.start, busy_from_);
   finish(t.e, from, last_done_);

@@ -165,6 +165,9 @@ void Mxu::load_weights(const Entry& e) {
   tile->k = static_cast<int>(k), tile->n = static_cast<int>(n), tile->dtype = dt;
   shadow_ = tile;
   read_vmem(start, e.arg("vaddr"), rows, rowbytes, e.arg("stride"));
+  const auto tile_bytes = static_cast<uint64_t>(rows * rowbytes);  // = k * n * the element's size
+  act(e.pc, Action::VmemRead, tile_bytes);
+  act(e.pc, Action::WbufWrite, tile_bytes);
   shadow_ready_ = start + (df_ == Dataflow::WS ? R_ : std::max<uint64_t>(k, 1));
   shadow_free_ = shadow_ready_;  // until then it is loading; after that, until the swap (which updates this)
   schedule(shadow_ready_, e, std::move(tile));
@@ -192,6 +195,7 @@ void Mxu::matmul(const Entry& e) {
   if (!err.empty()) st_.fail(e.pc, err);
 
   uint64_t swap = 0;
+  const bool swapped = shadow_ != nullptr;
   if (shadow_) {
     swap = std::max(shadow_ready_, stream_free_);
     active_ = std::move(shadow_);
@@ -232,6 +236,17 @@ void Mxu::matmul(const Entry& e) {
   read_vmem(folds.front(), e.arg("vaddr"), m, int64_t(active_->k) * isa::dtype_size(dt), e.arg("stride"));
   stats().busy_cycles += len * folds.size();
   const uint64_t macs = um * static_cast<uint64_t>(active_->k) * static_cast<uint64_t>(active_->n);
+  // Energy's actions (energy.h): the MACs; the input rows read from VMEM; the sums written into the accumulators
+  // (read first when they add to them); the weight tile read from the weight buffers into the array: once when
+  // it is swapped in (weight-stationary), once per fold (the staged tile streams through: os, is).
+  const uint64_t size = static_cast<uint64_t>(isa::dtype_size(dt));
+  const uint64_t k = static_cast<uint64_t>(active_->k), n = static_cast<uint64_t>(active_->n);
+  act(e.pc, dt == isa::DType::I8 ? Action::MacI8 : Action::MacBf16, macs);
+  act(e.pc, Action::VmemRead, um * k * size);
+  act(e.pc, Action::AccWrite, um * n * 4);
+  if (e.arg("accumulate")) act(e.pc, Action::AccRead, um * n * 4);
+  const uint64_t tile_reads = df_ == Dataflow::WS ? (swapped ? 1 : 0) : folds.size();
+  act(e.pc, Action::WbufRead, tile_reads * k * n * size);
   st_.run.stats.mxu_macs += macs;
   // The array's MAC slots they take: an i8 MAC is 1 / i8_rate of one (mxu_mac_utilization).
   st_.run.mac_slots += dt == isa::DType::I8 ? static_cast<double>(macs) / static_cast<double>(i8_rate_)

@@ -107,6 +107,8 @@ void declare_mxu_params(std::vector<Param>& out);     // mxu.cpp
 void declare_vpu_params(std::vector<Param>& out);     // vpu.cpp
 void declare_dma_params(std::vector<Param>& out);     // dma.cpp
 void declare_memory_params(std::vector<Param>& out);  // memory.cpp: [hbm] and [vmem]
+void declare_energy_params(std::vector<Param>& out);  // energy.cpp: [energy]
+void declare_area_params(std::vector<Param>& out);    // energy.cpp: [area]
 
 // All parameters, in section order.
 const std::vector<Param>& all_params();

@@ -162,11 +162,13 @@ std::string RunStats::to_json(const ChipConfig& cfg) const {
   j["cores_running"] = cores_running;
   j["mxus_per_core"] = cfg.core.mxus;
   // Every unit of every core: its own counts and utilization (the "units" above add these up per kind).
+  const EnergyModel model = energy_model(cfg);
   nlohmann::ordered_json inst = nlohmann::ordered_json::object();
   for (const UnitInstance& i : instances)
     inst[i.name()] = {{"instructions", i.stats.instructions},
                       {"busy_cycles", i.stats.busy_cycles},
-                      {"utilization", i.stats.utilization}};
+                      {"utilization", i.stats.utilization},
+                      {"energy_j", dynamic_energy(i.actions, model).dynamic_j}};
   j["instances"] = std::move(inst);
   j["mxu"] = {{"macs", mxu_macs}, {"mac_utilization", mxu_mac_utilization}};
   j["hbm"] = {{"bytes_read", hbm_bytes_read}, {"bytes_written", hbm_bytes_written}};
@@ -176,6 +178,38 @@ std::string RunStats::to_json(const ChipConfig& cfg) const {
                          {"unused_macs", tpuv1.unused_macs},   {"weight_stall", tpuv1.weight_stall},
                          {"weight_shift", tpuv1.weight_shift}, {"non_matrix", tpuv1.non_matrix},
                          {"raw_stall", tpuv1.raw_stall},       {"input_stall", tpuv1.input_stall}};
+  // Energy (docs/energy.md): each action's count (the units counted them as they ran) times its energy on this
+  // chip, summed per unit; static power times the run's time. Instances above: their dynamic energy.
+  const Energy en = energy_of(actions, seconds, model);
+  nlohmann::ordered_json by_unit = nlohmann::ordered_json::object();
+  const std::vector<double> unit_j = en.by_unit_j();
+  for (size_t k = 0; k < unit_j.size(); ++k) by_unit[energy_units()[k]] = unit_j[k];
+  by_unit["static"] = en.static_j;
+  nlohmann::ordered_json counts = nlohmann::ordered_json::object(), pj = nlohmann::ordered_json::object();
+  for (int a = 0; a < kNumActions; ++a) {
+    counts[action_name(static_cast<Action>(a))] = actions.n[a];
+    pj[action_name(static_cast<Action>(a))] = model.pj[a];
+  }
+  j["energy"] = {{"total_j", en.total_j()},
+                 {"dynamic_j", en.dynamic_j},
+                 {"static_j", en.static_j},
+                 {"average_power_w", seconds > 0 ? en.total_j() / seconds : 0.0},
+                 {"static_w", model.static_w},
+                 {"by_unit_j", std::move(by_unit)},
+                 {"actions", std::move(counts)},
+                 {"pj_per_action", std::move(pj)}};
+  const Area area = area_of(cfg);
+  nlohmann::ordered_json parts = nlohmann::ordered_json::object();
+  for (const AreaPart& p : area.parts) parts[p.name] = p.mm2;
+  j["area"] = {{"total_mm2", area.total_mm2}, {"node_nm", cfg.chip.node_nm}, {"by_part_mm2", std::move(parts)}};
+  // Performance per watt and per mm2: the matrix units' operations (2 per multiply-accumulate, i8 and bf16).
+  const double ops = 2.0 * static_cast<double>(mxu_macs);
+  const PeakPower peak = peak_power(cfg);
+  j["efficiency"] = {
+      {"mxu_ops", ops},
+      {"tops_per_w", en.total_j() > 0 ? ops / en.total_j() / 1e12 : 0.0},
+      {"tops_per_mm2", seconds > 0 && area.total_mm2 > 0 ? ops / seconds / area.total_mm2 / 1e12 : 0.0},
+      {"peak_power_w", peak.total_w()}};
   return j.dump(2);
 }
 

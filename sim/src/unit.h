@@ -84,6 +84,8 @@ class UnitModule : public sc_core::sc_module {
   // The same for the `cycles` cycles just before now (after a wait_until on memory).
   void note_memory_wait(uint64_t cycles) { note_memory_wait(st_.now() - cycles, st_.now()); }
   UnitStats& stats() { return st_.slot_stats(slot_); }
+  // Counts what this unit does for the instruction at `pc` (ChipState::act).
+  void act(uint32_t pc, Action a, uint64_t n) { st_.act(slot_, pc, a, n); }
   // This unit's trace slice (and stall accounting, ChipState::trace).
   void trace(uint64_t start, uint64_t dur, uint32_t pc, const std::string& name, const char* kind) {
     st_.trace(slot_, start, dur, pc, name, kind);

@@ -198,56 +198,80 @@ struct RMax : Max {
   }
 };
 
-// The VMEM bytes an instruction reads and writes (operands already checked), as VmemPorts demand per bank.
-VmemPorts::Demand vmem_traffic(const Entry& e, const VmemPorts& ports) {
-  VmemPorts::Demand d = ports.demand();
-  auto add = [&](int64_t addr, int64_t rows, int64_t rowbytes, int64_t stride) {
-    if (rows > 0 && rowbytes > 0)
-      ports.add(d, {static_cast<uint64_t>(addr), static_cast<uint64_t>(rows), static_cast<uint64_t>(rowbytes), stride});
-  };
+// The VMEM accesses of an instruction (operands already checked): add(addr, rows, rowbytes, stride, write) for
+// each.
+template <class Add>
+void vmem_accesses(const Entry& e, Add add) {
+  auto rd = [&](int64_t addr, int64_t rows, int64_t rowbytes, int64_t stride) { add(addr, rows, rowbytes, stride, false); };
+  auto wr = [&](int64_t addr, int64_t rows, int64_t rowbytes, int64_t stride) { add(addr, rows, rowbytes, stride, true); };
   auto n_bytes = [&](const char* dt) { return e.arg("n") * isa::dtype_size(e.dtype(dt)); };
   switch (e.in.op) {
     case Op::VACC:
-      add(e.arg("vaddr"), e.arg("rows"), e.arg("cols") * isa::dtype_size(e.dtype("odt")), e.arg("stride"));
-      if (e.arg("bias_en") && e.arg("rows")) add(e.arg("bias"), 1, e.arg("cols") * 4, 0);
+      wr(e.arg("vaddr"), e.arg("rows"), e.arg("cols") * isa::dtype_size(e.dtype("odt")), e.arg("stride"));
+      if (e.arg("bias_en") && e.arg("rows")) rd(e.arg("bias"), 1, e.arg("cols") * 4, 0);
       break;
     case Op::VADD:
     case Op::VSUB:
     case Op::VMUL:
     case Op::VMAX:
     case Op::VMIN:
-      add(e.arg("vb"), 1, n_bytes("dtype"), 0);
+      rd(e.arg("vb"), 1, n_bytes("dtype"), 0);
       [[fallthrough]];
     case Op::VRELU:
     case Op::VEXP:
     case Op::VRECIP:
     case Op::VRSQRT:
-      add(e.arg("va"), 1, n_bytes("dtype"), 0);
-      add(e.arg("vd"), 1, n_bytes("dtype"), 0);
+      rd(e.arg("va"), 1, n_bytes("dtype"), 0);
+      wr(e.arg("vd"), 1, n_bytes("dtype"), 0);
       break;
     case Op::VCAST:
-      add(e.arg("va"), 1, n_bytes("sdt"), 0);
-      add(e.arg("vd"), 1, n_bytes("ddt"), 0);
+      rd(e.arg("va"), 1, n_bytes("sdt"), 0);
+      wr(e.arg("vd"), 1, n_bytes("ddt"), 0);
       break;
     case Op::VRSUM:
     case Op::VRMAX: {
       const int size = isa::dtype_size(e.dtype("dtype"));
-      add(e.arg("va"), e.arg("rows"), e.arg("cols") * size, e.arg("stride"));
-      add(e.arg("vd"), 1, e.arg("rows") * size, 0);
+      rd(e.arg("va"), e.arg("rows"), e.arg("cols") * size, e.arg("stride"));
+      wr(e.arg("vd"), 1, e.arg("rows") * size, 0);
       break;
     }
     case Op::VADDROW:
     case Op::VSUBROW:
     case Op::VMULROW: {
       const int size = isa::dtype_size(e.dtype("dtype"));
-      add(e.arg("va"), e.arg("rows"), e.arg("cols") * size, e.arg("stride"));
-      add(e.arg("vb"), 1, e.arg("rows") * size, 0);
-      add(e.arg("vd"), e.arg("rows"), e.arg("cols") * size, e.arg("stride"));
+      rd(e.arg("va"), e.arg("rows"), e.arg("cols") * size, e.arg("stride"));
+      rd(e.arg("vb"), 1, e.arg("rows") * size, 0);
+      wr(e.arg("vd"), e.arg("rows"), e.arg("cols") * size, e.arg("stride"));
       break;
     }
     default: break;
   }
+}
+
+// The same as VmemPorts demand per bank.
+VmemPorts::Demand vmem_traffic(const Entry& e, const VmemPorts& ports) {
+  VmemPorts::Demand d = ports.demand();
+  vmem_accesses(e, [&](int64_t addr, int64_t rows, int64_t rowbytes, int64_t stride, bool) {
+    if (rows > 0 && rowbytes > 0)
+      ports.add(d, {static_cast<uint64_t>(addr), static_cast<uint64_t>(rows), static_cast<uint64_t>(rowbytes), stride});
+  });
   return d;
+}
+
+// The kind of element operation an instruction does, for the energy model (energy.h: Action::VpuFloatAdd, ...).
+Action element_action(const Entry& e) {
+  bool flt = false, mul = false;
+  switch (e.in.op) {
+    case Op::VACC: flt = e.dtype("adt") == DType::F32; break;
+    case Op::VCAST: flt = is_float(e.dtype("sdt")) || is_float(e.dtype("ddt")); break;
+    case Op::VMUL:
+    case Op::VMULROW:
+    case Op::VEXP:
+    case Op::VRECIP:
+    case Op::VRSQRT: mul = true; [[fallthrough]];
+    default: flt = is_float(e.dtype("dtype"));
+  }
+  return flt ? (mul ? Action::VpuFloatMul : Action::VpuFloatAdd) : (mul ? Action::VpuIntMul : Action::VpuIntAdd);
 }
 
 }  // namespace
@@ -260,6 +284,14 @@ void Vpu::execute(const Entry& e) {
   const uint64_t start = st_.now();
   if (e.in.op == Op::VSYNC) return finish(e, start, start);
   const uint64_t elements = check(e);
+  // Energy's actions (energy.h): the elements computed, the VMEM bytes read and written, vpu.acc's accumulator
+  // reads.
+  act(e.pc, element_action(e), elements);
+  vmem_accesses(e, [&](int64_t, int64_t rows, int64_t rowbytes, int64_t, bool write) {
+    if (rows > 0 && rowbytes > 0)
+      act(e.pc, write ? Action::VmemWrite : Action::VmemRead, static_cast<uint64_t>(rows * rowbytes));
+  });
+  if (e.in.op == Op::VACC) act(e.pc, Action::AccRead, elements * 4);
   const auto latency = static_cast<uint64_t>(st_.cfg.vpu.latency);
   const uint64_t vmem_done = st_.mem.vmem_ports.reserve(start, vmem_traffic(e, st_.mem.vmem_ports));
   const uint64_t compute_end = start + latency + (elements + width_ - 1) / width_;

@@ -11,7 +11,8 @@
 //   func s         Client::execute with the exporter's inputs, functional (the best of --repeat runs)
 //   timing s       the same, timing-only (no arithmetic; the same cycles)
 //   cycles, sim us simulated cycles and time of one inference on the chip
-//   bound us       roofline lower bound: max(meta FLOPs / (2 * mxu.rows * mxu.cols * clock), bytes / HBM bandwidth)
+//   bound us       roofline lower bound: max(meta FLOPs / the whole chip's peak (2 * mxu.rows * mxu.cols *
+//                  core.mxus * chip.cores * clock), bytes / HBM bandwidth)
 //                  with bytes = the program's constants + inputs + outputs (a lower bound on its traffic)
 //   sim/bound      simulated time over that bound
 //   GMAC           useful matrix-unit MACs of one inference (RunStats::mxu_macs)
@@ -122,7 +123,9 @@ void bench_model(runtime::Client& client, int repeat, Row& row) {
 
   for (const auto& t : exe.program().tensors)
     (t.kind == isa::TensorKind::Const ? row.const_bytes : row.io_bytes) += t.bytes();
-  const double peak_flops = 2.0 * cfg.mxu.rows * cfg.mxu.cols * cfg.chip.clock_mhz * 1e6;
+  // The whole chip's peak: every matrix unit of every core.
+  const double peak_flops =
+      2.0 * cfg.mxu.rows * cfg.mxu.cols * cfg.core.mxus * cfg.chip.cores * cfg.chip.clock_mhz * 1e6;
   const double hbm_bytes_per_s = cfg.hbm.bandwidth_gbs * 1e9;
   row.compute_bound_s = row.flops / peak_flops;
   row.memory_bound_s = static_cast<double>(row.const_bytes + row.io_bytes) / hbm_bytes_per_s;

@@ -164,6 +164,46 @@ class Outputs(Workdir):
         slices = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
         self.assertGreater(len(slices), 10)
 
+    def config_value(self, key, *sets):
+        """A parameter's value as `tpusim config --show v4-like` prints it."""
+        args = ["config", "--show", "v4-like"] + [a for s in sets for a in ("--set", s)]
+        row = next(line for line in tpusim(*args).stdout.splitlines() if line.split()[:1] == [key])
+        return float(row.split()[1])
+
+    def test_energy_of_the_gemm_kernel(self):
+        """The stats' energy of kernels/gemm_bf16.s: its M*K*N MACs at the configured bf16 MAC energy scaled from
+        energy.ref_nm to chip.node_nm (docs/energy.md), every action's count times its energy, and --set."""
+        m, k, n = 64, 256, 96
+
+        def stats(*sets):
+            path = self.path("s.json")
+            tpusim("run", os.path.join(KERNELS, "gemm_bf16.s"), "-D", f"M={m}", "-D", f"K={k}", "-D", f"N={n}",
+                   "--config", "v4-like", "--timing-only", "--stats", path, *[a for s in sets for a in ("--set", s)])
+            return json.loads(read(path))
+
+        s = stats()
+        e = s["energy"]
+        self.assertEqual(e["actions"]["mac_bf16"], m * k * n)
+        self.assertEqual(e["actions"]["hbm_read_bytes"], s["hbm"]["bytes_read"])
+        scale = self.config_value("chip.node_nm") / self.config_value("energy.ref_nm")
+        mac_pj = self.config_value("energy.mac_bf16_pj") * scale
+        self.assertAlmostEqual(e["by_unit_j"]["mxu"], m * k * n * mac_pj * 1e-12, delta=1e-18)
+        dynamic = sum(e["actions"][a] * e["pj_per_action"][a] for a in e["actions"]) * 1e-12
+        self.assertAlmostEqual(e["dynamic_j"], dynamic, delta=dynamic * 1e-12)
+        self.assertAlmostEqual(e["static_j"], e["static_w"] * s["seconds"], delta=e["static_j"] * 1e-12)
+        self.assertAlmostEqual(sum(e["by_unit_j"].values()), e["total_j"], delta=e["total_j"] * 1e-12)
+        self.assertAlmostEqual(e["static_w"], self.config_value("energy.static_w_per_mm2") * s["area"]["total_mm2"],
+                               delta=1e-9)
+        # --set: twice the MAC energy doubles the MXU's part and leaves the rest; the same cycles.
+        d = stats("energy.mac_bf16_pj=4")
+        self.assertEqual(d["cycles"], s["cycles"])
+        self.assertAlmostEqual(d["energy"]["by_unit_j"]["mxu"], 2 * e["by_unit_j"]["mxu"], delta=1e-18)
+        self.assertEqual(d["energy"]["by_unit_j"]["hbm"], e["by_unit_j"]["hbm"])
+        # Twice the node: MAC energy x 2 (energy.node_exponent 1), the MXU's area x 4 (area.node_exponent 2).
+        t = stats("chip.node_nm=14")
+        self.assertAlmostEqual(t["energy"]["by_unit_j"]["mxu"], 2 * e["by_unit_j"]["mxu"], delta=1e-18)
+        self.assertAlmostEqual(t["area"]["by_part_mm2"]["mxu"], 4 * s["area"]["by_part_mm2"]["mxu"], delta=1e-9)
+
     def test_timing_only_same_cycles_and_runs_repeat(self):
         tpusim(*self.gemm_args("--stats", self.path("a.json")))
         tpusim(*self.gemm_args("--stats", self.path("b.json")))
@@ -243,15 +283,45 @@ class CompileReport(Workdir):
 
     @staticmethod
     def table(text):
-        """The node rows of the text report: (name, instrs, cycles, share, util, gflop, mb, bound, by, ratio)."""
+        """The node rows of the text report: (name, instrs, cycles, share, util, cores, gflop, mb, bound, by,
+        ratio)."""
         lines = text.splitlines()
         start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["node", "instrs"]) + 1
         rows = []
         for line in lines[start:]:
             if not line.strip():
                 break
-            rows.append(line.strip().rsplit(None, 9))  # the name may hold spaces; the 9 columns after it do not
+            rows.append(line.strip().rsplit(None, 10))  # the name may hold spaces; the 10 columns after it do not
         return rows
+
+    def test_report_says_what_runs_on_one_core_and_why(self):
+        # On h200-like (132 cores) the program is SPMD; the kernels left on core 0 are listed after the node table
+        # with the compiler's reason, as many as the report's "serial" regions, each inside its node's kernel.
+        d = os.path.join(WORKLOADS_DIR, "bert_small")
+        if not os.path.exists(os.path.join(d, "bert.onnx")):
+            self.skipTest(f"{d}/bert.onnx is not exported")
+        tpusim("compile", os.path.join(d, "bert.onnx"), "--config", "h200-like", "--report", self.path("b.txt"),
+               "--report-json", self.path("b.json"), "-o", self.path("b.tpub"))
+        text, rep = read(self.path("b.txt")), json.loads(read(self.path("b.json")))
+        serial = [r for r in rep["regions"] if r["kind"] == "serial"]
+        self.assertTrue(serial)
+        m = re.search(r"^not shared: (\d+) kernels run on core 0 alone, (\d+) cycles", text, re.M)
+        self.assertIsNotNone(m, text[-2000:])
+        self.assertEqual(int(m.group(1)), len(serial))
+        self.assertEqual(int(m.group(2)), sum(r["cycles"] for r in serial))
+        listed = text[m.end():].strip().splitlines()[1:]
+        self.assertEqual(len(listed), min(10, len(serial)))
+        regions = rep["regions"]
+        for r in sorted(serial, key=lambda r: -r["cycles"])[:len(listed)]:
+            kernel = regions[r["parent"]]
+            node = regions[kernel["parent"]]
+            self.assertEqual(kernel["kind"], "kernel")
+            self.assertEqual(node["kind"], "node")
+            self.assertIn(f"  {node['name']} ({kernel['name']}, {r['cycles']} cycles): {r['name']}", listed)
+        reasons = " ".join(r["name"] for r in serial)
+        self.assertIn("there is no whole-chip version of gather.s", reasons)  # the embedding lookups
+        # A program for one core has nothing to say.
+        self.assertNotIn("not shared", self.compile_report()[1])
 
     def test_report_lists_every_node_in_program_order(self):
         out, text, rep = self.compile_report("-o", self.path("m.tpub"))
@@ -276,9 +346,11 @@ class CompileReport(Workdir):
             self.assertGreater(n["cycles"], 0)
             self.assertAlmostEqual(float(row[3].rstrip("%")), 100 * n["share"], delta=0.051)
             self.assertAlmostEqual(float(row[4].rstrip("%")), 100 * n["mxu_utilization"], delta=0.051)
-            self.assertAlmostEqual(float(row[5]), n["flops"] / 1e9, delta=1e-6)
-            self.assertAlmostEqual(float(row[6]), n["bytes"] / 1e6, delta=1e-4)
-            self.assertEqual(row[8], n["bound"] or "-")
+            self.assertEqual(int(row[5]), n["cores"])
+            self.assertEqual(n["cores"], 1)  # v4-like: one core
+            self.assertAlmostEqual(float(row[6]), n["flops"] / 1e9, delta=1e-6)
+            self.assertAlmostEqual(float(row[7]), n["bytes"] / 1e6, delta=1e-4)
+            self.assertEqual(row[9], n["bound"] or "-")
             self.assertIn(n["bound"], ("", "compute", "memory"))
         # The header: the run's cycles and time, as the JSON has them, and the same cycles `profile` measures.
         self.assertIn(f"total    {rep['cycles']} cycles, {rep['cycles'] / 1050:.3f} us", text)
@@ -346,6 +418,15 @@ class CompileReport(Workdir):
         self.assertNotIn("top 1", out)
         for col in ("FLOPs", "bytes", "bound", "ratio"):
             self.assertIn(col, out.splitlines()[1])
+        # Energy per node (docs/energy.md): the nodes' and the energy outside them add up to the program's, which
+        # is the run's as `tpusim run --stats` gives it.
+        self.assertIn("energy uJ", out.splitlines()[1])
+        total = prof["program"]["energy"]["total_j"]
+        self.assertGreater(total, 0)
+        self.assertAlmostEqual(sum(n["energy"]["total_j"] for n in nodes) + prof["outside_nodes_energy_j"], total,
+                               delta=total * 1e-12)
+        tpusim("run", onnx_path, "--timing-only", "--stats", self.path("s.json"))
+        self.assertAlmostEqual(json.loads(read(self.path("s.json")))["energy"]["total_j"], total, delta=total * 1e-12)
 
 
 class UserFacing(Workdir):
@@ -484,28 +565,50 @@ class UserFacing(Workdir):
         self.assertIn("inputs as random data (--seed 1): b\n", out)
 
     def test_whole_chip_gives_the_one_unit_results(self):
-        # On v4 (2 cores x 4 matrix units) the compiler spreads the CNN's larger GEMMs over both cores: the program
-        # runs on 2 cores and is faster, and its outputs are those of the same chip with 1 core of 1 unit, bit for
-        # bit (the matrix units sum each pass in a fixed order, whatever the tiling).
-        d = os.path.join(WORKLOADS_DIR, "tinycnn")
-        if not os.path.exists(os.path.join(d, "tinycnn.onnx")):
-            self.skipTest(f"{d}/tinycnn.onnx is not exported")
-        runs = {}
-        for name, sets in (("whole", []), ("one", ["--set", "chip.cores=1", "--set", "core.mxus=1"])):
-            out = self.path(name)
-            tpusim("run", os.path.join(d, "tinycnn.onnx"), "--input", "input=" + os.path.join(d, "input.npy"),
-                   "--config", "v4", *sets, "--output-dir", out, "--stats", self.path(name + ".json"))
-            stats = json.loads(read(self.path(name + ".json")))
-            outputs = {}
-            for f in sorted(os.listdir(out)):
-                with open(os.path.join(out, f), "rb") as fh:
-                    outputs[f] = fh.read()
-            runs[name] = (stats, outputs)
-        self.assertEqual(runs["whole"][0]["cores_running"], 2)
-        self.assertEqual(runs["one"][0]["cores_running"], 1)
-        self.assertLess(runs["whole"][0]["cycles"], runs["one"][0]["cycles"])
-        self.assertTrue(runs["whole"][1])
-        self.assertEqual(runs["whole"][1], runs["one"][1])
+        # The compiler spreads work over the chip: on v4 (2 cores x 4 matrix units) the CNN's larger GEMMs run over
+        # both cores; on h200-like (132 cores; with barriers made free and DMA latency short, so that every kernel
+        # worth sharing is shared) the CNN's copies (padding, im2col) share their moves among the cores (core.id
+        # r31 in the copy kernel), BERT's row-wise kernels share their rows (core.id r8 in the row-wise kernel)
+        # and the per-head GEMMs of its attention run side by side, one head per core ("runs on core N"). Each
+        # program runs on every core and is faster, and its outputs are those of the same chip with 1 core of 1
+        # unit, bit for bit (the matrix units sum each pass in a fixed order, whatever the tiling; a row is
+        # computed by the same instructions on whichever core; copies move the same bytes in the same order of
+        # dependent moves).
+        shared = ["--set", "chip.sync_latency=0", "--set", "dma.latency=10"]
+        cases = (("tinycnn", "tinycnn.onnx", "v4", [], 2),
+                 ("tinycnn", "tinycnn.onnx", "h200-like", shared, 132),
+                 ("bert_small", "bert.onnx", "h200-like", shared, 132))
+        for model, onnx, config, extra, cores in cases:
+            d = os.path.join(WORKLOADS_DIR, model)
+            if not os.path.exists(os.path.join(d, onnx)):
+                self.skipTest(f"{d}/{onnx} is not exported")
+            inputs = [a for f in sorted(os.listdir(d)) if f.endswith(".npy") and not f.endswith("_ref.npy")
+                      for a in ("--input", f[:-4] + "=" + os.path.join(d, f))]
+            runs = {}
+            for name, sets in (("whole", []), ("one", ["--set", "chip.cores=1", "--set", "core.mxus=1"])):
+                out = self.path(f"{model}.{config}.{name}")
+                stats_file = self.path(f"{model}.{config}.{name}.json")
+                tpusim("run", os.path.join(d, onnx), *inputs, "--config", config, *extra, *sets,
+                       "--output-dir", out, "--stats", stats_file)
+                stats = json.loads(read(stats_file))
+                outputs = {}
+                for f in sorted(os.listdir(out)):
+                    with open(os.path.join(out, f), "rb") as fh:
+                        outputs[f] = fh.read()
+                runs[name] = (stats, outputs)
+            self.assertEqual(runs["whole"][0]["cores_running"], cores, model)
+            self.assertEqual(runs["one"][0]["cores_running"], 1, model)
+            self.assertLess(runs["whole"][0]["cycles"], runs["one"][0]["cycles"], model)
+            self.assertTrue(runs["whole"][1], model)
+            self.assertEqual(runs["whole"][1], runs["one"][1], model)
+            if config == "h200-like":
+                tpusim("compile", os.path.join(d, onnx), "--config", config, *extra, "-o", self.path("m.tpub"))
+                dis = tpusim("disasm", self.path("m.tpub")).stdout
+                if model == "tinycnn":
+                    self.assertRegex(dis, r"core.id r31 +# pc \d+ \([^)]*<copy>/copy.s")  # a shared copy
+                else:
+                    self.assertIn("core.id r8", dis)  # a row-wise kernel whose rows the cores share
+                    self.assertRegex(dis, r"MatMul: core.id \(gemm.s runs on core 3\)")  # heads side by side
 
     def test_random_index_inputs_are_valid_indices(self):
         # i32 inputs are usually indices: --random-inputs makes them 0..15, so an embedding lookup of a 16-row

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -162,7 +163,8 @@ std::vector<double> decode(const std::vector<uint8_t>& bytes, DType dt) {
 }
 
 struct Harness {
-  Harness() : cfg(sim::load_config("v4-like")), chip(std::make_unique<sim::Chip>(cfg)) {
+  explicit Harness(const std::vector<std::string>& sets = {})
+      : cfg(sim::load_config("v4-like", sets)), chip(std::make_unique<sim::Chip>(cfg)) {
     for (const auto& [k, v] : sim::kernel_symbols(cfg)) syms[k] = v;
   }
 
@@ -343,6 +345,111 @@ void periodic_mask(bool small_vmem) {
 }
 
 TEST(Rowwise, PeriodicMaskLoadedOnceWhenTilesAlign) { periodic_mask(false); }
+
+// Several cores share the rows (Program::cores): each output must match the reference and, bit for bit, the
+// same program on one core; `sets` describe the chip.
+struct Split {
+  rw::Plan plan;
+  uint64_t cycles = 0, one_core_cycles = 0;
+};
+Split split_rows(rw::Program p, int64_t cores, const std::vector<std::string>& sets,
+                 const std::function<void(Harness&, rw::Program&)>& build, const std::vector<Tol>& tols) {
+  Split out;
+  std::vector<std::vector<uint8_t>> results[2];
+  Harness h(sets);  // one chip per process (SystemC elaborates once): both runs use it, on fresh buffers
+  for (int pass = 0; pass < 2; ++pass) {
+    h.host.clear();
+    h.out_rows.clear();
+    rw::Program q = p;
+    q.cores = pass == 0 ? 1 : cores;
+    build(h, q);
+    h.run_and_check(q, tols);
+    (pass == 0 ? out.one_core_cycles : out.cycles) = h.result.stats.cycles;
+    if (pass == 1) {
+      out.plan = h.plan;
+      EXPECT_EQ(h.prog.cores, static_cast<uint32_t>(cores));
+      EXPECT_EQ(h.result.stats.cores_running, cores);
+    }
+    for (const rw::Output& o : q.outputs) {
+      const bool per_row = h.out_rows[results[pass].size()];
+      std::vector<uint8_t> bytes(static_cast<size_t>(q.rows * (per_row ? 1 : q.cols) * isa::dtype_size(o.dtype)));
+      h.chip->read_hbm(o.addr, bytes.data(), bytes.size());
+      results[pass].push_back(std::move(bytes));
+    }
+  }
+  EXPECT_EQ(results[0], results[1]) << "the outputs on " << cores << " cores differ from one core's";
+  return out;
+}
+
+TEST(Rowwise, RowsSharedAmongCoresGiveTheOneCoreResults) {
+  // Layer norm of [257, 768] on 5 cores: S = ceil(257 / 5) = 52 rows each (the last core 49); gamma and beta
+  // (period 1) stay loop-invariant on every core.
+  rw::Program p;
+  p.rows = 257, p.cols = 768;
+  auto build = [](Harness& h, rw::Program& q) {
+    const int x = q.input(h.add_input(q, uniform(257 * 768, -3, 5, 2), DType::BF16));
+    const int gamma = q.input(h.add_input(q, uniform(768, 0.5, 1.5, 3), DType::F32, false, 1));
+    const int beta = q.input(h.add_input(q, uniform(768, -1, 1, 4), DType::BF16, false, 1));
+    const int d = q.binary(Op::Sub, x, q.unary(Op::RowMean, x));
+    const int rs = q.unary(Op::Rsqrt, q.binary(Op::Add, q.unary(Op::RowMean, q.pow(d, 2)), q.constant(1e-5f)));
+    h.add_output(q, q.binary(Op::Add, q.binary(Op::Mul, q.binary(Op::Mul, d, rs), gamma), beta), DType::BF16);
+    h.add_output(q, rs, DType::F32, true);
+  };
+  const Split s = split_rows(p, 5, {"chip.cores=5"}, build, {Tol{1.0 / 256 + 1e-5, 1e-4}, Tol{0, 0, 1e-5}});
+  EXPECT_EQ(s.plan.core_rows, 52);
+  EXPECT_EQ(s.plan.cores_used, 5);
+  EXPECT_TRUE(s.plan.invariant[1]);
+  EXPECT_TRUE(s.plan.invariant[2]);
+  // The vector work is shared five ways; the largest share is 52 of 257 rows, so the run takes well under half
+  // of one core's cycles (the constant table and the pipeline's fill are paid once per core).
+  std::printf("one core %llu cycles, five cores %llu\n", static_cast<unsigned long long>(s.one_core_cycles),
+              static_cast<unsigned long long>(s.cycles));
+  EXPECT_LT(s.cycles * 2, s.one_core_cycles);
+}
+
+// scores [240, 40] + mask [40, 40] (period 40), rows shared among cores.
+Split periodic_split(int64_t cores) {
+  rw::Program p;
+  p.rows = 240, p.cols = 40;
+  auto build = [](Harness& h, rw::Program& q) {
+    const int s = q.input(h.add_input(q, uniform(240 * 40, -4, 4, 6), DType::F32));
+    std::vector<double> mask(40 * 40);
+    for (int i = 0; i < 40; ++i)
+      for (int j = 0; j < 40; ++j) mask[static_cast<size_t>(i * 40 + j)] = j <= i ? 0.0 : -1e4;
+    const int m = q.input(h.add_input(q, mask, DType::F32, false, 40));
+    h.add_output(q, q.binary(Op::Add, s, m), DType::F32);
+  };
+  return split_rows(p, cores, {"chip.cores=8"}, build, {Tol{1e-7}});
+}
+
+TEST(Rowwise, RowsSharedAmongCoresStartAPeriodicPatternOnEachCore) {
+  // On 3 cores S = 80, a multiple of 40: each core's first row starts the mask, which is loaded once per core.
+  const Split s = periodic_split(3);
+  EXPECT_EQ(s.plan.core_rows, 80);
+  EXPECT_TRUE(s.plan.invariant[1]);
+}
+
+TEST(Rowwise, RowsSharedAmongCoresWrapAPeriodicPatternPerTile) {
+  // On 7 cores S = ceil(240 / 7) = 35; rounding up to 40 would cost 5 > 35 / 8 rows, so S stays 35 and the mask
+  // is loaded per tile, wrapping at row 40 from each core's first row (core 1 starts at mask row 35).
+  const Split s = periodic_split(7);
+  EXPECT_EQ(s.plan.core_rows, 35);
+  EXPECT_EQ(s.plan.cores_used, 7);
+  EXPECT_FALSE(s.plan.invariant[1]);
+}
+
+TEST(Rowwise, MoreCoresThanRowsLeavesTheRestIdle) {
+  // 3 rows on 8 cores: one row each on cores 0-2; cores 3-7 find no rows and skip the kernel.
+  rw::Program p;
+  p.rows = 3, p.cols = 1000;
+  auto build = [](Harness& h, rw::Program& q) {
+    const int x = q.input(h.add_input(q, uniform(3 * 1000, -8, 8, 9), DType::F32));
+    h.add_output(q, softmax(q, x), DType::F32);
+  };
+  const Split s = split_rows(p, 8, {"chip.cores=8"}, build, {Tol{1e-5, 1e-12}});
+  EXPECT_EQ(s.plan.core_rows, 1);
+  EXPECT_EQ(s.plan.cores_used, 3);
+}
 TEST(Rowwise, PeriodicMaskLoadedInWrappingPiecesPerTile) { periodic_mask(true); }
 
 TEST(Rowwise, PerRowInputsAndRowReductionsWrittenOut) {

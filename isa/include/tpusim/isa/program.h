@@ -61,6 +61,8 @@ struct Region {
 };
 inline constexpr const char* kRegionNode = "node";
 inline constexpr const char* kRegionKernel = "kernel";
+// A kernel that one core runs alone in a program of several cores; the name says why it is not shared.
+inline constexpr const char* kRegionSerial = "serial";
 
 struct Program {
   std::string name;                  // informational (kernel or model name)

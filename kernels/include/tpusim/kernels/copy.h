@@ -39,7 +39,15 @@
 //     its slot's s1, and those before an earlier sync) need nothing. Without such hazards the pipeline never
 //     drains.
 // Cost: a transfer has dma.latency cycles of latency and each queue keeps dma.engines in flight, so a large copy
-// runs at about 2 * bytes / HBM bandwidth (loads and stores share it) plus a latency or two.
+// runs at about 2 * bytes / HBM bandwidth (loads and stores share it) plus a latency or two, or slower where one
+// core's VMEM ports (which both queues use) are narrower than HBM: 2 * bytes / VMEM_BYTES_PER_CYCLE.
+// Several cores (cores > 1, an SPMD kernel of `.cores cores`). The moves (after step 1) are cut into phases of
+// mutually independent moves, in order: a move starts a new phase when it reads or writes bytes that a move of
+// the current phase writes, or writes bytes one reads (exactly for arithmetic row patterns, else assumed), and
+// after 1024 moves. A phase's bytes, in move order, are cut into `cores` runs of about equal size (whole rows of
+// a move of several rows, byte ranges of a single row); each core moves its run as one core moves a whole list
+// (steps 2 and 3), reached through core.id and a chain of compares (r30, r31); the cores meet at a barrier
+// between phases. Rows of one move are independent (the contract above), so the runs are.
 #pragma once
 
 #include <cstdint>
@@ -64,11 +72,17 @@ struct Move {
 // move's writes win where destinations overlap; a move may read what an earlier one wrote), staging through VMEM,
 // double-buffered so that loads of one chunk overlap stores of the previous. `symbols` are the chip symbols
 // (VMEM_BYTES, ... as for kernels::assemble). `name` becomes the .name of the program.
+// `cores` > 1: shared among that many cores (above).
 std::string copy_source(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
-                        const std::string& name = "copy");
+                        const std::string& name = "copy", int64_t cores = 1);
 
 // copy_source assembled with code starting at base_pc (isa::Error on failure).
 isa::Program copy_kernel(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
-                         uint64_t base_pc = 0, const std::string& name = "copy");
+                         uint64_t base_pc = 0, const std::string& name = "copy", int64_t cores = 1);
+
+// Estimated cycles of the kernel on `cores` cores (for choosing how many): the larger of 2 * bytes / (cores x
+// VMEM_BYTES_PER_CYCLE) and 2 * bytes / HBM_BYTES_PER_CYCLE, plus a load's and a store's latency per phase and a
+// barrier (SYNC_LATENCY) between phases. Throws as copy_source.
+double copy_estimate(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols, int64_t cores);
 
 }  // namespace tpusim::kernels

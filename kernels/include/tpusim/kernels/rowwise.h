@@ -36,10 +36,16 @@
 // Tile size: T is the largest row count such that every buffer (2 slots of input and output staging, the
 // loop-invariant inputs, the temporaries, the constant table, each 64-byte aligned) fits in the VMEM region, and
 // at most max(1, 128 * VPU_WIDTH / C) rows (tiles of about 128 vector-unit passes: long instructions, yet enough
-// tiles for the pipeline's fill and drain to be small), at most R. With several tiles, T is then rounded down to
-// a multiple of the periodic inputs' periods (the lcm of those that fit, so that their pattern is loop-invariant),
-// and to whole vector-unit passes (T * C a multiple of VPU_WIDTH) when that costs at most 1/8 of the rows.
-// A row that does not fit throws std::invalid_argument.
+// tiles for the pipeline's fill and drain to be small), at most S (the rows of one core). With several tiles, T is
+// then rounded down to a multiple of the periodic inputs' periods (the lcm of those that fit, so that their
+// pattern is loop-invariant), and to whole vector-unit passes (T * C a multiple of VPU_WIDTH) when that costs at
+// most 1/8 of the rows. A row that does not fit throws std::invalid_argument.
+//
+// Several cores (Program::cores > 1). S = ceil(R / cores), rounded up to a multiple of the periodic inputs'
+// periods (the lcm of those at most S) when that costs at most 1/8 of S, so that every core's first row starts
+// the pattern. A periodic input is loop-invariant when every tile of every core starts at a multiple of its
+// period (S and T multiples of it, or one tile per core); otherwise it is loaded per tile like the others. The
+// tile loop runs over global row numbers from the core's first row, so addresses are those of one core's code.
 #pragma once
 
 #include <cstdint>
@@ -96,6 +102,10 @@ struct Program {
   std::vector<Output> outputs;
   // The VMEM bytes the kernel may use: [vmem_base, vmem_base + vmem_bytes); vmem_bytes 0 = up to VMEM_BYTES.
   uint64_t vmem_base = 0, vmem_bytes = 0;
+  // The cores that share the rows (SPMD: every core runs the same code on its own rows, found with core.id; core i
+  // takes rows [i * S, min(R, (i + 1) * S)), S = Plan::core_rows; a core with none skips the kernel). 1: the
+  // code of a single core, which reads no core id.
+  int64_t cores = 1;
 
   // Builders: each appends a node and returns its index.
   int input(int index);
@@ -109,7 +119,9 @@ struct Program {
 // What the generator decided (for tests and reports).
 struct Plan {
   int64_t tile_rows = 0;           // T
-  int64_t tiles = 0;               // ceil(R / T)
+  int64_t core_rows = 0;           // S: the rows of one core (R on one core)
+  int64_t cores_used = 0;          // ceil(R / S): the cores that get rows
+  int64_t tiles = 0;               // ceil(S / T), per core
   int full_temps = 0;              // Full temporary tile buffers after liveness-based reuse
   int row_temps = 0;               // PerRow temporary buffers
   int vector_ops_per_tile = 0;     // vector-unit instructions in the loop body

@@ -14,6 +14,13 @@
 //            chip.clock_mhz (ChipConfig::hbm_bytes_per_cycle: GB/s is 1e3 bytes per microsecond, MHz 1 cycle
 //            per microsecond);
 // the measured cycles() / bound_cycles says how far from that roof the region ran (1: on it).
+//
+// Energy (docs/energy.md): a region's dynamic energy is what its instructions did (sim::RunResult::actions_by_pc
+// over [begin, end), every execution on every core) times each action's energy (sim::energy_model). Its static
+// energy is the chip's static power over the cycles it holds: the run's cycles are shared among the regions of
+// one kind (nodes, kernels, ...) whose spans [first_cycle, last_cycle) cover them, equally where spans overlap.
+// So the nodes' energies plus Profile::outside_nodes_j (the instructions outside every node, and the cycles no
+// node covers) add up to the program's, which is the run's (RunStats' energy).
 #pragma once
 
 #include <array>
@@ -25,6 +32,7 @@
 #include "tpusim/isa/program.h"
 #include "tpusim/sim/chip.h"
 #include "tpusim/sim/config.h"
+#include "tpusim/sim/energy.h"
 
 namespace tpusim::runtime {
 
@@ -49,7 +57,11 @@ struct RegionProfile {
   uint64_t first_cycle = 0, last_cycle = 0;
   uint64_t cycles() const { return last_cycle - first_cycle; }
   double share = 0;            // cycles() / the run's cycles
-  double mxu_utilization = 0;  // the MXU's busy cycles in the region / cycles() (0 when cycles() is 0)
+  // The matrix units' busy cycles in the region / (cycles() x the chip's matrix units, core.mxus x chip.cores):
+  // 1 when every unit of every core is busy throughout (0 when cycles() is 0).
+  double mxu_utilization = 0;
+  int cores = 0;               // the cores with unit slices in the region
+  int critical_core = -1;      // the core whose unit slice ends last (sets last_cycle); -1 without slices
   uint64_t instructions = 0;   // static: end - begin
   std::array<UnitProfile, isa::kNumUnits> units{};  // indexed by isa::Unit
   // Roofline (see the top of this file). flops, bytes: the region's (isa::Region), 0 = unknown; for
@@ -60,16 +72,27 @@ struct RegionProfile {
   std::string bound;           // the side that sets bound_cycles: "compute" or "memory" ("" when flops = bytes = 0)
   // cycles() / bound_cycles: 1 on the roof, more when slower (0 when bound_cycles is 0).
   double bound_ratio() const { return bound_cycles > 0 ? static_cast<double>(cycles()) / bound_cycles : 0.0; }
+  // Energy (see the top of this file): the actions of its instructions, their energy, and the cycles it holds.
+  sim::ActionCounts actions;
+  double dynamic_j = 0, static_j = 0;
+  std::vector<double> dynamic_by_unit_j;  // dynamic_j by sim::energy_units()
+  double held_cycles = 0;
+  double energy_j() const { return dynamic_j + static_j; }
 };
 
 struct Profile {
   std::string chip;
   double clock_mhz = 0;
-  double peak_flops_per_cycle = 0;    // 2 * mxu.rows * mxu.cols * core.mxus * chip.cores: the whole chip's
+  int matrix_units = 1;               // core.mxus * chip.cores
+  double peak_flops_per_cycle = 0;    // 2 * mxu.rows * mxu.cols * matrix_units: the whole chip's
   double hbm_bytes_per_cycle = 0;     // hbm.bandwidth_gbs * 1e3 / chip.clock_mhz
   uint64_t cycles = 0;                // the run's cycles
+  double static_w = 0;                // the chip's static power (sim::EnergyModel::static_w)
   RegionProfile program;              // the whole program, every event
   std::vector<RegionProfile> regions; // as isa::Program::regions, in the same order
+  // Energy outside every node region: its instructions' actions, and the static energy of cycles no node holds.
+  double outside_nodes_dynamic_j = 0, outside_nodes_static_j = 0;
+  double outside_nodes_j() const { return outside_nodes_dynamic_j + outside_nodes_static_j; }
 
   // Indices in `regions` of the regions of `kind`, longest first (ties: in program order); at most `n` (0: all).
   std::vector<size_t> top(const std::string& kind, size_t n = 0) const;
@@ -79,10 +102,11 @@ struct Profile {
 // but the program has unit instructions.
 Profile make_profile(const isa::Program& program, const sim::RunResult& run, const sim::ChipConfig& cfg);
 
-// The profile as JSON: {"chip", "clock_mhz", "peak_flops_per_cycle", "hbm_bytes_per_cycle", "cycles", "program":
-// {...}, "regions": [{"kind", "name", "begin", "end", "parent", "cycles", "first_cycle", "share",
-// "mxu_utilization", "instructions", "flops", "bytes", "bound_cycles", "bound", "bound_ratio", "units": {"mxu":
-// {"instructions", "events", "cycles": {"busy": N, ...}}, ...}}, ...]}.
+// The profile as JSON: {"chip", "clock_mhz", "peak_flops_per_cycle", "hbm_bytes_per_cycle", "cycles", "static_w",
+// "outside_nodes_energy_j", "program": {...}, "regions": [{"kind", "name", "begin", "end", "parent", "cycles",
+// "first_cycle", "share", "mxu_utilization", "instructions", "flops", "bytes", "bound_cycles", "bound",
+// "bound_ratio", "energy": {"total_j", "dynamic_j", "static_j", "held_cycles", "by_unit_j": {"mxu": J, ...}},
+// "units": {"mxu": {"instructions", "events", "cycles": {"busy": N, ...}}, ...}}, ...]}.
 std::string profile_json(const Profile& profile);
 
 // sim::chrome_trace_json's trace (one track per unit, pid 1) plus a "nodes" track of "node" region slices and a

@@ -13,6 +13,7 @@
 #include "tpusim/isa/isa.h"
 #include "tpusim/isa/program.h"
 #include "tpusim/sim/config.h"
+#include "tpusim/sim/energy.h"
 
 namespace tpusim::sim {
 
@@ -81,6 +82,7 @@ struct UnitInstance {
   isa::Unit unit = isa::Unit::Core;
   int index = 0;  // matrix units: which one of the core's; 0 for the others
   UnitStats stats;
+  ActionCounts actions;  // what this unit did (energy.h): the chip's RunStats::actions are their sum
   std::string name() const;
 };
 
@@ -94,16 +96,19 @@ struct RunStats {
   std::vector<UnitInstance> instances;             // every unit of every core, core by core
   int cores = 1;                  // chip.cores
   int cores_running = 1;          // the program's .cores
-  uint64_t mxu_macs = 0;          // useful multiply-accumulates (m * k * n per mxu.mm), every matrix unit
+  ActionCounts actions;           // what every unit did, for the energy model (tpusim/sim/energy.h)
+  // From `actions`: useful multiply-accumulates (m * k * n per mxu.mm, i8 and bf16), every matrix unit
+  uint64_t mxu_macs = 0;
   double mxu_mac_utilization = 0; // mxu_macs / (rows * cols * cycles * every matrix unit of the chip), an i8 MAC
                                   // counting 1 / mxu.i8_rate (so at most 1 on every chip)
   uint64_t hbm_bytes_read = 0;
   uint64_t hbm_bytes_written = 0;
-  uint64_t shared_bytes_read = 0;    // the [shared] memory level, by DMA with `shared`
-  uint64_t shared_bytes_written = 0;
+  uint64_t shared_bytes_read = 0;    // the [shared] memory level, by DMA with `shared`, and a cache's hits
+  uint64_t shared_bytes_written = 0; // by DMA with `shared` (a cache's fills are in actions, SharedWrite)
   Tpuv1Counters tpuv1;            // over every matrix unit: fractions of cycles * matrix units
 
-  std::string to_json(const ChipConfig& cfg) const;  // the stats file, with the chip's name and clock
+  // The stats file, with the chip's name and clock, and its energy, area and efficiency (docs/energy.md).
+  std::string to_json(const ChipConfig& cfg) const;
 };
 
 struct TraceEvent {
@@ -127,6 +132,9 @@ void write_chrome_trace(std::ostream& os, const std::vector<TraceEvent>& events,
 struct RunResult {
   RunStats stats;
   std::vector<TraceEvent> trace;
+  // With RunOptions::trace: what each instruction did (by pc, every core's executions summed), so that a profile
+  // can give each region its energy. Their sum is stats.actions.
+  std::vector<ActionCounts> actions_by_pc;
 };
 
 // Timing conventions (the rules of each unit are in its source file, sim/src/<unit>.cpp):

@@ -27,6 +27,7 @@ struct ChipParams {
   int cores;            // chip.cores: cores (each a dispatch core with its own units and VMEM), sharing HBM
   int sync_latency;     // chip.sync_latency: cycles for a barrier release or sem.signal to reach another core
   uint64_t launch_cycles;  // chip.launch_cycles: cycles from a run's start to its first instruction (launch)
+  double node_nm;       // chip.node_nm: the process node, which scales the [energy] and [area] figures
 };
 struct CoreParams {
   int queue_depth;      // core.queue_depth: entries in each unit's instruction queue
@@ -77,6 +78,30 @@ struct SharedParams {
   int hash;             // shared.hash: 1 = addresses hashed over the banks (as hbm.channel_skew = 2)
 };
 
+// The energy model's figures (sim/src/energy.cpp, docs/energy.md): picojoules at energy.ref_nm, scaled to
+// chip.node_nm by (node_nm / ref_nm)^node_exponent; HBM's and the static power are not scaled.
+struct EnergyParams {
+  double ref_nm, node_exponent;
+  double mac_i8_pj, mac_bf16_pj;
+  double vpu_float_add_pj, vpu_float_mul_pj, vpu_int_add_pj, vpu_int_mul_pj;
+  double sram_pj_per_byte, sram_size_exponent;  // the SRAM rule: pJ per byte of a 1 MiB bank, and its exponent
+  double vmem_pj_per_byte, acc_pj_per_byte, wbuf_pj_per_byte, shared_pj_per_byte;  // < 0: by the SRAM rule
+  double link_pj_per_byte;
+  double hbm_pj_per_byte;
+  double static_w_per_mm2;
+};
+// The area model's figures (sim/src/energy.cpp, docs/energy.md): at area.ref_nm, scaled to chip.node_nm by
+// (node_nm / ref_nm)^node_exponent; chip_io_mm2 and memory_phy_mm2 are not scaled.
+struct AreaParams {
+  double ref_nm, node_exponent;
+  double mac_i8_um2, mac_bf16_um2;
+  int pe_bf16;                 // 1: PEs do bf16 (and int8 on the same multiplier); 0: int8 only
+  double sram_mm2_per_mib, acc_mm2_per_mib;
+  double vpu_mm2_per_lane;
+  double core_mm2, chip_io_mm2, memory_phy_mm2;
+  double other_fraction;
+};
+
 struct ChipConfig {
   ChipParams chip;
   CoreParams core;
@@ -86,6 +111,8 @@ struct ChipConfig {
   HbmParams hbm;
   VmemParams vmem;
   SharedParams shared;
+  EnergyParams energy;
+  AreaParams area;
 
   // Derived quantities, computed here only.
   double hbm_bytes_per_cycle() const { return hbm.bandwidth_gbs * 1e3 / chip.clock_mhz; }
