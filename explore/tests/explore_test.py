@@ -10,7 +10,8 @@
                run again (the journal's lines before the kill are kept as they were), and the same results as an
                uninterrupted sweep.
   mpi          `mpirun -n 2 tpusim explore` gives the same results as one process.
-  report       report.html opened in headless Chromium: its DOM holds every plot's SVG with one circle per point,
+  report       report.html opened in headless Chromium: its DOM holds every plot's SVG (one circle per point in the
+               latency and roofline plots),
                and a screenshot shows the points drawn (pixels of the points' colour in the page).
 usage: explore_test.py CHECK TPUSIM WORK_DIR [MLP.onnx | MPIRUN | CHROMIUM]
 """
@@ -225,10 +226,14 @@ def check_report(tpusim, work, chromium):
     dom = subprocess.run(browser + ["--dump-dom", "file://" + html], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     svgs = dom.stdout.count("<svg")
-    plots = [f for f in os.listdir(out) if f.endswith(".svg")]
-    assert svgs == len(plots) == 3, (svgs, plots)  # latency against each key, and the roofline
-    # One circle per point in each plot (the legends use squares): 6 points x 3 plots.
-    assert dom.stdout.count("<circle") == 18, dom.stdout.count("<circle")
+    plots = sorted(f for f in os.listdir(out) if f.endswith(".svg"))
+    # Latency against each key and the roofline; latency against energy and area where the stats carry them.
+    assert {"latency_vs_mxu_rows.svg", "latency_vs_core_mxus.svg", "roofline.svg"} <= set(plots), plots
+    assert svgs == len(plots), (svgs, plots)
+    circles = {f: open(os.path.join(out, f)).read().count("<circle") for f in plots}
+    for f in ("latency_vs_mxu_rows.svg", "latency_vs_core_mxus.svg", "roofline.svg"):
+        assert circles[f] == 6, (f, circles[f])  # one per point (the legends use squares)
+    assert dom.stdout.count("<circle") == sum(circles.values()), (dom.stdout.count("<circle"), circles)
     png = os.path.join(work, "report.png")
     shot = subprocess.run(browser + [f"--screenshot={png}", "--window-size=1000,2200", "file://" + html],
                           capture_output=True, text=True, timeout=120)
