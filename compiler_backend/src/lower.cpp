@@ -118,7 +118,7 @@ struct Stored {
 class Lowering {
  public:
   Lowering(const ir::Graph& g, const Options& opts)
-      : g_(g), opts_(opts), sym_(opts.target.symbols), users_(g.values.size()), is_output_(g.values.size()), done_(g.nodes.size()) {
+      : g_(g), opts_(opts), sym_(opts.target.symbols), absmax_(opts.activation_absmax), users_(g.values.size()), is_output_(g.values.size()), done_(g.nodes.size()) {
     for (size_t i = 0; i < g_.nodes.size(); ++i)
       for (int in : g_.nodes[i].inputs)
         if (in >= 0) users_[in].push_back(static_cast<int>(i));
@@ -170,14 +170,17 @@ class Lowering {
       if ((mm || conv) && !val(n.inputs[0]).is_const && val(n.inputs[0]).elem_type == ir::kFloat)
         calib_.insert(n.inputs[0]);
     }
+    // Timing-only (Options::timing_only): a range of 1 where none was calibrated; ranges change no instruction.
+    if (opts_.timing_only && opts_.precision == Precision::INT8)
+      for (int v : calib_) absmax_.emplace(val(v).name, 1.0f);
   }
 
   bool int8(int v) const { return opts_.precision == Precision::INT8 && calib_.count(v); }
 
   // The activation scale s_a = absmax / 127 of value v (1 when the calibration saw only zeros).
   float act_scale(const ir::Node& n, int v) const {
-    auto it = opts_.activation_absmax.find(val(v).name);
-    if (it == opts_.activation_absmax.end())
+    auto it = absmax_.find(val(v).name);
+    if (it == absmax_.end())
       fail(n, "int8: no calibration range for activation '" + val(v).name + "' (give calibration inputs)");
     if (!(it->second >= 0) || !std::isfinite(it->second))
       fail(n, "int8: the calibration range of '" + val(v).name + "' is not finite");
@@ -207,7 +210,8 @@ class Lowering {
                        std::vector<float>& scales) {
     const int64_t R = sym_.at("MXU_ROWS"), C = sym_.at("MXU_COLS");
     const int64_t kt = (k + R - 1) / R, nt = (n + C - 1) / C;
-    scales.assign(static_cast<size_t>(n), 0.0f);
+    scales.assign(static_cast<size_t>(n), w.empty() ? 1.0f : 0.0f);  // timing-only: no values, scales of 1
+    if (w.empty()) return add_const(name + ".i8", DType::I8, {kt, nt, R, C}, {});
     for (int64_t i = 0; i < k; ++i)
       for (int64_t j = 0; j < n; ++j)
         scales[j] = std::max(scales[j], std::fabs(w[static_cast<size_t>(i * n + j)]));
@@ -245,8 +249,8 @@ class Lowering {
   // copy (x / s rounded to nearest even, saturated), so that no separate cast pass reads it back.
   void int8_copy(KernelCall& call, int node, int v, bool nhwc) {
     if (opts_.precision != Precision::INT8 || !calib_.count(v) || quantized_.count(v)) return;
-    auto it = opts_.activation_absmax.find(val(v).name);
-    if (it == opts_.activation_absmax.end() || !(it->second > 0) || !std::isfinite(it->second)) return;
+    auto it = absmax_.find(val(v).name);
+    if (it == absmax_.end() || !(it->second > 0) || !std::isfinite(it->second)) return;
     const float inv = 127.0f / it->second;
     int q = rw_node(call, rw::Op::Mul, {node, rw_node(call, rw::Op::Const, {}, inv)});
     Stored s{temp(val(v).name + ".i8", DType::I8, shape(v)), 0, DType::I8, nhwc && layout_matters(v)};
@@ -592,6 +596,7 @@ class Lowering {
   int tiled_weights(const std::string& name, const std::vector<float>& w, int64_t k, int64_t n) {
     const int64_t R = sym_.at("MXU_ROWS"), C = sym_.at("MXU_COLS");
     const int64_t kt = (k + R - 1) / R, nt = (n + C - 1) / C;
+    if (w.empty()) return const_bf16(name, {kt, nt, R, C}, {});  // timing-only: laid out, not filled
     std::vector<float> t(static_cast<size_t>(kt * nt * R * C), 0.0f);
     for (int64_t i = 0; i < k; ++i)
       for (int64_t j = 0; j < n; ++j)
@@ -630,7 +635,7 @@ class Lowering {
       const int64_t k = as.back(), nn = trans ? bs[0] : bs[1];
       const int64_t m = prod(as, 0, as.size() - 1);
       std::vector<float> w = val(b).data;
-      if (trans) w = permute_data(w, bs, {1, 0});
+      if (trans && !w.empty()) w = permute_data(w, bs, {1, 0});  // (empty: timing-only, no values)
       std::vector<float> bias;
       std::string bias_name;
       if (n.op == "Gemm" && n.inputs.size() > 2 && n.inputs[2] >= 0) {
@@ -709,15 +714,15 @@ class Lowering {
   void gemv(const std::string& label, Stored x, const std::vector<float>& w, int64_t k, int64_t n,
             const std::vector<float>& bias, const std::string& wname, bool relu, Stored out, bool int8_weights) {
     KernelCall call = rowwise_call(label, n, k);
-    std::vector<float> wt(w.size());
-    for (int64_t i = 0; i < k; ++i)
+    std::vector<float> wt(w.size());  // empty w (timing-only): no values, nothing to transpose
+    for (int64_t i = 0; i < k && !w.empty(); ++i)
       for (int64_t j = 0; j < n; ++j) wt[static_cast<size_t>(j * k + i)] = w[static_cast<size_t>(j + i * n)];
     std::vector<float> scale;
     int wbuf;
     if (int8_weights) {
-      scale.assign(static_cast<size_t>(n), 0.0f);
+      scale.assign(static_cast<size_t>(n), wt.empty() ? 1.0f : 0.0f);
       std::vector<uint8_t> q(wt.size());
-      for (int64_t j = 0; j < n; ++j) {
+      for (int64_t j = 0; j < n && !wt.empty(); ++j) {
         for (int64_t i = 0; i < k; ++i) scale[j] = std::max(scale[j], std::fabs(wt[static_cast<size_t>(j * k + i)]));
         scale[j] = scale[j] > 0 ? scale[j] / 127.0f : 1.0f;
         for (int64_t i = 0; i < k; ++i) {
@@ -926,7 +931,7 @@ class Lowering {
         const int64_t per = Cg * KH * KW;
         for (int64_t o = 0; o < OC; ++o) {
           const float sc = gam[o] / std::sqrt(var[o] + eps);
-          for (int64_t e = 0; e < per; ++e) w[static_cast<size_t>(o * per + e)] *= sc;
+          for (int64_t e = 0; e < per && !w.empty(); ++e) w[static_cast<size_t>(o * per + e)] *= sc;
           bias[o] = (bias[o] - mean[o]) * sc + beta[o];
         }
         has_bias = true;
@@ -951,8 +956,8 @@ class Lowering {
 
     if (groups == 1) {
       // weights [OC, C, KH, KW] -> [(kh, kw, c), OC], the im2col matrix's column order
-      std::vector<float> wt(static_cast<size_t>(taps * C * OC));
-      for (int64_t o = 0; o < OC; ++o)
+      std::vector<float> wt(w.empty() ? 0 : static_cast<size_t>(taps * C * OC));  // empty: timing-only
+      for (int64_t o = 0; o < OC && !w.empty(); ++o)
         for (int64_t c = 0; c < C; ++c)
           for (int64_t t = 0; t < taps; ++t)
             wt[static_cast<size_t>((t * C + c) * OC + o)] = w[static_cast<size_t>((o * C + c) * taps + t)];
@@ -988,8 +993,8 @@ class Lowering {
       KernelCall call = rowwise_call(label, t.rows, C);
       int acc = -1;
       for (int64_t k = 0; k < taps; ++k) {
-        std::vector<float> wk(static_cast<size_t>(C));
-        for (int64_t c = 0; c < C; ++c) wk[c] = w[static_cast<size_t>(c * taps + k)];
+        std::vector<float> wk(w.empty() ? 0 : static_cast<size_t>(C));  // empty: timing-only
+        for (int64_t c = 0; c < static_cast<int64_t>(wk.size()); ++c) wk[c] = w[static_cast<size_t>(c * taps + k)];
         int xi = rw_input(call, Stored{im, static_cast<uint64_t>(k * t.rows * C * 2), DType::BF16, false}, false, 0);
         int wi = rw_input(call, Stored{const_f32(val(wv).name + ".tap" + std::to_string(k), {C}, wk), 0, DType::F32, false},
                           false, 1);
@@ -1012,8 +1017,8 @@ class Lowering {
     // Grouped: one im2col and gemm per group, the group's columns copied into place.
     const int64_t OCg = OC / groups;
     for (int64_t gi = 0; gi < groups; ++gi) {
-      std::vector<float> wt(static_cast<size_t>(taps * Cg * OCg));
-      for (int64_t o = 0; o < OCg; ++o)
+      std::vector<float> wt(w.empty() ? 0 : static_cast<size_t>(taps * Cg * OCg));  // empty: timing-only
+      for (int64_t o = 0; o < OCg && !w.empty(); ++o)
         for (int64_t c = 0; c < Cg; ++c)
           for (int64_t t = 0; t < taps; ++t)
             wt[static_cast<size_t>((t * Cg + c) * OCg + o)] =
@@ -1757,6 +1762,7 @@ class Lowering {
   const Options& opts_;
   const std::map<std::string, int64_t>& sym_;
   std::set<int> calib_;              // values an INT8 compile quantises (matmul and conv inputs)
+  std::map<std::string, float> absmax_;  // their ranges: opts_.activation_absmax (timing-only: 1 where missing)
   std::map<int, Stored> quantized_;  // value -> its int8 copy
   KernelPlan plan_;
   std::vector<std::vector<int>> users_;

@@ -15,11 +15,9 @@
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
+#include <memory>
 
-#include <poll.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+#include "tpusim/explore/pool.h"
 #include "tpusim/kernels/gemm_chip.h"
 #include "tpusim/sim/chip.h"
 #include "tpusim/sim/config.h"
@@ -112,94 +110,40 @@ void simulate(sim::Chip& chip, Case& c, const std::map<std::string, int64_t>& sy
 }
 
 // --jobs N: N worker processes (one SystemC kernel each, so a process per worker), worker w taking cases w,
-// w + N, ...; each sends a line per finished case through a pipe: "index<TAB>simulated_us<TAB>wall_s<TAB>error"
-// (the error on one line). The parent reads them as they come, in any order. A worker that ends before sending
-// all its cases leaves them failed, with the reason.
+// w + N, ... (explore::run_pool); each reports a line per finished case: "simulated_us<TAB>wall_s<TAB>error" (the
+// error on one line). The parent reads them as they come, in any order. A worker that ends before sending all its
+// cases leaves them failed, with the reason.
 void run_workers(std::vector<Case>& cases, int jobs, const sim::ChipConfig& cfg,
                  const std::map<std::string, int64_t>& symbols, double clock_mhz,
                  const std::function<void(const Case&)>& finished) {
-  struct Worker {
-    pid_t pid = -1;
-    int fd = -1;
-    std::string buffer;
+  explore::Pool pool;
+  pool.jobs = jobs;
+  pool.start = [&]() -> std::function<std::string(size_t)> {
+    auto chip = std::make_shared<sim::Chip>(cfg);
+    return [&, chip](size_t i) {
+      Case c = cases[i];
+      simulate(*chip, c, symbols, clock_mhz);
+      std::string error = c.error;
+      std::replace(error.begin(), error.end(), '\t', ' ');
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.17g\t%.6g\t", c.simulated_us, c.wall_s);
+      return buf + error;
+    };
   };
-  std::vector<Worker> workers(static_cast<size_t>(jobs));
-  std::vector<bool> reported(cases.size(), false);
-  std::cout.flush(), std::cerr.flush();
-  for (int w = 0; w < jobs; ++w) {
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error(std::string("validate --jobs: pipe: ") + std::strerror(errno));
-    const pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error(std::string("validate --jobs: fork: ") + std::strerror(errno));
-    if (pid == 0) {  // the worker
-      close(fds[0]);
-      for (const Worker& other : workers)
-        if (other.fd >= 0) close(other.fd);
-      FILE* out = fdopen(fds[1], "w");
-      sim::Chip chip(cfg);
-      for (size_t i = static_cast<size_t>(w); i < cases.size(); i += static_cast<size_t>(jobs)) {
-        Case c = cases[i];
-        simulate(chip, c, symbols, clock_mhz);
-        std::string error = c.error;
-        std::replace(error.begin(), error.end(), '\n', ' ');
-        std::replace(error.begin(), error.end(), '\t', ' ');
-        std::fprintf(out, "%zu\t%.17g\t%.6g\t%s\n", i, c.simulated_us, c.wall_s, error.c_str());
-        std::fflush(out);
-      }
-      std::fclose(out);
-      _exit(0);
-    }
-    close(fds[1]);
-    workers[static_cast<size_t>(w)] = Worker{pid, fds[0], {}};
-  }
-  size_t open = workers.size();
-  while (open > 0) {
-    std::vector<pollfd> fds;
-    for (const Worker& w : workers)
-      if (w.fd >= 0) fds.push_back(pollfd{w.fd, POLLIN, 0});
-    if (poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR)
-      throw std::runtime_error(std::string("validate --jobs: poll: ") + std::strerror(errno));
-    for (Worker& w : workers) {
-      if (w.fd < 0) continue;
-      auto it = std::find_if(fds.begin(), fds.end(), [&](const pollfd& p) { return p.fd == w.fd; });
-      if (it == fds.end() || !(it->revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char chunk[4096];
-      const ssize_t n = read(w.fd, chunk, sizeof chunk);
-      if (n > 0) {
-        w.buffer.append(chunk, static_cast<size_t>(n));
-        for (size_t nl; (nl = w.buffer.find('\n')) != std::string::npos;) {
-          const std::string line = w.buffer.substr(0, nl);
-          w.buffer.erase(0, nl + 1);
-          std::vector<std::string> f;
-          std::stringstream ss(line);
-          for (std::string x; std::getline(ss, x, '\t');) f.push_back(x);
-          if (f.size() < 3) continue;
-          const size_t i = std::stoul(f[0]);
-          if (i >= cases.size()) continue;
-          cases[i].simulated_us = std::stod(f[1]);
-          cases[i].wall_s = std::stod(f[2]);
-          cases[i].error = f.size() > 3 ? f[3] : "";
-          reported[i] = true;
-          finished(cases[i]);
-        }
-      } else if (n == 0 || errno != EINTR) {  // end of the worker's output
-        close(w.fd);
-        w.fd = -1;
-        --open;
-        int status = 0;
-        waitpid(w.pid, &status, 0);
-        const size_t wi = static_cast<size_t>(&w - workers.data());
-        const std::string why = WIFSIGNALED(status) ? "worker process killed by signal " + std::to_string(WTERMSIG(status))
-                                                    : "worker process ended early (exit " + std::to_string(WEXITSTATUS(status)) + ")";
-        for (size_t i = wi; i < cases.size(); i += workers.size())
-          if (!reported[i]) {
-            cases[i].error = why, cases[i].simulated_us = std::nan("");
-            reported[i] = true;
-            finished(cases[i]);
-          }
-      }
-    }
-  }
+  pool.done = [&](size_t i, const std::string& line) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, '\t');) f.push_back(x);
+    cases[i].simulated_us = f.size() > 0 ? std::stod(f[0]) : std::nan("");
+    cases[i].wall_s = f.size() > 1 ? std::stod(f[1]) : 0;
+    cases[i].error = f.size() > 2 ? f[2] : "";
+    finished(cases[i]);
+  };
+  pool.lost = [&](size_t i, const std::string& why) {
+    cases[i].error = why, cases[i].simulated_us = std::nan("");
+    finished(cases[i]);
+  };
+  explore::run_pool(explore::strided_tasks(cases.size(), jobs), pool);
 }
 
 }  // namespace
