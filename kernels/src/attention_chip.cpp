@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -343,7 +344,9 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     e.line("addi " + out + ", " + out + ", " + std::to_string(L.KV0));
   };
   // S = Q K^T of the block in slot `slot`, into the S region of block `gr` (parity).
-  auto s_product = [&](const std::string& slot, const std::string& gr) {
+  // kt: the block's keys (BC, or KTL for the last block): the weight tiles take only those key rows, so that
+  // stale VMEM past them (whatever an earlier kernel left there) never enters a product.
+  auto s_product = [&](const std::string& slot, const std::string& gr, int64_t kt) {
     e.line("and t0, " + gr + ", one"), e.line("muli t0, t0, " + std::to_string(L.sreg)), e.clobber("t0");
     for (int64_t u = 0; u < U; ++u) {
       if (!has_s[u]) continue;
@@ -352,7 +355,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
         const int64_t q = p / L.s.groups, r = p % L.s.groups, idx = p / U;
         for (int64_t f = 0; f < L.s.folds; ++f) {
           e.line("addi t1, " + slot + ", " + std::to_string((q * C * D + f * R) * 2));
-          e.li("t2", std::min(R, D - f * R)), e.li("t3", std::min(C, BC - q * C)), e.li("t4", D * 2);
+          e.li("t2", std::min(R, D - f * R)), e.li("t3", std::clamp<int64_t>(kt - q * C, 0, C)), e.li("t4", D * 2);
           e.line("mxu.lw t1, t2, t3, t4, bf16, trans, mxu=" + std::to_string(u) +
                  (first_lw ? ", wait=" + KVFULL(u) : ""));
           first_lw = false;
@@ -369,7 +372,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     }
   };
   // O_n = P_n V_n: block `gr`'s P slot and PV region, V in slot `slot`.
-  auto pv_product = [&](const std::string& slot, const std::string& gr) {
+  auto pv_product = [&](const std::string& slot, const std::string& gr, int64_t kt) {
     e.line("and t7, " + gr + ", one"), e.line("muli t7, t7, " + std::to_string(L.PB)),
         e.line("addi t7, t7, " + std::to_string(L.P0)), e.clobber("t7");
     if (NPV == 2)
@@ -385,7 +388,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
         const int64_t q = p / L.p.groups, r = p % L.p.groups, idx = p / U;
         for (int64_t f = 0; f < L.p.folds; ++f) {
           e.line("addi t1, " + slot + ", " + std::to_string(L.VOFF + (f * R * D + q * C) * 2));
-          e.li("t2", std::min(R, BC - f * R)), e.li("t3", std::min(C, D - q * C)), e.li("t4", D * 2);
+          e.li("t2", std::clamp<int64_t>(kt - f * R, 0, R)), e.li("t3", std::min(C, D - q * C)), e.li("t4", D * 2);
           e.line("mxu.lw t1, t2, t3, t4, bf16, mxu=" + std::to_string(u) + (first_lw ? ", wait=" + PFULL(u) : ""));
           first_lw = false;
           e.line("addi t1, t7, " + std::to_string((r * L.p.rows * BC + f * R) * 2));
@@ -448,15 +451,16 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     e.line("vpu.exp t7, t7, t3, f32");      // alpha
     e.line("vpu.max t6, t6, t1, t3, f32");  // m = m_new
     e.line("vpu.subrow t2, t2, t1, t3, t4, t5, f32");
-    e.li("t8", BR * BC);
-    e.line("vpu.exp t2, t2, t8, f32");
+    e.li("t0", BR * BC);  // (gr may be t8: left alone)
+    e.line("vpu.exp t2, t2, t0, f32");
     e.li("t0", L.RS), e.li("t1", L.L);
     e.line("vpu.rsum t0, t2, t3, t4, t5, f32");
     e.line("vpu.mul t1, t1, t7, t3, f32");
     e.line("vpu.add t1, t1, t0, t3, f32");
     e.line("and t7, " + gr + ", one"), e.line("muli t7, t7, " + std::to_string(L.PB)),
         e.line("addi t7, t7, " + std::to_string(L.P0));
-    e.line("vpu.cast t7, t2, t8, r0, f32, bf16");
+    e.li("t0", BR * BC);
+    e.line("vpu.cast t7, t2, t0, r0, f32, bf16");
     for (int64_t u = 0; u < U; ++u)
       if (has_p[u]) e.line("vpu.sync signal=" + PFULL(u));
   };
@@ -539,7 +543,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   e.line("li n, 0");
   slot_of("g", "kvn");
   load_kv("n", "kvn");
-  s_product("kvn", "g");
+  s_product("kvn", "g", L.NBK == 1 ? KTL : BC);
   soft("n", "g");
   e.label("block");
   {
@@ -548,10 +552,23 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     e.line("addi t8, g, 1");
     slot_of("t8", "kvm");
     load_kv("kb", "kvm");
-    e.line("addi t8, g, 1");
-    s_product("kvm", "t8");
+    // Block kb (register) is the last one: its own tiles (keys KTL), else full blocks.
+    auto by_block = [&](const std::string& kr, const std::function<void(int64_t)>& emit) {
+      if (KTL == BC) return emit(BC);
+      const std::string last = e.fresh(), join = e.fresh();
+      e.li("t8", L.NBK - 1), e.line("beq " + kr + ", t8, " + last);
+      emit(BC);
+      e.line("jmp " + join);
+      e.label(last);
+      emit(KTL);
+      e.label(join);
+    };
+    by_block("kb", [&](int64_t kt) {
+      e.line("addi t8, g, 1");
+      s_product("kvm", "t8", kt);
+    });
     e.label(nonext);
-    pv_product("kvn", "g");
+    by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
     e.line("addi kb, n, 1"), e.line("bge kb, nblk, " + nosoft);
     e.line("addi t8, g, 1");
     soft("kb", "t8");

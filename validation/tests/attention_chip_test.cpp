@@ -126,6 +126,7 @@ Result run(Rig& rig, const AttentionChip& a, uint64_t seed, std::vector<double>*
 void check(Rig& rig, const AttentionChip& a, uint64_t seed) {
   std::vector<double> ref, vmax;
   const Result r = run(rig, a, seed, &ref, &vmax);
+  if (getenv("ATT_DEBUG")) { auto pl = kernels::attention_chip_plan(a, rig.symbols); fprintf(stderr, "plan br=%ld bc=%ld gs=%ld gp=%ld npv=%ld\n", pl.br, pl.bc, pl.gs, pl.gp, pl.pv_regions); for (size_t i = 0; i < std::min<size_t>(ref.size(), 48); ++i) fprintf(stderr, "%zu %g %g\n", i, r.o[i], ref[i]); }
   ASSERT_EQ(r.o.size(), ref.size());
   size_t bad = 0;
   std::string first;
@@ -253,3 +254,13 @@ TEST(AttentionChip, ShapesThatCannotRunSaySo) {
 
 }  // namespace
 }  // namespace tpusim
+namespace tpusim { namespace {
+TEST(AttentionChip, DebugEnv) {
+  if (!getenv("ATT_S")) GTEST_SKIP();
+  Rig rig(getenv("ATT_PRESET") ? getenv("ATT_PRESET") : "v4-like", {"chip.cores=3"});
+  AttentionChip a = shape(atoi(getenv("ATT_B")), atoi(getenv("ATT_S")), atoi(getenv("ATT_H")), atoi(getenv("ATT_KVH")), atoi(getenv("ATT_D")), atoi(getenv("ATT_C")));
+  a.block_q = getenv("ATT_BQ") ? atoi(getenv("ATT_BQ")) : 0; a.block_k = getenv("ATT_BK") ? atoi(getenv("ATT_BK")) : 0;
+  if (getenv("ATT_SRC")) { fprintf(stderr, "%s", kernels::attention_chip_source(a, rig.symbols).c_str()); }
+  check(rig, a, 99);
+}
+}}
