@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -126,7 +127,6 @@ Result run(Rig& rig, const AttentionChip& a, uint64_t seed, std::vector<double>*
 void check(Rig& rig, const AttentionChip& a, uint64_t seed) {
   std::vector<double> ref, vmax;
   const Result r = run(rig, a, seed, &ref, &vmax);
-  if (getenv("ATT_DEBUG")) { auto pl = kernels::attention_chip_plan(a, rig.symbols); fprintf(stderr, "plan br=%ld bc=%ld gs=%ld gp=%ld npv=%ld\n", pl.br, pl.bc, pl.gs, pl.gp, pl.pv_regions); for (size_t i = 0; i < std::min<size_t>(ref.size(), 48); ++i) fprintf(stderr, "%zu %g %g\n", i, r.o[i], ref[i]); }
   ASSERT_EQ(r.o.size(), ref.size());
   size_t bad = 0;
   std::string first;
@@ -186,8 +186,9 @@ TEST(AttentionChip, H200LikeAgainstFloat64) {
 }
 
 // The matrix work the schedule issues, exactly: every key block an item visits costs S = Q K^T and O = P V over
-// the whole block, BR x BC x D multiply-adds each (rows of a query block past the sequence are computed too, and
-// a block's keys past the sequence are zeros in the weight tiles but still counted: mxu.mm counts its m x k x n).
+// the whole block, BR x BC x D multiply-adds each (rows of a query block past the sequence are computed too;
+// mxu.mm counts m x k x n of its weight tile, and a last, partial key block's tiles are cut to its keys, which
+// this shape, S a multiple of BC, does not have).
 // Blocks per item: bidirectional, ceil(S / BC); causal, those holding keys up to the item's last query row,
 // ceil(min(S, (qb + 1) * BR) / BC). Causal therefore takes (NQ + 1) / (2 NQ) of the bidirectional work with
 // BR = BC (about half), here with S = 512 and blocks of 128: 10 blocks of 16 per head.
@@ -254,13 +255,3 @@ TEST(AttentionChip, ShapesThatCannotRunSaySo) {
 
 }  // namespace
 }  // namespace tpusim
-namespace tpusim { namespace {
-TEST(AttentionChip, DebugEnv) {
-  if (!getenv("ATT_S")) GTEST_SKIP();
-  Rig rig(getenv("ATT_PRESET") ? getenv("ATT_PRESET") : "v4-like", {"chip.cores=3"});
-  AttentionChip a = shape(atoi(getenv("ATT_B")), atoi(getenv("ATT_S")), atoi(getenv("ATT_H")), atoi(getenv("ATT_KVH")), atoi(getenv("ATT_D")), atoi(getenv("ATT_C")));
-  a.block_q = getenv("ATT_BQ") ? atoi(getenv("ATT_BQ")) : 0; a.block_k = getenv("ATT_BK") ? atoi(getenv("ATT_BK")) : 0;
-  if (getenv("ATT_SRC")) { fprintf(stderr, "%s", kernels::attention_chip_source(a, rig.symbols).c_str()); }
-  check(rig, a, 99);
-}
-}}
