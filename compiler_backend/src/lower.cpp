@@ -493,11 +493,27 @@ class Lowering {
     return value.producer >= 0 ? g_.nodes[value.producer].name : "cast(" + value.name + ")";
   }
 
-  // The storage type for a value about to be computed: f32 when only row-wise kernels (and graph outputs) read it.
+  // The storage type for a value about to be computed: f32 when only row-wise kernels (and graph outputs) read it,
+  // or when it is an angle: a value that reaches a Sin or Cos through data movement only (LLaMA's rotary
+  // embedding concatenates its angles before cos and sin), where bf16's 2^-9 relative error would be whole
+  // radians at positions in the thousands.
   DType storage_type(int v) const {
+    if (angle(v)) return DType::F32;
     for (int u : users_[v])
       if (!rowwise_op(g_.nodes[u])) return DType::BF16;
     return DType::F32;
+  }
+  bool angle(int v, int depth = 0) const {
+    static const std::set<std::string> moves = {"Concat", "Slice", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                                                "Transpose", "Expand", "Identity"};
+    for (int u : users_[v]) {
+      const ir::Node& n = g_.nodes[u];
+      if (n.op == "Sin" || n.op == "Cos") return true;
+      if (depth < 8 && moves.count(n.op))
+        for (int o : n.outputs)
+          if (o >= 0 && angle(o, depth + 1)) return true;
+    }
+    return false;
   }
 
   // ---- per node ---------------------------------------------------------------------------------------------
