@@ -7,6 +7,7 @@
 #include <set>
 
 #include "tpusim/compiler/compiler.h"
+#include "tpusim/isa/numerics.h"
 
 namespace tpusim::compiler {
 namespace {
@@ -214,11 +215,25 @@ T unary(const ir::Node& n, const T& x) {
     else if (op == "Reciprocal") v = 1.0f / v;
     else if (op == "Relu") v = v > 0 ? v : 0.0f;
     else if (op == "Clip") v = std::min(std::max(v, lo), hi);
+    // As the vector unit computes them (isa/numerics.h), so that a folded table (RoPE's cos and sin) has the bits
+    // the chip would give; Softplus and Mish in double, rounded once.
+    else if (op == "Log") v = isa::vpu_log(v);
+    else if (op == "Sin") v = isa::vpu_sin(v);
+    else if (op == "Cos") v = isa::vpu_cos(v);
+    else if (op == "Floor") v = isa::vpu_floor(v);
+    else if (op == "Ceil") v = isa::vpu_ceil(v);
+    else if (op == "Round") v = isa::vpu_round(v);
+    else if (op == "Sign") v = v > 0 ? 1.0f : v < 0 ? -1.0f : v;
+    else if (op == "Softplus" || op == "Mish") {
+      const double x = v, sp = x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+      v = static_cast<float>(op == "Softplus" ? sp : x * std::tanh(sp));
+    }
   }
   for (int64_t& v : r.i) {
     if (op == "Neg") v = -v;
     else if (op == "Abs") v = v < 0 ? -v : v;
     else if (op == "Relu") v = std::max<int64_t>(v, 0);
+    else if (op == "Sign") v = v > 0 ? 1 : v < 0 ? -1 : 0;
     else if (op == "Clip") v = std::min<int64_t>(std::max<int64_t>(v, static_cast<int64_t>(std::ceil(lo))), static_cast<int64_t>(std::floor(hi)));
   }
   return r;
@@ -283,7 +298,8 @@ std::vector<T> evaluate(const ir::Graph& g, const ir::Node& n, const std::vector
   }
   if (op == "Cast") return {cast(in[0], static_cast<ir::ElemType>(n.attr_int("to", 1)))};
   if (op == "Neg" || op == "Abs" || op == "Sqrt" || op == "Reciprocal" || op == "Relu" || op == "Not" ||
-      op == "Clip")
+      op == "Clip" || op == "Log" || op == "Sin" || op == "Cos" || op == "Floor" || op == "Ceil" || op == "Round" ||
+      op == "Sign" || op == "Softplus" || op == "Mish")
     return {unary(n, in[0])};
   if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "Max" || op == "Min" ||
       op == "Equal" || op == "Less" || op == "Greater" || op == "LessOrEqual" || op == "GreaterOrEqual" ||
@@ -428,7 +444,8 @@ const std::set<std::string>& foldable_ops() {
       "Identity", "Dropout", "Shape", "Size", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
       "Gather", "Concat", "Split", "Slice", "Expand", "Tile", "Pad", "ConstantOfShape", "Range", "Trilu", "Neg",
       "Abs", "Sqrt", "Reciprocal", "Relu", "Not", "Clip", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal",
-      "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where"};
+      "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where",
+      "Log", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Softplus", "Mish"};
   return ops;
 }
 

@@ -98,7 +98,9 @@ const std::vector<int> kToNhwc = {0, 2, 3, 1};  // logical NCHW -> physical NHWC
 bool elementwise_unary(const std::string& op) {
   static const std::set<std::string> ops = {"Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Neg", "Abs",
                                             "Reciprocal", "Gelu", "Clip", "Cast", "LeakyRelu",
-                                            "HardSigmoid", "HardSwish"};
+                                            "HardSigmoid", "HardSwish",
+                                            // the vector unit's log, sin, cos, roundings and what they compose into
+                                            "Log", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Softplus", "Mish"};
   return ops.count(op) > 0;
 }
 bool elementwise_binary(const std::string& op) {
@@ -495,11 +497,27 @@ class Lowering {
     return value.producer >= 0 ? g_.nodes[value.producer].name : "cast(" + value.name + ")";
   }
 
-  // The storage type for a value about to be computed: f32 when only row-wise kernels (and graph outputs) read it.
+  // The storage type for a value about to be computed: f32 when only row-wise kernels (and graph outputs) read it,
+  // or when it is an angle: a value that reaches a Sin or Cos through data movement only (LLaMA's rotary
+  // embedding concatenates its angles before cos and sin), where bf16's 2^-9 relative error would be whole
+  // radians at positions in the thousands.
   DType storage_type(int v) const {
+    if (angle(v)) return DType::F32;
     for (int u : users_[v])
       if (!rowwise_op(g_.nodes[u])) return DType::BF16;
     return DType::F32;
+  }
+  bool angle(int v, int depth = 0) const {
+    static const std::set<std::string> moves = {"Concat", "Slice", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                                                "Transpose", "Expand", "Identity"};
+    for (int u : users_[v]) {
+      const ir::Node& n = g_.nodes[u];
+      if (n.op == "Sin" || n.op == "Cos") return true;
+      if (depth < 8 && moves.count(n.op))
+        for (int o : n.outputs)
+          if (o >= 0 && angle(o, depth + 1)) return true;
+    }
+    return false;
   }
 
   // ---- per node ---------------------------------------------------------------------------------------------
@@ -536,11 +554,9 @@ class Lowering {
     if (op == "Pad") return lower_pad(n);
     if (op == "BatchNormalization") fail(n, "only inference-mode BatchNormalization with constant parameters is supported");
     if (op == "Softmax" || op == "LayerNormalization" || op == "LogSoftmax")
-      if (op == "LogSoftmax" || !last_axis(n, n.attr_int("axis", -1)))
-        fail(n, op == "LogSoftmax" ? std::string("no lowering for this operator (the vector unit has no logarithm)")
-                                   : "axis " + std::to_string(n.attr_int("axis", -1)) + " of a rank-" +
-                                         std::to_string(shape(n.inputs[0]).size()) +
-                                         " input is not supported (only the last axis)");
+      if (!last_axis(n, n.attr_int("axis", -1)))
+        fail(n, "axis " + std::to_string(n.attr_int("axis", -1)) + " of a rank-" +
+                    std::to_string(shape(n.inputs[0]).size()) + " input is not supported (only the last axis)");
     if (op.rfind("Reduce", 0) == 0) fail(n, "only a reduction over the last axis is supported");
     if (op == "Equal" || op == "Less" || op == "Greater" || op == "LessOrEqual" || op == "GreaterOrEqual" ||
         op == "Not" || op == "And" || op == "Or" || op == "Xor")
@@ -1342,7 +1358,7 @@ class Lowering {
         if (k >= n.inputs.size() || n.inputs[k] < 0 || !val(n.inputs[k]).is_const) return false;
       return shape(n.inputs[0]).size() >= 2;
     }
-    if (op == "Softmax" || op == "LayerNormalization") return last_axis(n, n.attr_int("axis", -1));
+    if (op == "Softmax" || op == "LayerNormalization" || op == "LogSoftmax") return last_axis(n, n.attr_int("axis", -1));
     if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax") return reduce_last(n);
     return false;
   }
@@ -1450,12 +1466,14 @@ class Lowering {
           Shape red = m;
           if (!red.empty()) red.back() = 1;
           if (pm != red || m.empty()) break;
-          const bool reduces = n.op == "Softmax" || n.op == "LayerNormalization" || n.op.rfind("Reduce", 0) == 0;
+          const bool reduces = n.op == "Softmax" || n.op == "LogSoftmax" || n.op == "LayerNormalization" ||
+                               n.op.rfind("Reduce", 0) == 0;
           if (reduces) break;  // over an axis of one element: as its own group, where that axis is the columns
         }
       }
       run.push_back(static_cast<int>(i));
-      has_reduce = has_reduce || n.op == "Softmax" || n.op == "LayerNormalization" || n.op.rfind("Reduce", 0) == 0;
+      has_reduce = has_reduce || n.op == "Softmax" || n.op == "LogSoftmax" || n.op == "LayerNormalization" ||
+                   n.op.rfind("Reduce", 0) == 0;
     }
     // NHWC when a 4-D activation input prefers it and nothing reduces over the (logical) last axis.
     bool nhwc = false;
@@ -1625,6 +1643,15 @@ class Lowering {
       else if (op == "Erf") r = rw_node(call, rw::Op::Erf, {x});
       else if (op == "Sqrt") r = rw_node(call, rw::Op::Sqrt, {x});
       else if (op == "Exp") r = rw_node(call, rw::Op::Exp, {x});
+      else if (op == "Log") r = rw_node(call, rw::Op::Log, {x});
+      else if (op == "Sin") r = rw_node(call, rw::Op::Sin, {x});
+      else if (op == "Cos") r = rw_node(call, rw::Op::Cos, {x});
+      else if (op == "Floor") r = rw_node(call, rw::Op::Floor, {x});
+      else if (op == "Ceil") r = rw_node(call, rw::Op::Ceil, {x});
+      else if (op == "Round") r = rw_node(call, rw::Op::Round, {x});
+      else if (op == "Sign") r = rw_node(call, rw::Op::Sign, {x});
+      else if (op == "Softplus") r = rw_node(call, rw::Op::Softplus, {x});
+      else if (op == "Mish") r = rw_node(call, rw::Op::Mish, {x});
       else if (op == "Neg") r = rw_node(call, rw::Op::Neg, {x});
       else if (op == "Abs") r = rw_node(call, rw::Op::Abs, {x});
       else if (op == "Reciprocal") r = rw_node(call, rw::Op::Recip, {x});
@@ -1717,6 +1744,10 @@ class Lowering {
       int mx = rw_node(call, rw::Op::RowMax, {x});
       int e = rw_node(call, rw::Op::Exp, {rw_node(call, rw::Op::Sub, {x, mx})});
       r = rw_node(call, rw::Op::Mul, {e, rw_node(call, rw::Op::Recip, {rw_node(call, rw::Op::RowSum, {e})})});
+    } else if (op == "LogSoftmax") {  // s - log(rowsum(exp(s))), s = x - rowmax(x)
+      int s = rw_node(call, rw::Op::Sub, {in(0), rw_node(call, rw::Op::RowMax, {in(0)})});
+      int l = rw_node(call, rw::Op::Log, {rw_node(call, rw::Op::RowSum, {rw_node(call, rw::Op::Exp, {s})})});
+      r = rw_node(call, rw::Op::Sub, {s, l});
     } else if (op == "LayerNormalization") {
       for (size_t k = 1; k < n.outputs.size(); ++k)
         if (n.outputs[k] >= 0 && !users_[n.outputs[k]].empty()) fail(n, "only the first output may be used");
