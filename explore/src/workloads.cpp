@@ -160,7 +160,9 @@ void check_workload_key(const WorkloadSpec& w, const std::string& key) {
 
 WorkloadSpec with_params(const WorkloadSpec& w, const std::map<std::string, std::string>& overrides) {
   WorkloadSpec out = w;
-  for (const auto& [k, v] : overrides) {
+  for (const auto& kv : overrides) {
+    const std::string& k = kv.first;
+    const std::string& v = kv.second;
     auto it = std::find_if(out.params.begin(), out.params.end(), [&](const auto& p) { return p.first == k; });
     if (it != out.params.end()) it->second = v;
     else out.params.emplace_back(k, v);
