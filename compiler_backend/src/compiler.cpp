@@ -1,4 +1,4 @@
-// The pipeline: import -> shape inference (folding constants) -> dead-code removal -> lowering -> memory planning
+// The pipeline: import -> the check that every operator can be compiled -> shape inference (folding constants) -> dead-code removal -> lowering -> memory planning
 // -> codegen.
 #include "tpusim/compiler/compiler.h"
 
@@ -24,6 +24,7 @@ isa::Program compile_onnx(const std::string& bytes, const std::string& model_nam
     throw Error("the target has no HBM_BYTES symbol (give the chip's symbols, e.g. from sim::kernel_symbols)");
 
   ir::Graph g = import_onnx(bytes, model_name);
+  check_operators(g);
   infer_shapes(g, opts.input_shapes);
   fold_constants(g);
   KernelPlan plan = lower(g, opts);

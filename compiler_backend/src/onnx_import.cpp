@@ -265,8 +265,8 @@ ir::Graph import_onnx(const std::string& bytes, const std::string& model_name) {
       }
       auto it = graph.value_index.find(in);
       if (it == graph.value_index.end())
-        throw Error("node '" + node.name + "' (" + node.op + ") uses '" + in +
-                    "', which no earlier node, input or initializer defines");
+        throw ir::in_model(graph, ir::NodeError(node, "uses '" + isa::printable(in) +
+                                                          "', which no earlier node, input or initializer defines"));
       node.inputs.push_back(it->second);
     }
     for (const std::string& out : n.output()) {
@@ -279,14 +279,15 @@ ir::Graph import_onnx(const std::string& bytes, const std::string& model_name) {
     }
     if (node.op == "Constant") {
       if (node.outputs.size() != 1 || node.outputs[0] < 0)
-        throw Error("node '" + node.name + "' (Constant): expected one output");
+        throw ir::in_model(graph, ir::NodeError(node, "expected one output"));
       read_constant_node(n, node.name, graph.values[node.outputs[0]]);
       continue;
     }
     for (const onnx::AttributeProto& a : n.attribute()) node.attrs[a.name()] = read_attr(a, node.name);
     if (opset > 0 && opset < 13 && (node.op == "Softmax" || node.op == "LogSoftmax"))
-      throw Error("node '" + node.name + "' (" + node.op + "): the opset " + std::to_string(opset) +
-                  " form (input coerced to 2-D) is not supported; export with opset 13 or later");
+      throw ir::in_model(graph, ir::NodeError(node, "the opset " + std::to_string(opset) +
+                                                        " form (input coerced to 2-D) is not supported; export with "
+                                                        "opset 13 or later"));
     for (int out : node.outputs)
       if (out >= 0) graph.values[out].producer = static_cast<int>(graph.nodes.size());
     graph.nodes.push_back(std::move(node));

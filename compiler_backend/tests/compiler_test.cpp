@@ -178,18 +178,18 @@ TEST(CompileErrors, UnsupportedOperatorNamesOpNodeAndModel) {
   b.input("x", {1, 3, 8, 8}).output("y");
   b.node("LRN", "norm1", {"x"}, {"y"});
   EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }),
-            "unsupported operator 'LRN' (node 'norm1') in model 'm.onnx'");
+            "m.onnx: node 'norm1' (LRN): unsupported operator");
 }
 
 TEST(CompileErrors, UnsupportedAttributeValues) {
   ModelBuilder b = test::linear_model(3, 3, 2);  // square x, so that x^T still fits
   test::set_int(b.proto().mutable_graph()->mutable_node(0), "transA", 1);
-  EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }), "node 'fc' (Gemm): transA=1 is not supported");
+  EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }), "m.onnx: node 'fc' (Gemm): transA=1 is not supported");
 
   ModelBuilder c = test::linear_model(4, 3, 2);
   c.proto().mutable_graph()->mutable_node(0)->mutable_attribute(0)->set_f(0.5f);  // alpha
   EXPECT_EQ(error_of([&] { compile_onnx(c.bytes(), "m.onnx", chip()); }),
-            "node 'fc' (Gemm): alpha=0.5 is not supported (only 1)");
+            "m.onnx: node 'fc' (Gemm): alpha=0.5 is not supported (only 1)");
 }
 
 // x -> MatMul(w1)+Relu -> h; y = h + MatMul(h, w2): a residual block. The Add becomes a row-wise kernel reading
@@ -246,7 +246,7 @@ TEST(CompileErrors, UnsupportedExponentNamesTheNode) {
   b.constant("e", {}, {1.5f});
   b.node("Pow", "pow", {"x", "e"}, {"y"});
   EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }),
-            "node 'pow' (Pow): exponent 1.5 is not supported (2, 3, 0.5, 1, -1, -0.5 are)");
+            "m.onnx: node 'pow' (Pow): exponent 1.5 is not supported (2, 3, 0.5, 1, -1, -0.5 are)");
 }
 
 TEST(CompileErrors, CorruptOrTruncatedBytes) {
