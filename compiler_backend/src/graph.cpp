@@ -90,14 +90,14 @@ std::string shape_too_large(const std::vector<int64_t>& s) {
 }
 
 NodeError::NodeError(const Node& n, const std::string& what)
-    : Error("node '" + isa::printable(n.name, 200) + "' (" + isa::printable(n.op) + "): " + what),
+    : Error("node '" + isa::printable(n.name, 120) + "' (" + isa::printable(n.op) + "): " + what),
       node(n.name),
       op(n.op),
       what_wrong(what) {}
 
 void fail(const Node& n, const std::string& what) { throw NodeError(n, what); }
 
-Error in_model(const Graph& g, const NodeError& e) { return Error(isa::printable(g.model_name, 400) + ": " + e.what()); }
+Error in_model(const Graph& g, const NodeError& e) { return Error(isa::printable(g.model_name, 200) + ": " + e.what()); }
 
 }  // namespace tpusim::compiler::ir
 

@@ -430,7 +430,7 @@ KernelPlan lower(const ir::Graph& g, const Options& opts) {
   } catch (const ir::NodeError& e) {
     throw ir::in_model(g, e);
   } catch (const LoweringIssue& e) {
-    throw Error(isa::printable(g.model_name, 400) + ": " + e.what());
+    throw Error(isa::printable(g.model_name, 200) + ": " + e.what());
   }
 }
 

@@ -21,7 +21,6 @@ void Lowering::find_quantised() {
 
 bool Lowering::int8(int v) const { return opts_.precision == Precision::INT8 && calib_.count(v); }
 
-// The activation scale s_a = absmax / 127 of value v (1 when the calibration saw only zeros).
 float Lowering::act_scale(const ir::Node& n, int v) const {
   auto it = opts_.activation_absmax.find(val(v).name);
   if (it == opts_.activation_absmax.end())
@@ -31,7 +30,6 @@ float Lowering::act_scale(const ir::Node& n, int v) const {
   return it->second > 0 ? it->second / 127.0f : 1.0f;
 }
 
-// v as int8, x / s_a rounded to nearest even and saturated (cast.s with SCALE = 1/s_a), NHWC for 4-D.
 Stored Lowering::quantized(const ir::Node& n, int v, bool nhwc) {
   if (auto it = quantized_.find(v); it != quantized_.end()) return it->second;
   const float inv = 1.0f / act_scale(n, v);
@@ -49,7 +47,6 @@ Stored Lowering::quantized(const ir::Node& n, int v, bool nhwc) {
   return quantized_[v] = q;
 }
 
-// Weights [K, N] -> per-column scales (max|w| / 127) and int8 values, tiled like tiled_weights.
 int Lowering::tiled_weights_i8(const std::string& name, const std::vector<float>& w, int64_t k, int64_t n,
                      std::vector<float>& scales) {
   const int64_t R = sym_.at("MXU_ROWS"), C = sym_.at("MXU_COLS");
@@ -69,8 +66,6 @@ int Lowering::tiled_weights_i8(const std::string& name, const std::vector<float>
   return add_const(name + ".i8", DType::I8, {kt, nt, R, C}, std::move(t));
 }
 
-// out = act(acc * s_a * s_w[n] + bias[n]) from an int32 [rows, N] accumulator.
-// `value`: the graph value `out` holds (-1 when out is an intermediate form of it, e.g. virtual conv rows).
 void Lowering::dequantize(const std::string& label, Stored acc, int64_t rows, int64_t n, float s_a, const std::vector<float>& s_w,
                 const std::vector<float>& bias, const std::string& wname, bool relu, Stored out, int value) {
   KernelCall call = rowwise_call(label, rows, n);
@@ -88,8 +83,6 @@ void Lowering::dequantize(const std::string& label, Stored acc, int64_t rows, in
   plan_.calls.push_back(std::move(call));
 }
 
-// When INT8 consumers will quantise value v (calibrated), the row-wise kernel computing it also writes its int8
-// copy (x / s rounded to nearest even, saturated), so that no separate cast pass reads it back.
 void Lowering::int8_copy(KernelCall& call, int node, int v, bool nhwc) {
   if (opts_.precision != Precision::INT8 || !calib_.count(v) || quantized_.count(v)) return;
   auto it = opts_.activation_absmax.find(val(v).name);
@@ -101,7 +94,6 @@ void Lowering::int8_copy(KernelCall& call, int node, int v, bool nhwc) {
   quantized_[v] = s;
 }
 
-// One quantised matmul: c[m, n] = act(a @ w + bias) with a = value `a` ([m, k] rows of its buffer).
 void Lowering::int8_gemm(const ir::Node& n, const std::string& label, Stored aq, int a, const std::vector<float>& w, int64_t m,
                int64_t k, int64_t nn, const std::vector<float>& bias, const std::string& wname, bool relu,
                Stored out, double flops, int value) {

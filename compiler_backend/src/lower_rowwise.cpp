@@ -8,7 +8,6 @@
 
 namespace tpusim::compiler {
 
-// ---- row-wise groups -------------------------------------------------------------------------------------
 bool Lowering::rowwise_op(const ir::Node& n) const {
   const OpDef* def = find_op(n.op);
   return def && def->row_wise() && def->rowwise && (!def->fusable || def->fusable(*this, n));
@@ -65,14 +64,12 @@ void Lowering::rw_output(KernelCall& call, int node, Stored s) {
   call.tensors["out" + std::to_string(call.row_outputs.size())] = s.buf;
 }
 
-// Physical shape of a value broadcast against the group: right-aligned to the group's rank, NHWC-permuted.
 Shape Lowering::physical(const Group& gr, Shape s) const {
   while (s.size() < gr.O.size()) s.insert(s.begin(), 1);
   if (gr.nhwc && s.size() == 4) s = {s[0], s[2], s[3], s[1]};
   return s;
 }
 
-// Main shape of a node in a group: its input's for reductions, else its output's.
 Shape Lowering::main_shape(const ir::Node& n) const {
   if (find_op(n.op)->fusion == Fusion::RowReduce) return shape(n.inputs[0]);
   return shape(n.outputs[0]);
@@ -155,7 +152,6 @@ void Lowering::lower_rowwise(int first) {
   plan_.calls.push_back(std::move(call));
 }
 
-// A constant of logical shape `s` broadcast against the group: an f32 input of its period's rows.
 int Lowering::const_operand(KernelCall& call, Group& gr, std::vector<float> d, const Shape& s, const std::string& name) {
   if (d.size() == 1) return rw_node(call, rw::Op::Const, {}, d[0]);
   Shape full = s;
@@ -185,7 +181,6 @@ int Lowering::const_operand(KernelCall& call, Group& gr, std::vector<float> d, c
   return rw_input(call, Stored{b, 0, DType::F32, false}, per_row, period);
 }
 
-// The rowwise node for value v in group gr: a group value, a scalar constant, or an input.
 int Lowering::operand(KernelCall& call, Group& gr, int v) {
   if (auto it = gr.node_of.find(v); it != gr.node_of.end()) return it->second;
   const ir::Value& value = val(v);

@@ -201,6 +201,24 @@ Tensors fold_elementwise(const ir::Graph& g, const ir::Node& n, const Tensors& i
   return {host_elementwise(n, in, out_shape(g, n, 0), out_type(g, n, 0))};
 }
 
+// Functions of one float value, computed in float32 as torch computes them on the CPU (std:: functions, one
+// rounding each).
+float host_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float host_tanh(float x) { return std::tanh(x); }
+float host_erf(float x) { return std::erf(x); }
+float host_exp(float x) { return std::exp(x); }
+float host_log(float x) { return std::log(x); }
+float host_sin(float x) { return std::sin(x); }
+float host_cos(float x) { return std::cos(x); }
+
+template <float (*F)(float)>
+Tensors fold_float(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
+  if (!in[0].fl()) return {};  // other types: left to the lowering, which reports them
+  T r = in[0];
+  for (float& v : r.f) v = F(v);
+  return {r};
+}
+
 Tensors fold_cast(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
   const int64_t to = n.attr_int("to", 1);
   if (to == 10 || to == 16) return {};  // half types: not modelled on the host
@@ -361,6 +379,9 @@ void lower_cast(Lowering& L, const ir::Node& n) {
   L.st_[n.outputs[0]].push_back(y);
 }
 
+constexpr const char* kNoVectorFunction =
+    "the vector unit has no such function: only constant inputs are supported (folded at compile time)";
+
 constexpr const char* kRuntimeLogic =
     "a comparison or logical op on values computed at run time is not supported (only constant conditions, folded "
     "at compile time)";
@@ -371,11 +392,23 @@ void add_elementwise_ops(OpTable& t) {
   constexpr Fusion E = Fusion::Elementwise;
   // Activations and functions of one value.
   t.add({.name = "Relu", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Relu>});
-  t.add({.name = "Sigmoid", .infer = infer_unary, .fusion = E, .rowwise = unary<rw::Op::Sigmoid>});
-  t.add({.name = "Tanh", .infer = infer_unary, .fusion = E, .rowwise = unary<rw::Op::Tanh>});
-  t.add({.name = "Erf", .infer = infer_unary, .fusion = E, .rowwise = unary<rw::Op::Erf>});
+  t.add({.name = "Sigmoid", .infer = infer_unary, .fold = fold_float<host_sigmoid>, .fusion = E,
+         .rowwise = unary<rw::Op::Sigmoid>});
+  t.add({.name = "Tanh", .infer = infer_unary, .fold = fold_float<host_tanh>, .fusion = E,
+         .rowwise = unary<rw::Op::Tanh>});
+  t.add({.name = "Erf", .infer = infer_unary, .fold = fold_float<host_erf>, .fusion = E,
+         .rowwise = unary<rw::Op::Erf>});
   t.add({.name = "Sqrt", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Sqrt>});
-  t.add({.name = "Exp", .infer = infer_unary, .fusion = E, .rowwise = unary<rw::Op::Exp>});
+  t.add({.name = "Exp", .infer = infer_unary, .fold = fold_float<host_exp>, .fusion = E,
+         .rowwise = unary<rw::Op::Exp>});
+  // Functions the vector unit does not compute yet: folded when their inputs are constants (in-graph rotary
+  // embedding tables). With a vector-unit function, an entry gets rowwise = unary<rw::Op::X> and loses no_lowering.
+  t.add({.name = "Log", .infer = infer_unary, .fold = fold_float<host_log>, .fusion = E,
+         .no_lowering = kNoVectorFunction});
+  t.add({.name = "Sin", .infer = infer_unary, .fold = fold_float<host_sin>, .fusion = E,
+         .no_lowering = kNoVectorFunction});
+  t.add({.name = "Cos", .infer = infer_unary, .fold = fold_float<host_cos>, .fusion = E,
+         .no_lowering = kNoVectorFunction});
   t.add({.name = "Neg", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Neg>});
   t.add({.name = "Abs", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Abs>});
   t.add({.name = "Reciprocal", .infer = infer_unary, .fold = fold_unary, .fusion = E,

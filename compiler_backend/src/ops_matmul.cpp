@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "fold.h"
 #include "infer.h"
@@ -52,6 +53,43 @@ void infer_gemm(InferCtx& c) {
   c.out(0, c.type(0), out);
 }
 
+// ---- constant folding ----------------------------------------------------------------------------------------
+
+// Float MatMul of constants (N-D, broadcast batch, 1-D operands): float32 products summed in float64 and rounded
+// once. Left alone past 2^28 multiply-adds (a matmul that large is not a table computed from shapes).
+Tensors fold_matmul(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
+  const HostTensor &a = in[0], &b = in[1];
+  if (!a.fl() || !b.fl()) return {};
+  Shape as = a.shape, bs = b.shape;
+  const bool a1 = as.size() == 1, b1 = bs.size() == 1;
+  if (a1) as.insert(as.begin(), 1);
+  if (b1) bs.push_back(1);
+  const int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
+  const Shape out = out_shape(g, n, 0);
+  const Shape batch(out.begin(), out.end() - (a1 ? 0 : 1) - (b1 ? 0 : 1));
+  if (prod(batch) * M * N * K > (int64_t{1} << 28)) return {};
+  const Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  const Shape ast = strides_of(ab), bst = strides_of(bb);
+  HostTensor r;
+  r.shape = out;
+  r.f.reserve(static_cast<size_t>(prod(out)));
+  auto batches = [&](const std::function<void(const Shape&)>& f) {
+    if (batch.empty()) return f({});
+    for_each_index(batch, [&](const Shape& idx, int64_t) { f(idx); });
+  };
+  batches([&](const Shape& idx) {
+    const int64_t ao = bcast_offset(ab, ast, idx) * M * K, bo = bcast_offset(bb, bst, idx) * K * N;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k)
+          acc += static_cast<double>(a.f[ao + i * K + k]) * static_cast<double>(b.f[bo + k * N + j]);
+        r.f.push_back(static_cast<float>(acc));
+      }
+  });
+  return {r};
+}
+
 // ---- lowering ------------------------------------------------------------------------------------------------
 
 bool bias_shaped(const ir::Value& c, int64_t n) {
@@ -61,7 +99,6 @@ bool bias_shaped(const ir::Value& c, int64_t n) {
   return s.back() == n || s.back() == 1;
 }
 
-// ---- matmul ----------------------------------------------------------------------------------------------
 // Follows the single-use chain after a matmul: a constant bias Add, then a Relu. Returns the final value.
 int fuse_epilogue(Lowering& L, int out, int64_t ncols, std::vector<float>& bias, std::string& bias_name, bool& relu,
                   std::string& label) {
@@ -224,7 +261,8 @@ bool quantises_matmul(const Lowering& L, const ir::Node& n) {
 }  // namespace
 
 void add_matmul_ops(OpTable& t) {
-  t.add({.name = "MatMul", .min_inputs = 2, .max_inputs = 2, .infer = infer_matmul, .lower = lower_matmul,
+  t.add({.name = "MatMul", .min_inputs = 2, .max_inputs = 2, .infer = infer_matmul, .fold = fold_matmul,
+         .lower = lower_matmul,
          .quantises = quantises_matmul});
   t.add({.name = "Gemm", .min_inputs = 2, .max_inputs = 3,
          .attrs = {{"alpha", K::Float}, {"beta", K::Float}, {"transA", K::Int}, {"transB", K::Int}},

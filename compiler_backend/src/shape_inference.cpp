@@ -27,12 +27,14 @@ int64_t mul(const ir::Node& n, int64_t a, int64_t b) {
     fail(n, "size arithmetic overflows 64 bits (" + std::to_string(a) + " * " + std::to_string(b) + ")");
   return r;
 }
+
 int64_t add(const ir::Node& n, int64_t a, int64_t b) {
   int64_t r;
   if (__builtin_add_overflow(a, b, &r))
     fail(n, "size arithmetic overflows 64 bits (" + std::to_string(a) + " + " + std::to_string(b) + ")");
   return r;
 }
+
 // Multidirectional (numpy) broadcasting.
 Shape broadcast(const ir::Node& n, const Shape& a, const Shape& b) {
   Shape r(std::max(a.size(), b.size()), 1);
@@ -44,12 +46,14 @@ Shape broadcast(const ir::Node& n, const Shape& a, const Shape& b) {
   }
   return r;
 }
+
 // The product of sizes taken from the model's attributes or constants (checked).
 int64_t checked_prod(const ir::Node& n, const Shape& s) {
   int64_t p = 1;
   for (int64_t d : s) p = mul(n, p, d);
   return p;
 }
+
 void infer_unary(InferCtx& c) { c.out(0, c.type(0), c.shape(0)); }
 void same_types(InferCtx& c) {
   for (size_t i = 1; i < c.ninputs(); ++i)
@@ -57,6 +61,7 @@ void same_types(InferCtx& c) {
       fail(c.n, "inputs have different element types " + ir::elem_type_name(c.type(0)) + " and " +
                     ir::elem_type_name(c.type(i)));
 }
+
 Shape broadcast_all(InferCtx& c, size_t from) {
   Shape s = c.shape(from);
   for (size_t i = from + 1; i < c.ninputs(); ++i) s = broadcast(c.n, s, c.shape(i));
@@ -75,6 +80,7 @@ const char* kind_name(K k) {
     default: return "a tensor";
   }
 }
+
 void check_attrs(const ir::Node& n, const OpDef& rule) {
   for (const auto& [key, attr] : n.attrs) {
     auto it = rule.attrs.find(key);
@@ -84,6 +90,7 @@ void check_attrs(const ir::Node& n, const OpDef& rule) {
     if (!ok) fail(n, "attribute '" + key + "' must be " + kind_name(it->second));
   }
 }
+
 // Fills in the input's dynamic dimensions from `given`, or checks that `given` agrees with its static ones.
 void resolve_input(ir::Value& v, const std::vector<int64_t>* given) {
   if (given) {
@@ -137,16 +144,16 @@ void check_operators(const ir::Graph& g) {
   }
   if (bad.empty()) return;
   if (bad.size() == 1) throw ir::in_model(g, ir::NodeError(*bad[0].first, bad[0].second));
-  constexpr size_t kListed = 20;
+  constexpr size_t kListed = 8;
   std::string list;
   for (size_t i = 0; i < bad.size() && i < kListed; ++i) {
     const ir::Node& n = *bad[i].first;
     const bool unknown = find_op(n.op) == nullptr;
-    list += (i ? ", " : "") + std::string("node '") + isa::printable(n.name, 200) + "' (" + isa::printable(n.op) +
+    list += (i ? ", " : "") + std::string("node '") + isa::printable(n.name, 120) + "' (" + isa::printable(n.op) +
             (unknown ? "" : ", on values computed at run time") + ")";
   }
   if (bad.size() > kListed) list += " and " + std::to_string(bad.size() - kListed) + " more";
-  throw Error(isa::printable(g.model_name, 400) + ": " + std::to_string(bad.size()) +
+  throw Error(isa::printable(g.model_name, 200) + ": " + std::to_string(bad.size()) +
               " nodes have unsupported operators: " + list);
 }
 

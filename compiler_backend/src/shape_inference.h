@@ -39,7 +39,7 @@ void infer_shapes(ir::Graph& g, const std::map<std::string, std::vector<int64_t>
 // operators without a lowering (OpDef::lower or rowwise) on nodes whose inputs are not all computable at compile time
 // (constants, or values folded from constants). Throws one Error for all of them: "MODEL: node 'N' (Op): what is
 // wrong" for one node, "MODEL: K nodes have unsupported operators: node 'A' (Op), node 'B' (Op, on values computed
-// at run time), ..." (the first 20, then how many more) for several.
+// at run time), ..." (the first 8, then how many more) for several.
 void check_operators(const ir::Graph& g);
 
 // Infers one node (its inputs' shapes known), recording the resolved attributes as above.
