@@ -632,6 +632,82 @@ TEST(ConstFold, GatherSliceTransposeConcatSplitOnHost) {
   EXPECT_EQ(val(g2, "g").data, (std::vector<float>{3, 1, 6, 4}));
 }
 
+// LLaMA's rotary tables built in the graph, as torch exports them: inv_freq = 1 / base^(Range(0, D, 2) / D),
+// positions Range(0, T), freqs = MatMul(inv_freq[:, None], positions[None, :]) transposed, emb = Concat(freqs,
+// freqs), then Cos and Sin. Everything is constant, so all of it folds and x * cos + x * sin is what is left; the
+// expected tables are computed here in double precision.
+TEST(ConstFold, RotaryTablesFoldAway) {
+  constexpr int64_t T = 5, D = 8;
+  ModelBuilder b;
+  b.input("x", {T, D}).output("y");
+  test::int_constant(b, "zero", {}, {0});
+  test::int_constant(b, "two", {}, {2});
+  test::int_constant(b, "one", {}, {1});
+  test::int_constant(b, "dim", {}, {D});
+  test::int_constant(b, "len", {}, {T});
+  test::int_constant(b, "ax0", {1}, {0});
+  test::int_constant(b, "ax1", {1}, {1});
+  b.constant("base", {}, {10000.0f}).constant("dimf", {}, {static_cast<float>(D)}).constant("onef", {}, {1.0f});
+  b.node("Range", "r_even", {"zero", "dim", "two"}, {"even"});                                   // [0,2,4,6]
+  test::set_int(b.node("Cast", "c_even", {"even"}, {"evenf"}), "to", onnx::TensorProto_DataType_FLOAT);
+  b.node("Div", "div", {"evenf", "dimf"}, {"expo"});
+  b.node("Pow", "pow", {"base", "expo"}, {"p"});
+  b.node("Div", "inv", {"onef", "p"}, {"inv_freq"});                                             // [D/2]
+  b.node("Range", "r_pos", {"zero", "len", "one"}, {"pos"});                                     // [0..T)
+  test::set_int(b.node("Cast", "c_pos", {"pos"}, {"posf"}), "to", onnx::TensorProto_DataType_FLOAT);
+  b.node("Unsqueeze", "u_inv", {"inv_freq", "ax1"}, {"inv_col"});                                // [D/2, 1]
+  b.node("Unsqueeze", "u_pos", {"posf", "ax0"}, {"pos_row"});                                    // [1, T]
+  b.node("MatMul", "outer", {"inv_col", "pos_row"}, {"f"});                                      // [D/2, T]
+  b.node("Transpose", "tr", {"f"}, {"freqs"});                                                   // [T, D/2]
+  test::set_int(b.node("Concat", "cat", {"freqs", "freqs"}, {"emb"}), "axis", 1);                // [T, D]
+  b.node("Cos", "cos", {"emb"}, {"cos_t"});
+  b.node("Sin", "sin", {"emb"}, {"sin_t"});
+  b.node("Mul", "mc", {"x", "cos_t"}, {"xc"});
+  b.node("Mul", "ms", {"x", "sin_t"}, {"xs"});
+  b.node("Add", "add", {"xc", "xs"}, {"y"});
+  ir::Graph g = fold(b);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"Mul", "Mul", "Add"}));
+  const ir::Value& c = val(g, "cos_t");
+  const ir::Value& s = val(g, "sin_t");
+  ASSERT_TRUE(c.is_const && s.is_const);
+  EXPECT_EQ(ir::shape_str(c), "[5,8]");
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; d < D; ++d) {
+      const double inv = 1.0 / std::pow(10000.0, static_cast<double>(2 * (d % (D / 2))) / D);
+      EXPECT_NEAR(c.data[t * D + d], std::cos(t * inv), 1e-6) << t << "," << d;
+      EXPECT_NEAR(s.data[t * D + d], std::sin(t * inv), 1e-6) << t << "," << d;
+    }
+}
+
+// Functions of constants fold (Log, Exp, Neg, Expand, Tile and a batched MatMul with a broadcast operand and a
+// 1-D one), checked against values computed here.
+TEST(ConstFold, FunctionsTilesAndBatchedMatMulOfConstants) {
+  ModelBuilder b;
+  b.input("x", {2, 2, 3}).output("y");
+  b.constant("a", {2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8}).constant("m", {2, 3}, {1, 0, -1, 2, 1, 0});
+  b.constant("v", {2}, {0.5f, 4.0f});
+  test::int_constant(b, "rep", {2}, {1, 2});
+  test::int_constant(b, "shp", {3}, {2, 2, 3});
+  b.node("MatMul", "bmm", {"a", "m"}, {"am"});      // [2,2,3]: each [2,2] batch times the shared [2,3]
+  b.node("MatMul", "vec", {"v", "m"}, {"vm"});      // [3]: 1-D left operand
+  b.node("Log", "log", {"v"}, {"lv"});              // [log 0.5, log 4]
+  b.node("Exp", "exp", {"lv"}, {"ev"});             // back to [0.5, 4]
+  b.node("Neg", "neg", {"ev"}, {"nv"});
+  b.node("Tile", "tile", {"m", "rep"}, {"mt"});     // [2,6]
+  b.node("Expand", "exp_vm", {"vm", "shp"}, {"vme"});
+  b.node("Add", "s1", {"am", "vme"}, {"c1"});
+  b.node("Add", "y", {"x", "c1"}, {"y"});
+  ir::Graph g = load(b);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"Add"}));
+  // am[b] = a[b] @ m: a[0] = [[1,2],[3,4]] -> [[5,2,-1],[11,4,-3]]; a[1] = [[5,6],[7,8]] -> [[17,6,-5],[23,8,-7]].
+  EXPECT_EQ(val(g, "am").data, (std::vector<float>{5, 2, -1, 11, 4, -3, 17, 6, -5, 23, 8, -7}));
+  EXPECT_EQ(shape_of(g, "vm"), "[3]");
+  EXPECT_EQ(val(g, "vm").data, (std::vector<float>{8.5f, 4, -0.5f}));  // [0.5, 4] @ m
+  EXPECT_NEAR(val(g, "lv").data[0], std::log(0.5), 1e-7);
+  EXPECT_NEAR(val(g, "nv").data[1], -4.0, 1e-6);
+  EXPECT_EQ(val(g, "mt").data, (std::vector<float>{1, 0, -1, 1, 0, -1, 2, 1, 0, 2, 1, 0}));
+}
+
 TEST(ConstFold, IdentityDropoutAndDeadCodeAreRemoved) {
   ModelBuilder b;
   b.input("x", {2, 3}).output("y").output("z").output("passthrough");

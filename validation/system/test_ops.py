@@ -830,6 +830,40 @@ class DataMovement(OpCase):
         self.check(fn(lambda s, x: torch.split(x, [4, 5], -1)), randn(2, 3, 7, 9), opset=17, exact="f32")
 
 
+class Folding(OpCase):
+    """Subgraphs computed from constants only fold away at compile time, whatever operators they use (Cos and Sin
+    have no lowering at all: the model compiles only if they fold)."""
+
+    def test_rotary_embedding_tables_in_the_graph(self):
+        class Rope(nn.Module):
+            """LLaMA's rotary embedding as Hugging Face writes it (LlamaRotaryEmbedding, apply_rotary_pos_emb):
+            positions, the inv_freq outer product, cos and sin are computed in the graph."""
+
+            def __init__(self, dim=16, base=10000.0):
+                super().__init__()
+                inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+                self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+            def forward(self, q, k):
+                position_ids = torch.arange(q.shape[2]).unsqueeze(0)
+                inv = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+                freqs = (inv @ position_ids[:, None, :].float()).transpose(1, 2)
+                emb = torch.cat((freqs, freqs), dim=-1)
+                cos, sin = emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
+
+                def rotate_half(x):
+                    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), dim=-1)
+                return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+        for opset in (13, 17):
+            with self.subTest(opset=opset):
+                d, path, *_ = self.export(Rope(), [randn(1, 2, 8, 16), randn(1, 2, 8, 16)], opset)
+                ops = {n.op_type for n in onnx.load(path).graph.node}
+                self.assertTrue({"Cos", "Sin", "MatMul", "Concat"} <= ops, f"the export computes no tables: {ops}")
+                # rotate_half's negation and concatenation store bf16 between kernels: the bf16 bounds.
+                self.check(Rope(), randn(1, 2, 8, 16), randn(1, 2, 8, 16), opset=opset)
+
+
 class Int8(OpCase):
     """`--precision int8` (calibrated on other inputs than the checked one) on a conv net, an MLP and a tiny
     attention block: cosine and relative L2 error against PyTorch's float output."""
