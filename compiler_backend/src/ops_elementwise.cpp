@@ -210,6 +210,7 @@ float host_exp(float x) { return std::exp(x); }
 float host_log(float x) { return std::log(x); }
 float host_sin(float x) { return std::sin(x); }
 float host_cos(float x) { return std::cos(x); }
+float host_softsign(float x) { return x / (1.0f + std::fabs(x)); }
 
 template <float (*F)(float)>
 Tensors fold_float(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
@@ -281,6 +282,13 @@ int rw_hard_sigmoid(RowEmit& e) {
   int r = e.node(rw::Op::Clip, {t}, 0, 0.0f, 1.0f);
   if (swish) r = e.node(rw::Op::Mul, {x, r});
   return r;
+}
+
+// x / (1 + |x|)
+int rw_softsign(RowEmit& e) {
+  e.out_per_row = e.per_row(e.n.inputs[0]);
+  const int x = e.in(0);
+  return e.node(rw::Op::Div, {x, e.node(rw::Op::Add, {e.konst(1.0f), e.node(rw::Op::Abs, {x})})});
 }
 
 int rw_leaky_relu(RowEmit& e) {
@@ -418,6 +426,8 @@ void add_elementwise_ops(OpTable& t) {
   t.add({.name = "HardSwish", .infer = infer_unary, .fusion = E, .rowwise = rw_hard_sigmoid});
   t.add({.name = "LeakyRelu", .attrs = {{"alpha", K::Float}}, .infer = infer_unary, .fusion = E,
          .rowwise = rw_leaky_relu});
+  t.add({.name = "Softsign", .infer = infer_unary, .fold = fold_float<host_softsign>, .fusion = E,
+         .rowwise = rw_softsign});
   t.add({.name = "Gelu", .attrs = {{"approximate", K::String}}, .infer = infer_gelu, .fusion = E,
          .rowwise = rw_gelu});
   t.add({.name = "Clip", .max_inputs = 3, .attrs = {{"min", K::Float}, {"max", K::Float}}, .infer = infer_clip,

@@ -549,6 +549,26 @@ class Elementwise(OpCase):
                 f = self.UNARY[name][0]
                 self.check(fn(lambda s, x, f=f: f(x)), randn(3, 40) * 2, name=name, opset=17, rel=F32_REL_L2)
 
+    def test_operators_torch_does_not_emit(self):
+        """Operators other exporters emit (torch decomposes them): a model made with onnx.helper, against numpy."""
+        cases = {"Softsign": lambda x: x / (1 + np.abs(x))}
+        for op, ref in cases.items():
+            with self.subTest(op):
+                x = (randn(3, 40) * 3).numpy()
+                graph = onnx.helper.make_graph(
+                    [onnx.helper.make_node(op, ["x"], ["y"], name="n")], "g",
+                    [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(x.shape))],
+                    [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, list(x.shape))])
+                path = os.path.join(self.dir, op + ".onnx")
+                onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)]), path)
+                np.save(os.path.join(self.dir, "x.npy"), x)
+                out = os.path.join(self.dir, op + "_out")
+                tpusim("run", path, "--input", "x=" + os.path.join(self.dir, "x.npy"), "--output-dir", out)
+                c, e, m = metrics(np.load(os.path.join(out, "y.npy")), ref(x.astype(np.float64)))
+                print(f"CASE {type(self).__name__}.{self._testMethodName}[{op}] cos={c:.6f} relL2={e:.3e} "
+                      f"maxabs={m:.3e}", file=sys.stderr)
+                self.assertLessEqual(e, F32_REL_L2, op)
+
     def test_chain(self):
         # a fused chain of elementwise ops with broadcast operands: (x * g + b).sigmoid() * x - 1 / (x^2 + 1)
         m = fn(lambda s, x: torch.sigmoid(x * s.g + s.b) * x - 1 / (x * x + 1), g=randn(3, 1, 1), b=randn(1, 9))
