@@ -1,6 +1,7 @@
-// int8 quantisation (Options::precision INT8): which activations are quantised (OpDef::quantises), their scales
-// from calibration, int8 copies of activations, int8 weights with per-output-channel scales, and the dequantising
-// row-wise epilogue of an int8 x int8 -> int32 matmul.
+// int8 quantisation (Options::precision INT8). A quantised MatMul/Gemm/Conv (OpDef::quantises) casts its input to
+// int8 (cast.s, scale 127/absmax from calibration, or an int8 copy written by the row-wise kernel that computed it),
+// runs gemm.s int8 -> int32 on int8 weights (per output channel scales), and a row-wise kernel dequantises
+// (acc * s_a * s_w[n] + bias, ReLU) into the usual storage type.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
