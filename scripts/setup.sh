@@ -19,6 +19,8 @@ PACKAGES=(
   # the Python module `tpusim` (runtime/python): headers and Debian's pybind11; pip installs it from the source
   # tree with Debian's setuptools and wheel (pyproject.toml, setup.py)
   python3-dev pybind11-dev python3-setuptools python3-wheel python3-pip
+  # tpusim explore: sweeps over MPI ranks (mpirun), and the test that renders its HTML report in headless Chromium
+  openmpi-bin libopenmpi-dev chromium
   ca-certificates
 )
 if [[ " $* " == *" fuzz "* ]]; then

@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "compare.h"
 #include "validate.h"
+#include "tpusim/explore/explore.h"
 #include "tpusim/isa/assembler.h"
 #include "tpusim/runtime/profile.h"
 #include "tpusim/runtime/runtime.h"
@@ -41,6 +42,7 @@ const char* kUsage =
     "  profile FILE                 run a model, program or kernel and list its graph nodes by time\n"
     "  compare A B                  compare .npy tensors (or folders of them): cosine, relative L2, bf16 ulps\n"
     "  validate --out DIR           simulated against measured H200 kernel times (GEMM goldens): CSV, tables, SVG\n"
+    "  explore --workload W --sweep KEY=V1,V2 --out DIR   sweep design points: CSV, JSON, plots, HTML report\n"
     "\n"
     "`tpusim <command> --help` lists a command's options.\n";
 
@@ -190,16 +192,20 @@ std::map<std::string, runtime::HostTensor> read_named_npys(const std::vector<std
 runtime::Executable load_model(runtime::Client& client, const std::string& file,
                                const std::map<std::string, int64_t>& defines,
                                const std::map<std::string, std::vector<int64_t>>& shapes, const PrecisionOptions& p,
-                               const std::vector<std::string>& inputs) {
+                               const std::vector<std::string>& inputs, bool timing_only = false) {
   if (p.precision != "bf16" && p.precision != "int8")
     throw UsageError("--precision must be bf16 or int8, got '" + p.precision + "'");
   const bool onnx = fs::path(file).extension() == ".onnx";
   if (!onnx && (p.precision != "bf16" || !p.calibrate.empty()))
     throw UsageError("--precision and --calibrate apply to ONNX models, not to '" + file + "'");
-  if (!onnx || p.precision == "bf16") return client.load_file(file, defines, shapes);
   runtime::CompileOptions opts;
   opts.input_shapes = shapes;
-  opts.precision = compiler::Precision::INT8;
+  opts.precision = p.precision == "int8" ? compiler::Precision::INT8 : compiler::Precision::BF16;
+  // A timing-only run needs no weight values, nor (int8) calibration: the timing-only compile gives the same
+  // program's instructions and cycles in a fraction of the time and memory.
+  opts.timing_only = onnx && timing_only && p.calibrate.empty();
+  if (opts.timing_only) return client.compile_onnx_file(file, opts);
+  if (!onnx || p.precision == "bf16") return client.load_file(file, defines, shapes);
   const std::vector<std::string>& specs = p.calibrate.empty() ? inputs : p.calibrate;
   if (specs.empty()) throw UsageError("--precision int8 needs calibration inputs: give --calibrate NAME=FILE.npy");
   opts.calibration.push_back(read_named_npys(specs, p.calibrate.empty() ? "--input" : "--calibrate"));
@@ -340,8 +346,9 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!parse(args, shown, "usage: tpusim run KERNEL.s|MODEL.onnx|PROGRAM.tpub [options]", vm, &file)) return 0;
 
   runtime::Client client(sim::load_config(config, sets));
-  runtime::Executable exe = load_model(client, file, parse_defines(defines), parse_shapes(shapes), precision, input_specs);
   const bool timing_only = vm.count("timing-only") != 0;
+  runtime::Executable exe =
+      load_model(client, file, parse_defines(defines), parse_shapes(shapes), precision, input_specs, timing_only);
   const Fill fill = vm.count("random-inputs") ? Fill::Random : timing_only ? Fill::Zeros : Fill::None;
   std::vector<std::string> filled;
   auto inputs = gather_inputs(client, exe, input_specs, input_dir, fill, seed, &filled);
@@ -409,7 +416,8 @@ int cmd_profile(const std::vector<std::string>& args) {
   if (!parse(args, shown, "usage: tpusim profile MODEL.onnx|PROGRAM.tpub|KERNEL.s [options]", vm, &file)) return 0;
 
   runtime::Client client(sim::load_config(config, sets));
-  runtime::Executable exe = load_model(client, file, parse_defines(defines), parse_shapes(shapes), precision, input_specs);
+  runtime::Executable exe = load_model(client, file, parse_defines(defines), parse_shapes(shapes), precision, input_specs,
+                                       vm.count("timing-only") != 0);
   const Fill fill = vm.count("timing-only") ? Fill::Zeros : Fill::Random;  // as `run --timing-only`
   auto inputs = gather_inputs(client, exe, input_specs, input_dir, fill, seed);
   runtime::ExecuteOptions opts;
@@ -598,6 +606,49 @@ int cmd_validate(const std::vector<std::string>& args) {
   }
 }
 
+int cmd_explore(const std::vector<std::string>& args) {
+  explore::Options o;
+  std::vector<std::string> sweeps;
+  po::options_description what("what to sweep");
+  what.add_options()
+      ("workload", po::value(&o.workload)->value_name("MODEL.onnx|NAME[:k=v,...]|LAYER:k=v,..."),
+       ("an ONNX file; an exporter of workloads/ (resnet, bert, gpt2, mlp; resnet50 = resnet:arch=resnet50), "
+        "exported once into a cache; or a built-in layer, its shape's defaults: " + explore::layers_help()).c_str())
+      ("sweep", po::value(&sweeps)->composing()->value_name("KEY=V1,V2,..."),
+       "a parameter and its values (repeatable; every combination runs, the first --sweep varying slowest): a chip "
+       "parameter (section.key), precision, or a workload parameter (a layer's shape, an exporter's option)")
+      ("precision", po::value(&o.precision)->default_value("bf16")->value_name("bf16|int8"),
+       "matmuls and convolutions in bf16 or int8 (unless swept)")
+      ("functional", "compute the numbers too, on random inputs (default: timing-only, which gives the same cycles)")
+      ("max-cycles", po::value(&o.max_cycles)->default_value(4'000'000'000)->value_name("N"),
+       "fail a point whose run goes on longer");
+  po::options_description how("how");
+  how.add_options()
+      ("jobs,j", po::value(&o.jobs)->default_value(1)->value_name("N"),
+       "worker processes (each point runs in one; under mpirun, per rank)")
+      ("out", po::value(&o.out)->value_name("DIR"),
+       "the results: results.csv, results.json, *.svg, report.html, and journal.jsonl (every finished point)")
+      ("resume", "continue the sweep DIR/journal.jsonl holds: points already there are not run again")
+      ("cache", po::value(&o.cache)->value_name("DIR"), "where exported workloads go (default: the build tree's explore-cache)");
+  po::options_description shown;
+  shown.add(what).add(how).add(chip_options(o.config, o.sets));
+  po::variables_map vm;
+  const char* usage = "usage: tpusim explore --workload W --sweep KEY=V1,V2,... [--sweep ...] --out DIR [--jobs N] "
+                      "[--resume] [--config NAME] [--set k=v]...";
+  if (!parse(args, shown, usage, vm)) return 0;
+  if (o.workload.empty()) throw UsageError(std::string("explore needs --workload (") + usage + ")");
+  if (o.out.empty()) throw UsageError(std::string("explore needs --out DIR (") + usage + ")");
+  o.functional = vm.count("functional") != 0;
+  o.resume = vm.count("resume") != 0;
+  o.tty = isatty(fileno(stderr)) != 0;
+  try {
+    for (const std::string& s : sweeps) o.sweeps.push_back(explore::parse_sweep(s));
+    return explore::run(o, std::cerr);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("explore: ") + e.what());
+  }
+}
+
 int cmd_demo(const std::vector<std::string>& args) {
   std::string config;
   std::vector<std::string> sets;
@@ -627,7 +678,7 @@ int main(int argc, char** argv) {
   static const std::map<std::string, int (*)(const std::vector<std::string>&)> commands = {
       {"run", cmd_run}, {"asm", cmd_asm}, {"disasm", cmd_disasm},
       {"compile", cmd_compile}, {"config", cmd_config}, {"demo", cmd_demo}, {"profile", cmd_profile},
-      {"compare", cmd_compare}, {"validate", cmd_validate}};
+      {"compare", cmd_compare}, {"validate", cmd_validate}, {"explore", cmd_explore}};
   auto it = commands.find(args[0]);
   try {
     if (it == commands.end()) throw UsageError("unknown command '" + args[0] + "' (see tpusim --help)");

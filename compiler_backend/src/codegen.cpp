@@ -86,11 +86,11 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
   // faster on one unit than spread with synchronisation.
   const double one_unit = one_unit_gemm_cycles(call, symbols);
   auto cycles = [](double c) { return std::to_string(static_cast<int64_t>(std::llround(c))); };
-  // Units share output tiles (K is not split: results stay bit-identical), so one tile is one unit's work.
-  const int64_t C = symbol_or(symbols, "MXU_COLS", 1);
-  const int64_t tm = std::max<int64_t>(1, std::min(g.m, symbol_or(symbols, "ACC_ROWS", 2) / 2));
-  if ((g.m + tm - 1) / tm * ((g.n + C - 1) / C) < 2) {
-    why = "its output is one tile of a matrix unit (" + std::to_string(g.m) + " x " + std::to_string(g.n) + ")";
+  // Units share output tiles (K is not split: results stay bit-identical); a tile narrower than C columns or
+  // shorter than R rows (a stream that no longer hides its weight load) is one unit's work.
+  const int64_t R = symbol_or(symbols, "MXU_ROWS", 1), C = symbol_or(symbols, "MXU_COLS", 1);
+  if ((g.m + R - 1) / R * ((g.n + C - 1) / C) < 2) {
+    why = "its output, " + std::to_string(g.m) + " x " + std::to_string(g.n) + ", is one tile of a matrix unit";
     return std::nullopt;
   }
   const double sync = cores > 1 ? 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0)) : 0.0;

@@ -68,7 +68,11 @@ std::vector<float> permute_data(const std::vector<float>& d, const Shape& s, con
 }
 
 Lowering::Lowering(const ir::Graph& g, const Options& opts)
-    : g_(g), opts_(opts), sym_(opts.target.symbols), users_(g.values.size()), is_output_(g.values.size()), done_(g.nodes.size()) {
+    : g_(g),
+      opts_(opts),
+      sym_(opts.target.symbols),
+      absmax_(opts.activation_absmax),
+      users_(g.values.size()), is_output_(g.values.size()), done_(g.nodes.size()) {
   for (size_t i = 0; i < g_.nodes.size(); ++i)
     for (int in : g_.nodes[i].inputs)
       if (in >= 0) users_[in].push_back(static_cast<int>(i));
@@ -167,6 +171,7 @@ int Lowering::pattern(float value, DType dtype, uint64_t bytes) {  // a constant
 int Lowering::tiled_weights(const std::string& name, const std::vector<float>& w, int64_t k, int64_t n) {
   const int64_t R = sym_.at("MXU_ROWS"), C = sym_.at("MXU_COLS");
   const int64_t kt = (k + R - 1) / R, nt = (n + C - 1) / C;
+  if (w.empty()) return const_bf16(name, {kt, nt, R, C}, {});  // timing-only: laid out, not filled
   std::vector<float> t(static_cast<size_t>(kt * nt * R * C), 0.0f);
   for (int64_t i = 0; i < k; ++i)
     for (int64_t j = 0; j < n; ++j)

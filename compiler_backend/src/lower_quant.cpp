@@ -18,13 +18,16 @@ void Lowering::find_quantised() {
         val(n.inputs[0]).elem_type == ir::kFloat)
       calib_.insert(n.inputs[0]);
   }
+  // Timing-only (Options::timing_only): a range of 1 where none was calibrated; ranges change no instruction.
+  if (opts_.timing_only && opts_.precision == Precision::INT8)
+    for (int v : calib_) absmax_.emplace(val(v).name, 1.0f);
 }
 
 bool Lowering::int8(int v) const { return opts_.precision == Precision::INT8 && calib_.count(v); }
 
 float Lowering::act_scale(const ir::Node& n, int v) const {
-  auto it = opts_.activation_absmax.find(val(v).name);
-  if (it == opts_.activation_absmax.end())
+  auto it = absmax_.find(val(v).name);
+  if (it == absmax_.end())
     fail(n, "int8: no calibration range for activation '" + val(v).name + "' (give calibration inputs)");
   if (!(it->second >= 0) || !std::isfinite(it->second))
     fail(n, "int8: the calibration range of '" + val(v).name + "' is not finite");
@@ -52,7 +55,8 @@ int Lowering::tiled_weights_i8(const std::string& name, const std::vector<float>
                      std::vector<float>& scales) {
   const int64_t R = sym_.at("MXU_ROWS"), C = sym_.at("MXU_COLS");
   const int64_t kt = (k + R - 1) / R, nt = (n + C - 1) / C;
-  scales.assign(static_cast<size_t>(n), 0.0f);
+  scales.assign(static_cast<size_t>(n), w.empty() ? 1.0f : 0.0f);  // timing-only: no values, scales of 1
+  if (w.empty()) return add_const(name + ".i8", DType::I8, {kt, nt, R, C}, {});
   for (int64_t i = 0; i < k; ++i)
     for (int64_t j = 0; j < n; ++j)
       scales[j] = std::max(scales[j], std::fabs(w[static_cast<size_t>(i * n + j)]));
@@ -86,8 +90,8 @@ void Lowering::dequantize(const std::string& label, Stored acc, int64_t rows, in
 
 void Lowering::int8_copy(KernelCall& call, int node, int v, bool nhwc) {
   if (opts_.precision != Precision::INT8 || !calib_.count(v) || quantized_.count(v)) return;
-  auto it = opts_.activation_absmax.find(val(v).name);
-  if (it == opts_.activation_absmax.end() || !(it->second > 0) || !std::isfinite(it->second)) return;
+  auto it = absmax_.find(val(v).name);
+  if (it == absmax_.end() || !(it->second > 0) || !std::isfinite(it->second)) return;
   const float inv = 127.0f / it->second;
   int q = rw_node(call, rw::Op::Mul, {node, rw_node(call, rw::Op::Const, {}, inv)});
   Stored s{temp(val(v).name + ".i8", DType::I8, shape(v)), 0, DType::I8, nhwc && layout_matters(v)};

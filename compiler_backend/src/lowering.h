@@ -166,6 +166,7 @@ class Lowering {
   const Options& opts_;
   const std::map<std::string, int64_t>& sym_;
   std::set<int> calib_;              // values an INT8 compile quantises (matmul and conv inputs)
+  std::map<std::string, float> absmax_;  // their ranges: opts_.activation_absmax (timing-only: 1 where missing)
   std::map<int, Stored> quantized_;  // value -> its int8 copy
   KernelPlan plan_;
   std::vector<std::vector<int>> users_;  // value -> the nodes reading it

@@ -7,7 +7,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <string_view>
+#include <utility>
 
+#include "ops.h"
 #include "tpusim/compiler/compiler.h"
 #include "tpusim/isa/isa.h"
 
@@ -226,11 +230,140 @@ void read_graph_input(const onnx::ValueInfoProto& in, ir::Value& v) {
     v.dims.push_back(d.has_dim_value() ? ir::Dim::sized(d.dim_value()) : ir::Dim::dynamic(d.dim_param()));
 }
 
+
+// ---- timing-only import: weights left in the file ----------------------------------------------------------
+// A timing-only compile reads no weight values, so the large FLOAT initializers' raw_data are cut out of the
+// serialized model before protobuf parses it (a ResNet-50 is 100 MB of weights around 30 KB of graph): a walk of
+// the protobuf wire format (ModelProto.graph = 7, GraphProto.initializer = 5, TensorProto.data_type = 2,
+// .name = 8, .raw_data = 9, .data_location = 14) that copies everything else, with the lengths of the enclosing
+// messages recomputed. Where each cut tensor's bytes lie in the source is remembered, so that one whose values
+// the lowering does need after all (not a weight of a Conv, MatMul or Gemm) is read from there.
+constexpr uint64_t kElideBytes = 16 << 10;  // smaller tensors (biases, norms, shapes) keep their values
+
+struct Wire {
+  const char* p;
+  const char* end;
+  std::string_view model;  // for errors
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p >= end) throw Error(std::string(model) + ": not a valid ONNX model (truncated varint)");
+      const uint8_t b = static_cast<uint8_t>(*p++);
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    throw Error(std::string(model) + ": not a valid ONNX model (bad varint)");
+  }
+  // Skips a field's value of wire type `wt`; returns [begin, end) of a LEN field's payload.
+  std::string_view value(uint32_t wt) {
+    const char* b = p;
+    switch (wt) {
+      case 0: varint(); return {};
+      case 1: b = p, p += 8; break;
+      case 5: b = p, p += 4; break;
+      case 2: {
+        const uint64_t n = varint();
+        if (n > static_cast<uint64_t>(end - p)) throw Error(std::string(model) + ": not a valid ONNX model (truncated field)");
+        b = p, p += n;
+        return {b, static_cast<size_t>(n)};
+      }
+      default: throw Error(std::string(model) + ": not a valid ONNX model (wire type " + std::to_string(wt) + ")");
+    }
+    if (p > end) throw Error(std::string(model) + ": not a valid ONNX model (truncated field)");
+    return {};
+  }
+};
+
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) out += static_cast<char>((v & 0x7f) | 0x80), v >>= 7;
+  out += static_cast<char>(v);
+}
+
+// Copies message [p, end) field by field; `rewrite(field, payload, out)` may replace a LEN field (returns true
+// when it wrote the field itself).
+template <typename F>
+std::string copy_message(std::string_view msg, std::string_view model, F&& rewrite) {
+  std::string out;
+  out.reserve(msg.size() < (1 << 20) ? msg.size() : 1 << 16);
+  Wire w{msg.data(), msg.data() + msg.size(), model};
+  while (w.p < w.end) {
+    const char* field_begin = w.p;
+    const uint64_t key = w.varint();
+    const uint32_t wt = key & 7;
+    const uint64_t field = key >> 3;
+    const std::string_view payload = w.value(wt);
+    if (wt == 2 && rewrite(field, payload, out)) continue;
+    out.append(field_begin, static_cast<size_t>(w.p - field_begin));
+  }
+  return out;
+}
+
+void put_len_field(std::string& out, uint64_t field, const std::string& payload) {
+  put_varint(out, field << 3 | 2);
+  put_varint(out, payload.size());
+  out += payload;
+}
+
+// `bytes` with the large FLOAT initializers' raw_data cut out; `cut` gets name -> the data's place in `bytes`.
+std::string strip_weights(std::string_view bytes, const std::string& model,
+                          std::map<std::string, std::pair<uint64_t, uint64_t>>& cut) {
+  auto tensor = [&](std::string_view t) -> std::string {
+    // The tensor's type, name, location and raw data.
+    Wire w{t.data(), t.data() + t.size(), model};
+    uint64_t type = 0, location = 0;
+    std::string name;
+    std::string_view raw;
+    while (w.p < w.end) {
+      const uint64_t key = w.varint();
+      if (key == (2 << 3 | 0)) type = w.varint();
+      else if (key == (14 << 3 | 0)) location = w.varint();
+      else if (key == (8 << 3 | 2)) name.assign(w.value(2));
+      else if (key == (9 << 3 | 2)) raw = w.value(2);
+      else w.value(key & 7);
+    }
+    if (type != onnx::TensorProto_DataType_FLOAT || location != 0 || raw.size() < kElideBytes || name.empty() ||
+        cut.count(name))
+      return std::string(t);
+    cut[name] = {static_cast<uint64_t>(raw.data() - bytes.data()), raw.size()};
+    return copy_message(t, model, [](uint64_t field, std::string_view, std::string&) { return field == 9; });
+  };
+  auto graph = [&](std::string_view g) {
+    return copy_message(g, model, [&](uint64_t field, std::string_view payload, std::string& out) {
+      if (field != 5) return false;
+      put_len_field(out, 5, tensor(payload));
+      return true;
+    });
+  };
+  return copy_message(bytes, model, [&](uint64_t field, std::string_view payload, std::string& out) {
+    if (field != 7) return false;
+    put_len_field(out, 7, graph(payload));
+    return true;
+  });
+}
+
+// The values a lowering reads only to lay out weights (a timing-only compile skips that): OpDef::weight_input.
+bool weight_use(const ir::Graph& g, const ir::Node& n, size_t input) {
+  const OpDef* def = find_op(n.op);
+  return def && def->weight_input && def->weight_input(g, n, input);
+}
+
 }  // namespace
 
-ir::Graph import_onnx(const std::string& bytes, const std::string& model_name) {
+ir::Graph import_onnx(std::string_view bytes, const std::string& model_name, bool timing_only) {
+  std::map<std::string, std::pair<uint64_t, uint64_t>> cut;  // initializer -> where its raw_data is in `bytes`
+  std::string stripped;
+  if (timing_only) {
+    try {
+      stripped = strip_weights(bytes, model_name, cut);
+    } catch (const Error&) {
+      cut.clear();  // not a model the walk understands: protobuf's parse below says what is wrong
+      stripped.clear();
+    }
+  }
+  const std::string_view parsed = timing_only && !stripped.empty() ? std::string_view(stripped) : bytes;
   onnx::ModelProto model;
-  if (!model.ParseFromString(bytes))
+  if (parsed.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
+      !model.ParseFromArray(parsed.data(), static_cast<int>(parsed.size())))
     throw Error(model_name + ": not a valid ONNX model (protobuf parse failed)");
   if (!model.has_graph()) throw Error(model_name + ": not a valid ONNX model (it has no graph)");
   const onnx::GraphProto& g = model.graph();
@@ -243,7 +376,28 @@ ir::Graph import_onnx(const std::string& bytes, const std::string& model_name) {
 
   ir::Graph graph;
   graph.model_name = model_name;
-  for (const onnx::TensorProto& t : g.initializer()) read_tensor(t, graph.values[graph.value(t.name())]);
+  std::vector<int> elided;
+  for (const onnx::TensorProto& t : g.initializer()) {
+    ir::Value& v = graph.values[graph.value(t.name())];
+    auto c = cut.find(t.name());
+    if (c == cut.end() || !t.raw_data().empty()) {
+      read_tensor(t, v);
+      continue;
+    }
+    // Cut out: the shape and type now, the values only if a use other than a weight's needs them (below).
+    const std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    if (std::string why = ir::shape_too_large(dims); !why.empty()) throw Error("constant '" + v.name + "': " + why);
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    if (c->second.second != static_cast<uint64_t>(n) * 4)
+      throw Error("constant '" + v.name + "': " + std::to_string(c->second.second) + " bytes of data for " +
+                  std::to_string(n) + " FLOAT elements");
+    v.is_const = v.has_shape = true;
+    v.elem_type = ir::kFloat;
+    v.dims.clear();
+    for (int64_t d : dims) v.dims.push_back(ir::Dim::sized(d));
+    elided.push_back(graph.value(t.name()));
+  }
   for (const onnx::ValueInfoProto& in : g.input()) {
     int id = graph.value(in.name());
     if (graph.values[id].is_const) continue;  // an initializer listed as an input (older exporters)
@@ -304,6 +458,20 @@ ir::Graph import_onnx(const std::string& bytes, const std::string& model_name) {
     if (std::find(graph.outputs.begin(), graph.outputs.end(), it->second) != graph.outputs.end())
       throw Error(model_name + ": two outputs are named '" + isa::printable(out.name()) + "'");
     graph.outputs.push_back(it->second);
+  }
+
+  // A cut-out constant keeps no values only where every use is a weight's (its data stays empty, which the
+  // lowering takes as "timing-only: lay out, do not fill"); any other use reads them from `bytes` now.
+  for (int id : elided) {
+    ir::Value& v = graph.values[id];
+    bool weights_only = std::find(graph.outputs.begin(), graph.outputs.end(), id) == graph.outputs.end();
+    for (const ir::Node& n : graph.nodes)
+      for (size_t i = 0; i < n.inputs.size(); ++i)
+        if (n.inputs[i] == id && !weight_use(graph, n, i)) weights_only = false;
+    if (weights_only) continue;
+    const auto& [offset, size] = cut.at(v.name);
+    v.data.resize(size / 4);
+    std::memcpy(v.data.data(), bytes.data() + offset, size);
   }
   return graph;
 }

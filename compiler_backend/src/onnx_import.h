@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "graph.h"
 
@@ -17,6 +18,9 @@ inline constexpr int64_t kMaxOpset = 18;
 // Throws Error "<model_name>: not a valid ONNX model (...)" on bytes that are not a model, and Error naming the
 // node or value for graphs it cannot represent (a value used before it is defined, external constant data, ...).
 // Constant nodes become constant values; initializers listed among the inputs are constants, not inputs.
-ir::Graph import_onnx(const std::string& bytes, const std::string& model_name);
+// `timing_only` (compiler::Options::timing_only): FLOAT initializers of 16 KiB or more that serve only as weights
+// (input 1 of Conv, of MatMul and Gemm on a computed input) are imported without their values (data left empty,
+// shape and type set); their bytes are never copied out of `bytes`.
+ir::Graph import_onnx(std::string_view bytes, const std::string& model_name, bool timing_only = false);
 
 }  // namespace tpusim::compiler

@@ -56,6 +56,9 @@ struct OpDef {
   const char* no_lowering = nullptr;
   // int8 compiles: whether the node's input 0 is quantised (a matmul or convolution with constant weights).
   bool (*quantises)(const Lowering&, const ir::Node&) = nullptr;
+  // Timing-only compiles (Options::timing_only): whether input k of the node is read only to lay out weights, so
+  // that the import may skip its values (onnx_import.h). Called on the imported graph, before shape inference.
+  bool (*weight_input)(const ir::Graph&, const ir::Node&, size_t k) = nullptr;
 
   bool row_wise() const { return fusion == Fusion::Elementwise || fusion == Fusion::RowReduce; }
   bool lowers() const { return lower != nullptr || rowwise != nullptr; }

@@ -131,15 +131,15 @@ int fuse_epilogue(Lowering& L, int out, int64_t ncols, std::vector<float>& bias,
 void gemv(Lowering& L, const std::string& label, Stored x, const std::vector<float>& w, int64_t k, int64_t n,
           const std::vector<float>& bias, const std::string& wname, bool relu, Stored out, bool int8_weights) {
   KernelCall call = L.rowwise_call(label, n, k);
-  std::vector<float> wt(w.size());
-  for (int64_t i = 0; i < k; ++i)
+  std::vector<float> wt(w.size());  // empty w (timing-only): no values, nothing to transpose
+  for (int64_t i = 0; i < k && !w.empty(); ++i)
     for (int64_t j = 0; j < n; ++j) wt[static_cast<size_t>(j * k + i)] = w[static_cast<size_t>(j + i * n)];
   std::vector<float> scale;
   int wbuf;
   if (int8_weights) {
-    scale.assign(static_cast<size_t>(n), 0.0f);
+    scale.assign(static_cast<size_t>(n), wt.empty() ? 1.0f : 0.0f);
     std::vector<uint8_t> q(wt.size());
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = 0; j < n && !wt.empty(); ++j) {
       for (int64_t i = 0; i < k; ++i) scale[j] = std::max(scale[j], std::fabs(wt[static_cast<size_t>(j * k + i)]));
       scale[j] = scale[j] > 0 ? scale[j] / 127.0f : 1.0f;
       for (int64_t i = 0; i < k; ++i) {
@@ -183,7 +183,7 @@ void lower_matmul(Lowering& L, const ir::Node& n) {
     const int64_t k = as.back(), nn = trans ? bs[0] : bs[1];
     const int64_t m = prod(as, 0, as.size() - 1);
     std::vector<float> w = L.val(b).data;
-    if (trans) w = permute_data(w, bs, {1, 0});
+    if (trans && !w.empty()) w = permute_data(w, bs, {1, 0});  // (empty: timing-only, no values)
     std::vector<float> bias;
     std::string bias_name;
     if (n.op == "Gemm" && n.inputs.size() > 2 && n.inputs[2] >= 0) {
@@ -254,6 +254,11 @@ void lower_matmul(Lowering& L, const ir::Node& n) {
   }
 }
 
+// Input 1 with a computed input 0 (with a constant one the product would be folded at compile time).
+bool matmul_weights(const ir::Graph& g, const ir::Node& n, size_t k) {
+  return k == 1 && n.inputs[0] >= 0 && !g.values[n.inputs[0]].is_const;
+}
+
 bool quantises_matmul(const Lowering& L, const ir::Node& n) {
   return L.val(n.inputs[1]).is_const && L.shape(n.inputs[1]).size() == 2 && L.shape(n.inputs[0]).size() >= 2;
 }
@@ -262,11 +267,10 @@ bool quantises_matmul(const Lowering& L, const ir::Node& n) {
 
 void add_matmul_ops(OpTable& t) {
   t.add({.name = "MatMul", .min_inputs = 2, .max_inputs = 2, .infer = infer_matmul, .fold = fold_matmul,
-         .lower = lower_matmul,
-         .quantises = quantises_matmul});
+         .lower = lower_matmul, .quantises = quantises_matmul, .weight_input = matmul_weights});
   t.add({.name = "Gemm", .min_inputs = 2, .max_inputs = 3,
          .attrs = {{"alpha", K::Float}, {"beta", K::Float}, {"transA", K::Int}, {"transB", K::Int}},
-         .infer = infer_gemm, .lower = lower_matmul, .quantises = quantises_matmul});
+         .infer = infer_gemm, .lower = lower_matmul, .quantises = quantises_matmul, .weight_input = matmul_weights});
 }
 
 }  // namespace tpusim::compiler

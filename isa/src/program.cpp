@@ -60,7 +60,8 @@ const char* mem_space_name(MemSpace s) { return s == MemSpace::Vmem ? "vmem" : "
 namespace {
 
 constexpr char kMagic[4] = {'T', 'P', 'U', 'B'};
-enum SectionId : uint32_t { kCode = 1, kTensors = 2, kConst = 3, kName = 4, kSource = 5, kRegions = 6, kCores = 7 };
+enum SectionId : uint32_t { kCode = 1, kTensors = 2, kConst = 3, kName = 4, kSource = 5, kRegions = 6, kCores = 7,
+                       kTimingOnly = 8 };
 // The most cores a program may ask for (chip.cores allows the same).
 constexpr uint32_t kMaxCores = 1024;
 
@@ -73,6 +74,7 @@ const char* section_name(uint32_t id) {
     case kSource: return "source";
     case kRegions: return "regions";
     case kCores: return "cores";
+    case kTimingOnly: return "timing-only";
   }
   return "unknown";
 }
@@ -340,7 +342,7 @@ void validate_tensors(const Program& p) {
     check_tensor(t);
     if (!names.insert(t.name).second) throw Error("duplicate tensor '" + printable(t.name) + "'");
     uint64_t size = p.const_data.size();
-    if (t.kind == TensorKind::Const && (t.const_offset > size || t.bytes() > size - t.const_offset))
+    if (t.kind == TensorKind::Const && !p.timing_only && (t.const_offset > size || t.bytes() > size - t.const_offset))
       throw Error("const tensor '" + printable(t.name) + "' (" + std::to_string(t.bytes()) + " bytes at offset " +
                   std::to_string(t.const_offset) + ") lies outside the constant data (" + std::to_string(size) +
                   " bytes)");
@@ -432,7 +434,7 @@ std::vector<uint8_t> serialize(const Program& p) {
   Writer w;
   w.raw(kMagic, 4);
   w.u32(kProgramVersion);
-  w.u32(4 + !p.source.empty() + !p.regions.empty() + (p.cores != 1));
+  w.u32(4 + !p.source.empty() + !p.regions.empty() + (p.cores != 1) + p.timing_only);
   w.section(kCode, code_payload(p));
   w.section(kTensors, tensors_payload(p));
   w.section(kConst, p.const_data);
@@ -443,6 +445,9 @@ std::vector<uint8_t> serialize(const Program& p) {
     Writer c;
     c.u32(p.cores);
     w.section(kCores, c.out);
+  }
+  if (p.timing_only) {  // no payload; a reader that predates it finds the constants missing and refuses the file
+    w.section(kTimingOnly, {});
   }
   return std::move(w.out);
 }
@@ -487,6 +492,7 @@ Program deserialize(const std::vector<uint8_t>& bytes) {
           r.fail("the program asks for " + std::to_string(p.cores) + " cores (1.." + std::to_string(kMaxCores) + ")",
                  at);
         break;
+      case kTimingOnly: p.timing_only = true; break;
       default: r.skip(len, "section"); break;  // unknown section: skipped, so later versions can add some
     }
     r.expect_end();

@@ -477,6 +477,7 @@ StatusOr<Executable> ClientCore::compile_onnx(const ModelSource& src,
   for (const auto& [name, shape] : input_shapes) key += "|" + name + "=" + shape_text(shape);
   if (extra.precision == compiler::Precision::INT8) key += "|int8";
   if (extra.expose_calibration) key += "|calibration";
+  if (extra.timing_only) key += "|timing-only";
   for (const auto& [name, absmax] : extra.activation_absmax) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%a", static_cast<double>(absmax));
@@ -531,6 +532,12 @@ StatusOr<Executable> Client::compile_onnx_bytes(const std::string& bytes, const 
 
 StatusOr<Executable> Client::compile(const detail::ModelSource& src, const CompileOptions& opts) {
   const std::string& path = src.path;
+  if (opts.timing_only) {  // no values, so no calibration run either (compiler::Options::timing_only)
+    compiler::Options t;
+    t.precision = opts.precision;
+    t.timing_only = true;
+    return core_->compile_onnx(src, opts.input_shapes, t);
+  }
   if (opts.precision == compiler::Precision::BF16) return core_->compile_onnx(src, opts.input_shapes);
   if (opts.calibration.empty())
     return invalid(path + ": int8 needs calibration inputs (at least one set of model inputs)");
@@ -559,7 +566,7 @@ StatusOr<Executable> Client::compile(const detail::ModelSource& src, const Compi
 }
 
 Executable Client::compile_onnx_file(const std::string& path, const CompileOptions& opts) {
-  if (opts.precision == compiler::Precision::BF16) return compile_onnx_file(path, opts.input_shapes);
+  if (opts.precision == compiler::Precision::BF16 && !opts.timing_only) return compile_onnx_file(path, opts.input_shapes);
   StatusOr<Executable> e = compile_onnx(path, opts);
   e.status().throw_if_error();
   return e.value();
@@ -797,6 +804,9 @@ std::vector<Future<ExecuteOutput>> Client::execute_async(const Executable& exe, 
   std::vector<Future<ExecuteOutput>> futures;
   for (Item& it : run->items) futures.emplace_back(it.promise.get_future().share());
   Status common = fits(exe);
+  if (common.ok() && opts.functional && exe.program().timing_only)
+    common = invalid("program '" + exe.program().name +
+                     "' was compiled timing-only (its weights have no values): it runs timing-only only");
   std::set<int> seen;
   for (const ExecuteArgs& a : args)
     if (common.ok() && !seen.insert(a.device).second)

@@ -266,8 +266,10 @@ int main(int argc, char** argv) {
   const double host_gflops = std::max(gemm_before, gemm_after);
   const double host_gmacs = host_gflops / 2;
 
-  std::cout << "chip " << cfg.chip.name << ": " << cfg.mxu.rows << "x" << cfg.mxu.cols << " MXU at "
-            << cfg.chip.clock_mhz << " MHz (" << fmt(2.0 * cfg.mxu.rows * cfg.mxu.cols * cfg.chip.clock_mhz * 1e-6, 1)
+  const int units = cfg.core.mxus * cfg.chip.cores;
+  std::cout << "chip " << cfg.chip.name << ": " << cfg.chip.cores << " cores x " << cfg.core.mxus << " MXUs of "
+            << cfg.mxu.rows << "x" << cfg.mxu.cols << " at " << cfg.chip.clock_mhz << " MHz ("
+            << fmt(2.0 * cfg.mxu.rows * cfg.mxu.cols * units * cfg.chip.clock_mhz * 1e-6, 1)
             << " TFLOP/s), HBM " << cfg.hbm.bandwidth_gbs << " GB/s\n";
   std::cout << "host Eigen f32 GEMM " << gemm_n << "^3: " << fmt(host_gflops, 1) << " GFLOP/s = "
             << fmt(host_gmacs, 1) << " GMAC/s (before the models " << fmt(gemm_before, 1) << ", after "

@@ -2,6 +2,9 @@
 // Plain standard C++: no simulator code, so the statistics and the file formats are tested on their own.
 #include "report.h"
 
+#include "tpusim/explore/pool.h"
+#include "tpusim/explore/svg.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +16,7 @@
 namespace tpusim::validate {
 
 namespace fs = std::filesystem;
+namespace svg = explore::svg;
 
 const char* regime_name(Regime r) {
   switch (r) {
@@ -73,48 +77,10 @@ ErrorStats error_stats(const std::vector<const Case*>& cases, bool simulated) {
 
 namespace {
 
-// ---- small formatting helpers ------------------------------------------------------------------------------
+// ---- small formatting helpers (the shared ones are tpusim/explore/svg.h's) -----------------------------------
 
-std::string fmt(const char* f, double v) {
-  if (!std::isfinite(v)) return "";  // a blank CSV field reads back as missing (NaN) in pandas, R, spreadsheets
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-// RFC 4180: a field with a comma, a quote or a line break is quoted, with its quotes doubled.
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) {
-    if (c == '"') q += '"';
-    q += c;
-  }
-  return q + '"';
-}
-
-std::string csv_row(const std::vector<std::string>& fields) {
-  std::string row;
-  for (size_t i = 0; i < fields.size(); ++i) {
-    if (i) row += ',';
-    row += csv_field(fields[i]);
-  }
-  return row + '\n';
-}
-
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+using svg::csv_row;
+std::string fmt(const char* f, double v) { return svg::num(f, v); }
 
 std::string shape_text(const Case& c) {  // "m=4096 n=4096 k=4096"
   std::string s;
@@ -125,20 +91,8 @@ std::string shape_text(const Case& c) {  // "m=4096 n=4096 k=4096"
   return s;
 }
 
-// Writes `text` to dir/name through a temporary file in the same folder and a rename, which replaces the old file
-// in one step: a reader (or a run killed mid-write) sees the old file or the new one, never half of one.
 void write_file(const std::string& dir, const std::string& name, const std::string& text) {
-  const fs::path folder = dir.empty() ? fs::path(".") : fs::path(dir);
-  fs::create_directories(folder);
-  const fs::path path = folder / name, tmp = folder / ("." + name + ".tmp");
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw std::runtime_error("cannot write " + tmp.string());
-    f.write(text.data(), static_cast<std::streamsize>(text.size()));
-    f.close();
-    if (!f) throw std::runtime_error("error writing " + tmp.string());
-  }
-  fs::rename(tmp, path);  // throws fs::filesystem_error with the paths and the reason
+  svg::write_file(dir, name, text);
 }
 
 // ---- grouping for the summaries ----------------------------------------------------------------------------
@@ -265,18 +219,8 @@ void write_summary(const std::string& dir, const std::vector<Case>& cases, const
 
 namespace {
 
-// Colours per class, in order of first appearance (the first ones are matplotlib's "tab10", easy to tell apart).
-constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                                    "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
 constexpr const char* kBand = "#c4e6c4";  // the +-10% band: a pale green that the points' colours stand out on
-
-// A decade's label in microseconds: plain numbers from 0.001 to 100000, powers of ten beyond.
-std::string decade_label(int e) {
-  if (e < -3 || e > 5) return "1e" + std::to_string(e);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", std::max(0, -e), std::pow(10.0, e));  // "0.001", "1", "100000"
-  return buf;
-}
+const std::string& class_colour(size_t i) { return svg::colour(i); }
 
 }  // namespace
 
@@ -295,54 +239,21 @@ void write_scatter(const std::string& dir, const std::vector<Case>& cases, const
     for (double v : {c.measured_us, c.simulated_us}) lo = std::min(lo, v), hi = std::max(hi, v);
     if (drawable(c.measured_us, c.roofline_us)) lo = std::min(lo, c.roofline_us), hi = std::max(hi, c.roofline_us);
   }
-  if (!(lo <= hi)) lo = 1, hi = 10;  // nothing to draw: still a valid, empty plot
-  const int e_lo = static_cast<int>(std::floor(std::log10(lo))), e_hi = std::max(e_lo + 1, static_cast<int>(std::ceil(std::log10(hi))));
-
   // Layout (SVG user units = pixels): the square plot at (L, T), the legend to its right.
   constexpr double L = 90, T = 60, S = 600, W = 1000, H = 730;
-  const double span = e_hi - e_lo;
-  auto px = [&](double us) { return L + (std::log10(us) - e_lo) / span * S; };
-  auto py = [&](double us) { return T + S - (std::log10(us) - e_lo) / span * S; };
+  const std::vector<double> range = {lo, hi};
+  const svg::Axis ax = svg::Axis::fit(range, true, L, L + S), ay = svg::Axis::fit(range, true, T + S, T);
+  auto px = [&](double us) { return ax.map(us); };
+  auto py = [&](double us) { return ay.map(us); };
   // Point coordinates to 0.1 px: finer is invisible, and it keeps 25,000 points to about 1 MB.
   auto c1 = [](double v) { return fmt("%.1f", v); };
 
-  std::string svg;
-  svg += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fmt("%.0f", W) + "\" height=\"" + fmt("%.0f", H) +
-         "\" viewBox=\"0 0 " + fmt("%.0f", W) + " " + fmt("%.0f", H) + "\" font-family=\"sans-serif\" font-size=\"13\">\n";
-  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg += "<text x=\"" + c1(L + S / 2) + "\" y=\"30\" text-anchor=\"middle\" font-size=\"17\">" + xml_escape(title) + "</text>\n";
-  svg += "<defs><clipPath id=\"plot\"><rect x=\"" + c1(L) + "\" y=\"" + c1(T) + "\" width=\"" + c1(S) + "\" height=\"" +
-         c1(S) + "\"/></clipPath></defs>\n";
-
-  // Grid and ticks: a line and a label at every decade, short unlabelled ticks at 2..9 times each decade.
-  svg += "<g stroke=\"#e4e4e4\" stroke-width=\"1\">\n";
-  for (int e = e_lo; e <= e_hi; ++e) {
-    const double v = std::pow(10.0, e);
-    svg += "<line x1=\"" + c1(px(v)) + "\" y1=\"" + c1(T) + "\" x2=\"" + c1(px(v)) + "\" y2=\"" + c1(T + S) + "\"/>";
-    svg += "<line x1=\"" + c1(L) + "\" y1=\"" + c1(py(v)) + "\" x2=\"" + c1(L + S) + "\" y2=\"" + c1(py(v)) + "\"/>\n";
-  }
-  svg += "</g>\n<g stroke=\"black\" stroke-width=\"1\">\n";
-  for (int e = e_lo; e <= e_hi; ++e)
-    for (int m = 1; m <= (e < e_hi ? 9 : 1); ++m) {
-      const double v = m * std::pow(10.0, e), len = m == 1 ? 6 : 3;
-      svg += "<line x1=\"" + c1(px(v)) + "\" y1=\"" + c1(T + S) + "\" x2=\"" + c1(px(v)) + "\" y2=\"" + c1(T + S + len) + "\"/>";
-      svg += "<line x1=\"" + c1(L - len) + "\" y1=\"" + c1(py(v)) + "\" x2=\"" + c1(L) + "\" y2=\"" + c1(py(v)) + "\"/>\n";
-    }
-  svg += "</g>\n";
-  for (int e = e_lo; e <= e_hi; ++e) {
-    const double v = std::pow(10.0, e);
-    const std::string label = decade_label(e);
-    svg += "<text x=\"" + c1(px(v)) + "\" y=\"" + c1(T + S + 22) + "\" text-anchor=\"middle\">" + label + "</text>";
-    svg += "<text x=\"" + c1(L - 10) + "\" y=\"" + c1(py(v) + 4) + "\" text-anchor=\"end\">" + label + "</text>\n";
-  }
-  svg += "<text x=\"" + c1(L + S / 2) + "\" y=\"" + c1(T + S + 50) + "\" text-anchor=\"middle\">measured time (µs)</text>\n";
-  svg += "<text transform=\"translate(" + c1(L - 62) + " " + c1(T + S / 2) + ") rotate(-90)\" text-anchor=\"middle\">" +
-         "simulated time (µs)</text>\n";
+  std::string svg = svg::document_begin(W, H, title, L + S / 2);
+  svg += svg::frame(ax, ay, "measured time (µs)", "simulated time (µs)", "plot");
 
   // The +-10% band (between y = 0.9 x and y = 1.1 x), clipped to the plot. On a few decades it is only a few
   // pixels wide, so its edges are drawn as well as its fill.
-  const double a = std::pow(10.0, e_lo), b = std::pow(10.0, e_hi);
+  const double a = ax.lo, b = ax.hi;
   auto line = [&](double y_a, double y_b, const std::string& style) {  // from (a, y_a) to (b, y_b)
     svg += "<line x1=\"" + c1(px(a)) + "\" y1=\"" + c1(py(y_a)) + "\" x2=\"" + c1(px(b)) + "\" y2=\"" + c1(py(y_b)) + "\" " +
            style + "/>\n";
@@ -366,15 +277,14 @@ void write_scatter(const std::string& dir, const std::vector<Case>& cases, const
   // tpusim's points: one circle per case, grouped per class so the colour is written once per class.
   const std::vector<std::string> classes = classes_of(cases);
   for (size_t i = 0; i < classes.size(); ++i) {
-    svg += "<g fill=\"" + std::string(kPalette[i % std::size(kPalette)]) + "\" fill-opacity=\"0.55\">\n";
+    svg += "<g fill=\"" + class_colour(i) + "\" fill-opacity=\"0.55\">\n";
     for (const Case& c : cases)
       if (c.cls == classes[i] && !case_failed(c) && drawable(c.measured_us, c.simulated_us))
         svg += "<circle cx=\"" + c1(px(c.measured_us)) + "\" cy=\"" + c1(py(c.simulated_us)) + "\" r=\"2.5\"/>\n";
     svg += "</g>\n";
   }
   svg += "</g>\n";
-  svg += "<rect x=\"" + c1(L) + "\" y=\"" + c1(T) + "\" width=\"" + c1(S) + "\" height=\"" + c1(S) +
-         "\" fill=\"none\" stroke=\"black\" stroke-width=\"1\"/>\n";
+  svg += svg::frame_border(ax, ay);
 
   // The legend: per class its colour, then its cases, failures and MAPE on a second, smaller line (long class
   // names and counts do not fit on one); then the baseline, the line and the band. Its swatches are squares, so
@@ -382,10 +292,10 @@ void write_scatter(const std::string& dir, const std::vector<Case>& cases, const
   double y = T + 10;
   const double lx = L + S + 30;
   auto legend_text = [&](const std::string& text, const std::string& detail = "") {
-    svg += "<text x=\"" + c1(lx + 20) + "\" y=\"" + c1(y + 4) + "\">" + xml_escape(text) + "</text>\n";
+    svg += "<text x=\"" + c1(lx + 20) + "\" y=\"" + c1(y + 4) + "\">" + svg::escape(text) + "</text>\n";
     if (!detail.empty()) {
       y += 17;
-      svg += "<text x=\"" + c1(lx + 20) + "\" y=\"" + c1(y + 4) + "\" font-size=\"11\" fill=\"#555\">" + xml_escape(detail) +
+      svg += "<text x=\"" + c1(lx + 20) + "\" y=\"" + c1(y + 4) + "\" font-size=\"11\" fill=\"#555\">" + svg::escape(detail) +
              "</text>\n";
     }
     y += 24;
@@ -401,7 +311,7 @@ void write_scatter(const std::string& dir, const std::vector<Case>& cases, const
     for (const Case& c : cases)
       if (c.cls == classes[i]) g.push_back(&c);
     svg += "<rect x=\"" + c1(lx + 1) + "\" y=\"" + c1(y - 5) + "\" width=\"10\" height=\"10\" fill=\"" +
-           kPalette[i % std::size(kPalette)] + "\"/>\n";
+           class_colour(i) + "\"/>\n";
     legend_text(classes[i], detail(error_stats(g, true)));
   }
   if (!roof.empty()) {
@@ -417,70 +327,31 @@ void write_scatter(const std::string& dir, const std::vector<Case>& cases, const
          "\" stroke=\"#5aa05a\" stroke-width=\"0.8\" stroke-dasharray=\"4 3\"/>\n";
   legend_text("within ±10%");
   if (off_scale) legend_text(std::to_string(off_scale) + " not drawn", "(a time <= 0 has no place on a log axis)");
-  svg += "</svg>\n";
+  svg += svg::document_end();
   write_file(dir, "scatter.svg", svg);
 }
 
 // ---- progress -----------------------------------------------------------------------------------------------
 
-namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string hms(double s) {  // "1:02:03", "2:03"
-  if (!std::isfinite(s) || s < 0) return "--:--";
-  const long t = std::lround(s), h = t / 3600, m = t / 60 % 60, sec = t % 60;
-  char buf[32];
-  if (h) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", h, m, sec);
-  else std::snprintf(buf, sizeof buf, "%ld:%02ld", m, sec);
-  return buf;
-}
-
-}  // namespace
-
 Progress::Progress(std::ostream& os, size_t total, bool tty, size_t every)
-    : os_(os), total_(total), every_(std::max<size_t>(every, 1)), tty_(tty), start_(now_s()) {}
+    : line_(std::make_unique<explore::ProgressLine>(os, total, tty, "cases", every)) {}
+Progress::~Progress() = default;
 
 void Progress::update(const std::vector<Case>& done_so_far) {
-  const size_t n = done_so_far.size();
-  const double t = now_s(), elapsed = t - start_;
-  // A terminal gets at most ten redraws a second (and always the last case): fast cases would otherwise spend
-  // more time on the terminal than on simulating. A log gets a line every `every` cases and at the end.
-  const bool last = n >= total_;
-  if (tty_ ? !last && t - last_print_ < 0.1 : !last && n - last_ < every_) return;
-  if (!tty_ && last && n == last_ && !line_.empty()) return;  // the final line was already written
-
-  // MAPE of the cases so far, as a plain sum: O(n) per update and no sort, unlike error_stats.
-  size_t failed = 0, scored = 0;
-  double sum = 0;
-  for (const Case& c : done_so_far) {
-    const double e = std::fabs(rel_error(c.simulated_us, c.measured_us)) * 100;
-    if (case_failed(c) || !std::isfinite(e)) ++failed;
-    else ++scored, sum += e;
-  }
-  const double rate = elapsed > 0 ? n / elapsed : 0;
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%zu/%zu cases, %zu failed, %.1f cases/s, %s left, MAPE %s", n, total_, failed, rate,
-                hms(rate > 0 && total_ >= n ? (total_ - n) / rate : NAN).c_str(),
-                scored ? (fmt("%.1f", sum / scored) + "%").c_str() : "-");
-  line_ = buf;
-  last_ = n;
-  last_print_ = t;
-  if (tty_) {
-    // Pad with spaces over what is left of a longer previous line (the ETA can shrink by a few characters).
-    std::string out = "\r" + line_;
-    if (line_.size() < width_) out.append(width_ - line_.size(), ' ');
-    width_ = line_.size();
-    os_ << out << std::flush;
-  } else {
-    os_ << line_ << '\n' << std::flush;
-  }
+  line_->update(done_so_far.size(), [&] {
+    // MAPE of the cases so far, as a plain sum: O(n) per line written and no sort, unlike error_stats.
+    size_t failed = 0, scored = 0;
+    double sum = 0;
+    for (const Case& c : done_so_far) {
+      const double e = std::fabs(rel_error(c.simulated_us, c.measured_us)) * 100;
+      if (case_failed(c) || !std::isfinite(e)) ++failed;
+      else ++scored, sum += e;
+    }
+    return explore::ProgressLine::Extra{std::to_string(failed) + " failed",
+                                        "MAPE " + (scored ? fmt("%.1f", sum / scored) + "%" : std::string("-"))};
+  });
 }
 
-void Progress::finish() {
-  if (tty_ && !line_.empty()) os_ << '\n' << std::flush;
-}
+void Progress::finish() { line_->finish(); }
 
 }  // namespace tpusim::validate

@@ -7,10 +7,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace tpusim::explore {
+class ProgressLine;
+}
 
 namespace tpusim::validate {
 
@@ -73,17 +78,11 @@ void write_scatter(const std::string& dir, const std::vector<Case>& cases, const
 class Progress {
  public:
   Progress(std::ostream& os, size_t total, bool tty, size_t every = 50);
+  ~Progress();
   void update(const std::vector<Case>& done_so_far);  // call after each case
   void finish();                                      // ends the line on a terminal
  private:
-  std::ostream& os_;
-  size_t total_, every_;
-  bool tty_;
-  double start_;
-  size_t last_ = 0;
-  double last_print_ = -1;  // when the line was last written (steady clock, s): a terminal is redrawn at most 10/s
-  std::string line_;        // the last line written
-  size_t width_ = 0;        // its length on a terminal, to blank out what a shorter next line leaves behind
+  std::unique_ptr<explore::ProgressLine> line_;  // tpusim/explore/pool.h
 };
 
 }  // namespace tpusim::validate

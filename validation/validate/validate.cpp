@@ -15,11 +15,10 @@
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
+#include <memory>
 
-#include <poll.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+#include "tpusim/explore/pool.h"
+#include "tpusim/kernels/attention_chip.h"
 #include "tpusim/kernels/gemm_chip.h"
 #include "tpusim/sim/chip.h"
 #include "tpusim/sim/config.h"
@@ -88,6 +87,20 @@ isa::Program gemm_program(const Case& c, const std::map<std::string, int64_t>& s
   return kernels::gemm_chip_kernel(g, symbols);
 }
 
+bool is_attention(const Case& c) { return c.cls.rfind("attention_", 0) == 0; }
+
+// The fused attention kernel for an attention golden (attention_chip.h): bf16 q, k, v and output, causal or
+// bidirectional (the encoder's), grouped-query heads as the golden gives them.
+isa::Program attention_program(const Case& c, const std::map<std::string, int64_t>& symbols) {
+  kernels::AttentionChip a;
+  a.batch = get(c, "batch_size"), a.seq = get(c, "seq_len"), a.heads = get(c, "heads");
+  a.kv_heads = c.cls == "attention_causal" ? get(c, "kv_heads") : a.heads;
+  a.head_dim = get(c, "head_dim");
+  a.causal = c.cls == "attention_causal";
+  a.out = isa::DType::BF16;
+  return kernels::attention_chip_kernel(a, symbols);
+}
+
 void fill_roofline(Case& c, const ChipFigures& f) {
   const double peak = c.cls == "gemm_fp8" ? f.peak_i8 : f.peak_bf16;
   const double t = std::max(c.flops / peak, c.bytes / f.hbm) * 1e6;
@@ -101,7 +114,7 @@ void simulate(sim::Chip& chip, Case& c, const std::map<std::string, int64_t>& sy
   ro.functional = false;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    isa::Program p = gemm_program(c, symbols);
+    isa::Program p = is_attention(c) ? attention_program(c, symbols) : gemm_program(c, symbols);
     sim::RunResult r = chip.run(p, ro);
     c.simulated_us = static_cast<double>(r.stats.cycles) / clock_mhz;
   } catch (const std::exception& e) {
@@ -112,94 +125,40 @@ void simulate(sim::Chip& chip, Case& c, const std::map<std::string, int64_t>& sy
 }
 
 // --jobs N: N worker processes (one SystemC kernel each, so a process per worker), worker w taking cases w,
-// w + N, ...; each sends a line per finished case through a pipe: "index<TAB>simulated_us<TAB>wall_s<TAB>error"
-// (the error on one line). The parent reads them as they come, in any order. A worker that ends before sending
-// all its cases leaves them failed, with the reason.
+// w + N, ... (explore::run_pool); each reports a line per finished case: "simulated_us<TAB>wall_s<TAB>error" (the
+// error on one line). The parent reads them as they come, in any order. A worker that ends before sending all its
+// cases leaves them failed, with the reason.
 void run_workers(std::vector<Case>& cases, int jobs, const sim::ChipConfig& cfg,
                  const std::map<std::string, int64_t>& symbols, double clock_mhz,
                  const std::function<void(const Case&)>& finished) {
-  struct Worker {
-    pid_t pid = -1;
-    int fd = -1;
-    std::string buffer;
+  explore::Pool pool;
+  pool.jobs = jobs;
+  pool.start = [&]() -> std::function<std::string(size_t)> {
+    auto chip = std::make_shared<sim::Chip>(cfg);
+    return [&, chip](size_t i) {
+      Case c = cases[i];
+      simulate(*chip, c, symbols, clock_mhz);
+      std::string error = c.error;
+      std::replace(error.begin(), error.end(), '\t', ' ');
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.17g\t%.6g\t", c.simulated_us, c.wall_s);
+      return buf + error;
+    };
   };
-  std::vector<Worker> workers(static_cast<size_t>(jobs));
-  std::vector<bool> reported(cases.size(), false);
-  std::cout.flush(), std::cerr.flush();
-  for (int w = 0; w < jobs; ++w) {
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error(std::string("validate --jobs: pipe: ") + std::strerror(errno));
-    const pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error(std::string("validate --jobs: fork: ") + std::strerror(errno));
-    if (pid == 0) {  // the worker
-      close(fds[0]);
-      for (const Worker& other : workers)
-        if (other.fd >= 0) close(other.fd);
-      FILE* out = fdopen(fds[1], "w");
-      sim::Chip chip(cfg);
-      for (size_t i = static_cast<size_t>(w); i < cases.size(); i += static_cast<size_t>(jobs)) {
-        Case c = cases[i];
-        simulate(chip, c, symbols, clock_mhz);
-        std::string error = c.error;
-        std::replace(error.begin(), error.end(), '\n', ' ');
-        std::replace(error.begin(), error.end(), '\t', ' ');
-        std::fprintf(out, "%zu\t%.17g\t%.6g\t%s\n", i, c.simulated_us, c.wall_s, error.c_str());
-        std::fflush(out);
-      }
-      std::fclose(out);
-      _exit(0);
-    }
-    close(fds[1]);
-    workers[static_cast<size_t>(w)] = Worker{pid, fds[0], {}};
-  }
-  size_t open = workers.size();
-  while (open > 0) {
-    std::vector<pollfd> fds;
-    for (const Worker& w : workers)
-      if (w.fd >= 0) fds.push_back(pollfd{w.fd, POLLIN, 0});
-    if (poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR)
-      throw std::runtime_error(std::string("validate --jobs: poll: ") + std::strerror(errno));
-    for (Worker& w : workers) {
-      if (w.fd < 0) continue;
-      auto it = std::find_if(fds.begin(), fds.end(), [&](const pollfd& p) { return p.fd == w.fd; });
-      if (it == fds.end() || !(it->revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char chunk[4096];
-      const ssize_t n = read(w.fd, chunk, sizeof chunk);
-      if (n > 0) {
-        w.buffer.append(chunk, static_cast<size_t>(n));
-        for (size_t nl; (nl = w.buffer.find('\n')) != std::string::npos;) {
-          const std::string line = w.buffer.substr(0, nl);
-          w.buffer.erase(0, nl + 1);
-          std::vector<std::string> f;
-          std::stringstream ss(line);
-          for (std::string x; std::getline(ss, x, '\t');) f.push_back(x);
-          if (f.size() < 3) continue;
-          const size_t i = std::stoul(f[0]);
-          if (i >= cases.size()) continue;
-          cases[i].simulated_us = std::stod(f[1]);
-          cases[i].wall_s = std::stod(f[2]);
-          cases[i].error = f.size() > 3 ? f[3] : "";
-          reported[i] = true;
-          finished(cases[i]);
-        }
-      } else if (n == 0 || errno != EINTR) {  // end of the worker's output
-        close(w.fd);
-        w.fd = -1;
-        --open;
-        int status = 0;
-        waitpid(w.pid, &status, 0);
-        const size_t wi = static_cast<size_t>(&w - workers.data());
-        const std::string why = WIFSIGNALED(status) ? "worker process killed by signal " + std::to_string(WTERMSIG(status))
-                                                    : "worker process ended early (exit " + std::to_string(WEXITSTATUS(status)) + ")";
-        for (size_t i = wi; i < cases.size(); i += workers.size())
-          if (!reported[i]) {
-            cases[i].error = why, cases[i].simulated_us = std::nan("");
-            reported[i] = true;
-            finished(cases[i]);
-          }
-      }
-    }
-  }
+  pool.done = [&](size_t i, const std::string& line) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, '\t');) f.push_back(x);
+    cases[i].simulated_us = f.size() > 0 ? std::stod(f[0]) : std::nan("");
+    cases[i].wall_s = f.size() > 1 ? std::stod(f[1]) : 0;
+    cases[i].error = f.size() > 2 ? f[2] : "";
+    finished(cases[i]);
+  };
+  pool.lost = [&](size_t i, const std::string& why) {
+    cases[i].error = why, cases[i].simulated_us = std::nan("");
+    finished(cases[i]);
+  };
+  explore::run_pool(explore::strided_tasks(cases.size(), jobs), pool);
 }
 
 }  // namespace
@@ -248,6 +207,55 @@ std::vector<Case> load_gemm(const std::string& path) {
   return cases;
 }
 
+std::vector<Case> load_attention(const std::string& path, bool causal) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  const std::vector<std::string> cols = causal
+      ? std::vector<std::string>{"batch_size", "seq_len", "heads", "kv_heads", "head_dim"}
+      : std::vector<std::string>{"batch_size", "seq_len", "heads", "head_dim"};
+  std::string header;
+  for (const std::string& col : cols) header += col + ",";
+  header += "latency_us";
+  std::string line;
+  std::vector<Case> cases;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (lineno == 1) {
+      if (line != header) throw std::runtime_error(path + ":1: expected the header " + header);
+      continue;
+    }
+    if (line.empty()) continue;
+    const std::vector<std::string> f = split(line);
+    try {
+      if (f.size() != cols.size() + 1) throw std::invalid_argument(std::to_string(cols.size() + 1) + " fields expected");
+      Case c;
+      c.cls = causal ? "attention_causal" : "attention_encoder";
+      for (size_t i = 0; i < cols.size(); ++i) {
+        const int64_t v = std::stoll(f[i]);
+        if (v < 1) throw std::invalid_argument(cols[i] + " must be positive");
+        c.shape.emplace_back(cols[i], v);
+      }
+      c.measured_us = std::stod(f.back());
+      if (!(c.measured_us > 0)) throw std::invalid_argument("latency must be positive");
+      const double B = static_cast<double>(get(c, "batch_size")), S = static_cast<double>(get(c, "seq_len")),
+                   H = static_cast<double>(get(c, "heads")), D = static_cast<double>(get(c, "head_dim"));
+      const double KVH = causal ? static_cast<double>(get(c, "kv_heads")) : H;
+      if (causal && get(c, "heads") % get(c, "kv_heads") != 0)
+        throw std::invalid_argument("heads must be a multiple of kv_heads");
+      // Q K^T and P V: 2 x 2 B H S^2 D flops; causal keeps the half at or below the diagonal.
+      c.flops = 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0);
+      c.bytes = 2.0 * B * S * D * (2.0 * H + 2.0 * KVH);  // q and o, k and v, bf16
+      c.held_out = held_out(c.cls, c.shape);
+      cases.push_back(std::move(c));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(path + ":" + std::to_string(lineno) + ": " + e.what());
+    }
+  }
+  return cases;
+}
+
 std::vector<Case> sample(std::vector<Case> cases, size_t n) {
   std::stable_sort(cases.begin(), cases.end(), [](const Case& a, const Case& b) {
     if (a.cls != b.cls) return a.cls < b.cls;
@@ -285,14 +293,18 @@ int run(const Options& opts, std::ostream& log) {
     throw std::invalid_argument("unknown suite '" + opts.suite + "' (gemm, attention or all)");
   if (opts.part != "all" && opts.part != "tune" && opts.part != "held-out")
     throw std::invalid_argument("unknown part '" + opts.part + "' (all, tune or held-out)");
-  if (opts.suite == "attention")
-    throw std::invalid_argument(
-        "the attention suite needs the fused attention kernel, which the compiler does not emit yet; "
-        "--suite gemm runs the GEMM goldens");
-  if (opts.suite == "all")
-    log << "validate: the attention goldens are skipped: the compiler has no fused attention kernel yet\n";
   const std::string dir = opts.goldens.empty() ? default_goldens() : opts.goldens;
-  std::vector<Case> cases = load_gemm(dir + "/gemm.csv");
+  std::vector<Case> cases;
+  std::vector<std::string> files;
+  if (opts.suite != "attention") cases = load_gemm(dir + "/gemm.csv"), files.push_back(dir + "/gemm.csv");
+  if (opts.suite != "gemm") {
+    for (const bool causal : {true, false}) {
+      const std::string f = dir + (causal ? "/causal_attention.csv" : "/encoder_attention.csv");
+      std::vector<Case> more = load_attention(f, causal);
+      cases.insert(cases.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+      files.push_back(f);
+    }
+  }
   if (opts.part != "all") {
     const bool want = opts.part == "held-out";
     std::erase_if(cases, [&](const Case& c) { return c.held_out != want; });
@@ -313,11 +325,13 @@ int run(const Options& opts, std::ostream& log) {
   for (const std::string& s : opts.sets) header << " --set " << s;
   header << " --sample " << opts.sample << " --part " << opts.part;
   if (opts.max_gflop > 0) header << " --max-gflop " << opts.max_gflop;
-  header << "\n\ngoldens: " << dir << "/gemm.csv ("
-         << cases.size() << " cases run). Timing-only; the simulated time includes chip.launch_cycles. The "
+  header << "\n\ngoldens:";
+  for (const std::string& f : files) header << " " << f;
+  header << " (" << cases.size() << " cases run). Timing-only; the simulated time includes chip.launch_cycles. The "
          << "roofline baseline is max(flops / peak, bytes / HBM bandwidth) + " << kFixedUs << " us with this "
          << "chip's peak (" << fig.peak_bf16 / 1e12 << " TFLOP/s bf16, " << fig.peak_i8 / 1e12 << " fp8) and HBM ("
-         << fig.hbm / 1e12 << " TB/s).\n";
+         << fig.hbm / 1e12 << " TB/s); attention's flops are 4 B H S^2 D, halved for causal, its bytes q, k, v "
+         << "and o once each.\n";
 
   Progress progress(log, cases.size(), opts.tty);
   std::vector<Case> done;

@@ -2,8 +2,8 @@
 //
 // Each golden row becomes a Case (report.h); the kernel tpusim's compiler emits for that operator on the chip is
 // generated and run timing-only, and the simulated time is compared with the measurement and with a plain
-// roofline (max(flops / peak, bytes / HBM bandwidth) + 2.5 us). Only the GEMM suite runs today: the fused
-// attention kernel the attention goldens need does not exist yet, and `--suite attention` says so.
+// roofline (max(flops / peak, bytes / HBM bandwidth) + 2.5 us). The GEMM suite runs gemm_chip (gemm_chip.h),
+// the attention suite the fused attention kernel (attention_chip.h) on the causal and encoder goldens.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,11 @@ std::string default_goldens();
 // Reads gemm.csv ("dtype,m,n,k,latency_us"): classes gemm_bf16 and gemm_fp8. Throws std::runtime_error naming
 // file:line for a malformed row.
 std::vector<Case> load_gemm(const std::string& path);
+
+// Reads causal_attention.csv ("batch_size,seq_len,heads,kv_heads,head_dim,latency_us", class attention_causal)
+// or encoder_attention.csv ("batch_size,seq_len,heads,head_dim,latency_us", class attention_encoder). flops =
+// 4 B H S^2 D (halved for causal), bytes = q, k, v and o in bf16 once each. Throws as load_gemm.
+std::vector<Case> load_attention(const std::string& path, bool causal);
 
 // Whether a case is in the held-out part: a hash (FNV-1a, 64-bit) of its class and shape, one case in five.
 // Parameters of a preset may be set looking at the tuning part only.

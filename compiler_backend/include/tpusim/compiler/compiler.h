@@ -50,6 +50,12 @@ struct Options {
   // Shapes of graph inputs, by input name: required for inputs with dynamic dimensions; where given they must
   // agree with the model's static dimensions.
   std::map<std::string, std::vector<int64_t>> input_shapes;
+  // A program for timing-only runs (docs/explore.md): the same instructions as a full compile (so the same cycles),
+  // without computing what timing never reads. Weights (input 1 of Conv, MatMul, Gemm) of 16 KiB or more are
+  // neither read from the model nor converted, transposed, tiled or quantised: their Const tensors are declared
+  // but have no data (isa::Program::timing_only). INT8 uses an activation range of 1 for every activation with
+  // no calibrated one (the ranges change values, not instructions), so it needs no calibration run.
+  bool timing_only = false;
 };
 
 // Prefix of the outputs expose_calibration adds.

@@ -74,6 +74,10 @@ struct Program {
   // The cores that run the program (SPMD: each runs all of `code` with its own core.id), 1..; a chip with fewer
   // cores refuses it. Assembly: `.cores N`; a program for one core leaves the chip's other cores idle.
   uint32_t cores = 1;
+  // A timing-only compile (compiler::Options::timing_only): the Const tensors are declared (names, shapes,
+  // addresses) but their values were never computed, so const_data does not hold them; such a program runs
+  // timing-only (the runtime refuses a functional run). Section 8 of the .tpub format marks it.
+  bool timing_only = false;
 
   const TensorDecl* find(const std::string& name) const;
   // Lowest address past every tensor declared in `space`.
@@ -85,7 +89,7 @@ struct Program {
 // Throws isa::Error naming the tensor if `p.tensors` break a rule every program keeps, so that what the compiler
 // or the assembler makes loads, and what loads can be written back as assembly: names unique and not empty;
 // rank at most kMaxRank; sizes >= 0; at most kMaxTensorBytes each; every byte below kMaxAddress; a const tensor
-// inside the constant data, others with const_offset 0; no two tensors of one memory space overlapping.
+// inside the constant data (unless p.timing_only), others with const_offset 0; no two tensors of one memory space overlapping.
 void validate_tensors(const Program& p);
 // Two tensors of one memory space that overlap (indices into p.tensors, the later-declared second), if any.
 std::optional<std::pair<size_t, size_t>> overlapping_tensors(const Program& p);
@@ -105,7 +109,8 @@ inline constexpr uint32_t kProgramVersion = 4;  // 2: tensors carry their memory
 
 // Binary format: "TPUB", u32 version, u32 section count, then sections (u32 id, u64 byte length, payload);
 // little-endian throughout. Sections: 1 code (u64 words), 2 tensors, 3 constant data, 4 name, 5 source lines,
-// 6 regions (written only when there are some), 7 cores (u32; written only when not 1). Readers skip sections with unknown ids, so later versions can
+// 6 regions (written only when there are some), 7 cores (u32; written only when not 1), 8 timing-only (empty;
+// written only for a timing-only program). Readers skip sections with unknown ids, so later versions can
 // add some (a reader that predates section 6 loads such a file without its regions).
 std::vector<uint8_t> serialize(const Program& p);
 // Throws isa::Error naming the byte offset and what was wrong (bad magic, unsupported version, truncated section,

@@ -135,6 +135,10 @@ struct CompileOptions {
   // model is first compiled in bf16 with its quantised activations as extra outputs and run (functional, device 0)
   // on each set; each activation's range is the largest |x| seen over all sets.
   std::vector<std::map<std::string, HostTensor>> calibration;
+  // A program for timing-only runs only (compiler::Options::timing_only): the same instructions and cycles, without
+  // reading, converting or laying out the weights' values, and (INT8) without calibration runs; a functional
+  // execution of it fails with kInvalidArgument.
+  bool timing_only = false;
 };
 
 struct CacheStats {

@@ -1,0 +1,626 @@
+// The whole-chip fused attention generator (attention_chip.h has the contract and the schedule).
+#include "tpusim/kernels/attention_chip.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "tpusim/isa/assembler.h"
+#include "tpusim/isa/numerics.h"
+
+namespace tpusim::kernels {
+namespace {
+
+int64_t symbol(const std::map<std::string, int64_t>& s, const char* name) {
+  auto it = s.find(name);
+  if (it == s.end()) throw std::invalid_argument(std::string("attention_chip: chip symbol ") + name + " missing");
+  return it->second;
+}
+int64_t optional(const std::map<std::string, int64_t>& s, const char* name, int64_t otherwise) {
+  auto it = s.find(name);
+  return it == s.end() ? otherwise : it->second;
+}
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
+
+// The chip as the generator sees it.
+struct Chip {
+  int64_t R, C, ACC, VMEM, P, U, width, vbpc, latency, mem_bpc;
+};
+
+Chip chip_of(const AttentionChip& a, const std::map<std::string, int64_t>& s) {
+  Chip c;
+  c.R = symbol(s, "MXU_ROWS"), c.C = symbol(s, "MXU_COLS"), c.ACC = symbol(s, "ACC_ROWS");
+  c.VMEM = symbol(s, "VMEM_BYTES");
+  c.P = a.cores ? a.cores : symbol(s, "CORES");
+  c.U = a.mxus ? a.mxus : std::min<int64_t>(symbol(s, "MXUS"), 4);
+  c.width = std::max<int64_t>(1, optional(s, "VPU_WIDTH", 128));
+  c.vbpc = std::max<int64_t>(1, optional(s, "VMEM_BYTES_PER_CYCLE", 1 << 20));
+  c.latency = optional(s, "DMA_LATENCY", 100);
+  const int64_t cache = optional(s, "CACHE_BYTES_PER_CYCLE", 0);
+  c.mem_bpc = std::max<int64_t>(1, cache > 0 ? cache : optional(s, "HBM_BYTES_PER_CYCLE", 64));
+  if (a.batch < 1 || a.seq < 1 || a.heads < 1 || a.head_dim < 1)
+    throw std::invalid_argument("attention_chip: batch, seq, heads and head_dim must be positive");
+  const int64_t kvh = a.kv_heads ? a.kv_heads : a.heads;
+  if (kvh < 1 || a.heads % kvh != 0)
+    throw std::invalid_argument("attention_chip: heads (" + std::to_string(a.heads) +
+                                ") must be a multiple of kv_heads (" + std::to_string(kvh) + ")");
+  if (a.out != isa::DType::BF16 && a.out != isa::DType::F32)
+    throw std::invalid_argument("attention_chip: the output must be bf16 or f32");
+  if (c.P < 1 || c.P > symbol(s, "CORES"))
+    throw std::invalid_argument("attention_chip: " + std::to_string(c.P) + " cores asked, the chip has " +
+                                std::to_string(symbol(s, "CORES")));
+  if (c.U < 1 || c.U > symbol(s, "MXUS") || c.U > 4)
+    throw std::invalid_argument("attention_chip: " + std::to_string(c.U) + " matrix units per core asked (the chip has " +
+                                std::to_string(symbol(s, "MXUS")) + "; the kernel's semaphores allow 4)");
+  if (!(a.scale >= 0) || !std::isfinite(a.scale))
+    throw std::invalid_argument("attention_chip: the scale must be finite and positive (0: 1/sqrt(head_dim))");
+  return c;
+}
+
+// A product's split over the units: `strips` of C output columns by `groups` row groups of `rows` rows; piece p
+// is strip p / groups, row group p % groups, on unit p % U, the (p / U)-th of that unit.
+struct Split {
+  int64_t strips = 0, groups = 0, rows = 0, folds = 0;
+};
+
+// The full layout and plan.
+struct Layout {
+  AttentionPlan plan;
+  int64_t D = 0, Dp = 0, O = 0, KVH = 0, NQ = 0, NBK = 0, Mx = 0, mul = 0;
+  Split s, p;
+  int64_t sreg = 0, pvreg = 0;  // accumulator rows per unit of one S region, one PV region
+  // VMEM
+  int64_t QB = 0, Q0 = 0, KVB = 0, VOFF = 0, KV0 = 0, SB = 0, PB = 0, P0 = 0, OB = 0, Z = 0, MASK = 0, M = 0, L = 0,
+          MX = 0, RS = 0, RL = 0, AL0 = 0, ALB = 0, end = 0;
+};
+
+int64_t pieces_on(const Split& sp, int64_t U, int64_t u) {  // pieces of unit u
+  const int64_t n = sp.strips * sp.groups;
+  return n > u ? cdiv(n - u, U) : 0;
+}
+
+// Row groups for a product of `strips` strips over BR rows and `folds` folds: the fewest units' cycles (pieces
+// per unit x folds x max(rows, R): a weight load takes R cycles and hides behind a stream of at least R rows),
+// ties to fewer groups (longer streams, fewer instructions).
+Split choose_split(int64_t strips, int64_t folds, int64_t BR, const Chip& c) {
+  Split best;
+  double best_cost = 0;
+  for (int64_t g = 1; g <= c.U && g <= BR; g *= 2) {
+    if (BR % g) continue;
+    const int64_t rows = BR / g;
+    const double cost = static_cast<double>(cdiv(strips * g, c.U) * folds * std::max(rows, c.R));
+    if (best.groups == 0 || cost < best_cost) best = Split{strips, g, rows, folds}, best_cost = cost;
+  }
+  return best;
+}
+
+// One VPU instruction's cycles: its latency and the longer of its lanes' work and its VMEM bytes at the ports.
+double vop(const Chip& c, int64_t elems, int64_t bytes_per_elem) {
+  return 8.0 +  // vpu.latency of the presets
+         std::max(static_cast<double>(elems) / c.width, static_cast<double>(elems * bytes_per_elem) / c.vbpc);
+}
+
+// The layout for (BR, BC), or false when it does not fit the accumulators or VMEM.
+bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, Layout& L) {
+  L = Layout{};
+  L.D = a.head_dim, L.O = isa::dtype_size(a.out), L.KVH = a.kv_heads ? a.kv_heads : a.heads;
+  L.mul = BR / BC;
+  L.s = choose_split(cdiv(BC, c.C), cdiv(L.D, c.R), BR, c);
+  L.p = choose_split(cdiv(L.D, c.C), cdiv(BC, c.R), BR, c);
+  L.Dp = L.p.strips * c.C;
+  L.sreg = cdiv(L.s.strips * L.s.groups, c.U) * L.s.rows;
+  L.pvreg = cdiv(L.p.strips * L.p.groups, c.U) * L.p.rows;
+  int64_t npv = 0;
+  for (int64_t k = 2; k >= 1 && !npv; --k)
+    if (2 * L.sreg + k * L.pvreg <= c.ACC) npv = k;
+  if (!npv) return false;
+  L.plan.pv_regions = npv;
+  L.NQ = cdiv(a.seq, BR), L.NBK = cdiv(a.seq, BC), L.Mx = std::max(BR, BC);
+  int64_t at = 0;
+  auto take = [&at](int64_t bytes) {
+    const int64_t here = at;
+    at += align64(bytes);
+    return here;
+  };
+  L.QB = align64(std::max(BR * L.D * 2, BR * L.Dp * L.O));
+  L.Q0 = take(2 * L.QB);
+  L.VOFF = align64(BC * L.D * 2);
+  L.KVB = 2 * L.VOFF;
+  L.KV0 = take(3 * L.KVB);
+  L.SB = take(std::max(BR * BC, L.p.rows * c.C) * 4);
+  L.PB = align64(BR * BC * 2);
+  L.P0 = take(2 * L.PB);
+  L.OB = take(BR * L.Dp * 4);
+  L.Z = take(2 * L.Mx * 4);
+  L.MASK = a.causal ? take(BC * BC * 4) : 0;
+  L.M = take(BR * 4), L.L = take(BR * 4), L.MX = take(BR * 4), L.RS = take(BR * 4), L.RL = take(BR * 4);
+  L.ALB = align64(BR * 4);
+  L.AL0 = take(2 * L.ALB);
+  L.end = at;
+  if (L.end > c.VMEM) return false;
+  L.plan.br = BR, L.plan.bc = BC, L.plan.gs = L.s.groups, L.plan.gp = L.p.groups;
+  return true;
+}
+
+// The estimate of a layout (attention_chip.h): per key block the longest of the units' matrix cycles, the vector
+// unit's cycles and the K/V transfer at this core's share of the memory bandwidth; per item a fill (the Q and the
+// first K/V load's latency, one block's S product) and the final O / l; items dealt round-robin over the cores.
+void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
+  const int64_t BR = L.plan.br, BC = L.plan.bc;
+  const double mxu = static_cast<double>(cdiv(L.s.strips * L.s.groups, c.U) * L.s.folds * std::max(L.s.rows, c.R) +
+                                         cdiv(L.p.strips * L.p.groups, c.U) * L.p.folds * std::max(L.p.rows, c.R));
+  const int64_t sb = BR * BC;
+  double vpu = static_cast<double>(L.s.strips * L.s.groups) * vop(c, L.s.rows * c.C, 4) + vop(c, sb, 4) +
+               vop(c, sb, 8) * 2 + vop(c, sb, 4) + vop(c, sb, 6) + 6 * vop(c, BR, 12);
+  vpu += static_cast<double>(L.p.strips * L.p.groups) *
+         (vop(c, L.p.rows * c.C, 4) + vop(c, L.p.rows * c.C, 8) + vop(c, L.p.rows * c.C, 12));
+  const int64_t items = a.batch * a.heads * L.NQ;
+  const double share = static_cast<double>(c.mem_bpc) / static_cast<double>(std::min<int64_t>(items, c.P));
+  const double kv = static_cast<double>(2 * BC * L.D * 2) / share;
+  const double block = std::max({mxu, vpu, kv});
+  const double fill = 2.0 * static_cast<double>(c.latency) + static_cast<double>(BR * L.D * 2) / share + mxu +
+                      static_cast<double>(L.p.strips) * vop(c, BR * c.C, 8) + vop(c, BR * L.Dp, 6);
+  std::vector<double> core(static_cast<size_t>(c.P), 0.0);
+  int64_t blocks = 0;
+  for (int64_t t = 0; t < items; ++t) {
+    const int64_t qb = a.causal ? L.NQ - 1 - t % L.NQ : t % L.NQ;
+    const int64_t n = a.causal ? std::min(L.NBK, (qb + 1) * L.mul) : L.NBK;
+    blocks += n;
+    core[static_cast<size_t>(t % c.P)] += fill + static_cast<double>(n) * block;
+  }
+  L.plan.items = items, L.plan.blocks = blocks;
+  L.plan.estimate = *std::max_element(core.begin(), core.end());
+}
+
+Layout plan_of(const AttentionChip& a, const Chip& c) {
+  if (a.block_q || a.block_k) {
+    if (a.block_q < 1 || a.block_k < 1 || a.block_q % a.block_k)
+      throw std::invalid_argument("attention_chip: block_q must be a positive multiple of block_k");
+    Layout L;
+    if (!lay_out(a, c, a.block_q, a.block_k, L))
+      throw std::invalid_argument("attention_chip: blocks of " + std::to_string(a.block_q) + " x " +
+                                  std::to_string(a.block_k) + " do not fit the accumulators or VMEM");
+    estimate(a, c, L);
+    return L;
+  }
+  Layout best;
+  bool found = false;
+  const int64_t span = std::max<int64_t>(16, int64_t{1} << static_cast<int>(std::ceil(std::log2(a.seq))));
+  for (int64_t bc = 16; bc <= 256 && bc <= span; bc *= 2)
+    for (int64_t mul = 1; mul <= 8 && bc * mul <= 512 && bc * mul <= span; mul *= 2) {
+      Layout L;
+      if (!lay_out(a, c, bc * mul, bc, L)) continue;
+      estimate(a, c, L);
+      if (!found || L.plan.estimate < best.plan.estimate) best = L, found = true;
+    }
+  if (!found)
+    throw std::invalid_argument("attention_chip: no block size fits VMEM (" + std::to_string(c.VMEM) +
+                                " bytes) with head_dim " + std::to_string(a.head_dim));
+  return best;
+}
+
+// Emits instructions, keeping track of registers that hold known constants (forgotten at every label).
+class Emitter {
+ public:
+  std::ostringstream o;
+  // Any scalar instruction that writes its first operand makes that register unknown.
+  void line(const std::string& s) {
+    o << "    " << s << "\n";
+    const size_t sp = s.find(' ');
+    static const char* writers[] = {"li", "add", "sub", "mul", "div", "rem", "and", "or", "xor", "shl", "shr",
+                                    "min", "max", "addi", "muli", "core.id", "core.count"};
+    const std::string op = s.substr(0, sp);
+    for (const char* w : writers)
+      if (op == w) known_.erase(s.substr(sp + 1, s.find(',') - sp - 1));
+  }
+  void label(const std::string& l) {
+    o << l << ":\n";
+    known_.clear();
+  }
+  // li reg, v unless reg already holds v.
+  void li(const std::string& reg, int64_t v) {
+    auto it = known_.find(reg);
+    if (it != known_.end() && it->second == v) return;
+    line("li " + reg + ", " + std::to_string(v));
+    known_[reg] = v;  // after line(), which forgets it
+  }
+  void clobber(const std::string& reg) { known_.erase(reg); }
+  std::string fresh() { return "l" + std::to_string(label_++); }
+
+ private:
+  std::map<std::string, int64_t> known_;
+  int label_ = 0;
+};
+
+std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
+  const int64_t BR = L.plan.br, BC = L.plan.bc, D = L.D, H = a.heads, KVH = L.KVH, S = a.seq, U = c.U, R = c.R,
+                C = c.C, O = L.O;
+  const int64_t NPV = L.plan.pv_regions;
+  const int64_t KTL = S - (L.NBK - 1) * BC;  // keys of the last block
+  const float scale = a.scale > 0 ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const char* odt = isa::dtype_name(a.out);
+  auto KVFULL = [](int64_t u) { return "s" + std::to_string(1 + 6 * u); };
+  auto SFULL = [](int64_t u) { return "s" + std::to_string(2 + 6 * u); };
+  auto SFREE = [](int64_t u) { return "s" + std::to_string(3 + 6 * u); };
+  auto PFULL = [](int64_t u) { return "s" + std::to_string(4 + 6 * u); };
+  auto OFULL = [](int64_t u) { return "s" + std::to_string(5 + 6 * u); };
+  auto OFREE = [](int64_t u) { return "s" + std::to_string(6 + 6 * u); };
+  const std::string KVFREE = "s" + std::to_string(6 * U + 1), QFREE = "s" + std::to_string(6 * U + 2),
+                    OUTFULL = "s" + std::to_string(6 * U + 3);
+  std::vector<bool> has_s(static_cast<size_t>(U)), has_p(static_cast<size_t>(U));
+  for (int64_t u = 0; u < U; ++u) has_s[u] = pieces_on(L.s, U, u) > 0, has_p[u] = pieces_on(L.p, U, u) > 0;
+
+  Emitter e;
+  auto& o = e.o;
+  o << "# attention_chip: o[" << a.batch << "," << S << "," << H << "," << D << "] = softmax(q k^T * " << scale
+    << (a.causal ? " + causal mask" : "") << ") v, kv heads " << KVH << ", on " << c.P << " cores x " << U
+    << " matrix units: " << L.plan.items << " items of " << BR << " query rows, key blocks of " << BC
+    << " (S: " << L.s.groups << " row groups, PV: " << L.p.groups << "; " << NPV
+    << " PV regions) (kernels/attention_chip.h)\n";
+  o << ".name \"attention_chip\"\n.cores " << c.P << "\n";
+  o << ".input q, bf16, [" << a.batch << ", " << S << ", " << H << ", " << D << "]\n";
+  o << ".input k, bf16, [" << a.batch << ", " << S << ", " << KVH << ", " << D << "]\n";
+  o << ".input v, bf16, [" << a.batch << ", " << S << ", " << KVH << ", " << D << "]\n";
+  o << ".output o, " << odt << ", [" << a.batch << ", " << S << ", " << H << ", " << D << "]\n";
+  o << R"(.reg cid, r1
+.reg t, r2
+.reg qb, r3
+.reg h, r4
+.reg b, r5
+.reg mt, r6
+.reg nblk, r7
+.reg n, r8
+.reg g, r9
+.reg qv, r10
+.reg kh, r11
+.reg vh, r12
+.reg oh, r13
+.reg qh, r14
+.reg bias, r15
+.reg scl, r16
+.reg one, r17
+.reg three, r18
+.reg t0, r19
+.reg t1, r20
+.reg t2, r21
+.reg t3, r22
+.reg t4, r23
+.reg t5, r24
+.reg kvn, r25
+.reg kvm, r26
+.reg kb, r27
+.reg ip, r28
+.reg t6, r29
+.reg t7, r30
+.reg t8, r31
+)";
+  for (int64_t u = 0; u < U; ++u)
+    e.line("sem.set " + KVFULL(u) + ", 0"), e.line("sem.set " + SFULL(u) + ", 0"),
+        e.line("sem.set " + SFREE(u) + ", 2"), e.line("sem.set " + PFULL(u) + ", 0"),
+        e.line("sem.set " + OFULL(u) + ", 0"), e.line("sem.set " + OFREE(u) + ", " + std::to_string(NPV));
+  e.line("sem.set " + KVFREE + ", 3");
+  e.line("sem.set " + QFREE + ", 2");
+  e.line("sem.set " + OUTFULL + ", 0");
+  e.line("core.id cid");
+  e.li("one", 1), e.li("three", 3), e.li("g", 0), e.li("ip", 0);
+  e.li("scl", isa::bits_from_f32(scale));
+  // Constants: Z = Mx zeros then Mx -infs (a sum over no columns is 0; exp(0) = 1; 1 x -inf = -inf).
+  e.li("t0", L.Z), e.li("t1", L.Mx), e.line("vpu.rsum t0, r0, t1, r0, r0, f32");
+  e.li("t2", L.RL), e.li("t3", 1), e.line("vpu.exp t2, t0, t3, f32");
+  e.li("t4", L.RS), e.li("t5", isa::bits_from_f32(-INFINITY)), e.line("vpu.cast t4, t2, t3, t5, f32, f32, scale_en");
+  e.li("t2", L.Z + L.Mx * 4), e.li("t5", L.Mx * 4), e.line("vpu.addrow t2, t0, t4, t3, t1, t5, f32");
+  if (a.causal) {  // the BC x BC triangle: row i = Z[Mx - 1 - i, +BC): 0 for columns j <= i, -inf after
+    const std::string loop = e.fresh();
+    e.li("t0", L.MASK), e.li("t1", L.Z + (L.Mx - 1) * 4), e.li("t2", L.Z), e.li("t3", BC),
+        e.li("t4", L.MASK + BC * BC * 4);
+    e.label(loop);
+    e.line("vpu.add t0, t1, t2, t3, f32");
+    e.line("addi t0, t0, " + std::to_string(BC * 4));
+    e.line("addi t1, t1, -4");
+    e.line("blt t0, t4, " + loop);
+  }
+  e.line("addi t, cid, 0");
+
+  // K_j and V_j (j in register `jr`) into the slot at VMEM address `slot`.
+  auto load_kv = [&](const std::string& jr, const std::string& slot) {
+    e.li("t5", BC * KVH * D * 2), e.line("mul t0, " + jr + ", t5"), e.line("add t1, kh, t0");
+    e.line("muli t2, " + jr + ", " + std::to_string(BC)), e.li("t3", S), e.line("sub t2, t3, t2"), e.li("t3", BC),
+        e.line("min t2, t2, t3"), e.clobber("t2");
+    e.li("t3", D * 2), e.li("t4", KVH * D * 2);
+    e.line("dma.ld " + slot + ", t1, t2, t3, t4, t3, wait=" + KVFREE);
+    e.line("add t1, vh, t0"), e.line("addi t6, " + slot + ", " + std::to_string(L.VOFF));
+    e.line("dma.ld t6, t1, t2, t3, t4, t3");
+    e.clobber("t0"), e.clobber("t1"), e.clobber("t6");
+    for (int64_t u = 0; u < U; ++u) e.line("dmain.sync signal=" + KVFULL(u));
+  };
+  // The slot of block index in register `gr` into `out`: KV0 + (gr % 3) * KVB.
+  auto slot_of = [&](const std::string& gr, const std::string& out) {
+    e.line("rem " + out + ", " + gr + ", three"), e.line("muli " + out + ", " + out + ", " + std::to_string(L.KVB));
+    e.line("addi " + out + ", " + out + ", " + std::to_string(L.KV0));
+  };
+  // S = Q K^T of the block in slot `slot`, into the S region of block `gr` (parity).
+  // kt: the block's keys (BC, or KTL for the last block): the weight tiles take only those key rows, so that
+  // stale VMEM past them (whatever an earlier kernel left there) never enters a product.
+  auto s_product = [&](const std::string& slot, const std::string& gr, int64_t kt) {
+    e.line("and t0, " + gr + ", one"), e.line("muli t0, t0, " + std::to_string(L.sreg)), e.clobber("t0");
+    for (int64_t u = 0; u < U; ++u) {
+      if (!has_s[u]) continue;
+      bool first_lw = true, first_mm = true;
+      for (int64_t p = u; p < L.s.strips * L.s.groups; p += U) {
+        const int64_t q = p / L.s.groups, r = p % L.s.groups, idx = p / U;
+        for (int64_t f = 0; f < L.s.folds; ++f) {
+          e.line("addi t1, " + slot + ", " + std::to_string((q * C * D + f * R) * 2));
+          e.li("t2", std::min(R, D - f * R)), e.li("t3", std::clamp<int64_t>(kt - q * C, 0, C)), e.li("t4", D * 2);
+          e.line("mxu.lw t1, t2, t3, t4, bf16, trans, mxu=" + std::to_string(u) +
+                 (first_lw ? ", wait=" + KVFULL(u) : ""));
+          first_lw = false;
+          e.line("addi t1, qv, " + std::to_string((r * L.s.rows * D + f * R) * 2));
+          e.line("addi t5, t0, " + std::to_string(idx * L.s.rows)), e.clobber("t5");
+          e.li("t6", L.s.rows);
+          e.line("mxu.mm t1, t6, t5, t4, bf16" + std::string(f ? ", accumulate" : "") + ", mxu=" + std::to_string(u) +
+                 (first_mm ? ", wait=" + SFREE(u) : ""));
+          first_mm = false;
+          e.clobber("t1");
+        }
+      }
+      e.line("mxu.sync mxu=" + std::to_string(u) + ", signal=" + SFULL(u));
+    }
+  };
+  // O_n = P_n V_n: block `gr`'s P slot and PV region, V in slot `slot`.
+  auto pv_product = [&](const std::string& slot, const std::string& gr, int64_t kt) {
+    e.line("and t7, " + gr + ", one"), e.line("muli t7, t7, " + std::to_string(L.PB)),
+        e.line("addi t7, t7, " + std::to_string(L.P0)), e.clobber("t7");
+    if (NPV == 2)
+      e.line("and t0, " + gr + ", one"), e.line("muli t0, t0, " + std::to_string(L.pvreg));
+    else
+      e.line("li t0, 0");
+    e.line("addi t0, t0, " + std::to_string(2 * L.sreg)), e.clobber("t0");
+    for (int64_t u = 0; u < U; ++u) {
+      if (!has_p[u]) continue;
+      if (!has_s[u]) e.line("mxu.sync mxu=" + std::to_string(u) + ", wait=" + KVFULL(u));
+      bool first_lw = true, first_mm = true;
+      for (int64_t p = u; p < L.p.strips * L.p.groups; p += U) {
+        const int64_t q = p / L.p.groups, r = p % L.p.groups, idx = p / U;
+        for (int64_t f = 0; f < L.p.folds; ++f) {
+          e.line("addi t1, " + slot + ", " + std::to_string(L.VOFF + (f * R * D + q * C) * 2));
+          e.li("t2", std::clamp<int64_t>(kt - f * R, 0, R)), e.li("t3", std::min(C, D - q * C)), e.li("t4", D * 2);
+          e.line("mxu.lw t1, t2, t3, t4, bf16, mxu=" + std::to_string(u) + (first_lw ? ", wait=" + PFULL(u) : ""));
+          first_lw = false;
+          e.line("addi t1, t7, " + std::to_string((r * L.p.rows * BC + f * R) * 2));
+          e.line("addi t5, t0, " + std::to_string(idx * L.p.rows)), e.clobber("t5");
+          e.li("t6", L.p.rows), e.li("t8", BC * 2);
+          e.line("mxu.mm t1, t6, t5, t8, bf16" + std::string(f ? ", accumulate" : "") + ", mxu=" + std::to_string(u) +
+                 (first_mm ? ", wait=" + OFREE(u) : ""));
+          first_mm = false;
+          e.clobber("t1");
+        }
+      }
+      e.line("mxu.sync mxu=" + std::to_string(u) + ", signal=" + OFULL(u));
+    }
+  };
+  // The online softmax of key block `kr` (block index; global index `gr`).
+  auto soft = [&](const std::string& kr, const std::string& gr) {
+    e.line("and t0, " + gr + ", one"), e.line("muli t0, t0, " + std::to_string(L.sreg)), e.clobber("t0");
+    if (!a.causal && KTL < BC) {  // the last block's columns past the sequence get -inf through the drain's bias
+      const std::string l = e.fresh();
+      e.li("bias", L.Z), e.li("t1", L.NBK - 1);
+      e.line("bne " + kr + ", t1, " + l);
+      e.line("li bias, " + std::to_string(L.Z + (L.Mx - KTL) * 4));
+      e.label(l);
+    } else {
+      e.li("bias", L.Z);
+    }
+    for (int64_t u = 0; u < U; ++u) {
+      if (!has_s[u]) continue;
+      e.line("vpu.sync wait=" + SFULL(u));
+      for (int64_t p = u; p < L.s.strips * L.s.groups; p += U) {
+        const int64_t q = p / L.s.groups, r = p % L.s.groups, idx = p / U;
+        e.li("t1", L.SB + (r * L.s.rows * BC + q * C) * 4);
+        e.line("addi t2, t0, " + std::to_string(u * c.ACC + idx * L.s.rows)), e.clobber("t2");
+        e.li("t3", L.s.rows), e.li("t4", std::min(C, BC - q * C)), e.li("t5", BC * 4);
+        e.line("addi t6, bias, " + std::to_string(q * C * 4)), e.clobber("t6");
+        e.line("vpu.acc t1, t2, t3, t4, t5, t6, scl, f32, f32, bias_en, scale_en");
+      }
+      e.line("vpu.sync signal=" + SFREE(u));
+    }
+    if (a.causal) {  // block e = kb - qb * (BR/BC) >= 0 reaches the diagonal: rows above it -inf, then the triangle
+      const std::string skip = e.fresh(), tri = e.fresh();
+      e.line("muli t1, qb, " + std::to_string(L.mul)), e.line("sub t1, " + kr + ", t1");
+      e.line("blt t1, r0, " + skip);
+      e.line("muli t2, t1, " + std::to_string(BC));
+      e.line("beq t2, r0, " + tri);
+      e.li("t3", L.SB), e.li("t4", L.Z + L.Mx * 4), e.li("t5", BC), e.li("t6", BC * 4);
+      e.line("vpu.addrow t3, t3, t4, t2, t5, t6, f32");
+      e.label(tri);
+      e.line("muli t2, t1, " + std::to_string(BC * BC * 4)), e.line("addi t2, t2, " + std::to_string(L.SB));
+      e.li("t3", L.MASK), e.li("t4", BC * BC);
+      e.line("vpu.add t2, t2, t3, t4, f32");
+      e.label(skip);
+    }
+    e.li("t1", L.MX), e.li("t2", L.SB), e.li("t3", BR), e.li("t4", BC), e.li("t5", BC * 4), e.li("t6", L.M);
+    e.line("vpu.rmax t1, t2, t3, t4, t5, f32");
+    e.line("vpu.max t1, t1, t6, t3, f32");  // m_new
+    e.line("and t7, " + gr + ", one"), e.line("muli t7, t7, " + std::to_string(L.ALB)),
+        e.line("addi t7, t7, " + std::to_string(L.AL0)), e.clobber("t7");
+    e.line("vpu.sub t7, t6, t1, t3, f32");  // m - m_new
+    e.line("vpu.exp t7, t7, t3, f32");      // alpha
+    e.line("vpu.max t6, t6, t1, t3, f32");  // m = m_new
+    e.line("vpu.subrow t2, t2, t1, t3, t4, t5, f32");
+    e.li("t0", BR * BC);  // (gr may be t8: left alone)
+    e.line("vpu.exp t2, t2, t0, f32");
+    e.li("t0", L.RS), e.li("t1", L.L);
+    e.line("vpu.rsum t0, t2, t3, t4, t5, f32");
+    e.line("vpu.mul t1, t1, t7, t3, f32");
+    e.line("vpu.add t1, t1, t0, t3, f32");
+    e.line("and t7, " + gr + ", one"), e.line("muli t7, t7, " + std::to_string(L.PB)),
+        e.line("addi t7, t7, " + std::to_string(L.P0));
+    e.li("t0", BR * BC);
+    e.line("vpu.cast t7, t2, t0, r0, f32, bf16");
+    for (int64_t u = 0; u < U; ++u)
+      if (has_p[u]) e.line("vpu.sync signal=" + PFULL(u));
+  };
+  // O = O * alpha + O_n (block n in register n, global index g); the first block drains O_n into O.
+  auto oupd = [&]() {
+    e.line("and t7, g, one"), e.line("muli t7, t7, " + std::to_string(L.ALB)),
+        e.line("addi t7, t7, " + std::to_string(L.AL0)), e.clobber("t7");
+    if (NPV == 2)
+      e.line("and t0, g, one"), e.line("muli t0, t0, " + std::to_string(L.pvreg));
+    else
+      e.line("li t0, 0");
+    e.line("addi t0, t0, " + std::to_string(2 * L.sreg)), e.clobber("t0");
+    const std::string first = e.fresh(), join = e.fresh();
+    e.line("beq n, r0, " + first);
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1) e.label(first);
+      for (int64_t u = 0; u < U; ++u) {
+        if (!has_p[u]) continue;
+        e.line("vpu.sync wait=" + OFULL(u));
+        for (int64_t p = u; p < L.p.strips * L.p.groups; p += U) {
+          const int64_t q = p / L.p.groups, r = p % L.p.groups, idx = p / U;
+          const int64_t opiece = L.OB + (q * BR * C + r * L.p.rows * C) * 4;
+          e.line("addi t2, t0, " + std::to_string(u * c.ACC + idx * L.p.rows)), e.clobber("t2");
+          e.li("t3", L.p.rows), e.li("t4", std::min(C, D - q * C)), e.li("t5", C * 4);
+          if (pass == 1) {
+            e.li("t1", opiece);
+            e.line("vpu.acc t1, t2, t3, t4, t5, r0, r0, f32, f32");
+          } else {
+            e.li("t1", L.SB);
+            e.line("vpu.acc t1, t2, t3, t4, t5, r0, r0, f32, f32");
+            e.li("t6", opiece), e.line("addi t8, t7, " + std::to_string(r * L.p.rows * 4)), e.clobber("t8");
+            e.li("t4", C);
+            e.line("vpu.mulrow t6, t6, t8, t3, t4, t5, f32");
+            e.li("t8", L.p.rows * C);
+            e.line("vpu.add t6, t6, t1, t8, f32");
+          }
+        }
+        e.line("vpu.sync signal=" + OFREE(u));
+      }
+      if (pass == 0) e.line("jmp " + join);
+    }
+    e.label(join);
+    e.line("vpu.sync signal=" + KVFREE);
+  };
+
+  // The items.
+  e.label("item");
+  e.li("t0", L.plan.items), e.line("bge t, t0, done");
+  e.li("t0", L.NQ), e.line("rem t1, t, t0"), e.line("div t2, t, t0");
+  if (a.causal)
+    e.li("t3", L.NQ - 1), e.line("sub qb, t3, t1");
+  else
+    e.line("addi qb, t1, 0");
+  e.li("t0", H), e.line("rem h, t2, t0"), e.line("div b, t2, t0");
+  e.line("muli t0, qb, " + std::to_string(BR)), e.li("t1", S), e.line("sub mt, t1, t0"), e.li("t1", BR),
+      e.line("min mt, mt, t1");
+  if (a.causal)
+    e.line("addi t1, qb, 1"), e.line("muli nblk, t1, " + std::to_string(L.mul)), e.li("t1", L.NBK),
+        e.line("min nblk, nblk, t1");
+  else
+    e.line("li nblk, " + std::to_string(L.NBK));
+  // idx = (b * S + q0) * H + h: the first query row's element offset / D
+  e.line("muli t1, b, " + std::to_string(S)), e.line("add t1, t1, t0"), e.line("muli t1, t1, " + std::to_string(H)),
+      e.line("add t1, t1, h");
+  e.line("muli t2, t1, " + std::to_string(D * 2)), e.line("li qh, q"), e.line("add qh, qh, t2");
+  e.line("muli t2, t1, " + std::to_string(D * O)), e.line("li oh, o"), e.line("add oh, oh, t2");
+  e.li("t1", H / KVH), e.line("div t1, h, t1");
+  e.line("muli t0, b, " + std::to_string(S * KVH)), e.line("add t0, t0, t1"),
+      e.line("muli t0, t0, " + std::to_string(D * 2));
+  e.line("li kh, k"), e.line("add kh, kh, t0"), e.line("li vh, v"), e.line("add vh, vh, t0");
+  e.line("muli qv, ip, " + std::to_string(L.QB)), e.line("addi qv, qv, " + std::to_string(L.Q0));
+  e.line("sub ip, one, ip");
+  e.clobber("t0"), e.clobber("t1"), e.clobber("t2");
+  e.li("t3", D * 2), e.li("t4", H * D * 2);
+  e.line("dma.ld qv, qh, mt, t3, t4, t3, wait=" + QFREE);
+  // m = -inf, l = 0
+  e.li("t0", L.M), e.li("t1", L.Z + L.Mx * 4), e.li("t2", L.Z), e.li("t3", BR);
+  e.line("vpu.add t0, t1, t2, t3, f32");
+  e.li("t0", L.L), e.line("vpu.add t0, t2, t2, t3, f32");
+  e.line("li n, 0");
+  slot_of("g", "kvn");
+  load_kv("n", "kvn");
+  s_product("kvn", "g", L.NBK == 1 ? KTL : BC);
+  soft("n", "g");
+  e.label("block");
+  {
+    const std::string nonext = e.fresh(), nosoft = e.fresh();
+    e.line("addi kb, n, 1"), e.line("bge kb, nblk, " + nonext);
+    e.line("addi t8, g, 1");
+    slot_of("t8", "kvm");
+    load_kv("kb", "kvm");
+    // Block kb (register) is the last one: its own tiles (keys KTL), else full blocks.
+    auto by_block = [&](const std::string& kr, const std::function<void(int64_t)>& emit) {
+      if (KTL == BC) return emit(BC);
+      const std::string last = e.fresh(), join = e.fresh();
+      e.li("t8", L.NBK - 1), e.line("beq " + kr + ", t8, " + last);
+      emit(BC);
+      e.line("jmp " + join);
+      e.label(last);
+      emit(KTL);
+      e.label(join);
+    };
+    by_block("kb", [&](int64_t kt) {
+      e.line("addi t8, g, 1");
+      s_product("kvm", "t8", kt);
+    });
+    e.label(nonext);
+    by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
+    e.line("addi kb, n, 1"), e.line("bge kb, nblk, " + nosoft);
+    e.line("addi t8, g, 1");
+    soft("kb", "t8");
+    e.label(nosoft);
+    oupd();
+    e.line("addi n, n, 1"), e.line("addi g, g, 1"), e.line("addi kvn, kvm, 0");
+    e.line("blt n, nblk, block");
+  }
+  // O / l, cast into the item's Q buffer, stored strip by strip.
+  e.li("t0", L.RL), e.li("t1", L.L), e.li("t2", BR);
+  e.line("vpu.recip t0, t1, t2, f32");
+  e.li("t3", C), e.li("t4", C * 4);
+  for (int64_t q = 0; q < L.p.strips; ++q) {
+    e.li("t1", L.OB + q * BR * C * 4);
+    e.line("vpu.mulrow t1, t1, t0, t2, t3, t4, f32");
+  }
+  e.li("t1", L.OB), e.li("t2", BR * L.Dp);
+  e.line("vpu.cast qv, t1, t2, r0, f32, " + std::string(odt));
+  e.line("vpu.sync signal=" + OUTFULL);
+  e.li("t4", H * D * O), e.li("t5", C * O);
+  for (int64_t q = 0; q < L.p.strips; ++q) {
+    e.line("addi t0, oh, " + std::to_string(q * C * O)), e.line("addi t1, qv, " + std::to_string(q * BR * C * O));
+    e.li("t3", std::min(C, D - q * C) * O);
+    e.line("dma.st t0, t1, mt, t3, t4, t5" + std::string(q == 0 ? ", wait=" + OUTFULL : ""));
+  }
+  e.line("dmaout.sync signal=" + QFREE);
+  e.line("addi t, t, " + std::to_string(c.P));
+  e.line("jmp item");
+  e.label("done");
+  e.line("halt");
+  return o.str();
+}
+
+}  // namespace
+
+AttentionPlan attention_chip_plan(const AttentionChip& a, const std::map<std::string, int64_t>& symbols) {
+  const Chip c = chip_of(a, symbols);
+  return plan_of(a, c).plan;
+}
+
+double attention_chip_estimate(const AttentionChip& a, const std::map<std::string, int64_t>& symbols) {
+  return attention_chip_plan(a, symbols).estimate;
+}
+
+std::string attention_chip_source(const AttentionChip& a, const std::map<std::string, int64_t>& symbols) {
+  const Chip c = chip_of(a, symbols);
+  return generate(a, c, plan_of(a, c));
+}
+
+isa::Program attention_chip_kernel(const AttentionChip& a, const std::map<std::string, int64_t>& symbols) {
+  isa::AsmOptions opts;
+  return isa::assemble(attention_chip_source(a, symbols), "attention_chip.s", opts);
+}
+
+}  // namespace tpusim::kernels

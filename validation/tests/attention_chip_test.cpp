@@ -1,0 +1,257 @@
+// The whole-chip fused attention kernel (kernels/attention_chip.h) against a float64 reference of
+// softmax(q k^T * scale + mask) v, on a v4-like chip of 3 or 4 cores and on h200-like (4 matrix units per core):
+// causal and bidirectional, grouped-query heads, sequences that are not multiples of the blocks, fewer and more
+// (batch x head) pairs than cores; the same results on 1 core as on 3, bit for bit; the matrix work it issues
+// (MAC counts, exactly) and its speed-up over cores.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "tpusim/isa/numerics.h"
+#include "tpusim/kernels/attention_chip.h"
+#include "tpusim/sim/chip.h"
+#include "tpusim/sim/config.h"
+
+namespace tpusim {
+namespace {
+
+using kernels::AttentionChip;
+
+std::map<std::string, int64_t> symbols_of(const sim::ChipConfig& cfg) {
+  std::map<std::string, int64_t> s;
+  for (const auto& [name, v] : sim::kernel_symbols(cfg)) s[name] = v;
+  return s;
+}
+
+// One process, one chip (SystemC): every test makes its own.
+struct Rig {
+  sim::ChipConfig cfg;
+  std::map<std::string, int64_t> symbols;
+  std::unique_ptr<sim::Chip> chip;
+  Rig(const std::string& preset, const std::vector<std::string>& sets)
+      : cfg(sim::load_config(preset, sets)), symbols(symbols_of(cfg)), chip(std::make_unique<sim::Chip>(cfg)) {}
+};
+
+std::vector<uint8_t> bf16_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 2);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint16_t x = isa::bf16_from_f32(v[i]);
+    b[2 * i] = static_cast<uint8_t>(x), b[2 * i + 1] = static_cast<uint8_t>(x >> 8);
+  }
+  return b;
+}
+
+struct Result {
+  std::vector<double> o;
+  sim::RunStats stats;
+};
+
+// Runs the kernel on random bf16 q, k, v (seeded); returns o as doubles and the run's statistics; `ref` gets
+// the float64 reference.
+Result run(Rig& rig, const AttentionChip& a, uint64_t seed, std::vector<double>* ref = nullptr,
+           std::vector<double>* vmax = nullptr) {
+  const int64_t B = a.batch, S = a.seq, H = a.heads, KVH = a.kv_heads ? a.kv_heads : a.heads, D = a.head_dim;
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto rounded = [&](size_t n, float sd) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = isa::f32_from_bf16(isa::bf16_from_f32(sd * normal(gen)));
+    return v;
+  };
+  // Scores of a few units, so that the softmax is neither flat nor one-hot.
+  const std::vector<float> q = rounded(static_cast<size_t>(B * S * H * D), 1.5f),
+                           k = rounded(static_cast<size_t>(B * S * KVH * D), 1.5f),
+                           v = rounded(static_cast<size_t>(B * S * KVH * D), 1.0f);
+  isa::Program p = kernels::attention_chip_kernel(a, rig.symbols);
+  rig.chip->write_hbm(p.find("q")->addr, bf16_bytes(q).data(), q.size() * 2);
+  rig.chip->write_hbm(p.find("k")->addr, bf16_bytes(k).data(), k.size() * 2);
+  rig.chip->write_hbm(p.find("v")->addr, bf16_bytes(v).data(), v.size() * 2);
+  const isa::TensorDecl* od = p.find("o");
+  std::vector<uint8_t> garbage(od->bytes(), 0xa5);
+  rig.chip->write_hbm(od->addr, garbage.data(), garbage.size());
+  Result r;
+  r.stats = rig.chip->run(p).stats;
+  std::vector<uint8_t> ob(od->bytes());
+  rig.chip->read_hbm(od->addr, ob.data(), ob.size());
+  r.o.resize(static_cast<size_t>(od->elements()));
+  for (size_t i = 0; i < r.o.size(); ++i) {
+    if (a.out == isa::DType::F32) {
+      float f;
+      std::memcpy(&f, ob.data() + 4 * i, 4);
+      r.o[i] = f;
+    } else {
+      r.o[i] = isa::f32_from_bf16(static_cast<uint16_t>(ob[2 * i] | (ob[2 * i + 1] << 8)));
+    }
+  }
+  if (ref) {
+    const double scale = a.scale > 0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(D));
+    ref->assign(r.o.size(), 0.0);
+    if (vmax) vmax->assign(r.o.size(), 0.0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t kh = h / (H / KVH);
+        for (int64_t i = 0; i < S; ++i) {
+          const int64_t last = a.causal ? i : S - 1;
+          std::vector<double> s(static_cast<size_t>(last + 1));
+          double m = -INFINITY;
+          for (int64_t j = 0; j <= last; ++j) {
+            double dot = 0;
+            for (int64_t d = 0; d < D; ++d)
+              dot += static_cast<double>(q[((b * S + i) * H + h) * D + d]) * k[((b * S + j) * KVH + kh) * D + d];
+            s[j] = dot * scale, m = std::max(m, s[j]);
+          }
+          double l = 0;
+          for (auto& x : s) x = std::exp(x - m), l += x;
+          for (int64_t d = 0; d < D; ++d) {
+            double acc = 0, big = 0;
+            for (int64_t j = 0; j <= last; ++j) {
+              const double vv = v[((b * S + j) * KVH + kh) * D + d];
+              acc += s[j] * vv, big = std::max(big, std::abs(vv));
+            }
+            (*ref)[((b * S + i) * H + h) * D + d] = acc / l;
+            if (vmax) (*vmax)[((b * S + i) * H + h) * D + d] = big;
+          }
+        }
+      }
+  }
+  return r;
+}
+
+// The kernel against the float64 reference. Tolerance: P is rounded to bf16 (relative error <= 2^-9 per
+// element) before P V, so o = sum p_j v_j / l is off by at most 2^-9 max_j |v_j| from that; S, the softmax
+// statistics and the accumulation are f32 (errors near 2^-20 relative); a bf16 output adds 2^-9 |o|. Bound:
+// 2^-8 max|v| + 2^-8 |o| (twice each, for the f32 terms), for every element.
+void check(Rig& rig, const AttentionChip& a, uint64_t seed) {
+  std::vector<double> ref, vmax;
+  const Result r = run(rig, a, seed, &ref, &vmax);
+  ASSERT_EQ(r.o.size(), ref.size());
+  size_t bad = 0;
+  std::string first;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double tol = std::ldexp(vmax[i], -8) + std::ldexp(std::abs(ref[i]), -8);
+    if (!(std::abs(r.o[i] - ref[i]) <= tol) && bad++ < 5)
+      first += "\n  [" + std::to_string(i) + "] " + std::to_string(r.o[i]) + " vs " + std::to_string(ref[i]);
+  }
+  EXPECT_EQ(bad, 0u) << "B=" << a.batch << " S=" << a.seq << " H=" << a.heads << " KVH=" << a.kv_heads
+                     << " D=" << a.head_dim << (a.causal ? " causal" : " bidirectional") << ": " << bad << " of "
+                     << ref.size() << " elements off" << first;
+}
+
+AttentionChip shape(int64_t B, int64_t S, int64_t H, int64_t KVH, int64_t D, bool causal) {
+  AttentionChip a;
+  a.batch = B, a.seq = S, a.heads = H, a.kv_heads = KVH, a.head_dim = D, a.causal = causal;
+  return a;
+}
+
+// v4-like (one 128 x 128 matrix unit per core) with 3 cores.
+TEST(AttentionChip, V4LikeThreeCoresAgainstFloat64) {
+  Rig rig("v4-like", {"chip.cores=3"});
+  check(rig, shape(1, 37, 2, 1, 32, true), 1);     // GQA, B*H = 2 < 3 cores, S not a multiple of a block
+  check(rig, shape(1, 37, 2, 1, 32, false), 2);
+  check(rig, shape(2, 64, 2, 2, 64, false), 3);    // B*H = 4 > 3 cores
+  check(rig, shape(1, 130, 4, 2, 32, true), 4);    // several query blocks per head
+  check(rig, shape(1, 1, 1, 1, 16, true), 5);      // one token
+  AttentionChip blocks = shape(1, 100, 3, 1, 48, true);  // query blocks of two key blocks: the mask's row offsets
+  blocks.block_q = 32, blocks.block_k = 16;
+  check(rig, blocks, 6);
+  blocks.causal = false;
+  check(rig, blocks, 7);
+  AttentionChip f32 = shape(1, 50, 2, 2, 40, true);
+  f32.out = isa::DType::F32, f32.scale = 0.3f;
+  check(rig, f32, 8);
+}
+
+// The same results on 1 core as on 3, bit for bit (every item is computed the same way wherever it runs).
+TEST(AttentionChip, ResultsDoNotDependOnTheCores) {
+  Rig rig("v4-like", {"chip.cores=3"});
+  AttentionChip a = shape(2, 70, 2, 1, 32, true);
+  const std::vector<double> three = run(rig, a, 11).o;
+  a.cores = 1;
+  const std::vector<double> one = run(rig, a, 11).o;
+  ASSERT_EQ(one.size(), three.size());
+  for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], three[i]) << i;
+}
+
+// h200-like: 4 matrix units of 16 x 32 per core share each block's products (row groups and strips), 228 KB of
+// VMEM; head_dim 80 leaves a partial strip of the output columns.
+TEST(AttentionChip, H200LikeAgainstFloat64) {
+  Rig rig("h200-like", {"chip.cores=8"});
+  check(rig, shape(1, 70, 4, 2, 64, true), 21);
+  check(rig, shape(2, 33, 2, 2, 80, false), 22);
+  check(rig, shape(1, 150, 2, 1, 128, true), 23);
+  check(rig, shape(3, 45, 5, 5, 64, false), 24);  // 15 heads over 8 cores
+}
+
+// The matrix work the schedule issues, exactly: every key block an item visits costs S = Q K^T and O = P V over
+// the whole block, BR x BC x D multiply-adds each (rows of a query block past the sequence are computed too;
+// mxu.mm counts m x k x n of its weight tile, and a last, partial key block's tiles are cut to its keys, which
+// this shape, S a multiple of BC, does not have).
+// Blocks per item: bidirectional, ceil(S / BC); causal, those holding keys up to the item's last query row,
+// ceil(min(S, (qb + 1) * BR) / BC). Causal therefore takes (NQ + 1) / (2 NQ) of the bidirectional work with
+// BR = BC (about half), here with S = 512 and blocks of 128: 10 blocks of 16 per head.
+TEST(AttentionChip, MatrixWorkIsCountedExactly) {
+  Rig rig("v4-like", {"chip.cores=2"});
+  sim::RunOptions timing;
+  timing.functional = false;
+  for (const bool causal : {false, true}) {
+    AttentionChip a = shape(1, 512, 2, 2, 64, causal);
+    a.block_q = a.block_k = 128;
+    const kernels::AttentionPlan plan = kernels::attention_chip_plan(a, rig.symbols);
+    int64_t blocks = 0;
+    const int64_t NQ = (a.seq + plan.br - 1) / plan.br;
+    for (int64_t qb = 0; qb < NQ; ++qb) {
+      const int64_t keys = causal ? std::min(a.seq, (qb + 1) * plan.br) : a.seq;
+      blocks += (keys + plan.bc - 1) / plan.bc;
+    }
+    blocks *= a.batch * a.heads;
+    EXPECT_EQ(plan.blocks, blocks);
+    EXPECT_EQ(blocks, causal ? 2 * 10 : 2 * 16);
+    const sim::RunStats st = rig.chip->run(kernels::attention_chip_kernel(a, rig.symbols), timing).stats;
+    EXPECT_EQ(st.mxu_macs, static_cast<uint64_t>(2 * plan.br * plan.bc * a.head_dim * blocks))
+        << (causal ? "causal" : "bidirectional");
+  }
+}
+
+// A compute-heavy shape (8 heads of 512 x 512 x 128, 32 items) on 4 cores against 1: each core takes a quarter
+// of the items and loads its own K/V, so the speed-up is close to 4; at least 3 is asserted.
+TEST(AttentionChip, FourCoresAreAtLeastThreeTimesFasterThanOne) {
+  Rig rig("v4-like", {"chip.cores=4"});
+  sim::RunOptions timing;
+  timing.functional = false;
+  AttentionChip a = shape(1, 512, 8, 8, 128, false);
+  a.cores = 1;
+  const uint64_t one = rig.chip->run(kernels::attention_chip_kernel(a, rig.symbols), timing).stats.cycles;
+  a.cores = 4;
+  const uint64_t four = rig.chip->run(kernels::attention_chip_kernel(a, rig.symbols), timing).stats.cycles;
+  EXPECT_GE(static_cast<double>(one) / static_cast<double>(four), 3.0) << one << " vs " << four;
+}
+
+TEST(AttentionChip, ShapesThatCannotRunSaySo) {
+  const sim::ChipConfig cfg = sim::load_config("v4-like", {});
+  const auto s = symbols_of(cfg);
+  auto message = [&](const AttentionChip& a) {
+    try {
+      kernels::attention_chip_source(a, s);
+      return std::string("no error");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_EQ(message(shape(1, 8, 3, 2, 64, true)),
+            "attention_chip: heads (3) must be a multiple of kv_heads (2)");
+  EXPECT_EQ(message(shape(1, 0, 1, 1, 64, true)), "attention_chip: batch, seq, heads and head_dim must be positive");
+  AttentionChip a = shape(1, 8, 1, 1, 64, true);
+  a.block_q = 24, a.block_k = 16;
+  EXPECT_EQ(message(a), "attention_chip: block_q must be a positive multiple of block_k");
+  a = shape(1, 8, 1, 1, 64, true);
+  a.out = isa::DType::I8;
+  EXPECT_EQ(message(a), "attention_chip: the output must be bf16 or f32");
+  a = shape(1, 8, 1, 1, 1 << 20, true);
+  EXPECT_EQ(message(a).rfind("attention_chip: no block size fits VMEM", 0), 0u) << message(a);
+}
+
+}  // namespace
+}  // namespace tpusim
