@@ -35,6 +35,18 @@ bool starts_with_sync(const isa::Program& frag) {
   return false;
 }
 
+// Moves an assembled fragment `delta` instructions later: its branch targets (all inside it, or its end) follow.
+void relocate(isa::Program& frag, int64_t delta) {
+  for (isa::Word& w : frag.code) {
+    isa::Instr in = isa::decode(w);
+    const isa::InstrDesc& d = in.desc();
+    bool moved = false;
+    for (int i = 0; i < d.num_operands; ++i)
+      if (d.operands[static_cast<size_t>(i)].kind == isa::OperandKind::Target) in.f[i] += delta, moved = true;
+    if (moved) w = isa::encode(in);
+  }
+}
+
 int64_t symbol_or(const std::map<std::string, int64_t>& s, const char* name, int64_t otherwise) {
   auto it = s.find(name);
   return it == s.end() ? otherwise : it->second;
@@ -228,8 +240,12 @@ void group_independent_calls(const KernelPlan& plan, const std::map<std::string,
       ++c;
       continue;
     }
-    std::vector<Touches> run{touches(plan, plan.calls[c], symbols)};
     size_t e = c + 1;
+    if (e == plan.calls.size() || !candidate(e) || plan.calls[e].label != plan.calls[c].label) {
+      c = e;  // a run of one call (its byte ranges are not needed)
+      continue;
+    }
+    std::vector<Touches> run{touches(plan, plan.calls[c], symbols)};
     for (; e < plan.calls.size() && candidate(e) && plan.calls[e].label == plan.calls[c].label; ++e) {
       Touches t = touches(plan, plan.calls[e], symbols);
       bool independent = true;
@@ -392,7 +408,7 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     if (!meet && c > 0 && !starts_with_sync(frag)) {
       p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::FENCE}));
       p.source.push_back(call.label + ": fence before " + call.kernel);
-      frag = assemble_call(plan, call, symbols, p.code.size() + guard_len, on_chip[c]);
+      relocate(frag, 1);  // it now starts one instruction later
     }
     const uint64_t end = p.code.size() + guard_len + frag.code.size();
     if (guard) {

@@ -367,9 +367,23 @@ std::string Lowering::producer_label(int v) const {
 }
 
 DType Lowering::storage_type(int v) const {
+  if (angle(v)) return DType::F32;
   for (int u : users_[v])
     if (!rowwise_op(g_.nodes[u])) return DType::BF16;
   return DType::F32;
+}
+
+bool Lowering::angle(int v, int depth) const {
+  for (int u : users_[v]) {
+    const ir::Node& n = g_.nodes[u];
+    const OpDef* def = find_op(n.op);
+    if (!def) continue;
+    if (def->angle_input) return true;
+    if (depth < 8 && def->moves_data)
+      for (int o : n.outputs)
+        if (o >= 0 && angle(o, depth + 1)) return true;
+  }
+  return false;
 }
 
 Stored Lowering::destination(int v, DType dtype) {

@@ -108,8 +108,10 @@ class Lowering {
   Stored plain_input(int v) { return get_any(v, false); }  // row-major, f32 or bf16 as it is
   bool prefers_nhwc(int v) const;
   std::string producer_label(int v) const;
-  // The storage type for a value about to be computed: f32 when only row-wise kernels (and graph outputs) read it.
+  // The storage type for a value about to be computed: f32 when only row-wise kernels (and graph outputs) read it,
+  // or when it is an angle (OpDef::angle_input).
   DType storage_type(int v) const;
+  bool angle(int v, int depth = 0) const;  // whether v reaches an angle input through data movement only
   // The destination of a computed value: the graph output buffer (f32) when it is an output read by nothing
   // else, a temp of `dtype` otherwise.
   Stored destination(int v, DType dtype);

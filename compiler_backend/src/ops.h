@@ -56,6 +56,11 @@ struct OpDef {
   const char* no_lowering = nullptr;
   // int8 compiles: whether the node's input 0 is quantised (a matmul or convolution with constant weights).
   bool (*quantises)(const Lowering&, const ir::Node&) = nullptr;
+  // Storage: whether the node's input 0 is an angle (Sin, Cos); a value that reaches one through data movement only
+  // (nodes with moves_data) is stored in f32, since bf16's 2^-9 relative error would be whole radians at positions in
+  // the thousands (LLaMA's rotary embedding concatenates its angles before cos and sin).
+  bool angle_input = false;
+  bool moves_data = false;  // the node only moves its input's elements (a view or a copy): angles pass through it
   // Timing-only compiles (Options::timing_only): whether input k of the node is read only to lay out weights, so
   // that the import may skip its values (onnx_import.h). Called on the imported graph, before shape inference.
   bool (*weight_input)(const ir::Graph&, const ir::Node&, size_t k) = nullptr;

@@ -699,32 +699,33 @@ void lower_pad(Lowering& L, const ir::Node& n) {
 
 void add_data_ops(OpTable& t) {
   // Views: no kernel.
-  t.add({.name = "Identity", .infer = infer_unary, .fold = fold_view, .fusion = Fusion::Alias, .lower = lower_alias});
+  t.add({.name = "Identity", .infer = infer_unary, .fold = fold_view, .fusion = Fusion::Alias, .lower = lower_alias,
+         .moves_data = true});
   t.add({.name = "Dropout", .max_inputs = 3, .max_outputs = 2, .attrs = {{"seed", K::Int}, {"ratio", K::Float}},
          .infer = infer_dropout, .fold = fold_dropout, .fusion = Fusion::Alias, .lower = lower_alias});
   t.add({.name = "Reshape", .min_inputs = 2, .max_inputs = 2, .attrs = {{"allowzero", K::Int}}, .infer = infer_reshape,
-         .fold = fold_view, .fusion = Fusion::Alias, .lower = lower_alias});
+         .fold = fold_view, .fusion = Fusion::Alias, .lower = lower_alias, .moves_data = true});
   t.add({.name = "Flatten", .attrs = {{"axis", K::Int}}, .infer = infer_flatten, .fold = fold_view,
-         .fusion = Fusion::Alias, .lower = lower_alias});
+         .fusion = Fusion::Alias, .lower = lower_alias, .moves_data = true});
   t.add({.name = "Squeeze", .max_inputs = 2, .attrs = {{"axes", K::Ints}}, .infer = infer_squeeze, .fold = fold_view,
-         .fusion = Fusion::Alias, .lower = lower_alias});
+         .fusion = Fusion::Alias, .lower = lower_alias, .moves_data = true});
   t.add({.name = "Unsqueeze", .max_inputs = 2, .attrs = {{"axes", K::Ints}}, .infer = infer_unsqueeze,
-         .fold = fold_view, .fusion = Fusion::Alias, .lower = lower_alias});
+         .fold = fold_view, .fusion = Fusion::Alias, .lower = lower_alias, .moves_data = true});
   // Copies.
   t.add({.name = "Transpose", .attrs = {{"perm", K::Ints}}, .infer = infer_transpose, .fold = fold_transpose,
-         .lower = lower_transpose});
+         .lower = lower_transpose, .moves_data = true});
   t.add({.name = "Slice", .max_inputs = 5,
          .attrs = {{"starts", K::Ints}, {"ends", K::Ints}, {"axes", K::Ints}, {"steps", K::Ints}},
-         .infer = infer_slice, .fold = fold_slice, .lower = lower_slice});
+         .infer = infer_slice, .fold = fold_slice, .lower = lower_slice, .moves_data = true});
   t.add({.name = "Concat", .max_inputs = kManyInputs, .attrs = {{"axis", K::Int}}, .infer = infer_concat,
-         .fold = fold_concat_split, .lower = lower_concat});
+         .fold = fold_concat_split, .lower = lower_concat, .moves_data = true});
   t.add({.name = "Split", .max_inputs = 2, .max_outputs = kManyInputs,
          .attrs = {{"axis", K::Int}, {"split", K::Ints}, {"num_outputs", K::Int}}, .infer = infer_split,
          .fold = fold_concat_split, .lower = lower_split});
   t.add({.name = "Gather", .min_inputs = 2, .max_inputs = 2, .attrs = {{"axis", K::Int}}, .infer = infer_gather,
          .fold = fold_gather, .lower = lower_gather});
   t.add({.name = "Expand", .min_inputs = 2, .max_inputs = 2, .infer = infer_expand, .fold = fold_expand,
-         .lower = lower_expand});
+         .lower = lower_expand, .moves_data = true});
   t.add({.name = "Pad", .max_inputs = 4, .attrs = {{"mode", K::String}, {"pads", K::Ints}, {"value", K::Float}},
          .infer = infer_pad, .fold = fold_pad, .lower = lower_pad});
   // Folded only.

@@ -10,6 +10,7 @@
 #include "fold.h"
 #include "infer.h"
 #include "lowering.h"
+#include "tpusim/isa/numerics.h"
 
 namespace tpusim::compiler {
 namespace {
@@ -162,11 +163,25 @@ T host_unary(const ir::Node& n, const T& x) {
     else if (op == "Reciprocal") v = 1.0f / v;
     else if (op == "Relu") v = v > 0 ? v : 0.0f;
     else if (op == "Clip") v = std::min(std::max(v, lo), hi);
+    // As the vector unit computes them (isa/numerics.h), so that a folded table (RoPE's cos and sin) has the bits
+    // the chip would give; Softplus and Mish in double, rounded once.
+    else if (op == "Log") v = isa::vpu_log(v);
+    else if (op == "Sin") v = isa::vpu_sin(v);
+    else if (op == "Cos") v = isa::vpu_cos(v);
+    else if (op == "Floor") v = isa::vpu_floor(v);
+    else if (op == "Ceil") v = isa::vpu_ceil(v);
+    else if (op == "Round") v = isa::vpu_round(v);
+    else if (op == "Sign") v = v > 0 ? 1.0f : v < 0 ? -1.0f : v;
+    else if (op == "Softplus" || op == "Mish") {
+      const double x = v, sp = x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+      v = static_cast<float>(op == "Softplus" ? sp : x * std::tanh(sp));
+    }
   }
   for (int64_t& v : r.i) {
     if (op == "Neg") v = -v;
     else if (op == "Abs") v = v < 0 ? -v : v;
     else if (op == "Relu") v = std::max<int64_t>(v, 0);
+    else if (op == "Sign") v = v > 0 ? 1 : v < 0 ? -1 : 0;
     else if (op == "Clip") v = std::min<int64_t>(std::max<int64_t>(v, static_cast<int64_t>(std::ceil(lo))), static_cast<int64_t>(std::floor(hi)));
   }
   return r;
@@ -207,9 +222,6 @@ float host_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float host_tanh(float x) { return std::tanh(x); }
 float host_erf(float x) { return std::erf(x); }
 float host_exp(float x) { return std::exp(x); }
-float host_log(float x) { return std::log(x); }
-float host_sin(float x) { return std::sin(x); }
-float host_cos(float x) { return std::cos(x); }
 float host_softsign(float x) { return x / (1.0f + std::fabs(x)); }
 
 template <float (*F)(float)>
@@ -387,9 +399,6 @@ void lower_cast(Lowering& L, const ir::Node& n) {
   L.st_[n.outputs[0]].push_back(y);
 }
 
-constexpr const char* kNoVectorFunction =
-    "the vector unit has no such function: only constant inputs are supported (folded at compile time)";
-
 constexpr const char* kRuntimeLogic =
     "a comparison or logical op on values computed at run time is not supported (only constant conditions, folded "
     "at compile time)";
@@ -409,14 +418,19 @@ void add_elementwise_ops(OpTable& t) {
   t.add({.name = "Sqrt", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Sqrt>});
   t.add({.name = "Exp", .infer = infer_unary, .fold = fold_float<host_exp>, .fusion = E,
          .rowwise = unary<rw::Op::Exp>});
-  // Functions the vector unit does not compute yet: folded when their inputs are constants (in-graph rotary
-  // embedding tables). With a vector-unit function, an entry gets rowwise = unary<rw::Op::X> and loses no_lowering.
-  t.add({.name = "Log", .infer = infer_unary, .fold = fold_float<host_log>, .fusion = E,
-         .no_lowering = kNoVectorFunction});
-  t.add({.name = "Sin", .infer = infer_unary, .fold = fold_float<host_sin>, .fusion = E,
-         .no_lowering = kNoVectorFunction});
-  t.add({.name = "Cos", .infer = infer_unary, .fold = fold_float<host_cos>, .fusion = E,
-         .no_lowering = kNoVectorFunction});
+  // The vector unit's logarithm, sine, cosine and roundings, and what composes from them (kernels/rowwise.h).
+  t.add({.name = "Log", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Log>});
+  t.add({.name = "Sin", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Sin>,
+         .angle_input = true});
+  t.add({.name = "Cos", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Cos>,
+         .angle_input = true});
+  t.add({.name = "Floor", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Floor>});
+  t.add({.name = "Ceil", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Ceil>});
+  t.add({.name = "Round", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Round>});
+  t.add({.name = "Sign", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Sign>});
+  t.add({.name = "Softplus", .infer = infer_unary, .fold = fold_unary, .fusion = E,
+         .rowwise = unary<rw::Op::Softplus>});
+  t.add({.name = "Mish", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Mish>});
   t.add({.name = "Neg", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Neg>});
   t.add({.name = "Abs", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Abs>});
   t.add({.name = "Reciprocal", .infer = infer_unary, .fold = fold_unary, .fusion = E,

@@ -129,6 +129,12 @@ int rw_softmax(RowEmit& e) {
   return e.node(rw::Op::Mul, {ex, e.node(rw::Op::Recip, {e.node(rw::Op::RowSum, {ex})})});
 }
 
+int rw_log_softmax(RowEmit& e) {  // s - log(rowsum(exp(s))), s = x - rowmax(x)
+  int s = e.node(rw::Op::Sub, {e.in(0), e.node(rw::Op::RowMax, {e.in(0)})});
+  int l = e.node(rw::Op::Log, {e.node(rw::Op::RowSum, {e.node(rw::Op::Exp, {s})})});
+  return e.node(rw::Op::Sub, {s, l});
+}
+
 int rw_layernorm(RowEmit& e) {
   const ir::Node& n = e.n;
   for (size_t k = 1; k < n.outputs.size(); ++k)
@@ -183,7 +189,7 @@ void add_normalize_ops(OpTable& t) {
   t.add({.name = "Softmax", .attrs = {{"axis", K::Int}}, .infer = infer_softmax, .fusion = R,
          .fusable = last_axis, .rowwise = rw_softmax, .lower = fail_axis});
   t.add({.name = "LogSoftmax", .attrs = {{"axis", K::Int}}, .infer = infer_softmax, .fusion = R,
-         .no_lowering = "no lowering for this operator (the vector unit has no logarithm)"});
+         .fusable = last_axis, .rowwise = rw_log_softmax, .lower = fail_axis});
   t.add({.name = "LayerNormalization", .min_inputs = 2, .max_inputs = 3, .max_outputs = 3,
          .attrs = {{"axis", K::Int}, {"epsilon", K::Float}, {"stash_type", K::Int}}, .infer = infer_layernorm,
          .fusion = R, .fusable = last_axis, .rowwise = rw_layernorm, .lower = fail_axis});

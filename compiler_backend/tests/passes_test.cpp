@@ -9,6 +9,7 @@
 #include "onnx_models.h"
 #include "shape_inference.h"
 #include "tpusim/compiler/compiler.h"
+#include "tpusim/isa/numerics.h"
 
 namespace tpusim::compiler {
 namespace {
@@ -258,7 +259,8 @@ TEST(ShapeInference, ElementwiseBroadcastingAndTypes) {
   test::set_input_type(w, "c", onnx::TensorProto_DataType_BOOL);
   EXPECT_EQ(shape_of(load(w), "y"), "[4,3]");
   EXPECT_EQ(shape_of(load(single("Max", {{"a", {2, 1}}, {"b", {3}}, {"c", {1, 1}}})), "y"), "[2,3]");
-  for (const char* op : {"Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Neg", "Abs", "Reciprocal", "Gelu"})
+  for (const char* op : {"Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Neg", "Abs", "Reciprocal", "Gelu", "Log",
+                         "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Softplus", "Mish"})
     EXPECT_EQ(shape_of(load(single(op, {{"a", {2, 5}}})), "y"), "[2,5]") << op;
   ModelBuilder bad = single("Sub", {{"a", {2, 3}}, {"b", {2, 3}}});
   test::set_input_type(bad, "b", onnx::TensorProto_DataType_INT64);
@@ -606,6 +608,58 @@ TEST(ConstFold, WhereEqualRangeConstantOfShapeExpandTile) {
   EXPECT_EQ(val(g, "is2").ints, (std::vector<int64_t>{0, 0, 1}));
   EXPECT_EQ(val(g, "tiled").ints, (std::vector<int64_t>{0, 0, 0, 0}));
   EXPECT_EQ(shape_of(g, "tiled"), "[4]");
+}
+
+// Rotary-embedding tables from constants: angles = Range * inv_freq, cos and sin of them, fold on the host with the
+// vector unit's own functions (isa/numerics.h, bit for bit what vpu.cos/vpu.sin give), and so do Log, the roundings,
+// Sign, Softplus and Mish (these two in double, rounded once) of constants.
+TEST(ConstFold, RotaryTablesAndMathFunctionsFold) {
+  ModelBuilder b;
+  b.input("x", {4, 2}).output("y").output("z");
+  test::int_constant(b, "start", {}, {0});
+  test::int_constant(b, "limit", {}, {4});
+  test::int_constant(b, "delta", {}, {1});
+  b.constant("inv", {1, 2}, {1.0f, 0.01f});
+  b.constant("v", {1, 2}, {-2.5f, 0.5f});
+  test::int_constant(b, "ax", {1}, {1});
+  b.node("Range", "range", {"start", "limit", "delta"}, {"p"});  // [0, 1, 2, 3]
+  test::set_int(b.node("Cast", "cast", {"p"}, {"pf"}), "to", onnx::TensorProto_DataType_FLOAT);
+  b.node("Unsqueeze", "u", {"pf", "ax"}, {"pc"});
+  b.node("Mul", "ang", {"pc", "inv"}, {"a"});  // [4, 2]
+  b.node("Cos", "cos", {"a"}, {"c"});
+  b.node("Sin", "sin", {"a"}, {"s"});
+  b.node("Mul", "xc", {"x", "c"}, {"t"});
+  b.node("Mul", "y", {"t", "s"}, {"y"});
+  b.node("Round", "round", {"v"}, {"r"});
+  b.node("Floor", "floor", {"r"}, {"f"});
+  b.node("Ceil", "ceil", {"v"}, {"ce"});
+  b.node("Sign", "sign", {"ce"}, {"sg"});
+  b.node("Softplus", "sp", {"sg"}, {"spv"});
+  b.node("Mish", "mish", {"spv"}, {"mv"});
+  b.node("Log", "log", {"mv"}, {"lg"});
+  b.node("Add", "z", {"x", "lg"}, {"z"});
+  ir::Graph g = fold(b);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"Mul", "Mul", "Add"}));
+  ir::Graph g2 = load(b);
+  const ir::Value &c = val(g2, "c"), &sn = val(g2, "s");
+  ASSERT_TRUE(c.is_const && sn.is_const);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 2; ++j) {
+      const float a = static_cast<float>(i) * (j == 0 ? 1.0f : 0.01f);
+      EXPECT_EQ(c.data[i * 2 + j], isa::vpu_cos(a)) << i << "," << j;
+      EXPECT_EQ(sn.data[i * 2 + j], isa::vpu_sin(a)) << i << "," << j;
+      EXPECT_NEAR(c.data[i * 2 + j], std::cos(static_cast<double>(a)), 6e-8);
+    }
+  EXPECT_EQ(val(g2, "r").data, (std::vector<float>{-2, 0}));   // ties to even; round(0.5) = +0
+  EXPECT_EQ(val(g2, "f").data, (std::vector<float>{-2, 0}));
+  EXPECT_EQ(val(g2, "ce").data, (std::vector<float>{-2, 1}));
+  EXPECT_EQ(val(g2, "sg").data, (std::vector<float>{-1, 1}));
+  const double sp0 = std::log1p(std::exp(-1.0)), sp1 = 1 + std::log1p(std::exp(-1.0));  // softplus(-1), (1)
+  EXPECT_EQ(val(g2, "spv").data, (std::vector<float>{static_cast<float>(sp0), static_cast<float>(sp1)}));
+  const float m0 = val(g2, "mv").data[0];  // mish of the f32 softplus(-1)
+  const double s0 = static_cast<double>(static_cast<float>(sp0));
+  EXPECT_EQ(m0, static_cast<float>(s0 * std::tanh(std::log1p(std::exp(s0)))));
+  EXPECT_EQ(val(g2, "lg").data[0], isa::vpu_log(m0));
 }
 
 TEST(ConstFold, GatherSliceTransposeConcatSplitOnHost) {

@@ -37,6 +37,15 @@ const char* op_name(Op op) {
     case Op::Gelu: return "Gelu";
     case Op::GeluTanh: return "GeluTanh";
     case Op::Clip: return "Clip";
+    case Op::Log: return "Log";
+    case Op::Sin: return "Sin";
+    case Op::Cos: return "Cos";
+    case Op::Floor: return "Floor";
+    case Op::Ceil: return "Ceil";
+    case Op::Round: return "Round";
+    case Op::Sign: return "Sign";
+    case Op::Softplus: return "Softplus";
+    case Op::Mish: return "Mish";
     case Op::RowSum: return "RowSum";
     case Op::RowMax: return "RowMax";
     case Op::RowMean: return "RowMean";
@@ -343,6 +352,26 @@ class Lowerer {
   V sqrt(V a) { return sc(a) ? S(std::sqrt(a.s)) : recip(rsqrt(a)); }  // recip(inf) = 0 at x = 0
   V div(V a, V b) { return sc(a) && sc(b) ? S(a.s / b.s) : mul(a, recip(b)); }
   V abs(V a) { return sc(a) ? S(std::fabs(a.s)) : maxmin(true, a, neg(a)); }
+  // vpu.log, sin, cos, floor, ceil, round; a scalar folds with the same function (isa/numerics.h).
+  V un_fn(const char* mn, float (*f)(float), V a) { return sc(a) ? S(f(a.s)) : un(mn, a); }
+  V sign(V x) {  // clip(x * 2^127 * 2^127, -1, 1): the smallest subnormal times 2^254 is 2^105
+    if (sc(x)) return S(x.s > 0 ? 1.0f : x.s < 0 ? -1.0f : x.s);
+    return maxmin(false, maxmin(true, mul(mul(x, S(0x1p127f)), S(0x1p127f)), S(-1)), S(1));
+  }
+  V softplus(V x) {  // max(x, 0) + log(1 + exp(-|x|)), -|x| = min(x, -x)
+    if (sc(x)) return S(std::max(x.s, 0.0f) + isa::vpu_log(1.0f + std::exp(-std::fabs(x.s))));
+    V e = exp(maxmin(false, x, neg(x)));
+    return add(relu(x), un_fn("log", isa::vpu_log, add(e, S(1))));
+  }
+  V mish(V x) {  // x tanh(log(1 + e)) = x n / (n + 2), n = e (e + 2), e = exp(min(x, 20))
+    if (sc(x)) {
+      const float e = std::exp(std::min(x.s, 20.0f)), n = e * (e + 2);
+      return S(x.s * (n / (n + 2)));
+    }
+    V e = exp(maxmin(false, x, S(20)));
+    V n = mul(e, add(e, S(2)));
+    return mul(x, mul(n, recip(add(n, S(2)))));
+  }
   V sigmoid(V x) { return sc(x) ? S(1.0f / (1.0f + std::exp(-x.s))) : recip(add(exp(neg(x)), S(1))); }
   V tanh(V x) {
     if (sc(x)) return S(std::tanh(x.s));
@@ -480,6 +509,15 @@ class Lowerer {
       case Op::Gelu: return gelu(arg(0));
       case Op::GeluTanh: return gelu_tanh(arg(0));
       case Op::Clip: return maxmin(false, maxmin(true, arg(0), S(n.lo)), S(n.hi));
+      case Op::Log: return un_fn("log", isa::vpu_log, arg(0));
+      case Op::Sin: return un_fn("sin", isa::vpu_sin, arg(0));
+      case Op::Cos: return un_fn("cos", isa::vpu_cos, arg(0));
+      case Op::Floor: return un_fn("floor", isa::vpu_floor, arg(0));
+      case Op::Ceil: return un_fn("ceil", isa::vpu_ceil, arg(0));
+      case Op::Round: return un_fn("round", isa::vpu_round, arg(0));
+      case Op::Sign: return sign(arg(0));
+      case Op::Softplus: return softplus(arg(0));
+      case Op::Mish: return mish(arg(0));
       case Op::RowSum: return reduce("rsum", arg(0), false);
       case Op::RowMax: return reduce("rmax", arg(0), false);
       case Op::RowMean: return reduce("rsum", arg(0), true);

@@ -7,7 +7,8 @@
 // Numerics (isa.def, docs/isa.md): integers compute in i32, wrapping; floats in f32; bf16 is computed in f32
 // and rounded to nearest even on the way out; casts to integers round to nearest even and saturate.
 // Data types: add, sub, mul, rsum and addrow/subrow/mulrow take i32, f32, bf16; max, min, relu and rmax also i8
-// (they cannot overflow); exp, recip and rsqrt take f32 and bf16; cast and vpu.acc's output take all four.
+// (they cannot overflow); exp, recip, rsqrt, log, sin, cos, floor, ceil and round take f32 and bf16 (log, sin, cos
+// and the roundings are isa/numerics.h's); cast and vpu.acc's output take all four.
 #include "vpu.h"
 
 #include <algorithm>
@@ -125,6 +126,10 @@ struct Recip {
 struct Rsqrt {
   float operator()(float a) const { return 1.0f / std::sqrt(a); }
 };
+template <float (*F)(float)>
+struct Fn {
+  float operator()(float a) const { return F(a); }
+};
 
 // vd[i] = f(va[i], vb[i]) for i < n, in order.
 template <class F>
@@ -221,6 +226,12 @@ void vmem_accesses(const Entry& e, Add add) {
     case Op::VEXP:
     case Op::VRECIP:
     case Op::VRSQRT:
+    case Op::VLOG:
+    case Op::VSIN:
+    case Op::VCOS:
+    case Op::VFLOOR:
+    case Op::VCEIL:
+    case Op::VROUND:
       rd(e.arg("va"), 1, n_bytes("dtype"), 0);
       wr(e.arg("vd"), 1, n_bytes("dtype"), 0);
       break;
@@ -268,7 +279,10 @@ Action element_action(const Entry& e) {
     case Op::VMULROW:
     case Op::VEXP:
     case Op::VRECIP:
-    case Op::VRSQRT: mul = true; [[fallthrough]];
+    case Op::VRSQRT:
+    case Op::VLOG:
+    case Op::VSIN:
+    case Op::VCOS: mul = true; [[fallthrough]];
     default: flt = is_float(e.dtype("dtype"));
   }
   return flt ? (mul ? Action::VpuFloatMul : Action::VpuFloatAdd) : (mul ? Action::VpuIntMul : Action::VpuIntAdd);
@@ -355,7 +369,13 @@ uint64_t Vpu::check(const Entry& e) {
     case Op::VRELU:
     case Op::VEXP:
     case Op::VRECIP:
-    case Op::VRSQRT: {
+    case Op::VRSQRT:
+    case Op::VLOG:
+    case Op::VSIN:
+    case Op::VCOS:
+    case Op::VFLOOR:
+    case Op::VCEIL:
+    case Op::VROUND: {
       const int64_t n = nonneg("n");
       const DType t = e.dtype("dtype");
       allow(t, e.in.op == Op::VRELU, e.in.op == Op::VRELU);
@@ -436,6 +456,12 @@ void Vpu::compute(const Entry& e) {
     case Op::VEXP: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Exp{});
     case Op::VRECIP: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Recip{});
     case Op::VRSQRT: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Rsqrt{});
+    case Op::VLOG: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_log>{});
+    case Op::VSIN: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_sin>{});
+    case Op::VCOS: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_cos>{});
+    case Op::VFLOOR: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_floor>{});
+    case Op::VCEIL: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_ceil>{});
+    case Op::VROUND: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_round>{});
     case Op::VCAST: {
       const DType sdt = e.dtype("sdt"), ddt = e.dtype("ddt");
       const int64_t n = e.arg("n"), vd = e.arg("vd"), va = e.arg("va");

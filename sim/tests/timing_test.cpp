@@ -163,6 +163,20 @@ TEST(Timing, VectorInstruction) {
   EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, 5u);
 }
 
+TEST(Timing, TranscendentalAndRoundingInstructionsAtTheRateOfAdd) {
+  // vpu.log, sin, cos, floor, ceil, round time as vpu.exp and vpu.add (isa.def): latency 2 + ceil(20 / 8) = 5
+  // cycles each, whatever the operands (VMEM holds zeros: log(0) = -inf, no faster or slower).
+  Chip chip(small_config());  // one chip per process; each run counts from its own start
+  for (Op op : {Op::VEXP, Op::VLOG, Op::VSIN, Op::VCOS, Op::VFLOOR, Op::VCEIL, Op::VROUND}) {
+    ProgramBuilder b;
+    b.li(1, 20).li(2, 256);
+    b.op(op, {2, 0, 1, 3});  // vd 256, va 0, n 20, f32; dispatched 2, starts 3, done at 8
+    RunResult r = chip.run(b.build());
+    EXPECT_EQ(r.stats.cycles, 9u) << isa::describe(op).mnemonic;
+    EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, 5u) << isa::describe(op).mnemonic;
+  }
+}
+
 TEST(Timing, RowBroadcastInstruction) {
   Chip chip(small_config());
   ProgramBuilder b;

@@ -37,12 +37,15 @@ void Reference::vpu(const isa::Instr& in) {
 }
 
 // vd[i] = op(va[i], vb[i]) or op(va[i]) for i < n. i32 wraps; floats are computed exactly (or in fp64 for
-// exp/recip/rsqrt) and rounded to f32, then to bf16 for bf16 ("compute in f32 and round").
+// exp/recip/rsqrt/log/sin/cos: "evaluated in f64 and rounded once", which log, sin and cos specify exactly)
+// and rounded to f32, then to bf16 for bf16 ("compute in f32 and round").
 void Reference::vpu_elementwise(const isa::Instr& in) {
   const DType dt = dtype(in, "dtype");
   const bool binary = in.desc().operand_index("vb") >= 0;
-  const bool transcendental = in.op == Op::VEXP || in.op == Op::VRECIP || in.op == Op::VRSQRT;
-  if (transcendental && is_int(dt)) fail(in.desc().mnemonic + " works on f32 or bf16");
+  const bool float_only = in.op == Op::VEXP || in.op == Op::VRECIP || in.op == Op::VRSQRT ||
+                              in.op == Op::VLOG || in.op == Op::VSIN || in.op == Op::VCOS ||
+                              in.op == Op::VFLOOR || in.op == Op::VCEIL || in.op == Op::VROUND;
+  if (float_only && is_int(dt)) fail(in.desc().mnemonic + " works on f32 or bf16");
   // i8 arithmetic could overflow and the ISA defines no i8 wrapping: only max, min and relu take i8.
   if (dt == DType::I8 && (in.op == Op::VADD || in.op == Op::VSUB || in.op == Op::VMUL))
     fail(in.desc().mnemonic + " does not take i8");
@@ -60,6 +63,13 @@ void Reference::vpu_elementwise(const isa::Instr& in) {
       case Op::VEXP: r = std::exp(a); break;
       case Op::VRECIP: r = 1.0 / a; break;
       case Op::VRSQRT: r = 1.0 / std::sqrt(a); break;
+      case Op::VLOG: r = std::log(a); break;
+      case Op::VSIN: r = std::sin(a); break;
+      case Op::VCOS: r = std::cos(a); break;
+      // Exact roundings of the operand (its sign kept on a zero result: floor(-0) = -0, ceil(-0.5) = -0).
+      case Op::VFLOOR: r = std::isfinite(a) ? std::copysign(std::floor(a), a) : a; break;
+      case Op::VCEIL: r = std::isfinite(a) ? std::copysign(std::ceil(a), a) : a; break;
+      case Op::VROUND: r = std::isfinite(a) ? std::copysign(round_half_even(a), a) : a; break;
       default: fail("not a vector instruction");
     }
     vmem_store(vd + i * size, dt, is_int(dt) ? static_cast<double>(wrap_to(static_cast<int64_t>(r), dt)) : float_result(dt, r));

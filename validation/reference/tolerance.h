@@ -22,7 +22,8 @@
 //    and the simulator must match bit for bit. mxu.mm's order within a pass is the implementation's (the
 //    simulator's is deterministic), so matrix products are held to the bound only.
 //
-// 2. vpu.exp / vpu.recip / vpu.rsqrt, "deterministic but not required to be correctly rounded". The reference
+// 2. vpu.exp / vpu.recip / vpu.rsqrt, "deterministic but not required to be correctly rounded" (vpu.log, vpu.sin
+//    and vpu.cos are specified to the bit, "evaluated in f64 and rounded once", and compared bit for bit). The reference
 //    computes them in fp64 and rounds once to f32; the simulator may be up to 2 ulp of f32 away (so 2^-22 |ref|
 //    relative: an ulp is at most 2^-23 of the value), and after rounding to bf16 one bf16 ulp (2^-7 |ref|).
 #pragma once

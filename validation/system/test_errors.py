@@ -144,10 +144,14 @@ class ErrorsBase(Workdir):
                            [f32("x", [4])], [f32("y", None)], [pads])
             return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
         if name == "onnx-unsupported-operators":
-            m = onnx_model([helper.make_node("Sin", ["x"], ["s"], name="sin"),
-                            helper.make_node("Log", ["s"], ["l"], name="log"),
-                            helper.make_node("ArgMax", ["l"], ["y"], name="am", axis=1)],
-                           [f32("x", [2, 4])], [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+            reps = helper.make_tensor("reps", TensorProto.INT64, [2], [1, 2])
+            zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+            m = onnx_model([helper.make_node("Tile", ["x", "reps"], ["t"], name="tile"),
+                            helper.make_node("ArgMax", ["t"], ["y"], name="am", axis=1),
+                            helper.make_node("Less", ["x", "zero"], ["neg"], name="less")],
+                           [f32("x", [2, 4])], [helper.make_tensor_value_info("y", TensorProto.INT64, None),
+                                                helper.make_tensor_value_info("neg", TensorProto.BOOL, None)],
+                           [reps, zero])
             return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
         if name == "onnx-too-large":
             m = onnx_model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", [1 << 20] * 3)], [f32("y", None)])

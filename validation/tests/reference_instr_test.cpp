@@ -1,7 +1,7 @@
 // Every vector and matrix instruction, each supported data type: the simulator against the reference machine on
 // small programs (DMA random data into VMEM, fence, run the instruction, fence, DMA the result out). Integer
-// results and every result whose roundings the ISA fixes must match bit for bit; float sums and exp/recip/rsqrt
-// within tolerance.h's bounds.
+// results and every result whose roundings the ISA fixes (log, sin, cos and the roundings included) must match bit
+// for bit; float sums and exp/recip/rsqrt within tolerance.h's bounds.
 #include <cstdio>
 #include <functional>
 #include <limits>
@@ -149,6 +149,35 @@ TEST(ReferenceVpu, ExpRecipRsqrtSpecialValues) {
                  [&](size_t i) { return ref::within_transcendental_bound(t, res.sim[i], res.fp64[i]); }, [&](size_t i) {
                    return "a " + num(c.a[i]) + ": sim " + num(res.sim[i]) + ", reference " + num(res.fp64[i]);
                  });
+    }
+}
+
+// vpu.log, vpu.sin, vpu.cos (f64-evaluated, rounded once: specified to the bit) and vpu.floor, vpu.ceil, vpu.round
+// (exact): the simulator equals the reference bit for bit, signed zeros included, on random operands over a wide
+// range (sin and cos up to 2^40, where range reduction matters) and every special value isa.def names.
+TEST(ReferenceVpu, LogSinCosRoundingsBitIdentical) {
+  TPUSIM_MACHINES(m);
+  Random r(15);
+  auto bits_same = [](double a, double b) {
+    return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
+  };
+  for (Op op : {Op::VLOG, Op::VSIN, Op::VCOS, Op::VFLOOR, Op::VCEIL, Op::VROUND})
+    for (DType t : {DType::BF16, DType::F32}) {
+      std::vector<double> a = {0.0, -0.0, kInf, -kInf, kNaN, 1, -1, 0x1p-149, -0x1p-149, 0x1p-127, 0.5, -0.5,
+                               1.5, 2.5, -2.5, 0.3, -0.3, 3.4e38, -3.4e38, 0x1p23 + 1, 3.14159265, 1e22};
+      for (int i = 0; i < 80; ++i) {
+        const int e = op == Op::VSIN || op == Op::VCOS ? static_cast<int>(r.integer(-30, 40))
+                                                         : static_cast<int>(r.integer(-20, 30));
+        a.push_back(std::ldexp(r.real(1, 2), e) * (r.integer(0, 1) ? 1 : -1));
+      }
+      for (auto& x : a) x = ref::cast_to(x, t);
+      Results res = run_vector(*m, {{a, t}}, [&](Builder& p) {
+        p.li(1, kOut).li(2, kIn[0]).li(4, a.size());
+        p.emit(op, {{"vd", 1}, {"va", 2}, {"n", 4}, {"dtype", int64_t(t)}});
+      }, a.size(), t);
+      expect_all(name(op, t), a.size(), [&](size_t i) { return bits_same(res.sim[i], res.fp64[i]); }, [&](size_t i) {
+        return "a " + num(a[i]) + ": sim " + num(res.sim[i]) + ", reference " + num(res.fp64[i]);
+      });
     }
 }
 
@@ -819,6 +848,17 @@ TEST(ReferenceVpuErrors, I8ArithmeticIsRefused) {
   p.li(1, 0).li(2, 64).li(3, 2).li(4, 8);
   p.emit(Op::VRSUM, {{"vd", 1}, {"va", 2}, {"rows", 3}, {"cols", 4}, {"stride", 4}, {"dtype", int64_t(DType::I8)}});
   expect_both_refuse(*m, p, "vpu.rsum i8");
+}
+
+TEST(ReferenceVpuErrors, FloatFunctionsRefuseIntegers) {
+  TPUSIM_MACHINES(m);
+  for (Op op : {Op::VLOG, Op::VSIN, Op::VCOS, Op::VFLOOR, Op::VCEIL, Op::VROUND})
+    for (DType t : {DType::I8, DType::I32}) {
+      Builder p;
+      p.li(1, 0).li(2, 64).li(4, 8);
+      p.emit(op, {{"vd", 1}, {"va", 2}, {"n", 4}, {"dtype", int64_t(t)}});
+      expect_both_refuse(*m, p, name(op, t));
+    }
 }
 
 TEST(ReferenceVpuErrors, RowBroadcastRefusesI8) {

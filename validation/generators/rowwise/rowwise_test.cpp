@@ -11,6 +11,9 @@
 //   multiplies that by |x|/2.
 // - Tanh: plus atol 5e-7: 1 - 2/(exp(2x)+1) loses relative accuracy near 0 (a difference of numbers near 1), so
 //   its error is absolute, a few ulps of 1.
+// - Log, Sin, Cos: rtol 1e-7: the f32 nearest the exact value (vpu.log/sin/cos), of the very f32 input; Floor, Ceil,
+//   Round, Sign: exact. Softplus: plus atol 2e-7: log(1 + exp(-|x|)) rounds 1 + exp(-|x|) first (a few ulps of 1,
+//   absolute). Mish, computed as x n/(n+2): a few f32 roundings, relative (atol only for subnormal exp(x) at x < -87).
 // - bf16 out: rtol 2^-8: the f32 result is rounded once to bf16 (half an ulp = 2^-9 relative), plus the f32
 //   error above; atol covers results near 0 that are differences of O(1) values.
 #include <gtest/gtest.h>
@@ -50,6 +53,7 @@ double gelu(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 double gelu_tanh(double x) {
   return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
 }
+double softplus(double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
 double unary(Op op, const rw::Node& n, double x) {
   switch (op) {
     case Op::Neg: return -x;
@@ -66,6 +70,15 @@ double unary(Op op, const rw::Node& n, double x) {
     case Op::GeluTanh: return gelu_tanh(x);
     case Op::Clip: return std::min<double>(std::max<double>(x, n.lo), n.hi);
     case Op::Pow: return std::pow(x, static_cast<double>(n.value));
+    case Op::Log: return std::log(x);
+    case Op::Sin: return std::sin(x);
+    case Op::Cos: return std::cos(x);
+    case Op::Floor: return std::floor(x);
+    case Op::Ceil: return std::ceil(x);
+    case Op::Round: return std::nearbyint(x);  // the default rounding mode: to nearest, ties to even
+    case Op::Sign: return x > 0 ? 1 : x < 0 ? -1 : 0;
+    case Op::Softplus: return softplus(x);
+    case Op::Mish: return x * std::tanh(softplus(x));
     default: throw std::logic_error("not unary");
   }
 }
@@ -494,6 +507,73 @@ TEST(Rowwise, SigmoidAndTanhSaturate) {
   h.chip->read_hbm(h.prog.find("out0")->addr, got, 8);
   EXPECT_EQ(got[0], 1.0f);  // sigmoid(100)
   EXPECT_EQ(got[1], 0.0f);  // sigmoid(-100): exp(100) overflows to inf, 1/inf = 0
+}
+
+TEST(Rowwise, LogSinCosAndRoundings) {
+  Harness h;
+  rw::Program p;
+  p.rows = 30, p.cols = 70;
+  std::vector<double> xv = uniform(30 * 70, -50, 50, 21), pos(30 * 70);
+  // Ties for Round (to even), signs for Floor/Ceil, subnormals and zeros for Sign, large arguments for Sin/Cos.
+  const double special[] = {0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0, -0.0, 1e-40, -1e-45, 3, -3, 1e4, -1e6, 3e7,
+                            8388607.5, 1.5707963267948966, 3.141592653589793, 7.5, -7.5};
+  for (size_t i = 0; i < std::size(special); ++i) xv[i] = special[i];
+  std::mt19937 rng(22);
+  for (double& v : pos) v = std::exp(std::uniform_real_distribution<double>(-20, 20)(rng));  // log-uniform
+  pos[0] = 1, pos[1] = 0, pos[2] = 1e-40, pos[3] = 3e38;  // ln 1 = 0, ln 0 = -inf, a subnormal, near the top
+  const int x = p.input(h.add_input(p, xv, DType::F32));
+  const int y = p.input(h.add_input(p, pos, DType::F32));
+  h.add_output(p, p.unary(Op::Sin, x), DType::F32);
+  h.add_output(p, p.unary(Op::Cos, x), DType::F32);
+  h.add_output(p, p.unary(Op::Log, y), DType::F32);
+  h.add_output(p, p.unary(Op::Floor, x), DType::F32);
+  h.add_output(p, p.unary(Op::Ceil, x), DType::F32);
+  h.add_output(p, p.unary(Op::Round, x), DType::F32);
+  h.add_output(p, p.unary(Op::Sign, x), DType::F32);
+  // A constant argument folds on the host with the same functions: x * sin(0.5) + log(2)
+  h.add_output(p, p.binary(Op::Add, p.binary(Op::Mul, x, p.unary(Op::Sin, p.constant(0.5f))),
+                           p.unary(Op::Log, p.constant(2))), DType::F32);
+  h.add_output(p, p.unary(Op::Cos, x), DType::BF16);
+  h.run_and_check(p, {Tol{1e-7}, Tol{1e-7}, Tol{1e-7}, Tol{0}, Tol{0}, Tol{0}, Tol{0}, Tol{1e-6, 1e-6},
+                      Tol{1.0 / 256 + 1e-7}});
+  float got[4];
+  h.chip->read_hbm(h.prog.find("out5")->addr, got, 16);  // Round of 0.5, 1.5, 2.5, -0.5: ties to even
+  EXPECT_EQ(got[0], 0.0f);
+  EXPECT_EQ(got[1], 2.0f);
+  EXPECT_EQ(got[2], 2.0f);
+  EXPECT_TRUE(got[3] == 0.0f && std::signbit(got[3]));
+  h.chip->read_hbm(h.prog.find("out6")->addr + 24, got, 16);  // Sign of 0, -0, 1e-40, -1e-45 (subnormals)
+  EXPECT_TRUE(got[0] == 0.0f && !std::signbit(got[0]));
+  EXPECT_TRUE(got[1] == 0.0f && std::signbit(got[1]));
+  EXPECT_EQ(got[2], 1.0f);
+  EXPECT_EQ(got[3], -1.0f);
+}
+
+TEST(Rowwise, SoftplusMishAndLogSoftmax) {
+  Harness h;
+  rw::Program p;
+  p.rows = 25, p.cols = 77;
+  std::vector<double> xv = uniform(25 * 77, -30, 30, 23);
+  const double special[] = {0, 100, -100, 20, -20, 19.9, 20.1, 88, 89, -87, -89, 1e-3, -1e-3, 16, -16};
+  for (size_t i = 0; i < std::size(special); ++i) xv[i] = special[i];
+  const int x = p.input(h.add_input(p, xv, DType::F32));
+  h.add_output(p, p.unary(Op::Softplus, x), DType::F32);
+  h.add_output(p, p.unary(Op::Mish, x), DType::F32);
+  // log_softmax(x) = s - log(rowsum(exp(s))), s = x - rowmax(x)
+  const int sh = p.binary(Op::Sub, x, p.unary(Op::RowMax, x));
+  h.add_output(p, p.binary(Op::Sub, sh, p.unary(Op::Log, p.unary(Op::RowSum, p.unary(Op::Exp, sh)))), DType::F32);
+  // folded on the host in f32: x + softplus(-1) cancels near x = -0.31, so an absolute 1e-7 (ulps of 0.31)
+  h.add_output(p, p.binary(Op::Add, x, p.unary(Op::Softplus, p.constant(-1))), DType::F32);
+  h.add_output(p, p.unary(Op::Mish, x), DType::BF16);
+  // log_softmax: |s| up to 60 and the log of a 77-term sum: rtol 1e-6 plus an absolute 1e-5 (ulps of 60).
+  h.run_and_check(p, {Tol{1e-6, 2e-7}, Tol{1e-6, 1e-40}, Tol{1e-6, 1e-5}, Tol{1e-6, 1e-7}, Tol{1.0 / 256 + 1e-6, 1e-40}});
+  float got[3];
+  h.chip->read_hbm(h.prog.find("out0")->addr, got, 12);
+  EXPECT_EQ(got[0], static_cast<float>(std::log(2.0)));  // softplus(0) = ln 2
+  EXPECT_EQ(got[1], 100.0f);                             // softplus(100): no overflow
+  EXPECT_EQ(got[2], 0.0f);                               // softplus(-100) = 3.7e-44: lost below 1 + 2^-24
+  h.chip->read_hbm(h.prog.find("out1")->addr, got, 12);
+  EXPECT_EQ(got[1], 100.0f);  // mish(100) = 100: exp(min(x, 20)) does not overflow
 }
 
 TEST(Rowwise, DivPowAndMiscellaneousOps) {

@@ -1,5 +1,5 @@
-// Numeric conversions the ISA specifies (docs/isa.md, "Numerics"): bf16 <-> f32 and the saturating,
-// round-to-nearest-even casts to integers. Shared by the simulator and the runtime; the validation reference
+// Numeric conversions the ISA specifies (docs/isa.md, "Numerics"): bf16 <-> f32, the saturating,
+// round-to-nearest-even casts to integers, and the vector unit's logarithm, sine, cosine and roundings. Shared by the simulator and the runtime; the validation reference
 // deliberately re-derives them from the document instead of calling these.
 #pragma once
 
@@ -40,6 +40,30 @@ inline int64_t round_saturate(double x, int64_t lo, int64_t hi) {
 inline int8_t saturate_i8(double x) { return static_cast<int8_t>(round_saturate(x, -128, 127)); }
 inline int32_t saturate_i32(double x) {
   return static_cast<int32_t>(round_saturate(x, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
+}
+
+
+// The vector unit's vpu.log, vpu.sin and vpu.cos on an f32 operand (isa.def): the function evaluated in f64 and
+// rounded once to f32, nearest even. glibc's f64 log, sin and cos are within 1 ulp of f64 (sin and cos with an
+// exact range reduction for every argument), 2^-29 ulp of f32, so the result is within 0.5 + 2^-29 ulp of the
+// exact value: the correctly rounded f32 except where the exact value lies that close to a midpoint between two
+// f32 values. Every special value (0, inf, NaN, negatives for log) is IEEE's. One definition for every model
+// (the simulator, the kernels' constant folding); isa_test sweeps them against long double.
+inline float vpu_log(float x) { return static_cast<float>(std::log(static_cast<double>(x))); }
+inline float vpu_sin(float x) { return static_cast<float>(std::sin(static_cast<double>(x))); }
+inline float vpu_cos(float x) { return static_cast<float>(std::cos(static_cast<double>(x))); }
+
+// vpu.floor, vpu.ceil and vpu.round (to nearest, ties to even): exact, whatever the host's rounding mode. Every f32
+// of magnitude >= 2^23, +-inf and NaN are returned as they are; results keep the operand's sign (ceil(-0.5) = -0,
+// round(-0.5) = -0).
+inline float vpu_floor(float x) { return std::floor(x); }
+inline float vpu_ceil(float x) { return std::ceil(x); }
+inline float vpu_round(float x) {
+  if (!(std::fabs(x) < 0x1p23f)) return x;  // already an integer, an infinity or NaN
+  const float t = std::trunc(x), frac = std::fabs(x - t);  // x - t is exact
+  const float away = t + std::copysign(1.0f, x);
+  float r = frac > 0.5f ? away : frac < 0.5f ? t : (std::fmod(t, 2.0f) == 0 ? t : away);
+  return std::copysign(r, x);
 }
 
 }  // namespace tpusim::isa

@@ -17,7 +17,14 @@
 //   Clip min(max(x,lo),hi)   Max/Min with a PerRow or Const operand broadcast it to a Full temporary first.
 //   RowSum: vpu.rsum, which adds in order; rows of C >= 1024 columns with a divisor K of C near sqrt(C) are
 //   summed in two steps (sums of K columns, then their sum) so that the f32 error grows like sqrt(C), not C.
-// There is no vector log instruction, so there is no Log op.
+//   Log Sin Cos Floor Ceil Round: vpu.log, vpu.sin, vpu.cos (the f32 nearest the exact value, any argument),
+//   vpu.floor, vpu.ceil, vpu.round (ties to even; exact)
+//   Sign min(max(x*2^127*2^127, -1), 1): exact (+-1, +-0 kept, NaN stays NaN; the two products take the smallest
+//   subnormal past 1)
+//   Softplus max(x,0) + log(1 + exp(min(x,-x))) (= log(1+exp(x)) without overflow; absolute error about 1e-7,
+//   so for x < -16, where the value is below 1e-7, relative accuracy is lost: 1 + exp(x) rounds to 1)
+//   Mish x*tanh(softplus(x)) computed as x*n/(n+2), n = e*(e+2), e = exp(min(x,20)): no cancellation for x << 0
+//   (relative error a few f32 ulps everywhere; n/(n+2) is 1 in f32 beyond x = 20)
 //
 // Constants. The kernel needs no constant tensor and no extra HBM input: at its start it makes 0 with a
 // vpu.rsum over zero columns, 1 = exp(0), and every other constant c as vpu.cast(1, scale = bits(c)) (f32 to
@@ -62,6 +69,7 @@ enum class Op {
   Input, Const,                              // leaves
   Add, Sub, Mul, Div, Max, Min, Pow,          // binary (Pow: args[0] ** value, a constant exponent)
   Neg, Abs, Relu, Exp, Recip, Sqrt, Rsqrt, Tanh, Sigmoid, Erf, Gelu, GeluTanh, Clip,  // unary
+  Log, Sin, Cos, Floor, Ceil, Round, Sign, Softplus, Mish,                            // unary
   RowSum, RowMax, RowMean                     // reductions over the last axis: Full -> PerRow
 };
 const char* op_name(Op op);
