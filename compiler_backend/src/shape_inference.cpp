@@ -191,13 +191,17 @@ void infer_shapes(ir::Graph& g, const std::map<std::string, std::vector<int64_t>
     if (it == g.value_index.end() || std::find(g.inputs.begin(), g.inputs.end(), it->second) == g.inputs.end()) {
       std::string names;
       for (int in : g.inputs) names += (names.empty() ? "" : ", ") + g.values[in].name;
-      throw Error("a shape is given for '" + name + "', which is not an input of model '" + g.model_name +
-                  "' (inputs: " + names + ")");
+      throw Error(isa::printable(g.model_name, 200) + ": a shape is given for '" + name +
+                  "', which is not an input (inputs: " + names + ")");
     }
   }
   for (int in : g.inputs) {
     auto it = input_shapes.find(g.values[in].name);
-    resolve_input(g.values[in], it == input_shapes.end() ? nullptr : &it->second);
+    try {
+      resolve_input(g.values[in], it == input_shapes.end() ? nullptr : &it->second);
+    } catch (const Error& e) {
+      throw Error(isa::printable(g.model_name, 200) + ": " + e.what());
+    }
   }
 
   std::vector<bool> folded(g.nodes.size(), false);

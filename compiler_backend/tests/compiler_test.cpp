@@ -158,7 +158,7 @@ TEST(Compile, RegionsMarkEachNodeAndKernelFragment) {
 TEST(Compile, DynamicBatchNeedsItsShape) {
   ModelBuilder b = test::linear_model(0, 3, 2, "batch");
   EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }),
-            "input 'x' has a dynamic dimension 'batch': give its shape");
+            "m.onnx: input 'x' has a dynamic dimension 'batch': give its shape");
 
   Options o = chip();
   o.input_shapes["x"] = {5, 3};
@@ -168,10 +168,10 @@ TEST(Compile, DynamicBatchNeedsItsShape) {
 
   o.input_shapes["x"] = {5, 4};
   EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", o); }),
-            "input 'x': the given shape [5,4] does not match the model's [batch,3]");
+            "m.onnx: input 'x': the given shape [5,4] does not match the model's [batch,3]");
   o.input_shapes = {{"z", {1}}};
   EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", o); }),
-            "a shape is given for 'z', which is not an input of model 'm.onnx' (inputs: x)");
+            "m.onnx: a shape is given for 'z', which is not an input (inputs: x)");
 }
 
 TEST(CompileErrors, UnsupportedOperatorNamesOpNodeAndModel) {

@@ -810,7 +810,7 @@ TEST(Errors, UnsupportedAttributesNameTheNode) {
 
 TEST(Errors, DynamicInputDimensionNeedsItsShape) {
   EXPECT_EQ(error_of([&] { load(gpt2_shape_subgraph()); }),
-            "input 'x' has a dynamic dimension 'batch': give its shape");
+            "t.onnx: input 'x' has a dynamic dimension 'batch': give its shape");
 }
 
 }  // namespace
