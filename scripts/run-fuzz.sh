@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes tpusim's parsers and the simulator (validation/fuzz/README.md).
 #   bash scripts/run-fuzz.sh [SECONDS] [NAME...]
-# builds the libFuzzer harnesses with clang in build-fuzz/ (-DTPUSIM_FUZZ=ON: ASan + UBSan, `setup.sh fuzz`
-# installs clang), runs each named one (default: all; asm tpub onnx config npy, and cli) for SECONDS (default 60),
-# one after the other, and prints each one's executions. `cli` is the mutation loop over programs run through
+# builds the libFuzzer harnesses with clang in build-fuzz/ (scripts/sanitizer-build.sh: ASan + UBSan, the build
+# scripts/run-asan.sh shares; `setup.sh fuzz` installs clang), runs each named one (default: all; asm tpub onnx
+# config npy, and cli) for SECONDS (default 60), one after the other, and prints each one's executions. `cli` is the mutation loop over programs run through
 # `tpusim run --timing-only` (validation/fuzz/cli_mutate.py); it needs build/tools/tpusim (or TPUSIM=path).
 # Environment: FUZZ_RUNS=N also stops each libFuzzer harness after N executions; FUZZ_ARGS adds libFuzzer options.
 # The corpus each harness grows is kept in build-fuzz/corpus/NAME (the seeds in validation/fuzz/corpus/NAME are
@@ -28,13 +28,8 @@ done
 
 export SC_COPYRIGHT_MESSAGE=DISABLE
 if [[ ${#harnesses[@]} -gt 0 ]]; then
-  bash scripts/setup.sh fuzz
   start=$(date +%s)
-  if [[ ! -f build-fuzz/CMakeCache.txt ]]; then
-    CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTPUSIM_FUZZ=ON \
-      -DBUILD_TESTING=OFF > /dev/null
-  fi
-  cmake --build build-fuzz --target "${harnesses[@]}"
+  bash scripts/sanitizer-build.sh "${harnesses[@]}"
   echo "run-fuzz.sh: harnesses built in $(( $(date +%s) - start )) s"
 fi
 

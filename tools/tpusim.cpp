@@ -432,7 +432,9 @@ int cmd_profile(const std::vector<std::string>& args) {
   Outputs written;
   if (!json_path.empty()) written.text(json_path, runtime::profile_json(prof));
   if (!trace_path.empty())
-    written.text(trace_path, runtime::profile_trace_json(exe.program(), r.run, client.config(), prof));
+    written.file(trace_path, [&](std::ostream& os) {
+      runtime::write_profile_trace(os, exe.program(), r.run, client.config(), prof);
+    });
   written.keep();
   return 0;
 }

@@ -21,9 +21,17 @@ namespace {
 bool ident_start(char ch) { return std::isalpha(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.'; }
 bool ident_char(char ch) { return ident_start(ch) || std::isdigit(static_cast<unsigned char>(ch)); }
 
-// Longest operator first, so "<<" wins over "<".
-constexpr std::string_view kPuncts[] = {"<<", ">>", "<=", ">=", "==", "!=", "&&", "||", "(", ")", "[", "]", ",", ":",
-                                        "@",  "=",  "+",  "-",  "*",  "/",  "%",  "~",  "!", "<", ">", "&", "|", "^"};
+// The operators and punctuation, two characters or one.
+constexpr std::string_view kPuncts2[] = {"<<", ">>", "<=", ">=", "==", "!=", "&&", "||"};
+constexpr std::string_view kPuncts1 = "()[],:@=+-*/%~!<>&|^";
+
+// The length of the punctuation token at s[i] (the longest: "<<" wins over "<"), or 0 if there is none.
+size_t punct_length(std::string_view s, size_t i) {
+  if (i + 1 < s.size())
+    for (std::string_view p : kPuncts2)
+      if (s[i] == p[0] && s[i + 1] == p[1]) return 2;
+  return kPuncts1.find(s[i]) != std::string_view::npos ? 1 : 0;
+}
 
 int hex_value(char ch) {
   if (ch >= '0' && ch <= '9') return ch - '0';
@@ -78,6 +86,7 @@ size_t lex_number(std::string_view s, size_t i) {
 
 std::vector<Token> lex_line(std::string_view s, const std::string* file, int lineno) {
   std::vector<Token> out;
+  out.reserve(16);  // an instruction line: a mnemonic, operands, commas, End
   size_t i = 0;
   auto loc = [&](size_t at) { return Loc{file, lineno, static_cast<int>(at) + 1}; };
   while (i < s.size()) {
@@ -99,13 +108,10 @@ std::vector<Token> lex_line(std::string_view s, const std::string* file, int lin
       j = lex_string(s, i, t.text);
       t.kind = Tok::String;
       if (j == std::string_view::npos) t.kind = Tok::Bad, j = s.size();
+    } else if (const size_t n = punct_length(s, i)) {
+      t.kind = Tok::Punct, t.text = std::string(s.substr(i, n)), j = i + n;
     } else {
       t.kind = Tok::Bad, t.text = "unexpected character '" + printable(std::string_view(&ch, 1)) + "'";
-      for (std::string_view p : kPuncts)
-        if (s.substr(i, p.size()) == p) {
-          t.kind = Tok::Punct, t.text = std::string(p), j = i + p.size();
-          break;
-        }
     }
     out.push_back(std::move(t));
     i = j;

@@ -256,10 +256,12 @@ void Assembler::read_file(const std::string& text, const std::string& name) {
   const std::string* file = intern(name);
   std::vector<CondFrame> conds;
   const size_t open_regions = regions_.size();
-  std::istringstream in(text);
-  std::string s;
-  for (int lineno = 1; std::getline(in, s); ++lineno) {
-    if (!s.empty() && s.back() == '\r') s.pop_back();
+  std::string_view rest(text);
+  for (int lineno = 1; !rest.empty(); ++lineno) {  // the lines std::getline would give, without copying them
+    const size_t nl = rest.find('\n');
+    std::string_view s = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    if (!s.empty() && s.back() == '\r') s.remove_suffix(1);
     line(lex_line(s, file, lineno), conds);
   }
   close_fill();

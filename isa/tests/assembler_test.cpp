@@ -61,6 +61,18 @@ TEST(AsmExpr, LiteralsAndPrecedence) {
   EXPECT_EQ(value_of("-8 >> 1"), -4);    // arithmetic shift
 }
 
+// Operators are read longest first with or without spaces around them ("<<" is not "<" "<", "<=" not "<" "="), and
+// lines end in \n, \r\n or the end of the text, numbered from 1 either way.
+TEST(AsmExpr, OperatorsWithoutSpacesAndLineEnds) {
+  EXPECT_EQ(value_of("1<<3|(2>=2)+(3<=2)*8+(1==1&&2!=2||0)*64+(-8>>1<-3)*128"), 8 + 1 + 128);
+  EXPECT_EQ(value_of("(2<3)+(3>2)*2+(7%4^1)*4+(~0&6)*16"), 1 + 2 + 2 * 4 + 6 * 16);
+  const Program crlf = assemble("li r1, 1\r\n\r\nli r2, 2\r\nli r3, 3", "k.s");
+  ASSERT_EQ(crlf.code.size(), 3u);
+  EXPECT_EQ(decode(crlf.code[2]).f[1], 3);
+  EXPECT_EQ(error_of("li r1, 1\r\nli r2, 2\r\nli r3, 3 3"), "k.s:3:10: trailing garbage '3'");
+  EXPECT_EQ(error_of("li r1, 1\nli r2, $"), "k.s:2:8: unexpected character '$'");
+}
+
 TEST(AsmExpr, Functions) {
   EXPECT_EQ(value_of("cdiv(10, 4)"), 3);
   EXPECT_EQ(value_of("cdiv(8, 4)"), 2);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <deque>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tpusim/runtime/npy.h"  // runtime::Error
 
@@ -237,56 +238,70 @@ std::string profile_json(const Profile& p) {
 
 namespace {
 
-// One device's trace: sim::chrome_trace_json's tracks plus the node and kernel tracks, all as process `pid`.
-json device_trace(const isa::Program& program, const sim::RunResult& run, const sim::ChipConfig& cfg,
-                  const Profile& profile, int pid, const std::string& process) {
-  json j = json::parse(sim::chrome_trace_json(run.trace, cfg));
-  json& list = j["traceEvents"];
+// One device's trace: sim's unit tracks (ChromeTraceWriter::process) plus the node and kernel tracks, all as
+// process `pid`, written event by event.
+void write_device_trace(sim::ChromeTraceWriter& w, const isa::Program& program, const sim::RunResult& run,
+                        const sim::ChipConfig& cfg, const Profile& profile, int pid, const std::string& process) {
   // The node of each instruction, named in the unit slices' args.
   std::vector<int> node(program.code.size(), -1);
   for (size_t i = 0; i < program.regions.size(); ++i)
     if (program.regions[i].kind == isa::kRegionNode)
       std::fill(node.begin() + program.regions[i].begin, node.begin() + program.regions[i].end, static_cast<int>(i));
-  for (json& e : list) {
-    e["pid"] = pid;
-    if (e["name"] == "process_name") e["args"]["name"] = process;
-    if (e["ph"] != "X") continue;
-    const auto pc = e["args"]["pc"].get<uint32_t>();
-    if (pc < node.size() && node[pc] >= 0) e["args"]["node"] = program.regions[node[pc]].name;
-  }
+  sim::TraceProcess p;
+  p.pid = pid;
+  p.name = process;
+  p.arg_name = "node";
+  p.arg_of = [&](const sim::TraceEvent& e) -> const std::string* {
+    return e.pc < node.size() && node[e.pc] >= 0 ? &program.regions[node[e.pc]].name : nullptr;
+  };
+  w.process(run.trace, cfg, p);
   // Tracks after the units' (sim's trace numbers its tracks from 1, fewer than 100).
   constexpr int kNodes = 100, kKernels = 101;
   for (const auto& [tid, name] : {std::pair{kNodes, "nodes"}, std::pair{kKernels, "kernels"}}) {
-    list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}});
-    list.push_back(
-        {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"sort_index", tid}}}});
+    w.event(json{{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}}.dump());
+    w.event(json{{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"sort_index", tid}}}}
+                .dump());
   }
   const double us_per_cycle = 1.0 / cfg.chip.clock_mhz;
   for (const RegionProfile& r : profile.regions) {
     const int tid = r.kind == isa::kRegionNode ? kNodes : r.kind == isa::kRegionKernel ? kKernels : 0;
     if (!tid || r.cycles() == 0) continue;
-    list.push_back({{"name", r.name},
-                    {"cat", r.kind},
-                    {"ph", "X"},
-                    {"pid", pid},
-                    {"tid", tid},
-                    {"ts", static_cast<double>(r.first_cycle) * us_per_cycle},
-                    {"dur", static_cast<double>(r.cycles()) * us_per_cycle},
-                    {"args",
-                     {{"cycle", r.first_cycle},
-                      {"dur_cycles", r.cycles()},
-                      {"share", r.share},
-                      {"mxu_utilization", r.mxu_utilization},
-                      {"flops", r.flops},
-                      {"bytes", r.bytes},
-                      {"bound_cycles", r.bound_cycles},
-                      {"bound", r.bound},
-                      {"pcs", std::to_string(r.begin) + ".." + std::to_string(r.end)}}}});
+    w.event(json{{"name", r.name},
+                 {"cat", r.kind},
+                 {"ph", "X"},
+                 {"pid", pid},
+                 {"tid", tid},
+                 {"ts", static_cast<double>(r.first_cycle) * us_per_cycle},
+                 {"dur", static_cast<double>(r.cycles()) * us_per_cycle},
+                 {"args",
+                  {{"cycle", r.first_cycle},
+                   {"dur_cycles", r.cycles()},
+                   {"share", r.share},
+                   {"mxu_utilization", r.mxu_utilization},
+                   {"flops", r.flops},
+                   {"bytes", r.bytes},
+                   {"bound_cycles", r.bound_cycles},
+                   {"bound", r.bound},
+                   {"pcs", std::to_string(r.begin) + ".." + std::to_string(r.end)}}}}
+                .dump());
   }
-  return j;
 }
 
 }  // namespace
+
+void write_profile_trace(std::ostream& os, const isa::Program& program, const std::vector<DeviceRun>& runs,
+                         const sim::ChipConfig& cfg) {
+  sim::ChromeTraceWriter w(os);
+  for (const DeviceRun& d : runs)
+    write_device_trace(w, program, *d.run, cfg, *d.profile, d.device + 1,
+                       "tpusim:" + std::to_string(d.device) + " (" + cfg.chip.name + ")");
+  w.finish();
+}
+
+void write_profile_trace(std::ostream& os, const isa::Program& program, const sim::RunResult& run,
+                         const sim::ChipConfig& cfg, const Profile& profile) {
+  write_profile_trace(os, program, {DeviceRun{0, &run, &profile}}, cfg);
+}
 
 std::string profile_trace_json(const isa::Program& program, const sim::RunResult& run, const sim::ChipConfig& cfg,
                                const Profile& profile) {
@@ -295,15 +310,9 @@ std::string profile_trace_json(const isa::Program& program, const sim::RunResult
 
 std::string profile_trace_json(const isa::Program& program, const std::vector<DeviceRun>& runs,
                                const sim::ChipConfig& cfg) {
-  json all;
-  all["traceEvents"] = json::array();
-  for (const DeviceRun& d : runs) {
-    json j = device_trace(program, *d.run, cfg, *d.profile, d.device + 1,
-                          "tpusim:" + std::to_string(d.device) + " (" + cfg.chip.name + ")");
-    for (json& e : j["traceEvents"]) all["traceEvents"].push_back(std::move(e));
-  }
-  all["displayTimeUnit"] = "ns";
-  return all.dump();
+  std::ostringstream os;
+  write_profile_trace(os, program, runs, cfg);
+  return std::move(os).str();
 }
 
 }  // namespace tpusim::runtime

@@ -3,14 +3,57 @@
 
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <map>
+#include <new>
 #include <set>
+#include <sstream>
+#include <streambuf>
 
 #include <nlohmann/json.hpp>
 
 #include "tpusim/isa/assembler.h"
 #include "tpusim/runtime/npy.h"
+
+// The heap this program holds, for Profile.TraceIsWrittenEventByEvent: every operator new and delete of the test
+// program goes through these, nothrow forms included (they only count; malloc does the work, and AddressSanitizer
+// still sees it; the aligned forms stay the library's, which pairs them itself).
+namespace {
+std::atomic<size_t> heap_live{0}, heap_peak{0};
+void* counted_new(size_t n) {
+  void* p = std::malloc(n ? n : 1);
+  if (!p) throw std::bad_alloc();
+  const size_t live = heap_live += malloc_usable_size(p);
+  for (size_t peak = heap_peak; live > peak && !heap_peak.compare_exchange_weak(peak, live);) {
+  }
+  return p;
+}
+void counted_delete(void* p) {
+  if (!p) return;
+  heap_live -= malloc_usable_size(p);
+  std::free(p);
+}
+}  // namespace
+void* operator new(size_t n) { return counted_new(n); }
+void* operator new[](size_t n) { return counted_new(n); }
+void operator delete(void* p) noexcept { counted_delete(p); }
+void operator delete[](void* p) noexcept { counted_delete(p); }
+void operator delete(void* p, size_t) noexcept { counted_delete(p); }
+void operator delete[](void* p, size_t) noexcept { counted_delete(p); }
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted_new(n);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { counted_delete(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_delete(p); }
 
 namespace tpusim::runtime {
 namespace {
@@ -388,6 +431,63 @@ TEST(Profile, TraceOfTwoDevicesHasAProcessEach) {
   }
   EXPECT_EQ(processes[1], "tpusim:0 (" + cfg.chip.name + ")");
   EXPECT_EQ(processes[2], "tpusim:1 (" + cfg.chip.name + ")");
+}
+
+// A stream that only counts what it is given (the trace goes nowhere, so only the writer's own memory counts).
+class CountingBuf : public std::streambuf {
+ public:
+  size_t bytes = 0;
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (c != traits_type::eof()) ++bytes;
+    return traits_type::not_eof(c);
+  }
+  std::streamsize xsputn(const char*, std::streamsize n) override {
+    bytes += static_cast<size_t>(n);
+    return n;
+  }
+};
+
+// `tpusim profile --trace` writes its file with write_profile_trace: each event is formatted alone and goes to the
+// stream, so the heap it needs beyond the run's events stays the same however long the trace (before, the whole
+// trace existed as a string, then as a JSON tree, then as a string again: several times the file's size). 4,000
+// events make about 800 KB of trace; the writer may hold a few KB at a time (one event's JSON object and text, the
+// node table of a two-node program). The text is the same profile_trace_json gives, and valid JSON.
+TEST(Profile, TraceIsWrittenEventByEvent) {
+  const isa::Program prog = two_nodes();
+  sim::RunResult run;
+  constexpr uint64_t kEvents = 4000;
+  for (uint64_t i = 0; i < kEvents; ++i)
+    run.trace.push_back({i % 2 ? Unit::DmaIn : Unit::Mxu, 4 * i, 3, i % 2 ? 1u : 2u,
+                         i % 2 ? "dma.ld r1, r1, r2, r3, r4, r5, signal=s1" : "mxu.lw r1, r2, r3, r4, bf16, wait=s1",
+                         "busy"});
+  run.stats.cycles = 4 * kEvents;
+  const sim::ChipConfig cfg = config();
+  const Profile p = make_profile(prog, run, cfg);
+
+  CountingBuf sink;
+  std::ostream os(&sink);
+  const size_t before = heap_live;
+  heap_peak = before;
+  write_profile_trace(os, prog, run, cfg, p);
+  const size_t extra = heap_peak - before;
+  EXPECT_GT(sink.bytes, 150 * kEvents);
+  EXPECT_LT(extra, 64u << 10) << "the writer held " << extra << " bytes for a trace of " << sink.bytes;
+
+  std::ostringstream text;
+  write_profile_trace(text, prog, run, cfg, p);
+  EXPECT_EQ(text.str().size(), sink.bytes);
+  EXPECT_EQ(text.str(), profile_trace_json(prog, run, cfg, p));
+  const auto j = nlohmann::json::parse(text.str());
+  uint64_t slices = 0, named = 0;
+  for (const auto& e : j.at("traceEvents"))
+    if (e.at("ph") == "X" && e.at("args").contains("pc")) {
+      ++slices;
+      named += e.at("args").value("node", "") == "a";
+    }
+  EXPECT_EQ(slices, kEvents);
+  EXPECT_EQ(named, kEvents);  // pcs 1 and 2 are in node a
 }
 
 }  // namespace

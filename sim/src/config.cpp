@@ -69,10 +69,9 @@ void store_ini(std::istream& in, const std::string& origin, const po::options_de
       throw Error("unknown configuration key '" + isa::printable(o.string_key) + "' (in " + origin + ")");
     if (++seen[o.string_key] > 1) throw Error("configuration key '" + o.string_key + "' given twice (in " + origin + ")");
     std::string value = o.value.empty() ? "" : o.value.front();
-    std::unique_ptr<po::value_semantic> sem(p->semantic());
     boost::any parsed_value;
     try {
-      sem->parse(parsed_value, o.value, true);
+      desc.find(o.string_key, false).semantic()->parse(parsed_value, o.value, true);
     } catch (const std::exception&) {  // po::error, or std::logic_error for a value that is not UTF-8
       throw Error("bad value '" + isa::printable(value) + "' for " + p->key + " (in " + origin + "): expected " + p->type);
     }
@@ -107,8 +106,12 @@ std::string preset_text(const std::string& name) {
 
 ChipConfig load_config(const std::string& source, const std::vector<std::string>& sets) {
   using detail::Param;
-  po::options_description desc;
-  for (const Param& p : detail::all_params()) desc.add_options()(p.key.c_str(), p.semantic(), p.help.c_str());
+  // Boost's description of every parameter, made once: parsing only reads it.
+  static const po::options_description desc = [] {
+    po::options_description d;
+    for (const Param& p : detail::all_params()) d.add_options()(p.key.c_str(), p.semantic(), p.help.c_str());
+    return d;
+  }();
 
   po::variables_map vm;
   std::map<std::string, std::string> origins;

@@ -53,7 +53,7 @@ class ParamSection {
                     std::type_identity_t<T> lo, std::type_identity_t<T> hi) {
     Param p = common(name, unit, help, param_text(def));
     p.type = std::is_integral_v<T> ? "an integer" : "a number";
-    p.semantic = [def] { return boost::program_options::value<T>()->default_value(def, param_text(def)); };
+    p.semantic = [def, text = p.default_text] { return boost::program_options::value<T>()->default_value(def, text); };
     auto sec = section_;
     p.assign = [sec, field](ChipConfig& c, const boost::program_options::variable_value& v) {
       (c.*sec).*field = v.as<T>();

@@ -44,37 +44,54 @@ std::string track_name(int tid, bool cores, bool mxus) {
 
 }  // namespace
 
+ChromeTraceWriter::ChromeTraceWriter(std::ostream& os) : os_(os) { os_ << "{\"traceEvents\":["; }
+
+void ChromeTraceWriter::event(const std::string& json_object) {
+  if (!first_) os_ << ',';
+  first_ = false;
+  os_ << json_object;
+}
+
+void ChromeTraceWriter::finish() { os_ << "],\"displayTimeUnit\":\"ns\"}"; }
+
 // Written event by event (each through its own small JSON object), so that the text, not a JSON tree of every
 // event, is all that a long trace costs: about 170 bytes of output per event.
-void write_chrome_trace(std::ostream& os, const std::vector<TraceEvent>& events, const ChipConfig& cfg) {
+void ChromeTraceWriter::process(const std::vector<TraceEvent>& events, const ChipConfig& cfg, const TraceProcess& p) {
   using json = nlohmann::ordered_json;
   const bool cores = cfg.chip.cores > 1, mxus = cfg.core.mxus > 1;
   std::set<int> tids = {kCore, kDmaIn, kDmaOut, kMxu, kVpu, kMxuLoad, kMxuWait};
   for (const TraceEvent& e : events) tids.insert(track(e));
-  os << "{\"traceEvents\":[";
-  os << json{{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", cfg.chip.name}}}}.dump();
+  const int pid = p.pid;
+  event(json{{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", p.name.empty() ? cfg.chip.name : p.name}}}}
+            .dump());
   for (int tid : tids) {
-    os << ','
-       << json{{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", tid},
+    event(json{{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
                {"args", {{"name", track_name(tid, cores, mxus)}}}}
-              .dump();
-    os << ','
-       << json{{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"sort_index", tid}}}}
-              .dump();
+              .dump());
+    event(json{{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"sort_index", tid}}}}
+              .dump());
   }
   const double us_per_cycle = 1.0 / cfg.chip.clock_mhz;
   for (const TraceEvent& e : events) {
-    os << ',' << json{{"name", e.name},
-                      {"cat", e.kind},
-                      {"ph", "X"},
-                      {"pid", 1},
-                      {"tid", track(e)},
-                      {"ts", static_cast<double>(e.start) * us_per_cycle},
-                      {"dur", static_cast<double>(e.duration) * us_per_cycle},
-                      {"args", {{"pc", e.pc}, {"cycle", e.start}, {"dur_cycles", e.duration}}}}
-                     .dump();
+    json args = {{"pc", e.pc}, {"cycle", e.start}, {"dur_cycles", e.duration}};
+    if (p.arg_of)
+      if (const std::string* a = p.arg_of(e)) args[p.arg_name] = *a;
+    event(json{{"name", e.name},
+               {"cat", e.kind},
+               {"ph", "X"},
+               {"pid", pid},
+               {"tid", track(e)},
+               {"ts", static_cast<double>(e.start) * us_per_cycle},
+               {"dur", static_cast<double>(e.duration) * us_per_cycle},
+               {"args", std::move(args)}}
+              .dump());
   }
-  os << "],\"displayTimeUnit\":\"ns\"}";
+}
+
+void write_chrome_trace(std::ostream& os, const std::vector<TraceEvent>& events, const ChipConfig& cfg) {
+  ChromeTraceWriter w(os);
+  w.process(events, cfg);
+  w.finish();
 }
 
 std::string chrome_trace_json(const std::vector<TraceEvent>& events, const ChipConfig& cfg) {

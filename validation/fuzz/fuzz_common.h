@@ -20,14 +20,19 @@ namespace tpusim::fuzz {
 }
 
 // One scratch file per process (libFuzzer's -fork and -jobs run several), rewritten for every input and removed
-// when the process exits.
+// when the process exits. In /dev/shm where there is one: rewriting a file of a disk file system (truncate, write,
+// close) makes ext4 write it back at every close (perf showed the config harness in ext4_writepages).
 struct ScratchFile {
   std::string path;
   ~ScratchFile() { std::remove(path.c_str()); }
 };
 inline const std::string& scratch_path(const char* suffix) {
-  static const ScratchFile file{(std::filesystem::temp_directory_path() /
-                                 ("tpusim-fuzz-" + std::to_string(getpid()) + suffix)).string()};
+  static const ScratchFile file{[&] {
+    std::error_code ec;
+    const std::filesystem::path dir =
+        std::filesystem::is_directory("/dev/shm", ec) ? "/dev/shm" : std::filesystem::temp_directory_path();
+    return (dir / ("tpusim-fuzz-" + std::to_string(getpid()) + suffix)).string();
+  }()};
   return file.path;
 }
 

@@ -3,6 +3,7 @@
 Run by ctest (validation/system/CMakeLists.txt) with Debian's python3 (numpy, onnx):
     TPUSIM=build/tools/tpusim DOCS=docs python3 -m unittest test_errors
 """
+import json
 import os
 import re
 import struct
@@ -273,6 +274,28 @@ class Hardening(ErrorsBase):
         self.assertEqual(p.returncode, 1)
         self.assertIn("the trace reached its limit of 5000 events", p.stderr)
         self.assertFalse(os.path.exists(self.path("t.json")))
+
+    def test_profile_trace_of_a_looping_kernel_stops_at_its_limit(self):
+        # `profile` always traces: the same limit and message as `run --trace`, and no trace or profile file left.
+        p = self.run_error(["profile", self.kernel(LOOP), "--trace", self.path("t.json"), "--json",
+                            self.path("p.json"), "--trace-limit", "5000"])
+        self.assertEqual(p.returncode, 1)
+        self.assertRegex(p.stderr.strip(), error_table()["trace-limit"][0].replace("1000", "5000"))
+        self.assertFalse(os.path.exists(self.path("t.json")))
+        self.assertFalse(os.path.exists(self.path("p.json")))
+
+    def test_profile_trace_of_a_long_kernel_is_complete_json(self):
+        # A kernel of N vector adds in a loop (li, li, li, then N times vpu.add, addi, blt, then halt): the
+        # profile's trace file, written event by event, parses and holds one vpu busy slice per add.
+        n = 20000
+        loop = ("    li r1, 0\n    li r2, 8\n    li r3, 0\n    li r4, %d\nloop:\n"
+                "    vpu.add r1, r1, r1, r2, f32\n    addi r3, r3, 1\n    blt r3, r4, loop\n    halt\n" % n)
+        tpusim("profile", self.kernel(loop), "--trace", self.path("t.json"), "--trace-limit", str(4 * n))
+        with open(self.path("t.json")) as f:
+            events = json.load(f)["traceEvents"]
+        adds = [e for e in events if e["ph"] == "X" and e["name"].startswith("vpu.add") and e["cat"] == "busy"]
+        self.assertEqual(len(adds), n)
+        self.assertEqual(sorted(e["args"]["pc"] for e in adds), [4] * n)
 
     def test_failed_output_leaves_no_partial_files(self):
         # --stats is written, then --trace cannot be: the stats file is removed again.

@@ -25,6 +25,7 @@
 
 #include <array>
 #include <cstdint>
+#include <iosfwd>
 #include <map>
 #include <string>
 #include <vector>
@@ -126,5 +127,12 @@ struct DeviceRun {
 };
 std::string profile_trace_json(const isa::Program& program, const std::vector<DeviceRun>& runs,
                                const sim::ChipConfig& cfg);
+
+// The same traces written to `os` as they are made, event by event (sim::ChromeTraceWriter): a long trace costs
+// its text on `os`, never a JSON tree or a string of the whole. `tpusim profile --trace` writes its file so.
+void write_profile_trace(std::ostream& os, const isa::Program& program, const sim::RunResult& run,
+                         const sim::ChipConfig& cfg, const Profile& profile);
+void write_profile_trace(std::ostream& os, const isa::Program& program, const std::vector<DeviceRun>& runs,
+                         const sim::ChipConfig& cfg);
 
 }  // namespace tpusim::runtime

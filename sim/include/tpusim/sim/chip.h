@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -128,6 +129,34 @@ struct TraceEvent {
 std::string chrome_trace_json(const std::vector<TraceEvent>& events, const ChipConfig& cfg);
 // The same, written to `os` as it is made (a long trace never exists twice in memory).
 void write_chrome_trace(std::ostream& os, const std::vector<TraceEvent>& events, const ChipConfig& cfg);
+
+// One process of a trace that ChromeTraceWriter writes: a chip's unit tracks under `pid`, named `name` (default:
+// the chip's name); if `arg_of` is set, each unit slice for which it gives a string gets it as args.<arg_name>
+// (the runtime's profiles name each slice's graph node so).
+struct TraceProcess {
+  int pid = 1;
+  std::string name;
+  std::string arg_name;
+  std::function<const std::string*(const TraceEvent&)> arg_of;
+};
+
+// A Chrome trace written as it is made, in parts (write_chrome_trace is one process of it): the opening on
+// construction, then processes and events of the caller's own tracks, then finish(). Each event is formatted
+// alone, so a trace costs its text on `os`, never a JSON tree or a string of the whole.
+class ChromeTraceWriter {
+ public:
+  explicit ChromeTraceWriter(std::ostream& os);
+  // The unit tracks of one chip's run: the process's and tracks' names, then one slice per event.
+  void process(const std::vector<TraceEvent>& events, const ChipConfig& cfg, const TraceProcess& p = {});
+  // Any other trace event: one JSON object ({"name": ..., "ph": ...}).
+  void event(const std::string& json_object);
+  // The closing ("displayTimeUnit": "ns"); nothing may be written after it.
+  void finish();
+
+ private:
+  std::ostream& os_;
+  bool first_ = true;
+};
 
 struct RunResult {
   RunStats stats;
