@@ -1,5 +1,5 @@
-// The pipeline: import -> shape inference (folding constants) -> dead-code removal -> lowering -> memory planning
-// -> codegen.
+// The pipeline: import -> the check that every operator can be compiled -> shape inference (folding constants) ->
+// dead-code removal -> lowering -> memory planning -> codegen.
 #include "tpusim/compiler/compiler.h"
 
 #include <cerrno>
@@ -32,6 +32,7 @@ isa::Program compile(std::string_view bytes, const std::string& model_name, cons
     throw Error("the target has no HBM_BYTES symbol (give the chip's symbols, e.g. from sim::kernel_symbols)");
 
   ir::Graph g = import_onnx(bytes, model_name, opts.timing_only);
+  check_operators(g);
   infer_shapes(g, opts.input_shapes);
   fold_constants(g);
   KernelPlan plan = lower(g, opts);

@@ -1,7 +1,12 @@
 #include "graph.h"
 
+#include "shapes.h"
+
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
+#include <functional>
+#include <numeric>
 #include <stdexcept>
 
 #include "tpusim/isa/program.h"
@@ -84,4 +89,35 @@ std::string shape_too_large(const std::vector<int64_t>& s) {
   return "";
 }
 
+NodeError::NodeError(const Node& n, const std::string& what)
+    : Error("node '" + isa::printable(n.name, 120) + "' (" + isa::printable(n.op) + "): " + what),
+      node(n.name),
+      op(n.op),
+      what_wrong(what) {}
+
+void fail(const Node& n, const std::string& what) { throw NodeError(n, what); }
+
+Error in_model(const Graph& g, const NodeError& e) { return Error(isa::printable(g.model_name, 200) + ": " + e.what()); }
+
 }  // namespace tpusim::compiler::ir
+
+namespace tpusim::compiler {
+
+int64_t prod(const Shape& s, size_t from, size_t to) {
+  to = std::min(to, s.size());
+  if (from >= to) return 1;
+  return std::accumulate(s.begin() + static_cast<std::ptrdiff_t>(from), s.begin() + static_cast<std::ptrdiff_t>(to),
+                         int64_t{1}, std::multiplies<>());
+}
+
+int64_t prod(Shape::const_iterator b, Shape::const_iterator e) {
+  return std::accumulate(b, e, int64_t{1}, std::multiplies<int64_t>());
+}
+
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int i = static_cast<int>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
+  return st;
+}
+
+}  // namespace tpusim::compiler

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "tpusim/compiler/compiler.h"
+
 namespace tpusim::compiler::ir {
 
 // An ONNX element type (onnx::TensorProto::DataType numbering: 1 = FLOAT, 7 = INT64, ...).
@@ -88,5 +90,14 @@ std::string shape_str(const std::vector<int64_t>& s);
 // rank past isa::kMaxRank, or more than isa::kMaxTensorBytes at 8 bytes an element (the widest ONNX type we
 // read). Every shape the compiler imports or infers passes this check, so products of its sizes never overflow.
 std::string shape_too_large(const std::vector<int64_t>& s);
+
+// The error of one node, "node 'N' (Op): what is wrong". The passes catch it and throw it again as an Error
+// naming the model too (in_model), so that every error about a node reads "MODEL: node 'N' (Op): what is wrong".
+struct NodeError : Error {
+  NodeError(const Node& n, const std::string& what);
+  std::string node, op, what_wrong;
+};
+[[noreturn]] void fail(const Node& n, const std::string& what);
+Error in_model(const Graph& g, const NodeError& e);  // "MODEL: node 'N' (Op): what"
 
 }  // namespace tpusim::compiler::ir

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "ops.h"
 #include "tpusim/compiler/compiler.h"
 #include "tpusim/isa/isa.h"
 
@@ -340,12 +341,10 @@ std::string strip_weights(std::string_view bytes, const std::string& model,
   });
 }
 
-// The values a lowering reads only to lay out weights (a timing-only compile skips that): input 1 of Conv, and
-// of MatMul and Gemm with a computed input 0 (with a constant one they would be folded at compile time).
+// The values a lowering reads only to lay out weights (a timing-only compile skips that): OpDef::weight_input.
 bool weight_use(const ir::Graph& g, const ir::Node& n, size_t input) {
-  if (input != 1) return false;
-  if (n.op == "Conv") return true;
-  return (n.op == "MatMul" || n.op == "Gemm") && n.inputs[0] >= 0 && !g.values[n.inputs[0]].is_const;
+  const OpDef* def = find_op(n.op);
+  return def && def->weight_input && def->weight_input(g, n, input);
 }
 
 }  // namespace
@@ -420,8 +419,8 @@ ir::Graph import_onnx(std::string_view bytes, const std::string& model_name, boo
       }
       auto it = graph.value_index.find(in);
       if (it == graph.value_index.end())
-        throw Error("node '" + node.name + "' (" + node.op + ") uses '" + in +
-                    "', which no earlier node, input or initializer defines");
+        throw ir::in_model(graph, ir::NodeError(node, "uses '" + isa::printable(in) +
+                                                          "', which no earlier node, input or initializer defines"));
       node.inputs.push_back(it->second);
     }
     for (const std::string& out : n.output()) {
@@ -434,14 +433,15 @@ ir::Graph import_onnx(std::string_view bytes, const std::string& model_name, boo
     }
     if (node.op == "Constant") {
       if (node.outputs.size() != 1 || node.outputs[0] < 0)
-        throw Error("node '" + node.name + "' (Constant): expected one output");
+        throw ir::in_model(graph, ir::NodeError(node, "expected one output"));
       read_constant_node(n, node.name, graph.values[node.outputs[0]]);
       continue;
     }
     for (const onnx::AttributeProto& a : n.attribute()) node.attrs[a.name()] = read_attr(a, node.name);
     if (opset > 0 && opset < 13 && (node.op == "Softmax" || node.op == "LogSoftmax"))
-      throw Error("node '" + node.name + "' (" + node.op + "): the opset " + std::to_string(opset) +
-                  " form (input coerced to 2-D) is not supported; export with opset 13 or later");
+      throw ir::in_model(graph, ir::NodeError(node, "the opset " + std::to_string(opset) +
+                                                        " form (input coerced to 2-D) is not supported; export with "
+                                                        "opset 13 or later"));
     for (int out : node.outputs)
       if (out >= 0) graph.values[out].producer = static_cast<int>(graph.nodes.size());
     graph.nodes.push_back(std::move(node));

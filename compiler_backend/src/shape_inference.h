@@ -14,17 +14,12 @@ namespace tpusim::compiler {
 // Gives every graph input its full shape (dynamic dimensions from `input_shapes`), then every node output its
 // element type and shape, in one sweep in topological order that also evaluates on the host every node whose
 // inputs are all constants (and every Shape/Size) — see fold_node — and removes those nodes at the end (so
-// Graph::nodes and Value::producer stay consistent). Throws Error on an unsupported operator ("unsupported operator
-// 'X' (node 'N') in model 'M'"), an unsupported attribute value ("node 'N' (X): ..."), a dynamic input dimension
-// without a given shape, a given shape that contradicts the model, or shapes that do not fit.
+// Graph::nodes and Value::producer stay consistent). Throws Error, "MODEL: node 'N' (Op): what is wrong", on an
+// operator that is not registered, an unsupported attribute value or shape; "MODEL: input 'x' ..." on a dynamic
+// input dimension without a given shape, a given shape that contradicts the model, or shapes that do not fit.
 //
-// Supported operators (ONNX semantics of opsets 13 to 17; the older attribute forms of axes/split/starts/pads/min/max
-// are accepted too): Identity Relu Sigmoid Tanh Erf Sqrt Exp Neg Abs Reciprocal HardSigmoid HardSwish LeakyRelu Not
-// Gelu Clip Dropout, Add Sub Mul
-// Div Pow Max Min Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor Where, MatMul (N-D, broadcast batch, 1-D
-// operands) Gemm, Conv MaxPool AveragePool GlobalAveragePool GlobalMaxPool BatchNormalization, Softmax LogSoftmax
-// LayerNormalization ReduceMean ReduceSum ReduceMax ReduceMin, Flatten Concat Split Slice Gather Reshape Transpose
-// Squeeze Unsqueeze Cast Shape Size ConstantOfShape Range Expand Tile Pad (constant) Trilu.
+// The operators: those of the registry (ops.h; each family file ops_<family>.cpp lists its own), with the ONNX
+// semantics of opsets 13 to 17 (the older attribute forms of axes/split/starts/pads/min/max are accepted too).
 //
 // Element types propagate (Shape/Size -> INT64, Cast -> `to`, comparisons -> BOOL, data movement -> the data's).
 // Inference records the resolved form of each node in its attributes, for the lowering:
@@ -39,6 +34,13 @@ namespace tpusim::compiler {
 //     runs to the beginning), so element j of axis a is input element starts[a] + j * steps[a].
 //   Pad: pads (2 * rank, begins then ends), value (float). Clip: min/max (floats) where given.
 void infer_shapes(ir::Graph& g, const std::map<std::string, std::vector<int64_t>>& input_shapes);
+
+// The operators of a model that cannot be compiled, found before any shape is inferred: unknown operators, and
+// operators without a lowering (OpDef::lower or rowwise) on nodes whose inputs are not all computable at compile time
+// (constants, or values folded from constants). Throws one Error for all of them: "MODEL: node 'N' (Op): what is
+// wrong" for one node, "MODEL: K nodes have unsupported operators: node 'A' (Op), node 'B' (Op, on values computed
+// at run time), ..." (the first 8, then how many more) for several.
+void check_operators(const ir::Graph& g);
 
 // Infers one node (its inputs' shapes known), recording the resolved attributes as above.
 void infer_node(ir::Graph& g, int node);

@@ -17,6 +17,7 @@ namespace {
 using test::ModelBuilder;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // A chip like sim's default one, as the symbols its kernels read.
@@ -157,7 +158,7 @@ TEST(Compile, RegionsMarkEachNodeAndKernelFragment) {
 TEST(Compile, DynamicBatchNeedsItsShape) {
   ModelBuilder b = test::linear_model(0, 3, 2, "batch");
   EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }),
-            "input 'x' has a dynamic dimension 'batch': give its shape");
+            "m.onnx: input 'x' has a dynamic dimension 'batch': give its shape");
 
   Options o = chip();
   o.input_shapes["x"] = {5, 3};
@@ -167,10 +168,10 @@ TEST(Compile, DynamicBatchNeedsItsShape) {
 
   o.input_shapes["x"] = {5, 4};
   EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", o); }),
-            "input 'x': the given shape [5,4] does not match the model's [batch,3]");
+            "m.onnx: input 'x': the given shape [5,4] does not match the model's [batch,3]");
   o.input_shapes = {{"z", {1}}};
   EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", o); }),
-            "a shape is given for 'z', which is not an input of model 'm.onnx' (inputs: x)");
+            "m.onnx: a shape is given for 'z', which is not an input (inputs: x)");
 }
 
 TEST(CompileErrors, UnsupportedOperatorNamesOpNodeAndModel) {
@@ -178,18 +179,40 @@ TEST(CompileErrors, UnsupportedOperatorNamesOpNodeAndModel) {
   b.input("x", {1, 3, 8, 8}).output("y");
   b.node("LRN", "norm1", {"x"}, {"y"});
   EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }),
-            "unsupported operator 'LRN' (node 'norm1') in model 'm.onnx'");
+            "m.onnx: node 'norm1' (LRN): unsupported operator");
+}
+
+// One error lists every node the compiler cannot compile, in model order: unknown operators, and operators it only
+// folds (Tile, Less) on values computed at run time; a Tile of a constant folds and is not listed. Past 8 nodes the
+// message counts the rest.
+TEST(CompileErrors, EveryUnsupportedNodeIsListedOnce) {
+  ModelBuilder b;
+  b.input("x", {4}).output("y");
+  b.constant("c", {2}, {0, 1});
+  test::int_constant(b, "two", {1}, {2});
+  b.node("Tile", "tile_of_constant", {"c", "two"}, {"tc"});
+  b.node("Tile", "tile", {"x", "two"}, {"t"});
+  b.node("Erfc", "erfc", {"t"}, {"e"});
+  b.node("Less", "less", {"x", "tc"}, {"l"});
+  b.node("Add", "add", {"x", "tc"}, {"y"});
+  EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }),
+            "m.onnx: 3 nodes have unsupported operators: node 'tile' (Tile, on values computed at run time), node "
+            "'erfc' (Erfc), node 'less' (Less, on values computed at run time)");
+  for (int i = 0; i < 8; ++i) b.node("Erfc", "more" + std::to_string(i), {"x"}, {"m" + std::to_string(i)});
+  EXPECT_THAT(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }),
+              AllOf(StartsWith("m.onnx: 11 nodes have unsupported operators: node 'tile' (Tile, "),
+                    HasSubstr("node 'more4' (Erfc) and 3 more"), Not(HasSubstr("more5"))));
 }
 
 TEST(CompileErrors, UnsupportedAttributeValues) {
   ModelBuilder b = test::linear_model(3, 3, 2);  // square x, so that x^T still fits
   test::set_int(b.proto().mutable_graph()->mutable_node(0), "transA", 1);
-  EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }), "node 'fc' (Gemm): transA=1 is not supported");
+  EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }), "m.onnx: node 'fc' (Gemm): transA=1 is not supported");
 
   ModelBuilder c = test::linear_model(4, 3, 2);
   c.proto().mutable_graph()->mutable_node(0)->mutable_attribute(0)->set_f(0.5f);  // alpha
   EXPECT_EQ(error_of([&] { compile_onnx(c.bytes(), "m.onnx", chip()); }),
-            "node 'fc' (Gemm): alpha=0.5 is not supported (only 1)");
+            "m.onnx: node 'fc' (Gemm): alpha=0.5 is not supported (only 1)");
 }
 
 // x -> MatMul(w1)+Relu -> h; y = h + MatMul(h, w2): a residual block. The Add becomes a row-wise kernel reading
@@ -246,7 +269,7 @@ TEST(CompileErrors, UnsupportedExponentNamesTheNode) {
   b.constant("e", {}, {1.5f});
   b.node("Pow", "pow", {"x", "e"}, {"y"});
   EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }),
-            "node 'pow' (Pow): exponent 1.5 is not supported (2, 3, 0.5, 1, -1, -0.5 are)");
+            "m.onnx: node 'pow' (Pow): exponent 1.5 is not supported (2, 3, 0.5, 1, -1, -0.5 are)");
 }
 
 TEST(CompileErrors, CorruptOrTruncatedBytes) {

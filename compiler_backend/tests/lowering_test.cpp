@@ -227,7 +227,7 @@ TEST(LowerInt8, MissingCalibrationNamesTheActivation) {
   Options o = chip();
   o.precision = Precision::INT8;
   EXPECT_EQ(error_of(b, o),
-            "node 'mm' (MatMul): int8: no calibration range for activation 'x' (give calibration inputs)");
+            "m.onnx: node 'mm' (MatMul): int8: no calibration range for activation 'x' (give calibration inputs)");
   o.expose_calibration = true;
   o.precision = Precision::BF16;
   KernelPlan p = plan_of(b, o);
@@ -285,7 +285,7 @@ TEST(LowerErrors, SoftmaxOverANonLastAxis) {
   ModelBuilder b;
   b.input("x", {2, 3, 4}).output("y");
   test::set_int(b.node("Softmax", "sm", {"x"}, {"y"}), "axis", 1);
-  EXPECT_EQ(error_of(b), "node 'sm' (Softmax): axis 1 of a rank-3 input is not supported (only the last axis)");
+  EXPECT_EQ(error_of(b), "m.onnx: node 'sm' (Softmax): axis 1 of a rank-3 input is not supported (only the last axis)");
 }
 
 TEST(LowerErrors, WhereWithAConditionComputedAtRunTime) {
@@ -294,7 +294,7 @@ TEST(LowerErrors, WhereWithAConditionComputedAtRunTime) {
   b.node("Greater", "gt", {"x", "z"}, {"c"});
   b.node("Where", "where", {"c", "x", "z"}, {"y"});
   EXPECT_EQ(error_of(b),
-            "node 'gt' (Greater): a comparison or logical op on values computed at run time is not supported (only "
+            "m.onnx: node 'gt' (Greater): a comparison or logical op on values computed at run time is not supported (only "
             "constant conditions, folded at compile time)");
 }
 
@@ -304,7 +304,7 @@ TEST(LowerErrors, GatherOfAnActivationByRunTimeIndices) {
   test::set_input_type(b, "ids", onnx::TensorProto_DataType_INT64);
   b.node("Gather", "g", {"x", "ids"}, {"y"});
   EXPECT_EQ(error_of(b),
-            "node 'g' (Gather): only an embedding lookup (a constant 2-D table, axis 0) with indices computed at run "
+            "m.onnx: node 'g' (Gather): only an embedding lookup (a constant 2-D table, axis 0) with indices computed at run "
             "time is supported");
 }
 

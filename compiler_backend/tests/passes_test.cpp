@@ -70,7 +70,7 @@ TEST(Import, UseBeforeDefinitionIsAnError) {
         try {
           import_onnx(b.bytes(), "t.onnx");
         } catch (const Error& e) {
-          EXPECT_STREQ(e.what(), "node 'r' (Relu) uses 'nowhere', which no earlier node, input or initializer defines");
+          EXPECT_STREQ(e.what(), "t.onnx: node 'r' (Relu): uses 'nowhere', which no earlier node, input or initializer defines");
           throw;
         }
       },
@@ -221,7 +221,7 @@ TEST(Import, WrongDataSizeAndOldSoftmaxAreErrors) {
             "constant 'i': 16 bytes of data for 3 INT64 elements");
   ModelBuilder s = single("Softmax", {{"x", {2, 3}}}, {}, 11);
   EXPECT_EQ(error_of([&] { import_onnx(s.bytes(), "t.onnx"); }),
-            "node 'n' (Softmax): the opset 11 form (input coerced to 2-D) is not supported; export with opset 13 or "
+            "t.onnx: node 'n' (Softmax): the opset 11 form (input coerced to 2-D) is not supported; export with opset 13 or "
             "later");
 }
 
@@ -239,7 +239,7 @@ TEST(ShapeInference, GemmRecordsAllAttributes) {
   EXPECT_EQ(g.nodes[0].attr_int("transA", 0), 1);
   ModelBuilder bad = single("Gemm", {{"a", {3, 4}}, {"b", {3, 5}}});
   EXPECT_EQ(error_of([&] { load(bad); }),
-            "node 'n' (Gemm): inner dimensions differ: A is [3,4], B is [3,5] (transA=0, transB=0)");
+            "t.onnx: node 'n' (Gemm): inner dimensions differ: A is [3,4], B is [3,5] (transA=0, transB=0)");
 }
 
 TEST(ShapeInference, MatMulBatchedBroadcastAndVectors) {
@@ -248,7 +248,7 @@ TEST(ShapeInference, MatMulBatchedBroadcastAndVectors) {
   EXPECT_EQ(shape_of(load(single("MatMul", {{"a", {2, 3, 4}}, {"b", {4}}})), "y"), "[2,3]");
   EXPECT_EQ(shape_of(load(single("MatMul", {{"a", {4}}, {"b", {4}}})), "y"), "[]");
   EXPECT_EQ(error_of([&] { load(single("MatMul", {{"a", {2, 3, 4}}, {"b", {3, 4, 6}}})); }),
-            "node 'n' (MatMul): shapes [2] and [3] do not broadcast");
+            "t.onnx: node 'n' (MatMul): shapes [2] and [3] do not broadcast");
 }
 
 TEST(ShapeInference, ElementwiseBroadcastingAndTypes) {
@@ -264,7 +264,7 @@ TEST(ShapeInference, ElementwiseBroadcastingAndTypes) {
     EXPECT_EQ(shape_of(load(single(op, {{"a", {2, 5}}})), "y"), "[2,5]") << op;
   ModelBuilder bad = single("Sub", {{"a", {2, 3}}, {"b", {2, 3}}});
   test::set_input_type(bad, "b", onnx::TensorProto_DataType_INT64);
-  EXPECT_EQ(error_of([&] { load(bad); }), "node 'n' (Sub): inputs have different element types FLOAT and INT64");
+  EXPECT_EQ(error_of([&] { load(bad); }), "t.onnx: node 'n' (Sub): inputs have different element types FLOAT and INT64");
 }
 
 TEST(ShapeInference, ConvPadsStridesDilationsGroups) {
@@ -299,10 +299,10 @@ TEST(ShapeInference, ConvPadsStridesDilationsGroups) {
   EXPECT_EQ(shape_of(load(valid), "y"), "[1,2,3,3]");
   ModelBuilder bad = single("Conv", {{"x", {1, 3, 7, 7}}, {"k", {2, 3, 3, 3}}});
   test::set_string(the_node(bad), "auto_pad", "SAME_MIDDLE");
-  EXPECT_EQ(error_of([&] { load(bad); }), "node 'n' (Conv): auto_pad='SAME_MIDDLE' is not supported");
+  EXPECT_EQ(error_of([&] { load(bad); }), "t.onnx: node 'n' (Conv): auto_pad='SAME_MIDDLE' is not supported");
   ModelBuilder groups = single("Conv", {{"x", {1, 6, 7, 7}}, {"k", {2, 4, 3, 3}}});
   EXPECT_EQ(error_of([&] { load(groups); }),
-            "node 'n' (Conv): input [1,6,7,7], weight [2,4,3,3] and group=1 do not fit");
+            "t.onnx: node 'n' (Conv): input [1,6,7,7], weight [2,4,3,3] and group=1 do not fit");
 }
 
 TEST(ShapeInference, PoolingBatchNormFlatten) {
@@ -378,7 +378,7 @@ TEST(ShapeInference, NormalisationAndReductions) {
 
   ModelBuilder bad = single("ReduceMean", {{"x", {2, 3}}});
   test::set_ints(the_node(bad), "axes", {2});
-  EXPECT_EQ(error_of([&] { load(bad); }), "node 'n' (ReduceMean): axes=2 is out of range for rank 2");
+  EXPECT_EQ(error_of([&] { load(bad); }), "t.onnx: node 'n' (ReduceMean): axes=2 is out of range for rank 2");
 }
 
 TEST(ShapeInference, SqueezeUnsqueezeBothForms) {
@@ -396,7 +396,7 @@ TEST(ShapeInference, SqueezeUnsqueezeBothForms) {
   EXPECT_EQ(g.nodes[0].attrs.at("axes").ints, (std::vector<int64_t>{0, 3}));
   ModelBuilder bad = single("Squeeze", {{"x", {1, 3}}}, {"x", "ax"});
   test::int_constant(bad, "ax", {1}, {1});
-  EXPECT_EQ(error_of([&] { load(bad); }), "node 'n' (Squeeze): dimension 1 of [1,3] is not 1");
+  EXPECT_EQ(error_of([&] { load(bad); }), "t.onnx: node 'n' (Squeeze): dimension 1 of [1,3] is not 1");
 }
 
 TEST(ShapeInference, SplitSliceGatherConcat) {
@@ -437,7 +437,7 @@ TEST(ShapeInference, SplitSliceGatherConcat) {
   EXPECT_EQ(val(g, "y").elem_type, ir::kFloat);
   ModelBuilder oob = single("Gather", {{"x", {5, 6}}}, {"x", "i"});
   test::int_constant(oob, "i", {1}, {5});
-  EXPECT_EQ(error_of([&] { load(oob); }), "node 'n' (Gather): index 5 is out of range for dimension 0 of [5,6]");
+  EXPECT_EQ(error_of([&] { load(oob); }), "t.onnx: node 'n' (Gather): index 5 is out of range for dimension 0 of [5,6]");
 
   ModelBuilder cc = single("Concat", {{"a", {2, 3}}, {"b", {2, 5}}});
   test::set_int(the_node(cc), "axis", -1);
@@ -451,7 +451,7 @@ TEST(ShapeInference, ReshapeTransposeCastShapeExpandPadTile) {
   ModelBuilder rz = single("Reshape", {{"x", {2, 3, 4}}}, {"x", "s"});
   test::int_constant(rz, "s", {2}, {0, 24});
   test::set_int(the_node(rz), "allowzero", 1);
-  EXPECT_EQ(error_of([&] { load(rz); }), "node 'n' (Reshape): cannot reshape [2,3,4] to [0,24]");
+  EXPECT_EQ(error_of([&] { load(rz); }), "t.onnx: node 'n' (Reshape): cannot reshape [2,3,4] to [0,24]");
   EXPECT_EQ(shape_of(load(single("Transpose", {{"x", {2, 3, 4}}})), "y"), "[4,3,2]");
   ModelBuilder t = single("Transpose", {{"x", {2, 3, 4}}});
   test::set_ints(the_node(t), "perm", {0, 2, 1});
@@ -477,7 +477,7 @@ TEST(ShapeInference, ReshapeTransposeCastShapeExpandPadTile) {
   ModelBuilder refl = single("Pad", {{"x", {1, 3}}}, {"x", "pads"});
   test::int_constant(refl, "pads", {4}, {0, 1, 0, 1});
   test::set_string(the_node(refl), "mode", "reflect");
-  EXPECT_EQ(error_of([&] { load(refl); }), "node 'n' (Pad): mode='reflect' is not supported (only 'constant')");
+  EXPECT_EQ(error_of([&] { load(refl); }), "t.onnx: node 'n' (Pad): mode='reflect' is not supported (only 'constant')");
   ModelBuilder tl = single("Tile", {{"x", {2, 3}}}, {"x", "r"});
   test::int_constant(tl, "r", {2}, {3, 1});
   EXPECT_EQ(shape_of(load(tl), "y"), "[6,3]");
@@ -489,7 +489,7 @@ TEST(ShapeInference, ReshapeOfAComputedShapeNeedsAConstant) {
   test::set_input_type(b, "s", onnx::TensorProto_DataType_INT64);
   b.node("Reshape", "r", {"x", "s"}, {"y"});
   EXPECT_EQ(error_of([&] { load(b, {}); }),
-            "node 'r' (Reshape): input 's' (shape) must be a constant (computed from shapes only)");
+            "t.onnx: node 'r' (Reshape): input 's' (shape) must be a constant (computed from shapes only)");
 }
 
 // ---- constant folding ----
@@ -686,6 +686,82 @@ TEST(ConstFold, GatherSliceTransposeConcatSplitOnHost) {
   EXPECT_EQ(val(g2, "g").data, (std::vector<float>{3, 1, 6, 4}));
 }
 
+// LLaMA's rotary tables built in the graph, as torch exports them: inv_freq = 1 / base^(Range(0, D, 2) / D),
+// positions Range(0, T), freqs = MatMul(inv_freq[:, None], positions[None, :]) transposed, emb = Concat(freqs,
+// freqs), then Cos and Sin. Everything is constant, so all of it folds and x * cos + x * sin is what is left; the
+// expected tables are computed here in double precision.
+TEST(ConstFold, RotaryTablesFoldAway) {
+  constexpr int64_t T = 5, D = 8;
+  ModelBuilder b;
+  b.input("x", {T, D}).output("y");
+  test::int_constant(b, "zero", {}, {0});
+  test::int_constant(b, "two", {}, {2});
+  test::int_constant(b, "one", {}, {1});
+  test::int_constant(b, "dim", {}, {D});
+  test::int_constant(b, "len", {}, {T});
+  test::int_constant(b, "ax0", {1}, {0});
+  test::int_constant(b, "ax1", {1}, {1});
+  b.constant("base", {}, {10000.0f}).constant("dimf", {}, {static_cast<float>(D)}).constant("onef", {}, {1.0f});
+  b.node("Range", "r_even", {"zero", "dim", "two"}, {"even"});                                   // [0,2,4,6]
+  test::set_int(b.node("Cast", "c_even", {"even"}, {"evenf"}), "to", onnx::TensorProto_DataType_FLOAT);
+  b.node("Div", "div", {"evenf", "dimf"}, {"expo"});
+  b.node("Pow", "pow", {"base", "expo"}, {"p"});
+  b.node("Div", "inv", {"onef", "p"}, {"inv_freq"});                                             // [D/2]
+  b.node("Range", "r_pos", {"zero", "len", "one"}, {"pos"});                                     // [0..T)
+  test::set_int(b.node("Cast", "c_pos", {"pos"}, {"posf"}), "to", onnx::TensorProto_DataType_FLOAT);
+  b.node("Unsqueeze", "u_inv", {"inv_freq", "ax1"}, {"inv_col"});                                // [D/2, 1]
+  b.node("Unsqueeze", "u_pos", {"posf", "ax0"}, {"pos_row"});                                    // [1, T]
+  b.node("MatMul", "outer", {"inv_col", "pos_row"}, {"f"});                                      // [D/2, T]
+  b.node("Transpose", "tr", {"f"}, {"freqs"});                                                   // [T, D/2]
+  test::set_int(b.node("Concat", "cat", {"freqs", "freqs"}, {"emb"}), "axis", 1);                // [T, D]
+  b.node("Cos", "cos", {"emb"}, {"cos_t"});
+  b.node("Sin", "sin", {"emb"}, {"sin_t"});
+  b.node("Mul", "mc", {"x", "cos_t"}, {"xc"});
+  b.node("Mul", "ms", {"x", "sin_t"}, {"xs"});
+  b.node("Add", "add", {"xc", "xs"}, {"y"});
+  ir::Graph g = fold(b);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"Mul", "Mul", "Add"}));
+  const ir::Value& c = val(g, "cos_t");
+  const ir::Value& s = val(g, "sin_t");
+  ASSERT_TRUE(c.is_const && s.is_const);
+  EXPECT_EQ(ir::shape_str(c), "[5,8]");
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; d < D; ++d) {
+      const double inv = 1.0 / std::pow(10000.0, static_cast<double>(2 * (d % (D / 2))) / D);
+      EXPECT_NEAR(c.data[t * D + d], std::cos(t * inv), 1e-6) << t << "," << d;
+      EXPECT_NEAR(s.data[t * D + d], std::sin(t * inv), 1e-6) << t << "," << d;
+    }
+}
+
+// Functions of constants fold (Log, Exp, Neg, Expand, Tile and a batched MatMul with a broadcast operand and a
+// 1-D one), checked against values computed here.
+TEST(ConstFold, FunctionsTilesAndBatchedMatMulOfConstants) {
+  ModelBuilder b;
+  b.input("x", {2, 2, 3}).output("y");
+  b.constant("a", {2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8}).constant("m", {2, 3}, {1, 0, -1, 2, 1, 0});
+  b.constant("v", {2}, {0.5f, 4.0f});
+  test::int_constant(b, "rep", {2}, {1, 2});
+  test::int_constant(b, "shp", {3}, {2, 2, 3});
+  b.node("MatMul", "bmm", {"a", "m"}, {"am"});      // [2,2,3]: each [2,2] batch times the shared [2,3]
+  b.node("MatMul", "vec", {"v", "m"}, {"vm"});      // [3]: 1-D left operand
+  b.node("Log", "log", {"v"}, {"lv"});              // [log 0.5, log 4]
+  b.node("Exp", "exp", {"lv"}, {"ev"});             // back to [0.5, 4]
+  b.node("Neg", "neg", {"ev"}, {"nv"});
+  b.node("Tile", "tile", {"m", "rep"}, {"mt"});     // [2,6]
+  b.node("Expand", "exp_vm", {"vm", "shp"}, {"vme"});
+  b.node("Add", "s1", {"am", "vme"}, {"c1"});
+  b.node("Add", "y", {"x", "c1"}, {"y"});
+  ir::Graph g = load(b);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"Add"}));
+  // am[b] = a[b] @ m: a[0] = [[1,2],[3,4]] -> [[5,2,-1],[11,4,-3]]; a[1] = [[5,6],[7,8]] -> [[17,6,-5],[23,8,-7]].
+  EXPECT_EQ(val(g, "am").data, (std::vector<float>{5, 2, -1, 11, 4, -3, 17, 6, -5, 23, 8, -7}));
+  EXPECT_EQ(shape_of(g, "vm"), "[3]");
+  EXPECT_EQ(val(g, "vm").data, (std::vector<float>{8.5f, 4, -0.5f}));  // [0.5, 4] @ m
+  EXPECT_NEAR(val(g, "lv").data[0], std::log(0.5), 1e-7);
+  EXPECT_NEAR(val(g, "nv").data[1], -4.0, 1e-6);
+  EXPECT_EQ(val(g, "mt").data, (std::vector<float>{1, 0, -1, 1, 0, -1, 2, 1, 0, 2, 1, 0}));
+}
+
 TEST(ConstFold, IdentityDropoutAndDeadCodeAreRemoved) {
   ModelBuilder b;
   b.input("x", {2, 3}).output("y").output("z").output("passthrough");
@@ -714,27 +790,27 @@ TEST(ConstFold, IdentityDropoutAndDeadCodeAreRemoved) {
 
 TEST(Errors, UnsupportedOperatorNamesOpNodeAndModel) {
   ModelBuilder b = single("NonMaxSuppression", {{"x", {1, 4}}});
-  EXPECT_EQ(error_of([&] { load(b); }), "unsupported operator 'NonMaxSuppression' (node 'n') in model 't.onnx'");
+  EXPECT_EQ(error_of([&] { load(b); }), "t.onnx: node 'n' (NonMaxSuppression): unsupported operator");
 }
 
 TEST(Errors, UnsupportedAttributesNameTheNode) {
   ModelBuilder b = single("Relu", {{"x", {1, 4}}});
   test::set_int(the_node(b), "bogus", 1);
-  EXPECT_EQ(error_of([&] { load(b); }), "node 'n' (Relu): attribute 'bogus' is not supported");
+  EXPECT_EQ(error_of([&] { load(b); }), "t.onnx: node 'n' (Relu): attribute 'bogus' is not supported");
   ModelBuilder k = single("Softmax", {{"x", {1, 4}}});
   test::set_float(the_node(k), "axis", 1);
-  EXPECT_EQ(error_of([&] { load(k); }), "node 'n' (Softmax): attribute 'axis' must be an int");
+  EXPECT_EQ(error_of([&] { load(k); }), "t.onnx: node 'n' (Softmax): attribute 'axis' must be an int");
   ModelBuilder bn = single("BatchNormalization", {{"x", {2, 3}}, {"s", {3}}, {"b", {3}}, {"m", {3}}, {"v", {3}}});
   test::set_int(the_node(bn), "training_mode", 1);
-  EXPECT_EQ(error_of([&] { load(bn); }), "node 'n' (BatchNormalization): training_mode=1 is not supported (inference only)");
+  EXPECT_EQ(error_of([&] { load(bn); }), "t.onnx: node 'n' (BatchNormalization): training_mode=1 is not supported (inference only)");
   ModelBuilder ge = single("Gelu", {{"x", {1, 4}}});
   test::set_string(the_node(ge), "approximate", "fast");
-  EXPECT_EQ(error_of([&] { load(ge); }), "node 'n' (Gelu): approximate='fast' is not supported");
+  EXPECT_EQ(error_of([&] { load(ge); }), "t.onnx: node 'n' (Gelu): approximate='fast' is not supported");
 }
 
 TEST(Errors, DynamicInputDimensionNeedsItsShape) {
   EXPECT_EQ(error_of([&] { load(gpt2_shape_subgraph()); }),
-            "input 'x' has a dynamic dimension 'batch': give its shape");
+            "t.onnx: input 'x' has a dynamic dimension 'batch': give its shape");
 }
 
 }  // namespace

@@ -134,8 +134,25 @@ class ErrorsBase(Workdir):
             return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
         if name == "onnx-shape-overflow":
             reps = helper.make_tensor("reps", TensorProto.INT64, [2], [1 << 62, 1])
-            m = onnx_model([helper.make_node("Tile", ["x", "reps"], ["y"], name="tile")], [f32("x", [4, 4])],
-                           [f32("y", None)], [reps])
+            c = helper.make_tensor("c", TensorProto.FLOAT, [4, 4], [0.5] * 16)  # Tile folds: its input is constant
+            m = onnx_model([helper.make_node("Tile", ["c", "reps"], ["t"], name="tile"),
+                            helper.make_node("Add", ["x", "t"], ["y"], name="add")], [f32("x", [4, 4])],
+                           [f32("y", None)], [reps, c])
+            return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
+        if name == "onnx-unsupported-node":
+            pads = helper.make_tensor("pads", TensorProto.INT64, [2], [1, 1])
+            m = onnx_model([helper.make_node("Pad", ["x", "pads"], ["y"], name="pad", mode="reflect")],
+                           [f32("x", [4])], [f32("y", None)], [pads])
+            return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
+        if name == "onnx-unsupported-operators":
+            reps = helper.make_tensor("reps", TensorProto.INT64, [2], [1, 2])
+            zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+            m = onnx_model([helper.make_node("Tile", ["x", "reps"], ["t"], name="tile"),
+                            helper.make_node("ArgMax", ["t"], ["y"], name="am", axis=1),
+                            helper.make_node("Less", ["x", "zero"], ["neg"], name="less")],
+                           [f32("x", [2, 4])], [helper.make_tensor_value_info("y", TensorProto.INT64, None),
+                                                helper.make_tensor_value_info("neg", TensorProto.BOOL, None)],
+                           [reps, zero])
             return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
         if name == "onnx-too-large":
             m = onnx_model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", [1 << 20] * 3)], [f32("y", None)])
@@ -180,6 +197,36 @@ class Errors(ErrorsBase):
                 self.assertLess(len(err), 400, f"{name}: a message of {len(err)} bytes")
                 self.assertRegex(err, pattern)
                 self.assertEqual(p.returncode, code, f"{name}: {err}")
+
+    def test_compiler_errors_share_one_shape(self):
+        """Every compiler error about a node reads 'MODEL: node 'N' (Op): what is wrong', whichever pass finds it:
+        import, the operator check, shape inference, constant folding, lowering."""
+        i64 = lambda name, vals: helper.make_tensor(name, TensorProto.INT64, [len(vals)], vals)
+        cases = {
+            "import": (onnx_model([helper.make_node("Relu", ["nowhere"], ["y"], name="r")], [f32("x", [4])],
+                                  [f32("y", [4])]), "r", "Relu", r"uses 'nowhere', which no earlier node.*"),
+            "operator check": (onnx_model([helper.make_node("ArgMax", ["x"], ["y"], name="am")], [f32("x", [4])],
+                                          [helper.make_tensor_value_info("y", TensorProto.INT64, None)]),
+                               "am", "ArgMax", "unsupported operator"),
+            "shape inference": (onnx_model([helper.make_node("Squeeze", ["x", "ax"], ["y"], name="sq")],
+                                           [f32("x", [2, 3])], [f32("y", None)], [i64("ax", [1])]),
+                                "sq", "Squeeze", r"dimension 1 of \[2,3\] is not 1"),
+            "constant folding": (onnx_model([helper.make_node("Div", ["a", "z"], ["q"], name="div"),
+                                             helper.make_node("Cast", ["q"], ["qf"], name="cast", to=1),
+                                             helper.make_node("Add", ["x", "qf"], ["y"], name="add")],
+                                            [f32("x", [1])], [f32("y", None)], [i64("a", [1]), i64("z", [0])]),
+                                 "div", "Div", "integer division by zero in constant folding"),
+            "lowering": (onnx_model([helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=1)],
+                                    [f32("x", [2, 3, 4])], [f32("y", None)]),
+                         "sm", "Softmax", r"axis 1 of a rank-3 input is not supported \(only the last axis\)"),
+        }
+        for pass_name, (model, node, op, what) in cases.items():
+            with self.subTest(found_by=pass_name):
+                path = self.save_model("m.onnx", model)
+                p = self.run_error(["compile", path, "-o", self.path("m.tpub")])
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertRegex(p.stderr.rstrip("\n"),
+                                 rf"^tpusim: error: {re.escape(path)}: node '{node}' \({op}\): {what}$")
 
     def test_every_trigger_has_a_row(self):
         source = read(__file__)

@@ -555,6 +555,26 @@ class Elementwise(OpCase):
                 f = self.UNARY[name][0]
                 self.check(fn(lambda s, x, f=f: f(x)), randn(3, 40) * 2, name=name, opset=17, rel=F32_REL_L2)
 
+    def test_operators_torch_does_not_emit(self):
+        """Operators other exporters emit (torch decomposes them): a model made with onnx.helper, against numpy."""
+        cases = {"Softsign": lambda x: x / (1 + np.abs(x))}
+        for op, ref in cases.items():
+            with self.subTest(op):
+                x = (randn(3, 40) * 3).numpy()
+                graph = onnx.helper.make_graph(
+                    [onnx.helper.make_node(op, ["x"], ["y"], name="n")], "g",
+                    [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(x.shape))],
+                    [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, list(x.shape))])
+                path = os.path.join(self.dir, op + ".onnx")
+                onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)]), path)
+                np.save(os.path.join(self.dir, "x.npy"), x)
+                out = os.path.join(self.dir, op + "_out")
+                tpusim("run", path, "--input", "x=" + os.path.join(self.dir, "x.npy"), "--output-dir", out)
+                c, e, m = metrics(np.load(os.path.join(out, "y.npy")), ref(x.astype(np.float64)))
+                print(f"CASE {type(self).__name__}.{self._testMethodName}[{op}] cos={c:.6f} relL2={e:.3e} "
+                      f"maxabs={m:.3e}", file=sys.stderr)
+                self.assertLessEqual(e, F32_REL_L2, op)
+
     def test_chain(self):
         # a fused chain of elementwise ops with broadcast operands: (x * g + b).sigmoid() * x - 1 / (x^2 + 1)
         m = fn(lambda s, x: torch.sigmoid(x * s.g + s.b) * x - 1 / (x * x + 1), g=randn(3, 1, 1), b=randn(1, 9))
@@ -923,6 +943,49 @@ class DataMovement(OpCase):
         self.check(fn(lambda s, x: x.permute(0, 2, 3, 1).reshape(2, -1)[:, 1::2]), randn(2, 3, 7, 9), opset=17,
                    exact="f32")
         self.check(fn(lambda s, x: torch.split(x, [4, 5], -1)), randn(2, 3, 7, 9), opset=17, exact="f32")
+
+
+class Folding(OpCase):
+    """Subgraphs computed from constants only fold away at compile time, whatever operators they use."""
+
+    def sin_cos_instructions(self, path):
+        tpub = path + ".tpub"
+        tpusim("compile", path, "-o", tpub)
+        code = tpusim("disasm", tpub).stdout
+        return code.count("vpu.sin") + code.count("vpu.cos")
+
+    def test_rotary_embedding_tables_in_the_graph(self):
+        class Rope(nn.Module):
+            """LLaMA's rotary embedding as Hugging Face writes it (LlamaRotaryEmbedding, apply_rotary_pos_emb): the
+            positions, the inv_freq outer product (a MatMul of constants), cos and sin are computed in the graph."""
+
+            def __init__(self, dim=16, base=10000.0):
+                super().__init__()
+                inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+                self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+            def forward(self, q, k):
+                position_ids = torch.arange(q.shape[2]).unsqueeze(0)
+                inv = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+                freqs = (inv @ position_ids[:, None, :].float()).transpose(1, 2)
+                emb = torch.cat((freqs, freqs), dim=-1)
+                cos, sin = emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
+
+                def rotate_half(x):
+                    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), dim=-1)
+                return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+        # The check of the check: a Sin of an input is computed on the chip.
+        _, path, *_ = self.export(fn(lambda s, x: x.sin()), [randn(4, 8)])
+        self.assertGreater(self.sin_cos_instructions(path), 0)
+        for opset in (13, 17):
+            with self.subTest(opset=opset):
+                _, path, *_ = self.export(Rope(), [randn(1, 2, 8, 16), randn(1, 2, 8, 16)], opset)
+                ops = {n.op_type for n in onnx.load(path).graph.node}
+                self.assertTrue({"Cos", "Sin", "MatMul", "Concat"} <= ops, f"the export computes no tables: {ops}")
+                self.assertEqual(self.sin_cos_instructions(path), 0, "the cos and sin tables were not folded")
+                # rotate_half's negation and concatenation store bf16 between kernels: the bf16 bounds.
+                self.check(Rope(), randn(1, 2, 8, 16), randn(1, 2, 8, 16), opset=opset)
 
 
 class Int8(OpCase):

@@ -1,0 +1,486 @@
+// Convolution and pooling. Activations are NHWC inside the program. Conv (+ BatchNormalization + Relu folded into
+// its weights and epilogue): 1x1 stride-1 convs are a gemm on the activation itself; others copy the padded input
+// into an im2col matrix (one strided move per image and tap, over a "virtual" output width Wv = Wp/stride so that a
+// tap is one regular stride) and run gemm.s on it, then drop the Wv - OW overhanging columns. Depthwise convs run
+// on the vector unit (a row-wise kernel summing tap x weight); other grouped convs one gemm per group. MaxPool /
+// AveragePool: taps copied as for im2col, reduced by a row-wise kernel. GlobalAveragePool (and ReduceMean over H,
+// W): a gemm of a row of ones with each image, scaled by 1/HW.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "infer.h"
+#include "lowering.h"
+
+namespace tpusim::compiler {
+namespace {
+
+// ---- shape inference -----------------------------------------------------------------------------------------
+
+// Spatial output sizes of Conv/MaxPool/AveragePool; rewrites the node's attributes to the explicit form:
+// kernel_shape, strides, pads (begins then ends), dilations, no auto_pad.
+Shape conv_spatial(InferCtx& c, const Shape& x, const Shape& kernel, bool ceil_mode) {
+  const size_t sp = kernel.size();
+  if (x.size() != sp + 2) fail(c.n, "input " + ir::shape_str(x) + " does not match the kernel rank");
+  Shape strides = c.ais("strides"), dil = c.ais("dilations"), pads = c.ais("pads");
+  if (strides.empty()) strides.assign(sp, 1);
+  if (dil.empty()) dil.assign(sp, 1);
+  if (pads.empty()) pads.assign(2 * sp, 0);
+  if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp)
+    fail(c.n, "strides/dilations/pads do not match " + std::to_string(sp) + " spatial dimensions");
+  for (size_t i = 0; i < sp; ++i) {
+    if (strides[i] < 1) fail(c.n, "strides=" + ints_str(strides) + " must be positive");
+    if (dil[i] < 1) fail(c.n, "dilations=" + ints_str(dil) + " must be positive");
+  }
+  for (int64_t p : pads)
+    if (p < 0) fail(c.n, "pads=" + ints_str(pads) + " must not be negative");
+  std::string auto_pad = c.as("auto_pad", "NOTSET");
+  if (auto_pad.empty()) auto_pad = "NOTSET";
+  if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID")
+    fail(c.n, "auto_pad='" + auto_pad + "' is not supported");
+  Shape out(sp);
+  for (size_t i = 0; i < sp; ++i) {
+    const ir::Node& n = c.n;
+    int64_t in = x[2 + i], ext = add(n, mul(n, kernel[i] - 1, dil[i]), 1);
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out[i] = add(n, in, strides[i] - 1) / strides[i];
+      int64_t total = std::max<int64_t>(0, add(n, mul(n, out[i] - 1, strides[i]), ext - in));
+      pads[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[sp + i] = total - pads[i];
+      continue;
+    }
+    if (auto_pad == "VALID") pads[i] = pads[sp + i] = 0;
+    int64_t span = add(n, add(n, in, pads[i]), pads[sp + i]) - ext;
+    if (span < 0)
+      fail(c.n, "the kernel (extent " + std::to_string(ext) + ") is larger than the padded input " +
+                    ir::shape_str(x));
+    out[i] = (ceil_mode ? add(n, span, strides[i] - 1) / strides[i] : span / strides[i]) + 1;
+    if (ceil_mode && mul(n, out[i] - 1, strides[i]) >= in + pads[i]) --out[i];  // no window starting in the end pad
+  }
+  c.n.attrs.erase("auto_pad");
+  c.set_ints("kernel_shape", kernel);
+  c.set_ints("strides", strides);
+  c.set_ints("pads", pads);
+  c.set_ints("dilations", dil);
+  return out;
+}
+
+void infer_conv(InferCtx& c) {
+  same_types(c);
+  const Shape x = c.shape(0), w = c.shape(1);
+  if (x.size() < 3 || w.size() != x.size())
+    fail(c.n, "input " + ir::shape_str(x) + " and weight " + ir::shape_str(w) + " must be N-D (N >= 3) alike");
+  int64_t group = c.ai("group", 1);
+  if (group < 1 || x[1] != mul(c.n, w[1], group) || w[0] % group != 0)
+    fail(c.n, "input " + ir::shape_str(x) + ", weight " + ir::shape_str(w) + " and group=" + std::to_string(group) +
+                  " do not fit");
+  Shape kernel(w.begin() + 2, w.end());
+  if (c.has_attr("kernel_shape") && c.ais("kernel_shape") != kernel)
+    fail(c.n, "kernel_shape=" + ints_str(c.ais("kernel_shape")) + " differs from the weight " + ir::shape_str(w));
+  if (c.has(2) && c.shape(2) != Shape{w[0]})
+    fail(c.n, "bias " + ir::shape_str(c.shape(2)) + " must be [" + std::to_string(w[0]) + "]");
+  Shape sp = conv_spatial(c, x, kernel, false);
+  c.set_int("group", group);
+  Shape out{x[0], w[0]};
+  out.insert(out.end(), sp.begin(), sp.end());
+  c.out(0, c.type(0), out);
+}
+
+void infer_pool(InferCtx& c) {
+  const Shape x = c.shape(0);
+  if (!c.has_attr("kernel_shape")) fail(c.n, "attribute 'kernel_shape' is required");
+  int64_t ceil_mode = c.ai("ceil_mode", 0);
+  if (ceil_mode != 0 && ceil_mode != 1) fail(c.n, "ceil_mode=" + std::to_string(ceil_mode) + " is not supported");
+  if (c.n.op == "MaxPool" && c.ai("storage_order", 0) != 0) fail(c.n, "storage_order=1 is not supported");
+  Shape sp = conv_spatial(c, x, c.ais("kernel_shape"), ceil_mode == 1);
+  Shape out{x[0], x[1]};
+  out.insert(out.end(), sp.begin(), sp.end());
+  c.out(0, c.type(0), out);
+  c.out(1, ir::kInt64, out);  // MaxPool's Indices
+}
+
+void infer_global_pool(InferCtx& c) {
+  Shape x = c.shape(0);
+  if (x.size() < 3) fail(c.n, "input " + ir::shape_str(x) + " must have spatial dimensions");
+  std::fill(x.begin() + 2, x.end(), 1);
+  c.out(0, c.type(0), x);
+}
+
+// ---- lowering ------------------------------------------------------------------------------------------------
+
+struct Window {
+  int64_t kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+};
+
+// Taps of a window over an NHWC input, copied by strided moves. The input is first split into sh x sw phases
+// (phase (a, b) holds padded rows a, a+sh, ... and columns b, b+sw, ...; one phase, the padded input itself,
+// for stride 1), each [N, Hq, Wq, C] with the border filled with `pad_value`. Output rows are then "virtual":
+// r = (n, oh, ow') with ow' < Wv = Wq, and tap (kh, kw) of row r is row r + offset of one phase: each tap is
+// a single move of contiguous rows. tap_major: dst is [taps, rows, cg] (for the vector unit), else
+// [rows, taps*cg] (im2col for the MXU). The Wv - OW overhanging columns are garbage, dropped afterwards.
+struct Taps {
+  int64_t oh, ow, wv, rows;  // rows = N * OH * Wv
+};
+
+Window window(Lowering& L, const ir::Node& n, int64_t h, int64_t w, int64_t kh, int64_t kw) {
+  auto ints = [&](const char* key, std::vector<int64_t> def) {
+    auto it = n.attrs.find(key);
+    return it == n.attrs.end() || it->second.ints.empty() ? def : it->second.ints;
+  };
+  std::vector<int64_t> s = ints("strides", {1, 1}), d = ints("dilations", {1, 1}), p = ints("pads", {0, 0, 0, 0});
+  if (s.size() != 2 || d.size() != 2 || p.size() != 4) L.fail(n, "only 2-D windows are supported");
+  Window win{kh, kw, s[0], s[1], d[0], d[1], p[0], p[1], p[2], p[3]};
+  auto ap = n.attrs.find("auto_pad");
+  std::string mode = ap == n.attrs.end() ? "NOTSET" : ap->second.s;
+  if (mode == "SAME_UPPER" || mode == "SAME_LOWER") {
+    auto same = [&](int64_t in, int64_t k, int64_t st, int64_t dl, int64_t& lo, int64_t& hi) {
+      int64_t out = (in + st - 1) / st;
+      int64_t total = std::max<int64_t>((out - 1) * st + (k - 1) * dl + 1 - in, 0);
+      lo = mode == "SAME_UPPER" ? total / 2 : total - total / 2;
+      hi = total - lo;
+    };
+    same(h, kh, win.sh, win.dh, win.pt, win.pb);
+    same(w, kw, win.sw, win.dw, win.pl, win.pr);
+  } else if (mode == "VALID") {
+    win.pt = win.pl = win.pb = win.pr = 0;
+  }
+  return win;
+}
+
+Taps window_taps(Lowering& L, const std::string& label, Stored x, const Shape& s /*NCHW*/, const Window& w, float pad_value,
+                 int64_t c0, int64_t cg, bool tap_major, int dst, int64_t out_h = -1, int64_t out_w = -1) {
+  const int64_t N = s[0], C = s[1], H = s[2], W = s[3];
+  int64_t OH = (H + w.pt + w.pb - w.dh * (w.kh - 1) - 1) / w.sh + 1;
+  int64_t OW = (W + w.pl + w.pr - w.dw * (w.kw - 1) - 1) / w.sw + 1;
+  if (out_h > 0) OH = out_h;  // pooling's ceil_mode
+  if (out_w > 0) OW = out_w;
+  const int64_t pb = std::max<int64_t>(w.pb, (OH - 1) * w.sh + (w.kh - 1) * w.dh + 1 - H - w.pt);
+  const int64_t pr = std::max<int64_t>(w.pr, (OW - 1) * w.sw + (w.kw - 1) * w.dw + 1 - W - w.pl);
+  const int64_t Hq = (H + w.pt + pb + w.sh - 1) / w.sh, Wq = (W + w.pl + pr + w.sw - 1) / w.sw;
+  const int64_t phases = w.sh * w.sw;
+  const int es = isa::dtype_size(x.dtype);
+  // Rows (of C elements) read past the end of the last phase by the overhanging virtual columns.
+  const int64_t qh_max = (w.kh - 1) * w.dh / w.sh, qw_max = (w.kw - 1) * w.dw / w.sw;
+  const int64_t max_row = (OH - 1 + qh_max) * Wq + Wq - 1 + qw_max;
+  const int64_t slack = std::max<int64_t>(0, max_row + 1 - Hq * Wq);
+  const uint64_t row = static_cast<uint64_t>(Wq * C * es);
+  const uint64_t image = static_cast<uint64_t>(Hq) * row, phase_bytes = static_cast<uint64_t>(N) * image;
+  Stored P = x;
+  std::vector<BufferMove> moves;
+  const bool direct = phases == 1 && Hq == H && Wq == W && slack == 0;
+  if (!direct) {
+    P = Stored{L.temp(label + ".padded", x.dtype, {phases, N, Hq, Wq, C}, static_cast<uint64_t>(slack * C * es)),
+               0, x.dtype, true};
+    if (x.dtype == DType::I8 && pad_value != 0) throw LoweringIssue(label + ": internal: int8 padding must be 0");
+    int pat = L.pattern(pad_value, x.dtype, row);
+    auto fill = [&](uint64_t off, uint64_t rows, uint64_t rowbytes, int64_t stride) {
+      if (rows && rowbytes) moves.push_back(BufferMove{pat, P.buf, 0, off, rows, rowbytes, 0, stride});
+    };
+    if (phases == 1) {  // the border only, then one move per image
+      for (int64_t img = 0; img < N; ++img) {
+        const uint64_t base = static_cast<uint64_t>(img) * image;
+        fill(base, static_cast<uint64_t>(w.pt), row, static_cast<int64_t>(row));
+        fill(base + static_cast<uint64_t>(w.pt + H) * row, static_cast<uint64_t>(Hq - H - w.pt), row,
+             static_cast<int64_t>(row));
+      }
+      fill(0, static_cast<uint64_t>(N * Hq), static_cast<uint64_t>(w.pl * C * es), static_cast<int64_t>(row));
+      fill(static_cast<uint64_t>((w.pl + W) * C * es), static_cast<uint64_t>(N * Hq),
+           static_cast<uint64_t>((Wq - W - w.pl) * C * es), static_cast<int64_t>(row));
+      for (int64_t img = 0; img < N; ++img)
+        moves.push_back(BufferMove{x.buf, P.buf, x.off + static_cast<uint64_t>(img * H * W * C * es),
+                                   static_cast<uint64_t>(img) * image + static_cast<uint64_t>(w.pt) * row +
+                                       static_cast<uint64_t>(w.pl * C * es),
+                                   static_cast<uint64_t>(H), static_cast<uint64_t>(W * C * es), W * C * es,
+                                   static_cast<int64_t>(row)});
+    } else {  // fill everything, then one move per phase row
+      fill(0, static_cast<uint64_t>(phases * N * Hq), row, static_cast<int64_t>(row));
+      for (int64_t a = 0; a < w.sh; ++a)
+        for (int64_t b = 0; b < w.sw; ++b) {
+          // phase column q <-> input column q*sw + b - pl
+          const int64_t q0 = std::max<int64_t>(0, (w.pl - b + w.sw - 1) / w.sw);
+          const int64_t q1 = std::min<int64_t>(Wq, (W + w.pl - b + w.sw - 1) / w.sw);  // exclusive
+          if (q1 <= q0) continue;
+          for (int64_t img = 0; img < N; ++img)
+            for (int64_t q = 0; q < Hq; ++q) {
+              const int64_t ih = q * w.sh + a - w.pt;
+              if (ih < 0 || ih >= H) continue;
+              const int64_t iw = q0 * w.sw + b - w.pl;
+              moves.push_back(BufferMove{
+                  x.buf, P.buf, x.off + static_cast<uint64_t>(((img * H + ih) * W + iw) * C * es),
+                  static_cast<uint64_t>(a * w.sw + b) * phase_bytes + static_cast<uint64_t>(img) * image +
+                      static_cast<uint64_t>(q) * row + static_cast<uint64_t>(q0 * C * es),
+                  static_cast<uint64_t>(q1 - q0), static_cast<uint64_t>(C * es), w.sw * C * es, C * es});
+            }
+        }
+    }
+  }
+  const int64_t taps = w.kh * w.kw, rows = N * OH * Wq;
+  for (int64_t img = 0; img < N; ++img)
+    for (int64_t i = 0; i < w.kh; ++i)
+      for (int64_t j = 0; j < w.kw; ++j) {
+        const int64_t t = i * w.kw + j;
+        const int64_t a = i * w.dh % w.sh, qh = i * w.dh / w.sh, b = j * w.dw % w.sw, qw = j * w.dw / w.sw;
+        const uint64_t src = P.off + static_cast<uint64_t>(a * w.sw + b) * phase_bytes +
+                             static_cast<uint64_t>(img) * image + static_cast<uint64_t>(qh) * row +
+                             static_cast<uint64_t>((qw * C + c0) * es);
+        uint64_t d;
+        int64_t dstride;
+        if (tap_major) {
+          d = static_cast<uint64_t>((t * rows + img * OH * Wq) * cg * es);
+          dstride = cg * es;
+        } else {
+          d = static_cast<uint64_t>((img * OH * Wq * taps + t) * cg * es);
+          dstride = taps * cg * es;
+        }
+        moves.push_back(BufferMove{P.buf, dst, src, d, static_cast<uint64_t>(OH * Wq), static_cast<uint64_t>(cg * es),
+                                   C * es, dstride});
+      }
+  L.copy(label, std::move(moves));
+  return Taps{OH, OW, Wq, rows};
+}
+
+// Drops the overhanging virtual columns: [N*OH*Wv, C] -> [N*OH*OW, C].
+void drop_virtual(Lowering& L, const std::string& label, Stored from, Stored to, const Taps& t, int64_t n, int64_t c) {
+  const int es = isa::dtype_size(from.dtype);
+  L.copy(label, {BufferMove{from.buf, to.buf, from.off, to.off, static_cast<uint64_t>(n * t.oh),
+                          static_cast<uint64_t>(t.ow * c * es), t.wv * c * es, t.ow * c * es}});
+}
+
+void lower_conv(Lowering& L, const ir::Node& n) {
+  int x = n.inputs[0], wv = n.inputs[1];
+  if (!L.val(wv).is_const) L.fail(n, "weights computed at run time are not supported");
+  Shape xs = L.shape(x), ws = L.shape(wv);
+  if (xs.size() != 4) L.fail(n, "only 2-D convolutions (4-D inputs) are supported, got " + ir::shape_str(xs));
+  const int64_t N = xs[0], C = xs[1], OC = ws[0], Cg = ws[1], KH = ws[2], KW = ws[3];
+  const int64_t groups = n.attr_int("group", 1);
+  if (groups < 1 || C != Cg * groups || OC % groups) L.fail(n, "channels do not match the groups");
+  Window win = window(L, n, xs[2], xs[3], KH, KW);
+  std::vector<float> w = L.val(wv).data;  // [OC, Cg, KH, KW]
+  std::vector<float> bias(static_cast<size_t>(OC), 0.0f);
+  bool has_bias = false;
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+    if (!L.val(n.inputs[2]).is_const) L.fail(n, "a bias computed at run time is not supported");
+    bias = L.val(n.inputs[2]).data;
+    has_bias = true;
+  }
+  std::string label = n.name;
+  int out = n.outputs[0];
+  // BatchNormalization folds into the weights and bias.
+  if (L.users_[out].size() == 1 && !L.is_output_[out] && L.g_.nodes[L.users_[out][0]].op == "BatchNormalization") {
+    const ir::Node& bn = L.g_.nodes[L.users_[out][0]];
+    bool consts = true;
+    for (size_t k = 1; k < 5; ++k) consts = consts && L.val(bn.inputs[k]).is_const;
+    if (consts) {
+      const float eps = bn.attr_float("epsilon", 1e-5f);
+      const auto &gam = L.val(bn.inputs[1]).data, &beta = L.val(bn.inputs[2]).data, &mean = L.val(bn.inputs[3]).data,
+                 &var = L.val(bn.inputs[4]).data;
+      const int64_t per = Cg * KH * KW;
+      for (int64_t o = 0; o < OC; ++o) {
+        const float sc = gam[o] / std::sqrt(var[o] + eps);
+        for (int64_t e = 0; e < per && !w.empty(); ++e) w[static_cast<size_t>(o * per + e)] *= sc;
+        bias[o] = (bias[o] - mean[o]) * sc + beta[o];
+      }
+      has_bias = true;
+      L.done_[L.users_[out][0]] = true;
+      label += "+" + bn.name;
+      out = bn.outputs[0];
+    }
+  }
+  bool relu = false;
+  if (L.users_[out].size() == 1 && !L.is_output_[out] && L.g_.nodes[L.users_[out][0]].op == "Relu") {
+    relu = true;
+    L.done_[L.users_[out][0]] = true;
+    label += "+" + L.g_.nodes[L.users_[out][0]].name;
+    out = L.g_.nodes[L.users_[out][0]].outputs[0];
+  }
+  const Shape os = L.shape(out);
+  const int64_t OH = os[2], OW = os[3];
+  const bool q8 = groups == 1 && L.int8(x);
+  Stored X = q8 ? L.quantized(n, x, true) : L.get(x, DType::BF16, true);
+  Stored Y = L.remember(out, Stored{L.temp(L.val(out).name, DType::BF16, os), 0, DType::BF16, true});
+  const int64_t taps = KH * KW;
+
+  if (groups == 1) {
+    // weights [OC, C, KH, KW] -> [(kh, kw, c), OC], the im2col matrix's column order
+    std::vector<float> wt(w.empty() ? 0 : static_cast<size_t>(taps * C * OC));  // empty: timing-only
+    for (int64_t o = 0; o < OC && !w.empty(); ++o)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t t = 0; t < taps; ++t)
+          wt[static_cast<size_t>((t * C + c) * OC + o)] = w[static_cast<size_t>((o * C + c) * taps + t)];
+    const double flops = 2.0 * N * OH * OW * taps * C * OC;  // the real output positions only
+    // out = act(a[m, taps*C] @ wt + bias) into `dst`; `value`: the graph value dst holds, -1 for virtual rows
+    auto matmul = [&](Stored a, int64_t m, Stored dst, int value) {
+      if (q8) {
+        L.int8_gemm(n, label, a, x, wt, m, taps * C, OC, has_bias ? bias : std::vector<float>{}, L.val(wv).name, relu,
+                  dst, flops, value);
+        return;
+      }
+      int B = L.tiled_weights(L.val(wv).name, wt, taps * C, OC);
+      int bias_buf = has_bias ? L.const_f32(L.val(wv).name + ".bias", {OC}, bias) : -1;
+      L.gemm(label, a, Stored{B, 0, DType::BF16, false}, bias_buf, dst, m, taps * C, OC, relu, 1.0f, true, false);
+      L.plan_.calls.back().flops = flops;
+    };
+    const bool direct = KH == 1 && KW == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 && win.pl == 0 &&
+                        win.pb == 0 && win.pr == 0;
+    if (direct) return matmul(X, N * OH * OW, Y, out);
+    int im = L.temp(label + ".im2col", X.dtype, {1});
+    Taps t = window_taps(L, label, X, xs, win, 0.0f, 0, C, false, im);
+    L.plan_.buffers[im].shape = {t.rows, taps * C};
+    if (t.wv == OW) return matmul(Stored{im, 0, X.dtype, false}, t.rows, Y, out);
+    Stored G{L.temp(label + ".virtual", DType::BF16, {t.rows, OC}), 0, DType::BF16, true};
+    matmul(Stored{im, 0, X.dtype, false}, t.rows, G, -1);
+    drop_virtual(L, label, G, Y, t, N, OC);
+    return;
+  }
+  if (Cg == 1 && OC == groups) {  // depthwise: sum over taps of tap * w[tap] on the vector unit
+    int im = L.temp(label + ".taps", DType::BF16, {1});
+    Taps t = window_taps(L, label, X, xs, win, 0.0f, 0, C, true, im);
+    L.plan_.buffers[im].shape = {taps, t.rows, C};
+    KernelCall call = L.rowwise_call(label, t.rows, C);
+    int acc = -1;
+    for (int64_t k = 0; k < taps; ++k) {
+      std::vector<float> wk(w.empty() ? 0 : static_cast<size_t>(C));  // empty: timing-only
+      for (int64_t c = 0; c < static_cast<int64_t>(wk.size()); ++c) wk[c] = w[static_cast<size_t>(c * taps + k)];
+      int xi = L.rw_input(call, Stored{im, static_cast<uint64_t>(k * t.rows * C * 2), DType::BF16, false}, false, 0);
+      int wi = L.rw_input(call, Stored{L.const_f32(L.val(wv).name + ".tap" + std::to_string(k), {C}, wk), 0, DType::F32, false},
+                        false, 1);
+      int prodn = L.rw_node(call, rw::Op::Mul, {xi, wi});
+      acc = acc < 0 ? prodn : L.rw_node(call, rw::Op::Add, {acc, prodn});
+    }
+    if (has_bias) {
+      int bi = L.rw_input(call, Stored{L.const_f32(L.val(wv).name + ".bias", {C}, bias), 0, DType::F32, false}, false, 1);
+      acc = L.rw_node(call, rw::Op::Add, {acc, bi});
+    }
+    if (relu) acc = L.rw_node(call, rw::Op::Relu, {acc});
+    Stored G = Y;
+    if (t.wv != OW) G = Stored{L.temp(label + ".virtual", DType::BF16, {t.rows, C}), 0, DType::BF16, true};
+    L.rw_output(call, acc, G);
+    call.flops = 2.0 * N * OH * OW * taps * C;
+    L.plan_.calls.push_back(std::move(call));
+    if (t.wv != OW) drop_virtual(L, label, G, Y, t, N, C);
+    return;
+  }
+  // Grouped: one im2col and gemm per group, the group's columns copied into place.
+  const int64_t OCg = OC / groups;
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    std::vector<float> wt(w.empty() ? 0 : static_cast<size_t>(taps * Cg * OCg));  // empty: timing-only
+    for (int64_t o = 0; o < OCg && !w.empty(); ++o)
+      for (int64_t c = 0; c < Cg; ++c)
+        for (int64_t t = 0; t < taps; ++t)
+          wt[static_cast<size_t>((t * Cg + c) * OCg + o)] =
+              w[static_cast<size_t>(((gi * OCg + o) * Cg + c) * taps + t)];
+    std::vector<float> bg(bias.begin() + gi * OCg, bias.begin() + (gi + 1) * OCg);
+    const std::string gl = L.val(wv).name + ".g" + std::to_string(gi);
+    int B = L.tiled_weights(gl, wt, taps * Cg, OCg);
+    int bias_buf = has_bias ? L.const_f32(gl + ".bias", {OCg}, bg) : -1;
+    int im = L.temp(label + ".im2col", DType::BF16, {1});
+    Taps t = window_taps(L, label, X, xs, win, 0.0f, gi * Cg, Cg, false, im);
+    L.plan_.buffers[im].shape = {t.rows, taps * Cg};
+    Stored G{L.temp(label + ".group", DType::BF16, {t.rows, OCg}), 0, DType::BF16, false};
+    L.gemm(label, Stored{im, 0, DType::BF16, false}, Stored{B, 0, DType::BF16, false}, bias_buf, G, t.rows, taps * Cg,
+         OCg, relu, 1.0f, true, false);
+    L.plan_.calls.back().flops = 2.0 * N * OH * OW * taps * Cg * OCg;
+    std::vector<BufferMove> moves;
+    for (int64_t r = 0; r < N * OH; ++r)
+      moves.push_back(BufferMove{G.buf, Y.buf, static_cast<uint64_t>(r * t.wv * OCg * 2),
+                                 static_cast<uint64_t>((r * OW * OC + gi * OCg) * 2), static_cast<uint64_t>(OW),
+                                 static_cast<uint64_t>(OCg * 2), OCg * 2, OC * 2});
+    L.copy(label, std::move(moves));
+  }
+}
+
+void lower_pool(Lowering& L, const ir::Node& n) {
+  int x = n.inputs[0], y = n.outputs[0];
+  Shape xs = L.shape(x), ys = L.shape(y);
+  if (xs.size() != 4) L.fail(n, "only 2-D pooling (4-D inputs) is supported");
+  auto ks = n.attrs.find("kernel_shape");
+  if (ks == n.attrs.end() || ks->second.ints.size() != 2) L.fail(n, "kernel_shape must have 2 values");
+  Window win = window(L, n, xs[2], xs[3], ks->second.ints[0], ks->second.ints[1]);
+  const bool is_max = n.op == "MaxPool";
+  if (n.outputs.size() > 1 && n.outputs[1] >= 0 && !L.users_[n.outputs[1]].empty()) L.fail(n, "the Indices output is not supported");
+  const int64_t N = xs[0], C = xs[1], OH = ys[2], OW = ys[3], taps = win.kh * win.kw;
+  Stored X = L.get(x, DType::BF16, true);
+  int im = L.temp(n.name + ".taps", DType::BF16, {1});
+  const float lowest = -std::numeric_limits<float>::infinity();
+  Taps t = window_taps(L, n.name, X, xs, win, is_max ? lowest : 0.0f, 0, C, true, im, OH, OW);
+  L.plan_.buffers[im].shape = {taps, t.rows, C};
+  KernelCall call = L.rowwise_call(n.name, t.rows, C);
+  int acc = -1;
+  for (int64_t k = 0; k < taps; ++k) {
+    int xi = L.rw_input(call, Stored{im, static_cast<uint64_t>(k * t.rows * C * 2), DType::BF16, false}, false, 0);
+    acc = acc < 0 ? xi : L.rw_node(call, is_max ? rw::Op::Max : rw::Op::Add, {acc, xi});
+  }
+  if (!is_max) {
+    // divisor per output position: taps inside the input (count_include_pad 0) or inside the padded input
+    const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
+    std::vector<float> inv(static_cast<size_t>(OH * t.wv), 1.0f);
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < t.wv; ++ow) {
+        int64_t cnt = 0;
+        for (int64_t a = 0; a < win.kh; ++a)
+          for (int64_t b = 0; b < win.kw; ++b) {
+            int64_t ih = oh * win.sh + a * win.dh - win.pt, iw = ow * win.sw + b * win.dw - win.pl;
+            bool inside = include_pad ? (ih >= -win.pt && ih < xs[2] + win.pb && iw >= -win.pl && iw < xs[3] + win.pr)
+                                      : (ih >= 0 && ih < xs[2] && iw >= 0 && iw < xs[3]);
+            cnt += inside ? 1 : 0;
+          }
+        inv[static_cast<size_t>(oh * t.wv + ow)] = cnt ? 1.0f / static_cast<float>(cnt) : 0.0f;
+      }
+    int di = L.rw_input(call, Stored{L.const_f32(n.name + ".inv_count", {OH * t.wv}, inv), 0, DType::F32, false}, true,
+                      OH * t.wv);
+    acc = L.rw_node(call, rw::Op::Mul, {acc, di});
+  }
+  Stored Y = L.remember(y, Stored{L.temp(L.val(y).name, DType::BF16, ys), 0, DType::BF16, true});
+  Stored G = Y;
+  if (t.wv != OW) G = Stored{L.temp(n.name + ".virtual", DType::BF16, {t.rows, C}), 0, DType::BF16, true};
+  L.rw_output(call, acc, G);
+  L.plan_.calls.push_back(std::move(call));
+  if (t.wv != OW) drop_virtual(L, n.name, G, Y, t, N, C);
+}
+
+void lower_global_average_pool(Lowering& L, const ir::Node& n) { lower_spatial_mean(L, n, n.inputs[0], n.outputs[0]); }
+
+bool conv_weights(const ir::Graph& g, const ir::Node& n, size_t k) { return k == 1; }
+
+bool quantises_conv(const Lowering& L, const ir::Node& n) {
+  return L.val(n.inputs[1]).is_const && n.attr_int("group", 1) == 1;
+}
+
+}  // namespace
+
+// Per image, a gemm of a row of ones [1, HW] with the image [HW, C], scaled by 1/HW.
+void lower_spatial_mean(Lowering& L, const ir::Node& n, int x, int y) {
+  Shape xs = L.shape(x);
+  if (xs.size() != 4) L.fail(n, "a 4-D input is required");
+  const int64_t N = xs[0], C = xs[1], HW = xs[2] * xs[3];
+  Stored X = L.get(x, DType::BF16, true);
+  int ones = L.const_bf16("ones." + std::to_string(HW), {1, HW}, std::vector<float>(static_cast<size_t>(HW), 1.0f));
+  Stored Y = L.destination(y, L.storage_type(y));  // [N, C, 1, 1]: NHWC and NCHW are the same bytes
+  for (int64_t img = 0; img < N; ++img) {
+    Stored xi = X, yi = Y;
+    xi.off += static_cast<uint64_t>(img * HW * C * 2);
+    yi.off += static_cast<uint64_t>(img * C * isa::dtype_size(Y.dtype));
+    L.gemm(n.name, Stored{ones, 0, DType::BF16, false}, xi, -1, yi, 1, HW, C, false, 1.0f / static_cast<float>(HW),
+         false, false);
+  }
+}
+
+void add_conv_ops(OpTable& t) {
+  const std::map<std::string, K> window = {{"auto_pad", K::String}, {"dilations", K::Ints}, {"kernel_shape", K::Ints},
+                                           {"pads", K::Ints}, {"strides", K::Ints}};
+  auto with = [](std::map<std::string, K> m, std::map<std::string, K> more) {
+    m.insert(more.begin(), more.end());
+    return m;
+  };
+  t.add({.name = "Conv", .min_inputs = 2, .max_inputs = 3, .attrs = with(window, {{"group", K::Int}}),
+         .infer = infer_conv, .lower = lower_conv, .quantises = quantises_conv, .weight_input = conv_weights});
+  t.add({.name = "MaxPool", .max_outputs = 2,
+         .attrs = with(window, {{"ceil_mode", K::Int}, {"storage_order", K::Int}}), .infer = infer_pool,
+         .lower = lower_pool});
+  t.add({.name = "AveragePool", .attrs = with(window, {{"ceil_mode", K::Int}, {"count_include_pad", K::Int}}),
+         .infer = infer_pool, .lower = lower_pool});
+  t.add({.name = "GlobalAveragePool", .infer = infer_global_pool, .lower = lower_global_average_pool});
+  t.add({.name = "GlobalMaxPool", .infer = infer_global_pool});
+}
+
+}  // namespace tpusim::compiler

@@ -1,0 +1,479 @@
+// Elementwise operators: activations, arithmetic with broadcasting, comparisons and logic (on constants only),
+// Where (a constant condition), Cast. On the chip they are row-wise: consecutive runs of them (with the
+// normalisations and last-axis reductions of ops_normalize.cpp) form one generated row-wise kernel computing in f32
+// (decomposed LayerNorm and GELU chains fuse into one kernel this way). A new function of the vector unit is one
+// entry below: rowwise = unary<rw::Op::X> (and a fold function when the host can compute it).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "fold.h"
+#include "infer.h"
+#include "lowering.h"
+#include "tpusim/isa/numerics.h"
+
+namespace tpusim::compiler {
+namespace {
+
+using T = HostTensor;
+
+// ---- shape inference -----------------------------------------------------------------------------------------
+
+void infer_not(InferCtx& c) {
+  if (c.type(0) != ir::kBool) fail(c.n, "input must be BOOL, got " + ir::elem_type_name(c.type(0)));
+  c.out(0, ir::kBool, c.shape(0));
+}
+
+void infer_gelu(InferCtx& c) {
+  std::string a = c.as("approximate", "none");
+  if (a != "none" && a != "tanh") fail(c.n, "approximate='" + a + "' is not supported");
+  c.out(0, c.type(0), c.shape(0));
+}
+
+void infer_binary(InferCtx& c) {  // Add Sub Mul Div Max Min (variadic for Max/Min)
+  same_types(c);
+  c.out(0, c.type(0), broadcast_all(c, 0));
+}
+
+void infer_pow(InferCtx& c) { c.out(0, c.type(0), broadcast(c.n, c.shape(0), c.shape(1))); }
+
+void infer_compare(InferCtx& c) {  // Equal Less Greater LessOrEqual GreaterOrEqual
+  same_types(c);
+  c.out(0, ir::kBool, broadcast(c.n, c.shape(0), c.shape(1)));
+}
+
+void infer_logical(InferCtx& c) {  // And Or Xor
+  if (c.type(0) != ir::kBool || c.type(1) != ir::kBool) fail(c.n, "inputs must be BOOL");
+  c.out(0, ir::kBool, broadcast(c.n, c.shape(0), c.shape(1)));
+}
+
+void infer_where(InferCtx& c) {
+  if (c.type(0) != ir::kBool) fail(c.n, "condition must be BOOL, got " + ir::elem_type_name(c.type(0)));
+  if (c.type(1) != c.type(2))
+    fail(c.n, "X and Y have different element types " + ir::elem_type_name(c.type(1)) + " and " +
+                  ir::elem_type_name(c.type(2)));
+  c.out(0, c.type(1), broadcast_all(c, 0));
+}
+
+// Clip: min/max as inputs (opset 11+) or attributes (before); recorded as float attributes "min"/"max".
+void infer_clip(InferCtx& c) {
+  if (c.has(1)) c.set_float("min", static_cast<float>(c.const_scalar(1, "min")));
+  if (c.has(2)) c.set_float("max", static_cast<float>(c.const_scalar(2, "max")));
+  c.out(0, c.type(0), c.shape(0));
+}
+
+void infer_cast(InferCtx& c) {
+  if (!c.has_attr("to")) fail(c.n, "attribute 'to' is required");
+  int64_t to = c.ai("to", 0);
+  if (to == 8 /* STRING */ || to <= 0 || to > 16)
+    fail(c.n, "to=" + ir::elem_type_name(static_cast<ir::ElemType>(to)) + " is not supported");
+  c.out(0, static_cast<ir::ElemType>(to), c.shape(0));
+}
+
+// ---- constant folding ----------------------------------------------------------------------------------------
+
+template <class V>
+V arith(const ir::Node& n, const std::string& op, V a, V b) {
+  if (op == "Add") return a + b;
+  if (op == "Sub") return a - b;
+  if (op == "Mul") return a * b;
+  if (op == "Div") {
+    if constexpr (std::is_integral_v<V>) {
+      if (b == 0) fail(n, "integer division by zero in constant folding");
+    }
+    return a / b;
+  }
+  if (op == "Max") return std::max(a, b);
+  if (op == "Min") return std::min(a, b);
+  // Pow
+  if constexpr (std::is_integral_v<V>) {
+    return static_cast<V>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+  } else {
+    return std::pow(a, b);
+  }
+}
+
+template <class V>
+bool compare(const std::string& op, V a, V b) {
+  if (op == "Equal") return a == b;
+  if (op == "Less") return a < b;
+  if (op == "Greater") return a > b;
+  if (op == "LessOrEqual") return a <= b;
+  if (op == "GreaterOrEqual") return a >= b;
+  if (op == "And") return a && b;
+  if (op == "Or") return a || b;
+  return (a != 0) != (b != 0);  // Xor
+}
+
+// Element-wise op of `ins` (broadcast) to a tensor of shape `out` and type `out_type`.
+T host_elementwise(const ir::Node& n, const Tensors& ins, const Shape& out, ir::ElemType out_type) {
+  const std::string& op = n.op;
+  std::vector<Shape> st;
+  for (const T& t : ins) st.push_back(strides_of(t.shape));
+  T r;
+  r.type = out_type;
+  r.shape = out;
+  for_each_index(out, [&](const Shape& idx, int64_t) {
+    std::vector<int64_t> off;
+    for (size_t k = 0; k < ins.size(); ++k) off.push_back(bcast_offset(ins[k].shape, st[k], idx));
+    if (op == "Where") {
+      const T& pick = ins[0].i[off[0]] ? ins[1] : ins[2];
+      int64_t o = ins[0].i[off[0]] ? off[1] : off[2];
+      if (pick.fl()) r.f.push_back(pick.f[o]);
+      else r.i.push_back(pick.i[o]);
+      return;
+    }
+    if (op == "Equal" || op == "Less" || op == "Greater" || op == "LessOrEqual" || op == "GreaterOrEqual" ||
+        op == "And" || op == "Or" || op == "Xor") {
+      bool v = ins[0].fl() ? compare<float>(op, ins[0].f[off[0]], ins[1].f[off[1]])
+                           : compare<int64_t>(op, ins[0].i[off[0]], ins[1].i[off[1]]);
+      r.i.push_back(v);
+      return;
+    }
+    // Add Sub Mul Div Pow Max Min (variadic Max/Min fold left)
+    if (ins[0].fl()) {
+      float acc = ins[0].f[off[0]];
+      for (size_t k = 1; k < ins.size(); ++k)
+        acc = arith<float>(n, op, acc, static_cast<float>(as_double(ins[k], off[k])));
+      r.f.push_back(acc);
+    } else {
+      int64_t acc = ins[0].i[off[0]];
+      for (size_t k = 1; k < ins.size(); ++k)
+        acc = wrap(arith<int64_t>(n, op, acc, static_cast<int64_t>(as_double(ins[k], off[k]))), out_type);
+      r.i.push_back(acc);
+    }
+  });
+  return r;
+}
+
+T host_unary(const ir::Node& n, const T& x) {
+  T r = x;
+  const std::string& op = n.op;
+  if (op == "Not") {
+    for (int64_t& v : r.i) v = !v;
+    return r;
+  }
+  float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
+  if (const ir::Attr* a = attr(n, "min")) lo = a->f;
+  if (const ir::Attr* a = attr(n, "max")) hi = a->f;
+  for (float& v : r.f) {
+    if (op == "Neg") v = -v;
+    else if (op == "Abs") v = std::fabs(v);
+    else if (op == "Sqrt") v = std::sqrt(v);
+    else if (op == "Reciprocal") v = 1.0f / v;
+    else if (op == "Relu") v = v > 0 ? v : 0.0f;
+    else if (op == "Clip") v = std::min(std::max(v, lo), hi);
+    // As the vector unit computes them (isa/numerics.h), so that a folded table (RoPE's cos and sin) has the bits
+    // the chip would give; Softplus and Mish in double, rounded once.
+    else if (op == "Log") v = isa::vpu_log(v);
+    else if (op == "Sin") v = isa::vpu_sin(v);
+    else if (op == "Cos") v = isa::vpu_cos(v);
+    else if (op == "Floor") v = isa::vpu_floor(v);
+    else if (op == "Ceil") v = isa::vpu_ceil(v);
+    else if (op == "Round") v = isa::vpu_round(v);
+    else if (op == "Sign") v = v > 0 ? 1.0f : v < 0 ? -1.0f : v;
+    else if (op == "Softplus" || op == "Mish") {
+      const double x = v, sp = x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+      v = static_cast<float>(op == "Softplus" ? sp : x * std::tanh(sp));
+    }
+  }
+  for (int64_t& v : r.i) {
+    if (op == "Neg") v = -v;
+    else if (op == "Abs") v = v < 0 ? -v : v;
+    else if (op == "Relu") v = std::max<int64_t>(v, 0);
+    else if (op == "Sign") v = v > 0 ? 1 : v < 0 ? -1 : 0;
+    else if (op == "Clip") v = std::min<int64_t>(std::max<int64_t>(v, static_cast<int64_t>(std::ceil(lo))), static_cast<int64_t>(std::floor(hi)));
+  }
+  return r;
+}
+
+T host_cast(const T& x, ir::ElemType to) {
+  T r;
+  r.shape = x.shape;
+  if (is_float_type(to)) {
+    r.type = ir::kFloat;
+    if (x.fl()) r.f = x.f;
+    else for (int64_t v : x.i) r.f.push_back(static_cast<float>(v));
+    return r;
+  }
+  r.type = to;
+  if (x.fl()) {
+    for (float v : x.f) {
+      if (to == ir::kBool) r.i.push_back(v != 0);
+      else if (std::isnan(v)) r.i.push_back(0);
+      else r.i.push_back(wrap(static_cast<int64_t>(std::clamp<double>(std::trunc(v), -9.2e18, 9.2e18)), to));
+    }
+  } else {
+    for (int64_t v : x.i) r.i.push_back(wrap(v, to));
+  }
+  return r;
+}
+
+Tensors fold_unary(const ir::Graph& g, const ir::Node& n, const Tensors& in) { return {host_unary(n, in[0])}; }
+
+// Add Sub Mul Div Pow Max Min, comparisons, logic, Where.
+Tensors fold_elementwise(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
+  return {host_elementwise(n, in, out_shape(g, n, 0), out_type(g, n, 0))};
+}
+
+// Functions of one float value, computed in float32 as torch computes them on the CPU (std:: functions, one
+// rounding each).
+float host_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float host_tanh(float x) { return std::tanh(x); }
+float host_erf(float x) { return std::erf(x); }
+float host_exp(float x) { return std::exp(x); }
+float host_softsign(float x) { return x / (1.0f + std::fabs(x)); }
+
+template <float (*F)(float)>
+Tensors fold_float(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
+  if (!in[0].fl()) return {};  // other types: left to the lowering, which reports them
+  T r = in[0];
+  for (float& v : r.f) v = F(v);
+  return {r};
+}
+
+Tensors fold_cast(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
+  const int64_t to = n.attr_int("to", 1);
+  if (to == 10 || to == 16) return {};  // half types: not modelled on the host
+  return {host_cast(in[0], static_cast<ir::ElemType>(to))};
+}
+
+// ---- row-wise ------------------------------------------------------------------------------------------------
+
+template <rw::Op O>
+int unary(RowEmit& e) {
+  e.out_per_row = e.per_row(e.n.inputs[0]);
+  const int x = e.in(0);
+  return e.node(O, {x});
+}
+
+template <rw::Op O>
+int binary(RowEmit& e) {
+  const int r = e.node(O, {e.in(0), e.in(1)});
+  e.out_per_row = e.per_row(e.n.inputs[0]) && e.per_row(e.n.inputs[1]);
+  return r;
+}
+
+template <rw::Op O>  // Max, Min: any number of inputs, folded left
+int variadic(RowEmit& e) {
+  int r = e.in(0);
+  e.out_per_row = e.per_row(e.n.inputs[0]);
+  for (size_t k = 1; k < e.n.inputs.size(); ++k) {
+    r = e.node(O, {r, e.in(k)});
+    e.out_per_row = e.out_per_row && e.per_row(e.n.inputs[k]);
+  }
+  return r;
+}
+
+int rw_pow(RowEmit& e) {
+  const ir::Node& n = e.n;
+  const ir::Value& x = e.L.val(n.inputs[1]);
+  if (!x.is_const || x.elements() != 1) e.L.fail(n, "only a constant scalar exponent is supported");
+  float ex = x.elem_type == ir::kFloat ? x.data[0] : static_cast<float>(x.ints[0]);
+  if (ex != 2 && ex != 3 && ex != 0.5f && ex != 1 && ex != -1 && ex != -0.5f)
+    e.L.fail(n, "exponent " + num(ex) + " is not supported (2, 3, 0.5, 1, -1, -0.5 are)");
+  const int r = e.node(rw::Op::Pow, {e.in(0)}, ex);
+  e.out_per_row = e.per_row(n.inputs[0]);
+  return r;
+}
+
+int rw_cast(RowEmit& e) {  // float to float: the row-wise kernel computes in f32 whatever the storage type
+  e.out_per_row = e.per_row(e.n.inputs[0]);
+  return e.in(0);
+}
+
+// clip(alpha*x + beta, 0, 1); HardSwish: x * that with alpha = 1/6, beta = 1/2.
+int rw_hard_sigmoid(RowEmit& e) {
+  const ir::Node& n = e.n;
+  e.out_per_row = e.per_row(n.inputs[0]);
+  const int x = e.in(0);
+  const bool swish = n.op == "HardSwish";
+  const float alpha = swish ? 1.0f / 6.0f : n.attr_float("alpha", 0.2f);
+  const float beta = swish ? 0.5f : n.attr_float("beta", 0.5f);
+  int t = e.node(rw::Op::Add, {e.node(rw::Op::Mul, {x, e.konst(alpha)}), e.konst(beta)});
+  int r = e.node(rw::Op::Clip, {t}, 0, 0.0f, 1.0f);
+  if (swish) r = e.node(rw::Op::Mul, {x, r});
+  return r;
+}
+
+// x / (1 + |x|)
+int rw_softsign(RowEmit& e) {
+  e.out_per_row = e.per_row(e.n.inputs[0]);
+  const int x = e.in(0);
+  return e.node(rw::Op::Div, {x, e.node(rw::Op::Add, {e.konst(1.0f), e.node(rw::Op::Abs, {x})})});
+}
+
+int rw_leaky_relu(RowEmit& e) {
+  e.out_per_row = e.per_row(e.n.inputs[0]);
+  const int x = e.in(0);
+  const float alpha = e.n.attr_float("alpha", 0.01f);
+  int neg = e.node(rw::Op::Min, {x, e.konst(0.0f)});
+  return e.node(rw::Op::Add, {e.node(rw::Op::Relu, {x}), e.node(rw::Op::Mul, {neg, e.konst(alpha)})});
+}
+
+int rw_gelu(RowEmit& e) {
+  e.out_per_row = e.per_row(e.n.inputs[0]);
+  const int x = e.in(0);
+  auto a = e.n.attrs.find("approximate");
+  const bool tanh = a != e.n.attrs.end() && a->second.s == "tanh";
+  return e.node(tanh ? rw::Op::GeluTanh : rw::Op::Gelu, {x});
+}
+
+int rw_clip(RowEmit& e) {
+  const ir::Node& n = e.n;
+  e.out_per_row = e.per_row(n.inputs[0]);
+  const int x = e.in(0);
+  float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
+  auto scalar = [&](size_t k, float& dst) {
+    if (k < n.inputs.size() && n.inputs[k] >= 0) {
+      const ir::Value& c = e.L.val(n.inputs[k]);
+      if (!c.is_const || c.elements() != 1) e.L.fail(n, "min and max must be constant scalars");
+      dst = c.data[0];
+    }
+  };
+  scalar(1, lo);
+  scalar(2, hi);
+  if (auto it = n.attrs.find("min"); it != n.attrs.end()) lo = it->second.f;
+  if (auto it = n.attrs.find("max"); it != n.attrs.end()) hi = it->second.f;
+  return e.node(rw::Op::Clip, {x}, 0, lo, hi);
+}
+
+// The condition is constant: out = x * m + y * (1 - m), a constant side folded into one constant term.
+int rw_where(RowEmit& e) {
+  Lowering& L = e.L;
+  const ir::Node& n = e.n;
+  Group& gr = e.gr;
+  const ir::Value& c = L.val(n.inputs[0]);
+  Shape os = L.shape(n.outputs[0]);
+  std::vector<float> cond(c.ints.begin(), c.ints.end());
+  if (cond.empty()) cond.assign(c.data.begin(), c.data.end());
+  for (float& f : cond) f = f != 0 ? 1.0f : 0.0f;
+  std::vector<float> mfull = broadcast_data(cond, c.shape(), os);
+  auto const_input = [&](const std::vector<float>& d, const std::string& name) {
+    int b = L.const_f32(name, os, gr.nhwc && os.size() == 4 ? permute_data(d, os, kToNhwc) : d);
+    Shape po = L.physical(gr, os);
+    const bool pr = po.back() == 1 && gr.C != 1;
+    return L.rw_input(e.call, Stored{b, 0, DType::F32, false}, pr, 0);
+  };
+  e.out_per_row = false;
+  const ir::Value &xv = L.val(n.inputs[1]), &yv = L.val(n.inputs[2]);
+  if (yv.is_const || xv.is_const) {
+    const bool ycst = yv.is_const;
+    const ir::Value& cv = ycst ? yv : xv;
+    std::vector<float> cf = broadcast_data(cv.data, cv.shape(), os), term(cf.size());
+    std::vector<float> keep(mfull.size());
+    for (size_t k = 0; k < cf.size(); ++k) {
+      const bool take_var = ycst ? mfull[k] != 0 : mfull[k] == 0;
+      keep[k] = take_var ? 1.0f : 0.0f;
+      term[k] = take_var ? 0.0f : cf[k];
+    }
+    int var = e.in(ycst ? 1 : 2);
+    return e.node(rw::Op::Add, {e.node(rw::Op::Mul, {var, const_input(keep, n.name + ".keep")}),
+                                const_input(term, n.name + ".other")});
+  }
+  std::vector<float> inv(mfull.size());
+  for (size_t k = 0; k < inv.size(); ++k) inv[k] = 1.0f - mfull[k];
+  return e.node(rw::Op::Add, {e.node(rw::Op::Mul, {e.in(1), const_input(mfull, n.name + ".mask")}),
+                              e.node(rw::Op::Mul, {e.in(2), const_input(inv, n.name + ".inv_mask")})});
+}
+
+bool where_fusable(const Lowering& L, const ir::Node& n) { return L.val(n.inputs[0]).is_const; }
+
+// ---- Cast ------------------------------------------------------------------------------------------------------
+
+bool float_type(int64_t to) { return to == 1 || to == 10 || to == 16 || to == 11; }
+
+bool cast_fusable(const Lowering& L, const ir::Node& n) {
+  return float_type(n.attr_int("to", 1)) && L.val(n.inputs[0]).elem_type == ir::kFloat;
+}
+
+// An integer input to f32 (cast.s); a cast to an integer type of a value computed at run time is not supported.
+void lower_cast(Lowering& L, const ir::Node& n) {
+  const int64_t to = n.attr_int("to", 1);
+  if (!float_type(to))
+    L.fail(n, "a cast to " + ir::elem_type_name(static_cast<ir::ElemType>(to)) +
+                  " of a value computed at run time is not supported");
+  Stored x = L.st_.at(n.inputs[0]).front();
+  Stored y{L.temp(L.val(n.outputs[0]).name, DType::F32, L.shape(n.outputs[0])), 0, DType::F32, false};
+  L.cast(n.name, x, y, L.val(n.outputs[0]).elements());
+  L.st_[n.outputs[0]].push_back(y);
+}
+
+constexpr const char* kRuntimeLogic =
+    "a comparison or logical op on values computed at run time is not supported (only constant conditions, folded "
+    "at compile time)";
+
+}  // namespace
+
+void add_elementwise_ops(OpTable& t) {
+  constexpr Fusion E = Fusion::Elementwise;
+  // Activations and functions of one value.
+  t.add({.name = "Relu", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Relu>});
+  t.add({.name = "Sigmoid", .infer = infer_unary, .fold = fold_float<host_sigmoid>, .fusion = E,
+         .rowwise = unary<rw::Op::Sigmoid>});
+  t.add({.name = "Tanh", .infer = infer_unary, .fold = fold_float<host_tanh>, .fusion = E,
+         .rowwise = unary<rw::Op::Tanh>});
+  t.add({.name = "Erf", .infer = infer_unary, .fold = fold_float<host_erf>, .fusion = E,
+         .rowwise = unary<rw::Op::Erf>});
+  t.add({.name = "Sqrt", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Sqrt>});
+  t.add({.name = "Exp", .infer = infer_unary, .fold = fold_float<host_exp>, .fusion = E,
+         .rowwise = unary<rw::Op::Exp>});
+  // The vector unit's logarithm, sine, cosine and roundings, and what composes from them (kernels/rowwise.h).
+  t.add({.name = "Log", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Log>});
+  t.add({.name = "Sin", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Sin>,
+         .angle_input = true});
+  t.add({.name = "Cos", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Cos>,
+         .angle_input = true});
+  t.add({.name = "Floor", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Floor>});
+  t.add({.name = "Ceil", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Ceil>});
+  t.add({.name = "Round", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Round>});
+  t.add({.name = "Sign", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Sign>});
+  t.add({.name = "Softplus", .infer = infer_unary, .fold = fold_unary, .fusion = E,
+         .rowwise = unary<rw::Op::Softplus>});
+  t.add({.name = "Mish", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Mish>});
+  t.add({.name = "Neg", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Neg>});
+  t.add({.name = "Abs", .infer = infer_unary, .fold = fold_unary, .fusion = E, .rowwise = unary<rw::Op::Abs>});
+  t.add({.name = "Reciprocal", .infer = infer_unary, .fold = fold_unary, .fusion = E,
+         .rowwise = unary<rw::Op::Recip>});
+  t.add({.name = "HardSigmoid", .attrs = {{"alpha", K::Float}, {"beta", K::Float}}, .infer = infer_unary,
+         .fusion = E, .rowwise = rw_hard_sigmoid});
+  t.add({.name = "HardSwish", .infer = infer_unary, .fusion = E, .rowwise = rw_hard_sigmoid});
+  t.add({.name = "LeakyRelu", .attrs = {{"alpha", K::Float}}, .infer = infer_unary, .fusion = E,
+         .rowwise = rw_leaky_relu});
+  t.add({.name = "Softsign", .infer = infer_unary, .fold = fold_float<host_softsign>, .fusion = E,
+         .rowwise = rw_softsign});
+  t.add({.name = "Gelu", .attrs = {{"approximate", K::String}}, .infer = infer_gelu, .fusion = E,
+         .rowwise = rw_gelu});
+  t.add({.name = "Clip", .max_inputs = 3, .attrs = {{"min", K::Float}, {"max", K::Float}}, .infer = infer_clip,
+         .fold = fold_unary, .fusion = E, .rowwise = rw_clip});
+  // Arithmetic (broadcasting).
+  t.add({.name = "Add", .min_inputs = 2, .max_inputs = 2, .infer = infer_binary, .fold = fold_elementwise,
+         .fusion = E, .rowwise = binary<rw::Op::Add>});
+  t.add({.name = "Sub", .min_inputs = 2, .max_inputs = 2, .infer = infer_binary, .fold = fold_elementwise,
+         .fusion = E, .rowwise = binary<rw::Op::Sub>});
+  t.add({.name = "Mul", .min_inputs = 2, .max_inputs = 2, .infer = infer_binary, .fold = fold_elementwise,
+         .fusion = E, .rowwise = binary<rw::Op::Mul>});
+  t.add({.name = "Div", .min_inputs = 2, .max_inputs = 2, .infer = infer_binary, .fold = fold_elementwise,
+         .fusion = E, .rowwise = binary<rw::Op::Div>});
+  t.add({.name = "Max", .max_inputs = kManyInputs, .infer = infer_binary, .fold = fold_elementwise, .fusion = E,
+         .rowwise = variadic<rw::Op::Max>});
+  t.add({.name = "Min", .max_inputs = kManyInputs, .infer = infer_binary, .fold = fold_elementwise, .fusion = E,
+         .rowwise = variadic<rw::Op::Min>});
+  t.add({.name = "Pow", .min_inputs = 2, .max_inputs = 2, .infer = infer_pow, .fold = fold_elementwise, .fusion = E,
+         .rowwise = rw_pow});
+  // Comparisons and logic: constants only.
+  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
+    t.add({.name = op, .min_inputs = 2, .max_inputs = 2, .infer = infer_compare, .fold = fold_elementwise,
+           .no_lowering = kRuntimeLogic});
+  for (const char* op : {"And", "Or", "Xor"})
+    t.add({.name = op, .min_inputs = 2, .max_inputs = 2, .infer = infer_logical, .fold = fold_elementwise,
+           .no_lowering = kRuntimeLogic});
+  t.add({.name = "Not", .infer = infer_not, .fold = fold_unary, .no_lowering = kRuntimeLogic});
+  t.add({.name = "Where", .min_inputs = 3, .max_inputs = 3, .infer = infer_where, .fold = fold_elementwise,
+         .fusion = E, .fusable = where_fusable, .rowwise = rw_where,
+         .no_lowering = "a condition computed at run time is not supported (only a constant one)"});
+  t.add({.name = "Cast", .attrs = {{"to", K::Int}, {"saturate", K::Int}}, .infer = infer_cast, .fold = fold_cast,
+         .fusion = E, .fusable = cast_fusable, .rowwise = rw_cast, .lower = lower_cast});
+}
+
+}  // namespace tpusim::compiler

@@ -1,0 +1,276 @@
+// Matrix products: MatMul (N-D, broadcast batch dimensions) and Gemm. With a constant right operand: one gemm.s
+// call in bf16 (weights tiled at compile time, B_TILED), a following constant bias Add and Relu fused into its
+// epilogue; a matrix-vector product (one row) on the vector unit instead; int8 through lower_quant.cpp. Both
+// operands activations (attention): one gemm.s call per batch index, a right operand that is a Transpose of the
+// last two axes read transposed (TRANS_B).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "fold.h"
+#include "infer.h"
+#include "lowering.h"
+
+namespace tpusim::compiler {
+namespace {
+
+// ---- shape inference -----------------------------------------------------------------------------------------
+
+void infer_matmul(InferCtx& c) {
+  same_types(c);
+  Shape a = c.shape(0), b = c.shape(1);
+  if (a.empty() || b.empty()) fail(c.n, "operands must not be scalars");
+  bool a1 = a.size() == 1, b1 = b.size() == 1;
+  if (a1) a.insert(a.begin(), 1);
+  if (b1) b.push_back(1);
+  int64_t m = a[a.size() - 2], k = a.back(), k2 = b[b.size() - 2], nn = b.back();
+  if (k != k2)
+    fail(c.n, "inner dimensions differ: " + ir::shape_str(c.shape(0)) + " x " + ir::shape_str(c.shape(1)));
+  Shape batch = broadcast(c.n, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+  if (!a1) batch.push_back(m);
+  if (!b1) batch.push_back(nn);
+  c.out(0, c.type(0), batch);
+}
+
+// Gemm: alpha, beta, transA, transB are recorded as attributes; the lowering decides which it supports.
+void infer_gemm(InferCtx& c) {
+  same_types(c);
+  int64_t ta = c.ai("transA", 0), tb = c.ai("transB", 0);
+  if (ta != 0 && ta != 1) fail(c.n, "transA=" + std::to_string(ta) + " is not supported");
+  if (tb != 0 && tb != 1) fail(c.n, "transB=" + std::to_string(tb) + " is not supported");
+  const Shape a = c.shape(0), b = c.shape(1);
+  if (a.size() != 2 || b.size() != 2)
+    fail(c.n, "A and B must be 2-D, got " + ir::shape_str(a) + " and " + ir::shape_str(b));
+  int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
+  int64_t k2 = tb ? b[1] : b[0], cols = tb ? b[0] : b[1];
+  if (k != k2)
+    fail(c.n, "inner dimensions differ: A is " + ir::shape_str(a) + ", B is " + ir::shape_str(b) + " (transA=" +
+                  std::to_string(ta) + ", transB=" + std::to_string(tb) + ")");
+  Shape out{m, cols};
+  if (c.has(2) && broadcast(c.n, out, c.shape(2)) != out)
+    fail(c.n, "C of shape " + ir::shape_str(c.shape(2)) + " does not broadcast to " + ir::shape_str(out));
+  c.out(0, c.type(0), out);
+}
+
+// ---- constant folding ----------------------------------------------------------------------------------------
+
+// Float MatMul of constants (N-D, broadcast batch, 1-D operands): float32 products summed in float64 and rounded
+// once. Left alone past 2^28 multiply-adds (a matmul that large is not a table computed from shapes).
+Tensors fold_matmul(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
+  const HostTensor &a = in[0], &b = in[1];
+  if (!a.fl() || !b.fl()) return {};
+  Shape as = a.shape, bs = b.shape;
+  const bool a1 = as.size() == 1, b1 = bs.size() == 1;
+  if (a1) as.insert(as.begin(), 1);
+  if (b1) bs.push_back(1);
+  const int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
+  const Shape out = out_shape(g, n, 0);
+  const Shape batch(out.begin(), out.end() - (a1 ? 0 : 1) - (b1 ? 0 : 1));
+  if (prod(batch) * M * N * K > (int64_t{1} << 28)) return {};
+  const Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  const Shape ast = strides_of(ab), bst = strides_of(bb);
+  HostTensor r;
+  r.shape = out;
+  r.f.reserve(static_cast<size_t>(prod(out)));
+  auto batches = [&](const std::function<void(const Shape&)>& f) {
+    if (batch.empty()) return f({});
+    for_each_index(batch, [&](const Shape& idx, int64_t) { f(idx); });
+  };
+  batches([&](const Shape& idx) {
+    const int64_t ao = bcast_offset(ab, ast, idx) * M * K, bo = bcast_offset(bb, bst, idx) * K * N;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k)
+          acc += static_cast<double>(a.f[ao + i * K + k]) * static_cast<double>(b.f[bo + k * N + j]);
+        r.f.push_back(static_cast<float>(acc));
+      }
+  });
+  return {r};
+}
+
+// ---- lowering ------------------------------------------------------------------------------------------------
+
+bool bias_shaped(const ir::Value& c, int64_t n) {
+  Shape s = c.shape();
+  if (s.empty()) return true;
+  if (!std::all_of(s.begin(), s.end() - 1, [](int64_t d) { return d == 1; })) return false;
+  return s.back() == n || s.back() == 1;
+}
+
+// Follows the single-use chain after a matmul: a constant bias Add, then a Relu. Returns the final value.
+int fuse_epilogue(Lowering& L, int out, int64_t ncols, std::vector<float>& bias, std::string& bias_name, bool& relu,
+                  std::string& label) {
+  for (;;) {
+    if (L.users_[out].size() != 1 || L.is_output_[out]) return out;
+    const ir::Node& u = L.g_.nodes[L.users_[out][0]];
+    if (!relu && bias.empty() && u.op == "Add") {
+      int other = u.inputs[0] == out ? u.inputs[1] : u.inputs[0];
+      const ir::Value& c = L.val(other);
+      if (!c.is_const || c.elem_type != ir::kFloat || !bias_shaped(c, ncols) || L.shape(u.outputs[0]) != L.shape(out))
+        return out;
+      bias = c.data.size() == 1 ? std::vector<float>(ncols, c.data[0]) : c.data;
+      bias_name = c.name;
+    } else if (!relu && u.op == "Relu") {
+      relu = true;
+    } else {
+      return out;
+    }
+    L.done_[L.users_[out][0]] = true;
+    label += "+" + u.name;
+    out = u.outputs[0];
+  }
+}
+
+// y[1, N] = act(x[1, K] @ w[K, N] + bias) as a row-wise kernel over w^T [N, K]: each row multiplied by x
+// (one vector, loaded once) and summed. A matrix unit would spend R cycles shifting in each weight tile to use
+// it for one row; the vector unit streams the weights at HBM bandwidth (decode steps, batch-1 classifiers).
+// int8: the weights are int8 with a scale per output channel (max|w| / 127) applied to each row's sum; x stays
+// f32 (weight-only quantisation: the vector unit gains nothing from int8 arithmetic, HBM traffic halves).
+void gemv(Lowering& L, const std::string& label, Stored x, const std::vector<float>& w, int64_t k, int64_t n,
+          const std::vector<float>& bias, const std::string& wname, bool relu, Stored out, bool int8_weights) {
+  KernelCall call = L.rowwise_call(label, n, k);
+  std::vector<float> wt(w.size());  // empty w (timing-only): no values, nothing to transpose
+  for (int64_t i = 0; i < k && !w.empty(); ++i)
+    for (int64_t j = 0; j < n; ++j) wt[static_cast<size_t>(j * k + i)] = w[static_cast<size_t>(j + i * n)];
+  std::vector<float> scale;
+  int wbuf;
+  if (int8_weights) {
+    scale.assign(static_cast<size_t>(n), wt.empty() ? 1.0f : 0.0f);
+    std::vector<uint8_t> q(wt.size());
+    for (int64_t j = 0; j < n && !wt.empty(); ++j) {
+      for (int64_t i = 0; i < k; ++i) scale[j] = std::max(scale[j], std::fabs(wt[static_cast<size_t>(j * k + i)]));
+      scale[j] = scale[j] > 0 ? scale[j] / 127.0f : 1.0f;
+      for (int64_t i = 0; i < k; ++i) {
+        const auto v = static_cast<int8_t>(
+            std::clamp(std::nearbyint(wt[static_cast<size_t>(j * k + i)] / scale[j]), -127.0f, 127.0f));
+        std::memcpy(&q[static_cast<size_t>(j * k + i)], &v, 1);
+      }
+    }
+    wbuf = L.add_const(wname + ".T.i8", DType::I8, {n, k}, std::move(q));
+  } else {
+    wbuf = L.const_bf16(wname + ".T", {n, k}, wt);
+  }
+  int W = L.rw_input(call, Stored{wbuf, 0, int8_weights ? DType::I8 : DType::BF16, false}, false, 0);
+  int X = L.rw_input(call, x, false, 1);
+  int r = L.rw_node(call, rw::Op::RowSum, {L.rw_node(call, rw::Op::Mul, {W, X})});
+  if (int8_weights)
+    r = L.rw_node(call, rw::Op::Mul,
+                {r, L.rw_input(call, Stored{L.const_f32(wname + ".scale", {n}, scale), 0, DType::F32, false}, true, 0)});
+  if (!bias.empty())
+    r = L.rw_node(call, rw::Op::Add,
+                {r, L.rw_input(call, Stored{L.const_f32(wname + ".bias", {n}, bias), 0, DType::F32, false}, true, 0)});
+  if (relu) r = L.rw_node(call, rw::Op::Relu, {r});
+  L.rw_output(call, r, out);
+  call.flops = 2.0 * static_cast<double>(k) * static_cast<double>(n);
+  L.plan_.calls.push_back(std::move(call));
+}
+
+void lower_matmul(Lowering& L, const ir::Node& n) {
+  int a = n.inputs[0], b = n.inputs[1];
+  Shape as = L.shape(a), bs = L.shape(b);
+  if (n.op == "Gemm") {
+    if (n.attr_int("transA", 0) != 0) L.fail(n, "transA=1 is not supported");
+    if (float al = n.attr_float("alpha", 1); al != 1.0f) L.fail(n, "alpha=" + num(al) + " is not supported (only 1)");
+    if (n.inputs.size() > 2 && n.inputs[2] >= 0 && n.attr_float("beta", 1) != 1.0f)
+      L.fail(n, "beta=" + num(n.attr_float("beta", 1)) + " is not supported (only 1)");
+  }
+  bool trans = n.op == "Gemm" && n.attr_int("transB", 0) != 0;
+  if (as.size() < 2) L.fail(n, "a 1-D left operand is not supported");
+  if (L.val(b).is_const) {
+    if (bs.size() != 2) L.fail(n, "a constant right operand of rank " + std::to_string(bs.size()) + " is not supported");
+    const int64_t k = as.back(), nn = trans ? bs[0] : bs[1];
+    const int64_t m = prod(as, 0, as.size() - 1);
+    std::vector<float> w = L.val(b).data;
+    if (trans && !w.empty()) w = permute_data(w, bs, {1, 0});  // (empty: timing-only, no values)
+    std::vector<float> bias;
+    std::string bias_name;
+    if (n.op == "Gemm" && n.inputs.size() > 2 && n.inputs[2] >= 0) {
+      const ir::Value& c = L.val(n.inputs[2]);
+      if (!c.is_const || !bias_shaped(c, nn)) L.fail(n, "C must be a constant [N] vector");
+      bias = c.data.size() == 1 ? std::vector<float>(nn, c.data[0]) : c.data;
+      bias_name = c.name;
+    }
+    bool relu = false;
+    std::string label = n.name;
+    int out = fuse_epilogue(L, n.outputs[0], nn, bias, bias_name, relu, label);
+    Stored C = L.destination(out, L.storage_type(out));
+    if (m == 1) {  // a matrix-vector product: on the vector unit
+      gemv(L, label, L.get_any(a, false), w, k, nn, bias, L.val(b).name, relu, C, L.opts_.precision == Precision::INT8);
+      return;
+    }
+    if (L.int8(a)) {
+      L.int8_gemm(n, label, L.quantized(n, a, false), a, w, m, k, nn, bias, L.val(b).name, relu, C, 2.0 * m * k * nn,
+                out);
+      return;
+    }
+    Stored A = L.get(a, DType::BF16, false);
+    int B = L.tiled_weights(L.val(b).name, w, k, nn);
+    int bias_buf = bias.empty() ? -1 : L.const_f32(bias_name, {nn}, bias);
+    L.gemm(label, A, Stored{B, 0, DType::BF16, false}, bias_buf, C, m, k, nn, relu, 1.0f, true, false);
+    return;
+  }
+  if (n.op == "Gemm") L.fail(n, "a non-constant B is not supported");
+  // Both operands activations: one gemm per batch index (broadcast batch dims).
+  if (bs.size() < 2) L.fail(n, "a 1-D right operand is not supported");
+  const int64_t m = as[as.size() - 2], k = as.back(), nn = bs.back();
+  Shape os = L.shape(n.outputs[0]);
+  const size_t batch_rank = os.size() - 2;
+  // A right operand that is Transpose(x, perm swapping the last two axes) is read transposed.
+  int bsrc = b;
+  bool tb = false;
+  if (L.trans_b_ && L.val(b).producer >= 0) {
+    const ir::Node& t = L.g_.nodes[L.val(b).producer];
+    if (t.op == "Transpose" && L.is_last_two_swap(t) && !L.val(t.inputs[0]).is_const) {
+      bsrc = t.inputs[0];
+      tb = true;
+    }
+  }
+  Stored A = L.get(a, DType::BF16, false);
+  Stored B = L.get(bsrc, DType::BF16, false);
+  Stored C = L.destination(n.outputs[0], L.storage_type(n.outputs[0]));
+  Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  while (ab.size() < batch_rank) ab.insert(ab.begin(), 1);
+  while (bb.size() < batch_rank) bb.insert(bb.begin(), 1);
+  std::vector<int64_t> ast = strides_of(ab), bst = strides_of(bb);
+  const int64_t batches = prod(os, 0, batch_rank);
+  std::vector<int64_t> idx(batch_rank, 0);
+  for (int64_t t = 0; t < batches; ++t) {
+    int64_t ai = 0, bi = 0;
+    for (size_t d = 0; d < batch_rank; ++d) {
+      ai += (ab[d] == 1 ? 0 : idx[d]) * ast[d];
+      bi += (bb[d] == 1 ? 0 : idx[d]) * bst[d];
+    }
+    Stored at = A, bt = B, ct = C;
+    at.off += static_cast<uint64_t>(ai * m * k * 2);
+    bt.off += static_cast<uint64_t>(bi * k * nn * 2);
+    ct.off += static_cast<uint64_t>(t * m * nn * isa::dtype_size(C.dtype));
+    L.gemm(n.name, at, bt, -1, ct, m, k, nn, false, 1.0f, false, tb);
+    for (int d = static_cast<int>(batch_rank) - 1; d >= 0; --d) {
+      if (++idx[d] < os[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// Input 1 with a computed input 0 (with a constant one the product would be folded at compile time).
+bool matmul_weights(const ir::Graph& g, const ir::Node& n, size_t k) {
+  return k == 1 && n.inputs[0] >= 0 && !g.values[n.inputs[0]].is_const;
+}
+
+bool quantises_matmul(const Lowering& L, const ir::Node& n) {
+  return L.val(n.inputs[1]).is_const && L.shape(n.inputs[1]).size() == 2 && L.shape(n.inputs[0]).size() >= 2;
+}
+
+}  // namespace
+
+void add_matmul_ops(OpTable& t) {
+  t.add({.name = "MatMul", .min_inputs = 2, .max_inputs = 2, .infer = infer_matmul, .fold = fold_matmul,
+         .lower = lower_matmul, .quantises = quantises_matmul, .weight_input = matmul_weights});
+  t.add({.name = "Gemm", .min_inputs = 2, .max_inputs = 3,
+         .attrs = {{"alpha", K::Float}, {"beta", K::Float}, {"transA", K::Int}, {"transB", K::Int}},
+         .infer = infer_gemm, .lower = lower_matmul, .quantises = quantises_matmul, .weight_input = matmul_weights});
+}
+
+}  // namespace tpusim::compiler

@@ -1,0 +1,213 @@
+// Normalisations and reductions: Softmax, LayerNormalization, BatchNormalization (inference, constant parameters)
+// and ReduceMean/Sum/Max over the last axis are row-wise (Fusion::RowReduce: the row-wise kernel reduces along its
+// columns); BatchNormalization after a Conv folds into the convolution (ops_conv.cpp); ReduceMean over H and W is a
+// spatial mean (ops_conv.cpp's lower_spatial_mean).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "infer.h"
+#include "lowering.h"
+
+namespace tpusim::compiler {
+namespace {
+
+// ---- shape inference -----------------------------------------------------------------------------------------
+
+void infer_batchnorm(InferCtx& c) {
+  if (c.ai("training_mode", 0) != 0) fail(c.n, "training_mode=1 is not supported (inference only)");
+  for (size_t k = 1; k < c.n.outputs.size(); ++k)
+    if (c.out_used(k)) fail(c.n, "the training outputs (running mean/var) are not supported");
+  const Shape x = c.shape(0);
+  if (x.size() < 2) fail(c.n, "input " + ir::shape_str(x) + " must have a channel dimension");
+  for (size_t i = 1; i < 5; ++i)
+    if (c.shape(i) != Shape{x[1]})
+      fail(c.n, "input '" + c.in(i).name + "' " + ir::shape_str(c.shape(i)) + " must be [" + std::to_string(x[1]) +
+                    "]");
+  c.out(0, c.type(0), x);
+}
+
+void infer_softmax(InferCtx& c) {
+  c.set_int("axis", c.axis(c.ai("axis", -1), c.rank(0)));
+  c.out(0, c.type(0), c.shape(0));
+}
+
+void infer_layernorm(InferCtx& c) {
+  const Shape x = c.shape(0);
+  int64_t axis = c.axis(c.ai("axis", -1), c.rank(0));
+  c.set_int("axis", axis);
+  Shape norm(x.begin() + axis, x.end());
+  for (size_t i = 1; i < 3; ++i)
+    if (c.has(i) && broadcast(c.n, norm, c.shape(i)) != norm)
+      fail(c.n, "input '" + c.in(i).name + "' " + ir::shape_str(c.shape(i)) + " does not broadcast to " +
+                    ir::shape_str(norm));
+  c.out(0, c.type(0), x);
+  Shape stat = x;
+  std::fill(stat.begin() + axis, stat.end(), 1);
+  c.out(1, ir::kFloat, stat);
+  c.out(2, ir::kFloat, stat);
+}
+
+// ReduceMean/Sum/Max: axes from the attribute (ReduceSum before 13, the others before 18) or input 1. Recorded as
+// "axes" (non-negative, sorted; every axis when all are reduced), "keepdims", and noop_with_empty_axes=1 with
+// axes=[] for a no-op.
+void infer_reduce(InferCtx& c) {
+  const Shape x = c.shape(0);
+  const int64_t r = c.rank(0);
+  std::vector<int64_t> axes;
+  if (c.has(1)) axes = c.const_ints(1, "axes");
+  else axes = c.ais("axes");
+  int64_t keep = c.ai("keepdims", 1), noop = c.ai("noop_with_empty_axes", 0);
+  if (keep != 0 && keep != 1) fail(c.n, "keepdims=" + std::to_string(keep) + " is not supported");
+  std::vector<int64_t> norm = c.axes(axes, r);
+  if (norm.empty() && !noop) {
+    norm.resize(r);
+    std::iota(norm.begin(), norm.end(), 0);
+  }
+  std::sort(norm.begin(), norm.end());
+  c.set_ints("axes", norm);
+  c.set_int("keepdims", keep);
+  if (norm.empty()) {
+    c.set_int("noop_with_empty_axes", 1);
+    c.out(0, c.type(0), x);
+    return;
+  }
+  c.n.attrs.erase("noop_with_empty_axes");
+  Shape out;
+  for (int64_t i = 0; i < r; ++i) {
+    bool red = std::binary_search(norm.begin(), norm.end(), i);
+    if (!red) out.push_back(x[i]);
+    else if (keep) out.push_back(1);
+  }
+  c.out(0, c.type(0), out);
+}
+
+// ---- lowering ------------------------------------------------------------------------------------------------
+
+bool last_axis(const Lowering& L, const ir::Node& n) {
+  const int64_t axis = n.attr_int("axis", -1);
+  const int64_t r = static_cast<int64_t>(L.shape(n.inputs[0]).size());
+  return axis == r - 1 || axis == -1;
+}
+
+bool reduce_last(const Lowering& L, const ir::Node& n) {
+  std::vector<int64_t> axes;
+  if (auto it = n.attrs.find("axes"); it != n.attrs.end()) axes = it->second.ints;
+  else if (n.inputs.size() > 1 && n.inputs[1] >= 0 && L.val(n.inputs[1]).is_const) axes = L.val(n.inputs[1]).ints;
+  const int64_t r = static_cast<int64_t>(L.shape(n.inputs[0]).size());
+  if (axes.size() != 1) return r == 1 && axes.empty();
+  return axes[0] == r - 1 || axes[0] == -1;
+}
+
+bool spatial_mean(const Lowering& L, const ir::Node& n) {  // a mean over axes 2 and 3 of a 4-D value
+  Shape xs = L.shape(n.inputs[0]);
+  if (xs.size() != 4) return false;
+  std::vector<int64_t> axes;
+  if (auto it = n.attrs.find("axes"); it != n.attrs.end()) axes = it->second.ints;
+  else if (n.inputs.size() > 1 && n.inputs[1] >= 0 && L.val(n.inputs[1]).is_const) axes = L.val(n.inputs[1]).ints;
+  for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
+  std::sort(axes.begin(), axes.end());
+  return axes == std::vector<int64_t>{2, 3};
+}
+
+void fail_axis(Lowering& L, const ir::Node& n) {
+  L.fail(n, "axis " + std::to_string(n.attr_int("axis", -1)) + " of a rank-" +
+                std::to_string(L.shape(n.inputs[0]).size()) + " input is not supported (only the last axis)");
+}
+
+void fail_reduce(Lowering& L, const ir::Node& n) { L.fail(n, "only a reduction over the last axis is supported"); }
+
+void lower_reduce_mean(Lowering& L, const ir::Node& n) {
+  if (!spatial_mean(L, n)) fail_reduce(L, n);
+  lower_spatial_mean(L, n, n.inputs[0], n.outputs[0]);
+}
+
+int rw_softmax(RowEmit& e) {
+  int x = e.in(0);
+  int mx = e.node(rw::Op::RowMax, {x});
+  int ex = e.node(rw::Op::Exp, {e.node(rw::Op::Sub, {x, mx})});
+  return e.node(rw::Op::Mul, {ex, e.node(rw::Op::Recip, {e.node(rw::Op::RowSum, {ex})})});
+}
+
+int rw_log_softmax(RowEmit& e) {  // s - log(rowsum(exp(s))), s = x - rowmax(x)
+  int s = e.node(rw::Op::Sub, {e.in(0), e.node(rw::Op::RowMax, {e.in(0)})});
+  int l = e.node(rw::Op::Log, {e.node(rw::Op::RowSum, {e.node(rw::Op::Exp, {s})})});
+  return e.node(rw::Op::Sub, {s, l});
+}
+
+int rw_layernorm(RowEmit& e) {
+  const ir::Node& n = e.n;
+  for (size_t k = 1; k < n.outputs.size(); ++k)
+    if (n.outputs[k] >= 0 && !e.L.users_[n.outputs[k]].empty()) e.L.fail(n, "only the first output may be used");
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  int x = e.in(0);
+  int d = e.node(rw::Op::Sub, {x, e.node(rw::Op::RowMean, {x})});
+  int var = e.node(rw::Op::RowMean, {e.node(rw::Op::Mul, {d, d})});
+  int inv = e.node(rw::Op::Rsqrt, {e.node(rw::Op::Add, {var, e.konst(eps)})});
+  int r = e.node(rw::Op::Mul, {d, inv});
+  r = e.node(rw::Op::Mul, {r, e.in(1)});
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0) r = e.node(rw::Op::Add, {r, e.in(2)});
+  return r;
+}
+
+bool batchnorm_fusable(const Lowering& L, const ir::Node& n) {
+  for (size_t k = 1; k < 5; ++k)
+    if (k >= n.inputs.size() || n.inputs[k] < 0 || !L.val(n.inputs[k]).is_const) return false;
+  return L.shape(n.inputs[0]).size() >= 2;
+}
+
+int rw_batchnorm(RowEmit& e) {  // inference: x * scale[c] + shift[c], c = axis 1
+  const ir::Node& n = e.n;
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  const auto &gam = e.L.val(n.inputs[1]).data, &beta = e.L.val(n.inputs[2]).data, &mean = e.L.val(n.inputs[3]).data,
+             &var = e.L.val(n.inputs[4]).data;
+  std::vector<float> scale(gam.size()), shift(gam.size());
+  for (size_t c = 0; c < gam.size(); ++c) {
+    scale[c] = gam[c] / std::sqrt(var[c] + eps);
+    shift[c] = beta[c] - mean[c] * scale[c];
+  }
+  Shape cs(e.L.shape(n.inputs[0]).size(), 1);
+  cs[1] = static_cast<int64_t>(gam.size());
+  int x = e.in(0);
+  int r = e.node(rw::Op::Add, {e.node(rw::Op::Mul, {x, e.const_operand(scale, cs, n.name + ".scale")}),
+                               e.const_operand(shift, cs, n.name + ".shift")});
+  e.out_per_row = e.per_row(n.inputs[0]);
+  return r;
+}
+
+template <rw::Op O>
+int reduce(RowEmit& e) {
+  const int r = e.gr.C == 1 ? e.in(0) : e.node(O, {e.in(0)});
+  e.out_per_row = e.gr.C != 1;
+  return r;
+}
+
+}  // namespace
+
+void add_normalize_ops(OpTable& t) {
+  constexpr Fusion R = Fusion::RowReduce;
+  t.add({.name = "Softmax", .attrs = {{"axis", K::Int}}, .infer = infer_softmax, .fusion = R,
+         .fusable = last_axis, .rowwise = rw_softmax, .lower = fail_axis});
+  t.add({.name = "LogSoftmax", .attrs = {{"axis", K::Int}}, .infer = infer_softmax, .fusion = R,
+         .fusable = last_axis, .rowwise = rw_log_softmax, .lower = fail_axis});
+  t.add({.name = "LayerNormalization", .min_inputs = 2, .max_inputs = 3, .max_outputs = 3,
+         .attrs = {{"axis", K::Int}, {"epsilon", K::Float}, {"stash_type", K::Int}}, .infer = infer_layernorm,
+         .fusion = R, .fusable = last_axis, .rowwise = rw_layernorm, .lower = fail_axis});
+  t.add({.name = "BatchNormalization", .min_inputs = 5, .max_inputs = 5, .max_outputs = 3,
+         .attrs = {{"epsilon", K::Float}, {"momentum", K::Float}, {"training_mode", K::Int}},
+         .infer = infer_batchnorm, .fusion = Fusion::Elementwise, .fusable = batchnorm_fusable,
+         .rowwise = rw_batchnorm,
+         .no_lowering = "only inference-mode BatchNormalization with constant parameters is supported"});
+  const std::map<std::string, K> reduce_attrs = {{"axes", K::Ints}, {"keepdims", K::Int},
+                                                 {"noop_with_empty_axes", K::Int}};
+  t.add({.name = "ReduceMean", .max_inputs = 2, .attrs = reduce_attrs, .infer = infer_reduce, .fusion = R,
+         .fusable = reduce_last, .rowwise = reduce<rw::Op::RowMean>, .lower = lower_reduce_mean});
+  t.add({.name = "ReduceSum", .max_inputs = 2, .attrs = reduce_attrs, .infer = infer_reduce, .fusion = R,
+         .fusable = reduce_last, .rowwise = reduce<rw::Op::RowSum>, .lower = fail_reduce});
+  t.add({.name = "ReduceMax", .max_inputs = 2, .attrs = reduce_attrs, .infer = infer_reduce, .fusion = R,
+         .fusable = reduce_last, .rowwise = reduce<rw::Op::RowMax>, .lower = fail_reduce});
+  t.add({.name = "ReduceMin", .max_inputs = 2, .attrs = reduce_attrs, .infer = infer_reduce, .fusion = R,
+         .no_lowering = "no lowering for this operator (the vector unit has no row minimum)"});
+}
+
+}  // namespace tpusim::compiler
