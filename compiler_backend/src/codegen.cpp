@@ -77,10 +77,7 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
                                                  std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1), mxus = symbol_or(symbols, "MXUS", 1);
   if (call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s" || cores * mxus <= 1) return std::nullopt;
-  auto param = [&](const char* name, int64_t otherwise) {
-    auto it = call.params.find(name);
-    return it == call.params.end() ? otherwise : it->second;
-  };
+  auto param = [&](const char* name, int64_t otherwise) { return param_or(call, name, otherwise); };
   if (param("ACT_RESIDENT", 0) != 0) {
     why = "its activations stay in VMEM between GEMMs, which the whole-chip kernel does not do";
     return std::nullopt;
