@@ -28,7 +28,7 @@ bool one_of(const std::string& s, const std::vector<std::string>& v) {
 
 // Resize (opsets 11-19; opset 10's two inputs X, scales too): the output shape from constant scales (floor(in *
 // scale)) or sizes, over all axes or `axes`. Records "scales" (Floats): per axis, the scale the coordinate
-// transformation divides by (the given scale, or out / in when sizes are given).
+// transformation divides by, or 0 when sizes are given (the scale is then out / in, computed exactly).
 void infer_resize(InferCtx& c) {
   const Shape x = c.shape(0);
   const int64_t r = c.rank(0);
@@ -40,7 +40,7 @@ void infer_resize(InferCtx& c) {
   const std::string nm = attr_s(c.n, "nearest_mode", "round_prefer_floor");
   if (mode == "nearest" && !one_of(nm, kNearest)) fail(c.n, "nearest_mode='" + nm + "' is not supported");
   if (c.ai("antialias", 0) != 0) fail(c.n, "antialias=1 is not supported");
-  if (c.ai("exclude_outside", 0) != 0 && mode != "cubic") fail(c.n, "exclude_outside=1 applies to cubic only");
+  if (c.ai("exclude_outside", 0) != 0) fail(c.n, "exclude_outside=1 is not supported");
   if (attr_s(c.n, "keep_aspect_ratio_policy", "stretch") != "stretch")
     fail(c.n, "keep_aspect_ratio_policy='" + attr_s(c.n, "keep_aspect_ratio_policy", "") + "' is not supported");
   // Inputs: X, roi, scales, sizes (opset 10: X, scales).
@@ -73,7 +73,7 @@ void infer_resize(InferCtx& c) {
     for (size_t i = 0; i < axes.size(); ++i) {
       if (sizes[i] < 1) fail(c.n, "sizes=" + ints_str(sizes) + " must be positive");
       out[axes[i]] = sizes[i];
-      scales[axes[i]] = static_cast<float>(static_cast<double>(sizes[i]) / static_cast<double>(x[axes[i]]));
+      scales[axes[i]] = 0.0f;
     }
   }
   for (int64_t a = 0; a < r; ++a)
@@ -91,19 +91,22 @@ struct Tap {
   double weight;
 };
 
+// scale: the given scale, or 0 for out / in (then x / scale is computed as x * in / out, exact for integers).
 std::vector<std::vector<Tap>> axis_taps(const ir::Node& n, int64_t in, int64_t out, double scale) {
   const std::string mode = attr_s(n, "mode", "nearest"), ctm = attr_s(n, "coordinate_transformation_mode", "half_pixel");
   const std::string nm = attr_s(n, "nearest_mode", "round_prefer_floor");
   const double a = n.attr_float("cubic_coeff_a", -0.75f);
-  const bool exclude = n.attr_int("exclude_outside", 0) != 0;
   auto clamp = [&](int64_t i) { return std::clamp<int64_t>(i, 0, in - 1); };
   std::vector<std::vector<Tap>> taps(static_cast<size_t>(out));
+  auto unscale = [&](double v) {
+    return scale > 0 ? v / scale : v * static_cast<double>(in) / static_cast<double>(out);
+  };
   for (int64_t o = 0; o < out; ++o) {
     double x;
     if (ctm == "align_corners") x = out == 1 ? 0.0 : static_cast<double>(o) * static_cast<double>(in - 1) / static_cast<double>(out - 1);
-    else if (ctm == "asymmetric") x = static_cast<double>(o) / scale;
+    else if (ctm == "asymmetric") x = unscale(static_cast<double>(o));
     else if (ctm == "pytorch_half_pixel" && out == 1) x = 0.0;
-    else x = (static_cast<double>(o) + 0.5) / scale - 0.5;
+    else x = unscale(static_cast<double>(o) + 0.5) - 0.5;
     std::vector<Tap>& t = taps[static_cast<size_t>(o)];
     if (mode == "nearest") {
       double f = std::floor(x);
@@ -119,21 +122,13 @@ std::vector<std::vector<Tap>> axis_taps(const ir::Node& n, int64_t in, int64_t o
       const double l = x - static_cast<double>(i0);
       t.push_back({i0, 1.0 - l});
       t.push_back({clamp(i0 + 1), l});
-    } else {  // cubic (Keys, coefficient a), taps clamped to the edge or, with exclude_outside, dropped
+    } else {  // cubic (Keys, coefficient a), taps clamped to the edge
       const int64_t i0 = static_cast<int64_t>(std::floor(x));
       const double f = x - static_cast<double>(i0);
-      auto near = [&](double d) { return ((a + 2) * d - (a + 3)) * d * d + 1; };           // |d| <= 1
-      auto far = [&](double d) { return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a; };      // 1 < |d| < 2
+      auto near = [&](double d) { return ((a + 2) * d - (a + 3)) * d * d + 1; };       // |d| <= 1
+      auto far = [&](double d) { return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a; };  // 1 < |d| < 2
       const double w[4] = {far(1 + f), near(f), near(1 - f), far(2 - f)};
-      double sum = 0;
-      for (int k = 0; k < 4; ++k) {
-        const int64_t i = i0 - 1 + k;
-        if (exclude && (i < 0 || i >= in)) continue;
-        t.push_back({clamp(i), w[k]});
-        sum += w[k];
-      }
-      if (exclude && sum != 0)
-        for (Tap& tp : t) tp.weight /= sum;
+      for (int k = 0; k < 4; ++k) t.push_back({clamp(i0 - 1 + k), w[k]});
     }
   }
   return taps;
@@ -148,7 +143,7 @@ void lower_resize(Lowering& L, const ir::Node& n) {
   const std::vector<float>& scales = sc->second.floats;
   std::vector<size_t> axes;  // the axes that change
   for (size_t a = 0; a < r; ++a)
-    if (xs[a] != ys[a] || scales[a] != 1.0f) axes.push_back(a);
+    if (xs[a] != ys[a] || (scales[a] != 1.0f && scales[a] != 0.0f)) axes.push_back(a);
   const bool nearest = attr_s(n, "mode", "nearest") == "nearest";
   // NHWC for 4-D values resized along H and W only.
   const bool nhwc = r == 4 && std::all_of(axes.begin(), axes.end(), [](size_t a) { return a >= 2; });
