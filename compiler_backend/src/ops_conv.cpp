@@ -5,6 +5,12 @@
 // on the vector unit (a row-wise kernel summing tap x weight); other grouped convs one gemm per group. MaxPool /
 // AveragePool: taps copied as for im2col, reduced by a row-wise kernel. GlobalAveragePool (and ReduceMean over H,
 // W): a gemm of a row of ones with each image, scaled by 1/HW.
+// Other ranks and transposed convolutions reuse the 2-D core (conv2d): a 1-D Conv is a 2-D one with H = 1 on its
+// input made channels-last ([N, L, C]); a 3-D Conv is a 2-D one over N x OD images whose channels are the KD input
+// depths each output depth reads (gathered by moves, zeros outside; channel order group, depth tap, channel). A
+// ConvTranspose is the convolution, with stride 1 and flipped, transposed weights, of its input placed every stride
+// on a zero canvas with dilation x (k - 1) - pad zeros around it (+ output_padding after). The 1-D and 3-D outputs are
+// made row-major again by one strided copy.
 #include <algorithm>
 #include <cmath>
 #include <limits>
