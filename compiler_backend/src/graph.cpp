@@ -77,15 +77,16 @@ std::string shape_too_large(const std::vector<int64_t>& s) {
     return "shape " + shape_str(s) + " has rank " + std::to_string(s.size()) + ", more than the limit of " +
            std::to_string(isa::kMaxRank);
   const uint64_t limit = isa::kMaxTensorBytes / 8;
-  uint64_t n = 1;
-  for (int64_t d : s) {
-    if (d < 0) return "shape " + shape_str(s) + " has a negative size";
-    if (d == 0) return "";
-  }
   for (int64_t d : s)
-    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) || n > limit)
+    if (d < 0) return "shape " + shape_str(s) + " has a negative size";
+  // The product of the sizes other than 0, so that no partial product of the shape's sizes (a row count, a
+  // stride) can overflow either: [2^40, 2^40, 0] holds no element, but its rows would number 2^80.
+  uint64_t n = 1;
+  for (int64_t d : s)
+    if (d != 0 && (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) || n > limit))
       return "shape " + shape_str(s) + " has more than " + std::to_string(limit) +
-             " elements, the limit (a tensor holds at most 1 TiB)";
+             (std::find(s.begin(), s.end(), 0) == s.end() ? " elements" : " elements in its sizes other than 0") +
+             ", the limit (a tensor holds at most 1 TiB)";
   return "";
 }
 

@@ -88,7 +88,8 @@ std::string shape_str(const Value& v);              // "[8,64]", "[batch,64]", "
 std::string shape_str(const std::vector<int64_t>& s);
 // Why a tensor of shape `s` is too large to compile ("shape [...] has N elements: ..."), or "" if it is not:
 // rank past isa::kMaxRank, or more than isa::kMaxTensorBytes at 8 bytes an element (the widest ONNX type we
-// read). Every shape the compiler imports or infers passes this check, so products of its sizes never overflow.
+// read), counting only the sizes other than 0. Every shape the compiler imports or infers passes this check, so
+// no product of any of its sizes overflows, even in a shape with a zero size.
 std::string shape_too_large(const std::vector<int64_t>& s);
 
 // The error of one node, "node 'N' (Op): what is wrong". The passes catch it and throw it again as an Error

@@ -372,6 +372,10 @@ void Assembler::directive(Cursor& c, const Token& head) {
     prog_.cores = static_cast<uint32_t>(n);
     return c.expect_end();
   }
+  if (d == ".timing_only") {  // the program of a timing-only compile (Program::timing_only): consts have no data
+    prog_.timing_only = true;
+    return c.expect_end();
+  }
   if (d == ".error") {
     std::string msg = c.at_end() ? "error" : c.expect_string("a message").text;
     c.expect_end();
@@ -746,7 +750,8 @@ void Assembler::check_consts() {
   for (size_t i = 0; i < prog_.tensors.size(); ++i) {
     const TensorDecl& t = prog_.tensors[i];
     uint64_t size = prog_.const_data.size();
-    if (t.kind == TensorKind::Const && (t.const_offset > size || t.bytes() > size - t.const_offset))
+    if (t.kind == TensorKind::Const && !prog_.timing_only &&
+        (t.const_offset > size || t.bytes() > size - t.const_offset))
       fail(tensor_locs_[i], "const '" + printable(t.name) + "' (" + std::to_string(t.bytes()) + " bytes at offset " +
                                 std::to_string(t.const_offset) + ") lies outside the constant data (" +
                                 std::to_string(size) + " bytes)");

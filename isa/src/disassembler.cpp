@@ -101,6 +101,7 @@ std::string disassemble(const Program& p) {
       << p.const_data.size() << " bytes of constant data\n";
   if (!p.name.empty()) out << ".name " << quote(p.name) << "\n";
   if (p.cores != 1) out << ".cores " << p.cores << "\n";
+  if (p.timing_only) out << ".timing_only\n";
   bool in_order = consts_in_order(p);
   if (!in_order) emit_data(out, p.const_data, 0, p.const_data.size());
   for (const auto& t : p.tensors) emit_tensor(out, p, t, in_order);

@@ -265,6 +265,8 @@ addresses. An instruction sees a `.set` symbol's value at its own line.
 | `.const NAME, DTYPE, [dims] [@ addr], offset=N` | a constant tensor whose bytes are at offset N of the constant data (written by `.data` lines not following a `.const`) |
 | `.data "HEX"` | bytes in hexadecimal (whitespace ignored), appended to the constant data |
 | `.name "text"` | the program's name |
+| `.cores N` | the cores that run the program, 1 to 1024 (`Program::cores`, default 1): each runs all of it with its own `core.id` |
+| `.timing_only` | marks the program of a timing-only compile (`Program::timing_only`): its `.const` tensors are declared without their `.data`, and the runtime runs it timing-only |
 | `.include "file"` | assembles another file here (default: relative to the including file's directory) |
 | `.if expr` / `.elif expr` / `.else` / `.endif` | conditional assembly; nestable; each file closes its own |
 | `.error "message"` | reports an error at this line, if reached in an active branch |
@@ -275,13 +277,13 @@ A tensor name may be an identifier or a quoted string (for names such as `"conv1
 name is also a symbol whose value is the tensor's HBM address. A tensor's address is, in this order: the
 `@ addr` written in the source; the caller's `AsmOptions::tensor_addr` for its name; else the next free address,
 aligned to `AsmOptions::hbm_align` (default 4096), at or above `AsmOptions::hbm_base` and past every tensor
-declared before it. Overlaps between tensors with fixed addresses are not checked.
+declared before it. Two tensors of one memory space may not overlap (an error names both).
 
 Strings take the escapes `\"`, `\\`, `\n`, `\t`, `\r`, `\0` and `\xNN`.
 
 ### Disassembly
 
-`isa::disassemble` prints `.name`, every tensor with its explicit `@` address, the constant
+`isa::disassemble` prints `.name`, `.cores` and `.timing_only` (when not the defaults), every tensor with its explicit `@` address, the constant
 data (`.data`, 64 bytes a line), then one instruction a line with `# pc N` (and the original source line, if
 the program has one), with `.region`/`.endregion` lines around each region's instructions (with `flops=` and
 `bytes=` when not 0).

@@ -572,6 +572,30 @@ TEST(Disassembler, RoundTripsConstsOutOfOrder) {
   EXPECT_EQ(back, p) << text;
 }
 
+// A timing-only compile's program declares its consts without their data; `.timing_only` says so in assembly.
+// fuzz_tpub found the flag lost in the round trip (validation/fuzz/corpus/tpub/regress-timing-only-flag.tpub).
+TEST(Disassembler, RoundTripsTimingOnlyPrograms) {
+  Program with_consts;
+  with_consts.timing_only = true;
+  with_consts.tensors.push_back(TensorDecl{"W", TensorKind::Const, DType::BF16, {64, 32}, 0x1000, 4096});
+  with_consts.tensors.push_back(TensorDecl{"b", TensorKind::Const, DType::F32, {32}, 0x3000, 0});
+  with_consts.tensors.push_back(TensorDecl{"x", TensorKind::Input, DType::BF16, {8, 64}, 0x4000, 0});
+  with_consts.code.push_back(encode(Instr{.op = Op::NOP}));
+  Program no_consts = with_consts;
+  no_consts.tensors.erase(no_consts.tensors.begin(), no_consts.tensors.begin() + 2);
+  for (const Program& p : {with_consts, no_consts}) {
+    const std::string text = disassemble(p);
+    EXPECT_NE(text.find("\n.timing_only\n"), std::string::npos) << text;
+    Program back = assemble(text, "d.s");
+    back.source = p.source;
+    EXPECT_EQ(back, p) << text;
+  }
+  // Without the directive, the consts' missing data is an error again.
+  std::string text = disassemble(with_consts);
+  text.replace(text.find(".timing_only\n"), 13, "");
+  EXPECT_THROW(assemble(text, "d.s"), Error);
+}
+
 TEST(Disassembler, WrapsDataAt64BytesPerLine) {
   Program p;
   p.const_data.assign(130, 0x5a);

@@ -372,6 +372,20 @@ class Hardening(ErrorsBase):
                 self.assertEqual(p.returncode, 1)
                 self.assertRegex(p.stderr, rf"node '{node}' \(\w+\): size arithmetic overflows 64 bits")
 
+    def test_onnx_huge_shape_with_a_zero_size_is_refused(self):
+        # [2^40, 2^40, 0] holds no element, but the product of its other sizes (its row count) passes int64; found by
+        # fuzz_onnx (onnx_import.cpp multiplied the sizes of such a constant in order and overflowed).
+        big = [1 << 40, 1 << 40, 0]
+        const = onnx_model([helper.make_node("Identity", ["c"], ["y"], name="id")], [], [f32("y", None)],
+                           [helper.make_tensor("c", TensorProto.FLOAT, big, [])])
+        inp = onnx_model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", big)], [f32("y", None)])
+        for model, what in ((const, "constant 'c'"), (inp, "'x'")):
+            with self.subTest(what=what):
+                p = self.run_error(["compile", self.save_model("m.onnx", model), "-o", self.path("m.tpub")])
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn(what, p.stderr)
+                self.assertIn("elements in its sizes other than 0, the limit (a tensor holds at most 1 TiB)", p.stderr)
+
     def test_messages_quote_binary_escaped(self):
         p = self.run_error(["run", self.kernel("\x01\x02\x7f bad\n")])
         self.assertEqual(p.returncode, 1)
