@@ -3,9 +3,10 @@
 // toolbox they share (docs/compiler.md).
 //
 // What each operator becomes is written at the top of its family's file: ops_matmul.cpp (gemm.s, GEMV on the vector
-// unit), ops_conv.cpp (im2col + gemm.s, depthwise and pooling on the vector unit), ops_data.cpp (aliases, strided
-// copies, gather.s), ops_elementwise.cpp and ops_normalize.cpp (fused row-wise kernels, kernels/rowwise.h);
-// lower_quant.cpp says what INT8 (Options::precision) does to matmuls and convolutions.
+// unit), ops_conv.cpp (im2col + gemm.s, depthwise and pooling on the vector unit; 1-D, 3-D and transposed
+// convolutions on the same 2-D core), ops_data.cpp (aliases, strided copies, gather.s), ops_elementwise.cpp and
+// ops_normalize.cpp (fused row-wise kernels, kernels/rowwise.h), ops_resize.cpp (taps moved, weighted on the vector
+// unit); lower_quant.cpp says what INT8 (Options::precision) does to matmuls and convolutions.
 //
 // Storage: activations bf16 where a matmul reads them, f32 where only row-wise kernels do; graph inputs and
 // outputs f32 (integer inputs int32), NCHW/row-major.

@@ -26,6 +26,7 @@ const OpTable& op_registry() {
     add_data_ops(t);
     add_elementwise_ops(t);
     add_normalize_ops(t);
+    add_resize_ops(t);
     return t;
   }();
   return table;

@@ -1,9 +1,9 @@
 // The operator registry: every ONNX operator the compiler knows is one OpDef, in the family file that implements it
-// (ops_matmul.cpp, ops_conv.cpp, ops_data.cpp, ops_elementwise.cpp, ops_normalize.cpp). Each entry holds, for its
-// operator: the input/output counts and attributes shape inference accepts, its shape function, its constant
-// folding (if it has one), how it fuses and lowers, and whether int8 compiles quantise it. The passes read only
-// this table: shape inference (shape_inference.cpp), constant folding (const_fold.cpp), the check that lists every
-// unsupported operator of a model at once, and the lowering (lower.cpp). docs/compiler.md: "Adding an operator".
+// (ops_matmul.cpp, ops_conv.cpp, ops_data.cpp, ops_elementwise.cpp, ops_normalize.cpp, ops_resize.cpp). Each entry
+// holds, for its operator: the input/output counts and attributes shape inference accepts, its shape function, its
+// constant folding (if it has one), how it fuses and lowers, and whether int8 compiles quantise it. The passes read
+// only this table: shape inference (shape_inference.cpp), constant folding (const_fold.cpp), the check that lists
+// every unsupported operator of a model at once, and the lowering (lower.cpp). docs/compiler.md: "Adding an operator".
 #pragma once
 
 #include <cstddef>
@@ -85,9 +85,10 @@ inline const OpDef* find_op(const std::string& name) { return op_registry().find
 
 // The families (each in ops_<family>.cpp).
 void add_matmul_ops(OpTable&);       // MatMul Gemm
-void add_conv_ops(OpTable&);         // Conv, pooling
+void add_conv_ops(OpTable&);         // Conv, ConvTranspose, pooling
 void add_data_ops(OpTable&);         // views, copies, shape computations, constants
 void add_elementwise_ops(OpTable&);  // activations, arithmetic, comparisons, Where, Cast
 void add_normalize_ops(OpTable&);    // Softmax, LayerNormalization, BatchNormalization, reductions
+void add_resize_ops(OpTable&);       // Resize
 
 }  // namespace tpusim::compiler

@@ -5,6 +5,12 @@
 // on the vector unit (a row-wise kernel summing tap x weight); other grouped convs one gemm per group. MaxPool /
 // AveragePool: taps copied as for im2col, reduced by a row-wise kernel. GlobalAveragePool (and ReduceMean over H,
 // W): a gemm of a row of ones with each image, scaled by 1/HW.
+// Other ranks and transposed convolutions reuse the 2-D core (conv2d): a 1-D Conv is a 2-D one with H = 1 on its
+// input made channels-last ([N, L, C]); a 3-D Conv is a 2-D one over N x OD images whose channels are the KD input
+// depths each output depth reads (gathered by moves, zeros outside; channel order group, depth tap, channel). A
+// ConvTranspose is the convolution, with stride 1 and flipped, transposed weights, of its input placed every stride
+// on a zero canvas with dilation x (k - 1) - pad zeros around it (+ output_padding after). The 1-D and 3-D outputs are
+// made row-major again by one strided copy.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -83,6 +89,79 @@ void infer_conv(InferCtx& c) {
   c.set_int("group", group);
   Shape out{x[0], w[0]};
   out.insert(out.end(), sp.begin(), sp.end());
+  c.out(0, c.type(0), out);
+}
+
+// ConvTranspose: x [N, C, S...], weights [C, OC/group, K...]; output size s*(in-1) + output_padding + d*(k-1) + 1
+// - pads. Rewrites the attributes to the explicit form (pads from output_shape or auto_pad as the ONNX spec
+// derives them; output_padding, strides, dilations, kernel_shape, group spelled out).
+void infer_conv_transpose(InferCtx& c) {
+  same_types(c);
+  const Shape x = c.shape(0), w = c.shape(1);
+  if (x.size() < 3 || w.size() != x.size())
+    fail(c.n, "input " + ir::shape_str(x) + " and weight " + ir::shape_str(w) + " must be N-D (N >= 3) alike");
+  const int64_t group = c.ai("group", 1);
+  if (group < 1 || w[0] != x[1] || x[1] % group != 0)
+    fail(c.n, "input " + ir::shape_str(x) + ", weight " + ir::shape_str(w) + " and group=" + std::to_string(group) +
+                  " do not fit (the weight is [C, OC/group, kernel...])");
+  const int64_t oc = mul(c.n, w[1], group);
+  const size_t sp = x.size() - 2;
+  const Shape kernel(w.begin() + 2, w.end());
+  if (c.has_attr("kernel_shape") && c.ais("kernel_shape") != kernel)
+    fail(c.n, "kernel_shape=" + ints_str(c.ais("kernel_shape")) + " differs from the weight " + ir::shape_str(w));
+  if (c.has(2) && c.shape(2) != Shape{oc}) fail(c.n, "bias " + ir::shape_str(c.shape(2)) + " must be [" + std::to_string(oc) + "]");
+  Shape strides = c.ais("strides"), dil = c.ais("dilations"), pads = c.ais("pads"), opad = c.ais("output_padding");
+  if (strides.empty()) strides.assign(sp, 1);
+  if (dil.empty()) dil.assign(sp, 1);
+  if (pads.empty()) pads.assign(2 * sp, 0);
+  if (opad.empty()) opad.assign(sp, 0);
+  if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp || opad.size() != sp)
+    fail(c.n, "strides/dilations/pads/output_padding do not match " + std::to_string(sp) + " spatial dimensions");
+  for (size_t i = 0; i < sp; ++i) {
+    if (strides[i] < 1) fail(c.n, "strides=" + ints_str(strides) + " must be positive");
+    if (dil[i] < 1) fail(c.n, "dilations=" + ints_str(dil) + " must be positive");
+    if (opad[i] < 0 || opad[i] >= std::max(strides[i], dil[i]))
+      fail(c.n, "output_padding=" + ints_str(opad) + " must be below the stride or the dilation");
+  }
+  for (int64_t p : pads)
+    if (p < 0) fail(c.n, "pads=" + ints_str(pads) + " must not be negative");
+  std::string auto_pad = c.as("auto_pad", "NOTSET");
+  if (auto_pad.empty()) auto_pad = "NOTSET";
+  if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID")
+    fail(c.n, "auto_pad='" + auto_pad + "' is not supported");
+  Shape want = c.ais("output_shape");  // the spatial sizes (or the whole output shape)
+  if (want.size() == sp + 2) want.erase(want.begin(), want.begin() + 2);
+  if (!want.empty() && want.size() != sp)
+    fail(c.n, "output_shape=" + ints_str(c.ais("output_shape")) + " does not match " + std::to_string(sp) +
+                  " spatial dimensions");
+  if (want.empty() && (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER"))
+    for (size_t i = 0; i < sp; ++i) want.push_back(mul(c.n, x[2 + i], strides[i]));
+  const ir::Node& n = c.n;
+  Shape out{x[0], oc};
+  for (size_t i = 0; i < sp; ++i) {
+    const int64_t full = add(n, add(n, mul(n, strides[i], x[2 + i] - 1), opad[i]), add(n, mul(n, kernel[i] - 1, dil[i]), 1));
+    if (!want.empty()) {
+      const int64_t total = full - want[i];
+      if (total < 0)
+        fail(c.n, "output_shape=" + ints_str(c.ais("output_shape")) + " is larger than the transposed convolution makes (" +
+                      std::to_string(full) + " along axis " + std::to_string(2 + i) + ")");
+      pads[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[sp + i] = total - pads[i];
+    } else if (auto_pad == "VALID") {
+      pads[i] = pads[sp + i] = 0;
+    }
+    const int64_t o = full - pads[i] - pads[sp + i];
+    if (o < 1) fail(c.n, "pads=" + ints_str(pads) + " leave no output along axis " + std::to_string(2 + i));
+    out.push_back(o);
+  }
+  c.n.attrs.erase("auto_pad");
+  c.n.attrs.erase("output_shape");
+  c.set_ints("kernel_shape", kernel);
+  c.set_ints("strides", strides);
+  c.set_ints("pads", pads);
+  c.set_ints("dilations", dil);
+  c.set_ints("output_padding", opad);
+  c.set_int("group", group);
   c.out(0, c.type(0), out);
 }
 
@@ -246,16 +325,219 @@ void drop_virtual(Lowering& L, const std::string& label, Stored from, Stored to,
                           static_cast<uint64_t>(t.ow * c * es), t.wv * c * es, t.ow * c * es}});
 }
 
+// A convolution in the form the 2-D core computes: an NHWC input, [OC, Cg, KH, KW] weights, an NHWC output.
+struct Conv2d {
+  std::string label, wname;
+  Stored X;  // NHWC, bf16 (int8 when q8)
+  Shape xs;  // its logical NCHW shape
+  Window win;
+  std::vector<float> w;  // [OC, Cg, KH, KW]; empty: timing-only
+  int64_t OC, Cg, KH, KW, groups;
+  std::vector<float> bias;  // [OC]
+  bool has_bias, relu, q8;
+  int x;  // the graph value X holds (its int8 scale)
+  Stored Y;
+  int64_t OH, OW;
+  int value;     // the graph value Y holds, -1 when Y is an intermediate form of it
+  double flops;  // the model's multiply-adds x 2
+};
+
+void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
+  const std::string& label = c.label;
+  const Stored& X = c.X;
+  const Stored& Y = c.Y;
+  const int64_t N = c.xs[0], C = c.xs[1], OC = c.OC, Cg = c.Cg, KH = c.KH, KW = c.KW, OH = c.OH, OW = c.OW;
+  const int64_t groups = c.groups, taps = KH * KW;
+  const std::vector<float>& w = c.w;
+  const Window& win = c.win;
+  if (groups == 1) {
+    // weights [OC, C, KH, KW] -> [(kh, kw, c), OC], the im2col matrix's column order
+    std::vector<float> wt(w.empty() ? 0 : static_cast<size_t>(taps * C * OC));  // empty: timing-only
+    for (int64_t o = 0; o < OC && !w.empty(); ++o)
+      for (int64_t ci = 0; ci < C; ++ci)
+        for (int64_t t = 0; t < taps; ++t)
+          wt[static_cast<size_t>((t * C + ci) * OC + o)] = w[static_cast<size_t>((o * C + ci) * taps + t)];
+    // out = act(a[m, taps*C] @ wt + bias) into `dst`; `value`: the graph value dst holds, -1 for virtual rows
+    auto matmul = [&](Stored a, int64_t m, Stored dst, int value) {
+      if (c.q8) {
+        L.int8_gemm(n, label, a, c.x, wt, m, taps * C, OC, c.has_bias ? c.bias : std::vector<float>{}, c.wname,
+                    c.relu, dst, c.flops, value);
+        return;
+      }
+      int B = L.tiled_weights(c.wname, wt, taps * C, OC);
+      int bias_buf = c.has_bias ? L.const_f32(c.wname + ".bias", {OC}, c.bias) : -1;
+      L.gemm(label, a, Stored{B, 0, DType::BF16, false}, bias_buf, dst, m, taps * C, OC, c.relu, 1.0f, true, false);
+      L.plan_.calls.back().flops = c.flops;
+    };
+    const bool direct = KH == 1 && KW == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 && win.pl == 0 &&
+                        win.pb == 0 && win.pr == 0;
+    if (direct) return matmul(X, N * OH * OW, Y, c.value);
+    int im = L.temp(label + ".im2col", X.dtype, {1});
+    Taps t = window_taps(L, label, X, c.xs, win, 0.0f, 0, C, false, im);
+    L.plan_.buffers[im].shape = {t.rows, taps * C};
+    if (t.wv == OW) return matmul(Stored{im, 0, X.dtype, false}, t.rows, Y, c.value);
+    Stored G{L.temp(label + ".virtual", DType::BF16, {t.rows, OC}), 0, DType::BF16, true};
+    matmul(Stored{im, 0, X.dtype, false}, t.rows, G, -1);
+    drop_virtual(L, label, G, Y, t, N, OC);
+    return;
+  }
+  if (Cg == 1 && OC == groups) {  // depthwise: sum over taps of tap * w[tap] on the vector unit
+    int im = L.temp(label + ".taps", DType::BF16, {1});
+    Taps t = window_taps(L, label, X, c.xs, win, 0.0f, 0, C, true, im);
+    L.plan_.buffers[im].shape = {taps, t.rows, C};
+    KernelCall call = L.rowwise_call(label, t.rows, C);
+    int acc = -1;
+    for (int64_t k = 0; k < taps; ++k) {
+      std::vector<float> wk(w.empty() ? 0 : static_cast<size_t>(C));  // empty: timing-only
+      for (int64_t ci = 0; ci < static_cast<int64_t>(wk.size()); ++ci) wk[ci] = w[static_cast<size_t>(ci * taps + k)];
+      int xi = L.rw_input(call, Stored{im, static_cast<uint64_t>(k * t.rows * C * 2), DType::BF16, false}, false, 0);
+      int wi = L.rw_input(
+          call, Stored{L.const_f32(c.wname + ".tap" + std::to_string(k), {C}, wk), 0, DType::F32, false}, false, 1);
+      int prodn = L.rw_node(call, rw::Op::Mul, {xi, wi});
+      acc = acc < 0 ? prodn : L.rw_node(call, rw::Op::Add, {acc, prodn});
+    }
+    if (c.has_bias) {
+      int bi = L.rw_input(call, Stored{L.const_f32(c.wname + ".bias", {C}, c.bias), 0, DType::F32, false}, false, 1);
+      acc = L.rw_node(call, rw::Op::Add, {acc, bi});
+    }
+    if (c.relu) acc = L.rw_node(call, rw::Op::Relu, {acc});
+    Stored G = Y;
+    if (t.wv != OW) G = Stored{L.temp(label + ".virtual", DType::BF16, {t.rows, C}), 0, DType::BF16, true};
+    L.rw_output(call, acc, G);
+    call.flops = c.flops;
+    L.plan_.calls.push_back(std::move(call));
+    if (t.wv != OW) drop_virtual(L, label, G, Y, t, N, C);
+    return;
+  }
+  // Grouped: one im2col and gemm per group, the group's columns copied into place.
+  const int64_t OCg = OC / groups;
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    std::vector<float> wt(w.empty() ? 0 : static_cast<size_t>(taps * Cg * OCg));  // empty: timing-only
+    for (int64_t o = 0; o < OCg && !w.empty(); ++o)
+      for (int64_t ci = 0; ci < Cg; ++ci)
+        for (int64_t t = 0; t < taps; ++t)
+          wt[static_cast<size_t>((t * Cg + ci) * OCg + o)] =
+              w[static_cast<size_t>(((gi * OCg + o) * Cg + ci) * taps + t)];
+    std::vector<float> bg(c.bias.begin() + gi * OCg, c.bias.begin() + (gi + 1) * OCg);
+    const std::string gl = c.wname + ".g" + std::to_string(gi);
+    int B = L.tiled_weights(gl, wt, taps * Cg, OCg);
+    int bias_buf = c.has_bias ? L.const_f32(gl + ".bias", {OCg}, bg) : -1;
+    int im = L.temp(label + ".im2col", DType::BF16, {1});
+    Taps t = window_taps(L, label, X, c.xs, win, 0.0f, gi * Cg, Cg, false, im);
+    L.plan_.buffers[im].shape = {t.rows, taps * Cg};
+    Stored G{L.temp(label + ".group", DType::BF16, {t.rows, OCg}), 0, DType::BF16, false};
+    L.gemm(label, Stored{im, 0, DType::BF16, false}, Stored{B, 0, DType::BF16, false}, bias_buf, G, t.rows, taps * Cg,
+           OCg, c.relu, 1.0f, true, false);
+    L.plan_.calls.back().flops = c.flops / static_cast<double>(groups);
+    std::vector<BufferMove> moves;
+    for (int64_t r = 0; r < N * OH; ++r)
+      moves.push_back(BufferMove{G.buf, Y.buf, G.off + static_cast<uint64_t>(r * t.wv * OCg * 2),
+                                 Y.off + static_cast<uint64_t>((r * OW * OC + gi * OCg) * 2),
+                                 static_cast<uint64_t>(OW), static_cast<uint64_t>(OCg * 2), OCg * 2, OC * 2});
+    L.copy(label, std::move(moves));
+  }
+}
+
+// A row-major [N, C, S...] value copied channels-last, [N, S..., C].
+Stored channels_last(Lowering& L, const std::string& label, Stored x, const Shape& s) {
+  Shape cl{s[0]};
+  cl.insert(cl.end(), s.begin() + 2, s.end());
+  cl.push_back(s[1]);
+  Stored to{L.temp(label + ".channels_last", x.dtype, cl), 0, x.dtype, false};
+  std::vector<int64_t> st = strides_of(s), sstr{st[0]};
+  sstr.insert(sstr.end(), st.begin() + 2, st.end());
+  sstr.push_back(st[1]);
+  L.view_copy(label, x, 0, cl, sstr, to, 0, strides_of(cl));
+  return to;
+}
+
+// The channels-last input of a transposed convolution placed on a zero canvas: input position i of spatial axis d
+// lands at i * stride[d] + lead[d] (dropped when outside the canvas of `canvas` sizes). x: [N, S..., C].
+Stored zero_canvas(Lowering& L, const std::string& label, Stored x, const Shape& s /*[N, C, S...]*/,
+                   const Shape& stride, const Shape& lead, const Shape& canvas) {
+  const size_t sp = canvas.size();
+  const int64_t N = s[0], C = s[1];
+  const int es = isa::dtype_size(x.dtype);
+  Shape cs{N};
+  cs.insert(cs.end(), canvas.begin(), canvas.end());
+  cs.push_back(C);
+  Stored Z{L.temp(label + ".canvas", x.dtype, cs), 0, x.dtype, false};
+  const uint64_t row = static_cast<uint64_t>(canvas[sp - 1] * C * es);
+  std::vector<BufferMove> moves;
+  int pat = L.pattern(0.0f, x.dtype, row);
+  moves.push_back(BufferMove{pat, Z.buf, 0, 0, static_cast<uint64_t>(N * prod(canvas, 0, sp - 1)), row, 0,
+                             static_cast<int64_t>(row)});
+  // the positions along the last axis that land inside the canvas
+  const int64_t last_in = s[1 + sp], st = stride[sp - 1], ld = lead[sp - 1];
+  int64_t i0 = 0, i1 = last_in;  // [i0, i1)
+  while (i0 < last_in && i0 * st + ld < 0) ++i0;
+  while (i1 > i0 && (i1 - 1) * st + ld >= canvas[sp - 1]) --i1;
+  if (i1 > i0) {
+    Shape outer(s.begin() + 2, s.end() - 1);  // the other spatial axes
+    const int64_t count = prod(outer);
+    const std::vector<int64_t> zs = strides_of(cs), xsr = strides_of(Shape(s.begin(), s.end()));
+    for (int64_t img = 0; img < N; ++img)
+      for (int64_t o = 0; o < count; ++o) {
+        // o -> indices of the other axes; their canvas positions
+        int64_t rem = o, src = img, dst = img * zs[0];
+        bool inside = true;
+        std::vector<int64_t> idx(outer.size());
+        for (int64_t d = static_cast<int64_t>(outer.size()) - 1; d >= 0; --d) idx[d] = rem % outer[d], rem /= outer[d];
+        for (size_t d = 0; d < outer.size(); ++d) {
+          src = src * s[2 + d] + idx[d];
+          const int64_t z = idx[d] * stride[d] + lead[d];
+          inside = inside && z >= 0 && z < canvas[d];
+          dst += z * zs[1 + d];
+        }
+        if (!inside) continue;
+        src = (src * last_in + i0) * C;  // channels-last element offset
+        dst += (i0 * st + ld) * C;
+        moves.push_back(BufferMove{x.buf, Z.buf, x.off + static_cast<uint64_t>(src * es),
+                                   static_cast<uint64_t>(dst * es), static_cast<uint64_t>(i1 - i0),
+                                   static_cast<uint64_t>(C * es), C * es, st * C * es});
+      }
+  }
+  L.copy(label, std::move(moves));
+  return Z;
+}
+
+// ConvTranspose as a convolution: weights [C, OC/g, K...] -> [OC, C/g, K...] with the kernel flipped.
+std::vector<float> transposed_weights(const std::vector<float>& w, const Shape& ws, int64_t groups) {
+  if (w.empty()) return {};
+  const int64_t C = ws[0], OCg = ws[1], K = prod(ws, 2), Cg = C / groups;
+  std::vector<float> out(w.size());
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t cg = 0; cg < Cg; ++cg)
+      for (int64_t o = 0; o < OCg; ++o)
+        for (int64_t k = 0; k < K; ++k)
+          out[static_cast<size_t>(((g * OCg + o) * Cg + cg) * K + (K - 1 - k))] =
+              w[static_cast<size_t>(((g * Cg + cg) * OCg + o) * K + k)];
+  return out;
+}
+
+// Conv (1-D, 2-D, 3-D) and ConvTranspose (the same, on a zero canvas): the input made channels-last and 2-D (1-D:
+// H = 1; 3-D: the KD depth taps of each output depth gathered as channels, so that a 3-D convolution is a 2-D one
+// over N x OD images of KD x C channels), the 2-D core, the output made row-major again.
 void lower_conv(Lowering& L, const ir::Node& n) {
+  const bool transposed = n.op == "ConvTranspose";
   int x = n.inputs[0], wv = n.inputs[1];
   if (!L.val(wv).is_const) L.fail(n, "weights computed at run time are not supported");
-  Shape xs = L.shape(x), ws = L.shape(wv);
-  if (xs.size() != 4) L.fail(n, "only 2-D convolutions (4-D inputs) are supported, got " + ir::shape_str(xs));
-  const int64_t N = xs[0], C = xs[1], OC = ws[0], Cg = ws[1], KH = ws[2], KW = ws[3];
+  const Shape xs = L.shape(x), ws = L.shape(wv);
+  const size_t sp = xs.size() - 2;
+  if (sp < 1 || sp > 3)
+    L.fail(n, "only 1-D, 2-D and 3-D convolutions (3-D to 5-D inputs) are supported, got " + ir::shape_str(xs));
   const int64_t groups = n.attr_int("group", 1);
-  if (groups < 1 || C != Cg * groups || OC % groups) L.fail(n, "channels do not match the groups");
-  Window win = window(L, n, xs[2], xs[3], KH, KW);
-  std::vector<float> w = L.val(wv).data;  // [OC, Cg, KH, KW]
+  const int64_t N = xs[0], C = xs[1], OC = transposed ? ws[1] * groups : ws[0], Cg = C / groups;
+  auto ints = [&](const char* key, int64_t def, size_t count) {
+    auto it = n.attrs.find(key);
+    std::vector<int64_t> v = it == n.attrs.end() || it->second.ints.empty() ? std::vector<int64_t>(count, def)
+                                                                             : it->second.ints;
+    if (v.size() != count) L.fail(n, std::string(key) + "=" + ints_str(v) + " does not fit the kernel");
+    return v;
+  };
+  Shape stride = ints("strides", 1, sp), dil = ints("dilations", 1, sp), pads = ints("pads", 0, 2 * sp);
+  const Shape kernel(ws.begin() + 2, ws.end());
+  std::vector<float> w = transposed ? transposed_weights(L.val(wv).data, ws, groups) : L.val(wv).data;
   std::vector<float> bias(static_cast<size_t>(OC), 0.0f);
   bool has_bias = false;
   if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
@@ -274,7 +556,7 @@ void lower_conv(Lowering& L, const ir::Node& n) {
       const float eps = bn.attr_float("epsilon", 1e-5f);
       const auto &gam = L.val(bn.inputs[1]).data, &beta = L.val(bn.inputs[2]).data, &mean = L.val(bn.inputs[3]).data,
                  &var = L.val(bn.inputs[4]).data;
-      const int64_t per = Cg * KH * KW;
+      const int64_t per = Cg * prod(kernel);
       for (int64_t o = 0; o < OC; ++o) {
         const float sc = gam[o] / std::sqrt(var[o] + eps);
         for (int64_t e = 0; e < per && !w.empty(); ++e) w[static_cast<size_t>(o * per + e)] *= sc;
@@ -294,99 +576,109 @@ void lower_conv(Lowering& L, const ir::Node& n) {
     out = L.g_.nodes[L.users_[out][0]].outputs[0];
   }
   const Shape os = L.shape(out);
-  const int64_t OH = os[2], OW = os[3];
   const bool q8 = groups == 1 && L.int8(x);
-  Stored X = q8 ? L.quantized(n, x, true) : L.get(x, DType::BF16, true);
-  Stored Y = L.remember(out, Stored{L.temp(L.val(out).name, DType::BF16, os), 0, DType::BF16, true});
-  const int64_t taps = KH * KW;
+  // The model's multiply-adds: each output position of a convolution, each input position of a transposed one.
+  const double flops = 2.0 * static_cast<double>(transposed ? prod(xs, 2) : prod(os, 2)) * static_cast<double>(N) *
+                       static_cast<double>(prod(kernel) * Cg * OC);
 
-  if (groups == 1) {
-    // weights [OC, C, KH, KW] -> [(kh, kw, c), OC], the im2col matrix's column order
-    std::vector<float> wt(w.empty() ? 0 : static_cast<size_t>(taps * C * OC));  // empty: timing-only
-    for (int64_t o = 0; o < OC && !w.empty(); ++o)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t t = 0; t < taps; ++t)
-          wt[static_cast<size_t>((t * C + c) * OC + o)] = w[static_cast<size_t>((o * C + c) * taps + t)];
-    const double flops = 2.0 * N * OH * OW * taps * C * OC;  // the real output positions only
-    // out = act(a[m, taps*C] @ wt + bias) into `dst`; `value`: the graph value dst holds, -1 for virtual rows
-    auto matmul = [&](Stored a, int64_t m, Stored dst, int value) {
-      if (q8) {
-        L.int8_gemm(n, label, a, x, wt, m, taps * C, OC, has_bias ? bias : std::vector<float>{}, L.val(wv).name, relu,
-                  dst, flops, value);
-        return;
-      }
-      int B = L.tiled_weights(L.val(wv).name, wt, taps * C, OC);
-      int bias_buf = has_bias ? L.const_f32(L.val(wv).name + ".bias", {OC}, bias) : -1;
-      L.gemm(label, a, Stored{B, 0, DType::BF16, false}, bias_buf, dst, m, taps * C, OC, relu, 1.0f, true, false);
-      L.plan_.calls.back().flops = flops;
-    };
-    const bool direct = KH == 1 && KW == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 && win.pl == 0 &&
-                        win.pb == 0 && win.pr == 0;
-    if (direct) return matmul(X, N * OH * OW, Y, out);
-    int im = L.temp(label + ".im2col", X.dtype, {1});
-    Taps t = window_taps(L, label, X, xs, win, 0.0f, 0, C, false, im);
-    L.plan_.buffers[im].shape = {t.rows, taps * C};
-    if (t.wv == OW) return matmul(Stored{im, 0, X.dtype, false}, t.rows, Y, out);
-    Stored G{L.temp(label + ".virtual", DType::BF16, {t.rows, OC}), 0, DType::BF16, true};
-    matmul(Stored{im, 0, X.dtype, false}, t.rows, G, -1);
-    drop_virtual(L, label, G, Y, t, N, OC);
-    return;
-  }
-  if (Cg == 1 && OC == groups) {  // depthwise: sum over taps of tap * w[tap] on the vector unit
-    int im = L.temp(label + ".taps", DType::BF16, {1});
-    Taps t = window_taps(L, label, X, xs, win, 0.0f, 0, C, true, im);
-    L.plan_.buffers[im].shape = {taps, t.rows, C};
-    KernelCall call = L.rowwise_call(label, t.rows, C);
-    int acc = -1;
-    for (int64_t k = 0; k < taps; ++k) {
-      std::vector<float> wk(w.empty() ? 0 : static_cast<size_t>(C));  // empty: timing-only
-      for (int64_t c = 0; c < static_cast<int64_t>(wk.size()); ++c) wk[c] = w[static_cast<size_t>(c * taps + k)];
-      int xi = L.rw_input(call, Stored{im, static_cast<uint64_t>(k * t.rows * C * 2), DType::BF16, false}, false, 0);
-      int wi = L.rw_input(call, Stored{L.const_f32(L.val(wv).name + ".tap" + std::to_string(k), {C}, wk), 0, DType::F32, false},
-                        false, 1);
-      int prodn = L.rw_node(call, rw::Op::Mul, {xi, wi});
-      acc = acc < 0 ? prodn : L.rw_node(call, rw::Op::Add, {acc, prodn});
+  Conv2d c{label, L.val(wv).name, {}, {}, {}, {}, OC, Cg, 1, 1, groups, bias, has_bias, relu, q8, x, {}, 1, 1, out,
+           flops};
+  // The input, channels-last: [N, S..., C] (NHWC for 2-D).
+  Stored X;
+  if (sp == 2) X = q8 ? L.quantized(n, x, true) : L.get(x, DType::BF16, true);
+  else X = channels_last(L, label, q8 ? L.quantized(n, x, false) : L.get(x, DType::BF16, false), xs);
+  Shape in_sp(xs.begin() + 2, xs.end());  // the convolution's spatial input sizes
+  if (transposed) {
+    // y = conv(x placed every stride[d] on a zero canvas, flipped weights) with stride 1 and no padding: the canvas
+    // has d*(k-1) - pad_begin zeros before the first input and d*(k-1) - pad_end + output_padding after the last
+    // (negative counts crop).
+    Shape opad = ints("output_padding", 0, sp), lead(sp), canvas(sp);
+    for (size_t d = 0; d < sp; ++d) {
+      lead[d] = dil[d] * (kernel[d] - 1) - pads[d];
+      canvas[d] = (xs[2 + d] - 1) * stride[d] + 1 + lead[d] + dil[d] * (kernel[d] - 1) - pads[sp + d] + opad[d];
     }
-    if (has_bias) {
-      int bi = L.rw_input(call, Stored{L.const_f32(L.val(wv).name + ".bias", {C}, bias), 0, DType::F32, false}, false, 1);
-      acc = L.rw_node(call, rw::Op::Add, {acc, bi});
-    }
-    if (relu) acc = L.rw_node(call, rw::Op::Relu, {acc});
-    Stored G = Y;
-    if (t.wv != OW) G = Stored{L.temp(label + ".virtual", DType::BF16, {t.rows, C}), 0, DType::BF16, true};
-    L.rw_output(call, acc, G);
-    call.flops = 2.0 * N * OH * OW * taps * C;
-    L.plan_.calls.push_back(std::move(call));
-    if (t.wv != OW) drop_virtual(L, label, G, Y, t, N, C);
-    return;
+    X = zero_canvas(L, label, X, xs, stride, lead, canvas);
+    in_sp = canvas;
+    std::fill(stride.begin(), stride.end(), 1);
+    std::fill(pads.begin(), pads.end(), 0);
   }
-  // Grouped: one im2col and gemm per group, the group's columns copied into place.
-  const int64_t OCg = OC / groups;
-  for (int64_t gi = 0; gi < groups; ++gi) {
-    std::vector<float> wt(w.empty() ? 0 : static_cast<size_t>(taps * Cg * OCg));  // empty: timing-only
-    for (int64_t o = 0; o < OCg && !w.empty(); ++o)
-      for (int64_t c = 0; c < Cg; ++c)
-        for (int64_t t = 0; t < taps; ++t)
-          wt[static_cast<size_t>((t * Cg + c) * OCg + o)] =
-              w[static_cast<size_t>(((gi * OCg + o) * Cg + c) * taps + t)];
-    std::vector<float> bg(bias.begin() + gi * OCg, bias.begin() + (gi + 1) * OCg);
-    const std::string gl = L.val(wv).name + ".g" + std::to_string(gi);
-    int B = L.tiled_weights(gl, wt, taps * Cg, OCg);
-    int bias_buf = has_bias ? L.const_f32(gl + ".bias", {OCg}, bg) : -1;
-    int im = L.temp(label + ".im2col", DType::BF16, {1});
-    Taps t = window_taps(L, label, X, xs, win, 0.0f, gi * Cg, Cg, false, im);
-    L.plan_.buffers[im].shape = {t.rows, taps * Cg};
-    Stored G{L.temp(label + ".group", DType::BF16, {t.rows, OCg}), 0, DType::BF16, false};
-    L.gemm(label, Stored{im, 0, DType::BF16, false}, Stored{B, 0, DType::BF16, false}, bias_buf, G, t.rows, taps * Cg,
-         OCg, relu, 1.0f, true, false);
-    L.plan_.calls.back().flops = 2.0 * N * OH * OW * taps * Cg * OCg;
+  // The 2-D form.
+  if (sp == 1) {
+    c.xs = {N, C, 1, in_sp[0]};
+    c.win = Window{1, kernel[0], 1, stride[0], 1, dil[0], 0, pads[0], 0, pads[1]};
+    c.KW = kernel[0];
+    c.OH = 1, c.OW = os[2];
+  } else if (sp == 2) {
+    c.xs = {N, C, in_sp[0], in_sp[1]};
+    c.win = Window{kernel[0], kernel[1], stride[0], stride[1], dil[0], dil[1], pads[0], pads[1], pads[2], pads[3]};
+    c.KH = kernel[0], c.KW = kernel[1];
+    c.OH = os[2], c.OW = os[3];
+  } else {
+    // Depth taps as channels: image (n, od) of G holds, for each group, the KD input depths od*sd + kd*dd - pd
+    // (zeros outside the input), each of the group's Cg channels: channel (g, kd, cg).
+    const int64_t D = in_sp[0], H = in_sp[1], W = in_sp[2], KD = kernel[0], OD = os[2];
+    const int64_t Ct = KD * C, es = isa::dtype_size(X.dtype);
+    Stored G{L.temp(label + ".depth_taps", X.dtype, {N * OD, H, W, Ct}), 0, X.dtype, true};
     std::vector<BufferMove> moves;
-    for (int64_t r = 0; r < N * OH; ++r)
-      moves.push_back(BufferMove{G.buf, Y.buf, static_cast<uint64_t>(r * t.wv * OCg * 2),
-                                 static_cast<uint64_t>((r * OW * OC + gi * OCg) * 2), static_cast<uint64_t>(OW),
-                                 static_cast<uint64_t>(OCg * 2), OCg * 2, OC * 2});
+    const uint64_t plane = static_cast<uint64_t>(H * W * Ct * es);
+    bool outside = false;
+    for (int64_t od = 0; od < OD; ++od)
+      for (int64_t kd = 0; kd < KD; ++kd) {
+        const int64_t d = od * stride[0] + kd * dil[0] - pads[0];
+        outside = outside || d < 0 || d >= D;
+      }
+    if (outside) {
+      int pat = L.pattern(0.0f, X.dtype, plane);
+      moves.push_back(BufferMove{pat, G.buf, 0, 0, static_cast<uint64_t>(N * OD), plane, 0,
+                                 static_cast<int64_t>(plane)});
+    }
+    for (int64_t img = 0; img < N; ++img)
+      for (int64_t od = 0; od < OD; ++od)
+        for (int64_t kd = 0; kd < KD; ++kd) {
+          const int64_t d = od * stride[0] + kd * dil[0] - pads[0];
+          if (d < 0 || d >= D) continue;
+          for (int64_t g = 0; g < groups; ++g)
+            moves.push_back(BufferMove{
+                X.buf, G.buf, X.off + static_cast<uint64_t>((((img * D + d) * H * W) * C + g * Cg) * es),
+                static_cast<uint64_t>(((img * OD + od) * H * W * Ct + (g * KD + kd) * Cg) * es),
+                static_cast<uint64_t>(H * W), static_cast<uint64_t>(Cg * es), C * es, Ct * es});
+        }
     L.copy(label, std::move(moves));
+    X = G;
+    c.xs = {N * OD, Ct, H, W};
+    c.win = Window{kernel[1], kernel[2], stride[1], stride[2], dil[1], dil[2], pads[1], pads[2], pads[4], pads[5]};
+    c.Cg = KD * Cg;
+    c.KH = kernel[1], c.KW = kernel[2];
+    c.OH = os[3], c.OW = os[4];
+    if (!w.empty()) {  // [OC, Cg, KD, KH, KW] -> [OC, (kd, cg), KH, KW]
+      std::vector<float> w2(w.size());
+      const int64_t hw = kernel[1] * kernel[2];
+      for (int64_t o = 0; o < OC; ++o)
+        for (int64_t cg = 0; cg < Cg; ++cg)
+          for (int64_t kd = 0; kd < KD; ++kd)
+            for (int64_t t = 0; t < hw; ++t)
+              w2[static_cast<size_t>(((o * KD + kd) * Cg + cg) * hw + t)] =
+                  w[static_cast<size_t>(((o * Cg + cg) * KD + kd) * hw + t)];
+      w = std::move(w2);
+    }
   }
+  c.X = X;
+  c.w = std::move(w);
+  if (sp == 2) {
+    c.Y = L.remember(out, Stored{L.temp(L.val(out).name, DType::BF16, os), 0, DType::BF16, true});
+    return conv2d(L, n, c);
+  }
+  // 1-D and 3-D: the core's NHWC output is [N, S..., OC] channels-last, made row-major [N, OC, S...].
+  Shape cl{N};
+  cl.insert(cl.end(), os.begin() + 2, os.end());
+  cl.push_back(OC);
+  c.Y = Stored{L.temp(label + ".channels_last_out", DType::BF16, cl), 0, DType::BF16, true};
+  c.value = -1;
+  conv2d(L, n, c);
+  Stored Y = L.remember(out, Stored{L.temp(L.val(out).name, DType::BF16, os), 0, DType::BF16, false});
+  std::vector<int64_t> cst = strides_of(cl), dstr{cst[0], cst[cl.size() - 1]};
+  dstr.insert(dstr.end(), cst.begin() + 1, cst.end() - 1);
+  L.view_copy(label, c.Y, 0, os, dstr, Y, 0, strides_of(os));
 }
 
 void lower_pool(Lowering& L, const ir::Node& n) {
@@ -474,6 +766,9 @@ void add_conv_ops(OpTable& t) {
   };
   t.add({.name = "Conv", .min_inputs = 2, .max_inputs = 3, .attrs = with(window, {{"group", K::Int}}),
          .infer = infer_conv, .lower = lower_conv, .quantises = quantises_conv, .weight_input = conv_weights});
+  t.add({.name = "ConvTranspose", .min_inputs = 2, .max_inputs = 3,
+         .attrs = with(window, {{"group", K::Int}, {"output_padding", K::Ints}, {"output_shape", K::Ints}}),
+         .infer = infer_conv_transpose, .lower = lower_conv, .quantises = quantises_conv, .weight_input = conv_weights});
   t.add({.name = "MaxPool", .max_outputs = 2,
          .attrs = with(window, {{"ceil_mode", K::Int}, {"storage_order", K::Int}}), .infer = infer_pool,
          .lower = lower_pool});

@@ -1,7 +1,8 @@
 // Data movement and shape computations: views (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout: aliases, no
 // kernel), strided copies (Transpose, Slice, Split, Concat, Expand, Pad, Gather with constant indices), embedding
-// lookups (Gather of a constant table by run-time indices: gather.s), and the operators that only ever fold
-// (Shape, Size, ConstantOfShape, Range) or fold when their inputs are constants (Tile, Trilu).
+// lookups (Gather of a constant table by run-time indices: gather.s), Tile (a copy whose repeats read with stride 0),
+// and the operators that only ever fold (Shape, Size, ConstantOfShape, Range) or fold when their inputs are constants
+// (Trilu).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -668,6 +669,25 @@ void lower_expand(Lowering& L, const ir::Node& n) {
   L.st_[y].push_back(Y);
 }
 
+// Tile: one strided copy over [r0, s0, r1, s1, ...] (repeat, then the input's axis), the repeats reading with stride 0.
+void lower_tile(Lowering& L, const ir::Node& n) {
+  int x = n.inputs[0], y = n.outputs[0];
+  const Shape xs = L.shape(x), ys = L.shape(y);
+  const std::vector<int64_t> xst = strides_of(xs);
+  Shape view;
+  std::vector<int64_t> sst, dst;
+  std::vector<int64_t> yst = strides_of(ys);
+  for (size_t d = 0; d < xs.size(); ++d) {
+    const int64_t rep = xs[d] ? ys[d] / xs[d] : 0;
+    view.push_back(rep), sst.push_back(0), dst.push_back(xs[d] * yst[d]);
+    view.push_back(xs[d]), sst.push_back(xst[d]), dst.push_back(yst[d]);
+  }
+  Stored X = L.plain_input(x);
+  Stored Y{L.temp(L.val(y).name, X.dtype, ys), 0, X.dtype, false};
+  L.view_copy(n.name, X, 0, view, sst, Y, 0, dst);
+  L.st_[y].push_back(Y);
+}
+
 void lower_pad(Lowering& L, const ir::Node& n) {
   int x = n.inputs[0], y = n.outputs[0];
   auto mode = n.attrs.find("mode");
@@ -729,7 +749,8 @@ void add_data_ops(OpTable& t) {
   t.add({.name = "Pad", .max_inputs = 4, .attrs = {{"mode", K::String}, {"pads", K::Ints}, {"value", K::Float}},
          .infer = infer_pad, .fold = fold_pad, .lower = lower_pad});
   // Folded only.
-  t.add({.name = "Tile", .min_inputs = 2, .max_inputs = 2, .infer = infer_tile, .fold = fold_tile});
+  t.add({.name = "Tile", .min_inputs = 2, .max_inputs = 2, .infer = infer_tile, .fold = fold_tile, .lower = lower_tile,
+         .moves_data = true});
   t.add({.name = "Trilu", .max_inputs = 2, .attrs = {{"upper", K::Int}}, .infer = infer_trilu, .fold = fold_trilu});
   t.add({.name = "Shape", .attrs = {{"start", K::Int}, {"end", K::Int}}, .infer = infer_shape, .fold = fold_shape,
          .fold_shape_only = true});

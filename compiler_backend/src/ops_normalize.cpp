@@ -1,7 +1,9 @@
 // Normalisations and reductions: Softmax, LayerNormalization, BatchNormalization (inference, constant parameters)
-// and ReduceMean/Sum/Max over the last axis are row-wise (Fusion::RowReduce: the row-wise kernel reduces along its
-// columns); BatchNormalization after a Conv folds into the convolution (ops_conv.cpp); ReduceMean over H and W is a
-// spatial mean (ops_conv.cpp's lower_spatial_mean).
+// and ReduceMean/Sum/Max/Min over the last axis are row-wise (Fusion::RowReduce: the row-wise kernel reduces along
+// its columns); over other axes (LayerNormalization: over several) they run the same row-wise function in a kernel of
+// their own on a copy of the input with those axes moved last (lower_over_axes); BatchNormalization after a Conv
+// folds into the convolution (ops_conv.cpp); ReduceMean over H and W of a 4-D value is a spatial mean (ops_conv.cpp's
+// lower_spatial_mean).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -110,16 +112,91 @@ bool spatial_mean(const Lowering& L, const ir::Node& n) {  // a mean over axes 2
   return axes == std::vector<int64_t>{2, 3};
 }
 
-void fail_axis(Lowering& L, const ir::Node& n) {
-  L.fail(n, "axis " + std::to_string(n.attr_int("axis", -1)) + " of a rank-" +
-                std::to_string(L.shape(n.inputs[0]).size()) + " input is not supported (only the last axis)");
+int rw_layernorm(RowEmit& e);
+
+// Softmax, LayerNormalization and reductions over other axes than the last: the input copied with those axes moved
+// last (none when they are last already, as LayerNormalization's over several axes), the node's row-wise function
+// over [other axes, those axes] (one kernel of its own), and for Softmax/LogSoftmax the result moved back.
+void lower_over_axes(Lowering& L, const ir::Node& n, std::vector<int64_t> axes) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  const Shape xs = L.shape(x);
+  const int64_t r = static_cast<int64_t>(xs.size());
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < r; ++d)
+    if (std::find(axes.begin(), axes.end(), d) == axes.end()) perm.push_back(d);
+  const size_t kept = perm.size();
+  perm.insert(perm.end(), axes.begin(), axes.end());
+  Shape ts;
+  std::vector<int64_t> xst = strides_of(xs), sst;
+  for (int64_t d : perm) ts.push_back(xs[d]), sst.push_back(xst[d]);
+  const int64_t rows = prod(ts, 0, kept), cols = prod(ts, kept);
+  bool moved = false;
+  for (size_t i = 0; i < perm.size(); ++i) moved = moved || perm[i] != static_cast<int64_t>(i);
+  Stored X = L.plain_input(x);
+  if (moved) {
+    Stored T{L.temp(n.name + ".moved", X.dtype, ts), 0, X.dtype, false};
+    L.view_copy(n.name, X, 0, ts, sst, T, 0, strides_of(ts));
+    X = T;
+  }
+  KernelCall call = L.rowwise_call(n.name, rows, cols);
+  Group gr;
+  gr.O = {rows, cols};
+  gr.R = rows, gr.C = cols;
+  gr.node_of[x] = L.rw_input(call, X, false, 0);
+  gr.per_row[x] = false;
+  RowEmit e{L, call, gr, n};
+  int out;
+  if (n.op == "LayerNormalization") {
+    // scale and bias: constants broadcast to the normalised axes, one row of `cols`
+    for (size_t k = 1; k < 3; ++k) {
+      if (k >= n.inputs.size() || n.inputs[k] < 0) continue;
+      const ir::Value& v = L.val(n.inputs[k]);
+      if (!v.is_const) L.fail(n, "a scale or bias computed at run time is not supported over several axes");
+      const Shape norm(xs.begin() + static_cast<int64_t>(kept), xs.end());
+      std::vector<float> d = broadcast_data(v.data, v.shape(), norm);
+      gr.node_of[n.inputs[k]] =
+          L.rw_input(call, Stored{L.const_f32(v.name + ".row", {cols}, d), 0, DType::F32, false}, false, 1);
+    }
+    out = rw_layernorm(e);
+  } else {
+    const OpDef* def = find_op(n.op);
+    out = def->rowwise(e);
+  }
+  // A reduction (one value per row: the output's elements in order) or the axes last already: written as it is.
+  if (e.out_per_row || !moved || n.op.rfind("Reduce", 0) == 0) {
+    Stored Y = L.destination(y, L.storage_type(y));
+    L.rw_output(call, out, Y);
+    L.plan_.calls.push_back(std::move(call));
+    return;
+  }
+  Stored Y = L.destination(y, L.storage_type(y));
+  Stored T{L.temp(n.name + ".result", Y.dtype, ts), 0, Y.dtype, false};
+  L.rw_output(call, out, T);
+  L.plan_.calls.push_back(std::move(call));
+  // back: y[i] = T[perm-applied i]
+  std::vector<int64_t> tst = strides_of(ts), back(static_cast<size_t>(r));
+  for (size_t i = 0; i < perm.size(); ++i) back[static_cast<size_t>(perm[i])] = tst[i];
+  L.view_copy(n.name, T, 0, xs, back, Y, 0, strides_of(xs));
 }
 
-void fail_reduce(Lowering& L, const ir::Node& n) { L.fail(n, "only a reduction over the last axis is supported"); }
+void lower_axis(Lowering& L, const ir::Node& n) {  // Softmax, LogSoftmax: one axis; LayerNormalization: axis..end
+  const int64_t r = static_cast<int64_t>(L.shape(n.inputs[0]).size());
+  int64_t axis = n.attr_int("axis", -1);
+  if (axis < 0) axis += r;
+  std::vector<int64_t> axes{axis};
+  if (n.op == "LayerNormalization")
+    for (int64_t d = axis + 1; d < r; ++d) axes.push_back(d);
+  lower_over_axes(L, n, axes);
+}
 
-void lower_reduce_mean(Lowering& L, const ir::Node& n) {
-  if (!spatial_mean(L, n)) fail_reduce(L, n);
-  lower_spatial_mean(L, n, n.inputs[0], n.outputs[0]);
+void lower_reduce(Lowering& L, const ir::Node& n) {
+  if (n.op == "ReduceMean" && spatial_mean(L, n)) return lower_spatial_mean(L, n, n.inputs[0], n.outputs[0]);
+  const std::vector<int64_t> axes = n.attrs.at("axes").ints;  // resolved by shape inference (sorted)
+  if (axes.empty()) {  // noop_with_empty_axes: the input itself
+    L.alias(n);
+    return;
+  }
+  lower_over_axes(L, n, axes);
 }
 
 int rw_softmax(RowEmit& e) {
@@ -182,17 +259,23 @@ int reduce(RowEmit& e) {
   return r;
 }
 
+int reduce_min(RowEmit& e) {  // -max(-x)
+  if (e.gr.C == 1) return e.in(0);
+  e.out_per_row = true;
+  return e.node(rw::Op::Neg, {e.node(rw::Op::RowMax, {e.node(rw::Op::Neg, {e.in(0)})})});
+}
+
 }  // namespace
 
 void add_normalize_ops(OpTable& t) {
   constexpr Fusion R = Fusion::RowReduce;
   t.add({.name = "Softmax", .attrs = {{"axis", K::Int}}, .infer = infer_softmax, .fusion = R,
-         .fusable = last_axis, .rowwise = rw_softmax, .lower = fail_axis});
+         .fusable = last_axis, .rowwise = rw_softmax, .lower = lower_axis});
   t.add({.name = "LogSoftmax", .attrs = {{"axis", K::Int}}, .infer = infer_softmax, .fusion = R,
-         .fusable = last_axis, .rowwise = rw_log_softmax, .lower = fail_axis});
+         .fusable = last_axis, .rowwise = rw_log_softmax, .lower = lower_axis});
   t.add({.name = "LayerNormalization", .min_inputs = 2, .max_inputs = 3, .max_outputs = 3,
          .attrs = {{"axis", K::Int}, {"epsilon", K::Float}, {"stash_type", K::Int}}, .infer = infer_layernorm,
-         .fusion = R, .fusable = last_axis, .rowwise = rw_layernorm, .lower = fail_axis});
+         .fusion = R, .fusable = last_axis, .rowwise = rw_layernorm, .lower = lower_axis});
   t.add({.name = "BatchNormalization", .min_inputs = 5, .max_inputs = 5, .max_outputs = 3,
          .attrs = {{"epsilon", K::Float}, {"momentum", K::Float}, {"training_mode", K::Int}},
          .infer = infer_batchnorm, .fusion = Fusion::Elementwise, .fusable = batchnorm_fusable,
@@ -201,13 +284,13 @@ void add_normalize_ops(OpTable& t) {
   const std::map<std::string, K> reduce_attrs = {{"axes", K::Ints}, {"keepdims", K::Int},
                                                  {"noop_with_empty_axes", K::Int}};
   t.add({.name = "ReduceMean", .max_inputs = 2, .attrs = reduce_attrs, .infer = infer_reduce, .fusion = R,
-         .fusable = reduce_last, .rowwise = reduce<rw::Op::RowMean>, .lower = lower_reduce_mean});
+         .fusable = reduce_last, .rowwise = reduce<rw::Op::RowMean>, .lower = lower_reduce});
   t.add({.name = "ReduceSum", .max_inputs = 2, .attrs = reduce_attrs, .infer = infer_reduce, .fusion = R,
-         .fusable = reduce_last, .rowwise = reduce<rw::Op::RowSum>, .lower = fail_reduce});
+         .fusable = reduce_last, .rowwise = reduce<rw::Op::RowSum>, .lower = lower_reduce});
   t.add({.name = "ReduceMax", .max_inputs = 2, .attrs = reduce_attrs, .infer = infer_reduce, .fusion = R,
-         .fusable = reduce_last, .rowwise = reduce<rw::Op::RowMax>, .lower = fail_reduce});
+         .fusable = reduce_last, .rowwise = reduce<rw::Op::RowMax>, .lower = lower_reduce});
   t.add({.name = "ReduceMin", .max_inputs = 2, .attrs = reduce_attrs, .infer = infer_reduce, .fusion = R,
-         .no_lowering = "no lowering for this operator (the vector unit has no row minimum)"});
+         .fusable = reduce_last, .rowwise = reduce_min, .lower = lower_reduce});
 }
 
 }  // namespace tpusim::compiler

@@ -24,7 +24,10 @@ namespace tpusim::compiler {
 // Element types propagate (Shape/Size -> INT64, Cast -> `to`, comparisons -> BOOL, data movement -> the data's).
 // Inference records the resolved form of each node in its attributes, for the lowering:
 //   Conv/MaxPool/AveragePool: kernel_shape, strides, dilations, pads (all spatial begins, then ends; auto_pad
-//     resolved and removed), Conv: group.
+//     resolved and removed), Conv: group. ConvTranspose: the same and output_padding (pads from auto_pad or
+//     output_shape as the ONNX spec derives them; output_shape removed).
+//   Resize: scales (Floats, one per axis: the scale the coordinate transformation divides by; 0 when sizes are
+//     given, the scale being out / in).
 //   Softmax/LogSoftmax/LayerNormalization/Gather/Concat/Flatten/Split: axis (non-negative).
 //   ReduceX: axes (non-negative, sorted, all axes when all are reduced), keepdims; a no-op has axes=[] and
 //     noop_with_empty_axes=1.

@@ -281,11 +281,18 @@ TEST(LowerRowwise, DecomposedLayerNormIsOneKernel) {
   EXPECT_EQ(p.calls[0].label, "mean+sub+pow+var+add_eps+sqrt+div+mul+add");
 }
 
-TEST(LowerErrors, SoftmaxOverANonLastAxis) {
+// Softmax over axis 1: the input moved to [2, 4, 3] (a copy), one row-wise kernel over 8 rows of 3, moved back.
+TEST(Lower, SoftmaxOverANonLastAxisMovesItLast) {
   ModelBuilder b;
   b.input("x", {2, 3, 4}).output("y");
   test::set_int(b.node("Softmax", "sm", {"x"}, {"y"}), "axis", 1);
-  EXPECT_EQ(error_of(b), "m.onnx: node 'sm' (Softmax): axis 1 of a rank-3 input is not supported (only the last axis)");
+  KernelPlan p = plan_of(b);
+  ASSERT_GE(p.calls.size(), 3u);
+  EXPECT_EQ(p.calls[0].kernel, "copy");
+  EXPECT_EQ(p.calls[1].kernel, "rowwise");
+  EXPECT_EQ(p.calls[1].rows.rows, 8);
+  EXPECT_EQ(p.calls[1].rows.cols, 3);
+  EXPECT_EQ(p.calls[2].kernel, "copy");
 }
 
 TEST(LowerErrors, WhereWithAConditionComputedAtRunTime) {

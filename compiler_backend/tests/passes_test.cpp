@@ -305,6 +305,66 @@ TEST(ShapeInference, ConvPadsStridesDilationsGroups) {
             "t.onnx: node 'n' (Conv): input [1,6,7,7], weight [2,4,3,3] and group=1 do not fit");
 }
 
+TEST(ShapeInference, ConvTranspose) {
+  // out = stride*(in-1) + output_padding + dilation*(k-1) + 1 - pads; weights [C, OC/group, k...]
+  ModelBuilder b = single("ConvTranspose", {{"x", {1, 4, 5, 6}}, {"w", {4, 3, 3, 3}}});
+  test::set_ints(the_node(b), "strides", {2, 2});
+  test::set_ints(the_node(b), "pads", {1, 1, 1, 1});
+  test::set_ints(the_node(b), "output_padding", {1, 1});
+  EXPECT_EQ(shape_of(load(b), "y"), "[1,3,10,12]");  // 2*4 + 1 + 2 + 1 - 2, 2*5 + 1 + 2 + 1 - 2
+  test::set_int(the_node(b), "group", 2);
+  EXPECT_EQ(shape_of(load(b), "y"), "[1,6,10,12]");
+  // SAME_UPPER: out = in * stride; the full 11 x 13 less total padding 1, its smaller half (0) first
+  ModelBuilder same = single("ConvTranspose", {{"x", {1, 4, 5, 6}}, {"w", {4, 3, 3, 3}}});
+  test::set_ints(the_node(same), "strides", {2, 2});
+  test::set_string(the_node(same), "auto_pad", "SAME_UPPER");
+  ir::Graph g = load(same);
+  EXPECT_EQ(shape_of(g, "y"), "[1,3,10,12]");
+  EXPECT_EQ(g.nodes[0].attrs.at("pads").ints, (std::vector<int64_t>{0, 0, 1, 1}));
+  // output_shape: totals 11 - 8 = 3 and 13 - 10 = 3, the larger half first
+  ModelBuilder os = single("ConvTranspose", {{"x", {1, 4, 5, 6}}, {"w", {4, 3, 3, 3}}});
+  test::set_ints(the_node(os), "strides", {2, 2});
+  test::set_ints(the_node(os), "output_shape", {8, 10});
+  g = load(os);
+  EXPECT_EQ(shape_of(g, "y"), "[1,3,8,10]");
+  EXPECT_EQ(g.nodes[0].attrs.at("pads").ints, (std::vector<int64_t>{2, 2, 1, 1}));
+  test::set_ints(the_node(os), "output_shape", {12, 10});
+  EXPECT_EQ(error_of([&] { load(os); }),
+            "t.onnx: node 'n' (ConvTranspose): output_shape=[12,10] is larger than the transposed convolution makes "
+            "(11 along axis 2)");
+  ModelBuilder bad = single("ConvTranspose", {{"x", {1, 4, 5}}, {"w", {3, 2, 3}}});
+  EXPECT_EQ(error_of([&] { load(bad); }),
+            "t.onnx: node 'n' (ConvTranspose): input [1,4,5], weight [3,2,3] and group=1 do not fit (the weight is "
+            "[C, OC/group, kernel...])");
+}
+
+TEST(ShapeInference, Resize) {
+  auto resize = [](std::vector<float> scales, std::vector<int64_t> sizes, std::vector<int64_t> axes = {}) {
+    ModelBuilder b;
+    b.input("x", {1, 2, 5, 6}).output("y");
+    std::vector<std::string> in = {"x", ""};
+    if (!scales.empty()) {
+      b.constant("s", {static_cast<int64_t>(scales.size())}, scales);
+      in.push_back("s");
+    } else {
+      in.push_back("");
+    }
+    if (!sizes.empty()) {
+      test::int_constant(b, "z", {static_cast<int64_t>(sizes.size())}, sizes);
+      in.push_back("z");
+    }
+    onnx::NodeProto* n = b.node("Resize", "n", in, {"y"});
+    if (!axes.empty()) test::set_ints(n, "axes", axes);
+    return b;
+  };
+  EXPECT_EQ(shape_of(load(resize({1, 1, 1.5f, 0.5f}, {})), "y"), "[1,2,7,3]");  // floor(in * scale)
+  EXPECT_EQ(shape_of(load(resize({}, {1, 2, 8, 9})), "y"), "[1,2,8,9]");
+  EXPECT_EQ(shape_of(load(resize({}, {3, 4}, {-2, -1})), "y"), "[1,2,3,4]");
+  EXPECT_EQ(error_of([&] { load(resize({1, 1, 2, 2}, {1, 2, 8, 9})); }),
+            "t.onnx: node 'n' (Resize): exactly one of 'scales' and 'sizes' must be given");
+  EXPECT_EQ(error_of([&] { load(resize({1, 2, 2}, {})); }), "t.onnx: node 'n' (Resize): scales has 3 values for 4 axes");
+}
+
 TEST(ShapeInference, PoolingBatchNormFlatten) {
   ModelBuilder mp = single("MaxPool", {{"x", {1, 64, 112, 112}}});
   test::set_ints(the_node(mp), "kernel_shape", {3, 3});
