@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "tpusim/compiler/compiler.h"
 #include "tpusim/isa/assembler.h"
@@ -184,8 +186,54 @@ struct OnChip {
   bool every_core() const { return gemm.has_value() || row_cores > 1 || copy_cores > 1; }
 };
 
+// Kernel texts assembled once per compile up to their addresses (isa::prepare) and placed at each call's: a
+// model's whole-chip GEMMs and library kernels repeat (ResNet-50's bottleneck blocks), and placing a prepared
+// text costs a fraction of assembling it. The program is the same either way (isa::Prepared::place); a text that
+// cannot be prepared, or a placement that fails, is assembled as before (which reports the error).
+class Fragments {
+ public:
+  // A kernel's prepared first pass, by a key that determines its text; nullptr where it cannot be prepared.
+  const isa::Prepared* get(const std::string& key, const std::function<isa::Prepared()>& prepare) {
+    auto it = library_.find(key);
+    if (it == library_.end()) it = library_.emplace(key, attempt(prepare)).first;
+    return it->second ? &*it->second : nullptr;
+  }
+  // A whole-chip GEMM's (the chip's symbols are the compile's), without generating its text again.
+  const isa::Prepared* get(const kernels::GemmChip& g, const std::map<std::string, int64_t>& symbols) {
+    for (const auto& [known, prepared] : gemms_)
+      if (known == g) return prepared ? &*prepared : nullptr;
+    gemms_.emplace_back(g, attempt([&] { return isa::prepare(kernels::gemm_chip_source(g, symbols), "gemm_chip"); }));
+    return gemms_.back().second ? &*gemms_.back().second : nullptr;
+  }
+
+ private:
+  static std::optional<isa::Prepared> attempt(const std::function<isa::Prepared()>& prepare) {
+    try {
+      return prepare();
+    } catch (const isa::Error&) {
+      return std::nullopt;
+    } catch (const std::invalid_argument&) {  // a kernel generator's: reported where the call is assembled
+      return std::nullopt;
+    }
+  }
+  std::unordered_map<std::string, std::optional<isa::Prepared>> library_;
+  std::vector<std::pair<kernels::GemmChip, std::optional<isa::Prepared>>> gemms_;  // (a few dozen)
+};
+
+// `p` placed at `addr` and `base_pc`, or nullopt where there is no prepared text or the placement fails.
+std::optional<isa::Program> placed(const isa::Prepared* p, const std::map<std::string, uint64_t>& addr,
+                                   uint64_t base_pc) {
+  if (!p) return std::nullopt;
+  try {
+    return p->place(addr, base_pc);
+  } catch (const isa::Error&) {
+    return std::nullopt;
+  }
+}
+
 isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
-                           const std::map<std::string, int64_t>& symbols, uint64_t base_pc, const OnChip& chip);
+                           const std::map<std::string, int64_t>& symbols, uint64_t base_pc, const OnChip& chip,
+                           Fragments& fragments);
 
 // A copy call's moves at the buffers' addresses.
 std::vector<kernels::Move> moves_of(const KernelPlan& plan, const KernelCall& call) {
@@ -201,9 +249,10 @@ std::vector<kernels::Move> moves_of(const KernelPlan& plan, const KernelCall& ca
 struct Touches {
   std::vector<std::pair<uint64_t, uint64_t>> reads, writes;
 };
-Touches touches(const KernelPlan& plan, const KernelCall& call, const std::map<std::string, int64_t>& symbols) {
+Touches touches(const KernelPlan& plan, const KernelCall& call, const std::map<std::string, int64_t>& symbols,
+                Fragments& fragments) {
   Touches t;
-  for (const isa::TensorDecl& d : assemble_call(plan, call, symbols, 0, {}).tensors) {
+  for (const isa::TensorDecl& d : assemble_call(plan, call, symbols, 0, {}, fragments).tensors) {
     if (d.space != isa::MemSpace::Hbm) continue;
     (d.kind == isa::TensorKind::Output ? t.writes : t.reads).emplace_back(d.addr, d.addr + d.bytes());
   }
@@ -223,7 +272,7 @@ bool overlap(const std::vector<std::pair<uint64_t, uint64_t>>& a, const std::vec
 // them one after the other, each as decided alone (the whole-chip GEMM or one unit, with its barriers):
 // ceil(G / CORES) x one unit's estimate + 2 x SYNC_LATENCY against their sum.
 void group_independent_calls(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
-                             std::vector<OnChip>& on_chip) {
+                             std::vector<OnChip>& on_chip, Fragments& fragments) {
   const int64_t cores = symbol_or(symbols, "CORES", 1);
   if (cores <= 1) return;
   const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
@@ -242,9 +291,9 @@ void group_independent_calls(const KernelPlan& plan, const std::map<std::string,
       c = e;  // a run of one call (its byte ranges are not needed)
       continue;
     }
-    std::vector<Touches> run{touches(plan, plan.calls[c], symbols)};
+    std::vector<Touches> run{touches(plan, plan.calls[c], symbols, fragments)};
     for (; e < plan.calls.size() && candidate(e) && plan.calls[e].label == plan.calls[c].label; ++e) {
-      Touches t = touches(plan, plan.calls[e], symbols);
+      Touches t = touches(plan, plan.calls[e], symbols, fragments);
       bool independent = true;
       for (const Touches& u : run)
         independent = independent && !overlap(t.writes, u.reads) && !overlap(t.writes, u.writes) &&
@@ -272,17 +321,21 @@ void group_independent_calls(const KernelPlan& plan, const std::map<std::string,
 }
 
 isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
-                           const std::map<std::string, int64_t>& symbols, uint64_t base_pc, const OnChip& chip) {
+                           const std::map<std::string, int64_t>& symbols, uint64_t base_pc, const OnChip& chip,
+                           Fragments& fragments) {
   const std::optional<kernels::GemmChip>& g = chip.gemm;
   auto at = [&](int buf, uint64_t off) { return plan.buffers[buf].addr + off; };
+  std::map<std::string, uint64_t> addr;  // a library or whole-chip call's tensors
+  for (const auto& [tensor, b] : call.tensors) {
+    auto off = call.offsets.find(tensor);
+    addr[tensor] = at(b, off == call.offsets.end() ? 0 : off->second);
+  }
   try {
     if (g) {
+      if (std::optional<isa::Program> frag = placed(fragments.get(*g, symbols), addr, base_pc)) return std::move(*frag);
       isa::AsmOptions opts;
       opts.base_pc = base_pc;
-      for (const auto& [tensor, b] : call.tensors) {
-        auto off = call.offsets.find(tensor);
-        opts.tensor_addr[tensor] = at(b, off == call.offsets.end() ? 0 : off->second);
-      }
+      opts.tensor_addr = addr;
       return isa::assemble(kernels::gemm_chip_source(*g, symbols), "gemm_chip", opts);
     }
     if (call.kind == KernelCall::Kind::Copy)
@@ -297,12 +350,11 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
     }
     std::map<std::string, int64_t> defines = symbols;
     for (const auto& [key, value] : call.params) defines[key] = value;
-    std::map<std::string, uint64_t> addr;
-    for (const auto& [tensor, b] : call.tensors) {
-      auto off = call.offsets.find(tensor);
-      addr[tensor] = at(b, off == call.offsets.end() ? 0 : off->second);
-    }
-    isa::Program frag = kernels::assemble(call.kernel, defines, addr, base_pc);
+    std::string key = '\0' + call.kernel;  // (no generated text starts with a NUL)
+    for (const auto& [name, value] : defines) key.append(1, '\0').append(name).append("=").append(std::to_string(value));
+    const isa::Prepared* p = fragments.get(key, [&] { return kernels::prepare(call.kernel, defines); });
+    std::optional<isa::Program> placed_frag = placed(p, addr, base_pc);
+    isa::Program frag = placed_frag ? std::move(*placed_frag) : kernels::assemble(call.kernel, defines, addr, base_pc);
     for (const isa::TensorDecl& t : frag.tensors)
       if (t.kind == isa::TensorKind::Const)
         throw Error(call.label + ": kernel " + call.kernel + " declares constant '" + t.name +
@@ -375,7 +427,8 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     if (o.why.empty()) o.why = "there is no whole-chip version of " + call.kernel;
     on_chip.push_back(std::move(o));
   }
-  group_independent_calls(plan, symbols, on_chip);
+  Fragments fragments;
+  group_independent_calls(plan, symbols, on_chip, fragments);
   for (const OnChip& o : on_chip) spread = spread || o.every_core() || o.group >= 0;
   const bool spmd = spread && chip_cores > 1;
   if (spmd) p.cores = static_cast<uint32_t>(chip_cores);
@@ -401,7 +454,7 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     const int64_t core = on_chip[c].core;
     const uint64_t guard_len = guard ? (core == 0 ? 2 : 3) : 0;
     const uint64_t base = p.code.size() + guard_len;
-    isa::Program frag = assemble_call(plan, call, symbols, base, on_chip[c]);
+    isa::Program frag = assemble_call(plan, call, symbols, base, on_chip[c], fragments);
     if (!meet && c > 0 && !starts_with_sync(frag)) {
       p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::FENCE}));
       p.source.push_back(call.label + ": fence before " + call.kernel);
@@ -451,7 +504,10 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
         w = isa::encode(jump);
       }
       p.code.push_back(w);
-      p.source.push_back(call.label + ": " + (i < frag.source.size() ? frag.source[i] : call.kernel));
+      const std::string& what = i < frag.source.size() ? frag.source[i] : call.kernel;
+      std::string& line = p.source.emplace_back();  // LABEL: WHAT, in one allocation
+      line.reserve(call.label.size() + 2 + what.size());
+      line.append(call.label).append(": ").append(what);
     }
   }
   if (spmd && (p.code.empty() || isa::decode(p.code.back()).op != isa::Op::HALT)) {

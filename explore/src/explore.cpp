@@ -26,6 +26,7 @@
 #include "results.h"
 #include "tpusim/explore/pool.h"
 #include "tpusim/isa/program.h"
+#include "tpusim/runtime/profile.h"
 #include "tpusim/runtime/runtime.h"
 #include "tpusim/sim/config.h"
 #include "workloads.h"
@@ -57,6 +58,17 @@ Sweep parse_sweep(const std::string& spec) {
 namespace {
 
 constexpr const char* kJournal = "journal.jsonl";
+constexpr uint64_t kLayerTraceEvents = 1'000'000;  // a point's trace for its layers' figures: about 150 MB at most
+
+// A point's layers: the graph nodes with work (flops > 0) that ran, as the profile gives them (its "regions" of
+// kind "node": name, flops and bytes from the compiler, cycles from the run).
+json layers(const runtime::Profile& profile) {
+  json out = json::array();
+  for (const runtime::RegionProfile& r : profile.regions)
+    if (r.kind == isa::kRegionNode && r.flops > 0 && r.cycles() > 0)
+      out.push_back({{"name", r.name}, {"flops", r.flops}, {"bytes", r.bytes}, {"cycles", r.cycles()}});
+  return out;
+}
 constexpr int kJournalVersion = 1;
 
 std::atomic<int> g_signal{0};
@@ -260,9 +272,25 @@ struct PointRunner {
       runtime::ExecuteOptions eo;
       eo.functional = opts.functional;
       eo.max_cycles = opts.max_cycles;
+      // Traced, for the layers' figures (the profile's, runtime/profile.h). A trace changes no cycle; it can only
+      // stop the run at its limit of events, so a traced run that fails runs again without one (and no layers).
+      eo.trace = true;
+      eo.max_trace_events = kLayerTraceEvents;
       const auto ts = std::chrono::steady_clock::now();
-      runtime::ExecuteResult r = client->execute(exe, inputs, eo);
+      std::optional<runtime::ExecuteResult> traced;
+      try {
+        traced = client->execute(exe, inputs, eo);
+      } catch (const std::exception&) {
+        eo.trace = false;
+      }
+      runtime::ExecuteResult r = traced ? std::move(*traced) : client->execute(exe, inputs, eo);
       rec["simulate_s"] = since(ts);
+      if (traced) {
+        rec["layers"] = layers(runtime::make_profile(exe.program(), r.run, cfg));
+        r.run.trace.clear();
+      } else {
+        rec["layers_error"] = "the run's trace went past " + std::to_string(kLayerTraceEvents) + " events";
+      }
       json stats = json::parse(r.run.stats.to_json(cfg));
       stats.erase("instances");  // every unit of every core: large on many-core chips, and no column reads it
       rec["stats"] = std::move(stats);
@@ -271,7 +299,7 @@ struct PointRunner {
         if (reg.kind == isa::kRegionNode) flops += reg.flops, hbm += reg.bytes;
       rec["program"] = {{"flops", flops}, {"bytes", hbm}, {"instructions", exe.program().code.size()}};
       rec["chip"] = {{"peak_flops", 2.0 * cfg.peak_macs_per_cycle(p.precision == "int8") * cfg.chip.clock_mhz * 1e6},
-                     {"hbm_bytes_per_s", cfg.hbm.bandwidth_gbs * 1e9}};
+                     {"hbm_bytes_per_s", cfg.hbm.bandwidth_gbs * 1e9}, {"clock_hz", cfg.chip.clock_mhz * 1e6}};
       rec["status"] = "ok";
       rec["error"] = "";
     } catch (const std::bad_alloc&) {

@@ -230,21 +230,49 @@ std::string pareto_plot(const Column& cost, const std::vector<std::string>& keys
   return s + svg::document_end();
 }
 
-// The roofline: attained FLOP/s against arithmetic intensity (FLOPs per byte of HBM traffic), log-log, each chip's
-// roof min(peak, bandwidth x intensity) as a line (one per distinct chip), each point a circle.
+// A point's layers (the record's "layers": the graph nodes with work, as the profile gives them) with their
+// roofline coordinates: intensity = the compiler's FLOPs over its HBM bytes of the node, FLOP/s = its FLOPs over
+// its cycles at the chip's clock. Layers lacking either are left out.
+struct Layer {
+  std::string name;
+  double flops = 0, bytes = 0, cycles = 0, intensity = 0, flops_per_s = 0;
+};
+std::vector<Layer> layers_of(const Record& r) {
+  std::vector<Layer> out;
+  const double clock = num_at(r, {"chip", "clock_hz"});
+  if (!ok(r) || !r.contains("layers") || !r["layers"].is_array() || !(clock > 0)) return out;
+  for (const auto& l : r["layers"]) {
+    Layer x{l.value("name", ""), l.value("flops", 0.0), l.value("bytes", 0.0), l.value("cycles", 0.0)};
+    if (!(x.flops > 0 && x.bytes > 0 && x.cycles > 0)) continue;
+    x.intensity = x.flops / x.bytes, x.flops_per_s = x.flops / (x.cycles / clock);
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+// The roofline: attained FLOP/s against arithmetic intensity, log-log, each chip's roof min(peak, bandwidth x
+// intensity) as a line (one per distinct chip), each point a circle (its program's FLOPs over its measured HBM
+// traffic and latency) and each of its layers a smaller dot (layers_of), in the point's colour where there are
+// few enough points to tell apart.
 std::string roofline_plot(const std::vector<std::string>& keys, const std::vector<Record>& recs) {
   std::vector<double> xs, ys;
   std::vector<const Record*> drawn;
+  std::vector<std::vector<Layer>> layers;  // by drawn point
   std::set<std::pair<double, double>> roofs;
+  std::vector<double> xr, yr;
+  size_t with_layers = 0;
   for (const Record& r : recs) {
     if (!ok(r)) continue;
     const double flops = num_at(r, {"program", "flops"}), bytes = hbm_bytes(r), t = seconds(r);
     const double peak = num_at(r, {"chip", "peak_flops"}), bw = num_at(r, {"chip", "hbm_bytes_per_s"});
     if (std::isfinite(peak) && std::isfinite(bw) && peak > 0 && bw > 0) roofs.insert({peak, bw});
+    std::vector<Layer> ls = layers_of(r);
+    for (const Layer& l : ls) xr.push_back(l.intensity), yr.push_back(l.flops_per_s);
+    with_layers += !ls.empty();
     if (!(flops > 0 && bytes > 0 && t > 0)) continue;
-    xs.push_back(flops / bytes), ys.push_back(flops / t), drawn.push_back(&r);
+    xs.push_back(flops / bytes), ys.push_back(flops / t), drawn.push_back(&r), layers.push_back(std::move(ls));
   }
-  std::vector<double> xr = xs, yr = ys;
+  xr.insert(xr.end(), xs.begin(), xs.end()), yr.insert(yr.end(), ys.begin(), ys.end());
   for (const auto& [peak, bw] : roofs) {
     yr.push_back(peak);
     xr.push_back(peak / bw);  // the ridge point
@@ -259,15 +287,48 @@ std::string roofline_plot(const std::vector<std::string>& keys, const std::vecto
          c1(ay.map(peak)) + " L" + c1(ax.map(ax.hi)) + " " + c1(ay.map(peak)) +
          "\" fill=\"none\" stroke=\"#555\" stroke-opacity=\"0.5\" stroke-width=\"1.2\"/>\n";
   }
+  const bool coloured = drawn.size() > 1 && drawn.size() <= svg::palette().size();
+  auto colour_of = [&](size_t i) { return coloured ? svg::colour(i) : svg::colour(0); };
+  for (size_t i = 0; i < drawn.size(); ++i) {  // the layers under the points
+    const std::string point = std::to_string(drawn[i]->value("point", 0));
+    for (const Layer& l : layers[i])
+      s += circle(ax.map(l.intensity), ay.map(l.flops_per_s), 2.2, coloured ? colour_of(i) : "#777",
+                  point_label(*drawn[i], keys) + ", layer " + l.name + ": " + num("%.3g", l.flops_per_s / 1e12) +
+                      " TFLOP/s at " + num("%.3g", l.intensity) + " FLOP/byte",
+                  " class=\"layer\" fill-opacity=\"0.55\" data-point=\"" + point + "\" data-layer=\"" +
+                      svg::escape(l.name) + "\" data-intensity=\"" + num("%.9g", l.intensity) +
+                      "\" data-flops-per-s=\"" + num("%.9g", l.flops_per_s) + "\"");
+  }
   for (size_t i = 0; i < drawn.size(); ++i)
-    s += circle(ax.map(xs[i]), ay.map(ys[i]), 4, svg::colour(0),
+    s += circle(ax.map(xs[i]), ay.map(ys[i]), 4.5, colour_of(i),
                 point_label(*drawn[i], keys) + ": " + num("%.3g", ys[i] / 1e12) + " TFLOP/s at " + num("%.3g", xs[i]) +
-                    " FLOP/byte");
+                    " FLOP/byte",
+                " class=\"point\" stroke=\"#000\" stroke-width=\"0.8\" data-point=\"" +
+                    std::to_string(drawn[i]->value("point", 0)) + "\"");
   s += "</g>\n" + svg::frame_border(ax, ay);
-  s += legend_entry(T + 10, svg::colour(0), "design point");
-  s += "<line x1=\"" + c1(L + PW + 30) + "\" y1=\"" + c1(T + 32) + "\" x2=\"" + c1(L + PW + 44) + "\" y2=\"" + c1(T + 32) +
-       "\" stroke=\"#555\"/>\n<text x=\"" + c1(L + PW + 50) + "\" y=\"" + c1(T + 36) + "\">roof of each chip (" +
+  // Legend: the marks, the roofs, then the points' colours (values in the order of the swept keys).
+  const double lx = L + PW + 30;
+  auto mark = [&](double y, double r, const std::string& extra, const std::string& text) {
+    s += "<circle cx=\"" + c1(lx + 6) + "\" cy=\"" + c1(y) + "\" r=\"" + c1(r) + "\" fill=\"" + svg::colour(0) + "\"" +
+         extra + "/>\n<text x=\"" + c1(lx + 20) + "\" y=\"" + c1(y + 4) + "\">" + svg::escape(text) + "</text>\n";
+  };
+  double y = T + 10;
+  mark(y, 4.5, " stroke=\"#000\" stroke-width=\"0.8\"", "design point (whole program)");
+  if (with_layers) mark(y += 22, 2.2, "", "its layers (graph nodes)");
+  y += 22;
+  s += "<line x1=\"" + c1(lx) + "\" y1=\"" + c1(y) + "\" x2=\"" + c1(lx + 14) + "\" y2=\"" + c1(y) +
+       "\" stroke=\"#555\"/>\n<text x=\"" + c1(lx + 20) + "\" y=\"" + c1(y + 4) + "\">roof of each chip (" +
        std::to_string(roofs.size()) + ")</text>\n";
+  if (coloured) {
+    std::string names;
+    for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;
+    s += "<text x=\"" + c1(lx) + "\" y=\"" + c1(y += 30) + "\">point: " + svg::escape(names) + "</text>\n";
+    for (size_t i = 0; i < drawn.size(); ++i) {
+      std::string values;
+      for (const auto& k : keys) values += (values.empty() ? "" : ", ") + param(*drawn[i], k);
+      s += legend_entry(y += 22, colour_of(i), std::to_string(drawn[i]->value("point", 0)) + ": " + values);
+    }
+  }
   return s + svg::document_end();
 }
 
@@ -322,6 +383,22 @@ std::vector<std::string> write_results(const std::string& dir, const std::vector
   svg::write_file(dir, "results.json", j.dump(2) + "\n");
   written.push_back("results.json");
 
+  // layers.csv: a row per layer of every point that has them (the roofline's dots).
+  std::vector<std::string> lhead = {"point"};
+  lhead.insert(lhead.end(), keys.begin(), keys.end());
+  for (const char* c : {"layer", "flops", "bytes", "cycles", "intensity", "tflops"}) lhead.push_back(c);
+  std::string lcsv = svg::csv_row(lhead);
+  for (const Record& r : records)
+    for (const Layer& l : layers_of(r)) {
+      std::vector<std::string> f = {std::to_string(r.value("point", 0))};
+      for (const auto& k : keys) f.push_back(param(r, k));
+      f.push_back(l.name);
+      for (double v : {l.flops, l.bytes, l.cycles, l.intensity, l.flops_per_s / 1e12}) f.push_back(num("%.10g", v));
+      lcsv += svg::csv_row(f);
+    }
+  svg::write_file(dir, "layers.csv", lcsv);
+  written.push_back("layers.csv");
+
   // Plots.
   std::vector<std::pair<std::string, std::string>> plots;  // file, svg
   for (const auto& k : keys) plots.emplace_back("latency_vs_" + safe_name(k) + ".svg", latency_plot(k, keys, records));
@@ -374,7 +451,8 @@ std::vector<std::string> write_results(const std::string& dir, const std::vector
     for (const Column* c : cols) h += "<td>" + cell(value(*c, r)) + "</td>";
     h += "<td class=\"t\">" + svg::escape(r.value("error", "")) + "</td></tr>\n";
   }
-  h += "</table>\n<p>Files: results.csv, results.json and the plots as SVG, in this folder.</p>\n</body></html>\n";
+  h += "</table>\n<p>Files: results.csv, results.json, layers.csv (each point's layers) and the plots as SVG, in this "
+       "folder.</p>\n</body></html>\n";
   svg::write_file(dir, "report.html", h);
   written.push_back("report.html");
   return written;

@@ -14,7 +14,8 @@ namespace tpusim::explore {
 //   {"point": i, "params": {"mxu.rows": "64", ...}, "status": "ok" | "error", "error": "...",
 //    "stats": <the run's stats JSON (sim::RunStats::to_json) without "instances">,
 //    "program": {"flops": F, "bytes": B, "instructions": N},   // the compiler's work figures of the program
-//    "chip": {"peak_flops": P, "hbm_bytes_per_s": W},          // the point's chip, for the roofline
+//    "chip": {"peak_flops": P, "hbm_bytes_per_s": W, "clock_hz": Hz},  // the point's chip, for the roofline
+//    "layers": [{"name": N, "flops": F, "bytes": B, "cycles": C}, ...],  // its graph nodes with work (profile)
 //    "compile_s": s, "simulate_s": s, "wall_s": s}
 using Record = nlohmann::json;
 
@@ -31,7 +32,7 @@ const std::vector<Column>& columns();
 // The columns that some record has a value for (every non-optional one).
 std::vector<const Column*> present_columns(const std::vector<Record>& records);
 
-// Writes results.csv, results.json, the plots (latency_vs_<key>.svg per swept key, roofline.svg, and
+// Writes results.csv, results.json, layers.csv, the plots (latency_vs_<key>.svg per swept key, roofline.svg, and
 // pareto_<column>.svg for cost columns that are present: area, energy) and report.html into `dir`, replacing each
 // file in one step. `keys`: the swept parameters in order; `records` sorted by point; `header`: the sweep as JSON
 // (for results.json and the report). Returns the names of the files written.

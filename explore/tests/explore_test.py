@@ -10,15 +10,20 @@
                run again (the journal's lines before the kill are kept as they were), and the same results as an
                uninterrupted sweep.
   mpi          `mpirun -n 2 tpusim explore` gives the same results as one process.
+  layers       the roofline (roofline.svg, and the same in report.html) has one mark per layer (graph node with
+               FLOPs) of every point, at the node's coordinates from `tpusim profile --json` of that point: FLOPs
+               over the node's bytes, and FLOPs over its cycles at the chip's clock; layers.csv holds the same
+               nodes with their cycles.
   report       report.html opened in headless Chromium: its DOM holds every plot's SVG (one circle per point in the
-               latency and roofline plots),
+               latency plots, one per point and one per layer of each in the roofline),
                and a screenshot shows the points drawn (pixels of the points' colour in the page).
-usage: explore_test.py CHECK TPUSIM WORK_DIR [MLP.onnx | MPIRUN | CHROMIUM]
+usage: explore_test.py CHECK TPUSIM WORK_DIR [MLP.onnx | CNN.onnx | MPIRUN | CHROMIUM]
 """
 import csv
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import struct
@@ -176,6 +181,55 @@ def check_mpi(tpusim, work, mpirun):
     assert sorted(points) == list(range(6)), points
 
 
+def marks(svg, cls):
+    """The attributes of each <circle class="CLS" ...> of an SVG (or HTML) text, as dicts."""
+    found = [dict(re.findall(r'([\w-]+)="([^"]*)"', m)) for m in re.findall(r"<circle([^>]*)>", svg)]
+    return [a for a in found if a.get("class") == cls]
+
+
+def check_layers(tpusim, work, cnn):
+    shutil.rmtree(work, ignore_errors=True)
+    out = os.path.join(work, "sweep")
+    explore(tpusim, out, "--workload", cnn, "--config", "v4", "--sweep", "mxu.rows=64,128", "--sweep", "core.mxus=1,2",
+            "--jobs", "2")
+    points = rows(out)
+    assert [x["status"] for x in points] == ["ok"] * 4, points
+    svg = open(os.path.join(out, "roofline.svg")).read()
+    html = open(os.path.join(out, "report.html")).read()
+    with open(os.path.join(out, "layers.csv")) as f:
+        csv_layers = list(csv.DictReader(f))
+    drawn = marks(svg, "layer")
+    assert marks(html, "layer") == drawn, "the report's roofline differs from roofline.svg"
+    total = 0
+    for x in points:
+        p = x["point"]
+        prof_path = os.path.join(work, f"profile{p}.json")
+        subprocess.run([tpusim, "profile", cnn, "--timing-only", "--config", "v4", "--set", f"mxu.rows={x['mxu.rows']}",
+                        "--set", f"core.mxus={x['core.mxus']}", "--json", prof_path], check=True, capture_output=True)
+        prof = json.load(open(prof_path))
+        nodes = [r for r in prof["regions"] if r["kind"] == "node" and r["flops"] > 0 and r["cycles"] > 0]
+        assert len(nodes) >= 3, nodes  # the CNN's convolutions and its classifier
+        mine = {m["data-layer"]: m for m in drawn if m["data-point"] == p}
+        assert len(mine) == len([m for m in drawn if m["data-point"] == p]), "a layer drawn twice"
+        assert set(mine) == {n["name"] for n in nodes}, (sorted(mine), [n["name"] for n in nodes])
+        rows_of = {r["layer"]: r for r in csv_layers if r["point"] == p}
+        assert set(rows_of) == set(mine), (sorted(rows_of), sorted(mine))
+        for n in nodes:
+            m, r = mine[n["name"]], rows_of[n["name"]]
+            assert close(float(m["data-intensity"]), n["flops"] / n["bytes"], 1e-8), (m, n)
+            assert close(float(m["data-flops-per-s"]), n["flops"] / (n["cycles"] / (prof["clock_mhz"] * 1e6)), 1e-8), (m, n)
+            assert int(r["cycles"]) == n["cycles"] and close(float(r["flops"]), n["flops"]), (r, n)
+        total += len(nodes)
+    assert len(drawn) == total, (len(drawn), total)
+    # Drawn where their values say: on the log axes, a larger intensity is further right, more FLOP/s higher up.
+    for a in drawn:
+        for b in drawn:
+            if float(a["data-intensity"]) < float(b["data-intensity"]) * (1 - 1e-6):
+                assert float(a["cx"]) <= float(b["cx"]), (a, b)
+            if float(a["data-flops-per-s"]) < float(b["data-flops-per-s"]) * (1 - 1e-6):
+                assert float(a["cy"]) >= float(b["cy"]), (a, b)
+
+
 def png_pixels(path):
     """(width, height, rows of RGB tuples) of an 8-bit RGB or RGBA, non-interlaced PNG (what Chromium writes)."""
     data = open(path, "rb").read()
@@ -231,8 +285,11 @@ def check_report(tpusim, work, chromium):
     assert {"latency_vs_mxu_rows.svg", "latency_vs_core_mxus.svg", "roofline.svg"} <= set(plots), plots
     assert svgs == len(plots), (svgs, plots)
     circles = {f: open(os.path.join(out, f)).read().count("<circle") for f in plots}
-    for f in ("latency_vs_mxu_rows.svg", "latency_vs_core_mxus.svg", "roofline.svg"):
+    for f in ("latency_vs_mxu_rows.svg", "latency_vs_core_mxus.svg"):
         assert circles[f] == 6, (f, circles[f])  # one per point (the legends use squares)
+    roof = open(os.path.join(out, "roofline.svg")).read()
+    # One per point and one per layer of each (the GEMM's one MatMul), and the legend's two marks.
+    assert len(marks(roof, "point")) == 6 and len(marks(roof, "layer")) == 6 and circles["roofline.svg"] == 14, circles
     assert dom.stdout.count("<circle") == sum(circles.values()), (dom.stdout.count("<circle"), circles)
     png = os.path.join(work, "report.png")
     shot = subprocess.run(browser + [f"--screenshot={png}", "--window-size=1000,2200", "file://" + html],
@@ -249,7 +306,8 @@ def check_report(tpusim, work, chromium):
 def main():
     check, tpusim, work = sys.argv[1:4]
     extra = sys.argv[4] if len(sys.argv) > 4 else None
-    {"matches-run": check_matches_run, "resume": check_resume, "mpi": check_mpi, "report": check_report}[check](
+    {"matches-run": check_matches_run, "resume": check_resume, "mpi": check_mpi, "layers": check_layers,
+     "report": check_report}[check](
         tpusim, work, extra)
     print(f"explore_test {check}: ok")
 

@@ -18,8 +18,12 @@ void fail(const Loc& at, const std::string& msg) {
 // ---- lexer --------------------------------------------------------------------------------------------------
 namespace {
 
-bool ident_start(char ch) { return std::isalpha(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.'; }
-bool ident_char(char ch) { return ident_start(ch) || std::isdigit(static_cast<unsigned char>(ch)); }
+// ASCII classes (as <cctype>'s in the C locale, whatever the process's locale is).
+bool is_alpha(char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'); }
+bool is_digit(char ch) { return ch >= '0' && ch <= '9'; }
+bool is_space(char ch) { return ch == ' ' || (ch >= '\t' && ch <= '\r'); }  // \t \n \v \f \r
+bool ident_start(char ch) { return is_alpha(ch) || ch == '_' || ch == '.'; }
+bool ident_char(char ch) { return ident_start(ch) || is_digit(ch); }
 
 // The operators and punctuation, two characters or one.
 constexpr std::string_view kPuncts2[] = {"<<", ">>", "<=", ">=", "==", "!=", "&&", "||"};
@@ -84,40 +88,37 @@ size_t lex_number(std::string_view s, size_t i) {
 
 }  // namespace
 
-std::vector<Token> lex_line(std::string_view s, const std::string* file, int lineno) {
-  std::vector<Token> out;
-  out.reserve(16);  // an instruction line: a mnemonic, operands, commas, End
+void lex_line(std::string_view s, const std::string* file, int lineno, std::vector<Token>& out) {
+  out.clear();
   size_t i = 0;
   auto loc = [&](size_t at) { return Loc{file, lineno, static_cast<int>(at) + 1}; };
   while (i < s.size()) {
     char ch = s[i];
-    if (std::isspace(static_cast<unsigned char>(ch))) {
+    if (is_space(ch)) {
       ++i;
       continue;
     }
     if (ch == '#' || ch == ';') break;
-    Token t{Tok::Punct, "", loc(i)};
+    Token& t = out.emplace_back(Token{Tok::Punct, "", loc(i)});
     size_t j = i + 1;
     if (ident_start(ch)) {
       for (; j < s.size() && ident_char(s[j]);) ++j;
-      t.kind = Tok::Ident, t.text = std::string(s.substr(i, j - i));
-    } else if (std::isdigit(static_cast<unsigned char>(ch))) {
+      t.kind = Tok::Ident, t.text.assign(s.data() + i, j - i);
+    } else if (is_digit(ch)) {
       j = lex_number(s, i);
-      t.kind = Tok::Number, t.text = std::string(s.substr(i, j - i));
+      t.kind = Tok::Number, t.text.assign(s.data() + i, j - i);
     } else if (ch == '"') {
       j = lex_string(s, i, t.text);
       t.kind = Tok::String;
       if (j == std::string_view::npos) t.kind = Tok::Bad, j = s.size();
     } else if (const size_t n = punct_length(s, i)) {
-      t.kind = Tok::Punct, t.text = std::string(s.substr(i, n)), j = i + n;
+      t.kind = Tok::Punct, t.text.assign(s.data() + i, n), j = i + n;
     } else {
       t.kind = Tok::Bad, t.text = "unexpected character '" + printable(std::string_view(&ch, 1)) + "'";
     }
-    out.push_back(std::move(t));
     i = j;
   }
   out.push_back(Token{Tok::End, "", loc(s.size())});
-  return out;
 }
 
 std::string describe(const Token& t) {
@@ -130,10 +131,18 @@ std::string describe(const Token& t) {
 
 // ---- cursor -------------------------------------------------------------------------------------------------
 
+Cursor::Cursor(const std::vector<Token>& toks) : toks_(toks), bad_(toks.size()) {
+  for (size_t k = 0; k < toks.size(); ++k)
+    if (toks[k].kind == Tok::Bad) {
+      bad_ = k;
+      break;
+    }
+}
+
 const Token& Cursor::peek(size_t ahead) const {
   size_t i = std::min(pos_ + ahead, toks_.size() - 1);
-  for (size_t k = pos_; k <= i; ++k)
-    if (toks_[k].kind == Tok::Bad) fail(toks_[k].loc, toks_[k].text);
+  // The first Bad token at or before i (none lies before pos_: next() never passes one).
+  if (bad_ <= i) fail(toks_[bad_].loc, toks_[bad_].text);
   return toks_[i];
 }
 
@@ -274,7 +283,8 @@ Expr fold(Expr e) {
 
 class Parser {
  public:
-  Parser(Cursor& c, const Resolver& known) : c_(c), known_(known) {}
+  Parser(Cursor& c, const Resolver& known, const std::function<bool(const std::string&)>& defined)
+      : c_(c), known_(known), defined_(defined) {}
 
   Expr expr(int min_prec = 1) {
     Expr lhs = unary();
@@ -356,7 +366,7 @@ class Parser {
   Expr defined_arg(const Token& name) {
     const Token& t = c_.expect_ident("a symbol name");
     c_.expect(")");
-    return num(known_(t.text).has_value(), name.loc);
+    return num(defined_ ? defined_(t.text) : known_(t.text).has_value(), name.loc);
   }
 
   // f32(LITERAL): an optionally negative decimal or float literal, `inf` or `nan`, rounded to the nearest float.
@@ -364,7 +374,7 @@ class Parser {
     size_t k = c_.is("-") ? 1 : 0;
     const Token& t = c_.peek(k);
     bool word = t.kind == Tok::Ident && (t.text == "inf" || t.text == "nan");
-    bool prefixed = t.text.size() > 1 && t.text[0] == '0' && std::isalpha(static_cast<unsigned char>(t.text[1])) &&
+    bool prefixed = t.text.size() > 1 && t.text[0] == '0' && is_alpha(t.text[1]) &&
                     t.text[1] != 'e' && t.text[1] != 'E';
     bool number = t.kind == Tok::Number && !prefixed;
     if (!(word || number) || !c_.is(")", k + 1)) return std::nullopt;
@@ -379,12 +389,15 @@ class Parser {
   static constexpr int kMaxDepth = 200, kMaxOperators = 2000;
   Cursor& c_;
   const Resolver& known_;
+  const std::function<bool(const std::string&)>& defined_;
   int depth_ = 0, operators_ = 0;
 };
 
 }  // namespace
 
-Expr parse_expr(Cursor& c, const Resolver& known) { return Parser(c, known).expr(); }
+Expr parse_expr(Cursor& c, const Resolver& known, const std::function<bool(const std::string&)>& defined) {
+  return Parser(c, known, defined).expr();
+}
 
 int64_t eval(const Expr& e, const Resolver& lookup) {
   switch (e.kind) {

@@ -30,7 +30,8 @@ struct Token {
 
 // Splits one line into tokens; comments (`#` or `;` to the end of the line) are dropped and the last token is
 // always End. Never throws: a malformed token becomes a Bad token, reported when a parser reaches it.
-std::vector<Token> lex_line(std::string_view line, const std::string* file, int lineno);
+// The tokens go into `out`, replacing what it held (a caller reuses one buffer for its lines).
+void lex_line(std::string_view line, const std::string* file, int lineno, std::vector<Token>& out);
 
 // How a token reads in a message: 'r32', "end of line", "string \"...\"".
 std::string describe(const Token& t);
@@ -38,7 +39,7 @@ std::string describe(const Token& t);
 // A read position in one line's tokens.
 class Cursor {
  public:
-  explicit Cursor(const std::vector<Token>& toks) : toks_(toks) {}
+  explicit Cursor(const std::vector<Token>& toks);
   // The token `ahead` places on (End past the last); reaching a Bad token reports its error.
   const Token& peek(size_t ahead = 0) const;
   const Token& next();
@@ -52,6 +53,7 @@ class Cursor {
 
  private:
   const std::vector<Token>& toks_;
+  size_t bad_;  // the first Bad token's index, or toks_.size()
   size_t pos_ = 0;
 };
 
@@ -69,7 +71,9 @@ struct Expr {
 using Resolver = std::function<std::optional<int64_t>(const std::string& name)>;
 
 // Parses an expression at the cursor; symbols that `known` resolves become numbers now, others stay symbols.
-Expr parse_expr(Cursor& c, const Resolver& known);
+// `defined(NAME)` is 1 where `defined` says NAME is a symbol (which `known` may leave open); without it, where
+// `known` resolves NAME.
+Expr parse_expr(Cursor& c, const Resolver& known, const std::function<bool(const std::string&)>& defined = {});
 // Evaluates, looking up the symbols left; an undefined one is an error at its token.
 int64_t eval(const Expr& e, const Resolver& lookup);
 

@@ -15,6 +15,7 @@
 #include <deque>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 
 #include "asm_syntax.h"
 
@@ -66,10 +67,20 @@ std::string noun(const Group& g, int n) {
 // Number after `prefix` in names like r12 / s3, or -1.
 int indexed_name(const std::string& s, char prefix) {
   if (s.size() < 2 || s.size() > 6 || s[0] != prefix) return -1;
-  for (size_t i = 1; i < s.size(); ++i)
-    if (!std::isdigit(static_cast<unsigned char>(s[i]))) return -1;
-  return std::stoi(s.substr(1));
+  int n = 0;
+  for (size_t i = 1; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    n = n * 10 + (s[i] - '0');
+  }
+  return n;
 }
+
+// An instruction's positional operands (those not written by name), in order, and their groups.
+struct Layout {
+  std::vector<int> pos;  // operand indices
+  std::vector<Group> groups;
+  std::vector<int> group_of, index_in_group;  // by positional operand
+};
 
 // Pseudo-instructions: a real instruction with its last operands fixed.
 struct Pseudo {
@@ -131,6 +142,9 @@ struct Symbol {
   enum Kind { Define, Set, Label, Tensor } kind;
   int64_t value;
   Loc loc;
+  // prepare(): a label (value: its instruction's index from the fragment's start) or a tensor placed by
+  // Prepared::place (value: its index in Program::tensors), whose value is known only there.
+  bool open = false;
 };
 const char* kind_name(Symbol::Kind k) {
   switch (k) {
@@ -176,7 +190,9 @@ struct ConstFill {
 
 class Assembler {
  public:
-  explicit Assembler(const AsmOptions& o) : opts_(o) {
+  // `open`: prepare() (labels and HBM tensors placed without `@` are left open for place()).
+  explicit Assembler(const AsmOptions& o, bool open = false)
+      : opts_(o), open_(open), hbm_base_(o.hbm_base), hbm_align_(o.hbm_align) {
     for (const auto& [name, v] : o.defines) symbols_[name] = Symbol{Symbol::Define, v, {}};
     // Data types as numbers (DT_I8, DT_I32, DT_BF16, DT_F32), so kernels can take them as parameters.
     for (int t = 0; t < kNumDTypes; ++t) {
@@ -189,10 +205,14 @@ class Assembler {
 
   Program run(const std::string& text, const std::string& filename) {
     read_file(text, filename);
-    check_consts();
-    encode_all();
+    check_consts(prog_);
+    encode_all(prog_, known());
     return std::move(prog_);
   }
+
+  // prepare(): pass 1 only; place() finishes a copy. Nothing of the AsmOptions is read after this.
+  void first_pass(const std::string& text, const std::string& filename) { read_file(text, filename); }
+  Program place(const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc) const;
 
  private:
   // pass 1: lines, conditionals, statements
@@ -224,28 +244,37 @@ class Assembler {
   int parse_register(Cursor& c);
   int parse_semaphore(const Token& t);
   // pass 2
-  void check_consts();
-  void encode_all();
+  void check_consts(const Program& p) const;
+  void encode_all(Program& p, const Resolver& final_value) const;
 
   int64_t eval_now(const Expr& e) { return eval(e, known()); }
-  Expr expr(Cursor& c) { return parse_expr(c, known()); }
+  Expr expr(Cursor& c) { return parse_expr(c, known(), defined()); }
+  // The value of a symbol defined so far; an open one (prepare()) stays a symbol in expressions, and is an
+  // undefined symbol where a value is needed at once (prepare() then fails: the caller assembles instead).
   Resolver known() const {
     return [this](const std::string& n) -> std::optional<int64_t> {
       auto it = symbols_.find(n);
-      if (it == symbols_.end()) return std::nullopt;
+      if (it == symbols_.end() || it->second.open) return std::nullopt;
       return it->second.value;
     };
   }
+  std::function<bool(const std::string&)> defined() const {
+    return [this](const std::string& n) { return symbols_.count(n) > 0; };
+  }
   const std::string* intern(const std::string& name) { return &files_.emplace_back(name); }
 
-  const AsmOptions& opts_;
+  const AsmOptions& opts_;  // read in pass 1 only
+  const bool open_;
+  const uint64_t hbm_base_, hbm_align_;
   Program prog_;
   std::deque<std::string> files_;
-  std::map<std::string, Symbol> symbols_;
-  std::map<std::string, int> regs_;  // .reg aliases
+  std::unordered_map<std::string, Symbol> symbols_;
+  std::unordered_map<std::string, int> regs_;  // .reg aliases
+  std::unordered_map<const InstrDesc*, Layout> layouts_;  // parse_positional's, by instruction
   std::vector<PendingInstr> pending_;
   std::vector<Expr> exprs_;  // the operand expressions of pending_ (Operand::expr)
   std::vector<Loc> tensor_locs_;
+  std::vector<bool> tensor_open_;  // by tensor: placed by place() (prepare())
   std::optional<ConstFill> fill_;
   std::vector<OpenRegion> regions_;  // open .region directives, innermost last
   uint64_t next_free_ = 0;  // auto-placed tensors start at or above this HBM address
@@ -257,12 +286,14 @@ void Assembler::read_file(const std::string& text, const std::string& name) {
   std::vector<CondFrame> conds;
   const size_t open_regions = regions_.size();
   std::string_view rest(text);
+  std::vector<Token> toks;  // each line's, in one buffer
   for (int lineno = 1; !rest.empty(); ++lineno) {  // the lines std::getline would give, without copying them
     const size_t nl = rest.find('\n');
     std::string_view s = rest.substr(0, nl);
     rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
     if (!s.empty() && s.back() == '\r') s.remove_suffix(1);
-    line(lex_line(s, file, lineno), conds);
+    lex_line(s, file, lineno, toks);
+    line(toks, conds);
   }
   close_fill();
   if (!conds.empty()) fail(conds.back().loc, "'.if' without '.endif'");
@@ -344,6 +375,7 @@ void Assembler::define_symbol(const std::string& name, Symbol s) {
 }
 
 void Assembler::define_label(const Token& t) {
+  if (open_) return define_symbol(t.text, Symbol{Symbol::Label, static_cast<int64_t>(pending_.size()), t.loc, true});
   define_symbol(t.text, Symbol{Symbol::Label, static_cast<int64_t>(opts_.base_pc + pending_.size()), t.loc});
 }
 
@@ -428,7 +460,7 @@ uint64_t Assembler::place(const std::string& name, uint64_t bytes, const std::op
   } else if (auto it = opts_.tensor_addr.find(name); it != opts_.tensor_addr.end()) {
     addr = it->second;
   } else {
-    uint64_t align = std::max<uint64_t>(opts_.hbm_align, 1);
+    uint64_t align = std::max<uint64_t>(hbm_align_, 1);
     addr = (next_free_ + align - 1) / align * align;
   }
   next_free_ = std::max(next_free_, addr + bytes);
@@ -469,11 +501,12 @@ void Assembler::dir_tensor(Cursor& c, TensorKind kind) {
     offset = expr(c);
   }
   c.expect_end();
+  const bool open = open_ && t.space == MemSpace::Hbm && !at;  // placed by place()
   if (t.space == MemSpace::Vmem) {
     int64_t v = eval_now(*at);
     if (v < 0) fail(at->loc, "address " + std::to_string(v) + " is negative");
     t.addr = static_cast<uint64_t>(v);
-  } else {
+  } else if (!open) {
     t.addr = place(t.name, t.bytes(), at);
   }
   try {
@@ -481,7 +514,10 @@ void Assembler::dir_tensor(Cursor& c, TensorKind kind) {
   } catch (const Error& e) {
     fail(name.loc, e.what());
   }
-  define_symbol(t.name, Symbol{Symbol::Tensor, static_cast<int64_t>(t.addr), name.loc});
+  if (open)
+    define_symbol(t.name, Symbol{Symbol::Tensor, static_cast<int64_t>(prog_.tensors.size()), name.loc, true});
+  else
+    define_symbol(t.name, Symbol{Symbol::Tensor, static_cast<int64_t>(t.addr), name.loc});
   if (kind == TensorKind::Const) {
     if (offset) {
       int64_t v = eval_now(*offset);
@@ -494,6 +530,7 @@ void Assembler::dir_tensor(Cursor& c, TensorKind kind) {
   }
   prog_.tensors.push_back(std::move(t));
   tensor_locs_.push_back(name.loc);
+  tensor_open_.push_back(open);
 }
 
 // .data "HEX": bytes of the .const just declared, or (with no .const waiting) raw constant data that .const
@@ -625,19 +662,27 @@ Cls Assembler::looks_like(const Cursor& c, const InstrDesc& d) const {
   return Cls::Other;  // an unknown name: a symbol, or a misspelt register, data type or flag
 }
 
-void Assembler::parse_positional(Cursor& c, const InstrDesc& d, PendingInstr& pi) {
-  std::vector<int> pos;
+Layout layout_of(const InstrDesc& d) {
+  Layout l;
   for (int i = 0; i < d.num_operands; ++i)
-    if (!is_named(d, d.operands[i])) pos.push_back(i);
-  std::vector<Group> groups;
-  std::vector<int> group_of, index_in_group;
-  for (int i : pos) {
+    if (!is_named(d, d.operands[i])) l.pos.push_back(i);
+  for (int i : l.pos) {
     Cls k = class_of(d.operands[i].kind);
-    if (groups.empty() || groups.back().cls != k) groups.push_back(Group{k});
-    groups.back().targets &= d.operands[i].kind == OperandKind::Target;
-    group_of.push_back(static_cast<int>(groups.size()) - 1);
-    index_in_group.push_back(groups.back().count++);
+    if (l.groups.empty() || l.groups.back().cls != k) l.groups.push_back(Group{k});
+    l.groups.back().targets &= d.operands[i].kind == OperandKind::Target;
+    l.group_of.push_back(static_cast<int>(l.groups.size()) - 1);
+    l.index_in_group.push_back(l.groups.back().count++);
   }
+  return l;
+}
+
+void Assembler::parse_positional(Cursor& c, const InstrDesc& d, PendingInstr& pi) {
+  auto cached = layouts_.find(&d);
+  if (cached == layouts_.end()) cached = layouts_.emplace(&d, layout_of(d)).first;
+  const Layout& l = cached->second;
+  const std::vector<int>& pos = l.pos;
+  const std::vector<Group>& groups = l.groups;
+  const std::vector<int>&group_of = l.group_of, &index_in_group = l.index_in_group;
   auto count_error = [&](const Group& g, int got) {
     fail(c.peek().loc, "'" + d.mnemonic + "' expects " + noun(g, g.count) + ", got " + std::to_string(got));
   };
@@ -746,18 +791,18 @@ int Assembler::parse_semaphore(const Token& t) {
 
 // ---- pass 2 ---------------------------------------------------------------------------------------------------
 
-void Assembler::check_consts() {
-  for (size_t i = 0; i < prog_.tensors.size(); ++i) {
-    const TensorDecl& t = prog_.tensors[i];
-    uint64_t size = prog_.const_data.size();
-    if (t.kind == TensorKind::Const && !prog_.timing_only &&
+void Assembler::check_consts(const Program& prog) const {
+  for (size_t i = 0; i < prog.tensors.size(); ++i) {
+    const TensorDecl& t = prog.tensors[i];
+    uint64_t size = prog.const_data.size();
+    if (t.kind == TensorKind::Const && !prog.timing_only &&
         (t.const_offset > size || t.bytes() > size - t.const_offset))
       fail(tensor_locs_[i], "const '" + printable(t.name) + "' (" + std::to_string(t.bytes()) + " bytes at offset " +
                                 std::to_string(t.const_offset) + ") lies outside the constant data (" +
                                 std::to_string(size) + " bytes)");
   }
-  if (auto o = overlapping_tensors(prog_)) {
-    const TensorDecl &a = prog_.tensors[o->first], &b = prog_.tensors[o->second];
+  if (auto o = overlapping_tensors(prog)) {
+    const TensorDecl &a = prog.tensors[o->first], &b = prog.tensors[o->second];
     fail(tensor_locs_[o->second], "tensor '" + printable(b.name) + "' [" + std::to_string(b.addr) + ", " +
                                       std::to_string(b.addr + b.bytes()) + ") overlaps tensor '" + printable(a.name) +
                                       "' [" + std::to_string(a.addr) + ", " + std::to_string(a.addr + a.bytes()) +
@@ -765,8 +810,9 @@ void Assembler::check_consts() {
   }
 }
 
-void Assembler::encode_all() {
-  Resolver final_value = known();
+void Assembler::encode_all(Program& prog, const Resolver& final_value) const {
+  prog.code.reserve(prog.code.size() + pending_.size());
+  prog.source.reserve(prog.source.size() + pending_.size());
   for (const PendingInstr& pi : pending_) {
     Instr in;
     in.op = pi.desc->op;
@@ -778,15 +824,71 @@ void Assembler::encode_all() {
         fail(Loc{pi.loc.file, pi.loc.line, op.col},
              "value " + std::to_string(in.f[i]) + " does not fit operand " + o.name + " (" + range_text(o) + ")");
     }
-    prog_.code.push_back(encode(in));
-    prog_.source.push_back(*pi.loc.file + ":" + std::to_string(pi.loc.line));
+    prog.code.push_back(encode(in));
+    std::string& where = prog.source.emplace_back();  // FILE:LINE, in one allocation
+    const std::string line = std::to_string(pi.loc.line);
+    where.reserve(pi.loc.file->size() + 1 + line.size());
+    where.append(*pi.loc.file).append(1, ':').append(line);
   }
+}
+
+// The open tensors placed as place() in pass 1 would have (in declaration order, after every HBM tensor before
+// them), then pass 2 with the open symbols at their values.
+Program Assembler::place(const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc) const {
+  Program prog = prog_;
+  uint64_t next_free = hbm_base_;
+  for (size_t i = 0; i < prog.tensors.size(); ++i) {
+    TensorDecl& t = prog.tensors[i];
+    if (t.space != MemSpace::Hbm) continue;
+    if (tensor_open_[i]) {
+      if (auto it = tensor_addr.find(t.name); it != tensor_addr.end()) {
+        t.addr = it->second;
+      } else {
+        uint64_t align = std::max<uint64_t>(hbm_align_, 1);
+        t.addr = (next_free + align - 1) / align * align;
+      }
+      try {
+        check_tensor(t);
+      } catch (const Error& e) {
+        fail(tensor_locs_[i], e.what());
+      }
+    }
+    next_free = std::max(next_free, t.addr + t.bytes());
+  }
+  check_consts(prog);
+  encode_all(prog, [&](const std::string& n) -> std::optional<int64_t> {
+    auto it = symbols_.find(n);
+    if (it == symbols_.end()) return std::nullopt;
+    const Symbol& s = it->second;
+    if (!s.open) return s.value;
+    if (s.kind == Symbol::Label) return static_cast<int64_t>(base_pc) + s.value;
+    return static_cast<int64_t>(prog.tensors[static_cast<size_t>(s.value)].addr);
+  });
+  return prog;
 }
 
 }  // namespace
 
 Program assemble(const std::string& source, const std::string& filename, const AsmOptions& opts) {
   return Assembler(opts).run(source, filename);
+}
+
+struct Prepared::State {
+  explicit State(const AsmOptions& o) : assembler(o, true) {}
+  Assembler assembler;
+};
+
+Prepared prepare(const std::string& source, const std::string& filename, const AsmOptions& opts) {
+  auto state = std::make_shared<Prepared::State>(opts);
+  state->assembler.first_pass(source, filename);
+  Prepared p;
+  p.state_ = std::move(state);
+  return p;
+}
+
+Program Prepared::place(const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc) const {
+  if (!state_) throw Error("isa::Prepared::place: nothing prepared");
+  return state_->assembler.place(tensor_addr, base_pc);
 }
 
 Program assemble_file(const std::string& path, const AsmOptions& opts) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <sstream>
+#include <unordered_map>
 #include <vector>
 
 namespace tpusim::isa {
@@ -57,6 +58,7 @@ InstrDesc make_desc(Op op, uint8_t opcode, const char* mnemonic, Unit unit, cons
 struct Table {
   std::vector<InstrDesc> list;
   std::array<int, 256> by_opcode;
+  std::unordered_map<std::string_view, int> by_mnemonic;  // views of list's mnemonics
   Table() {
     by_opcode.fill(-1);
 #define X(ENUM, OPCODE, MNEMONIC, UNIT, OPERANDS, SEMANTICS, TIMING) \
@@ -66,6 +68,7 @@ struct Table {
     for (size_t i = 0; i < list.size(); ++i) {
       if (by_opcode[list[i].opcode] != -1) throw Error("isa.def: opcode used twice: " + list[i].mnemonic);
       by_opcode[list[i].opcode] = static_cast<int>(i);
+      by_mnemonic.emplace(list[i].mnemonic, static_cast<int>(i));  // the first of a mnemonic, as a search finds
     }
   }
 };
@@ -149,9 +152,9 @@ const InstrDesc* describe_opcode(uint8_t opcode) {
 }
 
 const InstrDesc* describe_mnemonic(std::string_view m) {
-  for (const auto& d : table().list)
-    if (d.mnemonic == m) return &d;
-  return nullptr;
+  const Table& t = table();
+  auto it = t.by_mnemonic.find(m);
+  return it == t.by_mnemonic.end() ? nullptr : &t.list[static_cast<size_t>(it->second)];
 }
 
 Word encode(const Instr& in) {

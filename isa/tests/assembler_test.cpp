@@ -610,5 +610,92 @@ TEST(Disassembler, WrapsDataAt64BytesPerLine) {
   EXPECT_EQ(assemble(text, "d.s"), p);
 }
 
+// ---- prepared sources ------------------------------------------------------------------------------------------
+
+// A source that uses its labels (backward and forward) and tensors (placed by the options, auto-placed after
+// them, at a fixed HBM address, in VMEM, a constant with data) in operand expressions, with directives that do
+// not need them.
+const char* kPlacedSource = R"(
+.name "placed"
+.input a, bf16, [N, 16]
+.input b, f32, [3]
+.const w, i8, [4]
+.data "01020304"
+.output c, f32, [N] @ 0x100000
+.input v, f32, [8] @ vmem 256
+.if defined(a) && N > 2
+    li r1, a + 64 * N
+.else
+    li r1, 7
+.endif
+.region node, "body"
+top:
+    li r2, b
+    addi r3, r2, w - b
+    li r4, c
+    li r5, v
+    li r6, defined(a) + defined(nothing)
+    beq r1, r2, done
+    jmp top
+.endregion
+done:
+    li r7, done - top
+    halt
+)";
+
+TEST(Prepared, PlacesAsAssembleDoes) {
+  AsmOptions o = defines({{"N", 4}});
+  o.hbm_base = 0x2000;
+  o.hbm_align = 256;
+  const Prepared prepared = prepare(kPlacedSource, "p.s", o);
+  const std::vector<std::map<std::string, uint64_t>> placements = {
+      {}, {{"a", 0x40000}}, {{"a", 0x40000}, {"b", 0x1000}, {"w", 0x9000}}, {{"b", 0x80000}}};
+  for (const auto& addr : placements)
+    for (uint64_t base : {0, 1, 1000}) {
+      AsmOptions full = o;
+      full.tensor_addr = addr;
+      full.base_pc = base;
+      const Program want = assemble(kPlacedSource, "p.s", full), got = prepared.place(addr, base);
+      EXPECT_EQ(got, want) << "base " << base;
+      EXPECT_EQ(serialize(got), serialize(want));
+    }
+  // The values, worked out: a auto-placed at hbm_base, b after it (aligned), w after b.
+  const Program p = prepared.place({}, 10);
+  EXPECT_EQ(only_instr(p, 0).f[1], 0x2000 + 64 * 4);    // a + 64 * N
+  EXPECT_EQ(only_instr(p, 1).f[1], 0x2000 + 256);       // b: a is 4 x 16 bf16 = 128 bytes
+  EXPECT_EQ(only_instr(p, 2).f[2], 0x2000 + 512 - (0x2000 + 256));  // w - b
+  EXPECT_EQ(only_instr(p, 6).f[2], 10 + 8);             // beq to done, instruction 8 of code from 10
+  EXPECT_EQ(only_instr(p, 7).f[0], 10 + 1);             // jmp to top, instruction 1
+  EXPECT_EQ(only_instr(p, 5).f[1], 1);                  // defined(a) + defined(nothing)
+}
+
+TEST(Prepared, RefusesSourcesThatNeedAnAddressEarly) {
+  // The assembler needs these values in its first pass, so they cannot be left open.
+  for (const char* src : {".input a, f32, [4]\n.if a > 0\n    nop\n.endif\n    halt\n",
+                          ".input a, f32, [4]\n.set A2, a * 2\n    li r1, A2\n",
+                          "top:\n.input a, f32, [top + 4]\n    halt\n"}) {
+    EXPECT_NO_THROW(assemble(src, "k.s")) << src;
+    EXPECT_THROW(prepare(src, "k.s"), Error) << src;
+  }
+}
+
+TEST(Prepared, PlacementErrorsAsAssemble) {
+  const std::string src = ".input a, f32, [1024]\n.input b, f32, [4]\n    addi r1, r0, a\n    halt\n";
+  const Prepared prepared = prepare(src, "k.s");
+  AsmOptions o;
+  o.tensor_addr = {{"a", 0}, {"b", 64}};  // b lies inside a
+  EXPECT_EQ(error_of(src, o), "k.s:2:8: tensor 'b' [64, 80) overlaps tensor 'a' [0, 4096) in hbm");
+  EXPECT_THROW(prepared.place(o.tensor_addr, 0), Error);
+  o.tensor_addr = {{"a", uint64_t(1) << 40}};  // does not fit addi's immediate (i32)
+  const std::string why = error_of(src, o);
+  EXPECT_NE(why.find("does not fit"), std::string::npos) << why;
+  try {
+    prepared.place(o.tensor_addr, 0);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.what(), why);
+  }
+}
+
 }  // namespace
 }  // namespace tpusim::isa

@@ -69,6 +69,17 @@ bool overlaps(const Pat& a, const Pat& b, bool unknown, uint64_t limit = kExactR
   return false;
 }
 
+// The bytes [lo, hi) that some patterns lie in (empty: lo == hi). A pattern that misses them overlaps none of the
+// patterns (overlaps() says no at once to disjoint ranges), which then need no test one by one.
+struct Span {
+  i128 lo = 0, hi = 0;
+  bool meets(const Pat& p) const { return lo < hi && p.rows && p.len && p.lo() < hi && lo < p.hi(); }
+  void add(const Pat& p) {
+    if (!p.rows || !p.len) return;
+    lo = lo < hi ? std::min(lo, p.lo()) : p.lo(), hi = std::max(hi, p.hi());
+  }
+};
+
 // A move in signed arithmetic, validated.
 struct M {
   int64_t src, dst;
@@ -186,6 +197,7 @@ struct Group {
   std::vector<Piece> pieces;
   int64_t used = 0;
   bool signal = false;  // a later load waits for this group's stores (dmaout.sync signal=s3)
+  Span stores;  // its stores' destinations
 };
 
 // An item of a queue's code: a transfer, or (sync) a dmain.sync wait=s3.
@@ -212,7 +224,8 @@ struct Planner {
   int conflict(const Pat& src) const {
     int h = -1;
     for (auto it = pending.rbegin(); it != pending.rend(); ++it)
-      if (it->first > h && overlaps(src, it->second, true)) h = it->first;
+      if (it->first > h && groups[size_t(it->first)].stores.meets(src) && overlaps(src, it->second, true))
+        h = it->first;
     return h;
   }
   int64_t room() const { return slot - groups.back().used; }
@@ -240,6 +253,7 @@ struct Planner {
     g.used += int64_t((fill ? 1 : n) * w);
     g.pieces.push_back(p);
     pending.emplace_back(cur(), p.dst);
+    g.stores.add(p.dst);
     return true;
   }
 
@@ -441,17 +455,19 @@ size_t emit_moves(const std::vector<M>& ms, const Window& w, std::ostringstream&
 constexpr size_t kPhaseMoves = 1024;
 std::vector<std::vector<M>> phases(const std::vector<M>& ms) {
   std::vector<std::vector<M>> out;
+  Span dsts, srcs;  // the current phase's (an im2col's moves follow one another: their spans seldom meet)
   for (const M& m : ms) {
     bool fits = !out.empty() && out.back().size() < kPhaseMoves;
-    if (fits)
+    if (fits && (dsts.meets(m.dst_pat()) || dsts.meets(m.src_pat()) || srcs.meets(m.dst_pat())))
       for (const M& q : out.back())
         if (overlaps(m.dst_pat(), q.dst_pat(), true) || overlaps(m.src_pat(), q.dst_pat(), true) ||
             overlaps(m.dst_pat(), q.src_pat(), true)) {
           fits = false;
           break;
         }
-    if (!fits) out.emplace_back();
+    if (!fits) out.emplace_back(), dsts = srcs = Span{};
     out.back().push_back(m);
+    dsts.add(m.dst_pat()), srcs.add(m.src_pat());
   }
   return out;
 }

@@ -51,4 +51,13 @@ isa::Program assemble(const std::string& name, const std::map<std::string, int64
   return isa::assemble(*text, kBuiltinPrefix + name, opts);
 }
 
+isa::Prepared prepare(const std::string& name, const std::map<std::string, int64_t>& defines) {
+  auto text = source(name);
+  if (!text) throw isa::Error("no built-in kernel named '" + name + "'");
+  isa::AsmOptions opts;
+  opts.defines = defines;
+  opts.include = include_resolver();
+  return isa::prepare(*text, kBuiltinPrefix + name, opts);
+}
+
 }  // namespace tpusim::kernels

@@ -134,6 +134,36 @@ class MlpTest(unittest.TestCase):
         # load() of an .onnx compiles it too (from the cache).
         self.assertEqual(c.load(os.path.join(self.dir, "mlp.onnx")).fingerprint, exe.fingerprint)
 
+    def test_timing_only_compile(self):
+        """compile(timing_only=True): a timing-only run of its program takes the cycles a functional run of the full
+        compile does, and it reads no weight values: with its large weights overwritten by NaNs the model compiles
+        to the very same program (while the full compile changes)."""
+        import onnx
+        from onnx import numpy_helper
+        c = self.client
+        path = os.path.join(self.dir, "mlp.onnx")
+        full, fast = c.compile(path), c.compile(path, timing_only=True)
+        self.assertNotEqual(full.fingerprint, fast.fingerprint)
+        x = np.load(os.path.join(self.dir, "x.npy"))
+        functional = c.execute(full, {"x": x})
+        self.assertEqual(len(functional.outputs), 1)
+        timing = c.execute(fast, {}, timing_only=True)  # (inputs may be left out of a timing-only run)
+        self.assertEqual(timing.cycles, functional.cycles)
+        self.assertGreater(timing.cycles, 0)
+        with self.assertRaisesRegex(ValueError, "timing-only"):
+            c.execute(fast, {"x": x})
+        # The weights of 16 KiB or more (the two 128x64 ones) as NaNs: a timing-only compile never reads them.
+        model = onnx.load(path)
+        overwritten = 0
+        for init in model.graph.initializer:
+            w = numpy_helper.to_array(init)
+            if w.nbytes >= 16384:
+                init.CopyFrom(numpy_helper.from_array(np.full_like(w, np.nan), init.name))
+                overwritten += 1
+        self.assertEqual(overwritten, 2)
+        self.assertEqual(c.compile(model, name="mlp.onnx", timing_only=True).fingerprint, fast.fingerprint)
+        self.assertNotEqual(c.compile(model, name="mlp.onnx").fingerprint, full.fingerprint)
+
 
 class BertTest(unittest.TestCase):
     """The small BERT workload: int64 token ids from numpy, bf16 and int8 (calibrated) against PyTorch."""

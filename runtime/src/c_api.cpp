@@ -440,6 +440,7 @@ TpusimError* tpusim_executable_compile_onnx(TpusimExecutableCompileOnnxArgs* arg
     if (v2 && args->precision != TPUSIM_PRECISION_BF16 && args->precision != TPUSIM_PRECISION_INT8)
       return invalid(fn, "precision " + std::to_string(int(args->precision)) + " is not a TpusimPrecision");
     if (v2 && args->precision == TPUSIM_PRECISION_INT8) opts.precision = tpusim::compiler::Precision::INT8;
+    opts.timing_only = HAS_FIELD(args, timing_only) && args->timing_only;
     if (v2 && args->num_calibration) {
       if (!args->calibration) return invalid(fn, "calibration is NULL");
       const size_t per_set = args->calibration_set_size ? args->calibration_set_size : args->num_calibration;

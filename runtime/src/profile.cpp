@@ -21,10 +21,21 @@ std::vector<int> innermost(const isa::Program& p) {
   return at;
 }
 
-void count_static(const isa::Program& p, RegionProfile& r) {
+// Instructions of each unit before each instruction index (n + 1 entries per unit), from one decoding of the code.
+using UnitCounts = std::array<std::vector<uint32_t>, isa::kNumUnits>;
+UnitCounts unit_counts(const isa::Program& p) {
+  UnitCounts before;
+  for (auto& v : before) v.assign(p.code.size() + 1, 0);
+  for (size_t pc = 0; pc < p.code.size(); ++pc) {
+    const int u = static_cast<int>(isa::decode(p.code[pc]).desc().unit);
+    for (int k = 0; k < isa::kNumUnits; ++k) before[k][pc + 1] = before[k][pc] + (k == u);
+  }
+  return before;
+}
+
+void count_static(const UnitCounts& before, RegionProfile& r) {
   r.instructions = r.end - r.begin;
-  for (uint32_t pc = r.begin; pc < r.end; ++pc)
-    ++r.units[static_cast<int>(isa::decode(p.code[pc]).desc().unit)].instructions;
+  for (int k = 0; k < isa::kNumUnits; ++k) r.units[k].instructions = before[k][r.end] - before[k][r.begin];
 }
 
 // `cores_seen`: per core, whether the region has a unit slice on it yet.
@@ -154,7 +165,8 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
   prof.program.kind = "program";
   prof.program.name = program.name;
   prof.program.end = static_cast<uint32_t>(program.code.size());
-  count_static(program, prof.program);
+  const UnitCounts before = unit_counts(program);
+  count_static(before, prof.program);
   const std::vector<int> parents = isa::region_parents(program.regions);
   for (size_t i = 0; i < program.regions.size(); ++i) {
     const isa::Region& g = program.regions[i];
@@ -162,7 +174,7 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
     r.kind = g.kind, r.name = g.name, r.begin = g.begin, r.end = g.end, r.parent = parents[i];
     r.depth = r.parent < 0 ? 0 : prof.regions[r.parent].depth + 1;
     r.flops = g.flops, r.bytes = g.bytes;
-    count_static(program, r);
+    count_static(before, r);
     prof.regions.push_back(std::move(r));
   }
   // The program's work: each quantity from the outermost regions that give it.

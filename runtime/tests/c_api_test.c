@@ -6,6 +6,7 @@
 #include "tpusim/runtime/c_api.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,6 +321,80 @@ static void test_compile_from_bytes_and_cache(TpusimClient* client) {
   free(bytes);
 }
 
+/* Runs `exe` (the MLP: input x, f32 [8, 64]) on device 0 and returns its cycles; `timing_only` as the run's. A
+ * run that fails: its error, with *cycles 0. */
+static TpusimError* mlp_cycles(TpusimClient* client, TpusimExecutable* exe, bool timing_only, uint64_t* cycles) {
+  static float x[8 * 64];
+  for (int i = 0; i < 8 * 64; ++i) x[i] = (float)((i * 31) % 89) / 44.0f - 1.0f;
+  TpusimBuffer* in = upload(client, x, TPUSIM_DTYPE_F32, 8, 64);
+  const char* names[1] = {"x"};
+  TpusimExecuteArgs r = {0};
+  r.struct_size = TpusimExecuteArgs_STRUCT_SIZE;
+  r.client = client;
+  r.executable = exe;
+  r.input_names = names;
+  r.input_buffers = &in;
+  r.num_inputs = 1;
+  r.timing_only = timing_only;
+  OK(tpusim_execute(&r));
+  destroy_buffer(in);
+  TpusimError* err = await_event(r.done);
+  *cycles = 0;
+  if (!err) {
+    TpusimExecutionStatsArgs st = {0};
+    st.struct_size = TpusimExecutionStatsArgs_STRUCT_SIZE;
+    st.execution = r.execution;
+    OK(tpusim_execution_stats(&st));
+    *cycles = st.cycles;
+  }
+  destroy_event(r.done);
+  destroy_execution(r.execution);
+  return err;
+}
+
+/* The timing-only compile (timing_only, version 3 of the compile's arguments): a timing-only run of its program
+ * takes the cycles a functional run of the full compile's does; the program leaves the large weights out (the
+ * MLP's [128, 64] and [64, 128] f32 weights, 64 KiB, are most of the model's 68 KiB; 16 KiB each as bf16), and a
+ * functional run of it is refused. A caller of version 2 (a struct_size without the field) gets the full compile. */
+static void test_timing_only_compile(TpusimClient* client) {
+  const char* path = TPUSIM_WORKLOADS_DIR "/mlp/mlp.onnx";
+  size_t model_bytes = 0;
+  char* model = read_file(path, &model_bytes);
+  EXPECT(model && model_bytes > 65536);
+  free(model);
+  TpusimExecutableCompileOnnxArgs c = {0};
+  c.struct_size = TpusimExecutableCompileOnnxArgs_STRUCT_SIZE;
+  c.client = client;
+  c.path = path;
+  OK(tpusim_executable_compile_onnx(&c));
+  TpusimExecutable* full = c.executable;
+  c.timing_only = true;
+  OK(tpusim_executable_compile_onnx(&c));
+  TpusimExecutable* fast = c.executable;
+  c.struct_size = offsetof(TpusimExecutableCompileOnnxArgs, timing_only); /* version 2: timing_only unseen */
+  OK(tpusim_executable_compile_onnx(&c));
+  TpusimExecutable* v2 = c.executable;
+  EXPECT(fingerprint(v2) == fingerprint(full) && fingerprint(fast) != fingerprint(full));
+
+  uint64_t functional = 0, timing = 0;
+  OK(mlp_cycles(client, full, false, &functional));
+  OK(mlp_cycles(client, fast, true, &timing));
+  EXPECT(functional > 0 && timing == functional);
+  EXPECT_ERROR(mlp_cycles(client, fast, false, &timing), TPUSIM_INVALID_ARGUMENT, "timing-only");
+
+  TpusimExecutableSerializeArgs sf = {TpusimExecutableSerializeArgs_STRUCT_SIZE, full, NULL, 0};
+  TpusimExecutableSerializeArgs st = {TpusimExecutableSerializeArgs_STRUCT_SIZE, fast, NULL, 0};
+  OK(tpusim_executable_serialize(&sf));
+  OK(tpusim_executable_serialize(&st));
+  EXPECT(sf.num_bytes > 2 * 128 * 64 * 2);                /* the full program holds the two weights as bf16 */
+  EXPECT(st.num_bytes + 2 * 128 * 64 * 2 <= sf.num_bytes + 64); /* the timing-only one does not (a section more) */
+  free(sf.bytes);
+  free(st.bytes);
+  destroy_executable(full);
+  destroy_executable(fast);
+  destroy_executable(v2);
+}
+
 static void test_unknown_preset(void) {
   TpusimClientCreateArgs a = {0};
   a.struct_size = TpusimClientCreateArgs_STRUCT_SIZE;
@@ -511,6 +586,7 @@ int main(void) {
   test_execute_devices(client, exe, a, b, expected);
   test_zero_copy_and_donation(client, exe, a, b, expected);
   test_compile_from_bytes_and_cache(client);
+  test_timing_only_compile(client);
 
   /* --- A wrong-shape input: b given where a goes. The error comes from the execution's event. */
   run = run_gemm(client, exe, bb, bb, &done);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <numeric>
 
 #include "core.h"
 #include "dma.h"
@@ -266,11 +267,19 @@ RunResult Chip::Impl::collect() {
   detail::tpuv1_counters(v1, cycles * cfg.total_mxus(), s.mxu_mac_utilization, s.tpuv1);
   out.actions_by_pc = std::move(shared.actions_by_pc);
   shared.actions_by_pc.clear();
-  std::stable_sort(out.trace.begin(), out.trace.end(), [](const TraceEvent& a, const TraceEvent& b) {
+  // In time order (then core, unit): the events' indices sorted, then each event moved once.
+  std::vector<uint32_t> order(out.trace.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t i, uint32_t j) {
+    const TraceEvent &a = out.trace[i], &b = out.trace[j];
     if (a.start != b.start) return a.start < b.start;
     if (a.core != b.core) return a.core < b.core;
     return a.unit != b.unit ? a.unit < b.unit : a.index < b.index;
   });
+  std::vector<TraceEvent> sorted;
+  sorted.reserve(out.trace.size());
+  for (uint32_t i : order) sorted.push_back(std::move(out.trace[i]));
+  out.trace = std::move(sorted);
   return out;
 }
 

@@ -68,6 +68,11 @@ void ChipState::trace(int slot, uint64_t start, uint64_t dur, uint32_t pc, const
                        static_cast<uint16_t>(index_of_slot(slot))});
 }
 
+void ChipState::trace(int slot, uint64_t start, uint64_t dur, uint32_t pc, const char* kind) {
+  static const std::string unnamed;
+  trace(slot, start, dur, pc, keeping_trace() ? text(pc) : unnamed, kind);
+}
+
 void ChipState::account(int slot, uint64_t start, uint64_t end, Span::Kind kind, int sem, isa::Op op) {
   if (end <= start) return;
   std::vector<Span>& v = run.spans[static_cast<size_t>(slot)];

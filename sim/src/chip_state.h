@@ -145,6 +145,8 @@ class ChipState {
   bool keeping_trace() const { return run.opts.trace; }
   // `slot`: the unit's slot (slot_of; isa::Unit values for the core and the units of which there is one).
   void trace(int slot, uint64_t start, uint64_t dur, uint32_t pc, const std::string& name, const char* kind);
+  // The same named by the instruction at pc (text(pc), formatted only where the trace is kept).
+  void trace(int slot, uint64_t start, uint64_t dur, uint32_t pc, const char* kind);
   // Books [start, end) (SystemC cycles, as now()) of the unit in `slot` to the stall accounting.
   void account(int slot, uint64_t start, uint64_t end, Span::Kind kind, int sem = 0, isa::Op op = isa::Op::NOP);
 

@@ -73,29 +73,31 @@ ChannelSpec ChannelSpec::shared(const ChipConfig& c) {
 
 namespace {
 
-// Calls add(unit, bytes) for the bytes of [a, a + n) of each unit (x / grain) % units, times mult; the bytes of
-// whole periods (p = grain * units) go to *uniform, per unit, instead.
+// Calls add(unit, bytes * mult) for the bytes of [a, a + n) of each unit (x / grain) % units, for a and n less
+// than the period p = grain * units: from a's unit on, one call per unit the range touches.
 template <class Add>
-void share_range(uint64_t grain, uint64_t p, uint64_t a, uint64_t n, uint64_t mult, uint64_t& uniform, Add& add) {
-  uniform += (n / p) * grain * mult;
-  n %= p;
-  a %= p;
+void share_part(uint64_t grain, uint64_t units, uint64_t a, uint64_t n, uint64_t mult, Add& add) {
+  uint64_t unit = a / grain, off = a % grain;
   while (n) {  // fewer than units + 1 steps
-    const uint64_t take = std::min(n, grain - a % grain);
-    add(a / grain, take * mult);
+    const uint64_t take = std::min(n, grain - off);
+    add(unit, take * mult);
     n -= take;
-    a += take;
-    if (a == p) a = 0;
+    off = 0;
+    if (++unit == units) unit = 0;
   }
 }
 
-// count_interleaved's arithmetic, reporting each unit's share through add() and whole periods through uniform.
+// count_interleaved's arithmetic, reporting each unit's share through add() and the bytes of whole periods (p =
+// grain * units: every unit the same), per unit, through uniform.
 template <class Add>
 void share_rows(uint64_t units, uint64_t grain, const Rows& r, uint64_t& uniform, Add&& add) {
   if (!r.rows || !r.rowbytes || !units) return;
   const uint64_t p = grain * units;
-  if (r.rows == 1 || r.stride == static_cast<int64_t>(r.rowbytes))
-    return share_range(grain, p, r.base, r.bytes(), 1, uniform, add);
+  if (r.rows == 1 || r.stride == static_cast<int64_t>(r.rowbytes)) {
+    const uint64_t n = r.bytes();
+    uniform += (n / p) * grain;
+    return share_part(grain, units, r.base % p, n % p, 1, add);
+  }
   // Row i starts at (base + i * s) mod p, s = stride mod p: the starts repeat every q = p / gcd(s, p) rows.
   const auto sp = static_cast<__int128>(p);
   const auto s = static_cast<uint64_t>(((static_cast<__int128>(r.stride) % sp) + sp) % sp);
@@ -108,11 +110,14 @@ void share_rows(uint64_t units, uint64_t grain, const Rows& r, uint64_t& uniform
     for (uint64_t u = 0; u < total % units; ++u) add(u, 1);
     return;
   }
+  const uint64_t periods = r.rowbytes / p * grain, rest = r.rowbytes % p;  // a row's whole periods, the rest
+  const uint64_t rounds = r.rows / q, extra = r.rows % q;
   uint64_t a = r.base % p;
   for (uint64_t i = 0; i < distinct; ++i) {
-    const uint64_t mult = r.rows / q + (i < r.rows % q ? 1 : 0);  // rows i, i + q, i + 2q, ... (1 if rows < q)
-    share_range(grain, p, a, r.rowbytes, mult, uniform, add);
-    a = static_cast<uint64_t>((static_cast<unsigned __int128>(a) + s) % p);
+    const uint64_t mult = rounds + (i < extra ? 1 : 0);  // rows i, i + q, i + 2q, ... (1 if rows < q)
+    uniform += periods * mult;
+    share_part(grain, units, a, rest, mult, add);
+    a = a >= p - s ? a - (p - s) : a + s;  // (a + s) mod p, both below p
   }
 }
 
@@ -186,17 +191,17 @@ uint64_t HbmChannels::transfer(uint64_t data_start, const Rows& row_pattern) {
            p.key.stride == key.stride;
   };
   auto hit = std::find_if(cache_.begin(), cache_.end(), same);
-  if (hit == cache_.end()) {
-    Pattern p{key, 0, {}};
+  if (hit == cache_.end()) {  // a new entry, or the oldest one's (whose shares' memory is reused)
+    hit = cache_.size() < kCachedPatterns ? cache_.emplace(cache_.end())
+                                          : cache_.begin() + static_cast<ptrdiff_t>(next_evict_++ % kCachedPatterns);
+    Pattern& p = *hit;
+    p.key = key, p.uniform = 0, p.shares.clear();
     share_rows(slots_, grain_, key, p.uniform, [&](uint64_t slot, uint64_t n) {
       uint64_t& b = per_unit_[slot_unit_[slot]];
       if (!b) p.shares.push_back({slot_unit_[slot], 0});
       b += n;
     });
     for (auto& [u, n] : p.shares) n = std::exchange(per_unit_[u], 0);
-    if (cache_.size() < kCachedPatterns) cache_.push_back(std::move(p));
-    else cache_[next_evict_++ % kCachedPatterns] = std::move(p);
-    hit = std::find_if(cache_.begin(), cache_.end(), same);
   }
   const uint64_t uniform = hit->uniform;
   touched_.clear();

@@ -171,7 +171,7 @@ void Mxu::load_weights(const Entry& e) {
   shadow_ready_ = start + (df_ == Dataflow::WS ? R_ : std::max<uint64_t>(k, 1));
   shadow_free_ = shadow_ready_;  // until then it is loading; after that, until the swap (which updates this)
   schedule(shadow_ready_, e, std::move(tile));
-  if (st_.tracing()) trace(start, shadow_ready_ - start, e.pc, st_.text(e.pc), "load");
+  if (st_.tracing()) trace(start, shadow_ready_ - start, e.pc, "load");
 }
 
 void Mxu::matmul(const Entry& e) {
@@ -252,7 +252,7 @@ void Mxu::matmul(const Entry& e) {
   st_.run.mac_slots += dt == isa::DType::I8 ? static_cast<double>(macs) / static_cast<double>(i8_rate_)
                                             : static_cast<double>(macs);
   if (st_.tracing())
-    for (uint64_t t : folds) trace(t, len, e.pc, st_.text(e.pc), "busy");
+    for (uint64_t t : folds) trace(t, len, e.pc, "busy");
   schedule(done, e, active_);
   st_.wait_until(folds.back());
 }
@@ -298,7 +298,7 @@ void Mxu::complete(const Completion& c) {
   }
   // An mxu.sync's completion is when the work before it has landed: an instant in the trace ("sync").
   if (c.e.in.op == isa::Op::MXUSYNC && st_.keeping_trace())
-    trace(st_.now(), 0, c.e.pc, st_.text(c.e.pc), "sync");
+    trace(st_.now(), 0, c.e.pc, "sync");
   st_.signal(c.e.signal_sem(), c.e.pc);
 }
 

@@ -83,7 +83,7 @@ void UnitModule::acquire(const Entry& e) {
 
 void UnitModule::finish(const Entry& e, uint64_t start, uint64_t end) {
   stats().busy_cycles += end - start;
-  trace(start, end - start, e.pc, st_.text(e.pc), "busy");
+  trace(start, end - start, e.pc, "busy");
   st_.signal(e.signal_sem(), e.pc);
 }
 

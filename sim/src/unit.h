@@ -90,6 +90,8 @@ class UnitModule : public sc_core::sc_module {
   void trace(uint64_t start, uint64_t dur, uint32_t pc, const std::string& name, const char* kind) {
     st_.trace(slot_, start, dur, pc, name, kind);
   }
+  // Named by the instruction at pc.
+  void trace(uint64_t start, uint64_t dur, uint32_t pc, const char* kind) { st_.trace(slot_, start, dur, pc, kind); }
 
   ChipState& st_;
 

@@ -5,6 +5,8 @@
 //     (one SystemC kernel per process; its peak RSS is that process's alone);
 //   - a 27-point sweep of that model (mxu.rows x core.mxus x hbm.bandwidth_gbs, 3 values each) with tpusim explore's
 //     engine and --jobs worker processes: wall time.
+// Beside each wall time, the CPU time (every thread of the process, or the sweep's worker processes): on a shared
+// machine the wall time stretches with the others' load, the CPU time much less.
 //
 //   build/validation/bench/explore_bench [--model FILE.onnx] [--config v4] [--jobs 2] [--repeat 3] [--no-sweep]
 //
@@ -39,9 +41,21 @@ namespace {
 using namespace tpusim;
 using clock_type = std::chrono::steady_clock;
 double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+double cpu_now() {  // this process's CPU time, every thread
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+double children_cpu() {  // the CPU time of the waited-for child processes
+  rusage ru{};
+  getrusage(RUSAGE_CHILDREN, &ru);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return s(ru.ru_utime) + s(ru.ru_stime);
+}
 
 struct Measure {
   double compile_s = NAN, simulate_s = NAN, total_s = NAN, peak_mb = NAN;
+  double compile_cpu = NAN, simulate_cpu = NAN, total_cpu = NAN;
   uint64_t cycles = 0;
   std::string error;
 };
@@ -58,25 +72,32 @@ Measure measure(const std::string& model, const std::string& config, bool timing
     Measure m;
     try {
       const auto t0 = clock_type::now();
+      const double c0 = cpu_now();
       runtime::Client client(sim::load_config(config));
       runtime::CompileOptions co;
       co.timing_only = timing_only;
       const auto tc = clock_type::now();
+      const double cc = cpu_now();
       runtime::Executable exe = client.compile_onnx_file(model, co);
       m.compile_s = since(tc);
+      m.compile_cpu = cpu_now() - cc;
       std::map<std::string, runtime::HostTensor> in;
       for (const isa::TensorDecl* d : exe.inputs()) in[d->name] = runtime::HostTensor{d->dtype, d->shape, std::vector<uint8_t>(d->bytes())};
       runtime::ExecuteOptions eo;
       eo.functional = false;
       const auto ts = clock_type::now();
+      const double cs = cpu_now();
       m.cycles = client.execute(exe, in, eo).run.stats.cycles;
       m.simulate_s = since(ts);
+      m.simulate_cpu = cpu_now() - cs;
       m.total_s = since(t0);
+      m.total_cpu = cpu_now() - c0;
     } catch (const std::exception& e) {
       m.error = e.what();
     }
     char buf[512];
-    const int n = std::snprintf(buf, sizeof buf, "%.9g %.9g %.9g %llu %s", m.compile_s, m.simulate_s, m.total_s,
+    const int n = std::snprintf(buf, sizeof buf, "%.9g %.9g %.9g %.9g %.9g %.9g %llu %s", m.compile_s, m.simulate_s,
+                                m.total_s, m.compile_cpu, m.simulate_cpu, m.total_cpu,
                                 static_cast<unsigned long long>(m.cycles), m.error.c_str());
     if (write(fds[1], buf, static_cast<size_t>(std::min(n, static_cast<int>(sizeof buf - 1)))) < 0) _exit(2);
     _exit(0);
@@ -92,7 +113,7 @@ Measure measure(const std::string& model, const std::string& config, bool timing
   Measure m;
   std::istringstream in(text);
   unsigned long long cycles = 0;
-  in >> m.compile_s >> m.simulate_s >> m.total_s >> cycles;
+  in >> m.compile_s >> m.simulate_s >> m.total_s >> m.compile_cpu >> m.simulate_cpu >> m.total_cpu >> cycles;
   m.cycles = cycles;
   std::getline(in, m.error);
   if (!m.error.empty() && m.error[0] == ' ') m.error.erase(0, 1);
@@ -148,9 +169,9 @@ int main(int argc, char** argv) {
       continue;
     }
     std::printf("  %-20s compile %.3f s, simulate %.3f s, total (with the chip's elaboration) %.3f s, peak RSS %.0f MB, "
-                "%llu cycles\n",
+                "%llu cycles\n  %-20s CPU time: compile %.3f s, simulate %.3f s, total %.3f s\n",
                 name, m.compile_s, m.simulate_s, m.total_s, m.peak_mb * 1.048576,
-                static_cast<unsigned long long>(m.cycles));
+                static_cast<unsigned long long>(m.cycles), "", m.compile_cpu, m.simulate_cpu, m.total_cpu);
   }
   if (full.error.empty() && fast.error.empty())
     std::printf("  timing-only: %.1fx faster, %.1fx less memory, cycles %s\n", full.total_s / fast.total_s,
@@ -165,12 +186,14 @@ int main(int argc, char** argv) {
                 explore::parse_sweep("hbm.bandwidth_gbs=600,1200,2400")};
     std::ostringstream log;
     const auto t0 = clock_type::now();
+    const double c0 = children_cpu();
     const int rc = explore::run(o, log);
-    const double s = since(t0);
+    const double s = since(t0), cpu = children_cpu() - c0;
     std::error_code ec;
     std::filesystem::remove_all(o.out, ec);
-    std::printf("  27-point sweep (mxu.rows x core.mxus x hbm.bandwidth_gbs), --jobs %d: %.2f s (%.3f s a point)%s\n",
-                jobs, s, s / 27, rc == 0 ? "" : " (exit status not 0)");
+    std::printf("  27-point sweep (mxu.rows x core.mxus x hbm.bandwidth_gbs), --jobs %d: %.2f s (%.3f s a point; workers' "
+                "CPU time %.2f s)%s\n",
+                jobs, s, s / 27, cpu, rc == 0 ? "" : " (exit status not 0)");
   }
   std::printf("  host Eigen f32 GEMM: %.1f GFLOP/s (1024^3, best over 1 s)\n", bench::host_gemm_gflops());
   return 0;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -30,6 +31,24 @@ struct AsmOptions {
 // Throws isa::Error with "file:line:col: message" on any error.
 Program assemble(const std::string& source, const std::string& filename, const AsmOptions& opts = {});
 Program assemble_file(const std::string& path, const AsmOptions& opts = {});
+
+// A source whose first pass is done once, for a program that places one kernel text at many addresses (the
+// compiler's codegen): every label and every HBM tensor declared without `@` are left open, and place() finishes
+// the assembly for given tensor addresses and code start. place(tensor_addr, base_pc) gives what assemble() gives
+// with AsmOptions::tensor_addr = tensor_addr and base_pc = base_pc (the other options as given to prepare()), or
+// throws isa::Error where assemble() throws (the message may name another error than assemble()'s first).
+// prepare() throws isa::Error where assemble() would fail whatever the addresses, and where the source needs an
+// open value in its first pass (a directive's, a condition's or a flag's expression): assemble each time then.
+class Prepared {
+ public:
+  Program place(const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc) const;
+  struct State;
+
+ private:
+  friend Prepared prepare(const std::string&, const std::string&, const AsmOptions&);
+  std::shared_ptr<const State> state_;
+};
+Prepared prepare(const std::string& source, const std::string& filename, const AsmOptions& opts = {});
 
 // Text that assemble() turns back into an identical program (tensor declarations with their addresses,
 // constant data, one instruction per line with its index in a comment).

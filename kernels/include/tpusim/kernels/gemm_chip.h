@@ -76,6 +76,7 @@ struct GemmChip {
   bool relu = false;        // max(x, 0) after the bias
   uint32_t scale_bits = 0;  // f32 bits multiplying the accumulator before the cast (0: none)
   bool b_tiled = false;     // b stored tile by tile: [cdiv(K,R), cdiv(N,C), R, C], zero-padded (gemm.s's B_TILED)
+  bool operator==(const GemmChip&) const = default;  // the same kernel on the same chip
 };
 
 // Assembly source of the kernel for the chip described by `symbols` (sim::kernel_symbols: MXU_ROWS, MXU_COLS,

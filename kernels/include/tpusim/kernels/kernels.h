@@ -42,5 +42,9 @@ decltype(isa::AsmOptions::include) include_resolver();
 // addresses, code starting at instruction `base_pc`. Throws isa::Error.
 isa::Program assemble(const std::string& name, const std::map<std::string, int64_t>& defines,
                       const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0);
+// assemble()'s work up to the tensor addresses and the code start, done once for the calls of one kernel with the
+// same defines (isa::prepare): place() gives assemble(name, defines, tensor_addr, base_pc). Throws isa::Error
+// where isa::prepare does.
+isa::Prepared prepare(const std::string& name, const std::map<std::string, int64_t>& defines);
 
 }  // namespace tpusim::kernels

@@ -279,8 +279,13 @@ typedef struct {
   const TpusimHostTensor* calibration;
   size_t num_calibration;
   size_t calibration_set_size;
+  /* Version 3: */
+  bool timing_only;                /* true: a program for timing-only runs only (runtime::CompileOptions::
+                                      timing_only): the same instructions and cycles, without reading, converting
+                                      or laying out the weights' values, and (INT8) without calibration runs; a
+                                      run of it that is not timing_only fails with TPUSIM_INVALID_ARGUMENT */
 } TpusimExecutableCompileOnnxArgs;
-TPUSIM_DEFINE_STRUCT_TRAITS(TpusimExecutableCompileOnnxArgs, calibration_set_size);
+TPUSIM_DEFINE_STRUCT_TRAITS(TpusimExecutableCompileOnnxArgs, timing_only);
 TpusimError* tpusim_executable_compile_onnx(TpusimExecutableCompileOnnxArgs* args);
 
 /* Assembles a kernel file (kernels/ *.s, or one that .includes them) with the chip's symbols (MXU_ROWS, ...)
