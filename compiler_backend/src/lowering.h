@@ -35,6 +35,8 @@ std::vector<float> gather_strided(const std::vector<float>& d, const Shape& shap
 // Host broadcast of a constant to `to` (numpy rules), row-major.
 std::vector<float> broadcast_data(const std::vector<float>& d, Shape from, const Shape& to);
 // out[i] = in[perm-applied]: out shape = [s[perm[0]], ...].
+// A constant's elements as floats (integers and booleans converted: exact below 2^24).
+std::vector<float> const_floats(const ir::Value& v);
 std::vector<float> permute_data(const std::vector<float>& d, const Shape& s, const std::vector<int>& perm);
 
 inline const std::vector<int> kToNhwc = {0, 2, 3, 1};  // logical NCHW -> physical NHWC
