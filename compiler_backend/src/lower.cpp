@@ -382,8 +382,12 @@ std::vector<float> const_floats(const ir::Value& v) {
 
 DType Lowering::storage_type(int v) const {
   if (angle(v) || val(v).elem_type != ir::kFloat) return DType::F32;  // integers and booleans: exact in f32
-  for (int u : users_[v])
-    if (!rowwise_op(g_.nodes[u])) return DType::BF16;
+  for (int u : users_[v]) {
+    const ir::Node& n = g_.nodes[u];
+    const OpDef* def = find_op(n.op);
+    const bool f32_reader = def && def->reads_f32 && n.inputs[0] == v;
+    if (!rowwise_op(n) && !f32_reader) return DType::BF16;
+  }
   return DType::F32;
 }
 
@@ -400,10 +404,10 @@ bool Lowering::angle(int v, int depth) const {
   return false;
 }
 
-Stored Lowering::destination(int v, DType dtype) {
+Stored Lowering::destination(int v, DType dtype, bool rowwise) {
   const ir::Value& value = val(v);
-  if (is_output_[v] && users_[v].empty() && value.shape().size() != 4 && value.elem_type == ir::kFloat) {
-    Stored s{out_buf_.at(v), 0, DType::F32, false};
+  if (is_output_[v] && users_[v].empty() && value.shape().size() != 4 && (value.elem_type == ir::kFloat || rowwise)) {
+    Stored s{out_buf_.at(v), 0, plan_.buffers[out_buf_.at(v)].dtype, false};
     st_[v].push_back(s);
     return s;
   }

@@ -65,6 +65,9 @@ struct OpDef {
   // the thousands (LLaMA's rotary embedding concatenates its angles before cos and sin).
   bool angle_input = false;
   bool moves_data = false;  // the node only moves its input's elements (a view or a copy): angles pass through it
+  // Storage: whether the lowering reads input 0 in f32 (CumSum's scan): a value that only such nodes and row-wise
+  // kernels read is stored in f32 rather than bf16.
+  bool reads_f32 = false;
   // Timing-only compiles (Options::timing_only): whether input k of the node is read only to lay out weights, so
   // that the import may skip its values (onnx_import.h). Called on the imported graph, before shape inference.
   bool (*weight_input)(const ir::Graph&, const ir::Node&, size_t k) = nullptr;

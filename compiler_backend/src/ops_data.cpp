@@ -943,7 +943,7 @@ void add_data_ops(OpTable& t) {
   t.add({.name = "Trilu", .max_inputs = 2, .attrs = {{"upper", K::Int}}, .infer = infer_trilu, .fold = fold_trilu,
          .fusion = Fusion::Elementwise, .rowwise = rw_trilu});
   t.add({.name = "CumSum", .min_inputs = 2, .max_inputs = 2, .attrs = {{"exclusive", K::Int}, {"reverse", K::Int}},
-         .infer = infer_cumsum, .fold = fold_cumsum, .lower = lower_cumsum});
+         .infer = infer_cumsum, .fold = fold_cumsum, .lower = lower_cumsum, .reads_f32 = true});
   // Folded only.
   t.add({.name = "Shape", .attrs = {{"start", K::Int}, {"end", K::Int}}, .infer = infer_shape, .fold = fold_shape,
          .fold_shape_only = true});

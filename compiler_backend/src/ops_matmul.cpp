@@ -80,8 +80,8 @@ Equation parse_einsum(const ir::Node& n, const std::vector<Shape>& shapes) {
     b = e + 1;
   }
   if (terms.size() != shapes.size())
-    fail(n, "equation '" + eq + "' has " + std::to_string(terms.size()) + " operands, the node " +
-                std::to_string(shapes.size()) + " inputs");
+    fail(n, "equation '" + eq + "' names " + std::to_string(terms.size()) + (terms.size() == 1 ? " operand" : " operands") +
+                ", the node has " + std::to_string(shapes.size()) + (shapes.size() == 1 ? " input" : " inputs"));
   std::string used;
   for (char ch : eq)
     if (std::isalpha(static_cast<unsigned char>(ch))) used += ch;
@@ -234,7 +234,11 @@ std::vector<ir::Node> expand_einsum(ir::Graph& g, const ir::Node& n) {
     }
     for (char ch : lb)
       if (!in(ch, la)) nn += ch;
-    const std::string result = batch + m + nn;
+    // Each group in the order the output (then the later operands) has them, so that no transpose is left where
+    // the output's order allows it.
+    for (std::string* group : {&batch, &m, &nn})
+      std::stable_sort(group->begin(), group->end(), [&](char x, char y) { return later.find(x) < later.find(y); });
+    std::string result = batch + m + nn;
     const bool last = k + 1 == eq.in.size();
     // Without indices to contract, a broadcasting product in the result's order; with only batch and contracted
     // indices (batched dot products), the product over batch + contracted, summed over the contracted ones.
@@ -247,6 +251,7 @@ std::vector<ir::Node> expand_einsum(ir::Graph& g, const ir::Node& n) {
       return reshape(transpose(v, l, order), sizes(order), s);
     };
     if (kk.empty()) {
+      std::sort(result.begin(), result.end(), [&](char x, char y) { return later.find(x) < later.find(y); });
       cur = node("Mul", {spread(a, la, result), spread(b, lb, result)}, last && result == eq.out ? n.outputs[0] : -1,
                  "mul");
     } else if (m.empty() && nn.empty()) {

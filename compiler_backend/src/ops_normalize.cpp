@@ -1,9 +1,10 @@
-// Normalisations and reductions: Softmax, LayerNormalization, BatchNormalization (inference, constant parameters)
-// and ReduceMean/Sum/Max/Min over the last axis are row-wise (Fusion::RowReduce: the row-wise kernel reduces along
-// its columns); over other axes (LayerNormalization: over several) they run the same row-wise function in a kernel of
-// their own on a copy of the input with those axes moved last (lower_over_axes); BatchNormalization after a Conv
-// folds into the convolution (ops_conv.cpp); ReduceMean over H and W of a 4-D value is a spatial mean (ops_conv.cpp's
-// lower_spatial_mean).
+// Normalisations and reductions: Softmax, LayerNormalization, BatchNormalization (inference, constant parameters),
+// ReduceMean/Sum/Max/Min/L1/L2/SumSquare/LogSumExp and ArgMax/ArgMin over the last axis are row-wise
+// (Fusion::RowReduce: the row-wise kernel reduces along its columns); over other axes (LayerNormalization: over
+// several) they run the same row-wise function in a kernel of their own on a copy of the input with those axes moved
+// last (lower_over_axes); BatchNormalization after a Conv folds into the convolution (ops_conv.cpp); ReduceMean over
+// H and W of a 4-D value is a spatial mean (ops_conv.cpp's lower_spatial_mean); InstanceNormalization is a layer
+// norm over the rows of [N x C, spatial] with a scale and bias per row.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -215,7 +216,7 @@ void lower_over_axes(Lowering& L, const ir::Node& n, std::vector<int64_t> axes) 
   }
   // A reduction (one value per row: the output's elements in order) or the axes last already: written as it is.
   if (e.out_per_row || !moved || n.op.rfind("Reduce", 0) == 0 || n.op.rfind("Arg", 0) == 0) {
-    Stored Y = L.destination(y, L.storage_type(y));
+    Stored Y = L.destination(y, L.storage_type(y), true);
     L.rw_output(call, out, Y);
     L.plan_.calls.push_back(std::move(call));
     return;
