@@ -52,6 +52,23 @@ int Graph::value(const std::string& name) {
   return it->second;
 }
 
+int Graph::fresh_value(const std::string& base) {
+  std::string name = base;
+  for (int k = 2; value_index.count(name); ++k) name = base + "." + std::to_string(k);
+  return value(name);
+}
+
+int Graph::int_constant(const std::string& base, const std::vector<int64_t>& elements) {
+  const int v = fresh_value(base);
+  Value& c = values[v];
+  c.elem_type = kInt64;
+  c.has_shape = true;
+  c.dims = {Dim::sized(static_cast<int64_t>(elements.size()))};
+  c.is_const = true;
+  c.ints = elements;
+  return v;
+}
+
 std::string shape_str(const Value& v) {
   if (!v.has_shape) return "(unknown)";
   std::string s = "[";

@@ -82,6 +82,10 @@ struct Graph {
 
   // Index of the value called `name`, adding an empty one if new.
   int value(const std::string& name);
+  // A new empty value named `base`, or `base` with a suffix ".2", ".3", ... that no value has.
+  int fresh_value(const std::string& base);
+  // A new constant INT64 value (a shape or axes operand of a node made by the compiler).
+  int int_constant(const std::string& base, const std::vector<int64_t>& elements);
 };
 
 std::string shape_str(const Value& v);              // "[8,64]", "[batch,64]", "[?,64]"; "(unknown)" without shape

@@ -89,12 +89,11 @@ KernelPlan Lowering::run() {
     int b = add_buffer(v.name, Buffer::Kind::Input, integer ? DType::I32 : DType::F32, v.shape());
     st_[in].push_back(Stored{b, 0, integer ? DType::I32 : DType::F32, false});
   }
+  // Integer and BOOL outputs are int32 (the runtime has no 64-bit integers; int64 inputs are read as int32 too).
   for (int o : g_.outputs) {
     const ir::Value& v = g_.values[o];
-    if (v.elem_type != ir::kFloat)
-      throw LoweringIssue("graph output '" + v.name + "' has element type " + ir::elem_type_name(v.elem_type) +
-                  ": only float outputs are supported");
-    out_buf_[o] = add_buffer(v.name, Buffer::Kind::Output, DType::F32, v.shape());
+    out_buf_[o] = add_buffer(v.name, Buffer::Kind::Output, v.elem_type == ir::kFloat ? DType::F32 : DType::I32,
+                             v.shape());
   }
   find_quantised();
   if (opts_.expose_calibration)
@@ -302,9 +301,19 @@ Stored Lowering::get(int v, DType dtype, bool nhwc) {
   for (const Stored& s : st_[v])
     if (s.dtype == dtype && s.nhwc == nhwc) return s;
   if (value.is_const) {
-    if (value.elem_type != ir::kFloat) throw LoweringIssue("constant '" + value.name + "' is not float: cannot be used as a tensor operand");
+    if (value.elem_type != ir::kFloat && dtype == DType::I32) {
+      std::vector<uint8_t> bytes(value.ints.size() * 4);
+      for (size_t k = 0; k < value.ints.size(); ++k) {
+        const auto i = static_cast<int32_t>(std::clamp<int64_t>(value.ints[k], INT32_MIN, INT32_MAX));
+        std::memcpy(&bytes[4 * k], &i, 4);
+      }
+      st_[v].push_back(Stored{add_const(value.name, DType::I32, value.shape(), std::move(bytes)), 0, dtype, false});
+      return st_[v].back();
+    }
+    if (dtype != DType::F32 && dtype != DType::BF16)
+      throw LoweringIssue("internal: constant '" + value.name + "' wanted as " + isa::dtype_name(dtype));
     Shape s = value.shape();
-    std::vector<float> d = value.data;
+    std::vector<float> d = const_floats(value);
     if (nhwc) {
       d = permute_data(d, s, kToNhwc);
       s = {s[0], s[2], s[3], s[1]};
@@ -366,10 +375,19 @@ std::string Lowering::producer_label(int v) const {
   return value.producer >= 0 ? g_.nodes[value.producer].name : "cast(" + value.name + ")";
 }
 
+std::vector<float> const_floats(const ir::Value& v) {
+  if (v.elem_type == ir::kFloat) return v.data;
+  return std::vector<float>(v.ints.begin(), v.ints.end());
+}
+
 DType Lowering::storage_type(int v) const {
-  if (angle(v)) return DType::F32;
-  for (int u : users_[v])
-    if (!rowwise_op(g_.nodes[u])) return DType::BF16;
+  if (angle(v) || val(v).elem_type != ir::kFloat) return DType::F32;  // integers and booleans: exact in f32
+  for (int u : users_[v]) {
+    const ir::Node& n = g_.nodes[u];
+    const OpDef* def = find_op(n.op);
+    const bool f32_reader = def && def->reads_f32 && n.inputs[0] == v;
+    if (!rowwise_op(n) && !f32_reader) return DType::BF16;
+  }
   return DType::F32;
 }
 
@@ -386,10 +404,10 @@ bool Lowering::angle(int v, int depth) const {
   return false;
 }
 
-Stored Lowering::destination(int v, DType dtype) {
+Stored Lowering::destination(int v, DType dtype, bool rowwise) {
   const ir::Value& value = val(v);
-  if (is_output_[v] && users_[v].empty() && value.shape().size() != 4) {
-    Stored s{out_buf_.at(v), 0, DType::F32, false};
+  if (is_output_[v] && users_[v].empty() && value.shape().size() != 4 && (value.elem_type == ir::kFloat || rowwise)) {
+    Stored s{out_buf_.at(v), 0, plan_.buffers[out_buf_.at(v)].dtype, false};
     st_[v].push_back(s);
     return s;
   }
@@ -425,15 +443,20 @@ void Lowering::write_output(int o) {
     if (s.buf == ob) return;
   const ir::Value& value = val(o);
   const std::string label = value.producer >= 0 ? g_.nodes[value.producer].name : "output(" + value.name + ")";
-  Stored y{ob, 0, DType::F32, false};
+  const DType odt = plan_.buffers[ob].dtype;  // F32, or I32 for integer and BOOL outputs
+  Stored y{ob, 0, odt, false};
   if (value.is_const) {
-    int b = const_f32(value.name, value.shape(), value.data);
-    copy(label, {BufferMove{b, ob, 0, 0, 1, value.elements() * 4ull, 0, 0}});
+    Stored c = get(o, odt, false);
+    copy(label, {BufferMove{c.buf, ob, 0, 0, 1, value.elements() * 4ull, 0, 0}});
     return;
   }
+  // Integer values are computed in f32 (exact integers) and converted on the way out; an integer graph input
+  // passed through is int32 already.
+  if (odt == DType::I32)
+    for (const Stored& v : st_[o])
+      if (v.dtype == DType::I32 && !v.nhwc) return copy(label, {BufferMove{v.buf, ob, v.off, 0, 1, value.elements() * 4ull, 0, 0}});
   Stored s = get_any(o, false);
-  if (s.dtype == DType::F32) copy(label, {BufferMove{s.buf, ob, s.off, 0, 1, value.elements() * 4ull, 0, 0}});
-  else if (s.dtype == DType::I32) throw LoweringIssue("graph output '" + value.name + "': integer outputs are not supported");
+  if (s.dtype == odt) copy(label, {BufferMove{s.buf, ob, s.off, 0, 1, value.elements() * 4ull, 0, 0}});
   else cast(label, s, y, value.elements());
 }
 

@@ -3,13 +3,15 @@
 // toolbox they share (docs/compiler.md).
 //
 // What each operator becomes is written at the top of its family's file: ops_matmul.cpp (gemm.s, GEMV on the vector
-// unit), ops_conv.cpp (im2col + gemm.s, depthwise and pooling on the vector unit; 1-D, 3-D and transposed
-// convolutions on the same 2-D core), ops_data.cpp (aliases, strided copies, gather.s), ops_elementwise.cpp and
-// ops_normalize.cpp (fused row-wise kernels, kernels/rowwise.h), ops_resize.cpp (taps moved, weighted on the vector
-// unit); lower_quant.cpp says what INT8 (Options::precision) does to matmuls and convolutions.
+// unit; Einsum expanded into these), ops_conv.cpp (im2col + gemm.s, depthwise and pooling on the vector unit; 1-D,
+// 3-D and transposed convolutions and pooling on the same 2-D core), ops_data.cpp (aliases, strided copies,
+// gather.s, CumSum's scan), ops_elementwise.cpp and ops_normalize.cpp (fused row-wise kernels, kernels/rowwise.h),
+// ops_resize.cpp (taps moved, weighted on the vector unit); lower_quant.cpp says what INT8 (Options::precision) does
+// to matmuls and convolutions.
 //
-// Storage: activations bf16 where a matmul reads them, f32 where only row-wise kernels do; graph inputs and
-// outputs f32 (integer inputs int32), NCHW/row-major.
+// Storage: activations bf16 where a matmul reads them, f32 where only row-wise kernels do; integer and BOOL values
+// computed at run time f32 (exact integers below 2^24); graph inputs f32 (integer inputs int32), graph outputs f32
+// (integer and BOOL outputs int32: the runtime has no 64-bit integers), NCHW/row-major.
 #pragma once
 
 #include <map>

@@ -136,13 +136,15 @@ void Lowering::lower_rowwise(int first) {
       if (!outside) continue;
       Shape s = shape(o);
       if (is_output_[o] && !(gr.nhwc && s.size() == 4)) {
-        Stored so{out_buf_.at(o), 0, DType::F32, false};
+        // F32, or I32 for an integer or BOOL output (exact integers in f32, converted on the way out)
+        const DType odt = plan_.buffers[out_buf_.at(o)].dtype;
+        Stored so{out_buf_.at(o), 0, odt, false};
         rw_output(call, gr.node_of[o], so);
         remember(o, so);
         if (!other_reader) continue;
       }
       DType dtype = storage_type(o);
-      if (st_[o].size() && dtype == DType::F32) continue;  // the graph output serves the readers
+      if (st_[o].size() && dtype == st_[o].front().dtype) continue;  // the graph output serves the readers
       Stored so{temp(val(o).name, dtype, s), 0, dtype, gr.nhwc && s.size() == 4};
       rw_output(call, gr.node_of[o], so);
       remember(o, so);
@@ -184,10 +186,7 @@ int Lowering::const_operand(KernelCall& call, Group& gr, std::vector<float> d, c
 int Lowering::operand(KernelCall& call, Group& gr, int v) {
   if (auto it = gr.node_of.find(v); it != gr.node_of.end()) return it->second;
   const ir::Value& value = val(v);
-  if (value.is_const && value.elements() == 1 && value.elem_type == ir::kFloat)
-    return rw_node(call, rw::Op::Const, {}, value.data[0]);
-  if (value.is_const && value.elem_type != ir::kFloat)
-    throw LoweringIssue("constant '" + value.name + "' is not float");
+  if (value.is_const && value.elements() == 1) return rw_node(call, rw::Op::Const, {}, const_floats(value)[0]);
   Shape ps = physical(gr, shape(v));
   if (ps.size() > gr.O.size()) throw LoweringIssue("value '" + value.name + "' does not broadcast to the group");
   const bool per_row = ps.back() == 1 && gr.C != 1;
@@ -203,7 +202,7 @@ int Lowering::operand(KernelCall& call, Group& gr, int v) {
     }
   }
   if (ps.back() != gr.C && ps.back() != 1) throw LoweringIssue("value '" + value.name + "' does not broadcast to the group");
-  if (value.is_const) return const_operand(call, gr, value.data, shape(v), value.name);
+  if (value.is_const) return const_operand(call, gr, const_floats(value), shape(v), value.name);
   Stored s = get_any(v, gr.nhwc);
   if (period < 0) {  // broadcast copy into a full-size temp
     Shape target = gr.O;

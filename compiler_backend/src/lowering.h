@@ -35,6 +35,8 @@ std::vector<float> gather_strided(const std::vector<float>& d, const Shape& shap
 // Host broadcast of a constant to `to` (numpy rules), row-major.
 std::vector<float> broadcast_data(const std::vector<float>& d, Shape from, const Shape& to);
 // out[i] = in[perm-applied]: out shape = [s[perm[0]], ...].
+// A constant's elements as floats (integers and booleans converted: exact below 2^24).
+std::vector<float> const_floats(const ir::Value& v);
 std::vector<float> permute_data(const std::vector<float>& d, const Shape& s, const std::vector<int>& perm);
 
 inline const std::vector<int> kToNhwc = {0, 2, 3, 1};  // logical NCHW -> physical NHWC
@@ -113,8 +115,9 @@ class Lowering {
   DType storage_type(int v) const;
   bool angle(int v, int depth = 0) const;  // whether v reaches an angle input through data movement only
   // The destination of a computed value: the graph output buffer (f32) when it is an output read by nothing
-  // else, a temp of `dtype` otherwise.
-  Stored destination(int v, DType dtype);
+  // else, a temp of `dtype` otherwise. `rowwise`: written by a row-wise kernel, which converts to any element type,
+  // so that an integer output's int32 buffer serves too.
+  Stored destination(int v, DType dtype, bool rowwise = false);
   // Output 0 of n is a view of input 0's bytes (Reshape and the like).
   void alias(const ir::Node& n);
   // Whether Transpose node t swaps the last two axes (and keeps the others).

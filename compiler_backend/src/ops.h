@@ -52,6 +52,10 @@ struct OpDef {
   int (*rowwise)(RowEmit&) = nullptr;
   // Lowering into kernels of its own (Alias: recording the view). Throws (Lowering::fail) what it cannot lower.
   void (*lower)(Lowering&, const ir::Node&) = nullptr;
+  // Expansion: the node replaced, right after its shape inference, by nodes of other operators (in order; the last
+  // writes the node's output; new values named with ir::Graph::fresh_value). Shape inference and folding then run
+  // on them as on any node, and the lowering sees only them (Einsum: Transpose, Reshape, MatMul, ReduceSum, Mul).
+  std::vector<ir::Node> (*expand)(ir::Graph&, const ir::Node&) = nullptr;
   // Why a node of this operator that does not fold cannot be lowered, when neither `rowwise` nor `lower` exists.
   const char* no_lowering = nullptr;
   // int8 compiles: whether the node's input 0 is quantised (a matmul or convolution with constant weights).
@@ -61,12 +65,15 @@ struct OpDef {
   // the thousands (LLaMA's rotary embedding concatenates its angles before cos and sin).
   bool angle_input = false;
   bool moves_data = false;  // the node only moves its input's elements (a view or a copy): angles pass through it
+  // Storage: whether the lowering reads input 0 in f32 (CumSum's scan): a value that only such nodes and row-wise
+  // kernels read is stored in f32 rather than bf16.
+  bool reads_f32 = false;
   // Timing-only compiles (Options::timing_only): whether input k of the node is read only to lay out weights, so
   // that the import may skip its values (onnx_import.h). Called on the imported graph, before shape inference.
   bool (*weight_input)(const ir::Graph&, const ir::Node&, size_t k) = nullptr;
 
   bool row_wise() const { return fusion == Fusion::Elementwise || fusion == Fusion::RowReduce; }
-  bool lowers() const { return lower != nullptr || rowwise != nullptr; }
+  bool lowers() const { return lower != nullptr || rowwise != nullptr || expand != nullptr; }
 };
 
 class OpTable {
@@ -84,7 +91,7 @@ const OpTable& op_registry();
 inline const OpDef* find_op(const std::string& name) { return op_registry().find(name); }
 
 // The families (each in ops_<family>.cpp).
-void add_matmul_ops(OpTable&);       // MatMul Gemm
+void add_matmul_ops(OpTable&);       // MatMul Gemm Einsum
 void add_conv_ops(OpTable&);         // Conv, ConvTranspose, pooling
 void add_data_ops(OpTable&);         // views, copies, shape computations, constants
 void add_elementwise_ops(OpTable&);  // activations, arithmetic, comparisons, Where, Cast

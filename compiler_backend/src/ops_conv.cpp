@@ -3,8 +3,8 @@
 // into an im2col matrix (one strided move per image and tap, over a "virtual" output width Wv = Wp/stride so that a
 // tap is one regular stride) and run gemm.s on it, then drop the Wv - OW overhanging columns. Depthwise convs run
 // on the vector unit (a row-wise kernel summing tap x weight); other grouped convs one gemm per group. MaxPool /
-// AveragePool: taps copied as for im2col, reduced by a row-wise kernel. GlobalAveragePool (and ReduceMean over H,
-// W): a gemm of a row of ones with each image, scaled by 1/HW.
+// AveragePool: taps copied as for im2col, reduced by a row-wise kernel (1-D: H = 1; 3-D: over H and W, then over
+// D). GlobalAveragePool (and ReduceMean over H, W): a gemm of a row of ones with each image, scaled by 1/HW.
 // Other ranks and transposed convolutions reuse the 2-D core (conv2d): a 1-D Conv is a 2-D one with H = 1 on its
 // input made channels-last ([N, L, C]); a 3-D Conv is a 2-D one over N x OD images whose channels are the KD input
 // depths each output depth reads (gathered by moves, zeros outside; channel order group, depth tap, channel). A
@@ -13,6 +13,7 @@
 // made row-major again by one strided copy.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "infer.h"
@@ -681,22 +682,17 @@ void lower_conv(Lowering& L, const ir::Node& n) {
   L.view_copy(label, c.Y, 0, os, dstr, Y, 0, strides_of(os));
 }
 
-void lower_pool(Lowering& L, const ir::Node& n) {
-  int x = n.inputs[0], y = n.outputs[0];
-  Shape xs = L.shape(x), ys = L.shape(y);
-  if (xs.size() != 4) L.fail(n, "only 2-D pooling (4-D inputs) is supported");
-  auto ks = n.attrs.find("kernel_shape");
-  if (ks == n.attrs.end() || ks->second.ints.size() != 2) L.fail(n, "kernel_shape must have 2 values");
-  Window win = window(L, n, xs[2], xs[3], ks->second.ints[0], ks->second.ints[1]);
-  const bool is_max = n.op == "MaxPool";
-  if (n.outputs.size() > 1 && n.outputs[1] >= 0 && !L.users_[n.outputs[1]].empty()) L.fail(n, "the Indices output is not supported");
-  const int64_t N = xs[0], C = xs[1], OH = ys[2], OW = ys[3], taps = win.kh * win.kw;
-  Stored X = L.get(x, DType::BF16, true);
-  int im = L.temp(n.name + ".taps", DType::BF16, {1});
+// Pooling of an NHWC input X (logical NCHW shape xs) into an NHWC output Y ([N, OH, OW, C]): taps copied as for
+// im2col, reduced (max, or a sum times 1 / the count of taps inside the input, or inside the padded input with
+// count_include_pad) by a row-wise kernel. `out` makes Y (after the kernel's own buffers).
+void pool2d(Lowering& L, const std::string& label, Stored X, const Shape& xs, const Window& win, int64_t OH,
+            int64_t OW, bool is_max, bool include_pad, const std::function<Stored()>& out) {
+  const int64_t N = xs[0], C = xs[1], taps = win.kh * win.kw;
+  int im = L.temp(label + ".taps", DType::BF16, {1});
   const float lowest = -std::numeric_limits<float>::infinity();
-  Taps t = window_taps(L, n.name, X, xs, win, is_max ? lowest : 0.0f, 0, C, true, im, OH, OW);
+  Taps t = window_taps(L, label, X, xs, win, is_max ? lowest : 0.0f, 0, C, true, im, OH, OW);
   L.plan_.buffers[im].shape = {taps, t.rows, C};
-  KernelCall call = L.rowwise_call(n.name, t.rows, C);
+  KernelCall call = L.rowwise_call(label, t.rows, C);
   int acc = -1;
   for (int64_t k = 0; k < taps; ++k) {
     int xi = L.rw_input(call, Stored{im, static_cast<uint64_t>(k * t.rows * C * 2), DType::BF16, false}, false, 0);
@@ -704,7 +700,6 @@ void lower_pool(Lowering& L, const ir::Node& n) {
   }
   if (!is_max) {
     // divisor per output position: taps inside the input (count_include_pad 0) or inside the padded input
-    const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
     std::vector<float> inv(static_cast<size_t>(OH * t.wv), 1.0f);
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < t.wv; ++ow) {
@@ -718,16 +713,64 @@ void lower_pool(Lowering& L, const ir::Node& n) {
           }
         inv[static_cast<size_t>(oh * t.wv + ow)] = cnt ? 1.0f / static_cast<float>(cnt) : 0.0f;
       }
-    int di = L.rw_input(call, Stored{L.const_f32(n.name + ".inv_count", {OH * t.wv}, inv), 0, DType::F32, false}, true,
+    int di = L.rw_input(call, Stored{L.const_f32(label + ".inv_count", {OH * t.wv}, inv), 0, DType::F32, false}, true,
                       OH * t.wv);
     acc = L.rw_node(call, rw::Op::Mul, {acc, di});
   }
-  Stored Y = L.remember(y, Stored{L.temp(L.val(y).name, DType::BF16, ys), 0, DType::BF16, true});
+  const Stored Y = out();
   Stored G = Y;
-  if (t.wv != OW) G = Stored{L.temp(n.name + ".virtual", DType::BF16, {t.rows, C}), 0, DType::BF16, true};
+  if (t.wv != OW) G = Stored{L.temp(label + ".virtual", DType::BF16, {t.rows, C}), 0, DType::BF16, true};
   L.rw_output(call, acc, G);
   L.plan_.calls.push_back(std::move(call));
-  if (t.wv != OW) drop_virtual(L, n.name, G, Y, t, N, C);
+  if (t.wv != OW) drop_virtual(L, label, G, Y, t, N, C);
+}
+
+// MaxPool and AveragePool: 2-D on the NHWC input; 1-D as 2-D with H = 1 on the input made channels-last; 3-D as
+// two 2-D poolings of the channels-last input [N, D, H, W, C], over H and W (N x D images), then over D (N images
+// of D x OH*OW, a window of KD x 1). The two are the 3-D pooling: a maximum over a box is the maximum of maxima
+// over its rows, and the taps of a box inside the input (or the padded input) are the product of those along each
+// axis, so that a mean divides exactly as the 3-D one does. The 1-D and 3-D outputs are made row-major again.
+void lower_pool(Lowering& L, const ir::Node& n) {
+  int x = n.inputs[0], y = n.outputs[0];
+  Shape xs = L.shape(x), ys = L.shape(y);
+  const size_t sp = xs.size() - 2;
+  if (sp < 1 || sp > 3) L.fail(n, "only 1-D, 2-D and 3-D pooling (3-D to 5-D inputs) is supported, got " + ir::shape_str(xs));
+  auto ks = n.attrs.find("kernel_shape");
+  if (ks == n.attrs.end() || ks->second.ints.size() != sp)
+    L.fail(n, "kernel_shape must have " + std::to_string(sp) + " values");
+  const bool is_max = n.op == "MaxPool";
+  if (n.outputs.size() > 1 && n.outputs[1] >= 0 && !L.users_[n.outputs[1]].empty()) L.fail(n, "the Indices output is not supported");
+  const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
+  if (sp == 2) {
+    Window win = window(L, n, xs[2], xs[3], ks->second.ints[0], ks->second.ints[1]);
+    Stored X = L.get(x, DType::BF16, true);
+    return pool2d(L, n.name, X, xs, win, ys[2], ys[3], is_max, include_pad,
+                  [&] { return L.remember(y, Stored{L.temp(L.val(y).name, DType::BF16, ys), 0, DType::BF16, true}); });
+  }
+  // Shape inference spelled the window out (kernel_shape, strides, pads, dilations; no auto_pad).
+  const Shape k = ks->second.ints, st = n.attrs.at("strides").ints, p = n.attrs.at("pads").ints,
+              d = n.attrs.at("dilations").ints;
+  const int64_t N = xs[0], C = xs[1];
+  Stored X = channels_last(L, n.name, L.get(x, DType::BF16, false), xs);
+  Shape cl{N};  // the output, channels-last
+  cl.insert(cl.end(), ys.begin() + 2, ys.end());
+  cl.push_back(C);
+  Stored Yc{L.temp(n.name + ".channels_last_out", DType::BF16, cl), 0, DType::BF16, true};
+  if (sp == 1) {
+    pool2d(L, n.name, X, {N, C, 1, xs[2]}, Window{1, k[0], 1, st[0], 1, d[0], 0, p[0], 0, p[1]}, 1, ys[2], is_max,
+           include_pad, [&] { return Yc; });
+  } else {
+    const int64_t D = xs[2], OD = ys[2], OH = ys[3], OW = ys[4];
+    Stored H{L.temp(n.name + ".hw", DType::BF16, {N * D, OH, OW, C}), 0, DType::BF16, true};
+    pool2d(L, n.name, X, {N * D, C, xs[3], xs[4]}, Window{k[1], k[2], st[1], st[2], d[1], d[2], p[1], p[2], p[4], p[5]},
+           OH, OW, is_max, include_pad, [&] { return H; });
+    pool2d(L, n.name, H, {N, C, D, OH * OW}, Window{k[0], 1, st[0], 1, d[0], 1, p[0], 0, p[3], 0}, OD, OH * OW,
+           is_max, include_pad, [&] { return Yc; });
+  }
+  Stored Y = L.remember(y, Stored{L.temp(L.val(y).name, DType::BF16, ys), 0, DType::BF16, false});
+  std::vector<int64_t> cst = strides_of(cl), dstr{cst[0], cst[cl.size() - 1]};
+  dstr.insert(dstr.end(), cst.begin() + 1, cst.end() - 1);
+  L.view_copy(n.name, Yc, 0, ys, dstr, Y, 0, strides_of(ys));
 }
 
 void lower_global_average_pool(Lowering& L, const ir::Node& n) { lower_spatial_mean(L, n, n.inputs[0], n.outputs[0]); }

@@ -1,8 +1,9 @@
 // Data movement and shape computations: views (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout: aliases, no
-// kernel), strided copies (Transpose, Slice, Split, Concat, Expand, Pad, Gather with constant indices), embedding
-// lookups (Gather of a constant table by run-time indices: gather.s), Tile (a copy whose repeats read with stride 0),
-// and the operators that only ever fold (Shape, Size, ConstantOfShape, Range) or fold when their inputs are constants
-// (Trilu).
+// kernel), strided copies (Transpose, Slice, Split, Concat, Expand, Pad, Gather with constant indices,
+// DepthToSpace and SpaceToDepth: one 6-D strided view), embedding lookups (Gather of a constant table by run-time
+// indices: gather.s), Tile (a copy whose repeats read with stride 0), Trilu (a product with a constant 0/1 mask in
+// the row-wise kernel), CumSum (a scan of log2(N) row-wise additions of shifted copies), and the operators that
+// only ever fold (Shape, Size, ConstantOfShape, Range).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -324,7 +325,97 @@ void infer_trilu(InferCtx& c) {
   c.out(0, c.type(0), c.shape(0));
 }
 
+// DepthToSpace (modes DCR, CRD) and SpaceToDepth of a 4-D [N, C, H, W] input with blocksize b.
+void infer_depth_space(InferCtx& c) {
+  const Shape x = c.shape(0);
+  if (x.size() != 4) fail(c.n, "input " + ir::shape_str(x) + " must be 4-D [N, C, H, W]");
+  if (!c.has_attr("blocksize")) fail(c.n, "attribute 'blocksize' is required");
+  const int64_t b = c.ai("blocksize", 0);
+  if (b < 1) fail(c.n, "blocksize=" + std::to_string(b) + " must be positive");
+  if (c.n.op == "DepthToSpace") {
+    const std::string mode = c.as("mode", "DCR");
+    if (mode != "DCR" && mode != "CRD") fail(c.n, "mode='" + mode + "' is not supported (DCR and CRD are)");
+    if (x[1] % (b * b) != 0)
+      fail(c.n, "channels " + std::to_string(x[1]) + " are not a multiple of blocksize^2 = " + std::to_string(b * b));
+    c.out(0, c.type(0), {x[0], x[1] / (b * b), mul(c.n, x[2], b), mul(c.n, x[3], b)});
+    return;
+  }
+  if (x[2] % b != 0 || x[3] % b != 0)
+    fail(c.n, "height and width of " + ir::shape_str(x) + " are not multiples of blocksize=" + std::to_string(b));
+  c.out(0, c.type(0), {x[0], mul(c.n, x[1], b * b), x[2] / b, x[3] / b});
+}
+
+// CumSum: axis (input 1) a constant scalar; exclusive and reverse 0 or 1. The axis is recorded as attribute "axis".
+void infer_cumsum(InferCtx& c) {
+  const double a = c.const_scalar(1, "axis");
+  c.set_int("axis", c.axis(static_cast<int64_t>(a), c.rank(0)));
+  for (const char* k : {"exclusive", "reverse"})
+    if (c.ai(k, 0) != 0 && c.ai(k, 0) != 1) fail(c.n, std::string(k) + "=" + std::to_string(c.ai(k, 0)) + " is not supported");
+  if (c.rank(0) == 0) fail(c.n, "the input must have at least one axis");
+  c.out(0, c.type(0), c.shape(0));
+}
+
 // ---- constant folding ----------------------------------------------------------------------------------------
+
+// DepthToSpace/SpaceToDepth as one strided view: the output, row-major, is the 6-D `view` whose element at index i
+// is the input's element sum(i[d] * strides[d]).
+void depth_space_view(const ir::Node& n, const Shape& x, Shape& view, std::vector<int64_t>& strides) {
+  const int64_t N = x[0], C = x[1], H = x[2], W = x[3], b = n.attr_int("blocksize", 1);
+  auto mode = n.attrs.find("mode");
+  if (n.op == "SpaceToDepth") {  // y[n, (i*b + j)*C + c, h, w] = x[n, c, h*b + i, w*b + j]
+    view = {N, b, b, C, H / b, W / b};
+    strides = {C * H * W, W, 1, H * W, b * W, b};
+  } else if (mode != n.attrs.end() && mode->second.s == "CRD") {  // y[n, c, h*b + i, w*b + j] = x[n, (c*b + i)*b + j, h, w]
+    view = {N, C / (b * b), H, b, W, b};
+    strides = {C * H * W, b * b * H * W, W, b * H * W, 1, H * W};
+  } else {  // DCR: y[n, c, h*b + i, w*b + j] = x[n, (i*b + j)*C' + c, h, w], C' = C / b^2
+    const int64_t Cq = C / (b * b);
+    view = {N, Cq, H, b, W, b};
+    strides = {C * H * W, H * W, W, b * Cq * H * W, 1, Cq * H * W};
+  }
+}
+
+Tensors fold_depth_space(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
+  Shape view;
+  std::vector<int64_t> st;
+  depth_space_view(n, in[0].shape, view, st);
+  T r = in[0];
+  r.shape = out_shape(g, n, 0);
+  for_each_index(view, [&](const Shape& idx, int64_t flat) {
+    int64_t off = 0;
+    for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * st[d];
+    if (r.fl()) r.f[flat] = in[0].f[off];
+    else r.i[flat] = in[0].i[off];
+  });
+  return {r};
+}
+
+// CumSum of a constant, in order along the axis (float32 adds, as torch on the CPU).
+Tensors fold_cumsum(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
+  const T& x = in[0];
+  const size_t axis = static_cast<size_t>(n.attr_int("axis", 0));
+  const int64_t len = x.shape[axis], inner = prod(x.shape, axis + 1), outer = prod(x.shape, 0, axis);
+  const bool excl = n.attr_int("exclusive", 0) != 0, rev = n.attr_int("reverse", 0) != 0;
+  T r = x;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      float fa = 0;
+      int64_t ia = 0;
+      for (int64_t s = 0; s < len; ++s) {
+        const int64_t k = rev ? len - 1 - s : s, at = (o * len + k) * inner + i;
+        if (r.fl()) {
+          const float v = x.f[at];
+          r.f[at] = excl ? fa : fa + v;
+          fa += v;
+        } else {
+          const int64_t v = x.i[at];
+          r.i[at] = wrap(excl ? ia : ia + v, x.type);
+          ia += v;
+        }
+      }
+    }
+  return {r};
+}
 
 Tensors fold_view(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
   T r = in[0];
@@ -641,8 +732,7 @@ void lower_gather(Lowering& L, const ir::Node& n) {
     L.fail(n, "only an embedding lookup (a constant 2-D table, axis 0) with indices computed at run time is supported");
   if (!L.have_gather_) L.fail(n, "embedding lookups need kernels/gather.s");
   const int64_t V = ds[0], D = ds[1], M = L.val(ids).elements();
-  Stored I = L.st_.at(ids).front();
-  if (I.dtype != DType::I32) L.fail(n, "indices must be a model input (int32 on the chip)");
+  Stored I = L.get(ids, DType::I32, false);  // a model input, or computed indices (f32) converted
   const DType dtype = L.storage_type(y);
   int table = dtype == DType::BF16 ? L.const_bf16(L.val(data).name, ds, L.val(data).data) : L.const_f32(L.val(data).name, ds, L.val(data).data);
   Stored Y = L.destination(y, dtype);
@@ -686,6 +776,102 @@ void lower_tile(Lowering& L, const ir::Node& n) {
   Stored Y{L.temp(L.val(y).name, X.dtype, ys), 0, X.dtype, false};
   L.view_copy(n.name, X, 0, view, sst, Y, 0, dst);
   L.st_[y].push_back(Y);
+}
+
+void lower_depth_space(Lowering& L, const ir::Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  Shape view;
+  std::vector<int64_t> st;
+  depth_space_view(n, L.shape(x), view, st);
+  Stored X = L.plain_input(x);
+  Stored Y{L.temp(L.val(y).name, X.dtype, L.shape(y)), 0, X.dtype, false};
+  L.view_copy(n.name, X, 0, view, st, Y, 0, strides_of(view));
+  L.st_[y].push_back(Y);
+}
+
+// Trilu on a computed value: a product with the constant 0/1 mask of the last two axes (k a constant).
+int rw_trilu(RowEmit& e) {
+  const ir::Node& n = e.n;
+  const Shape xs = e.L.shape(n.inputs[0]);
+  int64_t k = 0;
+  if (n.inputs.size() > 1 && n.inputs[1] >= 0) {
+    const ir::Value& kv = e.L.val(n.inputs[1]);
+    if (!kv.is_const || kv.elements() != 1) e.L.fail(n, "k must be a constant scalar");
+    k = kv.ints.empty() ? static_cast<int64_t>(kv.data[0]) : kv.ints[0];
+  }
+  const bool upper = n.attr_int("upper", 1) != 0;
+  const int64_t H = xs[xs.size() - 2], W = xs.back();
+  std::vector<float> mask(static_cast<size_t>(H * W));
+  for (int64_t r = 0; r < H; ++r)
+    for (int64_t c = 0; c < W; ++c) mask[static_cast<size_t>(r * W + c)] = (upper ? c - r >= k : c - r <= k) ? 1.0f : 0.0f;
+  e.out_per_row = e.per_row(n.inputs[0]);
+  return e.node(rw::Op::Mul, {e.in(0), e.const_operand(mask, {H, W}, n.name + ".mask")});
+}
+
+// CumSum along an axis of N: the input copied with that axis first ([N, M], f32), then ceil(log2 N) row-wise
+// additions (Hillis-Steele), each y[i] = x[i] + x[i - s] (reverse: + x[i + s]) for s = 1, 2, 4, ..., the terms
+// missing at the ends read from P zero rows (P the largest power of two below N) before the data (after it for
+// reverse). A kernel may not read one tensor at two overlapping places, so each value of the scan is kept twice,
+// in a plain buffer and in one with the zero rows, both written by the step that makes it. Exclusive reads the
+// result one row earlier (later) in the padded copy; it is copied back to the input's layout. f32 throughout, the
+// additions in a tree order (torch adds in sequence).
+void lower_cumsum(Lowering& L, const ir::Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  const Shape xs = L.shape(x);
+  const size_t axis = static_cast<size_t>(n.attr_int("axis", 0));
+  const bool excl = n.attr_int("exclusive", 0) != 0, rev = n.attr_int("reverse", 0) != 0;
+  const int64_t N = xs[axis], M = prod(xs) / std::max<int64_t>(N, 1);
+  if (prod(xs) == 0) return (void)L.st_[y].push_back(Stored{L.temp(L.val(y).name, DType::F32, xs), 0, DType::F32, false});
+  int64_t P = 1;
+  while (P * 2 < N) P *= 2;
+  // [N, M]: the axis first, the others in order.
+  Shape view{N};
+  const std::vector<int64_t> xst = strides_of(xs);
+  std::vector<int64_t> sst{xst[axis]}, order{static_cast<int64_t>(axis)};
+  for (size_t d = 0; d < xs.size(); ++d)
+    if (d != axis) view.push_back(xs[d]), sst.push_back(xst[d]), order.push_back(static_cast<int64_t>(d));
+  const uint64_t row = static_cast<uint64_t>(M) * 4;
+  const uint64_t data = rev ? 0 : static_cast<uint64_t>(P) * row, pad = rev ? static_cast<uint64_t>(N) * row : 0;
+  // plain[k]: [N, M]; padded[k]: [N + P, M], the data at `data`, zeros at `pad`.
+  Stored plain[2], padded[2];
+  const int zeros = L.pattern(0.0f, DType::F32, row);
+  for (int k = 0; k < 2; ++k) {
+    plain[k] = Stored{L.temp(n.name + ".scan" + std::to_string(k), DType::F32, {N, M}), 0, DType::F32, false};
+    padded[k] = Stored{L.temp(n.name + ".scan" + std::to_string(k) + ".padded", DType::F32, {N + P, M}), 0, DType::F32, false};
+  }
+  Stored X = L.get(x, DType::F32, false), D = padded[0];
+  D.off = data;
+  std::vector<BufferMove> moves;
+  for (int k = 0; k < 2; ++k)
+    moves.push_back(BufferMove{zeros, padded[k].buf, 0, pad, static_cast<uint64_t>(P), row, 0, static_cast<int64_t>(row)});
+  L.view_moves(moves, X, plain[0], view, sst, strides_of(view), 4);
+  L.view_moves(moves, X, D, view, sst, strides_of(view), 4);
+  L.copy(n.name, std::move(moves));
+  // Row-wise kernels over the data as flat rows (the additions are elementwise): C columns dividing N * M.
+  int64_t cols = std::min<int64_t>(M * N, 2048);
+  while ((M * N) % cols != 0) --cols;
+  int cur = 0;
+  for (int64_t s = 1; s < N; s *= 2, cur ^= 1) {
+    KernelCall call = L.rowwise_call(n.name, M * N / cols, cols);
+    const uint64_t shifted = rev ? data + static_cast<uint64_t>(s) * row : data - static_cast<uint64_t>(s) * row;
+    const int a = L.rw_input(call, plain[cur], false, 0);
+    const int b = L.rw_input(call, Stored{padded[cur].buf, shifted, DType::F32, false}, false, 0);
+    const int sum = L.rw_node(call, rw::Op::Add, {a, b});
+    L.rw_output(call, sum, plain[cur ^ 1]);
+    L.rw_output(call, sum, Stored{padded[cur ^ 1].buf, data, DType::F32, false});
+    L.plan_.calls.push_back(std::move(call));
+  }
+  Stored R = excl ? padded[cur] : plain[cur];
+  if (excl) R.off = rev ? data + row : data - row;
+  // Back to the input's layout: y[idx] = R[idx[axis], the others].
+  const std::vector<int64_t> vst = strides_of(view);
+  std::vector<int64_t> back(xs.size());
+  for (size_t i = 0; i < order.size(); ++i) back[static_cast<size_t>(order[i])] = vst[i];
+  const DType want = L.storage_type(y);
+  Stored Y = want == DType::F32 ? L.destination(y, DType::F32)
+                                : Stored{L.temp(L.val(y).name, DType::F32, xs), 0, DType::F32, false};
+  if (want != DType::F32) L.st_[y].push_back(Y);
+  L.view_copy(n.name, R, 0, xs, back, Y, 0, strides_of(xs));
 }
 
 void lower_pad(Lowering& L, const ir::Node& n) {
@@ -748,10 +934,17 @@ void add_data_ops(OpTable& t) {
          .lower = lower_expand, .moves_data = true});
   t.add({.name = "Pad", .max_inputs = 4, .attrs = {{"mode", K::String}, {"pads", K::Ints}, {"value", K::Float}},
          .infer = infer_pad, .fold = fold_pad, .lower = lower_pad});
-  // Folded only.
   t.add({.name = "Tile", .min_inputs = 2, .max_inputs = 2, .infer = infer_tile, .fold = fold_tile, .lower = lower_tile,
          .moves_data = true});
-  t.add({.name = "Trilu", .max_inputs = 2, .attrs = {{"upper", K::Int}}, .infer = infer_trilu, .fold = fold_trilu});
+  t.add({.name = "DepthToSpace", .attrs = {{"blocksize", K::Int}, {"mode", K::String}}, .infer = infer_depth_space,
+         .fold = fold_depth_space, .lower = lower_depth_space, .moves_data = true});
+  t.add({.name = "SpaceToDepth", .attrs = {{"blocksize", K::Int}}, .infer = infer_depth_space,
+         .fold = fold_depth_space, .lower = lower_depth_space, .moves_data = true});
+  t.add({.name = "Trilu", .max_inputs = 2, .attrs = {{"upper", K::Int}}, .infer = infer_trilu, .fold = fold_trilu,
+         .fusion = Fusion::Elementwise, .rowwise = rw_trilu});
+  t.add({.name = "CumSum", .min_inputs = 2, .max_inputs = 2, .attrs = {{"exclusive", K::Int}, {"reverse", K::Int}},
+         .infer = infer_cumsum, .fold = fold_cumsum, .lower = lower_cumsum, .reads_f32 = true});
+  // Folded only.
   t.add({.name = "Shape", .attrs = {{"start", K::Int}, {"end", K::Int}}, .infer = infer_shape, .fold = fold_shape,
          .fold_shape_only = true});
   t.add({.name = "Size", .infer = infer_size, .fold = fold_size, .fold_shape_only = true});

@@ -1,8 +1,11 @@
-// Elementwise operators: activations, arithmetic with broadcasting, comparisons and logic (on constants only),
-// Where (a constant condition), Cast. On the chip they are row-wise: consecutive runs of them (with the
-// normalisations and last-axis reductions of ops_normalize.cpp) form one generated row-wise kernel computing in f32
-// (decomposed LayerNorm and GELU chains fuse into one kernel this way). A new function of the vector unit is one
-// entry below: rowwise = unary<rw::Op::X> (and a fold function when the host can compute it).
+// Elementwise operators: activations, arithmetic with broadcasting, comparisons and logic, Where, Cast. On the chip
+// they are row-wise: consecutive runs of them (with the normalisations and last-axis reductions of
+// ops_normalize.cpp) form one generated row-wise kernel computing in f32 (decomposed LayerNorm and GELU chains fuse
+// into one kernel this way). Integer and BOOL values computed at run time are f32 in the kernels and in memory
+// (exact integers up to 2^24; a BOOL is 0 or 1): a comparison is built from Sign of a difference, logic from
+// arithmetic on 0/1, Where from products with the condition, a cast to an integer type truncates (Floor of |x| with
+// x's sign). A new function of the vector unit is one entry below: rowwise = unary<rw::Op::X> (and a fold function
+// when the host can compute it).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -277,11 +280,6 @@ int rw_pow(RowEmit& e) {
   return r;
 }
 
-int rw_cast(RowEmit& e) {  // float to float: the row-wise kernel computes in f32 whatever the storage type
-  e.out_per_row = e.per_row(e.n.inputs[0]);
-  return e.in(0);
-}
-
 // clip(alpha*x + beta, 0, 1); HardSwish: x * that with alpha = 1/6, beta = 1/2.
 int rw_hard_sigmoid(RowEmit& e) {
   const ir::Node& n = e.n;
@@ -360,7 +358,7 @@ int rw_where(RowEmit& e) {
   if (yv.is_const || xv.is_const) {
     const bool ycst = yv.is_const;
     const ir::Value& cv = ycst ? yv : xv;
-    std::vector<float> cf = broadcast_data(cv.data, cv.shape(), os), term(cf.size());
+    std::vector<float> cf = broadcast_data(const_floats(cv), cv.shape(), os), term(cf.size());
     std::vector<float> keep(mfull.size());
     for (size_t k = 0; k < cf.size(); ++k) {
       const bool take_var = ycst ? mfull[k] != 0 : mfull[k] == 0;
@@ -377,31 +375,105 @@ int rw_where(RowEmit& e) {
                               e.node(rw::Op::Mul, {e.in(2), const_input(inv, n.name + ".inv_mask")})});
 }
 
-bool where_fusable(const Lowering& L, const ir::Node& n) { return L.val(n.inputs[0]).is_const; }
+// One side of a Where with a computed condition: v * m (m = the condition or 1 - it, 0 or 1). An infinite
+// constant side (masked_fill with -inf) would make 0 * inf = NaN where it is not taken: its infinities are written
+// as two products with +-FLT_MAX, m * max + m * max, which overflow to +-inf where m = 1 and are 0 where m = 0.
+int where_side(RowEmit& e, size_t k, int m) {
+  const ir::Value& v = e.L.val(e.n.inputs[k]);
+  if (!v.is_const) return e.node(rw::Op::Mul, {e.in(k), m});
+  std::vector<float> d = const_floats(v), inf(d.size(), 0.0f);
+  bool any_inf = false;
+  for (size_t i = 0; i < d.size(); ++i)
+    if (std::isinf(d[i])) {
+      inf[i] = d[i] = std::copysign(std::numeric_limits<float>::max(), d[i]);
+      any_inf = true;
+    }
+  auto operand = [&](const std::vector<float>& c, const std::string& name) {
+    return d.size() == 1 ? e.konst(c[0]) : e.const_operand(c, v.shape(), name);
+  };
+  int r = e.node(rw::Op::Mul, {m, operand(d, v.name + ".finite")});
+  if (any_inf) r = e.node(rw::Op::Add, {r, e.node(rw::Op::Mul, {m, operand(inf, v.name + ".infinite")})});
+  return r;
+}
+
+// Where: a constant condition folds into constant masks (rw_where above); a computed one (0 or 1) selects by
+// products, x * c + y * (1 - c): exact for finite values (a side not taken that is infinite or NaN at run time
+// gives NaN).
+int rw_select(RowEmit& e) {
+  if (e.L.val(e.n.inputs[0]).is_const) return rw_where(e);
+  const int c = e.in(0);
+  const int nc = e.node(rw::Op::Sub, {e.konst(1.0f), c});
+  e.out_per_row = e.per_row(e.n.inputs[0]) && e.per_row(e.n.inputs[1]) && e.per_row(e.n.inputs[2]);
+  return e.node(rw::Op::Add, {where_side(e, 1, c), where_side(e, 2, nc)});
+}
+
+// Comparisons of values computed at run time: 0 or 1 from the sign of a difference (exact for finite values;
+// a difference that overflows still has the right sign).
+int rw_compare(RowEmit& e) {
+  const std::string& op = e.n.op;
+  e.out_per_row = e.per_row(e.n.inputs[0]) && e.per_row(e.n.inputs[1]);
+  const int a = e.in(0), b = e.in(1);
+  auto greater = [&](int x, int y) { return e.node(rw::Op::Relu, {e.node(rw::Op::Sign, {e.node(rw::Op::Sub, {x, y})})}); };
+  auto one_minus = [&](int x) { return e.node(rw::Op::Sub, {e.konst(1.0f), x}); };
+  if (op == "Equal") return one_minus(e.node(rw::Op::Abs, {e.node(rw::Op::Sign, {e.node(rw::Op::Sub, {a, b})})}));
+  if (op == "Greater") return greater(a, b);
+  if (op == "Less") return greater(b, a);
+  if (op == "LessOrEqual") return one_minus(greater(a, b));
+  return one_minus(greater(b, a));  // GreaterOrEqual
+}
+
+// Logic on 0/1: And a*b, Or max(a,b), Xor |a-b|, Not 1-a.
+int rw_logic(RowEmit& e) {
+  const std::string& op = e.n.op;
+  if (op == "Not") {
+    e.out_per_row = e.per_row(e.n.inputs[0]);
+    return e.node(rw::Op::Sub, {e.konst(1.0f), e.in(0)});
+  }
+  e.out_per_row = e.per_row(e.n.inputs[0]) && e.per_row(e.n.inputs[1]);
+  const int a = e.in(0), b = e.in(1);
+  if (op == "And") return e.node(rw::Op::Mul, {a, b});
+  if (op == "Or") return e.node(rw::Op::Max, {a, b});
+  return e.node(rw::Op::Abs, {e.node(rw::Op::Sub, {a, b})});
+}
 
 // ---- Cast ------------------------------------------------------------------------------------------------------
 
 bool float_type(int64_t to) { return to == 1 || to == 10 || to == 16 || to == 11; }
 
-bool cast_fusable(const Lowering& L, const ir::Node& n) {
-  return float_type(n.attr_int("to", 1)) && L.val(n.inputs[0]).elem_type == ir::kFloat;
+// An integer model input is int32 in memory: to a float type, cast.s (lower_cast); to another integer type, the
+// same int32 values (a view). Everything else is f32 in the row-wise kernel (rw_cast).
+bool int32_input(const Lowering& L, int v) {
+  auto it = L.st_.find(v);
+  return it != L.st_.end() && !it->second.empty() && it->second.front().dtype == DType::I32;
 }
 
-// An integer input to f32 (cast.s); a cast to an integer type of a value computed at run time is not supported.
+bool cast_fusable(const Lowering& L, const ir::Node& n) {
+  if (L.val(n.inputs[0]).elem_type == ir::kFloat || !int32_input(L, n.inputs[0])) return true;
+  return n.attr_int("to", 1) == ir::kBool;
+}
+
+// float -> float: the value itself; -> an integer type: truncated toward zero, sign(x) * floor(|x|) (the
+// conversion saturates at +-2^31 on the way out; values past 2^24 are not exact in f32); -> BOOL: |sign(x)|;
+// an integer or BOOL -> a float or integer type: the value itself.
+int rw_cast(RowEmit& e) {
+  e.out_per_row = e.per_row(e.n.inputs[0]);
+  const int64_t to = e.n.attr_int("to", 1);
+  const bool from_float = e.L.val(e.n.inputs[0]).elem_type == ir::kFloat;
+  const int x = e.in(0);
+  if (to == ir::kBool) return e.node(rw::Op::Abs, {e.node(rw::Op::Sign, {x})});
+  if (float_type(to) || !from_float) return x;
+  return e.node(rw::Op::Mul, {e.node(rw::Op::Sign, {x}), e.node(rw::Op::Floor, {e.node(rw::Op::Abs, {x})})});
+}
+
+// An int32 model input: to f32 (cast.s), or to another integer type (the same int32 values: a view).
 void lower_cast(Lowering& L, const ir::Node& n) {
   const int64_t to = n.attr_int("to", 1);
-  if (!float_type(to))
-    L.fail(n, "a cast to " + ir::elem_type_name(static_cast<ir::ElemType>(to)) +
-                  " of a value computed at run time is not supported");
+  if (!float_type(to)) return L.alias(n);
   Stored x = L.st_.at(n.inputs[0]).front();
   Stored y{L.temp(L.val(n.outputs[0]).name, DType::F32, L.shape(n.outputs[0])), 0, DType::F32, false};
   L.cast(n.name, x, y, L.val(n.outputs[0]).elements());
   L.st_[n.outputs[0]].push_back(y);
 }
-
-constexpr const char* kRuntimeLogic =
-    "a comparison or logical op on values computed at run time is not supported (only constant conditions, folded "
-    "at compile time)";
 
 }  // namespace
 
@@ -461,17 +533,16 @@ void add_elementwise_ops(OpTable& t) {
          .rowwise = variadic<rw::Op::Min>});
   t.add({.name = "Pow", .min_inputs = 2, .max_inputs = 2, .infer = infer_pow, .fold = fold_elementwise, .fusion = E,
          .rowwise = rw_pow});
-  // Comparisons and logic: constants only.
+  // Comparisons and logic (BOOL results: 0 or 1 in f32).
   for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
     t.add({.name = op, .min_inputs = 2, .max_inputs = 2, .infer = infer_compare, .fold = fold_elementwise,
-           .no_lowering = kRuntimeLogic});
+           .fusion = E, .rowwise = rw_compare});
   for (const char* op : {"And", "Or", "Xor"})
     t.add({.name = op, .min_inputs = 2, .max_inputs = 2, .infer = infer_logical, .fold = fold_elementwise,
-           .no_lowering = kRuntimeLogic});
-  t.add({.name = "Not", .infer = infer_not, .fold = fold_unary, .no_lowering = kRuntimeLogic});
+           .fusion = E, .rowwise = rw_logic});
+  t.add({.name = "Not", .infer = infer_not, .fold = fold_unary, .fusion = E, .rowwise = rw_logic});
   t.add({.name = "Where", .min_inputs = 3, .max_inputs = 3, .infer = infer_where, .fold = fold_elementwise,
-         .fusion = E, .fusable = where_fusable, .rowwise = rw_where,
-         .no_lowering = "a condition computed at run time is not supported (only a constant one)"});
+         .fusion = E, .rowwise = rw_select});
   t.add({.name = "Cast", .attrs = {{"to", K::Int}, {"saturate", K::Int}}, .infer = infer_cast, .fold = fold_cast,
          .fusion = E, .fusable = cast_fusable, .rowwise = rw_cast, .lower = lower_cast});
 }

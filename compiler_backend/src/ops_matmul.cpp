@@ -4,7 +4,9 @@
 // operands activations (attention): one gemm.s call per batch index, a right operand that is a Transpose of the
 // last two axes read transposed (TRANS_B).
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <map>
 #include <cstring>
 #include <functional>
 
@@ -51,6 +53,238 @@ void infer_gemm(InferCtx& c) {
   if (c.has(2) && broadcast(c.n, out, c.shape(2)) != out)
     fail(c.n, "C of shape " + ir::shape_str(c.shape(2)) + " does not broadcast to " + ir::shape_str(out));
   c.out(0, c.type(0), out);
+}
+
+// Einsum: the equation parsed into one letter string per operand and the output ("..." replaced by letters of its
+// own, right-aligned as numpy broadcasts them), with the size of each letter. Implicit output (no "->"): the
+// letters that appear once, in alphabetical order, after the ellipsis ones.
+struct Equation {
+  std::vector<std::string> in;
+  std::string out;
+  std::map<char, int64_t> size;
+};
+
+Equation parse_einsum(const ir::Node& n, const std::vector<Shape>& shapes) {
+  auto it = n.attrs.find("equation");
+  if (it == n.attrs.end()) fail(n, "attribute 'equation' is required");
+  std::string eq;
+  for (char ch : it->second.s)
+    if (ch != ' ') eq += ch;
+  const size_t arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  for (size_t b = 0;;) {
+    const size_t e = lhs.find(',', b);
+    terms.push_back(lhs.substr(b, e == std::string::npos ? std::string::npos : e - b));
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  if (terms.size() != shapes.size())
+    fail(n, "equation '" + eq + "' names " + std::to_string(terms.size()) + (terms.size() == 1 ? " operand" : " operands") +
+                ", the node has " + std::to_string(shapes.size()) + (shapes.size() == 1 ? " input" : " inputs"));
+  std::string used;
+  for (char ch : eq)
+    if (std::isalpha(static_cast<unsigned char>(ch))) used += ch;
+  std::string fresh;  // letters for the ellipsis dimensions, unused by the equation
+  for (char ch = 'A'; ch <= 'z'; ++ch)
+    if (std::isalpha(static_cast<unsigned char>(ch)) && used.find(ch) == std::string::npos) fresh += ch;
+  Equation r;
+  size_t ell = 0;  // the most ellipsis dimensions of an operand
+  for (size_t k = 0; k < terms.size(); ++k) {
+    std::string t = terms[k];
+    const size_t dots = t.find("...");
+    const int64_t named = static_cast<int64_t>(t.size()) - (dots == std::string::npos ? 0 : 3);
+    const int64_t rank = static_cast<int64_t>(shapes[k].size());
+    for (size_t i = 0; i < t.size(); ++i)
+      if (!std::isalpha(static_cast<unsigned char>(t[i])) && !(dots != std::string::npos && i >= dots && i < dots + 3))
+        fail(n, "equation '" + eq + "': operand " + std::to_string(k) + " ('" + terms[k] + "') is not letters and one '...'");
+    if (dots != std::string::npos) {
+      if (rank < named || t.find("...", dots + 3) != std::string::npos)
+        fail(n, "equation '" + eq + "': operand " + std::to_string(k) + " ('" + terms[k] + "') does not fit its shape " +
+                    ir::shape_str(shapes[k]));
+      const size_t e = static_cast<size_t>(rank - named);
+      ell = std::max(ell, e);
+      if (ell > fresh.size()) fail(n, "equation '" + eq + "': too many dimensions under '...'");
+      t = t.substr(0, dots) + fresh.substr(fresh.size() - e) + t.substr(dots + 3);  // right-aligned
+    }
+    if (static_cast<int64_t>(t.size()) != rank)
+      fail(n, "equation '" + eq + "': operand " + std::to_string(k) + " ('" + terms[k] + "') has " +
+                  std::to_string(t.size()) + " indices, its input " + ir::shape_str(shapes[k]) + " rank " +
+                  std::to_string(rank));
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t.find(t[i]) != i)
+        fail(n, "equation '" + eq + "': index '" + std::string(1, t[i]) + "' repeats in operand " + std::to_string(k) +
+                    " (a diagonal), which is not supported");
+      auto [at, added] = r.size.emplace(t[i], shapes[k][i]);
+      if (!added && at->second != shapes[k][i])
+        fail(n, "equation '" + eq + "': index '" + std::string(1, t[i]) + "' has sizes " + std::to_string(at->second) +
+                    " and " + std::to_string(shapes[k][i]) + " (broadcasting one of size 1 is not supported)");
+    }
+    r.in.push_back(t);
+  }
+  const std::string ellipsis = fresh.substr(fresh.size() - ell);
+  if (arrow == std::string::npos) {
+    r.out = ellipsis;
+    std::string once;
+    for (const auto& [ch, sz] : r.size) {
+      int count = 0;
+      for (const std::string& t : r.in) count += static_cast<int>(std::count(t.begin(), t.end(), ch));
+      if (count == 1 && ellipsis.find(ch) == std::string::npos) once += ch;
+    }
+    std::sort(once.begin(), once.end());
+    r.out += once;
+  } else {
+    std::string o = eq.substr(arrow + 2);
+    if (const size_t dots = o.find("..."); dots != std::string::npos) o = o.substr(0, dots) + ellipsis + o.substr(dots + 3);
+    for (size_t i = 0; i < o.size(); ++i) {
+      if (!std::isalpha(static_cast<unsigned char>(o[i])))
+        fail(n, "equation '" + eq + "': the output is not letters and one '...'");
+      if (!r.size.count(o[i])) fail(n, "equation '" + eq + "': output index '" + std::string(1, o[i]) + "' is in no operand");
+      if (o.find(o[i]) != i) fail(n, "equation '" + eq + "': output index '" + std::string(1, o[i]) + "' repeats");
+    }
+    r.out = o;
+  }
+  return r;
+}
+
+void infer_einsum(InferCtx& c) {
+  same_types(c);
+  std::vector<Shape> shapes;
+  for (size_t k = 0; k < c.ninputs(); ++k) shapes.push_back(c.shape(k));
+  const Equation e = parse_einsum(c.n, shapes);
+  Shape out;
+  for (char ch : e.out) out.push_back(e.size.at(ch));
+  c.out(0, c.type(0), out);
+}
+
+// Einsum as the operators the lowering has: operands contracted left to right, two at a time. In each pair, an
+// index in one operand only that no later operand or the output needs is summed first (ReduceSum); with indices
+// to contract, both are transposed and reshaped to [batch..., M, K] and [batch..., K, N] (batch: indices of both
+// and of the result; M, N: of one and the result; K: of both only) for one MatMul, reshaped and transposed to the
+// result's order after; without, it is a broadcasting Mul of the two transposed to the result's order; with only
+// batch and contracted indices (batched dot products), that Mul and a ReduceSum over the contracted ones. A single
+// operand is summed over what the output lacks and transposed ("bij->bi", "ij->ji"). So "bhqd,bhkd->bhqk" is a
+// Transpose of the last two axes and a MatMul (which reads it transposed), "bij,jk->bik" one MatMul.
+std::vector<ir::Node> expand_einsum(ir::Graph& g, const ir::Node& n) {
+  std::vector<Shape> shapes;
+  for (int v : n.inputs) shapes.push_back(g.values[v].shape());
+  const Equation eq = parse_einsum(n, shapes);
+  std::vector<ir::Node> nodes;
+  const std::string base = n.name;
+  auto node = [&](const std::string& op, const std::vector<int>& ins, int out, const std::string& what) {
+    ir::Node m;
+    m.op = op;
+    m.name = base + "/" + what + std::to_string(nodes.size());
+    m.inputs = ins;
+    m.outputs = {out >= 0 ? out : g.fresh_value(m.name + ":0")};
+    nodes.push_back(m);
+    return nodes.back().outputs[0];
+  };
+  auto sizes = [&](const std::string& letters) {
+    Shape s;
+    for (char ch : letters) s.push_back(eq.size.at(ch));
+    return s;
+  };
+  auto size_of = [&](const std::string& letters) { return prod(sizes(letters)); };
+  // v holds indices `have`; returns a value holding `want` (a permutation of them).
+  auto transpose = [&](int v, const std::string& have, const std::string& want) {
+    if (have == want) return v;
+    std::vector<int64_t> perm;
+    for (char ch : want) perm.push_back(static_cast<int64_t>(have.find(ch)));
+    const int t = node("Transpose", {v}, -1, "transpose");
+    ir::Attr a;
+    a.kind = ir::Attr::Kind::Ints;
+    a.ints = perm;
+    nodes.back().attrs["perm"] = a;
+    return t;
+  };
+  auto reshape = [&](int v, const Shape& from, const Shape& to) {
+    if (from == to) return v;
+    return node("Reshape", {v, g.int_constant(base + "/shape", to)}, -1, "reshape");
+  };
+  auto sum = [&](int v, std::string& have, const std::string& keep) {
+    std::vector<int64_t> axes;
+    std::string kept;
+    for (size_t i = 0; i < have.size(); ++i) {
+      if (keep.find(have[i]) == std::string::npos) axes.push_back(static_cast<int64_t>(i));
+      else kept += have[i];
+    }
+    if (axes.empty()) return v;
+    const int r = node("ReduceSum", {v, g.int_constant(base + "/axes", axes)}, -1, "sum");
+    ir::Attr k;
+    k.kind = ir::Attr::Kind::Int;
+    k.i = 0;
+    nodes.back().attrs["keepdims"] = k;
+    have = kept;
+    return r;
+  };
+  auto in = [](char ch, const std::string& s) { return s.find(ch) != std::string::npos; };
+  int cur = n.inputs[0];
+  std::string have = eq.in[0];
+  for (size_t k = 1; k < eq.in.size(); ++k) {
+    std::string later = eq.out;  // what the output and the operands after this pair need
+    for (size_t j = k + 1; j < eq.in.size(); ++j) later += eq.in[j];
+    std::string la = have, lb = eq.in[k];
+    int a = sum(cur, la, later + lb), b = sum(n.inputs[k], lb, later + la);
+    std::string batch, m, kk, nn;  // result order: batch, m, n
+    for (char ch : la) {
+      if (in(ch, lb) && in(ch, later)) batch += ch;
+      else if (in(ch, lb)) kk += ch;
+      else m += ch;
+    }
+    for (char ch : lb)
+      if (!in(ch, la)) nn += ch;
+    // Each group in the order the output (then the later operands) has them, so that no transpose is left where
+    // the output's order allows it.
+    for (std::string* group : {&batch, &m, &nn})
+      std::stable_sort(group->begin(), group->end(), [&](char x, char y) { return later.find(x) < later.find(y); });
+    std::string result = batch + m + nn;
+    const bool last = k + 1 == eq.in.size();
+    // Without indices to contract, a broadcasting product in the result's order; with only batch and contracted
+    // indices (batched dot products), the product over batch + contracted, summed over the contracted ones.
+    auto spread = [&](int v, const std::string& l, const std::string& to) {
+      std::string order;
+      Shape s;
+      for (char ch : to)
+        if (in(ch, l)) order += ch, s.push_back(eq.size.at(ch));
+        else s.push_back(1);
+      return reshape(transpose(v, l, order), sizes(order), s);
+    };
+    if (kk.empty()) {
+      std::sort(result.begin(), result.end(), [&](char x, char y) { return later.find(x) < later.find(y); });
+      cur = node("Mul", {spread(a, la, result), spread(b, lb, result)}, last && result == eq.out ? n.outputs[0] : -1,
+                 "mul");
+    } else if (m.empty() && nn.empty()) {
+      std::string prod_order = batch + kk;
+      cur = node("Mul", {spread(a, la, prod_order), spread(b, lb, prod_order)}, -1, "mul");
+      cur = sum(cur, prod_order, batch);
+    } else {
+      const Shape bs = sizes(batch);
+      Shape as = bs, bsh = bs, os = bs;
+      const int64_t M = size_of(m), K = size_of(kk), N = size_of(nn);
+      as.push_back(M), as.push_back(K);
+      bsh.push_back(K), bsh.push_back(N);
+      if (batch.empty() && !m.empty()) {  // [m..., K]: MatMul takes the leading indices as they are
+        as = sizes(m);
+        as.push_back(K);
+      }
+      os = as;
+      os.back() = N;
+      a = reshape(transpose(a, la, batch + m + kk), sizes(batch + m + kk), as);
+      b = reshape(transpose(b, lb, batch + kk + nn), sizes(batch + kk + nn), bsh);
+      const bool direct = last && sizes(result) == os && result == eq.out;
+      cur = node("MatMul", {a, b}, direct ? n.outputs[0] : -1, "matmul");
+      cur = reshape(cur, os, sizes(result));
+    }
+    have = result;
+  }
+  if (eq.in.size() == 1) cur = sum(cur, have, eq.out);
+  if (nodes.empty() || nodes.back().outputs[0] != n.outputs[0]) {
+    const int t = transpose(cur, have, eq.out);
+    if (!nodes.empty() && t == nodes.back().outputs[0]) nodes.back().outputs[0] = n.outputs[0];
+    else node("Identity", {t}, n.outputs[0], "identity");
+  }
+  return nodes;
 }
 
 // ---- constant folding ----------------------------------------------------------------------------------------
@@ -268,6 +502,8 @@ bool quantises_matmul(const Lowering& L, const ir::Node& n) {
 void add_matmul_ops(OpTable& t) {
   t.add({.name = "MatMul", .min_inputs = 2, .max_inputs = 2, .infer = infer_matmul, .fold = fold_matmul,
          .lower = lower_matmul, .quantises = quantises_matmul, .weight_input = matmul_weights});
+  t.add({.name = "Einsum", .max_inputs = kManyInputs, .attrs = {{"equation", K::String}}, .infer = infer_einsum,
+         .expand = expand_einsum});
   t.add({.name = "Gemm", .min_inputs = 2, .max_inputs = 3,
          .attrs = {{"alpha", K::Float}, {"beta", K::Float}, {"transA", K::Int}, {"transB", K::Int}},
          .infer = infer_gemm, .lower = lower_matmul, .quantises = quantises_matmul, .weight_input = matmul_weights});

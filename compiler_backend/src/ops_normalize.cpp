@@ -1,13 +1,15 @@
-// Normalisations and reductions: Softmax, LayerNormalization, BatchNormalization (inference, constant parameters)
-// and ReduceMean/Sum/Max/Min over the last axis are row-wise (Fusion::RowReduce: the row-wise kernel reduces along
-// its columns); over other axes (LayerNormalization: over several) they run the same row-wise function in a kernel of
-// their own on a copy of the input with those axes moved last (lower_over_axes); BatchNormalization after a Conv
-// folds into the convolution (ops_conv.cpp); ReduceMean over H and W of a 4-D value is a spatial mean (ops_conv.cpp's
-// lower_spatial_mean).
+// Normalisations and reductions: Softmax, LayerNormalization, BatchNormalization (inference, constant parameters),
+// ReduceMean/Sum/Max/Min/L1/L2/SumSquare/LogSumExp and ArgMax/ArgMin over the last axis are row-wise
+// (Fusion::RowReduce: the row-wise kernel reduces along its columns); over other axes (LayerNormalization: over
+// several) they run the same row-wise function in a kernel of their own on a copy of the input with those axes moved
+// last (lower_over_axes); BatchNormalization after a Conv folds into the convolution (ops_conv.cpp); ReduceMean over
+// H and W of a 4-D value is a spatial mean (ops_conv.cpp's lower_spatial_mean); InstanceNormalization is a layer
+// norm over the rows of [N x C, spatial] with a scale and bias per row.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "fold.h"
 #include "infer.h"
 #include "lowering.h"
 
@@ -82,6 +84,56 @@ void infer_reduce(InferCtx& c) {
     else if (keep) out.push_back(1);
   }
   c.out(0, c.type(0), out);
+}
+
+// ArgMax/ArgMin: one axis (default 0; recorded non-negative), keepdims, select_last_index; an INT64 output.
+void infer_arg(InferCtx& c) {
+  const Shape x = c.shape(0);
+  if (x.empty()) fail(c.n, "the input must have at least one axis");
+  const int64_t axis = c.axis(c.ai("axis", 0), c.rank(0));
+  const int64_t keep = c.ai("keepdims", 1), last = c.ai("select_last_index", 0);
+  if (keep != 0 && keep != 1) fail(c.n, "keepdims=" + std::to_string(keep) + " is not supported");
+  if (last != 0 && last != 1) fail(c.n, "select_last_index=" + std::to_string(last) + " is not supported");
+  if (x[axis] == 0) fail(c.n, "axis " + std::to_string(axis) + " has no elements");
+  c.set_int("axis", axis);
+  Shape out = x;
+  if (keep) out[axis] = 1;
+  else out.erase(out.begin() + axis);
+  c.out(0, ir::kInt64, out);
+}
+
+// InstanceNormalization: x [N, C, S...], scale and B [C].
+void infer_instance_norm(InferCtx& c) {
+  const Shape x = c.shape(0);
+  if (x.size() < 3) fail(c.n, "input " + ir::shape_str(x) + " must be [N, C, D1, ...]");
+  for (size_t i = 1; i < 3; ++i)
+    if (c.shape(i) != Shape{x[1]})
+      fail(c.n, "input '" + c.in(i).name + "' " + ir::shape_str(c.shape(i)) + " must be [" + std::to_string(x[1]) + "]");
+  c.out(0, c.type(0), x);
+}
+
+// ---- constant folding ----------------------------------------------------------------------------------------
+
+// ArgMax/ArgMin of a constant: the first (or last) index of the largest (smallest) element along the axis.
+Tensors fold_arg(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
+  const HostTensor& x = in[0];
+  const int64_t axis = n.attr_int("axis", 0), len = x.shape[static_cast<size_t>(axis)];
+  const int64_t inner = prod(x.shape, static_cast<size_t>(axis) + 1), outer = prod(x.shape, 0, static_cast<size_t>(axis));
+  const bool is_min = n.op == "ArgMin", last = n.attr_int("select_last_index", 0) != 0;
+  HostTensor r;
+  r.type = ir::kInt64;
+  r.shape = out_shape(g, n, 0);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      int64_t best = 0;
+      double bv = as_double(x, o * len * inner + i);
+      for (int64_t k = 1; k < len; ++k) {
+        const double v = as_double(x, (o * len + k) * inner + i);
+        if (is_min ? (v < bv || (last && v == bv)) : (v > bv || (last && v == bv))) best = k, bv = v;
+      }
+      r.i.push_back(best);
+    }
+  return {r};
 }
 
 // ---- lowering ------------------------------------------------------------------------------------------------
@@ -163,8 +215,8 @@ void lower_over_axes(Lowering& L, const ir::Node& n, std::vector<int64_t> axes) 
     out = def->rowwise(e);
   }
   // A reduction (one value per row: the output's elements in order) or the axes last already: written as it is.
-  if (e.out_per_row || !moved || n.op.rfind("Reduce", 0) == 0) {
-    Stored Y = L.destination(y, L.storage_type(y));
+  if (e.out_per_row || !moved || n.op.rfind("Reduce", 0) == 0 || n.op.rfind("Arg", 0) == 0) {
+    Stored Y = L.destination(y, L.storage_type(y), true);
     L.rw_output(call, out, Y);
     L.plan_.calls.push_back(std::move(call));
     return;
@@ -265,6 +317,70 @@ int reduce_min(RowEmit& e) {  // -max(-x)
   return e.node(rw::Op::Neg, {e.node(rw::Op::RowMax, {e.node(rw::Op::Neg, {e.in(0)})})});
 }
 
+// ReduceL1 sum|x|, ReduceL2 sqrt(sum x^2), ReduceSumSquare sum x^2, ReduceLogSumExp m + log(sum exp(x - m)) with
+// m = max x (no overflow); over one element they are |x|, |x|, x^2 and x.
+int reduce_composite(RowEmit& e) {
+  const std::string& op = e.n.op;
+  const int x = e.in(0);
+  const bool one = e.gr.C == 1;
+  e.out_per_row = !one;
+  auto sum = [&](int v) { return one ? v : e.node(rw::Op::RowSum, {v}); };
+  if (op == "ReduceL1") return sum(e.node(rw::Op::Abs, {x}));
+  if (op == "ReduceSumSquare") return sum(e.node(rw::Op::Mul, {x, x}));
+  if (op == "ReduceL2") return one ? e.node(rw::Op::Abs, {x}) : e.node(rw::Op::Sqrt, {sum(e.node(rw::Op::Mul, {x, x}))});
+  if (one) return x;  // ReduceLogSumExp
+  const int m = e.node(rw::Op::RowMax, {x});
+  return e.node(rw::Op::Add, {m, e.node(rw::Op::Log, {sum(e.node(rw::Op::Exp, {e.node(rw::Op::Sub, {x, m})}))})});
+}
+
+// ArgMax/ArgMin along the columns, exact in f32 (indices below 2^24): with m = max x (ArgMin: of -x), e = 1 where
+// x = m else 0 (1 - |sign(x - m)|); the first index is C - max(e * (C - j)), the last max(e * (j + 1)) - 1, j the
+// column. A NaN in a row makes its index undefined (ONNX leaves it so; torch picks the NaN).
+int rw_arg(RowEmit& e) {
+  const int64_t C = e.gr.C;
+  e.out_per_row = C != 1;
+  if (C == 1) return e.konst(0.0f);
+  const bool last = e.n.attr_int("select_last_index", 0) != 0;
+  int x = e.in(0);
+  if (e.n.op == "ArgMin") x = e.node(rw::Op::Neg, {x});
+  const int m = e.node(rw::Op::RowMax, {x});
+  const int eq = e.node(rw::Op::Sub, {e.konst(1.0f), e.node(rw::Op::Abs, {e.node(rw::Op::Sign, {e.node(rw::Op::Sub, {x, m})})})});
+  std::vector<float> j(static_cast<size_t>(C));
+  for (int64_t k = 0; k < C; ++k) j[static_cast<size_t>(k)] = static_cast<float>(last ? k + 1 : C - k);
+  const int w = e.node(rw::Op::RowMax, {e.node(rw::Op::Mul, {eq, e.const_operand(j, {C}, last ? "column.plus1." + std::to_string(C) : "column.from_end." + std::to_string(C))})});
+  return last ? e.node(rw::Op::Sub, {w, e.konst(1.0f)}) : e.node(rw::Op::Sub, {e.konst(static_cast<float>(C)), w});
+}
+
+bool arg_last(const Lowering& L, const ir::Node& n) {
+  return n.attr_int("axis", 0) == static_cast<int64_t>(L.shape(n.inputs[0]).size()) - 1;
+}
+
+void lower_arg(Lowering& L, const ir::Node& n) { lower_over_axes(L, n, {n.attr_int("axis", 0)}); }
+
+// InstanceNormalization: x [N, C, S...] row-major is N x C rows of prod(S) columns, each normalised as a layer
+// norm's row; scale and B are per-row inputs of period C (constants only).
+void lower_instance_norm(Lowering& L, const ir::Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  const Shape xs = L.shape(x);
+  for (size_t k = 1; k < 3; ++k)
+    if (!L.val(n.inputs[k]).is_const) L.fail(n, "a scale or bias computed at run time is not supported (only constants)");
+  const int64_t C = xs[1], rows = xs[0] * C, cols = prod(xs, 2);
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  KernelCall call = L.rowwise_call(n.name, rows, cols);
+  const int X = L.rw_input(call, L.plain_input(x), false, 0);
+  auto per_channel = [&](size_t k) {
+    const ir::Value& v = L.val(n.inputs[k]);
+    return L.rw_input(call, Stored{L.const_f32(v.name, {C}, v.data), 0, DType::F32, false}, true, C);
+  };
+  const int d = L.rw_node(call, rw::Op::Sub, {X, L.rw_node(call, rw::Op::RowMean, {X})});
+  const int var = L.rw_node(call, rw::Op::RowMean, {L.rw_node(call, rw::Op::Mul, {d, d})});
+  const int inv = L.rw_node(call, rw::Op::Rsqrt, {L.rw_node(call, rw::Op::Add, {var, L.rw_node(call, rw::Op::Const, {}, eps)})});
+  int r = L.rw_node(call, rw::Op::Mul, {L.rw_node(call, rw::Op::Mul, {d, inv}), per_channel(1)});
+  r = L.rw_node(call, rw::Op::Add, {r, per_channel(2)});
+  L.rw_output(call, r, L.destination(y, L.storage_type(y)));
+  L.plan_.calls.push_back(std::move(call));
+}
+
 }  // namespace
 
 void add_normalize_ops(OpTable& t) {
@@ -291,6 +407,15 @@ void add_normalize_ops(OpTable& t) {
          .fusable = reduce_last, .rowwise = reduce<rw::Op::RowMax>, .lower = lower_reduce});
   t.add({.name = "ReduceMin", .max_inputs = 2, .attrs = reduce_attrs, .infer = infer_reduce, .fusion = R,
          .fusable = reduce_last, .rowwise = reduce_min, .lower = lower_reduce});
+  for (const char* op : {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"})
+    t.add({.name = op, .max_inputs = 2, .attrs = reduce_attrs, .infer = infer_reduce, .fusion = R,
+           .fusable = reduce_last, .rowwise = reduce_composite, .lower = lower_reduce});
+  for (const char* op : {"ArgMax", "ArgMin"})
+    t.add({.name = op, .attrs = {{"axis", K::Int}, {"keepdims", K::Int}, {"select_last_index", K::Int}},
+           .infer = infer_arg, .fold = fold_arg, .fusion = R, .fusable = arg_last, .rowwise = rw_arg,
+           .lower = lower_arg});
+  t.add({.name = "InstanceNormalization", .min_inputs = 3, .max_inputs = 3, .attrs = {{"epsilon", K::Float}},
+         .infer = infer_instance_norm, .lower = lower_instance_norm});
 }
 
 }  // namespace tpusim::compiler

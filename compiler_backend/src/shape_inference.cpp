@@ -207,6 +207,23 @@ void infer_shapes(ir::Graph& g, const std::map<std::string, std::vector<int64_t>
   std::vector<bool> folded(g.nodes.size(), false);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     infer_node(g, static_cast<int>(i));
+    if (const OpDef* def = find_op(g.nodes[i].op); def && def->expand) {  // replaced by its expansion, inferred next
+      std::vector<ir::Node> nodes;
+      try {
+        nodes = def->expand(g, g.nodes[i]);
+      } catch (const ir::NodeError& e) {
+        throw ir::in_model(g, e);
+      }
+      g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(i));
+      g.nodes.insert(g.nodes.begin() + static_cast<std::ptrdiff_t>(i), nodes.begin(), nodes.end());
+      folded.resize(g.nodes.size(), false);
+      for (ir::Value& v : g.values) v.producer = -1;
+      for (size_t k = 0; k < g.nodes.size(); ++k)
+        for (int out : g.nodes[k].outputs)
+          if (out >= 0) g.values[out].producer = static_cast<int>(k);
+      --i;
+      continue;
+    }
     folded[i] = fold_node(g, static_cast<int>(i));
   }
   remove_nodes(g, folded);

@@ -28,7 +28,8 @@ namespace tpusim::compiler {
 //     output_shape as the ONNX spec derives them; output_shape removed).
 //   Resize: scales (Floats, one per axis: the scale the coordinate transformation divides by; 0 when sizes are
 //     given, the scale being out / in).
-//   Softmax/LogSoftmax/LayerNormalization/Gather/Concat/Flatten/Split: axis (non-negative).
+//   Softmax/LogSoftmax/LayerNormalization/Gather/Concat/Flatten/Split/ArgMax/ArgMin: axis (non-negative).
+//   CumSum: axis (from its constant input 1, non-negative).
 //   ReduceX: axes (non-negative, sorted, all axes when all are reduced), keepdims; a no-op has axes=[] and
 //     noop_with_empty_axes=1.
 //   Squeeze/Unsqueeze: axes (non-negative, sorted; Unsqueeze's relative to the output rank).
@@ -39,12 +40,15 @@ namespace tpusim::compiler {
 void infer_shapes(ir::Graph& g, const std::map<std::string, std::vector<int64_t>>& input_shapes);
 
 // The operators of a model that cannot be compiled, found before any shape is inferred: unknown operators, and
-// operators without a lowering (OpDef::lower or rowwise) on nodes whose inputs are not all computable at compile time
+// operators without a lowering (OpDef::lower, rowwise or expand) on nodes whose inputs are not all computable at compile time
 // (constants, or values folded from constants). Throws one Error for all of them: "MODEL: node 'N' (Op): what is
 // wrong" for one node, "MODEL: K nodes have unsupported operators: node 'A' (Op), node 'B' (Op, on values computed
 // at run time), ..." (the first 8, then how many more) for several.
 void check_operators(const ir::Graph& g);
 
+// An operator with an expansion (OpDef::expand: Einsum) is replaced by it right after its own inference, and the
+// nodes of the expansion are inferred and folded next.
+//
 // Infers one node (its inputs' shapes known), recording the resolved attributes as above.
 void infer_node(ir::Graph& g, int node);
 

@@ -183,23 +183,24 @@ TEST(CompileErrors, UnsupportedOperatorNamesOpNodeAndModel) {
 }
 
 // One error lists every node the compiler cannot compile, in model order: unknown operators, and operators it only
-// folds (Trilu, Less) on values computed at run time; a Trilu of a constant folds and is not listed. Past 8 nodes the
-// message counts the rest.
+// folds (Range, ConstantOfShape) on values computed at run time; a Range of constants folds and is not listed. Past
+// 8 nodes the message counts the rest.
 TEST(CompileErrors, EveryUnsupportedNodeIsListedOnce) {
   ModelBuilder b;
   b.input("x", {2, 2}).output("y");
   b.constant("c", {2, 2}, {0, 1, 2, 3});
-  b.node("Trilu", "tril_of_constant", {"c"}, {"tc"});
-  b.node("Trilu", "tril", {"x"}, {"t"});
+  b.constant("one", {}, {1});
+  b.node("Range", "range_of_constants", {"one", "one", "one"}, {"r"});
+  b.node("Range", "range", {"x", "x", "x"}, {"t"});
   b.node("Erfc", "erfc", {"t"}, {"e"});
-  b.node("Less", "less", {"x", "tc"}, {"l"});
-  b.node("Add", "add", {"x", "tc"}, {"y"});
+  b.node("ConstantOfShape", "fill", {"x"}, {"l"});
+  b.node("Add", "add", {"x", "c"}, {"y"});
   EXPECT_EQ(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }),
-            "m.onnx: 3 nodes have unsupported operators: node 'tril' (Trilu, on values computed at run time), node "
-            "'erfc' (Erfc), node 'less' (Less, on values computed at run time)");
+            "m.onnx: 3 nodes have unsupported operators: node 'range' (Range, on values computed at run time), node "
+            "'erfc' (Erfc), node 'fill' (ConstantOfShape, on values computed at run time)");
   for (int i = 0; i < 8; ++i) b.node("Erfc", "more" + std::to_string(i), {"x"}, {"m" + std::to_string(i)});
   EXPECT_THAT(error_of([&] { compile_onnx(b.bytes(), "m.onnx", chip()); }),
-              AllOf(StartsWith("m.onnx: 11 nodes have unsupported operators: node 'tril' (Trilu, "),
+              AllOf(StartsWith("m.onnx: 11 nodes have unsupported operators: node 'range' (Range, "),
                     HasSubstr("node 'more4' (Erfc) and 3 more"), Not(HasSubstr("more5"))));
 }
 

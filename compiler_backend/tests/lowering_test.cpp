@@ -295,14 +295,51 @@ TEST(Lower, SoftmaxOverANonLastAxisMovesItLast) {
   EXPECT_EQ(p.calls[2].kernel, "copy");
 }
 
-TEST(LowerErrors, WhereWithAConditionComputedAtRunTime) {
+// A comparison of computed values and a Where on it (0/1 in f32) are one row-wise kernel.
+TEST(LowerRowwise, ComparisonAndWhereOnComputedValuesAreOneKernel) {
   ModelBuilder b;
   b.input("x", {2, 3}).input("z", {2, 3}).output("y");
   b.node("Greater", "gt", {"x", "z"}, {"c"});
   b.node("Where", "where", {"c", "x", "z"}, {"y"});
-  EXPECT_EQ(error_of(b),
-            "m.onnx: node 'gt' (Greater): a comparison or logical op on values computed at run time is not supported (only "
-            "constant conditions, folded at compile time)");
+  KernelPlan p = plan_of(b);
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].kernel, "rowwise");
+  EXPECT_EQ(p.calls[0].label, "gt+where");
+}
+
+// ArgMax over the last axis is part of the row-wise kernel, which writes the INT64 graph output as int32; over
+// another axis the input is first moved (a copy).
+TEST(Lower, ArgMaxWritesAnInt32Output) {
+  for (int64_t axis : {1, 0}) {
+    ModelBuilder b;
+    b.input("x", {4, 6}).output("y");
+    onnx::NodeProto* n = b.node("ArgMax", "am", {"x"}, {"y"});
+    test::set_int(n, "axis", axis);
+    test::set_int(n, "keepdims", 0);
+    KernelPlan p = plan_of(b);
+    ASSERT_EQ(p.calls.size(), axis == 1 ? 1u : 2u) << axis;
+    const KernelCall& k = p.calls.back();
+    EXPECT_EQ(k.kernel, "rowwise");
+    EXPECT_EQ(k.rows.rows, axis == 1 ? 4 : 6);
+    ASSERT_EQ(k.row_outputs.size(), 1u);
+    const Buffer& out = p.buffers[static_cast<size_t>(k.row_outputs[0])];
+    EXPECT_EQ(out.kind, Buffer::Kind::Output);
+    EXPECT_EQ(out.dtype, isa::DType::I32);
+    EXPECT_EQ(out.shape, (std::vector<int64_t>{axis == 1 ? 4 : 6}));
+  }
+}
+
+// CumSum over 9 elements: the input copied (axis first, next to zero rows), ceil(log2 9) = 4 row-wise additions,
+// the result copied back.
+TEST(Lower, CumSumIsALogarithmicScan) {
+  ModelBuilder b;
+  b.input("x", {3, 9}).output("y");
+  test::int_constant(b, "axis", {}, {1});
+  b.node("CumSum", "cs", {"x", "axis"}, {"y"});
+  KernelPlan p = plan_of(b);
+  std::vector<std::string> kinds;
+  for (const KernelCall& c : p.calls) kinds.push_back(c.kernel);
+  EXPECT_EQ(kinds, (std::vector<std::string>{"copy", "rowwise", "rowwise", "rowwise", "rowwise", "copy"}));
 }
 
 TEST(LowerErrors, GatherOfAnActivationByRunTimeIndices) {

@@ -822,6 +822,74 @@ TEST(ConstFold, FunctionsTilesAndBatchedMatMulOfConstants) {
   EXPECT_EQ(val(g, "mt").data, (std::vector<float>{1, 0, -1, 1, 0, -1, 2, 1, 0, 2, 1, 0}));
 }
 
+// ArgMax/ArgMin (select_last_index), CumSum (exclusive, reverse), DepthToSpace (DCR, CRD) and SpaceToDepth of
+// constants fold on the host; the expected values are worked out by hand.
+TEST(ConstFold, ArgCumSumAndDepthToSpaceOfConstants) {
+  ModelBuilder b;
+  b.input("x", {2, 3}).output("y");
+  b.constant("c", {2, 3}, {3, 1, 3, 0, 5, 5});
+  b.constant("d", {1, 8, 1, 1}, {0, 1, 2, 3, 4, 5, 6, 7});
+  test::int_constant(b, "one", {}, {1});
+  auto arg = [&](const char* op, const char* out, int64_t axis, int64_t last) {
+    onnx::NodeProto* n = b.node(op, out, {"c"}, {out});
+    test::set_int(n, "axis", axis);
+    test::set_int(n, "keepdims", 0);
+    test::set_int(n, "select_last_index", last);
+  };
+  arg("ArgMax", "amax", 1, 0);       // rows [3,1,3], [0,5,5]: first maxima at 0 and 1
+  arg("ArgMax", "amax_last", 1, 1);  // last maxima at 2 and 2
+  arg("ArgMin", "amin", 0, 0);       // columns (3,0), (1,5), (3,5): 1, 0, 0
+  b.node("CumSum", "cs", {"c", "one"}, {"cs"});
+  test::set_int(b.node("CumSum", "cs_excl", {"c", "one"}, {"cs_excl"}), "exclusive", 1);
+  test::set_int(b.node("CumSum", "cs_rev", {"c", "one"}, {"cs_rev"}), "reverse", 1);
+  test::set_int(b.node("DepthToSpace", "dcr", {"d"}, {"dcr"}), "blocksize", 2);
+  onnx::NodeProto* crd = b.node("DepthToSpace", "crd", {"d"}, {"crd"});
+  test::set_int(crd, "blocksize", 2);
+  test::set_string(crd, "mode", "CRD");
+  test::set_int(b.node("SpaceToDepth", "s2d", {"dcr"}, {"s2d"}), "blocksize", 2);
+  b.node("Add", "add", {"x", "cs"}, {"y"});
+  ir::Graph g = load(b);
+  EXPECT_EQ(val(g, "amax").ints, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(val(g, "amax_last").ints, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(val(g, "amin").ints, (std::vector<int64_t>{1, 0, 0}));
+  EXPECT_EQ(val(g, "amin").elem_type, ir::kInt64);
+  EXPECT_EQ(val(g, "cs").data, (std::vector<float>{3, 4, 7, 0, 5, 10}));
+  EXPECT_EQ(val(g, "cs_excl").data, (std::vector<float>{0, 3, 4, 0, 0, 5}));
+  EXPECT_EQ(val(g, "cs_rev").data, (std::vector<float>{7, 4, 3, 10, 10, 5}));
+  // DCR: y[c, i, j] = x[(i*2 + j)*2 + c]; CRD: x[c*4 + i*2 + j]; SpaceToDepth undoes DCR.
+  EXPECT_EQ(shape_of(g, "dcr"), "[1,2,2,2]");
+  EXPECT_EQ(val(g, "dcr").data, (std::vector<float>{0, 2, 4, 6, 1, 3, 5, 7}));
+  EXPECT_EQ(val(g, "crd").data, (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(val(g, "s2d").data, val(g, "d").data);
+}
+
+// Einsum becomes the operators the lowering has, right after its shape inference: attention's scores a Transpose
+// of the last two axes and a MatMul, a batched matmul one MatMul, a sum a ReduceSum, an elementwise product a Mul.
+TEST(ShapeInference, EinsumExpands) {
+  auto expand = [](const std::string& eq, std::vector<std::vector<int64_t>> shapes) {
+    ModelBuilder b;
+    std::vector<std::string> ins;
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      ins.push_back("in" + std::to_string(k));
+      std::vector<test::D> dims(shapes[k].begin(), shapes[k].end());
+      b.input(ins.back(), dims);
+    }
+    b.output("y");
+    test::set_string(b.node("Einsum", "e", ins, {"y"}), "equation", eq);
+    ir::Graph g = fold(b);
+    return std::make_pair(ops_of(g), shape_of(g, "y"));
+  };
+  using Ops = std::vector<std::string>;
+  EXPECT_EQ(expand("bhqd,bhkd->bhqk", {{2, 3, 5, 8}, {2, 3, 6, 8}}), std::make_pair(Ops{"Transpose", "MatMul"}, std::string("[2,3,5,6]")));
+  EXPECT_EQ(expand("bij,bjk->bik", {{2, 3, 4}, {2, 4, 5}}), std::make_pair(Ops{"MatMul"}, std::string("[2,3,5]")));
+  EXPECT_EQ(expand("bij->bi", {{2, 3, 4}}), std::make_pair(Ops{"ReduceSum"}, std::string("[2,3]")));
+  EXPECT_EQ(expand("ij->ji", {{2, 3}}), std::make_pair(Ops{"Transpose"}, std::string("[3,2]")));
+  EXPECT_EQ(expand("bij,bij->bi", {{2, 3, 4}, {2, 3, 4}}), std::make_pair(Ops{"Mul", "ReduceSum"}, std::string("[2,3]")));
+  EXPECT_EQ(expand("ab,bc,cd->ad", {{2, 3}, {3, 4}, {4, 5}}), std::make_pair(Ops{"MatMul", "MatMul"}, std::string("[2,5]")));
+  EXPECT_EQ(expand("...ij,...jk", {{7, 2, 3}, {7, 3, 4}}), std::make_pair(Ops{"MatMul"}, std::string("[7,2,4]")));
+  EXPECT_EQ(expand("ij,jk->ki", {{2, 3}, {3, 4}}), std::make_pair(Ops{"MatMul", "Transpose"}, std::string("[4,2]")));
+}
+
 TEST(ConstFold, IdentityDropoutAndDeadCodeAreRemoved) {
   ModelBuilder b;
   b.input("x", {2, 3}).output("y").output("z").output("passthrough");

@@ -145,13 +145,11 @@ class ErrorsBase(Workdir):
                            [f32("x", [4])], [f32("y", None)], [pads])
             return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
         if name == "onnx-unsupported-operators":
-            zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
-            m = onnx_model([helper.make_node("Trilu", ["x"], ["t"], name="tril"),
-                            helper.make_node("ArgMax", ["t"], ["y"], name="am", axis=1),
-                            helper.make_node("Less", ["x", "zero"], ["neg"], name="less")],
+            m = onnx_model([helper.make_node("Range", ["x", "x", "x"], ["t"], name="range"),
+                            helper.make_node("NonZero", ["t"], ["y"], name="nz"),
+                            helper.make_node("ConstantOfShape", ["x"], ["fill"], name="fill")],
                            [f32("x", [2, 4])], [helper.make_tensor_value_info("y", TensorProto.INT64, None),
-                                                helper.make_tensor_value_info("neg", TensorProto.BOOL, None)],
-                           [zero])
+                                                helper.make_tensor_value_info("fill", TensorProto.FLOAT, None)])
             return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
         if name == "onnx-too-large":
             m = onnx_model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", [1 << 20] * 3)], [f32("y", None)])
@@ -204,9 +202,9 @@ class Errors(ErrorsBase):
         cases = {
             "import": (onnx_model([helper.make_node("Relu", ["nowhere"], ["y"], name="r")], [f32("x", [4])],
                                   [f32("y", [4])]), "r", "Relu", r"uses 'nowhere', which no earlier node.*"),
-            "operator check": (onnx_model([helper.make_node("ArgMax", ["x"], ["y"], name="am")], [f32("x", [4])],
+            "operator check": (onnx_model([helper.make_node("NonZero", ["x"], ["y"], name="nz")], [f32("x", [4])],
                                           [helper.make_tensor_value_info("y", TensorProto.INT64, None)]),
-                               "am", "ArgMax", "unsupported operator"),
+                               "nz", "NonZero", "unsupported operator"),
             "shape inference": (onnx_model([helper.make_node("Squeeze", ["x", "ax"], ["y"], name="sq")],
                                            [f32("x", [2, 3])], [f32("y", None)], [i64("ax", [1])]),
                                 "sq", "Squeeze", r"dimension 1 of \[2,3\] is not 1"),
