@@ -24,6 +24,17 @@ namespace {
 
 // ---- shape inference -----------------------------------------------------------------------------------------
 
+// Checks that `pads` are not negative and returns the node's auto_pad (NOTSET when absent), one the compiler knows.
+std::string checked_auto_pad(InferCtx& c, const Shape& pads) {
+  for (int64_t p : pads)
+    if (p < 0) fail(c.n, "pads=" + ints_str(pads) + " must not be negative");
+  std::string auto_pad = c.as("auto_pad", "NOTSET");
+  if (auto_pad.empty()) auto_pad = "NOTSET";
+  if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID")
+    fail(c.n, "auto_pad='" + auto_pad + "' is not supported");
+  return auto_pad;
+}
+
 // Spatial output sizes of Conv/MaxPool/AveragePool; rewrites the node's attributes to the explicit form:
 // kernel_shape, strides, pads (begins then ends), dilations, no auto_pad.
 Shape conv_spatial(InferCtx& c, const Shape& x, const Shape& kernel, bool ceil_mode) {
@@ -39,12 +50,7 @@ Shape conv_spatial(InferCtx& c, const Shape& x, const Shape& kernel, bool ceil_m
     if (strides[i] < 1) fail(c.n, "strides=" + ints_str(strides) + " must be positive");
     if (dil[i] < 1) fail(c.n, "dilations=" + ints_str(dil) + " must be positive");
   }
-  for (int64_t p : pads)
-    if (p < 0) fail(c.n, "pads=" + ints_str(pads) + " must not be negative");
-  std::string auto_pad = c.as("auto_pad", "NOTSET");
-  if (auto_pad.empty()) auto_pad = "NOTSET";
-  if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID")
-    fail(c.n, "auto_pad='" + auto_pad + "' is not supported");
+  const std::string auto_pad = checked_auto_pad(c, pads);
   Shape out(sp);
   for (size_t i = 0; i < sp; ++i) {
     const ir::Node& n = c.n;
@@ -124,12 +130,7 @@ void infer_conv_transpose(InferCtx& c) {
     if (opad[i] < 0 || opad[i] >= std::max(strides[i], dil[i]))
       fail(c.n, "output_padding=" + ints_str(opad) + " must be below the stride or the dilation");
   }
-  for (int64_t p : pads)
-    if (p < 0) fail(c.n, "pads=" + ints_str(pads) + " must not be negative");
-  std::string auto_pad = c.as("auto_pad", "NOTSET");
-  if (auto_pad.empty()) auto_pad = "NOTSET";
-  if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID")
-    fail(c.n, "auto_pad='" + auto_pad + "' is not supported");
+  const std::string auto_pad = checked_auto_pad(c, pads);
   Shape want = c.ais("output_shape");  // the spatial sizes (or the whole output shape)
   if (want.size() == sp + 2) want.erase(want.begin(), want.begin() + 2);
   if (!want.empty() && want.size() != sp)
