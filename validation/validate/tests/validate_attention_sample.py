@@ -17,15 +17,10 @@ import math
 import subprocess
 import sys
 
+from golden_split import fnv1a
+
 SAMPLE, MAX_GFLOP = 8, 0.5
 PEAK, HBM, FIXED_US = 132 * 4 * 16 * 32 * 2 * 1830e6, 4.8e12, 2.5
-
-
-def fnv1a(s):
-    h = 1469598103934665603
-    for c in s.encode():
-        h = ((h ^ c) * 1099511628211) % (1 << 64)
-    return h
 
 
 def main():

@@ -18,15 +18,10 @@ import subprocess
 import sys
 import xml.dom.minidom
 
+from golden_split import fnv1a
+
 SAMPLE, MAX_GFLOP = 16, 20
 RECORDED_BF16_MAPE = 13.0  # measured 2026-12-03 on this sample (h200-like L2 at 9370 GB/s)
-
-
-def fnv1a(s):
-    h = 1469598103934665603
-    for c in s.encode():
-        h = ((h ^ c) * 1099511628211) % (1 << 64)
-    return h
 
 
 def main():
