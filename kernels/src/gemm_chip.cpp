@@ -183,17 +183,47 @@ int64_t strips_tm_max(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
   return std::max<int64_t>(0, std::min(ACC / 2, TM_VMEM));
 }
 
+// The strips schedule's estimated cycles, in the terms of choose_tiles' estimate. Each core runs its folds (row
+// tiles x its column groups x K / R) back to back, one panel in flight behind the one in use; a fold takes the
+// longest of its matrix work (TM rows, at least R: the weight load hides behind them), its transfer at this core's
+// share of HBM's bandwidth (every core streams at once) and latency + transfer. A fold's transfer is its panel
+// (R x U*C), its share of the group's stores (TM x U*C outputs, written while the next group computes) and, in a
+// row tile's first group, a K/R-th of the next row tile's a. Plus the first row tile's a (before any fold), one
+// latency and the last drain.
+double strips_estimate(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t U,
+                       int64_t hbm_bpc, int64_t vpu_width, int64_t latency) {
+  const double E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
+  const int64_t TM_MAX = strips_tm_max(g, R, C, ACC, VMEM, U);
+  const int64_t TM = cdiv(g.m, cdiv(g.m, TM_MAX)), MT = cdiv(g.m, TM), KT = cdiv(g.k, R);
+  const int64_t GC = cdiv(cdiv(g.n, U * C), P);  // column groups per core (the busiest)
+  const double share = static_cast<double>(hbm_bpc) / static_cast<double>(std::min(P, cdiv(g.n, U * C)));
+  const double W = static_cast<double>(std::min(U * C, g.n)), tm = static_cast<double>(TM);
+  const double work = static_cast<double>(std::max(TM, R));
+  auto fold = [&](double bytes) {
+    const double transfer = bytes / share;
+    return std::max({work, transfer, static_cast<double>(latency) + transfer});
+  };
+  const double panel_and_stores = static_cast<double>(R) * W * E + tm * W * O / static_cast<double>(KT);
+  const double a_piece = tm * static_cast<double>(g.k) * E / static_cast<double>(KT);  // first group's folds only
+  const double drain = static_cast<double>(U * TM * C) / static_cast<double>(vpu_width);
+  return static_cast<double>(MT * KT) * (fold(panel_and_stores + a_piece) +
+                                         static_cast<double>(GC - 1) * fold(panel_and_stores)) +
+         tm * static_cast<double>(g.k) * E / share + static_cast<double>(latency) + drain;
+}
+
 // Chooses the tiled schedule's shape by an estimate of its time. Candidates: S strips per unit, accumulators
 // double-buffered (2 regions of S strips x TM rows: the next tile's matrix work overlaps this one's drain) or
 // single (twice the rows; the drain of U*S strips of TM x C at VPU_WIDTH per cycle then adds to each tile);
 // tile heights TM that split M evenly; NSLOT = 2..4 operand slots (more slots keep more chunks in flight when a
 // chunk's transfer latency exceeds its matrix work, as a GPU kernel's multi-stage pipeline does); KC = the
-// largest multiple of R whose NSLOT slots and two C buffers fit VMEM; and, with max_split_k > 1, SK splits of K.
+// largest multiple of R whose NSLOT slots and two C buffers fit VMEM, and its halves down to 4 folds (a smaller
+// chunk fills the pipeline sooner); and, with max_split_k > 1, SK splits of K.
 // Estimate, per work item (a tile, or a split of one): its chunks, each taking the longest of its matrix work
 // (KC/R folds x S strips x max(TM, R) cycles: a weight load, R cycles, hides behind a stream of at least R rows),
-// its transfer at this core's share of the bandwidth (the cache's when the chip has one, since tiles re-read
-// their operands from it, else HBM's; shared by the cores loading at once) and (latency + transfer) / (NSLOT - 1)
-// (NSLOT - 1 chunks in flight); plus one latency to fill the pipeline. Items run in waves over the cores. Split
+// its transfer (its operands and its share of the tile's stores) at this core's share of the bandwidth (the
+// cache's when the chip has one, since tiles re-read their operands from it, else HBM's; shared by the cores
+// loading at once) and (latency + transfer) / (NSLOT - 1) (NSLOT - 1 chunks in flight); plus, once, the shorter
+// of a chunk's work and transfer: the pipeline's fill and drain. Items run in waves over the cores. Split
 // K adds the reduction: every split's f32 partials written (to HBM: the cache writes through) and read back,
 // the result written, a barrier.
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t U,
@@ -222,8 +252,9 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                                 (g.bias ? align64(W * 4) : 0);                              // and the bias
           const int64_t per_k = nslot * (tm + W) * E;  // bytes of the slots per element of K
           if (VMEM <= fixed) continue;
-          const int64_t kc = std::min((VMEM - fixed) / per_k / R * R, cdiv(g.k, R) * R);
-          if (kc < R) continue;
+          const int64_t kc_max = std::min((VMEM - fixed) / per_k / R * R, cdiv(g.k, R) * R);
+          if (kc_max < R) continue;
+          for (int64_t kc = kc_max; kc >= std::min(kc_max, 4 * R); kc = kc / 2 / R * R) {
           const int64_t tiles = cdiv(g.m, tm) * cdiv(g.n, W);
           const int64_t max_split = !split ? 1 : g.split_k > 0 ? g.split_k : g.max_split_k;
           for (int64_t want = !split ? 1 : g.split_k > 0 ? g.split_k : 2; want <= max_split; want *= 2) {
@@ -234,16 +265,19 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
             const double share = static_cast<double>(mem_bpc) / std::min(items, static_cast<double>(P));
             const double chunks = static_cast<double>(cdiv(ks, kc));
             const double work = static_cast<double>(cdiv(kc, R) * S * std::max(tm, R));
-            const double transfer = static_cast<double>((tm + std::min(W, g.n)) * kc * E) / share;
+            const double transfer = (static_cast<double>((tm + std::min(W, g.n)) * kc * E) +
+                                     static_cast<double>(tm * std::min(W, g.n) * O) / chunks) / share;
             const double chunk = std::max({work, transfer, (static_cast<double>(latency) + transfer) / (nslot - 1)});
             const double drain = static_cast<double>(U * S * tm * C) / static_cast<double>(vpu_width);
-            double est = waves * (chunks * chunk + static_cast<double>(latency) + (abuf == 1 ? drain : 0.0)) + drain;
+            double est = waves * (chunks * chunk + static_cast<double>(latency) + (abuf == 1 ? drain : 0.0)) + drain +
+                         std::min(work, transfer);
             if (sk > 1)  // partials and results written to HBM, partials read back (from the cache if any)
               est += static_cast<double>(g.m * g.n) *
                          ((4.0 * static_cast<double>(sk) + O) / static_cast<double>(hbm_bpc) +
                           4.0 * static_cast<double>(sk) / static_cast<double>(mem_bpc)) +
                      4.0 * static_cast<double>(latency);
             if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, abuf, sk, ks, nslot, est};
+          }
           }
           }
         }
@@ -254,13 +288,16 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
   return best;
 }
 
+// A kernel symbol the chip may leave out (an older caller's map), or `otherwise`.
+int64_t optional_symbol(const std::map<std::string, int64_t>& s, const char* name, int64_t otherwise) {
+  auto it = s.find(name);
+  return it == s.end() ? otherwise : it->second;
+}
+
 TilePlan plan_tiles(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t U) {
   const int64_t R = symbol(s, "MXU_ROWS"), C = symbol(s, "MXU_COLS"), ACC = symbol(s, "ACC_ROWS"),
                 VMEM = symbol(s, "VMEM_BYTES");
-  auto optional = [&s](const char* name, int64_t otherwise) {
-    auto it = s.find(name);
-    return it == s.end() ? otherwise : it->second;
-  };
+  auto optional = [&s](const char* name, int64_t otherwise) { return optional_symbol(s, name, otherwise); };
   // With a cache, tiles re-read their operands from it (HBM serves each byte's first read, in parallel): its
   // bandwidth is the limit; without one, HBM's.
   const int64_t cache_bpc = optional("CACHE_BYTES_PER_CYCLE", 0);
@@ -268,6 +305,16 @@ TilePlan plan_tiles(const GemmChip& g, const std::map<std::string, int64_t>& s, 
   const int64_t mem_bpc = std::max<int64_t>(1, cache_bpc > 0 ? cache_bpc : hbm_bpc);
   return choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, std::max<int64_t>(1, optional("VPU_WIDTH", 128)),
                       optional("DMA_LATENCY", 100));
+}
+
+// True when the chip has a cache in front of HBM (the strips estimate models HBM alone).
+bool has_cache(const std::map<std::string, int64_t>& s) { return optional_symbol(s, "CACHE_BYTES_PER_CYCLE", 0) > 0; }
+
+double strips_estimate_of(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t U) {
+  auto optional = [&s](const char* name, int64_t otherwise) { return optional_symbol(s, name, otherwise); };
+  return strips_estimate(g, symbol(s, "MXU_ROWS"), symbol(s, "MXU_COLS"), symbol(s, "ACC_ROWS"), symbol(s, "VMEM_BYTES"),
+                         P, U, std::max<int64_t>(1, optional("HBM_BYTES_PER_CYCLE", 64)),
+                         std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100));
 }
 
 std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t U) {
@@ -573,8 +620,13 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
     throw std::invalid_argument("gemm_chip: with a bias the kernel's semaphores allow 6 matrix units per core");
   if (schedule == GemmSchedule::Auto && (g.trans_b || epilogue)) schedule = GemmSchedule::Tiles;
   if (schedule == GemmSchedule::Auto) {
+    // Strips where a row of a fits and every core has a column group, unless the tiled schedule's estimate is
+    // lower (both estimates count the same things: matrix work, transfers at the cores' share of HBM, the fill).
     const bool fits = strips_tm_max(g, R, C, ACC, VMEM, U) >= 1;
     schedule = fits && cdiv(g.n, U * C) >= P ? GemmSchedule::Strips : GemmSchedule::Tiles;
+    if (schedule == GemmSchedule::Strips && !has_cache(s) &&
+        plan_tiles(g, s, P, U).estimate < strips_estimate_of(g, s, P, U))
+      schedule = GemmSchedule::Tiles;
   }
   if (schedule == GemmSchedule::Tiles) {
     if (ACC < 2) throw std::invalid_argument("gemm_chip: the tiled schedule needs at least 2 accumulator rows");
@@ -594,7 +646,8 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
 
 double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
   const Resolved r = resolve(g, symbols);
-  return plan_tiles(g, symbols, r.P, r.U).estimate;
+  return r.schedule == GemmSchedule::Strips ? strips_estimate_of(g, symbols, r.P, r.U)
+                                            : plan_tiles(g, symbols, r.P, r.U).estimate;
 }
 
 isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {

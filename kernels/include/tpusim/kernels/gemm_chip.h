@@ -49,8 +49,9 @@ namespace tpusim::kernels {
 //    and dmaout stores it. Slots, accumulator regions and C buffers are double-buffered, so the next chunk's
 //    loads, the matrix work and the drains overlap. TM and S are chosen to minimise an estimate of the
 //    kernel's time (waves of tiles over the cores, each tile's matrix cycles and its share of memory bandwidth).
-// Auto takes Strips where it has at least one column group per core and a row tile fits, else Tiles (and Tiles
-// always for trans_b).
+// Auto takes Strips where it has at least one column group per core and a row tile fits, unless the tiled
+// schedule's estimate is lower on a chip without a cache (gemm_chip.cpp: strips_estimate, choose_tiles); else Tiles
+// (and Tiles always for trans_b and the epilogues).
 enum class GemmSchedule { Auto, Strips, Tiles };
 
 struct GemmChip {
