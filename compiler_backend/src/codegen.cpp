@@ -59,17 +59,29 @@ int64_t param_or(const KernelCall& call, const char* name, int64_t otherwise) {
   return it == call.params.end() ? otherwise : it->second;
 }
 
-// A gemm.s call's cycles on one matrix unit, estimated: row tiles of up to ACC_ROWS / 2 rows, each streamed once per
-// strip of C columns and fold of R rows of K; a fold's B tile comes from HBM through two slots, so at most two
-// loads are in flight and a fold takes at least half a DMA latency; plus a load's and a store's latency.
+// A gemm.s call's cycles on one matrix unit, estimated in the terms of gemm_chip's estimate (kernels/gemm_chip.cpp:
+// strips_estimate), so that the two compare like with like: row tiles of up to ACC_ROWS / 2 rows, each streamed
+// once per strip of C columns and fold of R rows of K. A fold's B tile (R x C) comes from HBM into one of two
+// slots, one load in flight behind the tile in use, so a fold takes the longest of its matrix work (max(TM, R):
+// the weight load hides behind a stream of at least R rows), its transfer at HBM's bandwidth (this unit alone
+// loads), and latency + transfer. Each row tile's a (TM x K) is loaded once before its folds, each output tile
+// (TM x C) stored once; plus a load's and a store's latency.
 double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, int64_t>& symbols) {
   const int64_t m = param_or(call, "M", 0), k = param_or(call, "K", 0), n = param_or(call, "N", 0);
   const int64_t R = symbol_or(symbols, "MXU_ROWS", 1), C = symbol_or(symbols, "MXU_COLS", 1);
   const int64_t tm = std::max<int64_t>(1, std::min(m, symbol_or(symbols, "ACC_ROWS", 2) / 2));
   auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const double latency = static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
+  const double bpc = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1)));
+  const double E = static_cast<double>(
+      isa::dtype_size(static_cast<isa::DType>(param_or(call, "IN_DT", static_cast<int64_t>(isa::DType::BF16)))));
+  const double O = static_cast<double>(
+      isa::dtype_size(static_cast<isa::DType>(param_or(call, "OUT_DT", static_cast<int64_t>(isa::DType::F32)))));
+  const double b_tile = static_cast<double>(std::min(R, k) * std::min(C, n)) * E / bpc;
+  const double fold = std::max({static_cast<double>(std::max(tm, R)), b_tile, latency + b_tile});
   const double folds = static_cast<double>(cdiv(m, tm) * cdiv(n, C) * cdiv(k, R));
-  return folds * std::max(static_cast<double>(std::max(tm, R)), latency / 2) + 2.0 * latency;
+  const double a_and_c = static_cast<double>(m) * (static_cast<double>(k) * E + static_cast<double>(n) * O) / bpc;
+  return folds * fold + a_and_c + 2.0 * latency;
 }
 
 // A gemm.s call as the whole-chip kernel (kernels/gemm_chip.h), where the chip has more than one core or matrix
