@@ -62,7 +62,7 @@ void DmaEngine::reset() {
 
 void DmaEngine::execute(const Entry& e) {
   const uint64_t start = st_.now();
-  Transfer t{e, start, start, start, {}, {}, e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAGATHER, false, {}};
+  Transfer t{e, start, start, start, {}, {}, e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAGATHER, false, 0, 0, {}};
   const bool plain = e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAST;
   t.shared = plain && e.arg("shared") != 0;
   uint64_t hbm_earliest = start + static_cast<uint64_t>(t.shared ? st_.cfg.shared.latency : st_.cfg.dma.latency);
@@ -129,8 +129,19 @@ uint64_t DmaEngine::book_cached(Transfer& t, uint64_t start) {
     if (!r.bytes()) return;
     if (hit && t.load) t.hit_bytes += r.bytes();
     data_start = std::min(data_start, hit && t.load ? hit_start : miss_start);
-    end = std::max(end, hit && t.load ? st_.mem.shared_channels.transfer(hit_start, r)
-                                      : st_.mem.hbm_channels.transfer(miss_start, r));
+    if (hit && t.load) {
+      end = std::max(end, st_.mem.shared_channels.transfer(hit_start, r));
+    } else if (t.load) {
+      // A miss reads the whole lines its rows touch (a row of 32 bytes brings its 128-byte line, which the next
+      // three such rows then find). Rows of one outcome never share a line: a line a row brought is a hit for
+      // the next, so the widened rows do not overlap.
+      const uint64_t from = r.base / line * line, to = (r.base + r.rowbytes + line - 1) / line * line;
+      const Rows lines{from, r.rows, to - from, r.stride};
+      t.fill_bytes += lines.bytes();
+      end = std::max(end, st_.mem.hbm_channels.transfer(miss_start, lines));
+    } else {
+      end = std::max(end, st_.mem.hbm_channels.transfer(miss_start, r));  // a store writes its bytes through
+    }
   };
   Rows run{};      // consecutive whole rows with one outcome
   bool run_hit = false;
@@ -252,7 +263,9 @@ void DmaEngine::retire(const Transfer& t) {
   if (t.shared)
     (t.load ? rs.shared_bytes_read : rs.shared_bytes_written) += hbm_side(t).bytes();
   else
-    (t.load ? rs.hbm_bytes_read : rs.hbm_bytes_written) += hbm_side(t).bytes() - t.hit_bytes;
+    (t.load ? rs.hbm_bytes_read : rs.hbm_bytes_written) += t.load && st_.mem.cache.enabled()
+                                                                  ? t.fill_bytes
+                                                                  : hbm_side(t).bytes() - t.hit_bytes;
   rs.shared_bytes_read += t.hit_bytes;
   // Energy's actions (energy.h): the far side's bytes cross the interconnect once; the VMEM side's are written
   // (a load) or read (a store) there; a cache's hits are read from the shared level, its misses and stores fill it.
@@ -262,9 +275,10 @@ void DmaEngine::retire(const Transfer& t) {
   if (t.shared) {
     act(t.e.pc, t.load ? Action::SharedRead : Action::SharedWrite, far);
   } else {
-    act(t.e.pc, t.load ? Action::HbmRead : Action::HbmWrite, far - t.hit_bytes);
+    const uint64_t from_hbm = t.load && st_.mem.cache.enabled() ? t.fill_bytes : far - t.hit_bytes;
+    act(t.e.pc, t.load ? Action::HbmRead : Action::HbmWrite, from_hbm);
     act(t.e.pc, Action::SharedRead, t.hit_bytes);
-    if (st_.mem.cache.enabled()) act(t.e.pc, Action::SharedWrite, far - t.hit_bytes);
+    if (st_.mem.cache.enabled()) act(t.e.pc, Action::SharedWrite, from_hbm);
   }
   // Busy while anything is in flight: the slice starts at the issue, or where the previous slice ended.
   const uint64_t from = std::max(t.start, busy_from_);

@@ -26,6 +26,7 @@ class DmaEngine : public UnitModule {
     bool load = false;
     bool shared = false;           // dma.ld/dma.st with `shared`: the far side is the [shared] memory, not HBM
     uint64_t hit_bytes = 0;        // shared.cache = 1: bytes of the HBM side the cache held (read from it)
+    uint64_t fill_bytes = 0;       // shared.cache = 1: bytes a load's misses read from HBM (whole lines)
     std::vector<uint64_t> gather;  // dma.gather: each row's HBM address (functional runs); hbm is its timing
   };
   // What the HBM side moves: a load with hstride 0 (a broadcast of one row into `rows` VMEM rows) reads its row
@@ -37,7 +38,8 @@ class DmaEngine : public UnitModule {
   }
   void start_gather(const Entry& e, Transfer& t);
   // shared.cache = 1: books the HBM side through the cache (runs of rows it holds on the shared level's banks
-  // from `start` + shared.latency, the rest on HBM's channels from `start` + dma.latency); returns data_end.
+  // from `start` + shared.latency, the rest on HBM's channels from `start` + dma.latency: a load's misses fill
+  // whole lines, as a cache does); returns data_end.
   uint64_t book_cached(Transfer& t, uint64_t start);
   void execute(const Entry& e) override;
   void retire_thread();

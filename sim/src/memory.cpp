@@ -60,17 +60,26 @@ ChipMemories::ChipMemories(const ChipConfig& cfg)
       hbm_channels(ChannelSpec::hbm(cfg)),
       shared(cfg.shared_bytes()),
       shared_channels(ChannelSpec::shared(cfg)),
-      cache(cfg.cache_bytes(), cfg.shared.interleave_bytes, cfg.shared.ways) {}
+      cache(cfg.cache_bytes(), cfg.shared.interleave_bytes, cfg.shared.ways, cfg.shared.hash != 0) {}
 
-CacheTags::CacheTags(uint64_t bytes, uint64_t line, int ways)
-    : line_(std::max<uint64_t>(line, 1)), ways_(static_cast<uint64_t>(std::max(ways, 1))) {
+CacheTags::CacheTags(uint64_t bytes, uint64_t line, int ways, bool hash)
+    : line_(std::max<uint64_t>(line, 1)), ways_(static_cast<uint64_t>(std::max(ways, 1))), hash_(hash) {
   sets_ = bytes / line_ / ways_;
   ways_of_.resize(sets_ * ways_);
 }
 
 bool CacheTags::access(uint64_t l) {
-  Way* set = ways_of_.data() + (l % sets_) * ways_;
-  const uint64_t tag = l / sets_;
+  // With the hash, the set is the line number mixed (splitmix64's finalizer), so that rows a power of two apart
+  // (a transposed operand's, a tile's) spread over every set as a GPU's hashed L2 spreads them; the tag is then
+  // the whole line number.
+  uint64_t index = l;
+  if (hash_) {
+    index ^= index >> 30, index *= 0xbf58476d1ce4e5b9ULL;
+    index ^= index >> 27, index *= 0x94d049bb133111ebULL;
+    index ^= index >> 31;
+  }
+  Way* set = ways_of_.data() + (index % sets_) * ways_;
+  const uint64_t tag = hash_ ? l : l / sets_;
   Way* victim = set;
   ++clock_;
   for (uint64_t w = 0; w < ways_; ++w) {

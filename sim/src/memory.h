@@ -136,7 +136,8 @@ class LazyBytes {
 // (a generation count), as every core's DMA queues reset the shared timing before a run.
 class CacheTags {
  public:
-  CacheTags(uint64_t bytes, uint64_t line, int ways);
+  // hash: each line's set is a hash of its line number (shared.hash = 1), else line % sets.
+  CacheTags(uint64_t bytes, uint64_t line, int ways, bool hash = false);
   bool enabled() const { return sets_ > 0; }
   uint64_t line() const { return line_; }
   // Looks up line number `l` (address / line) and makes it the set's most recently used, inserting it (evicting
@@ -149,6 +150,7 @@ class CacheTags {
     uint64_t tag = 0, used = 0, generation = 0;  // valid when generation == generation_
   };
   uint64_t line_, sets_ = 0, ways_;
+  bool hash_ = false;
   uint64_t generation_ = 1, clock_ = 0;
   std::vector<Way> ways_of_;  // sets_ x ways_
 };

@@ -277,6 +277,44 @@ TEST(WholeChip, CacheSplitsATransferIntoHeldAndMissingRows) {
   EXPECT_EQ(r.stats.shared_bytes_read, 256u);
 }
 
+// A load's miss reads the whole lines it touches from HBM (64 bytes here), which later loads of their other
+// bytes find: 4 rows of 16 bytes, 64 apart, read 4 lines = 256 bytes from HBM; the same rows' next 16 bytes are
+// then held (64 bytes read from the cache, none from HBM).
+TEST(WholeChip, CacheMissReadsWholeLines) {
+  Chip chip(small_config(cache_config()));
+  ProgramBuilder b;
+  b.li(3, 4).li(4, 16).li(5, 64).li(6, 16).li(7, 16).li(8, 64);
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6}).signal(1);  // rows at 0, 64, 128, 192: 4 lines from HBM
+  b.op(Op::DMALD, {8, 7, 3, 4, 5, 6}).wait(1);    // rows at 16, 80, 144, 208: in those lines
+  RunResult r = chip.run(b.build());
+  EXPECT_EQ(r.stats.hbm_bytes_read, 256u);
+  EXPECT_EQ(r.stats.shared_bytes_read, 64u);
+}
+
+// 8 lines 16 KiB apart: 256 sets of 64 bytes x 4 ways put them all in one set (line % sets) unless the set is a
+// hash of the address (shared.hash = 1). Read twice: without the hash, LRU over 4 ways evicts each line before
+// its second read (8 + 8 misses, 1024 bytes from HBM); with it, the 8 lines fall in different sets and the second
+// read finds them all (512 bytes from HBM, 512 from the cache).
+TEST(WholeChip, CacheSetHashSpreadsPowerOfTwoStrides) {
+  auto with_hash = [](int hash) {
+    std::vector<std::string> sets = cache_config();
+    sets.push_back("shared.hash=" + std::to_string(hash));
+    return small_config(sets);
+  };
+  Chip plain(with_hash(0)), hashed(with_hash(1));  // both before the first run (SystemC elaborates once)
+  ProgramBuilder b;
+  b.li(3, 8).li(4, 64).li(5, 16384).li(6, 64);
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6}).signal(1);
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6}).wait(1);
+  const isa::Program p = b.build();
+  RunResult r = plain.run(p);
+  EXPECT_EQ(r.stats.hbm_bytes_read, 1024u);
+  EXPECT_EQ(r.stats.shared_bytes_read, 0u);
+  r = hashed.run(p);
+  EXPECT_EQ(r.stats.hbm_bytes_read, 512u);
+  EXPECT_EQ(r.stats.shared_bytes_read, 512u);
+}
+
 TEST(WholeChip, CacheIsNotAddressable) {
   Chip chip(small_config(cache_config()));
   ProgramBuilder b;
