@@ -192,6 +192,9 @@ TEST(IsaNames, DataTypesAndUnits) {
   }
   EXPECT_EQ(dtype_from_name("int8"), DType::I8);
   EXPECT_EQ(dtype_from_name("float32"), DType::F32);
+  for (const char* n : {"f8e4m3", "fp8", "e4m3", "float8_e4m3fn"}) EXPECT_EQ(dtype_from_name(n), DType::F8E4M3) << n;
+  EXPECT_EQ(dtype_size(DType::F8E4M3), 1);
+  EXPECT_FALSE(dtype_from_name("f8e5m2").has_value());  // E5M2 is not an ISA type
   EXPECT_FALSE(dtype_from_name("f16").has_value());
   EXPECT_STREQ(unit_name(Unit::Mxu), "mxu");
 }
