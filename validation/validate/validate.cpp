@@ -331,7 +331,7 @@ int run(const Options& opts, std::ostream& log) {
   for (const std::string& f : files) header << " " << f;
   header << " (" << cases.size() << " cases run). Timing-only; the simulated time includes chip.launch_cycles. The "
          << "roofline baseline is max(flops / peak, bytes / HBM bandwidth) + " << kFixedUs << " us with this "
-         << "chip's peak (" << fig.peak_bf16 / 1e12 << " TFLOP/s bf16, " << fig.peak_i8 / 1e12 << " fp8) and HBM ("
+         << "chip's peak (" << fig.peak_bf16 / 1e12 << " TFLOP/s bf16, " << fig.peak_fp8 / 1e12 << " fp8) and HBM ("
          << fig.hbm / 1e12 << " TB/s); attention's flops are 4 B H S^2 D, halved for causal, its bytes q, k, v "
          << "and o once each.\n";
 
