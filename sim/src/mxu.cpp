@@ -96,7 +96,9 @@ void declare_mxu_params(std::vector<Param>& out) {
            "input rows an i8 mxu.mm streams per cycle (bf16 streams 1): the int8 rate over the bf16 rate, 2 on "
            "chips whose PEs do two int8 MACs per cycle (TPU v5e, v6e); weight-stationary only",
            1, 4);
-  out.back().check = [](const ChipConfig& c) -> std::string {
+  // (keeping the range check: a rate of 0 or above 4 is refused first)
+  out.back().check = [range = out.back().check](const ChipConfig& c) -> std::string {
+    if (std::string e = range(c); !e.empty()) return e;
     return c.mxu.i8_rate == 1 || c.mxu.dataflow == "ws" ? "" : "must be 1 unless mxu.dataflow = ws";
   };
   ParamSection<MxuParams>(out, "mxu", &ChipConfig::mxu)
@@ -105,7 +107,8 @@ void declare_mxu_params(std::vector<Param>& out) {
            "2 on chips whose PEs do two fp8 MACs per cycle (NVIDIA Hopper); 0: the chip has no fp8 (an f8e4m3 "
            "mxu.lw or mxu.mm is a run-time error); above 1 weight-stationary only",
            0, 4);
-  out.back().check = [](const ChipConfig& c) -> std::string {
+  out.back().check = [range = out.back().check](const ChipConfig& c) -> std::string {
+    if (std::string e = range(c); !e.empty()) return e;
     return c.mxu.fp8_rate <= 1 || c.mxu.dataflow == "ws" ? "" : "must be 0 or 1 unless mxu.dataflow = ws";
   };
 }

@@ -345,6 +345,11 @@ TEST(WholeChip, InvalidChipShapesAreRefused) {
   EXPECT_EQ(error({"core.mxus=17"}), "core.mxus = 17 must be in [1, 16] (in --set core.mxus=17)");
   EXPECT_EQ(error({"mxu.i8_rate=2", "mxu.dataflow=os"}),
             "mxu.i8_rate = 2 must be 1 unless mxu.dataflow = ws (in --set mxu.i8_rate=2)");
+  // The rates' ranges hold as well (a rate of 0 would divide by zero; fp8's 0 means "no fp8").
+  EXPECT_EQ(error({"mxu.i8_rate=0"}), "mxu.i8_rate = 0 must be in [1, 4] (in --set mxu.i8_rate=0)");
+  EXPECT_EQ(error({"mxu.fp8_rate=5"}), "mxu.fp8_rate = 5 must be in [0, 4] (in --set mxu.fp8_rate=5)");
+  EXPECT_EQ(error({"mxu.fp8_rate=2", "mxu.dataflow=is"}),
+            "mxu.fp8_rate = 2 must be 0 or 1 unless mxu.dataflow = ws (in --set mxu.fp8_rate=2)");
 }
 
 }  // namespace
