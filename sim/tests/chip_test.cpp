@@ -203,33 +203,38 @@ TEST(WholeChip, Int8StreamsAtTheI8Rate) {
   }
 }
 
-// h200-like's matrix unit (16 x 32, mxu.fp8_rate = 2: Hopper's fp8 at twice bf16) on one core, no launch: one
-// isolated fold of m = 64 input rows. 4 li (cycles 0-3), the lw dispatched at 4 loads the tile in [5, 21) (R = 16
-// rows, one per cycle); the mm swaps it in at 21 and streams m rows: bf16 one per cycle, [21, 85); f8e4m3 two per
-// cycle, ceil(64 / 2) = 32 cycles, [21, 53). Results R + C - 2 = 46 cycles after the stream: 131 and 99; halt
-// one cycle later: 132 and 100 cycles. The matrix cycles (busy, streaming) halve, 64 -> 32, and everything else
-// (load, skew, drain) is the same. m = 7 (odd): 7 and ceil(7 / 2) = 4 stream cycles, 75 and 72 in all.
+// h200-like's matrix unit (an SM's tensor cores as one unit of 16 x 128, mxu.fp8_rate = 2: Hopper's fp8 at twice
+// bf16) on one core, no launch: one isolated fold of m = 64 input rows. 4 li (cycles 0-3), the lw dispatched at 4
+// loads the tile in [5, 21) (R = 16 rows, one per cycle); the mm swaps it in at 21 and streams m rows: bf16 one per
+// cycle, [21, 85); f8e4m3 two per cycle, ceil(64 / 2) = 32 cycles, [21, 53). Results R + C - 2 = 142 cycles after
+// the stream: 227 and 195; halt one cycle later: 228 and 196 cycles. The matrix cycles (busy, streaming) halve,
+// 64 -> 32, and everything else (load, skew, drain) is the same. m = 7 (odd): 7 and ceil(7 / 2) = 4 stream
+// cycles, 171 and 168 in all.
 TEST(WholeChip, Fp8StreamsAtTwiceTheBf16RateOnH200Like) {
   Chip chip(load_config("h200-like", {"chip.cores=1", "chip.launch_cycles=0"}));
-  ASSERT_EQ(chip.config().mxu.fp8_rate, 2);
+  const ChipConfig& c = chip.config();
+  ASSERT_EQ(c.mxu.fp8_rate, 2);
+  ASSERT_EQ(c.mxu.rows, 16);  // the arithmetic above is for this shape
+  ASSERT_EQ(c.mxu.cols, 128);
+  ASSERT_EQ(c.core.mxus, 1);
   const int64_t bf16 = dt(isa::DType::BF16), f8 = dt(isa::DType::F8E4M3);
   struct Case {
     int64_t dtype, m;
     uint64_t cycles, busy;
   };
-  for (const Case& c : {Case{bf16, 64, 132, 64}, Case{f8, 64, 100, 32}, Case{bf16, 7, 75, 7}, Case{f8, 7, 72, 4}}) {
+  for (const Case& k : {Case{bf16, 64, 228, 64}, Case{f8, 64, 196, 32}, Case{bf16, 7, 171, 7}, Case{f8, 7, 168, 4}}) {
     ProgramBuilder b;
-    b.li(1, 16).li(2, 4096).li(3, c.m).li(4, 32);
-    b.op(Op::MXULW, {0, 1, 4, 4, c.dtype}).op(Op::MXUMM, {2, 3, 0, 4, c.dtype});
+    b.li(1, 16).li(2, 4096).li(3, k.m).li(4, 128);
+    b.op(Op::MXULW, {0, 1, 4, 4, k.dtype}).op(Op::MXUMM, {2, 3, 0, 4, k.dtype});
     for (bool functional : {true, false}) {
       RunOptions o;
       o.functional = functional;
       RunResult r = chip.run(b.build(), o);
-      EXPECT_EQ(r.stats.cycles, c.cycles) << c.dtype << " m=" << c.m;
-      EXPECT_EQ(unit(r.stats, isa::Unit::Mxu).busy_cycles, c.busy) << c.dtype << " m=" << c.m;
-      // m x 16 x 32 MACs; an f8e4m3 one takes half a slot; 4 units of 512 PEs over the run.
-      const double slots = static_cast<double>(c.m * 16 * 32) / (c.dtype == f8 ? 2.0 : 1.0);
-      EXPECT_DOUBLE_EQ(r.stats.mxu_mac_utilization, slots / (4.0 * 512 * static_cast<double>(c.cycles)));
+      EXPECT_EQ(r.stats.cycles, k.cycles) << k.dtype << " m=" << k.m;
+      EXPECT_EQ(unit(r.stats, isa::Unit::Mxu).busy_cycles, k.busy) << k.dtype << " m=" << k.m;
+      // m x 16 x 128 MACs; an f8e4m3 one takes half a slot; one unit of 2048 PEs over the run.
+      const double slots = static_cast<double>(k.m * 16 * 128) / (k.dtype == f8 ? 2.0 : 1.0);
+      EXPECT_DOUBLE_EQ(r.stats.mxu_mac_utilization, slots / (2048.0 * static_cast<double>(k.cycles)));
     }
   }
 }
