@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "cli.h"
+#include "tpusim/isa/numerics.h"
 #include "tpusim/runtime/npy.h"
 
 namespace fs = std::filesystem;
@@ -106,6 +107,7 @@ std::vector<double> values(const runtime::HostTensor& t) {
       case isa::DType::F32: { float x; std::memcpy(&x, p + 4 * i, 4); v[i] = x; break; }
       case isa::DType::BF16: { uint16_t h; std::memcpy(&h, p + 2 * i, 2); uint32_t u = uint32_t(h) << 16;
                                float x; std::memcpy(&x, &u, 4); v[i] = x; break; }
+      case isa::DType::F8E4M3: v[i] = isa::f32_from_f8e4m3(p[i]); break;
     }
   }
   return v;

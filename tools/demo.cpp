@@ -26,6 +26,7 @@ double element(const runtime::HostTensor& t, int64_t i) {
     case isa::DType::I32: return at<int32_t>(t, i);
     case isa::DType::BF16: return isa::f32_from_bf16(at<uint16_t>(t, i));
     case isa::DType::F32: return at<float>(t, i);
+    case isa::DType::F8E4M3: return isa::f32_from_f8e4m3(at<uint8_t>(t, i));
   }
   return 0;
 }

@@ -355,7 +355,7 @@ class Parser {
       Expr e = expr();
       if (e.kind != Expr::Kind::Num) fail(t.loc, "unknown data type '" + printable(e.kind == Expr::Kind::Sym ? e.name : t.text) + "'");
       if (e.value < 0 || e.value >= kNumDTypes)
-        fail(t.loc, "data type number " + std::to_string(e.value) + " is not one of DT_I8..DT_F32");
+        fail(t.loc, "data type number " + std::to_string(e.value) + " is not one of DT_I8..DT_F8E4M3");
       dt = static_cast<DType>(e.value);
     }
     c_.expect(")");

@@ -770,7 +770,7 @@ DType Assembler::parse_dtype(Cursor& c) {
     if (!symbols_.count(t.text)) fail(t.loc, "unknown data type '" + printable(t.text) + "'");
   }
   int64_t v = eval_now(expr(c));
-  if (v < 0 || v >= kNumDTypes) fail(t.loc, "data type number " + std::to_string(v) + " is not one of DT_I8..DT_F32");
+  if (v < 0 || v >= kNumDTypes) fail(t.loc, "data type number " + std::to_string(v) + " is not one of DT_I8..DT_F8E4M3");
   return static_cast<DType>(v);
 }
 

@@ -110,7 +110,8 @@ const char* unit_name(Unit u) {
 
 int dtype_size(DType t) {
   switch (t) {
-    case DType::I8: return 1;
+    case DType::I8:
+    case DType::F8E4M3: return 1;
     case DType::BF16: return 2;
     case DType::I32:
     case DType::F32: return 4;
@@ -124,6 +125,7 @@ const char* dtype_name(DType t) {
     case DType::I32: return "i32";
     case DType::BF16: return "bf16";
     case DType::F32: return "f32";
+    case DType::F8E4M3: return "f8e4m3";
   }
   return "?";
 }
@@ -133,7 +135,14 @@ std::optional<DType> dtype_from_name(std::string_view n) {
   if (n == "i32" || n == "int32") return DType::I32;
   if (n == "bf16" || n == "bfloat16") return DType::BF16;
   if (n == "f32" || n == "fp32" || n == "float32") return DType::F32;
+  if (n == "f8e4m3" || n == "fp8" || n == "e4m3" || n == "float8_e4m3fn") return DType::F8E4M3;
   return std::nullopt;
+}
+
+const std::vector<const char*>& dtype_aliases() {
+  static const std::vector<const char*> a = {"int8", "int32", "bfloat16", "fp32", "float32", "fp8", "e4m3",
+                                             "float8_e4m3fn"};
+  return a;
 }
 
 int InstrDesc::operand_index(std::string_view name) const {

@@ -120,11 +120,10 @@ void write_overview(std::ostream& o) {
        "`*.sync` instructions do nothing but wait and signal, in their unit's order. `fence` and `sem.set` wait "
        "until every unit is idle with an empty queue.\n\n"
        "### Data types\n\n| name | code | bytes | also written |\n| --- | --- | --- | --- |\n";
-  const char* aliases[] = {"int8", "int32", "bfloat16", "fp32", "float32"};
   for (int t = 0; t < kNumDTypes; ++t) {
     DType dt = static_cast<DType>(t);
     std::string also;
-    for (const char* a : aliases)
+    for (const char* a : dtype_aliases())
       if (dtype_from_name(a) == dt) also += (also.empty() ? "`" : ", `") + std::string(a) + "`";
     o << "| `" << dtype_name(dt) << "` | " << t << " | " << dtype_size(dt) << " | " << also << " |\n";
   }
@@ -148,6 +147,14 @@ void write_numerics(std::ostream& o) {
        "- **bf16** is the upper half of an f32. Converting f32 to bf16 rounds to nearest, ties to even; a NaN "
        "stays a (quiet) NaN. bf16 to f32 is exact. Element-wise bf16 operations compute in f32 and round the "
        "result to bf16.\n"
+       "- **f8e4m3** (also `fp8`) is OCP FP8 E4M3 in its \"fn\" variant, as `torch.float8_e4m3fn` and NVIDIA "
+       "Hopper's e4m3: sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 holds the subnormals "
+       "(m x 2^-9), no infinities, one NaN pattern per sign (S.1111.111), largest finite value 448. f8e4m3 to f32 "
+       "is exact. f32 to f8e4m3 rounds to nearest, ties to even, as if the exponent had no upper limit; a result "
+       "above 448 in magnitude (an operand beyond 464, 448 plus half its ulp), an infinity or a NaN gives NaN "
+       "with the operand's sign: not saturating, as `tensor.to(torch.float8_e4m3fn)`. A kernel that quantises "
+       "scales its values into range first (`vpu.cast ... scale_en`). f8e4m3 is a storage type: the matrix unit "
+       "multiplies it and `vpu.cast` and `vpu.acc` convert to and from it; other vector instructions refuse it.\n"
        "- **Casts to integers** (`vpu.acc`, `vpu.cast` with an i8 or i32 destination) round to nearest, ties to "
        "even, and saturate: to [-128, 127] for i8 and [-2^31, 2^31-1] for i32; NaN becomes 0.\n"
        "- **Integer arithmetic** in the units (i32 adds, the matrix unit's i8 mode) wraps modulo 2^32. "
@@ -158,6 +165,10 @@ void write_numerics(std::ostream& o) {
        "`accumulate`); passes accumulate in the program's order of `mxu.mm` instructions. Any such order is within "
        "gamma(K+5) * sum |a*b| of the exact value (gamma(h) = h*u / (1 - h*u), u = 2^-24; Higham 4.2), the bound "
        "validation holds the simulator to against an fp64 reference.\n"
+       "- **f8e4m3 matrix products** are computed as bf16's: an f8e4m3 x f8e4m3 product is exact in f32 (4 x 4 "
+       "significant bits, magnitudes from 2^-18 to 448^2), summed in f32 in the same fixed order, accumulated in "
+       "f32. NaN operands give NaN. The matrix unit multiplies f8e4m3 only where the chip has an fp8 rate "
+       "(`mxu.fp8_rate` > 0); elsewhere an f8e4m3 `mxu.lw` or `mxu.mm` is a run-time error naming the instruction.\n"
        "- **Exactness that the functional model relies on**: an int8 x int8 product is at most 2^14 in magnitude, "
        "so a dot product of up to 1024 of them is exact in f32 (at most 2^24 in magnitude), and so is every "
        "matrix-unit pass: K <= mxu.rows <= 1024 (validation checks the worst case, -128 x -128 with K = 1024, on a "

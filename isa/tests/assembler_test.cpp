@@ -142,8 +142,34 @@ TEST(AsmOperands, DataTypesAndFlagsFromExpressions) {
   EXPECT_EQ(acc.f[acc.desc().operand_index("adt")], static_cast<int64_t>(DType::F32));
   EXPECT_EQ(acc.f[acc.desc().operand_index("relu")], 1);
   EXPECT_EQ(acc.f[acc.desc().operand_index("bias_en")], 0);
-  EXPECT_EQ(error_of("mxu.lw r1, r2, r3, r4, 7\n"), "k.s:1:24: data type number 7 is not one of DT_I8..DT_F32");
+  EXPECT_EQ(error_of("mxu.lw r1, r2, r3, r4, 7\n"), "k.s:1:24: data type number 7 is not one of DT_I8..DT_F8E4M3");
   EXPECT_EQ(error_of("mxu.lw r1, r2, r3, r4, bf17\n"), "k.s:1:24: unknown data type 'bf17'");
+}
+
+// f8e4m3 by its name, its other names and DT_F8E4M3 (derived from the name), in operands and declarations; the
+// disassembler writes the name back, and assembling that gives the same program.
+TEST(AsmOperands, F8E4M3NamesAndRoundTrip) {
+  Program p = assemble(".input a, fp8, [2, 4]\n.output c, float8_e4m3fn, [4]\n"
+                       "mxu.lw r1, r2, r3, r4, f8e4m3, trans\nmxu.mm r1, r2, r3, r4, e4m3\n"
+                       "vpu.cast r1, r2, r3, r4, f32, DT_F8E4M3, scale_en\n",
+                       "k.s");
+  EXPECT_EQ(p.tensors.at(0).dtype, DType::F8E4M3);
+  EXPECT_EQ(p.tensors.at(1).dtype, DType::F8E4M3);
+  for (int i = 0; i < 2; ++i) {
+    const Instr in = only_instr(p, i);
+    EXPECT_EQ(in.f[in.desc().operand_index("dtype")], 4) << i;  // the code docs/isa.md's table gives
+  }
+  const Instr cast = only_instr(p, 2);
+  EXPECT_EQ(cast.f[cast.desc().operand_index("ddt")], static_cast<int64_t>(DType::F8E4M3));
+  const std::string text = disassemble(p);
+  EXPECT_NE(text.find("mxu.lw r1, r2, r3, r4, f8e4m3, trans"), std::string::npos) << text;
+  EXPECT_NE(text.find(".input a, f8e4m3, [2, 4]"), std::string::npos) << text;
+  Program back = assemble(text, "d.s");
+  back.source = p.source;
+  EXPECT_EQ(back, p);
+  EXPECT_EQ(value_of("sizeof(DT_F8E4M3) + DT_F8E4M3"), 5);
+  EXPECT_EQ(error_of("mxu.lw r1, r2, r3, r4, 5\n"), "k.s:1:24: data type number 5 is not one of DT_I8..DT_F8E4M3");
+  EXPECT_EQ(error_of("mxu.lw r1, r2, r3, r4, f8e5m2\n"), "k.s:1:24: unknown data type 'f8e5m2'");
 }
 
 TEST(AsmSymbols, SetMustUseSymbolsDefinedAbove) {

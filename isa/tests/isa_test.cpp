@@ -139,8 +139,10 @@ TEST(IsaDecode, RejectsUnknownOpcodes) {
 TEST(IsaDecode, RejectsStrayBits) {
   for (const auto& d : instructions()) {
     uint64_t used = used_bits(d), valid = used;
-    for (int i = 0; i < d.num_operands; ++i)  // data type codes stop at 3: the field's top bit alone is invalid
-      if (d.operands[i].kind == OperandKind::DType) valid &= ~(1ull << (d.operands[i].shift + 2));
+    for (int i = 0; i < d.num_operands; ++i)  // a data type field's bit alone is valid where it is a type's code
+      if (d.operands[i].kind == OperandKind::DType)
+        for (int b = 0; b < d.operands[i].width; ++b)
+          if ((1 << b) >= kNumDTypes) valid &= ~(1ull << (d.operands[i].shift + b));
     for (int bit = 8; bit < 64; ++bit) {
       Word w = d.opcode | (1ull << bit);
       if (valid & (1ull << bit)) {
@@ -192,6 +194,9 @@ TEST(IsaNames, DataTypesAndUnits) {
   }
   EXPECT_EQ(dtype_from_name("int8"), DType::I8);
   EXPECT_EQ(dtype_from_name("float32"), DType::F32);
+  for (const char* n : {"f8e4m3", "fp8", "e4m3", "float8_e4m3fn"}) EXPECT_EQ(dtype_from_name(n), DType::F8E4M3) << n;
+  EXPECT_EQ(dtype_size(DType::F8E4M3), 1);
+  EXPECT_FALSE(dtype_from_name("f8e5m2").has_value());  // E5M2 is not an ISA type
   EXPECT_FALSE(dtype_from_name("f16").has_value());
   EXPECT_STREQ(unit_name(Unit::Mxu), "mxu");
 }

@@ -290,6 +290,26 @@ TEST(ProgramFormat, OtherCorruptions) {
   EXPECT_NE(error_of(bad).find("duplicate section 2 (tensors)"), std::string::npos) << error_of(bad);
 }
 
+// A tensor of the newest type (f8e4m3, code 4) saves and loads (the format is unchanged, so files written before
+// it still load: every other test here); a code past the last type is refused, naming the tensor and the code.
+TEST(ProgramFormat, F8E4M3TensorsRoundTripAndUnknownTypesAreRefused) {
+  Program p = assemble(".input X, f8e4m3, [2, 3] @ 0x1000\n.output Y, f32, [2] @ 0x3000\nhalt\n", "f8.s");
+  std::vector<uint8_t> bytes = serialize(p);
+  Program back = deserialize(bytes);
+  EXPECT_EQ(back, p);
+  ASSERT_NE(back.find("X"), nullptr);
+  EXPECT_EQ(back.find("X")->dtype, DType::F8E4M3);
+  // The first tensor's dtype byte: the tensors section's count (4), the name's length (4) and name (1), kind (1).
+  const size_t at = payload_of(bytes, 2) + 4 + 4 + 1 + 1;
+  ASSERT_EQ(bytes.at(at), 4);
+  for (int code : {5, 7, 255}) {
+    std::vector<uint8_t> bad = bytes;
+    bad[at] = static_cast<uint8_t>(code);
+    EXPECT_NE(error_of(bad).find("tensor 'X': unknown data type " + std::to_string(code)), std::string::npos)
+        << error_of(bad);
+  }
+}
+
 // Random byte flips: each corrupt program either loads (then it is valid) or throws isa::Error.
 TEST(ProgramFormat, RandomCorruptionNeverCrashes) {
   std::vector<uint8_t> bytes = serialize(small_program());

@@ -617,8 +617,8 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
   const int64_t P = g.cores ? g.cores : symbol(s, "CORES");
   const int64_t U = g.mxus ? g.mxus : symbol(s, "MXUS");
   if (g.m < 1 || g.k < 1 || g.n < 1) throw std::invalid_argument("gemm_chip: M, K and N must be positive");
-  if (g.in != isa::DType::I8 && g.in != isa::DType::BF16)
-    throw std::invalid_argument("gemm_chip: inputs must be i8 or bf16");
+  if (g.in != isa::DType::I8 && g.in != isa::DType::BF16 && g.in != isa::DType::F8E4M3)
+    throw std::invalid_argument("gemm_chip: inputs must be i8, bf16 or f8e4m3");
   if (P < 1 || P > symbol(s, "CORES"))
     throw std::invalid_argument("gemm_chip: " + std::to_string(P) + " cores asked, the chip has " +
                                 std::to_string(symbol(s, "CORES")));

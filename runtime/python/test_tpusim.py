@@ -285,6 +285,12 @@ class AsyncTest(unittest.TestCase):
         h = c.buffer(np.array([1.0, 1.00390625, -3.5], np.float32), dtype="bf16")
         self.assertEqual(h.dtype, "bf16")
         np.testing.assert_array_equal(h.to_numpy(), np.array([1.0, 1.0, -3.5], np.float32))
+        # f8e4m3 (fp8, OCP E4M3 "fn"): float32 rounded to 3 fraction bits, nearest even (1.0625 ties to 1, 1.1875
+        # to 1.25), 448 the largest, beyond 464 NaN (not saturated), 2^-9 the least subnormal; back as float32.
+        h8 = c.buffer(np.array([1.0, 1.0625, 1.1875, 448.0, 470.0, 2.0 ** -9], np.float32), dtype="fp8")
+        self.assertEqual(h8.dtype, "f8e4m3")
+        self.assertEqual(h8.nbytes, 6)
+        np.testing.assert_array_equal(h8.to_numpy(), np.array([1.0, 1.0, 1.25, 448.0, np.nan, 2.0 ** -9], np.float32))
         b.delete()
         self.assertTrue(b.deleted)
         with self.assertRaisesRegex(ValueError, "deleted"):

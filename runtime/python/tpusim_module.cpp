@@ -122,11 +122,12 @@ py::array as_array(const py::handle& h) {
   throw py::value_error("expected a numpy array, got " + py::str(py::type::of(h)).cast<std::string>());
 }
 
-// The bytes of `a` (C order) as `want`: `a` must have dtype `want`, or float32 when `want` is bf16 (rounded to
-// nearest even, as the runtime does).
+// The bytes of `a` (C order) as `want`: `a` must have dtype `want`, or float32 when `want` is bf16 or f8e4m3
+// (rounded to nearest even, as the runtime does; numpy has neither type).
+bool rounds_from_f32(isa::DType want) { return want == isa::DType::BF16 || want == isa::DType::F8E4M3; }
 std::vector<uint8_t> array_bytes(const py::array& a, isa::DType want) {
   auto have = dtype_of(a);
-  bool f32_for_bf16 = want == isa::DType::BF16 && have == isa::DType::F32;
+  bool f32_for_bf16 = rounds_from_f32(want) && have == isa::DType::F32;
   if (!have || (*have != want && !f32_for_bf16))
     throw py::value_error(std::string("expected ") + isa::dtype_name(want) + " data, got " + dtype_text(a));
   py::array c = py::array::ensure(a, py::array::c_style);
@@ -135,6 +136,10 @@ std::vector<uint8_t> array_bytes(const py::array& a, isa::DType want) {
   if (f32_for_bf16) {
     const float* src = static_cast<const float*>(c.data());
     for (size_t i = 0; i < n; ++i) {
+      if (want == isa::DType::F8E4M3) {
+        out[i] = isa::f8e4m3_from_f32(src[i]);
+        continue;
+      }
       uint16_t h = isa::bf16_from_f32(src[i]);
       std::memcpy(out.data() + 2 * i, &h, 2);
     }
@@ -144,7 +149,7 @@ std::vector<uint8_t> array_bytes(const py::array& a, isa::DType want) {
   return out;
 }
 
-// A host tensor as a numpy array (bf16 as float32, exactly).
+// A host tensor as a numpy array (bf16 and f8e4m3 as float32, exactly).
 py::array to_numpy(const runtime::HostTensor& t) {
   std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
   const size_t n = static_cast<size_t>(t.elements());
@@ -174,18 +179,19 @@ py::array to_numpy(const runtime::HostTensor& t) {
       }
       return a;
     }
+    case isa::DType::F8E4M3: {
+      py::array_t<float> a(shape);
+      float* dst = a.mutable_data();
+      for (size_t i = 0; i < n; ++i) dst[i] = isa::f32_from_f8e4m3(t.data[i]);
+      return a;
+    }
   }
   throw std::runtime_error("unknown dtype");
 }
 
 isa::DType parse_dtype(const std::string& s) {
-  for (isa::DType d : {isa::DType::I8, isa::DType::I32, isa::DType::BF16, isa::DType::F32})
-    if (s == isa::dtype_name(d)) return d;
-  if (s == "int8") return isa::DType::I8;
-  if (s == "int32") return isa::DType::I32;
-  if (s == "float32") return isa::DType::F32;
-  if (s == "bfloat16") return isa::DType::BF16;
-  throw py::value_error("unknown dtype '" + s + "' (i8, i32, bf16 or f32)");
+  if (auto d = isa::dtype_from_name(s)) return *d;  // i8, i32, bf16, f32, f8e4m3 and their aliases (isa.h)
+  throw py::value_error("unknown dtype '" + s + "' (i8, i32, bf16, f32 or f8e4m3)");
 }
 
 py::object json_loads(const std::string& text) { return py::module_::import("json").attr("loads")(text); }
@@ -470,7 +476,7 @@ struct PyClient {
       auto have = dtype_of(a);
       if (!have)
         throw py::value_error("unsupported dtype " + numpy_dtype_name(a) +
-                              " (tpusim takes int8, int32 and float32 arrays; dtype='bf16' rounds float32)");
+                              " (tpusim takes int8, int32 and float32 arrays; dtype='bf16' or 'f8e4m3' rounds float32)");
       d = *have;
     }
     if (zero_copy) {
@@ -509,7 +515,7 @@ struct PyClient {
       } else {
         py::array a = as_array(inputs[key]);
         auto have = dtype_of(a);
-        bool ok_dtype = have && (*have == d->dtype || (d->dtype == isa::DType::BF16 && *have == isa::DType::F32));
+        bool ok_dtype = have && (*have == d->dtype || (rounds_from_f32(d->dtype) && *have == isa::DType::F32));
         if (!ok_dtype || shape_of(a) != d->shape)
           throw py::value_error("input '" + d->name + "': expected " + isa::dtype_name(d->dtype) + " " +
                                 shape_text(d->shape) + ", got " + dtype_text(a) + " " + shape_text(shape_of(a)));
@@ -646,7 +652,7 @@ PYBIND11_MODULE(tpusim, m) {
   py::class_<runtime::Executable>(m, "Executable", "A program with a tensor interface (immutable, shareable).")
       .def_property_readonly("name", [](const runtime::Executable& e) { return e.program().name; })
       .def_property_readonly("inputs", [](const runtime::Executable& e) { return tensor_list(e.inputs()); },
-                             "[(name, dtype, shape)], dtype one of i8, i32, bf16, f32")
+                             "[(name, dtype, shape)], dtype one of i8, i32, bf16, f32, f8e4m3")
       .def_property_readonly("outputs", [](const runtime::Executable& e) { return tensor_list(e.outputs()); })
       .def_property_readonly("fingerprint", &runtime::Executable::fingerprint, "FNV-1a 64 of serialize()")
       .def_property_readonly("fingerprint_hex", &runtime::Executable::fingerprint_hex)
@@ -672,14 +678,14 @@ PYBIND11_MODULE(tpusim, m) {
         return std::string(b.b.memory() == runtime::MemoryKind::kHost ? "host" : "hbm");
       })
       .def_property_readonly("deleted", [](const PyBuffer& b) { b.check(); return b.b.deleted(); })
-      .def("to_numpy", &PyBuffer::to_numpy, "Copies the buffer to a new numpy array (bf16 as float32); waits.")
+      .def("to_numpy", &PyBuffer::to_numpy, "Copies the buffer to a new numpy array (bf16 and f8e4m3 as float32); waits.")
       .def("__array__",
            [](const PyBuffer& b, py::object dtype, py::object copy) {
              py::array a = b.to_numpy();
              return dtype.is_none() ? a : py::array(a.attr("astype")(dtype));
            },
            py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
-           "np.asarray(buffer): a new numpy array (bf16 as float32); waits")
+           "np.asarray(buffer): a new numpy array (bf16 and f8e4m3 as float32); waits")
       .def("block_until_ready", [](py::object self) { self.cast<const PyBuffer&>().block_until_ready(); return self; },
            "Waits until the buffer's bytes are in place (raises the error that prevented it); returns the buffer")
       .def("is_ready", [](const PyBuffer& b) { b.check(); return b.b.ready().ready(); })
@@ -746,7 +752,7 @@ PYBIND11_MODULE(tpusim, m) {
       .def("device_put", &PyClient::buffer, py::arg("array"), py::arg("device") = 0, py::arg("dtype") = py::none(),
            py::arg("zero_copy") = false,
            "A Buffer on `device` from a numpy array (copied into HBM before it returns; cast by the module's rules; "
-           "dtype='bf16' rounds float32 to bf16) or a Buffer (itself if already there). zero_copy=True: no copy, "
+           "dtype='bf16' or 'f8e4m3' rounds float32 to it) or a Buffer (itself if already there). zero_copy=True: no copy, "
            "the Buffer refers to the array's memory (in host memory; keep the array unchanged while it lives)")
       .def("buffer", &PyClient::buffer, py::arg("array"), py::arg("device") = 0, py::arg("dtype") = py::none(),
            py::arg("zero_copy") = false, "The same as device_put")

@@ -34,7 +34,8 @@ static_assert(int(TPUSIM_INVALID_ARGUMENT) == int(StatusCode::kInvalidArgument) 
               int(TPUSIM_FAILED_PRECONDITION) == int(StatusCode::kFailedPrecondition) &&
               int(TPUSIM_ABORTED) == int(StatusCode::kAborted) && int(TPUSIM_INTERNAL) == int(StatusCode::kInternal));
 static_assert(int(TPUSIM_DTYPE_I8) == int(DType::I8) && int(TPUSIM_DTYPE_I32) == int(DType::I32) &&
-              int(TPUSIM_DTYPE_BF16) == int(DType::BF16) && int(TPUSIM_DTYPE_F32) == int(DType::F32));
+              int(TPUSIM_DTYPE_BF16) == int(DType::BF16) && int(TPUSIM_DTYPE_F32) == int(DType::F32) &&
+              int(TPUSIM_DTYPE_F8E4M3) == int(DType::F8E4M3) && tpusim::isa::kNumDTypes == 5);
 
 // --- The handles.
 

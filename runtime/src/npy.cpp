@@ -367,7 +367,8 @@ void write_npy(const std::string& path, const HostTensor& t) {
   switch (t.dtype) {
     case isa::DType::I8: descr = "|i1"; break;
     case isa::DType::I32: descr = "<i4"; break;
-    case isa::DType::BF16:  // written as float32, exactly
+    case isa::DType::BF16:    // written as float32, exactly
+    case isa::DType::F8E4M3:  // likewise (numpy has neither type)
     case isa::DType::F32: descr = "<f4"; break;
     default: fail(path, "cannot write a tensor of unknown dtype " + std::to_string(static_cast<int>(t.dtype)));
   }
@@ -396,13 +397,18 @@ void write_npy(const std::string& path, const HostTensor& t) {
   for (size_t i = 0; i < prefix - 8; ++i) pre += static_cast<char>((hlen >> (8 * i)) & 0xff);
   f.write(pre.data(), static_cast<std::streamsize>(pre.size()));
   f.write(header.data(), static_cast<std::streamsize>(header.size()));
-  if (t.dtype == isa::DType::BF16) {
+  if (t.dtype == isa::DType::BF16 || t.dtype == isa::DType::F8E4M3) {
+    const bool f8 = t.dtype == isa::DType::F8E4M3;
     std::vector<float> chunk;
     const size_t kChunk = 1 << 16;
     for (size_t i = 0; i < static_cast<size_t>(elements); i += kChunk) {
       size_t n = std::min(kChunk, static_cast<size_t>(elements) - i);
       chunk.resize(n);
       for (size_t j = 0; j < n; ++j) {
+        if (f8) {
+          chunk[j] = isa::f32_from_f8e4m3(t.data[i + j]);
+          continue;
+        }
         uint16_t h;
         std::memcpy(&h, t.data.data() + 2 * (i + j), 2);
         chunk[j] = isa::f32_from_bf16(h);

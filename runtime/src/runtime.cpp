@@ -32,9 +32,10 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 Status invalid(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
 
 // The bytes to place in HBM for input `decl` from host tensor `t` (the convenience layer), or an error saying
-// what does not match. Returns t.data itself unless float32 data is rounded for a bf16 input.
+// what does not match. Returns t.data itself unless float32 data is rounded for a bf16 or f8e4m3 input.
 const std::vector<uint8_t>& input_bytes(const isa::TensorDecl& decl, const HostTensor& t, std::vector<uint8_t>& tmp) {
-  bool f32_for_bf16 = decl.dtype == isa::DType::BF16 && t.dtype == isa::DType::F32;
+  const bool f32_for_f8 = decl.dtype == isa::DType::F8E4M3 && t.dtype == isa::DType::F32;
+  const bool f32_for_bf16 = (decl.dtype == isa::DType::BF16 && t.dtype == isa::DType::F32) || f32_for_f8;
   if ((t.dtype != decl.dtype && !f32_for_bf16) || t.shape != decl.shape)
     throw Error("input '" + decl.name + "': expected " + isa::dtype_name(decl.dtype) + " " + shape_text(decl.shape) +
                 ", got " + isa::dtype_name(t.dtype) + " " + shape_text(t.shape));
@@ -46,6 +47,10 @@ const std::vector<uint8_t>& input_bytes(const isa::TensorDecl& decl, const HostT
   for (int64_t i = 0; i < t.elements(); ++i) {
     float f;
     std::memcpy(&f, t.data.data() + 4 * i, 4);
+    if (f32_for_f8) {
+      tmp[i] = isa::f8e4m3_from_f32(f);  // as vpu.cast: nearest even, NaN beyond 464
+      continue;
+    }
     uint16_t h = isa::bf16_from_f32(f);
     std::memcpy(tmp.data() + 2 * i, &h, 2);
   }
@@ -923,6 +928,7 @@ HostTensor random_tensor(const isa::TensorDecl& d, uint64_t seed) {
         std::memcpy(t.data.data() + 4 * i, &f, 4);
         break;
       }
+      case isa::DType::F8E4M3: t.data[i] = isa::f8e4m3_from_f32(unit(rng)); break;
     }
   }
   return t;

@@ -147,6 +147,23 @@ TEST_F(Npy, Bf16IsWrittenAsExactFloat32) {
   }
 }
 
+// f8e4m3 likewise (numpy has no fp8 type): each pattern's value, exactly, as the format defines it: 1.0
+// (0.0111.000), -2.5 (1.1000.010), 448 (0.1111.110), the least subnormal 2^-9 (0.0000.001), -0, NaN (0.1111.111).
+TEST_F(Npy, F8E4M3IsWrittenAsExactFloat32) {
+  std::vector<uint8_t> b = {0x38, 0xc2, 0x7e, 0x01, 0x80, 0x7f};
+  write_npy(path("f8.npy"), make(DType::F8E4M3, {6}, b));
+  HostTensor t = read_npy(path("f8.npy"));
+  EXPECT_EQ(t.dtype, DType::F32);
+  std::vector<float> f = values_of<float>(t);
+  ASSERT_EQ(f.size(), 6u);
+  EXPECT_EQ(f[0], 1.0f);
+  EXPECT_EQ(f[1], -2.5f);
+  EXPECT_EQ(f[2], 448.0f);
+  EXPECT_EQ(f[3], 0x1p-9f);
+  EXPECT_EQ(tpusim::isa::bits_from_f32(f[4]), 0x80000000u);
+  EXPECT_TRUE(std::isnan(f[5]));
+}
+
 TEST_F(Npy, ZeroDimensionalAndEmptyArrays) {
   write_npy(path("s.npy"), make(DType::F32, {}, std::vector<float>{2.5f}));
   HostTensor s = read_npy(path("s.npy"));

@@ -84,7 +84,7 @@ struct RunState {
   std::vector<UnitStats> mxu_stats;       // matrix units 1.. (unit 0's are stats.units[Mxu])
   std::vector<ActionCounts> slot_actions; // by unit slot: what each unit did (ChipState::act)
   bool running = false;                   // this core runs the program (its index < the program's .cores)
-  double mac_slots = 0;                   // MACs in units of the array's slots (i8 ones count 1 / mxu.i8_rate)
+  double mac_slots = 0;                   // MACs in units of the array's slots (i8 ones count 1 / mxu.i8_rate, f8e4m3 1 / fp8_rate)
 };
 
 class UnitModule;

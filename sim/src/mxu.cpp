@@ -46,7 +46,10 @@
 // unit signals in order, so `mxu.sync signal=sN` after an mm says its results are in the accumulators.
 // Busy cycles are streaming cycles (ws: m; os: folds * Kt; is: folds * Nt per mm); useful MACs are m*k*n per mm.
 // mxu.i8_rate (ws only): an i8 mm streams rate rows per cycle, so m above becomes ceil(m / rate) (the PEs do rate
-// int8 MACs per cycle, as TPU v5e's and v6e's MXUs do twice their bf16 rate).
+// int8 MACs per cycle, as TPU v5e's and v6e's MXUs do twice their bf16 rate). mxu.fp8_rate likewise for f8e4m3
+// (ceil(m / fp8_rate); 2 on h200-like, as Hopper's tensor cores do fp8 at twice bf16); 0 = the chip has no fp8
+// rate (TPU v1 to v6e): an f8e4m3 mxu.lw or mxu.mm is then a run-time error naming it. Only the stream's length
+// depends on the type: loads, skew and drain are the same.
 // A core has core.mxus matrix units, each with all of the above of its own (queue, front-end, weight buffers,
 // array, accumulator rows [index * acc_rows, (index + 1) * acc_rows) of the core's accumulator memory); they share
 // the core's VMEM ports.
@@ -93,8 +96,20 @@ void declare_mxu_params(std::vector<Param>& out) {
            "input rows an i8 mxu.mm streams per cycle (bf16 streams 1): the int8 rate over the bf16 rate, 2 on "
            "chips whose PEs do two int8 MACs per cycle (TPU v5e, v6e); weight-stationary only",
            1, 4);
-  out.back().check = [](const ChipConfig& c) -> std::string {
+  // (keeping the range check: a rate of 0 or above 4 is refused first)
+  out.back().check = [range = out.back().check](const ChipConfig& c) -> std::string {
+    if (std::string e = range(c); !e.empty()) return e;
     return c.mxu.i8_rate == 1 || c.mxu.dataflow == "ws" ? "" : "must be 1 unless mxu.dataflow = ws";
+  };
+  ParamSection<MxuParams>(out, "mxu", &ChipConfig::mxu)
+      .add(&MxuParams::fp8_rate, "fp8_rate", 0, "rows/cycle",
+           "input rows an f8e4m3 (fp8) mxu.mm streams per cycle (bf16 streams 1): the fp8 rate over the bf16 rate, "
+           "2 on chips whose PEs do two fp8 MACs per cycle (NVIDIA Hopper); 0: the chip has no fp8 (an f8e4m3 "
+           "mxu.lw or mxu.mm is a run-time error); above 1 weight-stationary only",
+           0, 4);
+  out.back().check = [range = out.back().check](const ChipConfig& c) -> std::string {
+    if (std::string e = range(c); !e.empty()) return e;
+    return c.mxu.fp8_rate <= 1 || c.mxu.dataflow == "ws" ? "" : "must be 0 or 1 unless mxu.dataflow = ws";
   };
 }
 
@@ -106,6 +121,7 @@ using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Row
 
 float element(isa::DType t, const uint8_t* p) {
   if (t == isa::DType::I8) return static_cast<float>(static_cast<int8_t>(*p));
+  if (t == isa::DType::F8E4M3) return isa::f32_from_f8e4m3(*p);
   uint16_t h;
   std::memcpy(&h, p, 2);
   return isa::f32_from_bf16(h);
@@ -116,7 +132,7 @@ Mxu::Mxu(const sc_core::sc_module_name& name, ChipState& st, int index)
     : UnitModule(name, st, isa::Unit::Mxu, index), R_(st.cfg.mxu.rows), C_(st.cfg.mxu.cols),
       df_(dataflow_of(st.cfg.mxu.dataflow)), index_(index),
       acc_base_(static_cast<int64_t>(index) * st.cfg.mxu.acc_rows),
-      i8_rate_(static_cast<uint64_t>(st.cfg.mxu.i8_rate)) {
+      i8_rate_(static_cast<uint64_t>(st.cfg.mxu.i8_rate)), fp8_rate_(static_cast<uint64_t>(st.cfg.mxu.fp8_rate)) {
   st.events.push_back(&pending_changed_);
   SC_THREAD(retire_thread);
 }
@@ -151,8 +167,10 @@ void Mxu::load_weights(const Entry& e) {
   if (k < 0 || static_cast<uint64_t>(k) > R_ || n < 0 || static_cast<uint64_t>(n) > C_)
     st_.fail(e.pc, "weight tile " + std::to_string(k) + "x" + std::to_string(n) + " does not fit the " +
                        std::to_string(R_) + "x" + std::to_string(C_) + " array");
-  if (dt != isa::DType::I8 && dt != isa::DType::BF16)
-    st_.fail(e.pc, std::string("weights of type ") + isa::dtype_name(dt) + ": the matrix unit takes i8 or bf16");
+  if (dt != isa::DType::I8 && dt != isa::DType::BF16 && dt != isa::DType::F8E4M3)
+    st_.fail(e.pc, std::string("weights of type ") + isa::dtype_name(dt) +
+                       ": the matrix unit takes i8, bf16 or f8e4m3");
+  check_fp8(e.pc, dt);
   // The bytes read: k rows of n elements, or with `trans` the n x k block whose transpose is the tile.
   const bool trans = e.arg("trans") != 0;
   const int64_t rows = trans ? n : k, rowbytes = (trans ? k : n) * isa::dtype_size(dt);
@@ -182,6 +200,7 @@ void Mxu::matmul(const Entry& e) {
   const std::shared_ptr<Tile>& tile = shadow_ ? shadow_ : active_;
   if (!tile) st_.fail(e.pc, "no weight tile loaded (no mxu.lw before this mxu.mm)");
   const isa::DType dt = e.dtype("dtype");
+  check_fp8(e.pc, dt);
   if (dt != tile->dtype)
     st_.fail(e.pc, std::string("inputs of type ") + isa::dtype_name(dt) + " but the weight tile is " +
                        isa::dtype_name(tile->dtype));
@@ -206,8 +225,9 @@ void Mxu::matmul(const Entry& e) {
   std::vector<uint64_t> folds;  // stream start of each fold
   uint64_t len = um, done = 0;   // stream cycles per fold; completion
   if (df_ == Dataflow::WS) {
-    // i8 at mxu.i8_rate rows per cycle: the stream takes ceil(m / rate) cycles.
-    len = dt == isa::DType::I8 ? (um + i8_rate_ - 1) / i8_rate_ : um;
+    // i8 at mxu.i8_rate, f8e4m3 at mxu.fp8_rate rows per cycle: the stream takes ceil(m / rate) cycles.
+    const uint64_t rate = rate_of(dt);
+    len = (um + rate - 1) / rate;
     const uint64_t s = std::max({f, stream_free_, swap});
     folds.push_back(s);
     stream_free_ = s + len;
@@ -241,6 +261,8 @@ void Mxu::matmul(const Entry& e) {
   // it is swapped in (weight-stationary), once per fold (the staged tile streams through: os, is).
   const uint64_t size = static_cast<uint64_t>(isa::dtype_size(dt));
   const uint64_t k = static_cast<uint64_t>(active_->k), n = static_cast<uint64_t>(active_->n);
+  // An f8e4m3 MAC is counted as a bf16 one: the same f32 accumulation, which dominates a MAC's energy (no
+  // separate fp8 figure: assumption).
   act(e.pc, dt == isa::DType::I8 ? Action::MacI8 : Action::MacBf16, macs);
   act(e.pc, Action::VmemRead, um * k * size);
   act(e.pc, Action::AccWrite, um * n * 4);
@@ -248,13 +270,24 @@ void Mxu::matmul(const Entry& e) {
   const uint64_t tile_reads = df_ == Dataflow::WS ? (swapped ? 1 : 0) : folds.size();
   act(e.pc, Action::WbufRead, tile_reads * k * n * size);
   st_.run.stats.mxu_macs += macs;
-  // The array's MAC slots they take: an i8 MAC is 1 / i8_rate of one (mxu_mac_utilization).
-  st_.run.mac_slots += dt == isa::DType::I8 ? static_cast<double>(macs) / static_cast<double>(i8_rate_)
-                                            : static_cast<double>(macs);
+  // The array's MAC slots they take: an i8 MAC is 1 / i8_rate of one, an f8e4m3 one 1 / fp8_rate
+  // (mxu_mac_utilization).
+  st_.run.mac_slots += static_cast<double>(macs) / static_cast<double>(rate_of(dt));
   if (st_.tracing())
     for (uint64_t t : folds) trace(t, len, e.pc, "busy");
   schedule(done, e, active_);
   st_.wait_until(folds.back());
+}
+
+void Mxu::check_fp8(uint64_t pc, isa::DType dt) {
+  if (dt == isa::DType::F8E4M3 && fp8_rate_ == 0)
+    st_.fail(pc, "f8e4m3 (fp8) operands, but this chip (" + st_.cfg.chip.name +
+                     ") has no fp8 matrix rate (mxu.fp8_rate = 0)");
+}
+
+uint64_t Mxu::rate_of(isa::DType dt) const {
+  if (df_ != Dataflow::WS) return 1;  // (both rates are 1 there: config checks)
+  return dt == isa::DType::I8 ? i8_rate_ : dt == isa::DType::F8E4M3 ? fp8_rate_ : 1;
 }
 
 void Mxu::retire_in_order(const Entry& e) { schedule(std::max(st_.now(), last_completion_), e, nullptr); }
@@ -322,7 +355,7 @@ void Mxu::fill_tile(const Entry& e, Tile& t) {
 
 namespace {
 
-// One bf16 pass, p[m x n] = a[m x k] w[k x n] (row-major, products exact in f32): each element sums its k products
+// One bf16 (or f8e4m3) pass, p[m x n] = a[m x k] w[k x n] (row-major, products exact in f32): each element sums its k products
 // in order l = 0, 1, ..., k-1, the first as is (-0 too). Blocks of 4 rows x 16 columns are held in registers
 // while l runs, so each weight row is read once per 4 rows (about 2.3x the speed of a row at a time); the order
 // of every element's sum is unchanged, so the results are too.

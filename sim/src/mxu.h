@@ -46,12 +46,15 @@ class Mxu : public UnitModule {
   void complete(const Completion& c);
   void fill_tile(const Entry& e, Tile& t);
   void compute(const Entry& e, const Tile& t);
+  void check_fp8(uint64_t pc, isa::DType dt);  // fails an f8e4m3 instruction on a chip without an fp8 rate
+  uint64_t rate_of(isa::DType dt) const;       // input rows per stream cycle (mxu.i8_rate, mxu.fp8_rate or 1)
 
   const uint64_t R_, C_;
   const Dataflow df_;
   const int index_;           // which of the core's matrix units
   const int64_t acc_base_;    // its first row in the core's accumulator memory (index * mxu.acc_rows)
   const uint64_t i8_rate_;    // mxu.i8_rate
+  const uint64_t fp8_rate_;   // mxu.fp8_rate (0: no fp8)
   std::priority_queue<Completion, std::vector<Completion>, std::greater<>> pending_;
   sc_core::sc_event pending_changed_;
   uint64_t seq_ = 0;

@@ -45,10 +45,13 @@ void store(uint8_t* p, T v) {
 }
 
 bool is_float(DType t) { return t == DType::BF16 || t == DType::F32; }
+// f8e4m3 is a storage type: vpu.cast and vpu.acc convert to and from it, nothing else computes on it.
+bool is_floating(DType t) { return is_float(t) || t == DType::F8E4M3; }
 
 // An element as the vector unit computes on it: integer types as i32, float types as f32.
 int32_t load_int(DType t, const uint8_t* p) { return t == DType::I8 ? load<int8_t>(p) : load<int32_t>(p); }
 float load_float(DType t, const uint8_t* p) {
+  if (t == DType::F8E4M3) return isa::f32_from_f8e4m3(*p);
   return t == DType::BF16 ? isa::f32_from_bf16(load<uint16_t>(p)) : load<float>(p);
 }
 
@@ -71,6 +74,7 @@ void store_float(DType t, uint8_t* p, float x) {
     case DType::I32: return store<int32_t>(p, isa::saturate_i32(x));
     case DType::BF16: return store<uint16_t>(p, isa::bf16_from_f32(x));
     case DType::F32: return store<float>(p, x);
+    case DType::F8E4M3: *p = isa::f8e4m3_from_f32(x); return;
   }
 }
 void store_int(DType t, uint8_t* p, int32_t x) {
@@ -79,6 +83,8 @@ void store_int(DType t, uint8_t* p, int32_t x) {
     case DType::I32: return store<int32_t>(p, x);
     case DType::BF16: return store<uint16_t>(p, bf16_from_i32(x));
     case DType::F32: return store<float>(p, static_cast<float>(x));
+    // One rounding: x -> f32 is exact up to 2^24, and anything above 464 is NaN whatever the f32 rounding did.
+    case DType::F8E4M3: *p = isa::f8e4m3_from_f32(static_cast<float>(x)); return;
   }
 }
 
@@ -274,7 +280,7 @@ Action element_action(const Entry& e) {
   bool flt = false, mul = false;
   switch (e.in.op) {
     case Op::VACC: flt = e.dtype("adt") == DType::F32; break;
-    case Op::VCAST: flt = is_float(e.dtype("sdt")) || is_float(e.dtype("ddt")); break;
+    case Op::VCAST: flt = is_floating(e.dtype("sdt")) || is_floating(e.dtype("ddt")); break;
     case Op::VMUL:
     case Op::VMULROW:
     case Op::VEXP:
@@ -471,7 +477,7 @@ void Vpu::compute(const Entry& e) {
       for (int64_t i = 0; i < n; ++i) {
         const uint8_t* in = vm + va + i * ssz;
         uint8_t* out = vm + vd + i * dsz;
-        if (is_float(sdt)) {
+        if (is_floating(sdt)) {
           float x = load_float(sdt, in);
           store_float(ddt, out, scale_en ? x * scale : x);
         } else {

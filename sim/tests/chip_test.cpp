@@ -203,6 +203,42 @@ TEST(WholeChip, Int8StreamsAtTheI8Rate) {
   }
 }
 
+// h200-like's matrix unit (an SM's tensor cores as one unit of 16 x 128, mxu.fp8_rate = 2: Hopper's fp8 at twice
+// bf16) on one core, no launch: one isolated fold of m = 64 input rows. 4 li (cycles 0-3), the lw dispatched at 4
+// loads the tile in [5, 21) (R = 16 rows, one per cycle); the mm swaps it in at 21 and streams m rows: bf16 one per
+// cycle, [21, 85); f8e4m3 two per cycle, ceil(64 / 2) = 32 cycles, [21, 53). Results R + C - 2 = 142 cycles after
+// the stream: 227 and 195; halt one cycle later: 228 and 196 cycles. The matrix cycles (busy, streaming) halve,
+// 64 -> 32, and everything else (load, skew, drain) is the same. m = 7 (odd): 7 and ceil(7 / 2) = 4 stream
+// cycles, 171 and 168 in all.
+TEST(WholeChip, Fp8StreamsAtTwiceTheBf16RateOnH200Like) {
+  Chip chip(load_config("h200-like", {"chip.cores=1", "chip.launch_cycles=0"}));
+  const ChipConfig& c = chip.config();
+  ASSERT_EQ(c.mxu.fp8_rate, 2);
+  ASSERT_EQ(c.mxu.rows, 16);  // the arithmetic above is for this shape
+  ASSERT_EQ(c.mxu.cols, 128);
+  ASSERT_EQ(c.core.mxus, 1);
+  const int64_t bf16 = dt(isa::DType::BF16), f8 = dt(isa::DType::F8E4M3);
+  struct Case {
+    int64_t dtype, m;
+    uint64_t cycles, busy;
+  };
+  for (const Case& k : {Case{bf16, 64, 228, 64}, Case{f8, 64, 196, 32}, Case{bf16, 7, 171, 7}, Case{f8, 7, 168, 4}}) {
+    ProgramBuilder b;
+    b.li(1, 16).li(2, 4096).li(3, k.m).li(4, 128);
+    b.op(Op::MXULW, {0, 1, 4, 4, k.dtype}).op(Op::MXUMM, {2, 3, 0, 4, k.dtype});
+    for (bool functional : {true, false}) {
+      RunOptions o;
+      o.functional = functional;
+      RunResult r = chip.run(b.build(), o);
+      EXPECT_EQ(r.stats.cycles, k.cycles) << k.dtype << " m=" << k.m;
+      EXPECT_EQ(unit(r.stats, isa::Unit::Mxu).busy_cycles, k.busy) << k.dtype << " m=" << k.m;
+      // m x 16 x 128 MACs; an f8e4m3 one takes half a slot; one unit of 2048 PEs over the run.
+      const double slots = static_cast<double>(k.m * 16 * 128) / (k.dtype == f8 ? 2.0 : 1.0);
+      EXPECT_DOUBLE_EQ(r.stats.mxu_mac_utilization, slots / (2048.0 * static_cast<double>(k.cycles)));
+    }
+  }
+}
+
 TEST(WholeChip, SharedMemoryIsReachedByDma) {
   // 32 GB/s at 500 MHz over 4 banks = 64 bytes per cycle; latency 4.
   Chip chip(small_config({"shared.size_kib=64", "shared.bandwidth_gbs=32", "shared.latency=4", "shared.banks=4",
@@ -352,6 +388,11 @@ TEST(WholeChip, InvalidChipShapesAreRefused) {
   EXPECT_EQ(error({"core.mxus=17"}), "core.mxus = 17 must be in [1, 16] (in --set core.mxus=17)");
   EXPECT_EQ(error({"mxu.i8_rate=2", "mxu.dataflow=os"}),
             "mxu.i8_rate = 2 must be 1 unless mxu.dataflow = ws (in --set mxu.i8_rate=2)");
+  // The rates' ranges hold as well (a rate of 0 would divide by zero; fp8's 0 means "no fp8").
+  EXPECT_EQ(error({"mxu.i8_rate=0"}), "mxu.i8_rate = 0 must be in [1, 4] (in --set mxu.i8_rate=0)");
+  EXPECT_EQ(error({"mxu.fp8_rate=5"}), "mxu.fp8_rate = 5 must be in [0, 4] (in --set mxu.fp8_rate=5)");
+  EXPECT_EQ(error({"mxu.fp8_rate=2", "mxu.dataflow=is"}),
+            "mxu.fp8_rate = 2 must be 0 or 1 unless mxu.dataflow = ws (in --set mxu.fp8_rate=2)");
 }
 
 }  // namespace

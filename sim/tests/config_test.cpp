@@ -76,22 +76,27 @@ TEST(Config, DeclaredDefaultsAreTheV4LikePreset) {
 }
 
 // The whole-chip presets against the figures their makers publish (FACTS.md): peak matrix throughput from
-// cores x matrix units x rows x cols x 2 x clock (and int8 at mxu.i8_rate), HBM bandwidth, capacities. Within 1%:
-// clocks are rounded to whole MHz where only the peak is published.
+// cores x matrix units x rows x cols x 2 x clock (and int8 at mxu.i8_rate, fp8 at mxu.fp8_rate: 0 where the maker
+// publishes no fp8 rate, as for TPU v1 to v6e), HBM bandwidth, capacities. Within 1%: clocks are rounded to whole
+// MHz where only the peak is published.
 TEST(Config, WholeChipPresetsMatchPublishedFigures) {
   struct Want {
     const char* name;
     double tflops_bf16, tops_i8, hbm_gbs;
     int cores, mxus;
+    double tflops_fp8;
   };
-  for (const Want& w : {Want{"v1", 91.75, 91.75, 34, 1, 1}, Want{"v4", 275, 275, 1200, 2, 4},
-                        Want{"v5e", 197, 393, 819, 1, 4}, Want{"v6e", 918, 1836, 1640, 1, 4},
+  for (const Want& w : {Want{"v1", 91.75, 91.75, 34, 1, 1, 0}, Want{"v4", 275, 275, 1200, 2, 4, 0},
+                        Want{"v5e", 197, 393, 819, 1, 4, 0}, Want{"v6e", 918, 1836, 1640, 1, 4, 0},
                         // h200-like: an SM's four tensor cores as one matrix unit (configs/h200-like.ini says why)
-                        Want{"h200-like", 989, 1979, 4800, 132, 1}}) {
+                        Want{"h200-like", 989, 1979, 4800, 132, 1, 1979}}) {
     ChipConfig c = load_config(w.name);
     const double hz = c.chip.clock_mhz * 1e6;
     EXPECT_NEAR(2 * c.peak_macs_per_cycle() * hz / 1e12, w.tflops_bf16, w.tflops_bf16 * 0.01) << w.name;
     EXPECT_NEAR(2 * c.peak_macs_per_cycle(true) * hz / 1e12, w.tops_i8, w.tops_i8 * 0.01) << w.name;
+    EXPECT_NEAR(2 * c.peak_macs_per_cycle(isa::DType::F8E4M3) * hz / 1e12, w.tflops_fp8, w.tflops_fp8 * 0.01)
+        << w.name;
+    EXPECT_EQ(c.peak_macs_per_cycle(isa::DType::BF16), c.peak_macs_per_cycle()) << w.name;
     EXPECT_DOUBLE_EQ(c.hbm.bandwidth_gbs, w.hbm_gbs) << w.name;
     EXPECT_EQ(c.chip.cores, w.cores) << w.name;
     EXPECT_EQ(c.core.mxus, w.mxus) << w.name;
@@ -106,7 +111,7 @@ TEST(Config, WholeChipPresetsMatchPublishedFigures) {
 
 TEST(Config, DescribeListsEveryParameterWithHelp) {
   auto params = describe(load_config("edge", {"mxu.rows=8"}));
-  ASSERT_EQ(params.size(), 66u);  // 37 of the chip's units, 17 of [energy], 12 of [area]
+  ASSERT_EQ(params.size(), 67u);  // 38 of the chip's units (mxu.fp8_rate the newest), 17 of [energy], 12 of [area]
   for (const ParamInfo& p : params) EXPECT_FALSE(p.help.empty()) << p.key;
   auto rows = std::find_if(params.begin(), params.end(), [](const ParamInfo& p) { return p.key == "mxu.rows"; });
   ASSERT_NE(rows, params.end());

@@ -90,8 +90,37 @@ TEST(Errors, WeightsOfI32OrF32) {
     b.op(Op::MXULW, {0, 1, 2, 2, int64_t(t)});
     const std::string n = isa::dtype_name(t);
     EXPECT_EQ(error_of([&] { chip.run(b.build()); }),
-              "pc 2 (mxu.lw r0, r1, r2, r2, " + n + "): weights of type " + n + ": the matrix unit takes i8 or bf16");
+              "pc 2 (mxu.lw r0, r1, r2, r2, " + n + "): weights of type " + n + ": the matrix unit takes i8, bf16 or f8e4m3");
   }
+  expect_chip_works(chip);
+}
+
+// A chip without an fp8 rate (mxu.fp8_rate = 0: the default, and TPU v1 to v6e) refuses f8e4m3 matrix work,
+// naming the instruction, in a timing-only run too; vector instructions other than vpu.cast refuse f8e4m3 anywhere.
+TEST(Errors, Fp8OnAChipWithoutAnFp8Rate) {
+  Chip chip(small_config({"mxu.fp8_rate=0", "chip.name=v5e"}));
+  const int64_t f8 = dt(isa::DType::F8E4M3);
+  for (bool functional : {true, false}) {
+    RunOptions o;
+    o.functional = functional;
+    ProgramBuilder b;
+    b.li(1, 4).li(2, 4);
+    b.op(Op::MXULW, {0, 1, 2, 2, f8});
+    EXPECT_EQ(error_of([&] { chip.run(b.build(), o); }),
+              "pc 2 (mxu.lw r0, r1, r2, r2, f8e4m3): f8e4m3 (fp8) operands, but this chip (v5e) has no fp8 matrix "
+              "rate (mxu.fp8_rate = 0)");
+    ProgramBuilder mm;  // an mm of f8e4m3 after a bf16 tile: the missing rate is what it says first
+    mm.li(1, 4).li(2, 4);
+    mm.op(Op::MXULW, {0, 1, 2, 2, dt(isa::DType::BF16)}).op(Op::MXUMM, {0, 1, 0, 2, f8});
+    EXPECT_EQ(error_of([&] { chip.run(mm.build(), o); }),
+              "pc 3 (mxu.mm r0, r1, r0, r2, f8e4m3): f8e4m3 (fp8) operands, but this chip (v5e) has no fp8 matrix "
+              "rate (mxu.fp8_rate = 0)");
+  }
+  ProgramBuilder add;
+  add.li(1, 4);
+  add.op(Op::VADD, {0, 0, 0, 1, f8});
+  EXPECT_EQ(error_of([&] { chip.run(add.build()); }),
+            "pc 1 (vpu.add r0, r0, r0, r1, f8e4m3): data type f8e4m3 not supported here");
   expect_chip_works(chip);
 }
 

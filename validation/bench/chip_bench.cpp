@@ -4,7 +4,7 @@
 // wall time to simulate. One process per chip (SystemC elaborates once): scripts/run-chip-bench.sh runs the
 // tables of the issue (presets, and the scaling over matrix units and cores).
 //
-//   chip_bench --config v4 [--set k=v]... [--m 4096 --k 4096 --n 4096] [--dtype bf16|i8] [--cores N] [--mxus N]
+//   chip_bench --config v4 [--set k=v]... [--m 4096 --k 4096 --n 4096] [--dtype bf16|i8|fp8] [--cores N] [--mxus N]
 //              [--out f32|bf16|i32|i8] [--schedule auto|strips|tiles] [--split-k N] [--max-split-k N] [--plan] [--trans-b] [--functional] [--stats FILE.json]
 #include <chrono>
 #include <cstdio>
@@ -38,7 +38,15 @@ int main(int argc, char** argv) {
     else if (a == "--n") g.n = std::stoll(next());
     else if (a == "--cores") g.cores = std::stoi(next());
     else if (a == "--mxus") g.mxus = std::stoi(next());
-    else if (a == "--dtype") g.in = next() == "i8" ? isa::DType::I8 : isa::DType::BF16;
+    else if (a == "--dtype") {
+      const std::string v = next();
+      const auto t = isa::dtype_from_name(v);  // bf16, i8, fp8 (f8e4m3) and their other names
+      if (!t || (*t != isa::DType::BF16 && *t != isa::DType::I8 && *t != isa::DType::F8E4M3)) {
+        std::cerr << "chip_bench: --dtype must be bf16, i8 or fp8, got " << v << "\n";
+        return 2;
+      }
+      g.in = *t;
+    }
     else if (a == "--functional") functional = true;
     else if (a == "--split-k") g.split_k = std::stoi(next());
     else if (a == "--max-split-k") g.max_split_k = std::stoi(next());
@@ -87,12 +95,12 @@ int main(int argc, char** argv) {
       std::fputs(r.stats.to_json(cfg).c_str(), f);
       std::fclose(f);
     }
-    const bool i8 = g.in == isa::DType::I8;
+    const bool i8 = g.in == isa::DType::I8, fp8 = g.in == isa::DType::F8E4M3;
     const double macs = static_cast<double>(g.m) * g.k * g.n;
-    const double peak_cycles = macs / cfg.peak_macs_per_cycle(i8);
+    const double peak_cycles = macs / cfg.peak_macs_per_cycle(g.in);  // the input type's rate (fp8: ran, so > 0)
     std::printf("%-10s %-5s %5lld x %5lld x %5lld  cores %3d of %3d  mxus %d of %d  %12llu cycles  %9.2f us  "
                 "%6.1f %s  %5.1f%% of peak  mxu util %5.1f%%  wall %.2f s\n",
-                cfg.chip.name.c_str(), i8 ? "i8" : "bf16", static_cast<long long>(g.m), static_cast<long long>(g.k),
+                cfg.chip.name.c_str(), i8 ? "i8" : fp8 ? "fp8" : "bf16", static_cast<long long>(g.m), static_cast<long long>(g.k),
                 static_cast<long long>(g.n), static_cast<int>(p.cores), cfg.chip.cores,
                 g.mxus ? g.mxus : cfg.core.mxus, cfg.core.mxus, static_cast<unsigned long long>(r.stats.cycles),
                 r.stats.seconds * 1e6, 2 * macs / r.stats.seconds / 1e12, i8 ? "TOP/s" : "TFLOP/s",

@@ -26,6 +26,17 @@ double round_to_bits(double x, int bits) {
   return r == 0 ? std::copysign(0.0, x) : r;
 }
 
+double to_f8e4m3(double x) {
+  if (!std::isfinite(x)) return std::copysign(std::nan(""), x);
+  if (x == 0) return x;
+  int e;
+  std::frexp(x, &e);                      // the leading bit is worth 2^(e-1); 2^-6 (the least normal) has e = -5
+  const int quantum = std::max(e, -5) - 4;  // 4 significant bits; below 2^-6 the spacing stays 2^-9
+  const double r = std::ldexp(round_half_even(std::ldexp(x, -quantum)), quantum);
+  if (std::fabs(r) > 448) return std::copysign(std::nan(""), x);
+  return r == 0 ? std::copysign(0.0, x) : r;
+}
+
 int64_t cast_to_int(double x, int64_t lo, int64_t hi) {
   if (std::isnan(x)) return 0;
   if (x <= static_cast<double>(lo)) return lo;  // also -inf
@@ -40,6 +51,7 @@ double cast_to(double x, DType to) {
     case DType::I32: return static_cast<double>(cast_to_int(x, INT32_MIN, INT32_MAX));
     case DType::BF16: return to_bf16(x);
     case DType::F32: return to_f32(x);
+    case DType::F8E4M3: return to_f8e4m3(x);
   }
   throw std::logic_error("cast_to: bad dtype");
 }
@@ -50,7 +62,7 @@ int64_t wrap_to(int64_t x, DType t) {
   throw std::logic_error("wrap_to: not an integer type");
 }
 
-int size_of(DType t) { return t == DType::I8 ? 1 : t == DType::BF16 ? 2 : 4; }
+int size_of(DType t) { return t == DType::I8 || t == DType::F8E4M3 ? 1 : t == DType::BF16 ? 2 : 4; }
 
 double f32_from_bits(uint64_t bits) {
   uint32_t b = static_cast<uint32_t>(bits);
@@ -83,6 +95,13 @@ double load_value(const uint8_t* p, DType t) {
       std::memcpy(&b, p, 4);
       return f32_from_bits(b);
     }
+    case DType::F8E4M3: {  // S.EEEE.MMM: (-1)^S x 2^(E-7) x 1.MMM, E = 0: 2^-6 x 0.MMM; S.1111.111: NaN
+      const int sgn = p[0] >> 7, ex = (p[0] >> 3) & 15, man = p[0] & 7;
+      const double mag = ex == 15 && man == 7 ? std::nan("")
+                         : ex == 0          ? std::ldexp(man / 8.0, -6)
+                                            : std::ldexp(1 + man / 8.0, ex - 7);
+      return sgn ? -mag : mag;
+    }
   }
   throw std::logic_error("load_value: bad dtype");
 }
@@ -103,6 +122,16 @@ void store_value(uint8_t* p, DType t, double v) {
     case DType::F32: {
       uint32_t b = bits_of_f32(v);
       std::memcpy(p, &b, 4);
+      return;
+    }
+    case DType::F8E4M3: {  // v is an f8e4m3 value (or NaN): find its fields
+      const int sgn = std::signbit(v) ? 0x80 : 0;
+      const double a = std::fabs(v);
+      if (std::isnan(v)) { p[0] = static_cast<uint8_t>(sgn | 0x7f); return; }
+      if (a < 0x1p-6) { p[0] = static_cast<uint8_t>(sgn | static_cast<int>(a * 512)); return; }
+      int e;
+      const double m = std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1): biased exponent e - 1 + 7
+      p[0] = static_cast<uint8_t>(sgn | (e + 6) << 3 | (static_cast<int>(m * 16) - 8));
       return;
     }
   }

@@ -29,6 +29,11 @@ inline double to_f32(double x) { return round_to_bits(x, 24); }
 inline double to_bf16(double x) { return round_to_bits(x, 8); }
 // The result of an arithmetic operation of type t (f32 or bf16) whose exact (or fp64) result is x: "element-wise
 // bf16 operations compute in f32 and round the result to bf16" - so bf16 results are rounded twice.
+// f8e4m3 (OCP FP8 E4M3, "fn": 3 fraction bits, bias 7, no infinities, S.1111.111 = NaN, largest 448), from the
+// document's words: round to nearest even with 4 significant bits, normal numbers down to 2^-6 and subnormals
+// below (spacing 2^-9), as if the exponent had no upper limit; a rounded magnitude above 448, an infinity or
+// NaN gives NaN with x's sign ("not saturating, as torch.float8_e4m3fn").
+double to_f8e4m3(double x);
 inline double float_result(DType t, double x) { return t == DType::BF16 ? to_bf16(to_f32(x)) : to_f32(x); }
 
 // The saturating cast to an integer type: round to nearest even, clamp to [lo, hi]; NaN -> 0, +-inf saturate.
@@ -44,6 +49,8 @@ double cast_to(double x, DType to);
 // element-wise results are taken modulo 2^8 likewise).
 int64_t wrap_to(int64_t x, DType t);
 inline bool is_int(DType t) { return t == DType::I8 || t == DType::I32; }
+// f8e4m3 is only stored, cast and multiplied by the matrix unit: no other vector instruction takes it.
+inline bool is_storage_only(DType t) { return t == DType::F8E4M3; }
 int size_of(DType t);
 
 // One element in memory (little-endian) <-> its value. store_value expects a value of the type's own set

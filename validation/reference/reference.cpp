@@ -323,7 +323,9 @@ void Reference::mxu(const isa::Instr& in) {
   char &have_active_ = c_->have_active[u], &have_shadow_ = c_->have_shadow[u];
   const int64_t acc_base = unit * cfg_.acc_rows;  // this unit's first row of the core's ACC
   DType dt = dtype(in, "dtype");
-  if (dt != DType::I8 && dt != DType::BF16) fail("the matrix unit multiplies i8 or bf16");
+  if (dt != DType::I8 && dt != DType::BF16 && dt != DType::F8E4M3)
+    fail("the matrix unit multiplies i8, bf16 or f8e4m3");
+  if (dt == DType::F8E4M3 && cfg_.fp8_rate == 0) fail("this chip has no fp8 matrix rate (mxu.fp8_rate = 0)");
   int64_t vaddr = value(in, "vaddr"), stride = value(in, "stride");
   const int size = size_of(dt);
 
@@ -370,7 +372,7 @@ void Reference::mxu(const isa::Instr& in) {
         word.is_float = false;
         continue;
       }
-      // bf16: each product is exact (in f32, and here in double)
+      // bf16 and f8e4m3: each product is exact (in f32, and here in double)
       double p = 0;
       if (opts_.sums == FloatSums::Fp64) {
         for (int l = 0; l < active_.k; ++l) p += a[l] * active_.w[l * cfg_.cols + j];

@@ -47,6 +47,7 @@ struct Config {
   int cores = 1;              // chip.cores: the most a program may ask for
   int mxus = 1;               // core.mxus: matrix units per core
   uint64_t shared_bytes = 0;  // the shared memory level (0: none)
+  int fp8_rate = 1;           // mxu.fp8_rate: 0 = the matrix unit refuses f8e4m3 (the rate itself is timing only)
 };
 
 // How float sums (bf16 matrix products, vpu.rsum) are computed; see tolerance.h.

@@ -46,6 +46,7 @@ void Reference::vpu_elementwise(const isa::Instr& in) {
                               in.op == Op::VLOG || in.op == Op::VSIN || in.op == Op::VCOS ||
                               in.op == Op::VFLOOR || in.op == Op::VCEIL || in.op == Op::VROUND;
   if (float_only && is_int(dt)) fail(in.desc().mnemonic + " works on f32 or bf16");
+  if (is_storage_only(dt)) fail(in.desc().mnemonic + " does not take f8e4m3 (only vpu.cast and vpu.acc convert it)");
   // i8 arithmetic could overflow and the ISA defines no i8 wrapping: only max, min and relu take i8.
   if (dt == DType::I8 && (in.op == Op::VADD || in.op == Op::VSUB || in.op == Op::VMUL))
     fail(in.desc().mnemonic + " does not take i8");
@@ -84,6 +85,7 @@ void Reference::vpu_reduce(const isa::Instr& in) {
   const int size = size_of(dt);
   if (in.op == Op::VRMAX && cols < 1) fail("vpu.rmax over no columns");
   if (in.op == Op::VRSUM && dt == DType::I8) fail("vpu.rsum does not take i8");
+  if (is_storage_only(dt)) fail(in.desc().mnemonic + " does not take f8e4m3");
   for (int64_t i = 0; i < rows; ++i) {
     double r = 0;
     int64_t isum = 0;
@@ -106,6 +108,7 @@ void Reference::vpu_reduce(const isa::Instr& in) {
 void Reference::vpu_rowwise(const isa::Instr& in) {
   const DType dt = dtype(in, "dtype");
   if (dt == DType::I8) fail(in.desc().mnemonic + " does not take i8");
+  if (is_storage_only(dt)) fail(in.desc().mnemonic + " does not take f8e4m3");
   int64_t vd = value(in, "vd"), va = value(in, "va"), vb = value(in, "vb"), rows = value(in, "rows"),
           cols = value(in, "cols"), stride = value(in, "stride");
   const int size = size_of(dt);

@@ -53,6 +53,8 @@ inline bool within_sum_bound(DType t, double got, double ref, double err) {
   switch (t) {
     case DType::F32: return d <= err;
     case DType::BF16: return d <= err + kUnitRoundoffBF16 * (std::fabs(got) + std::fabs(ref)) + 0x1p-133;
+    // f8e4m3: 3 fraction bits (unit roundoff 2^-4), subnormal spacing 2^-9 (half of it absolute)
+    case DType::F8E4M3: return d <= err + 0x1p-4 * (std::fabs(got) + std::fabs(ref)) + 0x1p-10;
     case DType::I8:
     case DType::I32: return d <= std::floor(err + 1);
   }

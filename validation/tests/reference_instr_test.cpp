@@ -185,7 +185,12 @@ TEST(ReferenceVpu, LogSinCosRoundingsBitIdentical) {
 
 std::vector<double> cast_inputs(DType t, Random& r) {
   std::vector<double> v;
-  if (t == DType::I8) {
+  if (t == DType::F8E4M3) {  // every pattern (both NaNs, both zeros, the subnormals, +-448)
+    for (int b = 0; b < 256; ++b) {
+      const uint8_t byte = static_cast<uint8_t>(b);
+      v.push_back(ref::load_value(&byte, t));
+    }
+  } else if (t == DType::I8) {
     for (int x = -128; x < 128; ++x) v.push_back(x);
   } else if (t == DType::I32) {
     // 40 * 1/16 = 2.5 (a tie), 24/16 = 1.5, 8/16 = 0.5; 2^24 + 2^16 + 1 rounds to bf16 differently once (up) and
@@ -195,7 +200,10 @@ std::vector<double> cast_inputs(DType t, Random& r) {
     for (int i = 0; i < 40; ++i) v.push_back(static_cast<double>(r.integer(-(1 << 30), 1 << 30)));
   } else {
     v = {0.5, 1.5, 2.5, -0.5, -2.5, 126.5, 127.5, -128.5, -129.5, 300.5, -300.5, 1e10, -1e10, 2147483520.0,
-         2147483648.0, -2147483648.0, -2147483904.0, kNaN, kInf, -kInf, 1 + 0x1p-8, 1 + 3 * 0x1p-8, 0x1p-130, 0};
+         2147483648.0, -2147483648.0, -2147483904.0, kNaN, kInf, -kInf, 1 + 0x1p-8, 1 + 3 * 0x1p-8, 0x1p-130, 0,
+         // f8e4m3: 448 and the tie 464 (to 448), 464 + 2^-4 and 480 (NaN), ties of 3 fraction bits (1 + 2^-4 to 1,
+         // 1 + 3 * 2^-4 to 1.25), the subnormal boundary and ties (2^-10 to 0, 3 * 2^-10 to 2^-8)
+         448, 464, 464.0625, 480, -464, 1 + 0x1p-4, 1 + 3 * 0x1p-4, 0x1p-6, 0x1p-10, 3 * 0x1p-10, -0x1p-11};
     for (int i = 0; i < 40; ++i) v.push_back(r.value(DType::F32, -10, 34));
     for (auto& x : v) x = ref::cast_to(x, t);
   }
@@ -206,8 +214,8 @@ TEST(ReferenceVpu, CastEveryPairWithAndWithoutScale) {
   TPUSIM_MACHINES(m);
   Random r(14);
   const double scales[] = {0.0625, -3.7};  // 1/16 makes ties out of integers; -3.7 is inexact and negative
-  for (DType s : {DType::I8, DType::I32, DType::BF16, DType::F32})
-    for (DType d : {DType::I8, DType::I32, DType::BF16, DType::F32})
+  for (DType s : {DType::I8, DType::I32, DType::BF16, DType::F32, DType::F8E4M3})
+    for (DType d : {DType::I8, DType::I32, DType::BF16, DType::F32, DType::F8E4M3})
       for (int k = -1; k < 2; ++k) {
         const bool scaled = k >= 0;
         const uint32_t bits = scaled ? ref::bits_of_f32(ref::to_f32(scales[k])) : 0;
@@ -460,12 +468,13 @@ struct MatmulCase {
   std::vector<double> a1, w1, a2, w2, a3;
 };
 
-MatmulCase make_matmul(DType dt, const sim::ChipConfig& cfg, Random& r) {
+// Float values of magnitude 2^elo..2^(ehi+1).
+MatmulCase make_matmul(DType dt, const sim::ChipConfig& cfg, Random& r, int elo = -3, int ehi = 3) {
   const int64_t R = cfg.mxu.rows, C = cfg.mxu.cols;
   MatmulCase c{dt, 11, 3, R - 3, C - 1, C - 3, {}, {}, {}, {}, {}};
-  c.a1 = r.values(dt, c.m * R, -3, 3), c.w1 = r.values(dt, R * C, -3, 3);
-  c.a2 = r.values(dt, c.m * c.k2, -3, 3), c.w2 = r.values(dt, c.k2 * c.n2, -3, 3);
-  c.a3 = r.values(dt, 4 * 2, -3, 3);  // 4 rows of k = 2
+  c.a1 = r.values(dt, c.m * R, elo, ehi), c.w1 = r.values(dt, R * C, elo, ehi);
+  c.a2 = r.values(dt, c.m * c.k2, elo, ehi), c.w2 = r.values(dt, c.k2 * c.n2, elo, ehi);
+  c.a3 = r.values(dt, 4 * 2, elo, ehi);  // 4 rows of k = 2
   return c;
 }
 
@@ -516,25 +525,26 @@ struct Drain {
   DType odt;
   bool bias, relu, scale;
 };
-std::vector<Drain> all_drains() {
+std::vector<Drain> all_drains(std::initializer_list<DType> odts = {DType::I8, DType::I32, DType::BF16, DType::F32}) {
   std::vector<Drain> d;
-  for (DType odt : {DType::I8, DType::I32, DType::BF16, DType::F32})
+  for (DType odt : odts)
     for (int o = 0; o < 8; ++o) d.push_back({odt, (o & 1) != 0, (o & 2) != 0, (o & 4) != 0});
   return d;
 }
 
 void run_matmul_drains(Machines& m, DType dt, double scale, int64_t bias_exp,
                        const std::function<void(const Drain&, const MatmulCase&, const std::vector<double>& bias,
-                                                const Results&)>& check) {
+                                                const Results&)>& check,
+                       const std::vector<Drain>& drains = all_drains(), int elo = -3, int ehi = 3) {
   const int64_t R = m.cfg.mxu.rows, C = m.cfg.mxu.cols;
-  Random r(dt == DType::I8 ? 21 : 22);
-  MatmulCase c = make_matmul(dt, m.cfg, r);
+  Random r(dt == DType::I8 ? 21 : dt == DType::BF16 ? 22 : 23);
+  MatmulCase c = make_matmul(dt, m.cfg, r, elo, ehi);
   const DType adt = dt == DType::I8 ? DType::I32 : DType::F32;
   std::vector<double> bias = r.values(adt, C, bias_exp - 2, bias_exp);
   if (adt == DType::I32)
     for (auto& b : bias) b = static_cast<double>(r.integer(-(int64_t{1} << bias_exp), int64_t{1} << bias_exp));
   const uint32_t scale_bits = ref::bits_of_f32(ref::to_f32(scale));
-  for (const Drain& d : all_drains()) {
+  for (const Drain& d : drains) {
     const int64_t o = ref::size_of(d.odt);
     Results res = run_vector(m, {{concat({&c.a1, &c.a2, &c.a3}), dt}, {concat({&c.w1, &c.w2}), dt}, {bias, adt}},
                              [&](Builder& p) {
@@ -609,6 +619,36 @@ TEST(ReferenceMxu, Bf16PassesAndEveryDrainWithinTolerance) {
       return ref::within_sum_bound(d.odt, res.fp64[i], want, err);
     }, [&](size_t i) { return "reference " + num(res.fp64[i]) + ", exact " + num(exact[i]); });
   });
+}
+
+// f8e4m3 x f8e4m3 on a chip with an fp8 rate: values from 2^-9 (f8e4m3's subnormals) to 2^8, so products span
+// 2^-18..2^17 and f32 sums round: the order matters. The simulator against the reference machine that sums in the
+// ISA's order in f64 rounded to f32 after every add (FloatSums::IsaF32: products exact, l = 0..k-1 within a pass,
+// then added to the accumulator; the same reference as bf16's), bit for bit, through drains to f32, bf16 and
+// f8e4m3 with every bias, relu and scale; and the fp64 reference against the exact host sums within the bound.
+TEST(ReferenceMxu, Fp8PassesAndDrainsBitExactInTheIsaOrder) {
+  std::vector<std::string> sets = default_sets();
+  sets.push_back("mxu.fp8_rate=2");
+  TPUSIM_MACHINES(m, sets);
+  const int64_t R = m->cfg.mxu.rows, C = m->cfg.mxu.cols;
+  const double scale = 0.3;
+  run_matmul_drains(*m, DType::F8E4M3, scale, 1, [&](const Drain& d, const MatmulCase& c,
+                                                    const std::vector<double>& bias, const Results& res) {
+    expect_all(drain_name("f8e4m3", d) + " (sim vs f32-ordered reference)", res.sim.size(),
+               [&](size_t i) { return same(res.sim[i], res.isaf32[i]); },
+               [&](size_t i) { return "sim " + num(res.sim[i]) + ", reference " + num(res.isaf32[i]); });
+    std::vector<double> exact, mag;
+    host_matmul(c, R, C, exact, mag);
+    const double s = d.scale ? std::fabs(ref::to_f32(scale)) : 1.0;
+    if (d.odt != DType::F8E4M3)  // (f8e4m3's own rounding is far coarser than the sum bound)
+      expect_all(drain_name("f8e4m3", d) + " (fp64 reference vs host math)", exact.size(), [&](size_t i) {
+        double x = exact[i] + (d.bias ? bias[i % C] : 0);
+        if (d.relu) x = std::max(x, 0.0);
+        x *= s;
+        const double err = ref::sum_error_bound(R + c.k2, mag[i] + (d.bias ? std::fabs(bias[i % C]) : 0), s);
+        return ref::within_sum_bound(d.odt, res.fp64[i], x, err);
+      }, [&](size_t i) { return "reference " + num(res.fp64[i]) + ", exact " + num(exact[i]); });
+  }, all_drains({DType::F32, DType::BF16, DType::F8E4M3}), -9, 7);
 }
 
 TEST(ReferenceMxu, Int8WorstCaseExactOnTheLargestArray) {

@@ -61,7 +61,7 @@ int64_t get(const Case& c, const char* name) {
 
 // The chip's figures for the plain roofline.
 struct ChipFigures {
-  double peak_bf16 = 0, peak_i8 = 0, hbm = 0;  // flop/s, flop/s, bytes/s
+  double peak_bf16 = 0, peak_fp8 = 0, hbm = 0;  // flop/s, flop/s, bytes/s
   double clock_mhz = 0;
 };
 ChipFigures figures(const sim::ChipConfig& cfg) {
@@ -69,18 +69,20 @@ ChipFigures figures(const sim::ChipConfig& cfg) {
   const double macs = static_cast<double>(cfg.chip.cores) * cfg.core.mxus * cfg.mxu.rows * cfg.mxu.cols;
   f.clock_mhz = cfg.chip.clock_mhz;
   f.peak_bf16 = 2.0 * macs * cfg.chip.clock_mhz * 1e6;
-  f.peak_i8 = f.peak_bf16 * cfg.mxu.i8_rate;
+  // fp8 at the chip's fp8 rate; a chip without one (mxu.fp8_rate = 0) fails the fp8 cases when they run, and
+  // their roofline is then bf16's.
+  f.peak_fp8 = f.peak_bf16 * std::max(1, cfg.mxu.fp8_rate);
   f.hbm = cfg.hbm.bandwidth_gbs * 1e9;
   return f;
 }
 
 // The GEMM kernel the compiler emits for `y = x @ W^T` (W [n, k], a Linear layer) on this chip: gemm_chip's
-// tiled schedule with the weights transposed on load, K split where tiles alone leave cores idle; fp8 runs as
-// the 1-byte type at the chip's i8 rate.
+// tiled schedule with the weights transposed on load, K split where tiles alone leave cores idle; fp8 goldens
+// run as f8e4m3 (OCP E4M3, what the goldens' cuBLASLt fp8 GEMMs take) at the chip's mxu.fp8_rate.
 isa::Program gemm_program(const Case& c, const std::map<std::string, int64_t>& symbols) {
   kernels::GemmChip g;
   g.m = get(c, "m"), g.n = get(c, "n"), g.k = get(c, "k");
-  g.in = c.cls == "gemm_fp8" ? isa::DType::I8 : isa::DType::BF16;
+  g.in = c.cls == "gemm_fp8" ? isa::DType::F8E4M3 : isa::DType::BF16;
   g.out = isa::DType::BF16;
   g.trans_b = true;
   g.max_split_k = 16;  // as cuBLAS splits K when the output tiles alone leave SMs idle
@@ -102,7 +104,7 @@ isa::Program attention_program(const Case& c, const std::map<std::string, int64_
 }
 
 void fill_roofline(Case& c, const ChipFigures& f) {
-  const double peak = c.cls == "gemm_fp8" ? f.peak_i8 : f.peak_bf16;
+  const double peak = c.cls == "gemm_fp8" ? f.peak_fp8 : f.peak_bf16;
   const double t = std::max(c.flops / peak, c.bytes / f.hbm) * 1e6;
   c.roofline_us = t + kFixedUs;
   c.regime = t < kFixedUs ? Regime::Launch : (c.bytes / f.hbm >= c.flops / peak ? Regime::Memory : Regime::Compute);
@@ -329,7 +331,7 @@ int run(const Options& opts, std::ostream& log) {
   for (const std::string& f : files) header << " " << f;
   header << " (" << cases.size() << " cases run). Timing-only; the simulated time includes chip.launch_cycles. The "
          << "roofline baseline is max(flops / peak, bytes / HBM bandwidth) + " << kFixedUs << " us with this "
-         << "chip's peak (" << fig.peak_bf16 / 1e12 << " TFLOP/s bf16, " << fig.peak_i8 / 1e12 << " fp8) and HBM ("
+         << "chip's peak (" << fig.peak_bf16 / 1e12 << " TFLOP/s bf16, " << fig.peak_fp8 / 1e12 << " fp8) and HBM ("
          << fig.hbm / 1e12 << " TB/s); attention's flops are 4 B H S^2 D, halved for causal, its bytes q, k, v "
          << "and o once each.\n";
 

@@ -4,12 +4,13 @@
 Checks, each against something computed here independently:
   - every case ran (a finite simulated time, no error) and the CSV has the sample's size;
   - the held-out flags follow the documented hash (FNV-1a of "class m=.. n=.. k=..", one in five);
-  - one case's simulated time equals chip_bench's cycles for the same kernel over the preset's clock;
+  - one case's simulated time equals chip_bench's cycles for the same kernel over the preset's clock, for a bf16
+    case and for an fp8 one (chip_bench --dtype fp8: the fp8 goldens run as f8e4m3 at mxu.fp8_rate);
   - summary.csv's MAPE for gemm_bf16 equals the mean of |simulated - measured| / measured over cases.csv;
   - scatter.svg is well-formed XML with one circle per case;
   - --jobs 2 (two worker processes) gives the same rows, simulated times included;
-  - the sample's bf16 MAPE has not grown past its recorded level (a regression guard: a modelling change that
-    makes it worse must say so by changing RECORDED_BF16_MAPE here).
+  - the sample's bf16 and fp8 MAPEs have not grown past their recorded levels (regression guards: a modelling
+    change that makes one worse must say so by changing RECORDED_BF16_MAPE or RECORDED_FP8_MAPE here).
 usage: validate_sample.py TPUSIM CHIP_BENCH OUT_DIR
 """
 import csv
@@ -28,6 +29,10 @@ SAMPLE, MAX_GFLOP = 16, 20
 # became one matrix unit of 16 x 128 and split K's reduction was spread over every core (the 120-case sample:
 # bf16 28.2% to 15.6%; docs/validation.md).
 RECORDED_BF16_MAPE = 13.6
+# 52.9 measured 2026-12-03 (h200-like's 16 x 128 matrix unit) when the fp8 goldens began to run as f8e4m3 at
+# mxu.fp8_rate (2 on h200-like); before, as int8 at mxu.i8_rate (also 2): the same simulated times case for case,
+# so the same 52.9 (and 55.7% on `tpusim validate --sample 40 --max-gflop 20`, unchanged too).
+RECORDED_FP8_MAPE = 52.9
 
 
 def main():
@@ -50,6 +55,14 @@ def main():
     line = subprocess.run([chip_bench, "--config", "h200-like", "--m", shape["m"], "--n", shape["n"], "--k",
                            shape["k"], "--out", "bf16", "--trans-b", "--max-split-k", "16"],
                           check=True, capture_output=True, text=True).stdout
+    cycles = int(line.split(" cycles")[0].split()[-1])
+    assert abs(cycles / 1830.0 - float(r["simulated_us"])) < 1e-6 * cycles, (cycles, r["simulated_us"])
+    r = next(x for x in rows if x["class"] == "gemm_fp8")  # fp8: f8e4m3 inputs, bf16 out, as validate runs it
+    shape = dict(kv.split("=") for kv in r["shape"].split())
+    line = subprocess.run([chip_bench, "--config", "h200-like", "--m", shape["m"], "--n", shape["n"], "--k",
+                           shape["k"], "--dtype", "fp8", "--out", "bf16", "--trans-b", "--max-split-k", "16"],
+                          check=True, capture_output=True, text=True).stdout
+    assert " fp8 " in line, line
     cycles = int(line.split(" cycles")[0].split()[-1])
     assert abs(cycles / 1830.0 - float(r["simulated_us"])) < 1e-6 * cycles, (cycles, r["simulated_us"])
 
@@ -76,9 +89,15 @@ def main():
     doc = xml.dom.minidom.parse(f"{out}/scatter.svg")
     assert len(doc.getElementsByTagName("circle")) == len(rows)
 
-    print(f"validate sample: {len(rows)} cases, gemm_bf16 MAPE {mape:.1f}% (recorded {RECORDED_BF16_MAPE})")
+    fp8 = [x for x in rows if x["class"] == "gemm_fp8"]
+    mape8 = 100 * sum(abs(float(x["simulated_us"]) - float(x["measured_us"])) / float(x["measured_us"])
+                      for x in fp8) / len(fp8)
+    print(f"validate sample: {len(rows)} cases, gemm_bf16 MAPE {mape:.1f}% (recorded {RECORDED_BF16_MAPE}), "
+          f"gemm_fp8 MAPE {mape8:.1f}% (recorded {RECORDED_FP8_MAPE})")
     if RECORDED_BF16_MAPE is not None:
         assert mape <= RECORDED_BF16_MAPE + 0.5, f"bf16 MAPE {mape:.2f}% grew past {RECORDED_BF16_MAPE}%"
+    if RECORDED_FP8_MAPE is not None:
+        assert mape8 <= RECORDED_FP8_MAPE + 0.5, f"fp8 MAPE {mape8:.2f}% grew past {RECORDED_FP8_MAPE}%"
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tpusim::isa {
 
@@ -33,11 +34,15 @@ enum class Unit : uint8_t { Core, DmaIn, DmaOut, Mxu, Vpu };
 inline constexpr int kNumUnits = 5;
 const char* unit_name(Unit u);  // "core", "dmain", "dmaout", "mxu", "vpu"
 
-enum class DType : uint8_t { I8 = 0, I32 = 1, BF16 = 2, F32 = 3 };
-inline constexpr int kNumDTypes = 4;
+// F8E4M3 is OCP FP8 E4M3 in its "fn" variant (torch.float8_e4m3fn, NVIDIA Hopper's e4m3): bias 7, subnormals,
+// no infinities, NaN = S.1111.111 only, largest finite 448 (numerics.h; docs/isa.md, "Numerics").
+enum class DType : uint8_t { I8 = 0, I32 = 1, BF16 = 2, F32 = 3, F8E4M3 = 4 };
+inline constexpr int kNumDTypes = 5;
 int dtype_size(DType t);                              // bytes per element
-const char* dtype_name(DType t);                      // "i8", "i32", "bf16", "f32"
-std::optional<DType> dtype_from_name(std::string_view name);  // also accepts "int8", "int32", "float32", ...
+const char* dtype_name(DType t);                      // "i8", "i32", "bf16", "f32", "f8e4m3"
+std::optional<DType> dtype_from_name(std::string_view name);  // also accepts "int8", "int32", "float32", "fp8", ...
+// The aliases dtype_from_name accepts besides the names, for documentation.
+const std::vector<const char*>& dtype_aliases();
 
 // Key: an unsigned immediate written by name after the positional operands (`mxu=2`), 0 when omitted.
 enum class OperandKind : uint8_t { Reg, Imm, UImm, Target, DType, Sem, Flag, Key };

@@ -30,6 +30,36 @@ inline uint16_t bf16_from_f32(float f) {
 }
 inline float f32_from_bf16(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
 
+// f8e4m3 (DType::F8E4M3): OCP FP8 E4M3, "fn" variant (torch.float8_e4m3fn): S.EEEE.MMM, bias 7, subnormals
+// m x 2^-9, no infinities, NaN = S.1111.111, largest finite 448. Decoding is exact.
+inline float f32_from_f8e4m3(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80) << 24, e = (b >> 3) & 15, m = b & 7;
+  if (e == 15 && m == 7) return f32_from_bits(sign | 0x7fc00000u);  // NaN, its sign kept
+  if (e == 0) {  // subnormal (or zero): m x 2^-9, exact in f32
+    const float v = static_cast<float>(m) * 0x1p-9f;
+    return sign ? -v : v;
+  }
+  return f32_from_bits(sign | ((e + 120) << 23) | (m << 20));  // 2^(e-7) x 1.m: f32 exponent e - 7 + 127
+}
+// f32 to f8e4m3: round to nearest, ties to even, as if the exponent had no upper bound; a rounded magnitude above
+// 448 (an operand beyond 464), an infinity or NaN gives NaN with the operand's sign (torch's conversion to
+// float8_e4m3fn: not saturating). Subnormals round at their fixed spacing 2^-9; tiny values give a signed zero.
+inline uint8_t f8e4m3_from_f32(float f) {
+  const uint32_t b = bits_from_f32(f);
+  const auto sign = static_cast<uint8_t>((b >> 24) & 0x80);
+  const uint32_t a = b & 0x7fffffffu;
+  if (a > 0x43e80000u) return sign | 0x7f;  // beyond 464 (the midpoint of 448 and 480), inf, NaN
+  if (a < 0x3c800000u) {                    // below 2^-6: subnormal range, spacing 2^-9
+    // a's value x 2^9 rounded to an integer, nearest even: exact in f32 (a < 2^-6, so a x 2^9 < 8)
+    const float q = std::nearbyint(f32_from_bits(a) * 0x1p9f);  // default rounding: to nearest, ties to even
+    return sign | static_cast<uint8_t>(q);  // q = 8 is 2^-6, the smallest normal: its bits are 0.0001.000
+  }
+  // Normal: keep 3 of f32's 23 mantissa bits, rounding the other 20 to nearest even; a carry moves the exponent.
+  const uint32_t r = a + 0x7ffffu + ((a >> 20) & 1u);
+  const uint32_t e = (r >> 23) - 120, m = (r >> 20) & 7;  // f32 exponent - 127 + 7
+  return sign | static_cast<uint8_t>((e << 3) | m);  // 464 exactly ties to 448 (even); above it was NaN
+}
+
 // Round to nearest even and saturate into [lo, hi]; NaN becomes 0.
 inline int64_t round_saturate(double x, int64_t lo, int64_t hi) {
   if (std::isnan(x)) return 0;

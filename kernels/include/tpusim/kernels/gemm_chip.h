@@ -1,5 +1,6 @@
 // gemm_chip: a generator of GEMM kernels that use every core and every matrix unit of a chip:
-// c[M,N] = a[M,K] @ b[K,N] (i8 accumulating in i32, or bf16 in f32), cast to the output type.
+// c[M,N] = a[M,K] @ b[K,N] (i8 accumulating in i32, or bf16 or f8e4m3 in f32), cast to the output type. f8e4m3
+// runs only on a chip with an fp8 rate (mxu.fp8_rate > 0): elsewhere its mxu.lw fails when the program runs.
 //
 // Work split. The N columns fall into strips of C = MXU_COLS columns and the strips into groups of U (the matrix
 // units used per core): group g is columns [g*U*C, (g+1)*U*C), strip j of a group runs on matrix unit j, and core
@@ -56,7 +57,7 @@ enum class GemmSchedule { Auto, Strips, Tiles };
 
 struct GemmChip {
   int64_t m = 0, k = 0, n = 0;
-  isa::DType in = isa::DType::BF16;   // i8 or bf16
+  isa::DType in = isa::DType::BF16;   // i8, bf16 or f8e4m3 (the byte size sets the tiles; f8e4m3 is an i8 in size)
   isa::DType out = isa::DType::F32;   // i8, i32, bf16 or f32
   int cores = 0;                      // cores to use; 0: every core of the chip (CORES)
   int mxus = 0;                       // matrix units per core to use; 0: every one (MXUS, at most 7)
@@ -73,7 +74,7 @@ struct GemmChip {
   int split_k = 0;  // > 0: exactly this many splits of K (fewer if K has fewer chunks); 0: chosen, <= max_split_k
   int slots = 0;    // tiled schedule: 2..4 operand slots (chunks in flight) exactly; 0: chosen
   // The epilogue and layouts gemm.s has, for the compiler (tiled schedule only, no split K, at most 6 units):
-  bool bias = false;        // input `bias` [N] (i32 for i8 inputs, f32 for bf16) added to the accumulators
+  bool bias = false;        // input `bias` [N] (i32 for i8 inputs, f32 for bf16 and f8e4m3) added to the accumulators
   bool relu = false;        // max(x, 0) after the bias
   uint32_t scale_bits = 0;  // f32 bits multiplying the accumulator before the cast (0: none)
   bool b_tiled = false;     // b stored tile by tile: [cdiv(K,R), cdiv(N,C), R, C], zero-padded (gemm.s's B_TILED)

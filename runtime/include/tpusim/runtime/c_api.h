@@ -65,12 +65,14 @@ typedef enum {
   TPUSIM_INTERNAL = 6,             /* a bug */
 } TpusimErrorCode;
 
-/* isa::DType, value for value. Elements are little-endian; bf16 is the upper half of an IEEE float32. */
+/* isa::DType, value for value. Elements are little-endian; bf16 is the upper half of an IEEE float32; f8e4m3 is
+   one byte of OCP FP8 E4M3 ("fn": torch.float8_e4m3fn's bits, docs/isa.md "Numerics"). */
 typedef enum {
   TPUSIM_DTYPE_I8 = 0,
   TPUSIM_DTYPE_I32 = 1,
   TPUSIM_DTYPE_BF16 = 2,
   TPUSIM_DTYPE_F32 = 3,
+  TPUSIM_DTYPE_F8E4M3 = 4,
 } TpusimDType;
 
 /* How an ONNX model is compiled (runtime::CompileOptions::precision). */

@@ -1,8 +1,8 @@
 // NumPy .npy files in and out (docs/architecture.md, decision 7): the format the runtime and the CLI use for tensors.
 //
 // Reads format versions 1.0, 2.0 and 3.0 with dtypes int8 ('|i1', '<i1'), int32 ('<i4') and float32 ('<f4'),
-// C order only. Writes version 1.0 (2.0 when the header would not fit), in the same dtypes; bf16 tensors are
-// written as float32 (numpy has no bf16), which is exact. Every problem with a file is a runtime::Error whose
+// C order only. Writes version 1.0 (2.0 when the header would not fit), in the same dtypes; bf16 and f8e4m3 tensors are
+// written as float32 (numpy has neither type), which is exact. Every problem with a file is a runtime::Error whose
 // what() is one line starting with the file's path.
 #pragma once
 
@@ -34,7 +34,7 @@ struct HostTensor {
 // one, Fortran order, big-endian data or an unsupported dtype.
 HostTensor read_npy(const std::string& path);
 
-// Writes a .npy file (bf16 as float32). Throws Error if t is inconsistent (data size does not match shape and
+// Writes a .npy file (bf16 and f8e4m3 as float32). Throws Error if t is inconsistent (data size does not match shape and
 // dtype, negative dimension) or the file cannot be written.
 void write_npy(const std::string& path, const HostTensor& t);
 

@@ -226,7 +226,7 @@ class Client {
                        const std::map<std::string, std::vector<int64_t>>& input_shapes = {}) const;
   void check_fits(const Executable& exe) const;  // fits(), thrown
   // Checks `inputs` against the executable's declarations (every input given, names known, dtype and shape
-  // equal; float32 data for a bf16 input is rounded to bf16, to nearest even), then runs it on device 0 with
+  // equal; float32 data for a bf16 or f8e4m3 input is rounded to it, to nearest even, as vpu.cast), then runs it on device 0 with
   // zero-copy inputs and host-memory outputs, and waits.
   ExecuteResult execute(const Executable& exe, const std::map<std::string, HostTensor>& inputs,
                         const ExecuteOptions& opts = {});

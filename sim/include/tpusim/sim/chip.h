@@ -98,10 +98,10 @@ struct RunStats {
   int cores = 1;                  // chip.cores
   int cores_running = 1;          // the program's .cores
   ActionCounts actions;           // what every unit did, for the energy model (tpusim/sim/energy.h)
-  // From `actions`: useful multiply-accumulates (m * k * n per mxu.mm, i8 and bf16), every matrix unit
+  // From `actions`: useful multiply-accumulates (m * k * n per mxu.mm, i8, bf16 and f8e4m3), every matrix unit
   uint64_t mxu_macs = 0;
   double mxu_mac_utilization = 0; // mxu_macs / (rows * cols * cycles * every matrix unit of the chip), an i8 MAC
-                                  // counting 1 / mxu.i8_rate (so at most 1 on every chip)
+                                  // counting 1 / mxu.i8_rate, an f8e4m3 one 1 / mxu.fp8_rate (at most 1 on every chip)
   uint64_t hbm_bytes_read = 0;
   uint64_t hbm_bytes_written = 0;
   uint64_t shared_bytes_read = 0;    // the [shared] memory level, by DMA with `shared`, and a cache's hits

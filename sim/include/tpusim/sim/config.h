@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tpusim/isa/isa.h"
+
 namespace boost::program_options {
 class error;
 }
@@ -39,6 +41,7 @@ struct MxuParams {
   int acc_rows;         // mxu.acc_rows: accumulator memory depth, rows of mxu.cols 32-bit words
   std::string dataflow; // mxu.dataflow: ws, os or is (sim/src/mxu.cpp, docs/dataflows.md)
   int i8_rate;          // mxu.i8_rate: input rows an i8 mxu.mm streams per cycle (bf16: 1), ws only
+  int fp8_rate;         // mxu.fp8_rate: the same for f8e4m3; 0 = no fp8 on this chip
 };
 struct VpuParams {
   int lanes;            // vpu.lanes
@@ -127,6 +130,11 @@ struct ChipConfig {
   // Peak multiply-accumulates per cycle of the whole chip, for inputs of `i8` (else bf16).
   double peak_macs_per_cycle(bool i8 = false) const {
     return static_cast<double>(mxu.rows) * mxu.cols * total_mxus() * (i8 ? mxu.i8_rate : 1);
+  }
+  // ... for inputs of type `in` (i8, bf16 or f8e4m3; 0 for f8e4m3 on a chip without an fp8 rate).
+  double peak_macs_per_cycle(isa::DType in) const {
+    const int rate = in == isa::DType::I8 ? mxu.i8_rate : in == isa::DType::F8E4M3 ? mxu.fp8_rate : 1;
+    return static_cast<double>(mxu.rows) * mxu.cols * total_mxus() * rate;
   }
   double seconds(uint64_t cycles) const { return static_cast<double>(cycles) / (chip.clock_mhz * 1e6); }
 };
