@@ -175,6 +175,14 @@ struct TilePlan {
   double estimate = 0;  // cycles (see choose_tiles)
 };
 
+// Rows of a the matrix unit streams per cycle for the input type: MXU_I8_RATE, MXU_FP8_RATE (bf16: 1). The
+// estimates count a stream of m rows as max(ceil(m / rate), R) cycles (the weight load, R cycles, hides behind it).
+int64_t stream_rate(const GemmChip& g, const std::map<std::string, int64_t>& s) {
+  const char* name = g.in == isa::DType::I8 ? "MXU_I8_RATE" : g.in == isa::DType::F8E4M3 ? "MXU_FP8_RATE" : nullptr;
+  auto it = name ? s.find(name) : s.end();
+  return it == s.end() ? 1 : std::max<int64_t>(1, it->second);
+}
+
 // The strips schedule's row tile bound (0: a row of a does not fit).
 int64_t strips_tm_max(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t U) {
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
@@ -191,14 +199,14 @@ int64_t strips_tm_max(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
 // row tile's first group, a K/R-th of the next row tile's a. Plus the first row tile's a (before any fold), one
 // latency and the last drain.
 double strips_estimate(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t U,
-                       int64_t hbm_bpc, int64_t vpu_width, int64_t latency) {
+                       int64_t hbm_bpc, int64_t vpu_width, int64_t latency, int64_t rate) {
   const double E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const int64_t TM_MAX = strips_tm_max(g, R, C, ACC, VMEM, U);
   const int64_t TM = cdiv(g.m, cdiv(g.m, TM_MAX)), MT = cdiv(g.m, TM), KT = cdiv(g.k, R);
   const int64_t GC = cdiv(cdiv(g.n, U * C), P);  // column groups per core (the busiest)
   const double share = static_cast<double>(hbm_bpc) / static_cast<double>(std::min(P, cdiv(g.n, U * C)));
   const double W = static_cast<double>(std::min(U * C, g.n)), tm = static_cast<double>(TM);
-  const double work = static_cast<double>(std::max(TM, R));
+  const double work = static_cast<double>(std::max(cdiv(TM, rate), R));
   auto fold = [&](double bytes) {
     const double transfer = bytes / share;
     return std::max({work, transfer, static_cast<double>(latency) + transfer});
@@ -228,7 +236,8 @@ int64_t reduce_chunk(int64_t mn, int64_t sk, int64_t out_bytes, int64_t vmem, in
 // largest multiple of R whose NSLOT slots and two C buffers fit VMEM, and its halves down to 4 folds (a smaller
 // chunk fills the pipeline sooner); and, with max_split_k > 1, SK splits of K.
 // Estimate, per work item (a tile, or a split of one): its chunks, each taking the longest of its matrix work
-// (KC/R folds x S strips x max(TM, R) cycles: a weight load, R cycles, hides behind a stream of at least R rows),
+// (KC/R folds x S strips x max(TM / rate, R) cycles: a weight load, R cycles, hides behind a stream of at least R
+// rows; stream_rate),
 // its transfer (its operands and its share of the tile's stores) at this core's share of the bandwidth (the
 // cache's when the chip has one, since tiles re-read their operands from it, else HBM's; shared by the cores
 // loading at once, and at most what the core's VMEM ports take) and (latency + transfer) / (NSLOT - 1) (NSLOT - 1 chunks in flight); plus, once, the shorter
@@ -236,7 +245,8 @@ int64_t reduce_chunk(int64_t mn, int64_t sk, int64_t out_bytes, int64_t vmem, in
 // K adds the reduction: every split's f32 partials written (to HBM: the cache writes through) and read back,
 // the result written, a barrier.
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t U,
-                      int64_t mem_bpc, int64_t hbm_bpc, int64_t core_bpc, int64_t vpu_width, int64_t latency) {
+                      int64_t mem_bpc, int64_t hbm_bpc, int64_t core_bpc, int64_t vpu_width, int64_t latency,
+                      int64_t rate) {
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const bool may_split = g.max_split_k > 1 || g.split_k > 1;
   TilePlan best;
@@ -275,7 +285,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
             const double share = std::min(static_cast<double>(mem_bpc) / std::min(items, static_cast<double>(P)),
                                           static_cast<double>(core_bpc));
             const double chunks = static_cast<double>(cdiv(ks, kc));
-            const double work = static_cast<double>(cdiv(kc, R) * S * std::max(tm, R));
+            const double work = static_cast<double>(cdiv(kc, R) * S * std::max(cdiv(tm, rate), R));
             const double transfer = (static_cast<double>((tm + std::min(W, g.n)) * kc * E) +
                                      static_cast<double>(tm * std::min(W, g.n) * O) / chunks) / share;
             const double chunk = std::max({work, transfer, (static_cast<double>(latency) + transfer) / (nslot - 1)});
@@ -320,7 +330,8 @@ TilePlan plan_tiles(const GemmChip& g, const std::map<std::string, int64_t>& s, 
   const int64_t vmem_bpc = optional("VMEM_BYTES_PER_CYCLE", 0);
   const int64_t core_bpc = vmem_bpc > 0 ? vmem_bpc : mem_bpc;
   return choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, core_bpc,
-                      std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100));
+                      std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100),
+                      stream_rate(g, s));
 }
 
 // True when the chip has a cache in front of HBM (the strips estimate models HBM alone).
@@ -330,7 +341,8 @@ double strips_estimate_of(const GemmChip& g, const std::map<std::string, int64_t
   auto optional = [&s](const char* name, int64_t otherwise) { return optional_symbol(s, name, otherwise); };
   return strips_estimate(g, symbol(s, "MXU_ROWS"), symbol(s, "MXU_COLS"), symbol(s, "ACC_ROWS"), symbol(s, "VMEM_BYTES"),
                          P, U, std::max<int64_t>(1, optional("HBM_BYTES_PER_CYCLE", 64)),
-                         std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100));
+                         std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100),
+                         stream_rate(g, s));
 }
 
 std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t U) {

@@ -295,7 +295,7 @@ struct PyFuture {
   PyResult result() const {
     runtime::ExecuteOutput out = take(await_nogil(f));
     PyResult r{py::dict(), std::move(out.run), exe, cfg, traced, py::object()};
-    for (auto& [name, b] : out.outputs) r.outputs[py::str(name)] = py::cast(PyBuffer{b});
+    for (auto& [name, b] : out.outputs) r.outputs[py::str(name)] = py::cast(PyBuffer{b, py::object()});
     return r;
   }
   bool done() const { return f.ready(); }

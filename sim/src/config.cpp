@@ -184,6 +184,10 @@ std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cf
       {"MXU_COLS", cfg.mxu.cols},
       {"ACC_ROWS", cfg.mxu.acc_rows},
       {"MXUS", cfg.core.mxus},
+      // input rows an i8 / f8e4m3 mxu.mm streams per cycle (bf16: 1): kernel estimates count a stream of m rows
+      // as ceil(m / rate) cycles, as the matrix unit takes it
+      {"MXU_I8_RATE", cfg.mxu.i8_rate},
+      {"MXU_FP8_RATE", cfg.mxu.fp8_rate},
       {"CORES", cfg.chip.cores},
       {"SHARED_BYTES", static_cast<int64_t>(cfg.shared_bytes())},
       {"VMEM_BYTES", static_cast<int64_t>(cfg.vmem_bytes())},
