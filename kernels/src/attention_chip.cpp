@@ -188,7 +188,7 @@ void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
 }
 
 Layout plan_of(const AttentionChip& a, const Chip& c) {
-  if (a.block_q || a.block_k) {
+  if (a.block_q) {
     if (a.block_q < 1 || a.block_k < 1 || (a.causal && a.block_q % a.block_k))
       throw std::invalid_argument("attention_chip: block_q must be a positive multiple of block_k");
     Layout L;
@@ -206,7 +206,10 @@ Layout plan_of(const AttentionChip& a, const Chip& c) {
     return std::max<int64_t>(16, int64_t{1} << static_cast<int>(std::ceil(std::log2(static_cast<double>(n)))));
   };
   const int64_t span_q = span_of(a.seq), span_k = span_of(a.seq_k ? a.seq_k : a.seq);
-  for (int64_t bc = 16; bc <= 256 && bc <= span_k; bc *= 2)
+  // block_k alone: that key block (the results depend on it, not on BR: fully masked blocks change nothing).
+  if (a.block_k < 0) throw std::invalid_argument("attention_chip: block_k must not be negative");
+  for (int64_t bc = a.block_k ? a.block_k : 16; bc <= (a.block_k ? a.block_k : std::min<int64_t>(256, span_k));
+       bc *= 2)
     for (int64_t br = std::min(bc, span_q); br <= 512 && br <= span_q && br <= 8 * bc; br *= 2) {
       Layout L;
       if (!lay_out(a, c, br, bc, L)) continue;

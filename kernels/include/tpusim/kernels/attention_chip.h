@@ -38,7 +38,10 @@
 // Numerics: S in f32 (bf16 products exact, f32 sums), scaled in f32 (vpu.acc's scale), softmax statistics in f32;
 // P is rounded to bf16 before the P V product (as FlashAttention does); l sums the f32 P before that rounding.
 // Rows of a query block past the sequence, and key rows past it, compute on stale VMEM (finite values loaded
-// earlier, or zeros): their results are never stored, and masked key columns give P = 0 exactly.
+// earlier, or zeros): their results are never stored, and masked key columns give P = 0 exactly. A row's result
+// depends on BC (where the running max is taken) and the matrix units' shape, not on BR, the cores or the number
+// of matrix units (a key block wholly past a row's diagonal changes nothing: alpha = 1, P = 0); so fixing
+// block_k gives bit-identical results on every chip of those units.
 #pragma once
 
 #include <cstdint>
@@ -68,7 +71,9 @@ struct AttentionChip {
   isa::DType out = isa::DType::BF16;  // bf16 or f32
   int cores = 0;                      // cores to use; 0: every core of the chip (CORES)
   int mxus = 0;                       // matrix units per core; 0: every one (MXUS, at most 4)
-  int64_t block_q = 0, block_k = 0;   // BR and BC exactly (causal: BR a multiple of BC); 0: chosen by the estimate
+  // BR and BC exactly (causal: BR a multiple of BC); 0: chosen by the estimate; block_k alone: BC, and BR chosen.
+  // The results depend on BC (the online softmax's steps), not on BR, the cores or the matrix units.
+  int64_t block_q = 0, block_k = 0;
   bool operator==(const AttentionChip&) const = default;
 };
 
