@@ -179,7 +179,7 @@ void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
   int64_t blocks = 0;
   for (int64_t t = 0; t < items; ++t) {
     const int64_t qb = a.causal ? L.NQ - 1 - t % L.NQ : t % L.NQ;
-    const int64_t n = a.causal ? std::min(L.NBK, (qb + 1) * L.mul) : L.NBK;
+    const int64_t n = a.causal ? std::min(L.NBK, cdiv((qb + 1) * BR, BC)) : L.NBK;
     blocks += n;
     core[static_cast<size_t>(t % c.P)] += fill + static_cast<double>(n) * block;
   }
@@ -189,8 +189,8 @@ void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
 
 Layout plan_of(const AttentionChip& a, const Chip& c) {
   if (a.block_q) {
-    if (a.block_q < 1 || a.block_k < 1 || (a.causal && a.block_q % a.block_k))
-      throw std::invalid_argument("attention_chip: block_q must be a positive multiple of block_k");
+    if (a.block_q < 1 || a.block_k < 1 || (a.causal && a.block_q % a.block_k && a.block_k % a.block_q))
+      throw std::invalid_argument("attention_chip: block_q must be a positive multiple or divisor of block_k");
     Layout L;
     if (!lay_out(a, c, a.block_q, a.block_k, L))
       throw std::invalid_argument("attention_chip: blocks of " + std::to_string(a.block_q) + " x " +
@@ -200,8 +200,9 @@ Layout plan_of(const AttentionChip& a, const Chip& c) {
   }
   Layout best;
   bool found = false;
-  // Query blocks up to the queries' power of two, key blocks up to the keys'; BR a multiple of BC (causal: the
-  // mask's diagonal squares) unless the queries are fewer than a key block (decoding: one query, many keys).
+  // Query blocks up to the queries' power of two, key blocks up to the keys'; BR a multiple of BC unless the
+  // queries are fewer than a key block (decoding: one query, many keys) or block_k is given (then any BR from 16:
+  // more, smaller items for many cores).
   auto span_of = [](int64_t n) {
     return std::max<int64_t>(16, int64_t{1} << static_cast<int>(std::ceil(std::log2(static_cast<double>(n)))));
   };
@@ -210,7 +211,7 @@ Layout plan_of(const AttentionChip& a, const Chip& c) {
   if (a.block_k < 0) throw std::invalid_argument("attention_chip: block_k must not be negative");
   for (int64_t bc = a.block_k ? a.block_k : 16; bc <= (a.block_k ? a.block_k : std::min<int64_t>(256, span_k));
        bc *= 2)
-    for (int64_t br = std::min(bc, span_q); br <= 512 && br <= span_q && br <= 8 * bc; br *= 2) {
+    for (int64_t br = a.block_k ? 16 : std::min(bc, span_q); br <= 512 && br <= span_q && br <= 8 * bc; br *= 2) {
       Layout L;
       if (!lay_out(a, c, br, bc, L)) continue;
       estimate(a, c, L);
@@ -479,7 +480,15 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       }
       e.line("vpu.sync signal=" + SFREE(u));
     }
-    if (a.causal) {  // block e = kb - qb * (BR/BC) >= 0 reaches the diagonal: rows above it -inf, then the triangle
+    if (a.causal && BR < BC) {  // only the item's last block, holding its rows' diagonal: triangle rows q0 % BC + [0, BR)
+      const std::string skip = e.fresh();
+      e.line("addi t1, nblk, -1"), e.line("bne " + kr + ", t1, " + skip);
+      e.line("muli t2, qb, " + std::to_string(BR)), e.li("t4", BC), e.line("rem t2, t2, t4");
+      e.line("muli t2, t2, " + std::to_string(BC * 4)), e.line("addi t2, t2, " + std::to_string(L.MASK));
+      e.li("t3", L.SB), e.li("t4", BR * BC);
+      e.line("vpu.add t3, t3, t2, t4, f32");
+      e.label(skip);
+    } else if (a.causal) {  // block e = kb - qb * (BR/BC) >= 0 reaches the diagonal: rows above it -inf, then the triangle
       const std::string skip = e.fresh(), tri = e.fresh();
       e.line("muli t1, qb, " + std::to_string(L.mul)), e.line("sub t1, " + kr + ", t1");
       e.line("blt t1, r0, " + skip);
@@ -568,11 +577,14 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   e.li("t0", H), e.line("rem h, t2, t0"), e.line("div b, t2, t0");
   e.line("muli t0, qb, " + std::to_string(BR)), e.li("t1", S), e.line("sub mt, t1, t0"), e.li("t1", BR),
       e.line("min mt, mt, t1");
-  if (a.causal)
-    e.line("addi t1, qb, 1"), e.line("muli nblk, t1, " + std::to_string(L.mul)), e.li("t1", L.NBK),
-        e.line("min nblk, nblk, t1");
-  else
+  if (a.causal) {  // the blocks up to the one holding the item's last row: ceil((qb + 1) BR / BC), at most NBK
+    e.line("addi t1, qb, 1"), e.line("muli t1, t1, " + std::to_string(BR));
+    e.line("addi t1, t1, " + std::to_string(BC - 1)), e.li("t2", BC), e.line("div nblk, t1, t2");
+    e.li("t1", L.NBK), e.line("min nblk, nblk, t1");
+    e.clobber("t2");
+  } else {
     e.line("li nblk, " + std::to_string(L.NBK));
+  }
   // The first query row's element offset b * batch + q0 * seq + h * head (q0 = qb * BR in t0), in bytes, for q
   // and o; the kv head's, b * batch + (h / (H / KVH)) * head, for k and v.
   auto offset = [&](const std::string& to, const std::string& base, const AttentionStrides& st, const std::string& row,

@@ -203,6 +203,30 @@ TEST(AttentionChip, ResultsDoNotDependOnTheCores) {
   for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], three[i]) << i;
 }
 
+// A row's result depends on the key block only (attention_chip.h): query blocks smaller than, equal to and larger
+// than the key block, on 1 or 3 cores, give the same bits, causal (where a query block smaller than the key block
+// masks a slice of the diagonal triangle) and bidirectional, and match the float64 reference.
+TEST(AttentionChip, ResultsDependOnTheKeyBlockOnly) {
+  Rig rig("v4-like", {"chip.cores=3"});
+  for (const bool causal : {true, false}) {
+    AttentionChip a = shape(2, 100, 2, 1, 32, causal);
+    a.block_k = 32;
+    std::vector<double> first;
+    for (const int64_t bq : {16, 32, 64}) {
+      for (const int cores : {3, 1}) {
+        a.block_q = bq, a.cores = cores;
+        if (bq == 16 && cores == 3) check(rig, a, 41);
+        const std::vector<double> o = run(rig, a, 41).o;
+        if (first.empty()) first = o;
+        ASSERT_EQ(o.size(), first.size());
+        for (size_t i = 0; i < o.size(); ++i)
+          ASSERT_EQ(o[i], first[i]) << i << (causal ? " causal" : " bidirectional") << " block_q " << bq << ", "
+                                    << cores << " cores";
+      }
+    }
+  }
+}
+
 // h200-like: 4 matrix units of 16 x 32 per core share each block's products (row groups and strips), 228 KB of
 // VMEM; head_dim 80 leaves a partial strip of the output columns.
 TEST(AttentionChip, H200LikeAgainstFloat64) {
@@ -298,7 +322,7 @@ TEST(AttentionChip, ShapesThatCannotRunSaySo) {
   EXPECT_EQ(message(shape(1, 0, 1, 1, 64, true)), "attention_chip: batch, seq, heads and head_dim must be positive");
   AttentionChip a = shape(1, 8, 1, 1, 64, true);
   a.block_q = 24, a.block_k = 16;
-  EXPECT_EQ(message(a), "attention_chip: block_q must be a positive multiple of block_k");
+  EXPECT_EQ(message(a), "attention_chip: block_q must be a positive multiple or divisor of block_k");
   a = shape(1, 8, 1, 1, 64, true);
   a.out = isa::DType::I8;
   EXPECT_EQ(message(a), "attention_chip: the output must be bf16 or f32");

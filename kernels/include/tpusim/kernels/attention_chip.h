@@ -71,7 +71,7 @@ struct AttentionChip {
   isa::DType out = isa::DType::BF16;  // bf16 or f32
   int cores = 0;                      // cores to use; 0: every core of the chip (CORES)
   int mxus = 0;                       // matrix units per core; 0: every one (MXUS, at most 4)
-  // BR and BC exactly (causal: BR a multiple of BC); 0: chosen by the estimate; block_k alone: BC, and BR chosen.
+  // BR and BC exactly (causal: BR a multiple or a divisor of BC); 0: chosen by the estimate; block_k alone: BC, and BR chosen.
   // The results depend on BC (the online softmax's steps), not on BR, the cores or the matrix units.
   int64_t block_q = 0, block_k = 0;
   bool operator==(const AttentionChip&) const = default;
