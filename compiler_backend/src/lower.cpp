@@ -131,6 +131,7 @@ void Lowering::lower_node(int i) {
 }
 
 int Lowering::add_buffer(const std::string& name, Buffer::Kind kind, DType dtype, Shape shape, uint64_t extra) {
+  if (kind == Buffer::Kind::Input || kind == Buffer::Kind::Output) io_names_.insert(name);
   Buffer b{name, kind, dtype, std::move(shape), {}, 0, extra};
   plan_.buffers.push_back(std::move(b));
   return static_cast<int>(plan_.buffers.size()) - 1;
@@ -144,9 +145,11 @@ int Lowering::add_const(const std::string& name, DType dtype, Shape shape, std::
   std::string unique = name;
   for (int suffix = 1;; ++suffix) {
     auto it = const_names_.find(unique);
-    if (it == const_names_.end()) break;
-    const Buffer& same = plan_.buffers[it->second];
-    if (same.dtype == dtype && same.shape == shape && same.data == data) return it->second;
+    if (it == const_names_.end() && !io_names_.count(unique)) break;
+    if (it != const_names_.end()) {
+      const Buffer& same = plan_.buffers[it->second];
+      if (same.dtype == dtype && same.shape == shape && same.data == data) return it->second;
+    }
     unique = name + "." + std::to_string(suffix);
   }
   int b = add_buffer(unique, Buffer::Kind::Const, dtype, std::move(shape));

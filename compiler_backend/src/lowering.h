@@ -191,6 +191,7 @@ class Lowering {
   std::map<int, std::vector<Stored>> st_;  // value -> its stored variants
   std::map<int, int> out_buf_;             // graph output value -> its Output buffer
   std::map<std::string, int> const_names_;
+  std::set<std::string> io_names_;  // the inputs' and outputs' names: a constant never takes one
   bool trans_b_ = false;      // gemm.s reads B transposed (TRANS_B)
   bool have_gather_ = false;  // kernels/gather.s exists
 

@@ -323,6 +323,13 @@ void check_tensor(const TensorDecl& t) {
   uint64_t bytes = dtype_size(t.dtype);
   for (int64_t d : t.shape)
     if (d < 0) throw Error(what + ": negative dimension " + std::to_string(d));
+  // The sizes other than 0 are bounded too, so that no partial product of a shape (as elements() makes them)
+  // can overflow, even where a size of 0 makes the tensor empty: [2^29, 2^53, 0] is refused.
+  uint64_t nonzero = dtype_size(t.dtype);
+  for (int64_t d : t.shape)
+    if (d != 0 && (__builtin_mul_overflow(nonzero, static_cast<uint64_t>(d), &nonzero) || nonzero > kMaxTensorBytes))
+      throw Error(what + ": more than " + size_text(kMaxTensorBytes) + " (the limit for one tensor)" +
+                  (std::count(t.shape.begin(), t.shape.end(), 0) ? " in its sizes other than 0" : ""));
   for (int64_t d : t.shape)
     if (d == 0) bytes = 0;
   for (int64_t d : t.shape)

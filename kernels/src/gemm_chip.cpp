@@ -211,6 +211,15 @@ double strips_estimate(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int
          tm * static_cast<double>(g.k) * E / share + static_cast<double>(latency) + drain;
 }
 
+// The split-K reduction's chunk: EL elements of c (a multiple of 16), at most an even share of M*N per core (so
+// that all P cores reduce), and small enough that two buffers of SK rows of EL f32 partials (each row 64-byte
+// aligned) and a row of the output fit VMEM. 0: not even 16 elements fit.
+int64_t reduce_chunk(int64_t mn, int64_t sk, int64_t out_bytes, int64_t vmem, int64_t cores) {
+  const int64_t fit = (vmem - 512 - 2 * sk * 64 - 64) / (2 * sk * 4 + out_bytes) / 16 * 16;
+  if (fit < 16) return 0;
+  return std::max<int64_t>(16, std::min(fit, cdiv(cdiv(mn, cores), 16) * 16));
+}
+
 // Chooses the tiled schedule's shape by an estimate of its time. Candidates: S strips per unit, accumulators
 // double-buffered (2 regions of S strips x TM rows: the next tile's matrix work overlaps this one's drain) or
 // single (twice the rows; the drain of U*S strips of TM x C at VPU_WIDTH per cycle then adds to each tile);
@@ -222,12 +231,12 @@ double strips_estimate(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int
 // (KC/R folds x S strips x max(TM, R) cycles: a weight load, R cycles, hides behind a stream of at least R rows),
 // its transfer (its operands and its share of the tile's stores) at this core's share of the bandwidth (the
 // cache's when the chip has one, since tiles re-read their operands from it, else HBM's; shared by the cores
-// loading at once) and (latency + transfer) / (NSLOT - 1) (NSLOT - 1 chunks in flight); plus, once, the shorter
+// loading at once, and at most what the core's VMEM ports take) and (latency + transfer) / (NSLOT - 1) (NSLOT - 1 chunks in flight); plus, once, the shorter
 // of a chunk's work and transfer: the pipeline's fill and drain. Items run in waves over the cores. Split
 // K adds the reduction: every split's f32 partials written (to HBM: the cache writes through) and read back,
 // the result written, a barrier.
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t U,
-                      int64_t mem_bpc, int64_t hbm_bpc, int64_t vpu_width, int64_t latency) {
+                      int64_t mem_bpc, int64_t hbm_bpc, int64_t core_bpc, int64_t vpu_width, int64_t latency) {
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const bool may_split = g.max_split_k > 1 || g.split_k > 1;
   TilePlan best;
@@ -260,9 +269,11 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
           for (int64_t want = !split ? 1 : g.split_k > 0 ? g.split_k : 2; want <= max_split; want *= 2) {
             const int64_t ks = cdiv(cdiv(g.k, want), kc) * kc, sk = cdiv(g.k, ks);
             if (want > 1 && sk < 2 && g.split_k == 0) break;
+            if (sk > 1 && reduce_chunk(g.m * g.n, sk, O, VMEM, P) == 0) break;  // its reduction does not fit VMEM
             const double items = static_cast<double>(tiles * sk);
             const double waves = std::ceil(items / static_cast<double>(P));
-            const double share = static_cast<double>(mem_bpc) / std::min(items, static_cast<double>(P));
+            const double share = std::min(static_cast<double>(mem_bpc) / std::min(items, static_cast<double>(P)),
+                                          static_cast<double>(core_bpc));
             const double chunks = static_cast<double>(cdiv(ks, kc));
             const double work = static_cast<double>(cdiv(kc, R) * S * std::max(tm, R));
             const double transfer = (static_cast<double>((tm + std::min(W, g.n)) * kc * E) +
@@ -284,7 +295,9 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
     }
   if (best.tm == 0)
     throw std::invalid_argument("gemm_chip: no tile of the tiled schedule fits VMEM (" + std::to_string(VMEM) +
-                                " bytes) with " + std::to_string(R) + " rows of K");
+                                " bytes) with " + std::to_string(R) + " rows of K" +
+                                (g.split_k > 1 ? " and the reduction of " + std::to_string(g.split_k) + " splits of K"
+                                               : std::string()));
   return best;
 }
 
@@ -303,8 +316,11 @@ TilePlan plan_tiles(const GemmChip& g, const std::map<std::string, int64_t>& s, 
   const int64_t cache_bpc = optional("CACHE_BYTES_PER_CYCLE", 0);
   const int64_t hbm_bpc = std::max<int64_t>(1, optional("HBM_BYTES_PER_CYCLE", 64));
   const int64_t mem_bpc = std::max<int64_t>(1, cache_bpc > 0 ? cache_bpc : hbm_bpc);
-  return choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, std::max<int64_t>(1, optional("VPU_WIDTH", 128)),
-                      optional("DMA_LATENCY", 100));
+  // A core takes its transfers at most at its VMEM ports' rate (0: an older caller's map, no limit).
+  const int64_t vmem_bpc = optional("VMEM_BYTES_PER_CYCLE", 0);
+  const int64_t core_bpc = vmem_bpc > 0 ? vmem_bpc : mem_bpc;
+  return choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, core_bpc,
+                      std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100));
 }
 
 // True when the chip has a cache in front of HBM (the strips estimate models HBM alone).
@@ -554,30 +570,30 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   o << "    addi t, t, " << P << "\n    jmp tile\ndone:\n";
   if (SK > 1) {
     // Reduction, after every core's partials are in ws: the M*N results in chunks of EL elements dealt over the
-    // cores; per chunk x = ws[0] + ws[1] + ... in order (f32), cast to c's type and stored. Y is double-buffered
-    // so the next split's load overlaps the add; semaphores 1-5 are reused (every unit is idle at the barrier).
+    // cores, EL small enough that every core gets a chunk where M*N allows (reduce_chunk). Per chunk, one transfer
+    // reads every split's partials (SK rows of nt f32, M*N apart in ws) into one of two X buffers, so the next
+    // chunk's read overlaps this one's adds; x = ws[0] + ws[1] + ... in split order (f32), cast to c's type and
+    // stored. Semaphores 1-3 are reused (every unit is idle at the barrier).
     const int64_t MN = g.m * g.n;
-    const int64_t EL = std::max<int64_t>(16, (VMEM - 512) / (12 + O) / 16 * 16), NCH = cdiv(MN, EL);
-    const int64_t VX = 0, VY0 = align64(EL * 4), VY1 = VY0 + align64(EL * 4), VO = VY1 + align64(EL * 4);
-    const int YFULL = 1, YFREE = 2, XFULL = 3, XFREE = 4, OFREE = 5;
-    o << "    barrier\n    sem.set s" << YFULL << ", 0\n    sem.set s" << YFREE << ", 2\n    sem.set s" << XFULL
-      << ", 0\n    sem.set s" << XFREE << ", 1\n    sem.set s" << OFREE << ", 1\n    sem.set s" << CFULL
-      << ", 0\n    addi t, cid, 0\n"
+    const int64_t EL = reduce_chunk(MN, SK, O, VMEM, P), NCH = cdiv(MN, EL);
+    const int64_t RS = align64(EL * 4), XB = SK * RS, VO = 2 * XB;
+    const int XFULL = 1, XFREE = 2, OFREE = 3;
+    o << "    barrier\n    sem.set s" << XFULL << ", 0\n    sem.set s" << XFREE << ", 2\n    sem.set s" << OFREE
+      << ", 1\n    sem.set s" << CFULL << ", 0\n    addi t, cid, 0\n    li slot, 0\n    li one, 1\n    li ar, " << SK
+      << "\n    li t3, " << RS << "\n"
       << "reduce:\n    li t0, " << NCH << "\n    bge t, t0, end\n"
       << "    muli k0, t, " << EL << "\n    li t0, " << MN << "\n    sub nt, t0, k0\n    li t0, " << EL
-      << "\n    min nt, nt, t0\n    muli t1, nt, 4\n    li one, 1\n"
-      << "    muli t0, k0, 4\n    li t2, ws\n    add t0, t0, t2\n    li va, " << VX << "\n"
-      << "    dma.ld va, t0, one, t1, r0, r0, wait=s" << XFREE << ", signal=s" << XFULL << "\n"
+      << "\n    min nt, nt, t0\n    muli t1, nt, 4\n"
+      << "    muli t0, k0, 4\n    li t2, ws\n    add t0, t0, t2\n    li t2, " << MN * 4 << "\n    addi va, slot, 0\n"
+      << "    dma.ld va, t0, ar, t1, t2, t3, wait=s" << XFREE << ", signal=s" << XFULL << "\n"
       << "    vpu.sync wait=s" << XFULL << "\n";
-    for (int64_t sp = 1; sp < SK; ++sp) {
-      o << "    addi t0, t0, " << MN * 4 << "\n    li vb, " << (sp % 2 ? VY0 : VY1) << "\n"
-        << "    dma.ld vb, t0, one, t1, r0, r0, wait=s" << YFREE << ", signal=s" << YFULL << "\n"
-        << "    vpu.add va, va, vb, nt, f32, wait=s" << YFULL << ", signal=s" << YFREE << "\n";
-    }
+    for (int64_t sp = 1; sp < SK; ++sp)
+      o << "    addi vb, va, " << sp * RS << "\n    vpu.add va, va, vb, nt, f32\n";
     o << "    li vc, " << VO << "\n    vpu.cast vc, va, nt, r0, f32, " << isa::dtype_name(g.out) << ", wait=s" << OFREE
       << "\n    vpu.sync signal=s" << XFREE << "\n    vpu.sync signal=s" << CFULL << "\n"
       << "    muli t0, k0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    muli t1, nt, " << O << "\n"
       << "    dma.st t0, vc, one, t1, r0, r0, wait=s" << CFULL << ", signal=s" << OFREE << "\n"
+      << "    li t0, " << XB << "\n    sub slot, t0, slot\n"
       << "    addi t, t, " << P << "\n    jmp reduce\nend:\n";
   }
   o << "    halt\n";

@@ -342,6 +342,14 @@ class Hardening(ErrorsBase):
                 self.assertEqual(p.returncode, 1)
                 self.assertRegex(p.stderr, pattern)
 
+    def test_tpub_empty_tensor_with_huge_other_sizes_is_refused(self):
+        # [2^29 + 1, 2^52 + 1, 0] holds no element, but the product of its first two sizes overflows int64: the
+        # loader passed it, and counting its elements was undefined behaviour (found by fuzz_tpub under UBSan).
+        p = self.run_error(["disasm", self.write_bytes("e.tpub", tpub([("a", 0, 3, 0, [(1 << 29) + 1, (1 << 52) + 1, 0],
+                                                                        0, 0)]))])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("input 'a': more than 1 TiB (the limit for one tensor) in its sizes other than 0", p.stderr)
+
     def test_disasm_to_a_full_device_fails(self):
         tpusim("asm", self.kernel("nop\n"), "-o", self.path("p.tpub"))
         p = self.run_error(["disasm", self.path("p.tpub"), "-o", "/dev/full"])
@@ -383,6 +391,22 @@ class Hardening(ErrorsBase):
                 self.assertEqual(p.returncode, 1, p.stderr)
                 self.assertIn(what, p.stderr)
                 self.assertIn("elements in its sizes other than 0, the limit (a tensor holds at most 1 TiB)", p.stderr)
+
+    def test_onnx_output_folded_to_a_constant_keeps_its_name(self):
+        # y = q * q with q = Squeeze(c) computed from constants only folds to a constant. The compiled program
+        # declared 'y' twice (the output, and the constant copied into it), so `compile` could not save it; found by
+        # fuzz_onnx. The constant now takes another name, and the saved program runs: y = 2 * 2.
+        model = onnx_model([helper.make_node("Squeeze", ["c"], ["q"], name="sq"),
+                            helper.make_node("Mul", ["q", "q"], ["y"], name="mul"),
+                            helper.make_node("Relu", ["x"], ["z"], name="relu")],
+                           [f32("x", [3])], [helper.make_tensor_value_info("y", TensorProto.INT64, None), f32("z", None)],
+                           [helper.make_tensor("c", TensorProto.INT64, [1], [2])])
+        prog = self.path("m.tpub")
+        tpusim("compile", self.save_model("m.onnx", model), "-o", prog)
+        np.save(self.path("x.npy"), np.array([-1, 0, 5], np.float32))
+        tpusim("run", prog, "--input", "x=" + self.path("x.npy"), "--output-dir", self.path("out"))
+        self.assertEqual(np.load(self.path("out/y.npy")).tolist(), 4)
+        self.assertEqual(np.load(self.path("out/z.npy")).tolist(), [0, 0, 5])
 
     def test_messages_quote_binary_escaped(self):
         p = self.run_error(["run", self.kernel("\x01\x02\x7f bad\n")])

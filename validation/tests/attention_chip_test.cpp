@@ -227,10 +227,10 @@ TEST(AttentionChip, ResultsDependOnTheKeyBlockOnly) {
   }
 }
 
-// h200-like: 4 matrix units of 16 x 32 per core share each block's products (row groups and strips), 228 KB of
-// VMEM; head_dim 80 leaves a partial strip of the output columns.
+// h200-like with 4 matrix units of 16 x 32 per core (the preset has one of 16 x 128) that share each block's
+// products (row groups and strips), 228 KB of VMEM; head_dim 80 leaves a partial strip of the output columns.
 TEST(AttentionChip, H200LikeAgainstFloat64) {
-  Rig rig("h200-like", {"chip.cores=8"});
+  Rig rig("h200-like", {"chip.cores=8", "core.mxus=4", "mxu.cols=32"});
   check(rig, shape(1, 70, 4, 2, 64, true), 21);
   check(rig, shape(2, 33, 2, 2, 80, false), 22);
   check(rig, shape(1, 150, 2, 1, 128, true), 23);
