@@ -342,7 +342,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     e.line("sem.set " + KVFULL(u) + ", 0"), e.line("sem.set " + SFULL(u) + ", 0"),
         e.line("sem.set " + SFREE(u) + ", 2"), e.line("sem.set " + PFULL(u) + ", 0"),
         e.line("sem.set " + OFULL(u) + ", 0"), e.line("sem.set " + OFREE(u) + ", " + std::to_string(NPV));
-  e.line("sem.set " + KVFREE + ", 3");
+  e.line("sem.set " + KVFREE + ", 0");  // the three slots are free once zeroed (below)
   e.line("sem.set " + QFREE + ", 2");
   e.line("sem.set " + OUTFULL + ", 0");
   if (a.key_bias) e.line("sem.set " + KBFULL + ", 0");
@@ -354,6 +354,9 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   e.li("t2", L.RL), e.li("t3", 1), e.line("vpu.exp t2, t0, t3, f32");
   e.li("t4", L.RS), e.li("t5", isa::bits_from_f32(-INFINITY)), e.line("vpu.cast t4, t2, t3, t5, f32, f32, scale_en");
   e.li("t2", L.Z + L.Mx * 4), e.li("t5", L.Mx * 4), e.line("vpu.addrow t2, t0, t4, t3, t1, t5, f32");
+  // The K/V slots zeroed (a sum over no columns), so that no key row a product reads is an earlier kernel's bytes.
+  e.li("t0", L.KV0), e.li("t1", 3 * L.KVB / 4), e.line("vpu.rsum t0, r0, t1, r0, r0, f32");
+  for (int s = 0; s < 3; ++s) e.line("vpu.sync signal=" + KVFREE);
   if (a.key_bias && L.NBK * BC > SK)  // the kb rows' columns past the keys: -inf (+ 0), never loaded over
     for (int64_t r = 0; r < 2; ++r) {
       e.li("t0", L.KB0 + r * L.KBB + SK * 4), e.li("t1", L.NBK * BC - SK), e.li("t6", L.Z);
@@ -389,10 +392,12 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     e.line("rem " + out + ", " + gr + ", three"), e.line("muli " + out + ", " + out + ", " + std::to_string(L.KVB));
     e.line("addi " + out + ", " + out + ", " + std::to_string(L.KV0));
   };
-  // S = Q K^T of the block in slot `slot`, into the S region of block `gr` (parity).
-  // kt: the block's keys (BC, or KTL for the last block): the weight tiles take only those key rows, so that
-  // stale VMEM past them (whatever an earlier kernel left there) never enters a product.
-  auto s_product = [&](const std::string& slot, const std::string& gr, int64_t kt) {
+  // S = Q K^T of the block in slot `slot`, into the S region of block `gr` (parity). The weight tiles are a whole
+  // block wide, also for a last block of fewer keys: a matrix unit writes only its tile's columns, and the drain
+  // reads all BC, so a narrower tile would leave an earlier kernel's accumulator bits (an int32 may read as a NaN)
+  // under the -inf of the columns past the keys. Their key rows in the slot are finite (zeroed at the start, or
+  // an earlier block's keys), so those columns are finite before their -inf.
+  auto s_product = [&](const std::string& slot, const std::string& gr) {
     e.line("and t0, " + gr + ", one"), e.line("muli t0, t0, " + std::to_string(L.sreg)), e.clobber("t0");
     for (int64_t u = 0; u < U; ++u) {
       if (!has_s[u]) continue;
@@ -401,7 +406,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
         const int64_t q = p / L.s.groups, r = p % L.s.groups, idx = p / U;
         for (int64_t f = 0; f < L.s.folds; ++f) {
           e.line("addi t1, " + slot + ", " + std::to_string((q * C * D + f * R) * 2));
-          e.li("t2", std::min(R, D - f * R)), e.li("t3", std::clamp<int64_t>(kt - q * C, 0, C)), e.li("t4", D * 2);
+          e.li("t2", std::min(R, D - f * R)), e.li("t3", std::min(C, BC - q * C)), e.li("t4", D * 2);
           e.line("mxu.lw t1, t2, t3, t4, bf16, trans, mxu=" + std::to_string(u) +
                  (first_lw ? ", wait=" + KVFULL(u) : ""));
           first_lw = false;
@@ -626,7 +631,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   e.line("li n, 0");
   slot_of("g", "kvn");
   load_kv("n", "kvn");
-  s_product("kvn", "g", L.NBK == 1 ? KTL : BC);
+  s_product("kvn", "g");
   soft("n", "g");
   e.label("block");
   {
@@ -646,10 +651,8 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       emit(KTL);
       e.label(join);
     };
-    by_block("kn", [&](int64_t kt) {
-      e.line("addi t8, g, 1");
-      s_product("kvm", "t8", kt);
-    });
+    e.line("addi t8, g, 1");
+    s_product("kvm", "t8");
     e.label(nonext);
     by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
     e.line("addi kn, n, 1"), e.line("bge kn, nblk, " + nosoft);

@@ -37,8 +37,9 @@
 //
 // Numerics: S in f32 (bf16 products exact, f32 sums), scaled in f32 (vpu.acc's scale), softmax statistics in f32;
 // P is rounded to bf16 before the P V product (as FlashAttention does); l sums the f32 P before that rounding.
-// Rows of a query block past the sequence, and key rows past it, compute on stale VMEM (finite values loaded
-// earlier, or zeros): their results are never stored, and masked key columns give P = 0 exactly. A row's result
+// Rows of a query block past the sequence compute on stale VMEM: their results are never stored. Key rows past
+// the sequence are zeros (the K/V slots are zeroed at the start) or an earlier block's keys, finite, so the
+// columns past the keys are -inf after the mask and give P = 0 exactly. A row's result
 // depends on BC (where the running max is taken) and the matrix units' shape, not on BR, the cores or the number
 // of matrix units (a key block wholly past a row's diagonal changes nothing: alpha = 1, P = 0); so fixing
 // block_k gives bit-identical results on every chip of those units.
