@@ -215,6 +215,20 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
      << "  and written); bound: roofline lower bound in cycles, max(FLOPs / peak, bytes / HBM bytes per cycle); by:\n"
      << "  the side that sets it; ratio: cycles / bound (- where the node gives no work); cores: the cores that\n"
      << "  worked on it\n";
+  // The compiler's notes (e.g. an attention group left per head, and why), once per node and note.
+  std::vector<std::pair<std::string, std::string>> notes;
+  for (const auto& r : p.regions) {
+    if (r.kind != isa::kRegionNote) continue;
+    const runtime::RegionProfile* node = &r;
+    while (node && node->kind != isa::kRegionNode)
+      node = node->parent >= 0 ? &p.regions[static_cast<size_t>(node->parent)] : nullptr;
+    std::pair<std::string, std::string> note{node ? node->name : std::string("-"), r.name};
+    if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(std::move(note));
+  }
+  if (!notes.empty()) {
+    os << "\nnotes:\n";
+    for (const auto& [node, note] : notes) os << "  " << node << ": " << note << "\n";
+  }
   // On a chip of several cores: the kernels left on core 0, and why (the compiler's "serial" regions).
   std::vector<const runtime::RegionProfile*> serial;
   for (const auto& r : p.regions)

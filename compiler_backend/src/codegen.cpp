@@ -9,6 +9,7 @@
 
 #include "tpusim/compiler/compiler.h"
 #include "tpusim/isa/assembler.h"
+#include "tpusim/kernels/attention_chip.h"
 #include "tpusim/kernels/copy.h"
 #include "tpusim/kernels/gemm_chip.h"
 #include "tpusim/kernels/kernels.h"
@@ -200,7 +201,8 @@ struct OnChip {
   int64_t copy_cores = 1;  // a copy call: the cores sharing its moves
   int group = -1;
   int64_t core = 0;
-  bool every_core() const { return gemm.has_value() || row_cores > 1 || copy_cores > 1; }
+  bool attention = false;  // a fused attention call: the whole-chip kernel, on every core
+  bool every_core() const { return gemm.has_value() || row_cores > 1 || copy_cores > 1 || attention; }
 };
 
 // Kernel texts assembled once per compile up to their addresses (isa::prepare) and placed at each call's: a
@@ -355,6 +357,16 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
       opts.tensor_addr = addr;
       return isa::assemble(kernels::gemm_chip_source(*g, symbols), "gemm_chip", opts);
     }
+    if (call.kind == KernelCall::Kind::Attention) {
+      const std::string src = kernels::attention_chip_source(call.attention, symbols);
+      if (std::optional<isa::Program> frag =
+              placed(fragments.get('\x01' + src, [&] { return isa::prepare(src, "attention_chip"); }), addr, base_pc))
+        return std::move(*frag);
+      isa::AsmOptions opts;
+      opts.base_pc = base_pc;
+      opts.tensor_addr = addr;
+      return isa::assemble(src, "attention_chip", opts);
+    }
     if (call.kind == KernelCall::Kind::Copy)
       return kernels::copy_kernel(moves_of(plan, call), symbols, base_pc, "copy", chip.copy_cores);
     if (call.kind == KernelCall::Kind::Rowwise) {
@@ -441,6 +453,7 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     o.gemm = whole_chip_gemm(call, symbols, o.why);
     o.row_cores = rowwise_cores(call, symbols, o.why);
     if (call.kind == KernelCall::Kind::Copy) o.copy_cores = copy_cores(moves_of(plan, call), call, symbols, o.why);
+    o.attention = call.kind == KernelCall::Kind::Attention;
     if (o.why.empty()) o.why = "there is no whole-chip version of " + call.kernel;
     on_chip.push_back(std::move(o));
   }
@@ -509,6 +522,9 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     // On a chip of several cores, a kernel left on core 0 says why (the compile report lists them).
     if (guard && core == 0 && on_chip[c].group < 0)
       p.regions.push_back(isa::Region{isa::kRegionSerial, on_chip[c].why, frag_begin, static_cast<uint32_t>(end)});
+    // A note for the compile report (e.g. why an attention group was not fused), on the call's kernel.
+    if (!call.note.empty())
+      p.regions.push_back(isa::Region{isa::kRegionNote, call.note, frag_begin, static_cast<uint32_t>(end)});
     for (isa::Region r : frag.regions) {  // the kernel's own regions, if it marks any
       r.begin += frag_begin, r.end += frag_begin;
       p.regions.push_back(std::move(r));

@@ -1,7 +1,8 @@
 // The kernel plan: what the lowering (lower.h) makes of a graph, memory planning (memory_plan.h) places and
 // codegen (codegen.h) assembles. Buffers are HBM tensors; calls are kernels run one after the other, each either a
 // library kernel (kernels/*.s with defines), a generated copy kernel (kernels/copy.h: strided moves between
-// buffers) or a generated row-wise vector kernel (kernels/rowwise.h: a fused group of elementwise ops).
+// buffers), a generated row-wise vector kernel (kernels/rowwise.h: a fused group of elementwise ops) or the
+// whole-chip attention kernel (kernels/attention_chip.h: a fused attention node group).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "tpusim/isa/isa.h"
+#include "tpusim/kernels/attention_chip.h"
 #include "tpusim/kernels/rowwise.h"
 
 namespace tpusim::compiler {
@@ -36,7 +38,7 @@ struct BufferMove {
 };
 
 struct KernelCall {
-  enum class Kind { Library, Copy, Rowwise };
+  enum class Kind { Library, Copy, Rowwise, Attention };
   Kind kind = Kind::Library;
   std::string label;                      // the graph node(s) it implements: "conv1+bn1+relu", "cast(x)"
   std::string kernel;                     // Library: "gemm.s", ...; otherwise the generated kernel's name
@@ -49,6 +51,8 @@ struct KernelCall {
   kernels::rowwise::Program rows;           // Rowwise: addresses are filled in from the buffers below
   std::vector<int> row_inputs, row_outputs; // Rowwise: buffer of each rows.inputs[i] / rows.outputs[i]
   std::vector<uint64_t> row_input_offs, row_output_offs;
+  kernels::AttentionChip attention;         // Attention: the whole-chip kernel's shape (tensors q, k, v, o, kb)
+  std::string note;                         // for the compile report: e.g. why an attention group is not fused
   // Work, for the compile report and roofline bounds: arithmetic operations (a multiply-add is 2) and HBM bytes
   // read and written (Library calls: set by the lowering; Copy and Rowwise: computed by codegen).
   double flops = 0, bytes = 0;

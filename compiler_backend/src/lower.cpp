@@ -96,6 +96,7 @@ KernelPlan Lowering::run() {
                              v.shape());
   }
   find_quantised();
+  find_attention();
   if (opts_.expose_calibration)
     for (int v : calib_) {
       const ir::Value& value = val(v);
@@ -103,7 +104,10 @@ KernelPlan Lowering::run() {
     }
   for (size_t i = 0; i < g_.nodes.size(); ++i) {
     if (done_[i]) continue;
+    const size_t calls = plan_.calls.size();
     lower_node(static_cast<int>(i));
+    if (auto note = attention_notes_.find(static_cast<int>(i)); note != attention_notes_.end())
+      for (size_t c = calls; c < plan_.calls.size(); ++c) plan_.calls[c].note = note->second;
   }
   for (int o : g_.outputs) write_output(o);
   if (opts_.expose_calibration)
@@ -117,6 +121,7 @@ void Lowering::lower_node(int i) {
   const OpDef* def = find_op(n.op);
   try {
     if (!def) fail(n, "unsupported operator");  // shape inference admits registered operators only
+    if (auto it = attention_.find(i); it != attention_.end()) return lower_attention(*this, *it->second);
     if (rowwise_op(n)) return lower_rowwise(i);
     if (def->lower) return def->lower(*this, n);
     fail(n, def->no_lowering ? def->no_lowering : "no lowering for this operator");

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -54,6 +55,8 @@ struct Stored {
 struct LoweringIssue : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+struct AttentionGroup;  // ops_attention.cpp: a fused attention node group
 
 // A fused row-wise kernel under construction: consecutive row-wise nodes over one [R, C] (physical) shape.
 struct Group {
@@ -166,6 +169,14 @@ class Lowering {
                  int64_t k, int64_t nn, const std::vector<float>& bias, const std::string& wname, bool relu,
                  Stored out, double flops, int value);
 
+  // ---- fused attention (ops_attention.cpp) ------------------------------------------------------------------
+  // Finds the attention node groups (MatMul, scale, mask, Softmax, MatMul) that become one whole-chip attention
+  // call each: marks their nodes done but the last MatMul, where the call is made (attention_); notes why a group
+  // stays per head (attention_notes_, by its first MatMul: the compile report shows it).
+  void find_attention();
+  std::map<int, std::shared_ptr<AttentionGroup>> attention_;
+  std::map<int, std::string> attention_notes_;
+
   // ---- state -----------------------------------------------------------------------------------------------
   const ir::Graph& g_;
   const Options& opts_;
@@ -210,6 +221,9 @@ struct RowEmit {
     return L.const_operand(call, gr, std::move(d), s, name);
   }
 };
+
+// One fused attention group as one call of the whole-chip attention kernel (ops_attention.cpp).
+void lower_attention(Lowering& L, const AttentionGroup& g);
 
 // Helpers one family offers another.
 // Mean over H and W of a 4-D value x into y (GlobalAveragePool, ReduceMean over axes 2 and 3): ops_conv.cpp.

@@ -43,8 +43,15 @@ Chip chip_of(const AttentionChip& a, const std::map<std::string, int64_t>& s) {
   c.latency = optional(s, "DMA_LATENCY", 100);
   const int64_t cache = optional(s, "CACHE_BYTES_PER_CYCLE", 0);
   c.mem_bpc = std::max<int64_t>(1, cache > 0 ? cache : optional(s, "HBM_BYTES_PER_CYCLE", 64));
-  if (a.batch < 1 || a.seq < 1 || a.heads < 1 || a.head_dim < 1)
+  if (a.batch < 1 || a.seq < 1 || a.heads < 1 || a.head_dim < 1 || a.seq_k < 0)
     throw std::invalid_argument("attention_chip: batch, seq, heads and head_dim must be positive");
+  if (a.causal && a.seq_k != 0 && a.seq_k != a.seq)
+    throw std::invalid_argument("attention_chip: causal attention needs as many keys as queries (seq_k " +
+                                std::to_string(a.seq_k) + ", seq " + std::to_string(a.seq) + ")");
+  for (const AttentionStrides* st : {&a.q_strides, &a.k_strides, &a.v_strides, &a.o_strides})
+    if (st->batch < 0 || st->seq < 0 || st->head < 0)
+      throw std::invalid_argument("attention_chip: strides must not be negative");
+  if (a.key_bias_stride < -1) throw std::invalid_argument("attention_chip: key_bias_stride must be -1 or more");
   const int64_t kvh = a.kv_heads ? a.kv_heads : a.heads;
   if (kvh < 1 || a.heads % kvh != 0)
     throw std::invalid_argument("attention_chip: heads (" + std::to_string(a.heads) +
@@ -75,6 +82,7 @@ struct Layout {
   Split s, p;
   int64_t sreg = 0, pvreg = 0;  // accumulator rows per unit of one S region, one PV region
   // VMEM
+  int64_t SQ = 0, SK = 0, KBB = 0, KB0 = 0;  // queries, keys; with key_bias the two kb rows (KBB bytes each, from KB0)
   int64_t QB = 0, Q0 = 0, KVB = 0, VOFF = 0, KV0 = 0, SB = 0, PB = 0, P0 = 0, OB = 0, Z = 0, MASK = 0, M = 0, L = 0,
           MX = 0, RS = 0, RL = 0, AL0 = 0, ALB = 0, end = 0;
 };
@@ -120,7 +128,8 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, Layo
     if (2 * L.sreg + k * L.pvreg <= c.ACC) npv = k;
   if (!npv) return false;
   L.plan.pv_regions = npv;
-  L.NQ = cdiv(a.seq, BR), L.NBK = cdiv(a.seq, BC), L.Mx = std::max(BR, BC);
+  L.SQ = a.seq, L.SK = a.seq_k ? a.seq_k : a.seq;
+  L.NQ = cdiv(L.SQ, BR), L.NBK = cdiv(L.SK, BC), L.Mx = std::max(BR, BC);
   int64_t at = 0;
   auto take = [&at](int64_t bytes) {
     const int64_t here = at;
@@ -141,6 +150,7 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, Layo
   L.M = take(BR * 4), L.L = take(BR * 4), L.MX = take(BR * 4), L.RS = take(BR * 4), L.RL = take(BR * 4);
   L.ALB = align64(BR * 4);
   L.AL0 = take(2 * L.ALB);
+  if (a.key_bias) L.KBB = align64(L.NBK * BC * 4), L.KB0 = take(2 * L.KBB);
   L.end = at;
   if (L.end > c.VMEM) return false;
   L.plan.br = BR, L.plan.bc = BC, L.plan.gs = L.s.groups, L.plan.gp = L.p.groups;
@@ -169,7 +179,7 @@ void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
   int64_t blocks = 0;
   for (int64_t t = 0; t < items; ++t) {
     const int64_t qb = a.causal ? L.NQ - 1 - t % L.NQ : t % L.NQ;
-    const int64_t n = a.causal ? std::min(L.NBK, (qb + 1) * L.mul) : L.NBK;
+    const int64_t n = a.causal ? std::min(L.NBK, cdiv((qb + 1) * BR, BC)) : L.NBK;
     blocks += n;
     core[static_cast<size_t>(t % c.P)] += fill + static_cast<double>(n) * block;
   }
@@ -178,9 +188,9 @@ void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
 }
 
 Layout plan_of(const AttentionChip& a, const Chip& c) {
-  if (a.block_q || a.block_k) {
-    if (a.block_q < 1 || a.block_k < 1 || a.block_q % a.block_k)
-      throw std::invalid_argument("attention_chip: block_q must be a positive multiple of block_k");
+  if (a.block_q) {
+    if (a.block_q < 1 || a.block_k < 1 || (a.causal && a.block_q % a.block_k && a.block_k % a.block_q))
+      throw std::invalid_argument("attention_chip: block_q must be a positive multiple or divisor of block_k");
     Layout L;
     if (!lay_out(a, c, a.block_q, a.block_k, L))
       throw std::invalid_argument("attention_chip: blocks of " + std::to_string(a.block_q) + " x " +
@@ -190,11 +200,20 @@ Layout plan_of(const AttentionChip& a, const Chip& c) {
   }
   Layout best;
   bool found = false;
-  const int64_t span = std::max<int64_t>(16, int64_t{1} << static_cast<int>(std::ceil(std::log2(a.seq))));
-  for (int64_t bc = 16; bc <= 256 && bc <= span; bc *= 2)
-    for (int64_t mul = 1; mul <= 8 && bc * mul <= 512 && bc * mul <= span; mul *= 2) {
+  // Query blocks up to the queries' power of two, key blocks up to the keys'; BR a multiple of BC unless the
+  // queries are fewer than a key block (decoding: one query, many keys) or block_k is given (then any BR from 16:
+  // more, smaller items for many cores).
+  auto span_of = [](int64_t n) {
+    return std::max<int64_t>(16, int64_t{1} << static_cast<int>(std::ceil(std::log2(static_cast<double>(n)))));
+  };
+  const int64_t span_q = span_of(a.seq), span_k = span_of(a.seq_k ? a.seq_k : a.seq);
+  // block_k alone: that key block (the results depend on it, not on BR: fully masked blocks change nothing).
+  if (a.block_k < 0) throw std::invalid_argument("attention_chip: block_k must not be negative");
+  for (int64_t bc = a.block_k ? a.block_k : 16; bc <= (a.block_k ? a.block_k : std::min<int64_t>(256, span_k));
+       bc *= 2)
+    for (int64_t br = a.block_k ? 16 : std::min(bc, span_q); br <= 512 && br <= span_q && br <= 8 * bc; br *= 2) {
       Layout L;
-      if (!lay_out(a, c, bc * mul, bc, L)) continue;
+      if (!lay_out(a, c, br, bc, L)) continue;
       estimate(a, c, L);
       if (!found || L.plan.estimate < best.plan.estimate) best = L, found = true;
     }
@@ -238,10 +257,22 @@ class Emitter {
 };
 
 std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
-  const int64_t BR = L.plan.br, BC = L.plan.bc, D = L.D, H = a.heads, KVH = L.KVH, S = a.seq, U = c.U, R = c.R,
-                C = c.C, O = L.O;
+  const int64_t BR = L.plan.br, BC = L.plan.bc, D = L.D, H = a.heads, KVH = L.KVH, S = L.SQ, SK = L.SK, U = c.U,
+                R = c.R, C = c.C, O = L.O;
   const int64_t NPV = L.plan.pv_regions;
-  const int64_t KTL = S - (L.NBK - 1) * BC;  // keys of the last block
+  const int64_t KTL = SK - (L.NBK - 1) * BC;  // keys of the last block
+  // Element strides (batch, seq, head) of each tensor; all 0: the default layout.
+  const bool strided = !(a.q_strides == AttentionStrides{} && a.k_strides == AttentionStrides{} &&
+                         a.v_strides == AttentionStrides{} && a.o_strides == AttentionStrides{});
+  auto strides = [&](const AttentionStrides& st, int64_t seq, int64_t heads) {
+    return st == AttentionStrides{} ? AttentionStrides{seq * heads * D, heads * D, D} : st;
+  };
+  const AttentionStrides qs = strides(a.q_strides, S, H), ks = strides(a.k_strides, SK, KVH),
+                         vs = strides(a.v_strides, SK, KVH), os = strides(a.o_strides, S, H);
+  auto span = [&](const AttentionStrides& st, int64_t seq, int64_t heads) {  // elements a tensor spans
+    return (a.batch - 1) * st.batch + (seq - 1) * st.seq + (heads - 1) * st.head + D;
+  };
+  const int64_t kbs = a.key_bias_stride < 0 ? SK : a.key_bias_stride;
   const float scale = a.scale > 0 ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const char* odt = isa::dtype_name(a.out);
   auto KVFULL = [](int64_t u) { return "s" + std::to_string(1 + 6 * u); };
@@ -251,7 +282,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   auto OFULL = [](int64_t u) { return "s" + std::to_string(5 + 6 * u); };
   auto OFREE = [](int64_t u) { return "s" + std::to_string(6 + 6 * u); };
   const std::string KVFREE = "s" + std::to_string(6 * U + 1), QFREE = "s" + std::to_string(6 * U + 2),
-                    OUTFULL = "s" + std::to_string(6 * U + 3);
+                    OUTFULL = "s" + std::to_string(6 * U + 3), KBFULL = "s" + std::to_string(6 * U + 4);
   std::vector<bool> has_s(static_cast<size_t>(U)), has_p(static_cast<size_t>(U));
   for (int64_t u = 0; u < U; ++u) has_s[u] = pieces_on(L.s, U, u) > 0, has_p[u] = pieces_on(L.p, U, u) > 0;
 
@@ -263,10 +294,18 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     << " (S: " << L.s.groups << " row groups, PV: " << L.p.groups << "; " << NPV
     << " PV regions) (kernels/attention_chip.h)\n";
   o << ".name \"attention_chip\"\n.cores " << c.P << "\n";
-  o << ".input q, bf16, [" << a.batch << ", " << S << ", " << H << ", " << D << "]\n";
-  o << ".input k, bf16, [" << a.batch << ", " << S << ", " << KVH << ", " << D << "]\n";
-  o << ".input v, bf16, [" << a.batch << ", " << S << ", " << KVH << ", " << D << "]\n";
-  o << ".output o, " << odt << ", [" << a.batch << ", " << S << ", " << H << ", " << D << "]\n";
+  if (strided) {
+    o << ".input q, bf16, [" << span(qs, S, H) << "]\n";
+    o << ".input k, bf16, [" << span(ks, SK, KVH) << "]\n";
+    o << ".input v, bf16, [" << span(vs, SK, KVH) << "]\n";
+    o << ".output o, " << odt << ", [" << span(os, S, H) << "]\n";
+  } else {
+    o << ".input q, bf16, [" << a.batch << ", " << S << ", " << H << ", " << D << "]\n";
+    o << ".input k, bf16, [" << a.batch << ", " << SK << ", " << KVH << ", " << D << "]\n";
+    o << ".input v, bf16, [" << a.batch << ", " << SK << ", " << KVH << ", " << D << "]\n";
+    o << ".output o, " << odt << ", [" << a.batch << ", " << S << ", " << H << ", " << D << "]\n";
+  }
+  if (a.key_bias) o << ".input kb, f32, [" << (a.batch - 1) * kbs + SK << "]\n";
   o << R"(.reg cid, r1
 .reg t, r2
 .reg qb, r3
@@ -293,7 +332,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
 .reg t5, r24
 .reg kvn, r25
 .reg kvm, r26
-.reg kb, r27
+.reg kn, r27
 .reg ip, r28
 .reg t6, r29
 .reg t7, r30
@@ -303,9 +342,10 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     e.line("sem.set " + KVFULL(u) + ", 0"), e.line("sem.set " + SFULL(u) + ", 0"),
         e.line("sem.set " + SFREE(u) + ", 2"), e.line("sem.set " + PFULL(u) + ", 0"),
         e.line("sem.set " + OFULL(u) + ", 0"), e.line("sem.set " + OFREE(u) + ", " + std::to_string(NPV));
-  e.line("sem.set " + KVFREE + ", 3");
+  e.line("sem.set " + KVFREE + ", 0");  // the three slots are free once zeroed (below)
   e.line("sem.set " + QFREE + ", 2");
   e.line("sem.set " + OUTFULL + ", 0");
+  if (a.key_bias) e.line("sem.set " + KBFULL + ", 0");
   e.line("core.id cid");
   e.li("one", 1), e.li("three", 3), e.li("g", 0), e.li("ip", 0);
   e.li("scl", isa::bits_from_f32(scale));
@@ -314,6 +354,14 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   e.li("t2", L.RL), e.li("t3", 1), e.line("vpu.exp t2, t0, t3, f32");
   e.li("t4", L.RS), e.li("t5", isa::bits_from_f32(-INFINITY)), e.line("vpu.cast t4, t2, t3, t5, f32, f32, scale_en");
   e.li("t2", L.Z + L.Mx * 4), e.li("t5", L.Mx * 4), e.line("vpu.addrow t2, t0, t4, t3, t1, t5, f32");
+  // The K/V slots zeroed (a sum over no columns), so that no key row a product reads is an earlier kernel's bytes.
+  e.li("t0", L.KV0), e.li("t1", 3 * L.KVB / 4), e.line("vpu.rsum t0, r0, t1, r0, r0, f32");
+  for (int s = 0; s < 3; ++s) e.line("vpu.sync signal=" + KVFREE);
+  if (a.key_bias && L.NBK * BC > SK)  // the kb rows' columns past the keys: -inf (+ 0), never loaded over
+    for (int64_t r = 0; r < 2; ++r) {
+      e.li("t0", L.KB0 + r * L.KBB + SK * 4), e.li("t1", L.NBK * BC - SK), e.li("t6", L.Z);
+      e.line("vpu.add t0, t2, t6, t1, f32");
+    }
   if (a.causal) {  // the BC x BC triangle: row i = Z[Mx - 1 - i, +BC): 0 for columns j <= i, -inf after
     const std::string loop = e.fresh();
     e.li("t0", L.MASK), e.li("t1", L.Z + (L.Mx - 1) * 4), e.li("t2", L.Z), e.li("t3", BC),
@@ -328,12 +376,13 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
 
   // K_j and V_j (j in register `jr`) into the slot at VMEM address `slot`.
   auto load_kv = [&](const std::string& jr, const std::string& slot) {
-    e.li("t5", BC * KVH * D * 2), e.line("mul t0, " + jr + ", t5"), e.line("add t1, kh, t0");
-    e.line("muli t2, " + jr + ", " + std::to_string(BC)), e.li("t3", S), e.line("sub t2, t3, t2"), e.li("t3", BC),
+    e.li("t5", BC * ks.seq * 2), e.line("mul t0, " + jr + ", t5"), e.line("add t1, kh, t0");
+    e.line("muli t2, " + jr + ", " + std::to_string(BC)), e.li("t3", SK), e.line("sub t2, t3, t2"), e.li("t3", BC),
         e.line("min t2, t2, t3"), e.clobber("t2");
-    e.li("t3", D * 2), e.li("t4", KVH * D * 2);
+    e.li("t3", D * 2), e.li("t4", ks.seq * 2);
     e.line("dma.ld " + slot + ", t1, t2, t3, t4, t3, wait=" + KVFREE);
-    e.line("add t1, vh, t0"), e.line("addi t6, " + slot + ", " + std::to_string(L.VOFF));
+    e.li("t5", BC * vs.seq * 2), e.line("mul t0, " + jr + ", t5"), e.clobber("t5");
+    e.line("add t1, vh, t0"), e.line("addi t6, " + slot + ", " + std::to_string(L.VOFF)), e.li("t4", vs.seq * 2);
     e.line("dma.ld t6, t1, t2, t3, t4, t3");
     e.clobber("t0"), e.clobber("t1"), e.clobber("t6");
     for (int64_t u = 0; u < U; ++u) e.line("dmain.sync signal=" + KVFULL(u));
@@ -343,10 +392,12 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     e.line("rem " + out + ", " + gr + ", three"), e.line("muli " + out + ", " + out + ", " + std::to_string(L.KVB));
     e.line("addi " + out + ", " + out + ", " + std::to_string(L.KV0));
   };
-  // S = Q K^T of the block in slot `slot`, into the S region of block `gr` (parity).
-  // kt: the block's keys (BC, or KTL for the last block): the weight tiles take only those key rows, so that
-  // stale VMEM past them (whatever an earlier kernel left there) never enters a product.
-  auto s_product = [&](const std::string& slot, const std::string& gr, int64_t kt) {
+  // S = Q K^T of the block in slot `slot`, into the S region of block `gr` (parity). The weight tiles are a whole
+  // block wide, also for a last block of fewer keys: a matrix unit writes only its tile's columns, and the drain
+  // reads all BC, so a narrower tile would leave an earlier kernel's accumulator bits (an int32 may read as a NaN)
+  // under the -inf of the columns past the keys. Their key rows in the slot are finite (zeroed at the start, or
+  // an earlier block's keys), so those columns are finite before their -inf.
+  auto s_product = [&](const std::string& slot, const std::string& gr) {
     e.line("and t0, " + gr + ", one"), e.line("muli t0, t0, " + std::to_string(L.sreg)), e.clobber("t0");
     for (int64_t u = 0; u < U; ++u) {
       if (!has_s[u]) continue;
@@ -355,7 +406,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
         const int64_t q = p / L.s.groups, r = p % L.s.groups, idx = p / U;
         for (int64_t f = 0; f < L.s.folds; ++f) {
           e.line("addi t1, " + slot + ", " + std::to_string((q * C * D + f * R) * 2));
-          e.li("t2", std::min(R, D - f * R)), e.li("t3", std::clamp<int64_t>(kt - q * C, 0, C)), e.li("t4", D * 2);
+          e.li("t2", std::min(R, D - f * R)), e.li("t3", std::min(C, BC - q * C)), e.li("t4", D * 2);
           e.line("mxu.lw t1, t2, t3, t4, bf16, trans, mxu=" + std::to_string(u) +
                  (first_lw ? ", wait=" + KVFULL(u) : ""));
           first_lw = false;
@@ -406,7 +457,13 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   // The online softmax of key block `kr` (block index; global index `gr`).
   auto soft = [&](const std::string& kr, const std::string& gr) {
     e.line("and t0, " + gr + ", one"), e.line("muli t0, t0, " + std::to_string(L.sreg)), e.clobber("t0");
-    if (!a.causal && KTL < BC) {  // the last block's columns past the sequence get -inf through the drain's bias
+    if (a.key_bias) {  // the item's kb row (its parity is its Q buffer's), block kr's columns
+      e.li("t1", L.Q0), e.line("sub t1, qv, t1"), e.li("t2", L.QB), e.line("div t1, t1, t2");
+      e.line("muli t1, t1, " + std::to_string(L.KBB));
+      e.line("muli bias, " + kr + ", " + std::to_string(BC * 4)), e.line("add bias, bias, t1");
+      e.line("addi bias, bias, " + std::to_string(L.KB0));
+      e.clobber("t1"), e.clobber("t2"), e.clobber("bias");
+    } else if (!a.causal && KTL < BC) {  // the last block's columns past the sequence get -inf through the drain's bias
       const std::string l = e.fresh();
       e.li("bias", L.Z), e.li("t1", L.NBK - 1);
       e.line("bne " + kr + ", t1, " + l);
@@ -428,7 +485,15 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       }
       e.line("vpu.sync signal=" + SFREE(u));
     }
-    if (a.causal) {  // block e = kb - qb * (BR/BC) >= 0 reaches the diagonal: rows above it -inf, then the triangle
+    if (a.causal && BR < BC) {  // only the item's last block, holding its rows' diagonal: triangle rows q0 % BC + [0, BR)
+      const std::string skip = e.fresh();
+      e.line("addi t1, nblk, -1"), e.line("bne " + kr + ", t1, " + skip);
+      e.line("muli t2, qb, " + std::to_string(BR)), e.li("t4", BC), e.line("rem t2, t2, t4");
+      e.line("muli t2, t2, " + std::to_string(BC * 4)), e.line("addi t2, t2, " + std::to_string(L.MASK));
+      e.li("t3", L.SB), e.li("t4", BR * BC);
+      e.line("vpu.add t3, t3, t2, t4, f32");
+      e.label(skip);
+    } else if (a.causal) {  // block e = kb - qb * (BR/BC) >= 0 reaches the diagonal: rows above it -inf, then the triangle
       const std::string skip = e.fresh(), tri = e.fresh();
       e.line("muli t1, qb, " + std::to_string(L.mul)), e.line("sub t1, " + kr + ", t1");
       e.line("blt t1, r0, " + skip);
@@ -517,42 +582,65 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   e.li("t0", H), e.line("rem h, t2, t0"), e.line("div b, t2, t0");
   e.line("muli t0, qb, " + std::to_string(BR)), e.li("t1", S), e.line("sub mt, t1, t0"), e.li("t1", BR),
       e.line("min mt, mt, t1");
-  if (a.causal)
-    e.line("addi t1, qb, 1"), e.line("muli nblk, t1, " + std::to_string(L.mul)), e.li("t1", L.NBK),
-        e.line("min nblk, nblk, t1");
-  else
+  if (a.causal) {  // the blocks up to the one holding the item's last row: ceil((qb + 1) BR / BC), at most NBK
+    e.line("addi t1, qb, 1"), e.line("muli t1, t1, " + std::to_string(BR));
+    e.line("addi t1, t1, " + std::to_string(BC - 1)), e.li("t2", BC), e.line("div nblk, t1, t2");
+    e.li("t1", L.NBK), e.line("min nblk, nblk, t1");
+    e.clobber("t2");
+  } else {
     e.line("li nblk, " + std::to_string(L.NBK));
-  // idx = (b * S + q0) * H + h: the first query row's element offset / D
-  e.line("muli t1, b, " + std::to_string(S)), e.line("add t1, t1, t0"), e.line("muli t1, t1, " + std::to_string(H)),
-      e.line("add t1, t1, h");
-  e.line("muli t2, t1, " + std::to_string(D * 2)), e.line("li qh, q"), e.line("add qh, qh, t2");
-  e.line("muli t2, t1, " + std::to_string(D * O)), e.line("li oh, o"), e.line("add oh, oh, t2");
-  e.li("t1", H / KVH), e.line("div t1, h, t1");
-  e.line("muli t0, b, " + std::to_string(S * KVH)), e.line("add t0, t0, t1"),
-      e.line("muli t0, t0, " + std::to_string(D * 2));
-  e.line("li kh, k"), e.line("add kh, kh, t0"), e.line("li vh, v"), e.line("add vh, vh, t0");
+  }
+  // The first query row's element offset b * batch + q0 * seq + h * head (q0 = qb * BR in t0), in bytes, for q
+  // and o; the kv head's, b * batch + (h / (H / KVH)) * head, for k and v.
+  auto offset = [&](const std::string& to, const std::string& base, const AttentionStrides& st, const std::string& row,
+                    const std::string& head, int64_t bytes) {
+    e.line("muli t1, b, " + std::to_string(st.batch * bytes));
+    if (!row.empty()) e.line("muli t2, " + row + ", " + std::to_string(st.seq * bytes)), e.line("add t1, t1, t2");
+    e.line("muli t2, " + head + ", " + std::to_string(st.head * bytes)), e.line("add t1, t1, t2");
+    e.line("li " + to + ", " + base), e.line("add " + to + ", " + to + ", t1");
+  };
+  offset("qh", "q", qs, "t0", "h", 2);
+  offset("oh", "o", os, "t0", "h", O);
+  e.li("t1", H / KVH), e.line("div t0, h, t1"), e.clobber("t0");  // the kv head
+  offset("kh", "k", ks, "", "t0", 2);
+  offset("vh", "v", vs, "", "t0", 2);
   e.line("muli qv, ip, " + std::to_string(L.QB)), e.line("addi qv, qv, " + std::to_string(L.Q0));
+  if (a.key_bias) e.line("muli t5, ip, " + std::to_string(L.KBB)), e.line("addi t5, t5, " + std::to_string(L.KB0));
   e.line("sub ip, one, ip");
   e.clobber("t0"), e.clobber("t1"), e.clobber("t2");
-  e.li("t3", D * 2), e.li("t4", H * D * 2);
+  e.li("t3", D * 2), e.li("t4", qs.seq * 2);
   e.line("dma.ld qv, qh, mt, t3, t4, t3, wait=" + QFREE);
+  if (a.key_bias) {  // the batch's kb row into the item's bias row (its Q buffer's parity: free when that is)
+    e.line("muli t6, b, " + std::to_string(kbs * 4)), e.line("li t7, kb"), e.line("add t6, t6, t7");
+    e.li("t7", SK * 4);
+    e.line("dma.ld t5, t6, one, t7, t7, t7");
+    e.line("dmain.sync signal=" + KBFULL);
+    e.clobber("t5"), e.clobber("t6"), e.clobber("t7");
+  }
   // m = -inf, l = 0
   e.li("t0", L.M), e.li("t1", L.Z + L.Mx * 4), e.li("t2", L.Z), e.li("t3", BR);
   e.line("vpu.add t0, t1, t2, t3, f32");
   e.li("t0", L.L), e.line("vpu.add t0, t2, t2, t3, f32");
+  if (a.key_bias) {  // the kb row / scale: the drain adds it before its scale (vpu.acc), giving S * scale + kb
+    e.li("t0", L.Q0), e.line("sub t0, qv, t0"), e.li("t1", L.QB), e.line("div t0, t0, t1");
+    e.line("muli t0, t0, " + std::to_string(L.KBB)), e.line("addi t0, t0, " + std::to_string(L.KB0));
+    e.li("t1", SK), e.li("t2", isa::bits_from_f32(1.0f / scale));
+    e.line("vpu.cast t0, t0, t1, t2, f32, f32, scale_en, wait=" + KBFULL);
+    e.clobber("t0"), e.clobber("t1"), e.clobber("t2");
+  }
   e.line("li n, 0");
   slot_of("g", "kvn");
   load_kv("n", "kvn");
-  s_product("kvn", "g", L.NBK == 1 ? KTL : BC);
+  s_product("kvn", "g");
   soft("n", "g");
   e.label("block");
   {
     const std::string nonext = e.fresh(), nosoft = e.fresh();
-    e.line("addi kb, n, 1"), e.line("bge kb, nblk, " + nonext);
+    e.line("addi kn, n, 1"), e.line("bge kn, nblk, " + nonext);
     e.line("addi t8, g, 1");
     slot_of("t8", "kvm");
-    load_kv("kb", "kvm");
-    // Block kb (register) is the last one: its own tiles (keys KTL), else full blocks.
+    load_kv("kn", "kvm");
+    // Block kn (register) is the last one: its own tiles (keys KTL), else full blocks.
     auto by_block = [&](const std::string& kr, const std::function<void(int64_t)>& emit) {
       if (KTL == BC) return emit(BC);
       const std::string last = e.fresh(), join = e.fresh();
@@ -563,15 +651,13 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       emit(KTL);
       e.label(join);
     };
-    by_block("kb", [&](int64_t kt) {
-      e.line("addi t8, g, 1");
-      s_product("kvm", "t8", kt);
-    });
+    e.line("addi t8, g, 1");
+    s_product("kvm", "t8");
     e.label(nonext);
     by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
-    e.line("addi kb, n, 1"), e.line("bge kb, nblk, " + nosoft);
+    e.line("addi kn, n, 1"), e.line("bge kn, nblk, " + nosoft);
     e.line("addi t8, g, 1");
-    soft("kb", "t8");
+    soft("kn", "t8");
     e.label(nosoft);
     oupd();
     e.line("addi n, n, 1"), e.line("addi g, g, 1"), e.line("addi kvn, kvm, 0");
@@ -588,7 +674,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   e.li("t1", L.OB), e.li("t2", BR * L.Dp);
   e.line("vpu.cast qv, t1, t2, r0, f32, " + std::string(odt));
   e.line("vpu.sync signal=" + OUTFULL);
-  e.li("t4", H * D * O), e.li("t5", C * O);
+  e.li("t4", os.seq * O), e.li("t5", C * O);
   for (int64_t q = 0; q < L.p.strips; ++q) {
     e.line("addi t0, oh, " + std::to_string(q * C * O)), e.line("addi t1, qv, " + std::to_string(q * BR * C * O));
     e.li("t3", std::min(C, D - q * C) * O);

@@ -568,8 +568,9 @@ class UserFacing(Workdir):
         # The compiler spreads work over the chip: on v4 (2 cores x 4 matrix units) the CNN's larger GEMMs run over
         # both cores; on h200-like (132 cores; with barriers made free and DMA latency short, so that every kernel
         # worth sharing is shared) the CNN's copies (padding, im2col) share their moves among the cores (core.id
-        # r31 in the copy kernel), BERT's row-wise kernels share their rows (core.id r8 in the row-wise kernel)
-        # and the per-head GEMMs of its attention run side by side, one head per core ("runs on core N"). Each
+        # r31 in the copy kernel), BERT's row-wise kernels share their rows (core.id r8 in the row-wise kernel),
+        # its attention is one fused kernel on every core (no core.id guard before it), and the per-head GEMMs
+        # of a batched matmul that is no attention run side by side, one head per core ("runs on core N"). Each
         # program runs on every core and is faster, and its outputs are those of the same chip with 1 core of 1
         # unit, bit for bit (the matrix units sum each pass in a fixed order, whatever the tiling; a row is
         # computed by the same instructions on whichever core; copies move the same bytes in the same order of
@@ -608,7 +609,18 @@ class UserFacing(Workdir):
                     self.assertRegex(dis, r"core.id r31 +# pc \d+ \([^)]*<copy>/copy.s")  # a shared copy
                 else:
                     self.assertIn("core.id r8", dis)  # a row-wise kernel whose rows the cores share
-                    self.assertRegex(dis, r"MatMul: core.id \(gemm.s runs on core 3\)")  # heads side by side
+                    self.assertIn('.region kernel, "attention_chip"', dis)  # attention, fused
+                    self.assertNotRegex(dis, r"core.id \(attention_chip runs on core")  # on every core
+        # A batched matmul of two activations (not attention): one GEMM per head, side by side.
+        from onnx import helper, save, TensorProto
+        value = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, 16, 16])
+        graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")], "bmm",
+                                  [value("a"), value("b")], [value("y")])
+        model = self.path("bmm.onnx")
+        save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+        tpusim("compile", model, "--config", "h200-like", *shared, "-o", self.path("bmm.tpub"))
+        dis = tpusim("disasm", self.path("bmm.tpub")).stdout
+        self.assertRegex(dis, r"mm: core.id \(gemm.s runs on core 3\)")  # heads side by side
 
     def test_random_index_inputs_are_valid_indices(self):
         # i32 inputs are usually indices: --random-inputs makes them 0..15, so an embedding lookup of a 16-row

@@ -27,6 +27,8 @@ Run by ctest (validation/system/CMakeLists.txt; one ctest test per class) with D
     TPUSIM=build/tools/tpusim /usr/bin/python3 -m unittest -v test_ops.Conv         # one class
 """
 import copy
+import json
+import math
 import os
 import subprocess
 import sys
@@ -870,6 +872,103 @@ class MatMul(OpCase):
         self.check(nn.Linear(20, 12), randn(2, 5, 20), opset=17, name="linear")
         self.check(fn(lambda s, q, k: q @ k.transpose(-1, -2)), randn(2, 4, 6, 8), randn(2, 4, 6, 8), opset=17,
                    name="qkT")
+
+
+class Attention(OpCase):
+    """Self-attention blocks as torch exports them (projections, view/transpose into heads, q @ k^T / sqrt(d), a mask,
+    softmax, @ v, transpose back) compile to one call of the whole-chip attention kernel per block
+    (compiler_backend/src/ops_attention.cpp), checked in the compile report's kernels; results against PyTorch
+    (bf16 operands: cosine >= 0.9999). A mask the kernel cannot take (one that varies per query row and comes from
+    the inputs) keeps the per-head lowering, and the report says why."""
+
+    COS = 0.9999
+
+    class Block(nn.Module if torch else object):
+        def __init__(self, hidden=64, heads=4, seq=24, causal=None):
+            super().__init__()
+            self.h, self.causal = heads, causal
+            self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+            self.register_buffer("tril", torch.tril(torch.ones(seq, seq, dtype=torch.bool)))
+
+        def forward(self, x, mask=None):
+            B, S, E = x.shape
+            D = E // self.h
+            q, k, v = (t.view(B, S, self.h, D).transpose(1, 2) for t in self.qkv(x).split(E, dim=2))
+            s = q @ k.transpose(-1, -2) / math.sqrt(D)
+            if self.causal is not None:  # GPT-2's export: Where(constant mask, fill, scores)
+                s = s.masked_fill(~self.tril[:S, :S], self.causal)
+            if mask is not None:
+                s = s + mask
+            o = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, S, E)
+            return self.proj(o)
+
+    def compiled(self, config="v5e"):
+        """The last case's model compiled on `config`: (kernel names, node names, notes) from its JSON report."""
+        d = os.path.join(self.dir, f"case{self.n}")
+        r = os.path.join(d, f"report-{config}.json")
+        tpusim("compile", os.path.join(d, "model.onnx"), "--config", config, "--report-json", r)
+        with open(r) as f:
+            regions = json.load(f)["regions"]
+        pick = lambda kind: [x["name"] for x in regions if x["kind"] == kind]
+        return pick("kernel"), pick("node"), sorted(set(pick("note")))
+
+    def expect_fused(self, blocks):
+        for config in ("v5e", "v4-like"):
+            kernels, nodes, notes = self.compiled(config)
+            self.assertEqual(kernels.count("attention_chip"), blocks, f"{config}: {kernels}")
+            self.assertFalse([n for n in nodes if "Softmax" in n and "+...+" not in n], f"{config}: {nodes}")
+            self.assertEqual(notes, [], config)
+
+    def test_bidirectional(self):
+        self.check(self.Block(), randn(2, 24, 64), cos=self.COS)
+        self.expect_fused(1)
+
+    def test_causal(self):
+        for fill in (-10000.0, float("-inf")):
+            with self.subTest(fill=fill):
+                self.check(self.Block(causal=fill), randn(2, 24, 64), cos=self.COS, name=f"fill {fill}")
+                self.expect_fused(1)
+
+    def test_padding_mask(self):
+        # BERT's: (1 - attention_mask) * -10000 over [B, 1, 1, S], from an input: one bias per key and batch.
+        m = fn(lambda s, x, am: s.b(x, (1.0 - am[:, None, None, :].float()) * -10000.0))
+        m.b = self.Block()
+        am = torch.ones(2, 24, dtype=torch.int64)
+        am[1, 17:] = 0
+        self.check(m, randn(2, 24, 64), am, cos=self.COS)
+        self.expect_fused(1)
+
+    def test_decode_one_query_over_many_keys(self):
+        def attn(s, q, k, v):
+            return torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1) @ v
+        self.check(fn(attn), randn(2, 4, 1, 16), randn(2, 4, 40, 16), randn(2, 4, 40, 16), cos=self.COS)
+        self.expect_fused(1)
+
+    def test_mask_per_query_from_the_inputs_is_not_fused(self):
+        # A [B, 1, S, S] mask computed from an input varies per query row: the kernel takes a constant causal mask
+        # or a bias per key only, so the block keeps the per-head lowering, and the report says why.
+        m = fn(lambda s, x, mask: s.b(x, mask))
+        m.b = self.Block()
+        mask = torch.zeros(2, 1, 24, 24)
+        mask[0, 0, 3:, :2] = -10000.0
+        self.check(m, randn(2, 24, 64), mask, cos=self.COS)
+        kernels, nodes, notes = self.compiled()
+        self.assertNotIn("attention_chip", kernels)
+        self.assertEqual(len(notes), 1, notes)
+        self.assertIn("attention not fused: the mask [2,1,24,24] is neither a constant causal mask nor one bias per "
+                      "key", notes[0])
+
+    def test_same_bits_on_one_unit_and_the_whole_chip(self):
+        # The kernel's results depend on its key block only, which the compiler takes from one unit's plan.
+        self.check(self.Block(causal=-10000.0, seq=40), randn(2, 40, 64), cos=self.COS)
+        d = os.path.join(self.dir, f"case{self.n}")
+        outs = []
+        for sets in ([], ["--set", "chip.cores=1", "--set", "core.mxus=1"]):
+            out = os.path.join(d, f"chip{len(outs)}")
+            tpusim("run", os.path.join(d, "model.onnx"), "--input", f"x0={os.path.join(d, 'x0.npy')}", "--config",
+                   "h200-like", *sets, "--output-dir", out)
+            outs.append(np.load(os.path.join(out, "y.npy")))
+        np.testing.assert_array_equal(outs[0], outs[1])
 
 
 class Elementwise(OpCase):

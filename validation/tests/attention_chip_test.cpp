@@ -49,11 +49,23 @@ struct Result {
   sim::RunStats stats;
 };
 
-// Runs the kernel on random bf16 q, k, v (seeded); returns o as doubles and the run's statistics; `ref` gets
-// the float64 reference.
+// The element strides (batch, seq, head) of a tensor as the kernel reads them (all 0: row-major [B, seq, heads, D]).
+kernels::AttentionStrides strides_of(const kernels::AttentionStrides& st, int64_t seq, int64_t heads, int64_t D) {
+  return st == kernels::AttentionStrides{} ? kernels::AttentionStrides{seq * heads * D, heads * D, D} : st;
+}
+
+// Runs the kernel on random bf16 q, k, v (seeded; laid out by the strides, every element between them NaN, which
+// the kernel must never read) and, with key_bias, a kb of a few units with some -10000 (masked) columns; returns
+// o as doubles in [B, S, H, D] order and the run's statistics; `ref` gets the float64 reference.
 Result run(Rig& rig, const AttentionChip& a, uint64_t seed, std::vector<double>* ref = nullptr,
            std::vector<double>* vmax = nullptr) {
-  const int64_t B = a.batch, S = a.seq, H = a.heads, KVH = a.kv_heads ? a.kv_heads : a.heads, D = a.head_dim;
+  const int64_t B = a.batch, S = a.seq, SK = a.seq_k ? a.seq_k : a.seq, H = a.heads,
+                KVH = a.kv_heads ? a.kv_heads : a.heads, D = a.head_dim;
+  const kernels::AttentionStrides qs = strides_of(a.q_strides, S, H, D), ks = strides_of(a.k_strides, SK, KVH, D),
+                                  vs = strides_of(a.v_strides, SK, KVH, D), os = strides_of(a.o_strides, S, H, D);
+  auto at = [&](const kernels::AttentionStrides& st, int64_t b, int64_t i, int64_t h, int64_t d) {
+    return static_cast<size_t>(b * st.batch + i * st.seq + h * st.head + d);
+  };
   std::mt19937_64 gen(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   auto rounded = [&](size_t n, float sd) {
@@ -61,14 +73,26 @@ Result run(Rig& rig, const AttentionChip& a, uint64_t seed, std::vector<double>*
     for (auto& x : v) x = isa::f32_from_bf16(isa::bf16_from_f32(sd * normal(gen)));
     return v;
   };
-  // Scores of a few units, so that the softmax is neither flat nor one-hot.
+  // Scores of a few units, so that the softmax is neither flat nor one-hot (logical [B, S(K), H(KVH), D]).
   const std::vector<float> q = rounded(static_cast<size_t>(B * S * H * D), 1.5f),
-                           k = rounded(static_cast<size_t>(B * S * KVH * D), 1.5f),
-                           v = rounded(static_cast<size_t>(B * S * KVH * D), 1.0f);
+                           k = rounded(static_cast<size_t>(B * SK * KVH * D), 1.5f),
+                           v = rounded(static_cast<size_t>(B * SK * KVH * D), 1.0f);
+  const int64_t kbs = a.key_bias_stride < 0 ? SK : a.key_bias_stride;
+  std::vector<float> kb(static_cast<size_t>(a.key_bias ? (B - 1) * kbs + SK : 0));
+  for (size_t j = 0; j < kb.size(); ++j) kb[j] = j % 5 == 3 ? -10000.0f : normal(gen);
   isa::Program p = kernels::attention_chip_kernel(a, rig.symbols);
-  rig.chip->write_hbm(p.find("q")->addr, bf16_bytes(q).data(), q.size() * 2);
-  rig.chip->write_hbm(p.find("k")->addr, bf16_bytes(k).data(), k.size() * 2);
-  rig.chip->write_hbm(p.find("v")->addr, bf16_bytes(v).data(), v.size() * 2);
+  auto place = [&](const char* name, const std::vector<float>& x, const kernels::AttentionStrides& st, int64_t seq,
+                   int64_t heads) {
+    const isa::TensorDecl* t = p.find(name);
+    std::vector<float> laid(static_cast<size_t>(t->elements()), NAN);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < seq; ++i)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t d = 0; d < D; ++d) laid.at(at(st, b, i, h, d)) = x[static_cast<size_t>(((b * seq + i) * heads + h) * D + d)];
+    rig.chip->write_hbm(t->addr, bf16_bytes(laid).data(), laid.size() * 2);
+  };
+  place("q", q, qs, S, H), place("k", k, ks, SK, KVH), place("v", v, vs, SK, KVH);
+  if (a.key_bias) rig.chip->write_hbm(p.find("kb")->addr, kb.data(), kb.size() * 4);
   const isa::TensorDecl* od = p.find("o");
   std::vector<uint8_t> garbage(od->bytes(), 0xa5);
   rig.chip->write_hbm(od->addr, garbage.data(), garbage.size());
@@ -76,16 +100,20 @@ Result run(Rig& rig, const AttentionChip& a, uint64_t seed, std::vector<double>*
   r.stats = rig.chip->run(p).stats;
   std::vector<uint8_t> ob(od->bytes());
   rig.chip->read_hbm(od->addr, ob.data(), ob.size());
-  r.o.resize(static_cast<size_t>(od->elements()));
-  for (size_t i = 0; i < r.o.size(); ++i) {
-    if (a.out == isa::DType::F32) {
-      float f;
-      std::memcpy(&f, ob.data() + 4 * i, 4);
-      r.o[i] = f;
-    } else {
-      r.o[i] = isa::f32_from_bf16(static_cast<uint16_t>(ob[2 * i] | (ob[2 * i + 1] << 8)));
-    }
-  }
+  r.o.resize(static_cast<size_t>(B * S * H * D));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < S; ++i)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t e = at(os, b, i, h, d), o = static_cast<size_t>(((b * S + i) * H + h) * D + d);
+          if (a.out == isa::DType::F32) {
+            float f;
+            std::memcpy(&f, ob.data() + 4 * e, 4);
+            r.o[o] = f;
+          } else {
+            r.o[o] = isa::f32_from_bf16(static_cast<uint16_t>(ob[2 * e] | (ob[2 * e + 1] << 8)));
+          }
+        }
   if (ref) {
     const double scale = a.scale > 0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(D));
     ref->assign(r.o.size(), 0.0);
@@ -94,21 +122,21 @@ Result run(Rig& rig, const AttentionChip& a, uint64_t seed, std::vector<double>*
       for (int64_t h = 0; h < H; ++h) {
         const int64_t kh = h / (H / KVH);
         for (int64_t i = 0; i < S; ++i) {
-          const int64_t last = a.causal ? i : S - 1;
+          const int64_t last = a.causal ? i : SK - 1;
           std::vector<double> s(static_cast<size_t>(last + 1));
           double m = -INFINITY;
           for (int64_t j = 0; j <= last; ++j) {
             double dot = 0;
             for (int64_t d = 0; d < D; ++d)
-              dot += static_cast<double>(q[((b * S + i) * H + h) * D + d]) * k[((b * S + j) * KVH + kh) * D + d];
-            s[j] = dot * scale, m = std::max(m, s[j]);
+              dot += static_cast<double>(q[((b * S + i) * H + h) * D + d]) * k[((b * SK + j) * KVH + kh) * D + d];
+            s[j] = dot * scale + (a.key_bias ? kb[static_cast<size_t>(b * kbs + j)] : 0.0), m = std::max(m, s[j]);
           }
           double l = 0;
           for (auto& x : s) x = std::exp(x - m), l += x;
           for (int64_t d = 0; d < D; ++d) {
             double acc = 0, big = 0;
             for (int64_t j = 0; j <= last; ++j) {
-              const double vv = v[((b * S + j) * KVH + kh) * D + d];
+              const double vv = v[((b * SK + j) * KVH + kh) * D + d];
               acc += s[j] * vv, big = std::max(big, std::abs(vv));
             }
             (*ref)[((b * S + i) * H + h) * D + d] = acc / l;
@@ -135,7 +163,7 @@ void check(Rig& rig, const AttentionChip& a, uint64_t seed) {
     if (!(std::abs(r.o[i] - ref[i]) <= tol) && bad++ < 5)
       first += "\n  [" + std::to_string(i) + "] " + std::to_string(r.o[i]) + " vs " + std::to_string(ref[i]);
   }
-  EXPECT_EQ(bad, 0u) << "B=" << a.batch << " S=" << a.seq << " H=" << a.heads << " KVH=" << a.kv_heads
+  EXPECT_EQ(bad, 0u) << "B=" << a.batch << " S=" << a.seq << " SK=" << a.seq_k << (a.key_bias ? " key bias" : "") << " H=" << a.heads << " KVH=" << a.kv_heads
                      << " D=" << a.head_dim << (a.causal ? " causal" : " bidirectional") << ": " << bad << " of "
                      << ref.size() << " elements off" << first;
 }
@@ -175,6 +203,30 @@ TEST(AttentionChip, ResultsDoNotDependOnTheCores) {
   for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], three[i]) << i;
 }
 
+// A row's result depends on the key block only (attention_chip.h): query blocks smaller than, equal to and larger
+// than the key block, on 1 or 3 cores, give the same bits, causal (where a query block smaller than the key block
+// masks a slice of the diagonal triangle) and bidirectional, and match the float64 reference.
+TEST(AttentionChip, ResultsDependOnTheKeyBlockOnly) {
+  Rig rig("v4-like", {"chip.cores=3"});
+  for (const bool causal : {true, false}) {
+    AttentionChip a = shape(2, 100, 2, 1, 32, causal);
+    a.block_k = 32;
+    std::vector<double> first;
+    for (const int64_t bq : {16, 32, 64}) {
+      for (const int cores : {3, 1}) {
+        a.block_q = bq, a.cores = cores;
+        if (bq == 16 && cores == 3) check(rig, a, 41);
+        const std::vector<double> o = run(rig, a, 41).o;
+        if (first.empty()) first = o;
+        ASSERT_EQ(o.size(), first.size());
+        for (size_t i = 0; i < o.size(); ++i)
+          ASSERT_EQ(o[i], first[i]) << i << (causal ? " causal" : " bidirectional") << " block_q " << bq << ", "
+                                    << cores << " cores";
+      }
+    }
+  }
+}
+
 // h200-like with 4 matrix units of 16 x 32 per core (the preset has one of 16 x 128) that share each block's
 // products (row groups and strips), 228 KB of VMEM; head_dim 80 leaves a partial strip of the output columns.
 TEST(AttentionChip, H200LikeAgainstFloat64) {
@@ -183,6 +235,31 @@ TEST(AttentionChip, H200LikeAgainstFloat64) {
   check(rig, shape(2, 33, 2, 2, 80, false), 22);
   check(rig, shape(1, 150, 2, 1, 128, true), 23);
   check(rig, shape(3, 45, 5, 5, 64, false), 24);  // 15 heads over 8 cores
+}
+
+// Layouts other than [B, S, H, D] through strides (here the [B, H, S, D] a framework's graph holds after its
+// transposes, and a query tensor inside a wider row, as a fused QKV projection leaves it), fewer queries than keys
+// (decoding: one query over a cache of keys), and a key bias (a padding mask, broadcast over the batch or not):
+// against the float64 reference; the elements between the strided rows are NaN, so a stray read would show.
+TEST(AttentionChip, StridesKeysAndKeyBiasAgainstFloat64) {
+  Rig rig("v4-like", {"chip.cores=3"});
+  auto bhsd = [](int64_t S, int64_t H, int64_t D) { return kernels::AttentionStrides{H * S * D, D, S * D}; };
+  AttentionChip a = shape(2, 37, 2, 2, 32, true);
+  a.q_strides = bhsd(37, 2, 32), a.k_strides = bhsd(37, 2, 32), a.v_strides = bhsd(37, 2, 32);
+  check(rig, a, 31);  // [B, H, S, D] in, [B, S, H, D] out
+  a.o_strides = bhsd(37, 2, 32), a.causal = false;
+  check(rig, a, 32);  // [B, H, S, D] out
+  AttentionChip wide = shape(1, 20, 2, 2, 16, false);
+  wide.q_strides = {20 * 96, 96, 16};  // q of [S, 3 * H * D] rows
+  check(rig, wide, 33);
+  AttentionChip decode = shape(2, 1, 4, 4, 16, false);
+  decode.seq_k = 45, decode.k_strides = bhsd(45, 4, 16), decode.v_strides = bhsd(45, 4, 16);
+  check(rig, decode, 34);
+  AttentionChip masked = shape(2, 40, 2, 2, 32, false);
+  masked.key_bias = true;
+  check(rig, masked, 35);  // a row per batch; 40 keys leave a partial last block
+  masked.key_bias_stride = 0, masked.causal = true;
+  check(rig, masked, 36);  // one row for every batch, with the causal mask
 }
 
 // The matrix work the schedule issues, exactly: every key block an item visits costs S = Q K^T and O = P V over
@@ -245,7 +322,7 @@ TEST(AttentionChip, ShapesThatCannotRunSaySo) {
   EXPECT_EQ(message(shape(1, 0, 1, 1, 64, true)), "attention_chip: batch, seq, heads and head_dim must be positive");
   AttentionChip a = shape(1, 8, 1, 1, 64, true);
   a.block_q = 24, a.block_k = 16;
-  EXPECT_EQ(message(a), "attention_chip: block_q must be a positive multiple of block_k");
+  EXPECT_EQ(message(a), "attention_chip: block_q must be a positive multiple or divisor of block_k");
   a = shape(1, 8, 1, 1, 64, true);
   a.out = isa::DType::I8;
   EXPECT_EQ(message(a), "attention_chip: the output must be bf16 or f32");

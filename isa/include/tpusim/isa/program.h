@@ -63,6 +63,8 @@ inline constexpr const char* kRegionNode = "node";
 inline constexpr const char* kRegionKernel = "kernel";
 // A kernel that one core runs alone in a program of several cores; the name says why it is not shared.
 inline constexpr const char* kRegionSerial = "serial";
+// A remark of the compiler about the kernel it covers (the name says it: "attention not fused: ...").
+inline constexpr const char* kRegionNote = "note";
 
 struct Program {
   std::string name;                  // informational (kernel or model name)

@@ -1,8 +1,15 @@
 // attention_chip: a generator of fused (FlashAttention-style) attention kernels that use every core and every
 // matrix unit of a chip: o = softmax(q k^T * scale + mask) v for every batch b and query head h, in one kernel.
 //
-// Tensors (row-major, bf16 in): q [B, S, H, D], k and v [B, S, KVH, D] (grouped-query attention: query head h
-// reads kv head h / (H / KVH)); out o [B, S, H, D] (bf16 or f32). Causal: query i sees keys j <= i; else every key.
+// Tensors (row-major, bf16 in): q [B, S, H, D], k and v [B, SK, KVH, D] (grouped-query attention: query head h
+// reads kv head h / (H / KVH); SK = seq_k, the keys, = S unless set); out o [B, S, H, D] (bf16 or f32). Any other
+// layout whose head_dim elements are contiguous is given by element strides (batch, seq, head) per tensor, e.g.
+// [B, H, S, D] as {H*S*D, D, S*D}: the tensors are then declared 1-D, as long as the elements they span. Causal:
+// query i sees keys j <= i (S = SK); else every key. key_bias: an f32 input kb [B, SK] (its batch stride
+// key_bias_stride, 0: one row for every batch) added to every score of key column j after the scale (a padding
+// mask such as BERT's (1 - mask) * -10000). The drain adds a bias before its scale, so the kernel scales the row
+// by 1 / scale first: (s + kb / scale) * scale, which is s * scale + kb exactly where the scale is a power of two
+// or kb is 0, within a rounding of kb otherwise.
 //
 // Work split. Work items are (b, h, query block of BR rows), dealt round-robin over the cores (SPMD: core c takes
 // items c, c + cores, ...; the query blocks of one head are dealt longest first, so that under the causal mask the
@@ -10,12 +17,13 @@
 // the diagonal); its matrix units share each block's two products, each product cut into pieces (a strip of C
 // output columns by a group of rows) dealt over the units (attention_chip.cpp chooses the row groups).
 //
-// Per item: the Q block is loaded into VMEM (one of two Q buffers, by item parity); then for each key block n:
+// Per item: the Q block is loaded into VMEM (one of two Q buffers, by item parity; with key_bias, the batch's kb
+// row too, into one of two bias rows whose columns past SK hold -inf); then for each key block n:
 //   dmain:   K_n and V_n into one of three K/V slots (waits KVFREE: a slot is free; signals KVFULL_u per unit)
 //   mxu u:   S_n = Q K_n^T into one of two S accumulator regions (the K tiles are loaded transposed, mxu.lw trans;
 //            first load waits KVFULL_u, first mm waits SFREE_u; mxu.sync signals SFULL_u)
-//   vpu:     the online softmax of S_n: drain (scale, and -inf on key columns past the sequence, through vpu.acc's
-//            bias), causal mask on blocks that reach the diagonal (whole rows above it: -inf, the diagonal
+//   vpu:     the online softmax of S_n: drain (scale, and -inf on key columns past the sequence, or the kb row,
+//            through vpu.acc's bias), causal mask on blocks that reach the diagonal (whole rows above it: -inf, the diagonal
 //            square: a BC x BC triangle of 0 / -inf built once per core), row max m_new = max(m, rowmax),
 //            alpha = exp(m - m_new), P = exp(S - m_new) (f32), l = l * alpha + rowsum(P), P cast to bf16 into
 //            one of two P slots (signals PFULL_u)
@@ -29,8 +37,12 @@
 //
 // Numerics: S in f32 (bf16 products exact, f32 sums), scaled in f32 (vpu.acc's scale), softmax statistics in f32;
 // P is rounded to bf16 before the P V product (as FlashAttention does); l sums the f32 P before that rounding.
-// Rows of a query block past the sequence, and key rows past it, compute on stale VMEM (finite values loaded
-// earlier, or zeros): their results are never stored, and masked key columns give P = 0 exactly.
+// Rows of a query block past the sequence compute on stale VMEM: their results are never stored. Key rows past
+// the sequence are zeros (the K/V slots are zeroed at the start) or an earlier block's keys, finite, so the
+// columns past the keys are -inf after the mask and give P = 0 exactly. A row's result
+// depends on BC (where the running max is taken) and the matrix units' shape, not on BR, the cores or the number
+// of matrix units (a key block wholly past a row's diagonal changes nothing: alpha = 1, P = 0); so fixing
+// block_k gives bit-identical results on every chip of those units.
 #pragma once
 
 #include <cstdint>
@@ -42,14 +54,28 @@
 
 namespace tpusim::kernels {
 
+// Element strides of a tensor's batch, sequence and head dimensions (head_dim's elements are contiguous);
+// all 0: the default row-major layout.
+struct AttentionStrides {
+  int64_t batch = 0, seq = 0, head = 0;
+  bool operator==(const AttentionStrides&) const = default;
+};
+
 struct AttentionChip {
   int64_t batch = 1, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;  // kv_heads 0: = heads
+  int64_t seq_k = 0;                                                  // keys; 0: = seq (causal: must be seq)
   bool causal = false;
+  AttentionStrides q_strides, k_strides, v_strides, o_strides;        // all 0: [B, S(K), H(KVH), D]
+  bool key_bias = false;                                              // the input kb (above)
+  int64_t key_bias_stride = -1;                                       // kb's batch stride; -1: SK
   float scale = 0;                    // 0: 1 / sqrt(head_dim)
   isa::DType out = isa::DType::BF16;  // bf16 or f32
   int cores = 0;                      // cores to use; 0: every core of the chip (CORES)
   int mxus = 0;                       // matrix units per core; 0: every one (MXUS, at most 4)
-  int64_t block_q = 0, block_k = 0;   // BR and BC exactly (BR a multiple of BC); 0: chosen by the estimate
+  // BR and BC exactly (causal: BR a multiple or a divisor of BC); 0: chosen by the estimate; block_k alone: BC, and BR chosen.
+  // The results depend on BC (the online softmax's steps), not on BR, the cores or the matrix units.
+  int64_t block_q = 0, block_k = 0;
+  bool operator==(const AttentionChip&) const = default;
 };
 
 // The plan the generator chose (for tests and reports).
