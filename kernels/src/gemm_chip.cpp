@@ -193,8 +193,8 @@ int64_t strips_tm_max(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
 
 // The strips schedule's estimated cycles, in the terms of choose_tiles' estimate. Each core runs its folds (row
 // tiles x its column groups x K / R) back to back, one panel in flight behind the one in use; a fold takes the
-// longest of its matrix work (TM rows, at least R: the weight load hides behind them), its transfer at this core's
-// share of HBM's bandwidth (every core streams at once) and latency + transfer. A fold's transfer is its panel
+// longest of its matrix work (TM rows at the type's rate, at least R: the weight load hides behind them), its
+// transfer at this core's share of HBM's bandwidth (every core streams at once) and latency + transfer. A fold's transfer is its panel
 // (R x U*C), its share of the group's stores (TM x U*C outputs, written while the next group computes) and, in a
 // row tile's first group, a K/R-th of the next row tile's a. Plus the first row tile's a (before any fold), one
 // latency and the last drain.
@@ -237,11 +237,11 @@ int64_t reduce_chunk(int64_t mn, int64_t sk, int64_t out_bytes, int64_t vmem, in
 // chunk fills the pipeline sooner); and, with max_split_k > 1, SK splits of K.
 // Estimate, per work item (a tile, or a split of one): its chunks, each taking the longest of its matrix work
 // (KC/R folds x S strips x max(TM / rate, R) cycles: a weight load, R cycles, hides behind a stream of at least R
-// rows; stream_rate),
-// its transfer (its operands and its share of the tile's stores) at this core's share of the bandwidth (the
-// cache's when the chip has one, since tiles re-read their operands from it, else HBM's; shared by the cores
-// loading at once, and at most what the core's VMEM ports take) and (latency + transfer) / (NSLOT - 1) (NSLOT - 1 chunks in flight); plus, once, the shorter
-// of a chunk's work and transfer: the pipeline's fill and drain. Items run in waves over the cores. Split
+// rows; stream_rate), its transfer (its operands and its share of the tile's stores) at this core's share of the
+// bandwidth (the cache's when the chip has one, since tiles re-read their operands from it, else HBM's; shared by
+// the cores loading at once, and at most what the core's VMEM ports take) and (latency + transfer) / (NSLOT - 1)
+// (NSLOT - 1 chunks in flight); plus, once, the shorter of a chunk's work and transfer: the pipeline's fill and
+// drain. Items run in waves over the cores. Split
 // K adds the reduction: every split's f32 partials written (to HBM: the cache writes through) and read back,
 // the result written, a barrier.
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t U,
