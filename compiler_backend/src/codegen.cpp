@@ -65,8 +65,8 @@ int64_t param_or(const KernelCall& call, const char* name, int64_t otherwise) {
 // once per strip of C columns and fold of R rows of K. A fold's B tile (R x C) comes from HBM into one of two
 // slots, one load in flight behind the tile in use, so a fold takes the longest of its matrix work (max(TM / the
 // input type's rate, R): the weight load hides behind a stream of at least R rows), its transfer at HBM's bandwidth
-// (this unit alone loads), and latency + transfer. Each row tile's a (TM x K) is loaded once before its folds, each output tile
-// (TM x C) stored once; plus a load's and a store's latency.
+// (this unit alone loads), and latency + transfer. Each row tile's a (TM x K) is loaded once before its folds, each
+// output tile (TM x C) stored once; plus a load's and a store's latency.
 double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, int64_t>& symbols) {
   const int64_t m = param_or(call, "M", 0), k = param_or(call, "K", 0), n = param_or(call, "N", 0);
   const int64_t R = symbol_or(symbols, "MXU_ROWS", 1), C = symbol_or(symbols, "MXU_COLS", 1);
@@ -74,16 +74,12 @@ double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, 
   auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const double latency = static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
   const double bpc = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1)));
-  const double E = static_cast<double>(
-      isa::dtype_size(static_cast<isa::DType>(param_or(call, "IN_DT", static_cast<int64_t>(isa::DType::BF16)))));
+  const auto in = static_cast<isa::DType>(param_or(call, "IN_DT", static_cast<int64_t>(isa::DType::BF16)));
+  const double E = static_cast<double>(isa::dtype_size(in));
   const double O = static_cast<double>(
       isa::dtype_size(static_cast<isa::DType>(param_or(call, "OUT_DT", static_cast<int64_t>(isa::DType::F32)))));
   const double b_tile = static_cast<double>(std::min(R, k) * std::min(C, n)) * E / bpc;
-  // the stream of tm rows at the input type's rate (MXU_I8_RATE, MXU_FP8_RATE rows per cycle; bf16 1)
-  const auto in = static_cast<isa::DType>(param_or(call, "IN_DT", static_cast<int64_t>(isa::DType::BF16)));
-  const int64_t rate = std::max<int64_t>(
-      1, in == isa::DType::I8 ? symbol_or(symbols, "MXU_I8_RATE", 1)
-                              : in == isa::DType::F8E4M3 ? symbol_or(symbols, "MXU_FP8_RATE", 1) : 1);
+  const int64_t rate = kernels::matrix_rate(in, symbols);  // the stream of tm rows at the input type's rate
   const double fold = std::max({static_cast<double>(std::max(cdiv(tm, rate), R)), b_tile, latency + b_tile});
   const double folds = static_cast<double>(cdiv(m, tm) * cdiv(n, C) * cdiv(k, R));
   const double a_and_c = static_cast<double>(m) * (static_cast<double>(k) * E + static_cast<double>(n) * O) / bpc;

@@ -175,14 +175,6 @@ struct TilePlan {
   double estimate = 0;  // cycles (see choose_tiles)
 };
 
-// Rows of a the matrix unit streams per cycle for the input type: MXU_I8_RATE, MXU_FP8_RATE (bf16: 1). The
-// estimates count a stream of m rows as max(ceil(m / rate), R) cycles (the weight load, R cycles, hides behind it).
-int64_t stream_rate(const GemmChip& g, const std::map<std::string, int64_t>& s) {
-  const char* name = g.in == isa::DType::I8 ? "MXU_I8_RATE" : g.in == isa::DType::F8E4M3 ? "MXU_FP8_RATE" : nullptr;
-  auto it = name ? s.find(name) : s.end();
-  return it == s.end() ? 1 : std::max<int64_t>(1, it->second);
-}
-
 // The strips schedule's row tile bound (0: a row of a does not fit).
 int64_t strips_tm_max(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t U) {
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
@@ -237,7 +229,7 @@ int64_t reduce_chunk(int64_t mn, int64_t sk, int64_t out_bytes, int64_t vmem, in
 // chunk fills the pipeline sooner); and, with max_split_k > 1, SK splits of K.
 // Estimate, per work item (a tile, or a split of one): its chunks, each taking the longest of its matrix work
 // (KC/R folds x S strips x max(TM / rate, R) cycles: a weight load, R cycles, hides behind a stream of at least R
-// rows; stream_rate), its transfer (its operands and its share of the tile's stores) at this core's share of the
+// rows; matrix_rate), its transfer (its operands and its share of the tile's stores) at this core's share of the
 // bandwidth (the cache's when the chip has one, since tiles re-read their operands from it, else HBM's; shared by
 // the cores loading at once, and at most what the core's VMEM ports take) and (latency + transfer) / (NSLOT - 1)
 // (NSLOT - 1 chunks in flight); plus, once, the shorter of a chunk's work and transfer: the pipeline's fill and
@@ -331,7 +323,7 @@ TilePlan plan_tiles(const GemmChip& g, const std::map<std::string, int64_t>& s, 
   const int64_t core_bpc = vmem_bpc > 0 ? vmem_bpc : mem_bpc;
   return choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, core_bpc,
                       std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100),
-                      stream_rate(g, s));
+                      matrix_rate(g.in, s));
 }
 
 // True when the chip has a cache in front of HBM (the strips estimate models HBM alone).
@@ -342,7 +334,7 @@ double strips_estimate_of(const GemmChip& g, const std::map<std::string, int64_t
   return strips_estimate(g, symbol(s, "MXU_ROWS"), symbol(s, "MXU_COLS"), symbol(s, "ACC_ROWS"), symbol(s, "VMEM_BYTES"),
                          P, U, std::max<int64_t>(1, optional("HBM_BYTES_PER_CYCLE", 64)),
                          std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100),
-                         stream_rate(g, s));
+                         matrix_rate(g.in, s));
 }
 
 std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t U) {
@@ -670,6 +662,12 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
   const Resolved r = resolve(g, s);
   if (r.schedule == GemmSchedule::Strips) return strips_source(g, s, r.P, r.U);
   return tiles_source(g, s, r.P, r.U);
+}
+
+int64_t matrix_rate(isa::DType in, const std::map<std::string, int64_t>& symbols) {
+  const char* name = in == isa::DType::I8 ? "MXU_I8_RATE" : in == isa::DType::F8E4M3 ? "MXU_FP8_RATE" : nullptr;
+  auto it = name ? symbols.find(name) : symbols.end();
+  return it == symbols.end() ? 1 : std::max<int64_t>(1, it->second);
 }
 
 double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {

@@ -260,22 +260,22 @@ void DmaEngine::retire(const Transfer& t) {
     }
   }
   RunStats& rs = st_.run.stats;
+  const uint64_t far = hbm_side(t).bytes();
+  // HBM's side of a transfer that is not to the shared level: a cached load's whole-line fills, else its bytes
+  // the cache did not hold
+  const uint64_t from_hbm = t.load && st_.mem.cache.enabled() ? t.fill_bytes : far - t.hit_bytes;
   if (t.shared)
-    (t.load ? rs.shared_bytes_read : rs.shared_bytes_written) += hbm_side(t).bytes();
+    (t.load ? rs.shared_bytes_read : rs.shared_bytes_written) += far;
   else
-    (t.load ? rs.hbm_bytes_read : rs.hbm_bytes_written) += t.load && st_.mem.cache.enabled()
-                                                                  ? t.fill_bytes
-                                                                  : hbm_side(t).bytes() - t.hit_bytes;
+    (t.load ? rs.hbm_bytes_read : rs.hbm_bytes_written) += from_hbm;
   rs.shared_bytes_read += t.hit_bytes;
   // Energy's actions (energy.h): the far side's bytes cross the interconnect once; the VMEM side's are written
   // (a load) or read (a store) there; a cache's hits are read from the shared level, its misses and stores fill it.
-  const uint64_t far = hbm_side(t).bytes();
   act(t.e.pc, Action::DmaBytes, far);
   act(t.e.pc, t.load ? Action::VmemWrite : Action::VmemRead, t.vmem.bytes());
   if (t.shared) {
     act(t.e.pc, t.load ? Action::SharedRead : Action::SharedWrite, far);
   } else {
-    const uint64_t from_hbm = t.load && st_.mem.cache.enabled() ? t.fill_bytes : far - t.hit_bytes;
     act(t.e.pc, t.load ? Action::HbmRead : Action::HbmWrite, from_hbm);
     act(t.e.pc, Action::SharedRead, t.hit_bytes);
     if (st_.mem.cache.enabled()) act(t.e.pc, Action::SharedWrite, from_hbm);

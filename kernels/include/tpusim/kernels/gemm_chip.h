@@ -90,6 +90,10 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
 // bandwidth), for choosing between it and a one-unit kernel. Throws as gemm_chip_source.
 double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
 
+// Rows of a a matrix unit streams per cycle for input type `in`: the chip's MXU_I8_RATE or MXU_FP8_RATE symbol
+// (bf16: 1). Estimates count a stream of m rows as max(ceil(m / rate), MXU_ROWS) cycles.
+int64_t matrix_rate(isa::DType in, const std::map<std::string, int64_t>& symbols);
+
 // gemm_chip_source assembled (isa::Error on failure).
 isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
 
