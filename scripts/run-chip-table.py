@@ -2,8 +2,9 @@
 """The whole-chip benchmark table: full-size models on each whole-chip preset, timing-only.
 
 For each model and preset: `tpusim compile MODEL --config P --report R -o m.tpub` (the report gives the whole
-chip's roofline bound), then `tpusim run m.tpub --timing-only --config P --stats S`. Prints a Markdown table of
-cycles, simulated latency, the ratio of cycles to the roofline bound, the MXU utilisation over every matrix unit
+chip's roofline bounds), then `tpusim run m.tpub --timing-only --config P --stats S`. Prints a Markdown table of
+cycles, simulated latency, the ratio of cycles to the ideal roofline bound (every weight, input and output moved
+once) and to the bound of the traffic the code makes, that traffic over the ideal, the MXU utilisation over every matrix unit
 of the chip (the stats' units.mxu.utilization: busy cycles / (cycles x units)), and the wall time of the compile (which includes one
 timing simulation for the report) and of the run.
 
@@ -51,8 +52,9 @@ def main():
     if missing:
         sys.exit("run-chip-table.py: missing " + ", ".join(missing) +
                  (" (build the project)" if args.small else " (bash scripts/run-model-bench.sh exports them)"))
-    print("| model | preset | cycles | latency | ratio to bound | MXU util | compile wall | run wall |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| model | preset | cycles | latency | ratio to ideal bound | ratio to traffic bound | traffic / ideal | "
+          "MXU util | compile wall | run wall |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory() as tmp:
         for name, path in models.items():
             for preset in args.presets.split(","):
@@ -62,10 +64,12 @@ def main():
                 wr = timed([tpusim, "run", prog, "--timing-only", "--config", preset, "--stats", stats])
                 report = open(rep).read()
                 ratio = float(re.search(r"run cycles / bound ([\d.]+)", report).group(1))
+                traffic_ratio = float(re.search(r"run cycles / traffic bound ([\d.]+)", report).group(1))
+                traffic = re.search(r"traffic / ideal ([\d.]+|-)", report).group(1)
                 s = json.load(open(stats))
                 util = s["units"]["mxu"]["utilization"]  # busy cycles / (cycles x every matrix unit of the chip)
                 print(f"| {name} | {preset} | {s['cycles']:,} | {s['seconds'] * 1e6:.1f} us | {ratio:.2f} | "
-                      f"{100 * util:.1f}% | {wc:.2f} s | {wr:.2f} s |", flush=True)
+                      f"{traffic_ratio:.2f} | {traffic} | {100 * util:.1f}% | {wc:.2f} s | {wr:.2f} s |", flush=True)
 
 
 if __name__ == "__main__":

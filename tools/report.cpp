@@ -102,6 +102,17 @@ std::string fixed(double v, int decimals) {
 std::string bound_text(const runtime::RegionProfile& r) { return r.bound.empty() ? "-" : fixed(r.bound_cycles, 1); }
 std::string bound_kind(const runtime::RegionProfile& r) { return r.bound.empty() ? "-" : r.bound; }
 std::string ratio_text(const runtime::RegionProfile& r) { return r.bound.empty() ? "-" : fixed(r.bound_ratio(), 2); }
+// The same for the ideal bound (profile.h), "-" where the ideal bytes are not known.
+std::string ideal_bound_text(const runtime::RegionProfile& r) {
+  return r.ideal_bound.empty() ? "-" : fixed(r.ideal_bound_cycles, 1);
+}
+std::string ideal_kind(const runtime::RegionProfile& r) { return r.ideal_bound.empty() ? "-" : r.ideal_bound; }
+std::string ideal_ratio_text(const runtime::RegionProfile& r) {
+  return r.ideal_bound.empty() ? "-" : fixed(r.ideal_ratio(), 2);
+}
+std::string traffic_text(const runtime::RegionProfile& r) {
+  return r.traffic_over_ideal() > 0 ? fixed(r.traffic_over_ideal(), 2) : "-";
+}
 
 }  // namespace
 
@@ -119,8 +130,8 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
      << "share" << std::setw(10) << "MXU util" << std::setw(7) << "cores" << std::setw(6) << "last";
   for (const char* u : {"dmain", "mxu", "vpu", "dmaout"}) os << std::setw(9) << u;
   os << std::setw(9) << "waits" << std::setw(8) << "FLOPs" << std::setw(8) << "bytes" << std::setw(11) << "bound"
-     << std::setw(8) << "by" << std::setw(8) << "ratio" << std::setw(11) << "energy uJ" << std::setw(8) << "of E"
-     << "  kernels\n";
+     << std::setw(8) << "by" << std::setw(8) << "ratio" << std::setw(8) << "ideal" << std::setw(8) << "traffic"
+     << std::setw(11) << "energy uJ" << std::setw(8) << "of E" << "  kernels\n";
   const double total_j = p.program.energy_j();
   os << std::fixed << std::setprecision(1);
   for (const auto* r : rows) {
@@ -134,8 +145,8 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
       if (auto it = up.cycles.find("wait"); it != up.cycles.end()) waits += it->second;
     }
     os << std::setw(9) << waits << std::setw(8) << si(r->flops) << std::setw(8) << si(r->bytes) << std::setw(11)
-       << bound_text(*r) << std::setw(8) << bound_kind(*r) << std::setw(8) << ratio_text(*r) << std::setw(11)
-       << fixed(r->energy_j() * 1e6, 2) << std::setw(7) << fixed(total_j > 0 ? 100 * r->energy_j() / total_j : 0.0, 1)
+       << bound_text(*r) << std::setw(8) << bound_kind(*r) << std::setw(8) << ratio_text(*r) << std::setw(8)
+       << ideal_ratio_text(*r) << std::setw(8) << traffic_text(*r) << std::setw(11) << fixed(r->energy_j() * 1e6, 2) << std::setw(7) << fixed(total_j > 0 ? 100 * r->energy_j() / total_j : 0.0, 1)
        << "%  ";
     // The node's kernels in order, a run of one kernel as "name xN".
     std::vector<std::pair<std::string, int>> kernels;
@@ -159,6 +170,9 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
         "  bound: roofline lower bound in cycles, max(FLOPs / "
      << fixed(p.peak_flops_per_cycle, 0) << " per cycle, bytes / " << fixed(p.hbm_bytes_per_cycle, 2)
      << " per cycle)\n  by: the side that sets the bound; ratio: cycles / bound\n"
+     << "  ideal: cycles / the ideal bound, which takes the bytes the node cannot avoid (each input and weight read "
+        "once, each output\n  written once) instead of those it moves; traffic: bytes moved / those bytes (- = not "
+        "known)\n"
      << "  energy: the node's instructions' actions x their energies, plus static power over the cycles it holds "
         "(docs/energy.md); of E: of the run's " << joules(total_j) << " (outside every node: "
      << joules(p.outside_nodes_j()) << ")\n";
@@ -179,13 +193,21 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
      << " FLOP/cycle, " << fixed(p.hbm_bytes_per_cycle, 2) << " HBM bytes/cycle\n"
      << "total    " << p.cycles << " cycles, " << fixed(cfg.seconds(p.cycles) * 1e6, 3)
      << " us (timing-only simulation)\n"
-     << "work     " << fixed(all.flops / 1e9, 6) << " GFLOP, " << fixed(all.bytes / 1e6, 4) << " MB of HBM traffic\n"
+     << "work     " << fixed(all.flops / 1e9, 6) << " GFLOP, " << fixed(all.bytes / 1e6, 4) << " MB of HBM traffic, "
+     << fixed(all.ideal_bytes / 1e6, 4) << " MB ideal (traffic / ideal " << traffic_text(all) << ")\n"
      << "bound    ";
+  if (all.ideal_bound.empty())
+    os << "- (the program gives no FLOPs or bytes)\n";
+  else
+    os << fixed(all.ideal_bound_cycles, 1) << " cycles (" << all.ideal_bound << "), run cycles / bound "
+       << fixed(static_cast<double>(p.cycles) / all.ideal_bound_cycles, 2)
+       << " (ideal: every input, weight and output moved once)\n";
+  os << "traffic  ";
   if (all.bound.empty())
     os << "- (the program gives no FLOPs or bytes)\n";
   else
-    os << fixed(all.bound_cycles, 1) << " cycles (" << all.bound << "), run cycles / bound "
-       << fixed(static_cast<double>(p.cycles) / all.bound_cycles, 2) << "\n";
+    os << fixed(all.bound_cycles, 1) << " cycles (" << all.bound << "), run cycles / traffic bound "
+       << fixed(static_cast<double>(p.cycles) / all.bound_cycles, 2) << " (the bytes the code moves)\n";
 
   std::vector<const runtime::RegionProfile*> rows;
   for (const auto& r : p.regions)
@@ -196,7 +218,8 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
   os << "  " << std::left << std::setw(w + 2) << "node" << std::right << std::setw(8) << "instrs" << std::setw(10)
      << "cycles" << std::setw(8) << "share" << std::setw(10) << "MXU util" << std::setw(7) << "cores" << std::setw(12)
      << "GFLOP"
-     << std::setw(11) << "MB" << std::setw(12) << "bound" << std::setw(9) << "by" << std::setw(8) << "ratio" << "\n";
+     << std::setw(11) << "MB" << std::setw(11) << "ideal MB" << std::setw(9) << "traffic" << std::setw(12) << "bound"
+     << std::setw(9) << "by" << std::setw(8) << "ratio" << std::setw(9) << "t.ratio" << "\n";
   uint64_t sum = 0;
   for (const auto* r : rows) {
     sum += r->cycles();
@@ -204,17 +227,20 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
        << std::setw(10) << r->cycles() << std::setw(7) << fixed(100 * r->share, 1) << "%" << std::setw(9)
        << fixed(100 * r->mxu_utilization, 1) << "%" << std::setw(7) << r->cores << std::setw(12)
        << fixed(r->flops / 1e9, 6) << std::setw(11)
-       << fixed(r->bytes / 1e6, 4) << std::setw(12) << bound_text(*r) << std::setw(9) << bound_kind(*r)
-       << std::setw(8) << ratio_text(*r) << "\n";
+       << fixed(r->bytes / 1e6, 4) << std::setw(11) << (r->ideal_bytes > 0 ? fixed(r->ideal_bytes / 1e6, 4) : "-")
+       << std::setw(9) << traffic_text(*r) << std::setw(12) << ideal_bound_text(*r) << std::setw(9) << ideal_kind(*r)
+       << std::setw(8) << ideal_ratio_text(*r) << std::setw(9) << ratio_text(*r) << "\n";
   }
   os << "\n  node cycles sum " << sum << " = " << fixed(p.cycles ? 100.0 * sum / p.cycles : 0.0, 1)
      << "% of the run (nodes may overlap where no fence parts them; the rest is outside every node)\n"
      << "  cycles: first to last cycle of the node's unit slices; share: of the run; MXU util: MXU busy / (cycles x "
      << p.matrix_units << " matrix units)\n"
      << "  GFLOP, MB: the node's work as the compiler counts it (a multiply-add is 2 FLOPs; MB: 1e6 HBM bytes read\n"
-     << "  and written); bound: roofline lower bound in cycles, max(FLOPs / peak, bytes / HBM bytes per cycle); by:\n"
-     << "  the side that sets it; ratio: cycles / bound (- where the node gives no work); cores: the cores that\n"
-     << "  worked on it\n";
+     << "  and written); ideal MB: the bytes the node cannot avoid (each tensor it takes from or gives to the rest of\n"
+     << "  the model, weights included, moved once); traffic: MB / ideal MB; bound: roofline lower bound in cycles,\n"
+     << "  max(FLOPs / peak, ideal MB / HBM bytes per cycle); by: the side that sets it; ratio: cycles / bound\n"
+     << "  (- where the node gives no work); t.ratio: cycles / the bound of the traffic made, max(FLOPs / peak,\n"
+     << "  MB / HBM bytes per cycle); cores: the cores that worked on it\n";
   // The compiler's notes (e.g. an attention group left per head, and why), once per node and note.
   std::vector<std::pair<std::string, std::string>> notes;
   for (const auto& r : p.regions) {

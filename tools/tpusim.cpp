@@ -171,7 +171,7 @@ struct PrecisionOptions {
     desc.add_options()
         ("precision", po::value(&precision)->default_value("bf16")->value_name("bf16|int8"),
          "ONNX models: bf16 (default) or int8 (post-training quantisation: per-channel weights, activation scales "
-         "calibrated on --calibrate inputs, else on the --input files)")
+         "calibrated on --calibrate inputs, else on the --input files; timing-only runs and reports need none)")
         ("calibrate", po::value(&calibrate)->composing()->value_name("NAME=FILE.npy"),
          "an int8 calibration input (repeatable; one set of model inputs)");
   }
@@ -511,7 +511,9 @@ int cmd_compile(const std::vector<std::string>& args) {
     throw UsageError("nothing to write: give -o FILE.tpub, --report FILE or --report-json FILE (" + std::string(usage) +
                      ")");
   runtime::Client client(sim::load_config(config, sets));
-  runtime::Executable exe = load_model(client, file, {}, parse_shapes(shapes), precision, {});
+  // Only a report: the timing-only compile (the same instructions and cycles, no weight values, no int8
+  // calibration run).
+  runtime::Executable exe = load_model(client, file, {}, parse_shapes(shapes), precision, {}, out.empty());
   const isa::Program& prog = exe.program();
   Outputs written;
   if (!out.empty()) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -419,6 +420,50 @@ double call_bytes(const KernelPlan& plan, const KernelCall& call) {
   return call.bytes;
 }
 
+// Where each buffer is first and last touched (call indices; -1 for a buffer no call touches).
+struct BufferUse {
+  std::vector<int64_t> first, last;
+};
+BufferUse buffer_use(const KernelPlan& plan) {
+  BufferUse u{std::vector<int64_t>(plan.buffers.size(), -1), std::vector<int64_t>(plan.buffers.size(), -1)};
+  for (size_t c = 0; c < plan.calls.size(); ++c)
+    for (const auto& [name, b] : plan.calls[c].tensors) {
+      if (u.first[b] < 0) u.first[b] = static_cast<int64_t>(c);
+      u.last[b] = static_cast<int64_t>(c);
+    }
+  return u;
+}
+
+// The HBM bytes the calls [c0, c1] (one graph node's) cannot avoid (isa::Region::ideal_bytes): every buffer they
+// take from the rest of the program (an input, a weight, or what an earlier call made) read once, and every buffer
+// they give to it (an output, or what a later call uses) written once, at the size the model gives it
+// (Buffer::ideal_bytes). A buffer that lives only inside the node (a scratch tensor, a partial sum) costs nothing:
+// it could stay on chip.
+double node_ideal_bytes(const KernelPlan& plan, const BufferUse& use, size_t c0, size_t c1) {
+  std::set<int> touched;
+  for (size_t c = c0; c <= c1; ++c)
+    for (const auto& [name, b] : plan.calls[c].tensors) touched.insert(b);
+  double bytes = 0;
+  for (int b : touched) {
+    const Buffer& buf = plan.buffers[b];
+    const bool taken = buf.kind == Buffer::Kind::Input || buf.kind == Buffer::Kind::Const ||
+                       use.first[b] < static_cast<int64_t>(c0);
+    const bool given = buf.kind == Buffer::Kind::Output || use.last[b] > static_cast<int64_t>(c1);
+    if (taken || given) bytes += static_cast<double>(buf.ideal_bytes());
+  }
+  return bytes;
+}
+
+// The HBM bytes the whole program cannot avoid (isa::Program::ideal_bytes): each input, output and constant a
+// call uses, once, at the size the model gives it.
+double program_ideal_bytes(const KernelPlan& plan, const BufferUse& use) {
+  double bytes = 0;
+  for (size_t b = 0; b < plan.buffers.size(); ++b)
+    if (plan.buffers[b].kind != Buffer::Kind::Temp && use.first[b] >= 0)
+      bytes += static_cast<double>(plan.buffers[b].ideal_bytes());
+  return bytes;
+}
+
 }  // namespace
 
 isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
@@ -463,6 +508,8 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   int prev_group = -1;
 
   int node = -1;  // the "node" region of the previous call, which a call with the same label extends
+  const BufferUse use = buffer_use(plan);
+  p.ideal_bytes = program_ideal_bytes(plan, use);
   for (size_t c = 0; c < plan.calls.size(); ++c) {
     const KernelCall& call = plan.calls[c];
     const auto call_begin = static_cast<uint32_t>(p.code.size());
@@ -508,6 +555,9 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     if (node < 0 || p.regions[node].name != call.label) {
       node = static_cast<int>(p.regions.size());
       p.regions.push_back(isa::Region{isa::kRegionNode, call.label, call_begin, 0});
+      size_t last = c;
+      while (last + 1 < plan.calls.size() && plan.calls[last + 1].label == call.label) ++last;
+      p.regions[node].ideal_bytes = node_ideal_bytes(plan, use, c, last);
     }
     p.regions[node].end = static_cast<uint32_t>(end);
     p.regions[node].flops += call.flops;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,13 @@ struct Buffer {
   std::vector<uint8_t> data;  // Const only: the bytes, row-major
   uint64_t addr = 0;          // set by plan_memory
   uint64_t extra_bytes = 0;   // slack after the tensor that kernels may read (e.g. im2col's overhanging rows)
+  // The bytes of the model's value it holds, where that differs from elements * size: a weight laid out in
+  // padded tiles (the weight's own k x n), a constant the compiler made up (0: the model does not have it).
+  // For the ideal roofline bound (isa::Region::ideal_bytes).
+  std::optional<uint64_t> model_bytes;
 
   uint64_t bytes() const;     // elements * size + extra_bytes
+  uint64_t ideal_bytes() const { return model_bytes ? *model_bytes : bytes() - extra_bytes; }
 };
 
 // A strided move between buffers (kernels::Move with buffer-relative addresses).

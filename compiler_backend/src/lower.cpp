@@ -132,7 +132,7 @@ void Lowering::lower_node(int i) {
 
 int Lowering::add_buffer(const std::string& name, Buffer::Kind kind, DType dtype, Shape shape, uint64_t extra) {
   if (kind == Buffer::Kind::Input || kind == Buffer::Kind::Output) io_names_.insert(name);
-  Buffer b{name, kind, dtype, std::move(shape), {}, 0, extra};
+  Buffer b{name, kind, dtype, std::move(shape), {}, 0, extra, std::nullopt};
   plan_.buffers.push_back(std::move(b));
   return static_cast<int>(plan_.buffers.size()) - 1;
 }
@@ -171,19 +171,26 @@ int Lowering::pattern(float value, DType dtype, uint64_t bytes) {  // a constant
   std::vector<float> v(static_cast<size_t>(n), value);
   std::string name = std::string("fill.") + isa::dtype_name(dtype) + "." + std::to_string(n) +
                      (value == 0 ? "" : (value < 0 ? ".neg" : ".pos"));
-  if (dtype == DType::I8) return add_const(name, DType::I8, {n}, std::vector<uint8_t>(static_cast<size_t>(n), 0));
-  return dtype == DType::BF16 ? const_bf16(name, {n}, v) : const_f32(name, {n}, v);
+  const int b = dtype == DType::I8 ? add_const(name, DType::I8, {n}, std::vector<uint8_t>(static_cast<size_t>(n), 0))
+                : dtype == DType::BF16 ? const_bf16(name, {n}, v)
+                                       : const_f32(name, {n}, v);
+  plan_.buffers[b].model_bytes = 0;  // made up by the compiler (padding values), not the model's
+  return b;
 }
 
 int Lowering::tiled_weights(const std::string& name, const std::vector<float>& w, int64_t k, int64_t n) {
   const int64_t R = sym_.at("MXU_ROWS"), C = sym_.at("MXU_COLS");
   const int64_t kt = (k + R - 1) / R, nt = (n + C - 1) / C;
-  if (w.empty()) return const_bf16(name, {kt, nt, R, C}, {});  // timing-only: laid out, not filled
-  std::vector<float> t(static_cast<size_t>(kt * nt * R * C), 0.0f);
-  for (int64_t i = 0; i < k; ++i)
-    for (int64_t j = 0; j < n; ++j)
-      t[static_cast<size_t>((((i / R) * nt + j / C) * R + i % R) * C + j % C)] = w[static_cast<size_t>(i * n + j)];
-  return const_bf16(name, {kt, nt, R, C}, t);
+  std::vector<float> t;
+  if (!w.empty()) {  // timing-only (no values): laid out, not filled
+    t.assign(static_cast<size_t>(kt * nt * R * C), 0.0f);
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        t[static_cast<size_t>((((i / R) * nt + j / C) * R + i % R) * C + j % C)] = w[static_cast<size_t>(i * n + j)];
+  }
+  const int b = const_bf16(name, {kt, nt, R, C}, t);
+  plan_.buffers[b].model_bytes = static_cast<uint64_t>(k * n) * isa::dtype_size(DType::BF16);  // not the padding
+  return b;
 }
 
 const ir::Value& Lowering::val(int v) const { return g_.values[v]; }

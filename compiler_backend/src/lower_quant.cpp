@@ -56,19 +56,23 @@ int Lowering::tiled_weights_i8(const std::string& name, const std::vector<float>
   const int64_t R = sym_.at("MXU_ROWS"), C = sym_.at("MXU_COLS");
   const int64_t kt = (k + R - 1) / R, nt = (n + C - 1) / C;
   scales.assign(static_cast<size_t>(n), w.empty() ? 1.0f : 0.0f);  // timing-only: no values, scales of 1
-  if (w.empty()) return add_const(name + ".i8", DType::I8, {kt, nt, R, C}, {});
-  for (int64_t i = 0; i < k; ++i)
-    for (int64_t j = 0; j < n; ++j)
-      scales[j] = std::max(scales[j], std::fabs(w[static_cast<size_t>(i * n + j)]));
-  for (float& s : scales) s = s > 0 ? s / 127.0f : 1.0f;
-  std::vector<uint8_t> t(static_cast<size_t>(kt * nt * R * C), 0);
-  for (int64_t i = 0; i < k; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      const float q = std::nearbyint(w[static_cast<size_t>(i * n + j)] / scales[j]);
-      const auto v = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
-      std::memcpy(&t[static_cast<size_t>((((i / R) * nt + j / C) * R + i % R) * C + j % C)], &v, 1);
-    }
-  return add_const(name + ".i8", DType::I8, {kt, nt, R, C}, std::move(t));
+  std::vector<uint8_t> t;
+  if (!w.empty()) {
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        scales[j] = std::max(scales[j], std::fabs(w[static_cast<size_t>(i * n + j)]));
+    for (float& s : scales) s = s > 0 ? s / 127.0f : 1.0f;
+    t.assign(static_cast<size_t>(kt * nt * R * C), 0);
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const float q = std::nearbyint(w[static_cast<size_t>(i * n + j)] / scales[j]);
+        const auto v = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
+        std::memcpy(&t[static_cast<size_t>((((i / R) * nt + j / C) * R + i % R) * C + j % C)], &v, 1);
+      }
+  }
+  const int b = add_const(name + ".i8", DType::I8, {kt, nt, R, C}, std::move(t));
+  plan_.buffers[b].model_bytes = static_cast<uint64_t>(k * n);  // one byte a weight, not the padding
+  return b;
 }
 
 void Lowering::dequantize(const std::string& label, Stored acc, int64_t rows, int64_t n, float s_a, const std::vector<float>& s_w,

@@ -7,6 +7,7 @@
 #include "tpusim/isa/assembler.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
+#include <utility>
 
 #include "asm_syntax.h"
 
@@ -231,6 +233,7 @@ class Assembler {
   void dir_data(Cursor& c, const Token& head);
   void dir_include(Cursor& c, const Token& head);
   void dir_region(Cursor& c, const Token& head);
+  double plain_number(Cursor& c, const std::string& what);
   void dir_endregion(Cursor& c, const Token& head);
   void close_fill();
   uint64_t place(const std::string& name, uint64_t bytes, const std::optional<Expr>& at);
@@ -402,6 +405,13 @@ void Assembler::directive(Cursor& c, const Token& head) {
     const int64_t n = eval_now(expr(c));
     if (n < 1 || n > 1024) fail(loc, ".cores " + std::to_string(n) + " is outside 1..1024");
     prog_.cores = static_cast<uint32_t>(n);
+    return c.expect_end();
+  }
+  if (d == ".ideal_bytes") {  // `.ideal_bytes N`: the HBM bytes the whole program cannot avoid (Program::ideal_bytes)
+    const Loc loc = c.peek().loc;
+    const double v = plain_number(c, "'.ideal_bytes'");
+    if (v < 0) fail(loc, ".ideal_bytes is a count of bytes >= 0");
+    prog_.ideal_bytes = v;
     return c.expect_end();
   }
   if (d == ".timing_only") {  // the program of a timing-only compile (Program::timing_only): consts have no data
@@ -589,37 +599,42 @@ void Assembler::dir_include(Cursor& c, const Token& head) {
   --include_depth_;
 }
 
-// `.region KIND, "name"[, flops=N][, bytes=N]` ... `.endregion`: a named range of the instructions between them
-// (Program::regions). flops= and bytes= (Region::flops, Region::bytes; 0 when absent) take a plain decimal number,
-// integer or floating point (1024, 2.5e9), not an expression.
+// `.region KIND, "name"[, flops=N][, bytes=N][, ideal_bytes=N]` ... `.endregion`: a named range of the
+// instructions between them (Program::regions). flops=, bytes= and ideal_bytes= (Region's fields of those names;
+// 0 when absent) take a plain decimal number, integer or floating point (1024, 2.5e9), not an expression.
 void Assembler::dir_region(Cursor& c, const Token& head) {
   const Token& kind = c.expect_ident("a region kind (node, kernel, ...)");
   if (kind.text.find('.') != std::string::npos) fail(kind.loc, "a region kind is letters, digits and '_'");
   c.expect(",");
   const Token& name = c.peek().kind == Tok::String ? c.next() : c.expect_ident("a region name");
   Region r{kind.text, name.text, 0, 0};
-  bool seen_flops = false, seen_bytes = false;
+  const std::array<std::pair<const char*, double*>, 3> fields{
+      {{"flops", &r.flops}, {"bytes", &r.bytes}, {"ideal_bytes", &r.ideal_bytes}}};
+  std::array<bool, fields.size()> seen{};
   while (c.accept(",")) {
-    const Token& kw = c.expect_ident("'flops=' or 'bytes='");
-    bool flops = kw.text == "flops";
-    if (!flops && kw.text != "bytes") fail(kw.loc, "expected 'flops=' or 'bytes=', got " + describe(kw));
-    if (bool& seen = flops ? seen_flops : seen_bytes; seen)
+    const Token& kw = c.expect_ident("'flops=', 'bytes=' or 'ideal_bytes='");
+    const auto f = std::find_if(fields.begin(), fields.end(), [&](const auto& e) { return kw.text == e.first; });
+    if (f == fields.end()) fail(kw.loc, "expected 'flops=', 'bytes=' or 'ideal_bytes=', got " + describe(kw));
+    if (std::exchange(seen[static_cast<size_t>(f - fields.begin())], true))
       fail(kw.loc, "'" + printable(kw.text) + "=' given twice");
-    else
-      seen = true;
     c.expect("=");
-    const Token& num = c.next();
-    double v = 0;
-    const char* end = num.text.data() + num.text.size();
-    auto [ptr, ec] = std::from_chars(num.text.data(), end, v, std::chars_format::general);
-    if (num.kind != Tok::Number || ec != std::errc() || ptr != end || !std::isfinite(v))
-      fail(num.loc, "expected a number for '" + printable(kw.text) + "=', got " + describe(num));
-    (flops ? r.flops : r.bytes) = v;
+    *f->second = plain_number(c, "'" + printable(kw.text) + "='");
   }
   c.expect_end();
   regions_.push_back(OpenRegion{prog_.regions.size(), head.loc});
   r.begin = r.end = static_cast<uint32_t>(pending_.size());
   prog_.regions.push_back(std::move(r));
+}
+
+// A plain decimal number, integer or floating point (1024, 2.5e9), finite, not an expression (for `what`).
+double Assembler::plain_number(Cursor& c, const std::string& what) {
+  const Token& num = c.next();
+  double v = 0;
+  const char* end = num.text.data() + num.text.size();
+  auto [ptr, ec] = std::from_chars(num.text.data(), end, v, std::chars_format::general);
+  if (num.kind != Tok::Number || ec != std::errc() || ptr != end || !std::isfinite(v))
+    fail(num.loc, "expected a number for " + what + ", got " + describe(num));
+  return v;
 }
 
 void Assembler::dir_endregion(Cursor& c, const Token& head) {

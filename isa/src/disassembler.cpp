@@ -1,6 +1,6 @@
 // The disassembler: text that assemble() (with the default AsmOptions, base_pc 0) turns back into an identical
-// Program (regions as `.region`/`.endregion` around their instructions, with flops= and bytes= when not 0), except
-// `source`, which then names the disassembly's own lines. Instructions come from isa::format;
+// Program (regions as `.region`/`.endregion` around their instructions, with flops=, bytes= and ideal_bytes= when
+// not 0), except `source`, which then names the disassembly's own lines. Instructions come from isa::format;
 // branch targets stay absolute instruction indices, so no labels are needed.
 #include <algorithm>
 #include <cctype>
@@ -102,6 +102,7 @@ std::string disassemble(const Program& p) {
   if (!p.name.empty()) out << ".name " << quote(p.name) << "\n";
   if (p.cores != 1) out << ".cores " << p.cores << "\n";
   if (p.timing_only) out << ".timing_only\n";
+  if (p.ideal_bytes != 0) out << ".ideal_bytes " << shortest(p.ideal_bytes) << "\n";
   bool in_order = consts_in_order(p);
   if (!in_order) emit_data(out, p.const_data, 0, p.const_data.size());
   for (const auto& t : p.tensors) emit_tensor(out, p, t, in_order);
@@ -118,6 +119,7 @@ std::string disassemble(const Program& p) {
       out << std::string(2 * open_ends.size(), ' ') << ".region " << r.kind << ", " << quote(r.name);
       if (r.flops != 0) out << ", flops=" << shortest(r.flops);
       if (r.bytes != 0) out << ", bytes=" << shortest(r.bytes);
+      if (r.ideal_bytes != 0) out << ", ideal_bytes=" << shortest(r.ideal_bytes);
       out << "\n";
       open_ends.push_back(r.end);
     }

@@ -204,10 +204,17 @@ void write_program_format(std::ostream& o) {
        "| id | section | payload |\n| --- | --- | --- |\n"
        "| 1 | code | u64 instruction words |\n"
        "| 2 | tensors | u32 count; per tensor: u32 name length, name, u8 kind (0 input, 1 output, 2 const), u8 "
-       "dtype, u32 rank, i64 dims[rank], u64 HBM address, u64 offset in the constant data |\n"
+       "dtype, u8 memory space (0 HBM, 1 VMEM), u32 rank, i64 dims[rank], u64 address, u64 offset in the constant "
+       "data |\n"
        "| 3 | constant data | raw bytes of the const tensors |\n"
        "| 4 | name | program name (UTF-8) |\n"
-       "| 5 | source | optional: u32 count; per instruction: u32 length, \"file:line\" |\n\n"
+       "| 5 | source | optional: u32 count; per instruction: u32 length, \"file:line\" |\n"
+       "| 6 | regions | optional: u32 count; per region: u32 length and kind, u32 length and name, u32 begin, u32 "
+       "end, f64 flops, f64 bytes |\n"
+       "| 7 | cores | optional (1 when absent): u32 cores |\n"
+       "| 8 | timing-only | optional, empty: the const tensors' values were never computed |\n"
+       "| 9 | ideal bytes | optional: f64 the program's ideal bytes, u32 count (that of section 6), per region: f64 "
+       "ideal bytes |\n\n"
        "Loading checks everything: every instruction word must decode, const tensors must lie inside the "
        "constant data, and errors name the byte offset.\n\n";
 }
@@ -277,12 +284,13 @@ addresses. An instruction sees a `.set` symbol's value at its own line.
 | `.data "HEX"` | bytes in hexadecimal (whitespace ignored), appended to the constant data |
 | `.name "text"` | the program's name |
 | `.cores N` | the cores that run the program, 1 to 1024 (`Program::cores`, default 1): each runs all of it with its own `core.id` |
+| `.ideal_bytes N` | the HBM bytes the whole program cannot avoid (`Program::ideal_bytes`: for a compiled model, each input and weight read once and each output written once), for the ideal roofline bound in profiles; 0 or absent: not given; N is a plain decimal number |
 | `.timing_only` | marks the program of a timing-only compile (`Program::timing_only`): its `.const` tensors are declared without their `.data`, and the runtime runs it timing-only |
 | `.include "file"` | assembles another file here (default: relative to the including file's directory) |
 | `.if expr` / `.elif expr` / `.else` / `.endif` | conditional assembly; nestable; each file closes its own |
 | `.error "message"` | reports an error at this line, if reached in an active branch |
 | `.region KIND, "name"` ... `.endregion` | names the instructions between them (`Program::regions`), for profiles: KIND `node` marks a graph node's code, `kernel` a kernel fragment (the compiler writes both; any identifier is allowed). Regions nest; each holds at least one instruction; each file closes its own |
-| `.region KIND, "name", flops=N, bytes=N` | a region with the work it stands for (`Region::flops`: arithmetic operations, a multiply-add is 2; `Region::bytes`: HBM bytes read and written), for roofline bounds in profiles; either may be left out (0: unknown); N is a plain decimal number (`1024`, `2.5e9`) |
+| `.region KIND, "name", flops=N, bytes=N, ideal_bytes=N` | a region with the work it stands for (`Region::flops`: arithmetic operations, a multiply-add is 2; `Region::bytes`: HBM bytes read and written; `Region::ideal_bytes`: the HBM bytes the work cannot avoid, each input and weight read once and each output written once), for roofline bounds in profiles; any may be left out (0: unknown); N is a plain decimal number (`1024`, `2.5e9`) |
 
 A tensor name may be an identifier or a quoted string (for names such as `"conv1/weight"`); an identifier
 name is also a symbol whose value is the tensor's HBM address. A tensor's address is, in this order: the
@@ -294,10 +302,10 @@ Strings take the escapes `\"`, `\\`, `\n`, `\t`, `\r`, `\0` and `\xNN`.
 
 ### Disassembly
 
-`isa::disassemble` prints `.name`, `.cores` and `.timing_only` (when not the defaults), every tensor with its explicit `@` address, the constant
+`isa::disassemble` prints `.name`, `.cores`, `.timing_only` and `.ideal_bytes` (when not the defaults), every tensor with its explicit `@` address, the constant
 data (`.data`, 64 bytes a line), then one instruction a line with `# pc N` (and the original source line, if
-the program has one), with `.region`/`.endregion` lines around each region's instructions (with `flops=` and
-`bytes=` when not 0).
+the program has one), with `.region`/`.endregion` lines around each region's instructions (with `flops=`,
+`bytes=` and `ideal_bytes=` when not 0).
 Assembling it with the default options gives an identical program, except for
 `Program::source`, which then names the disassembly's lines.
 

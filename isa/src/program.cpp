@@ -61,7 +61,7 @@ namespace {
 
 constexpr char kMagic[4] = {'T', 'P', 'U', 'B'};
 enum SectionId : uint32_t { kCode = 1, kTensors = 2, kConst = 3, kName = 4, kSource = 5, kRegions = 6, kCores = 7,
-                       kTimingOnly = 8 };
+                       kTimingOnly = 8, kIdeal = 9 };
 // The most cores a program may ask for (chip.cores allows the same).
 constexpr uint32_t kMaxCores = 1024;
 
@@ -75,6 +75,7 @@ const char* section_name(uint32_t id) {
     case kRegions: return "regions";
     case kCores: return "cores";
     case kTimingOnly: return "timing-only";
+    case kIdeal: return "ideal bytes";
   }
   return "unknown";
 }
@@ -145,6 +146,21 @@ std::vector<uint8_t> regions_payload(const Program& p) {
     w.f64(r.flops);
     w.f64(r.bytes);
   }
+  return std::move(w.out);
+}
+
+// Program::ideal_bytes, then Region::ideal_bytes, one per region in order. A section of its own, written only
+// when one of them is given, so that files without them (older ones, hand-written assembly) keep their layout and
+// version.
+bool has_ideal_bytes(const Program& p) {
+  return p.ideal_bytes != 0 ||
+         std::any_of(p.regions.begin(), p.regions.end(), [](const Region& r) { return r.ideal_bytes != 0; });
+}
+std::vector<uint8_t> ideal_payload(const Program& p) {
+  Writer w;
+  w.f64(p.ideal_bytes);
+  w.u32(static_cast<uint32_t>(p.regions.size()));
+  for (const Region& r : p.regions) w.f64(r.ideal_bytes);
   return std::move(w.out);
 }
 
@@ -288,6 +304,24 @@ void read_regions(Reader& r, Program& p) {
   }
 }
 
+std::string number_text(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// Section kIdeal: Program::ideal_bytes, then the regions' (applied to them once every section is read).
+std::vector<double> read_ideal(Reader& r, Program& p) {
+  const size_t at = r.pos();
+  p.ideal_bytes = r.f64("program ideal bytes");
+  if (!std::isfinite(p.ideal_bytes) || p.ideal_bytes < 0)
+    r.fail("the program's ideal bytes " + number_text(p.ideal_bytes) + " are not a finite count >= 0", at);
+  uint32_t n = r.count("region ideal bytes count", 8);
+  std::vector<double> v(n);
+  for (uint32_t i = 0; i < n; ++i) v[i] = r.f64("region ideal bytes");
+  return v;
+}
+
 // Checks that need every section: const tensors inside the constant data, one source line per instruction.
 void validate(const Program& p, const std::vector<size_t>& tensor_offsets, size_t source_offset,
               size_t regions_offset) {
@@ -390,12 +424,6 @@ std::string region_text(const Region& r, size_t i) {
          std::to_string(r.end) + "))";
 }
 
-std::string number_text(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-
 // What the assembler reads as a `.region` kind: letters, digits and '_', not starting with a digit.
 bool is_region_kind(const std::string& s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
@@ -406,6 +434,8 @@ bool is_region_kind(const std::string& s) {
 
 // One pass with a stack of the regions that enclose the current one.
 void validate_regions(const Program& p) {
+  if (!std::isfinite(p.ideal_bytes) || p.ideal_bytes < 0)
+    throw Error("the program's ideal bytes " + number_text(p.ideal_bytes) + " are not a finite count >= 0");
   std::vector<size_t> open;
   for (size_t i = 0; i < p.regions.size(); ++i) {
     const Region& r = p.regions[i];
@@ -413,7 +443,8 @@ void validate_regions(const Program& p) {
     if (r.begin >= r.end) throw Error(region_text(r, i) + " holds no instructions");
     if (r.end > p.code.size())
       throw Error(region_text(r, i) + " ends past the code (" + std::to_string(p.code.size()) + " instructions)");
-    for (auto [what, v] : {std::pair{"flops", r.flops}, std::pair{"bytes", r.bytes}})
+    for (auto [what, v] : {std::pair{"flops", r.flops}, std::pair{"bytes", r.bytes},
+                           std::pair{"ideal_bytes", r.ideal_bytes}})
       if (!std::isfinite(v) || v < 0)
         throw Error(region_text(r, i) + ": " + what + " " + number_text(v) + " is not a finite count >= 0");
     if (i > 0 && r.begin < p.regions[i - 1].begin)
@@ -441,7 +472,8 @@ std::vector<uint8_t> serialize(const Program& p) {
   Writer w;
   w.raw(kMagic, 4);
   w.u32(kProgramVersion);
-  w.u32(4 + !p.source.empty() + !p.regions.empty() + (p.cores != 1) + p.timing_only);
+  const bool ideal = has_ideal_bytes(p);
+  w.u32(4 + !p.source.empty() + !p.regions.empty() + (p.cores != 1) + p.timing_only + ideal);
   w.section(kCode, code_payload(p));
   w.section(kTensors, tensors_payload(p));
   w.section(kConst, p.const_data);
@@ -456,6 +488,7 @@ std::vector<uint8_t> serialize(const Program& p) {
   if (p.timing_only) {  // no payload; a reader that predates it finds the constants missing and refuses the file
     w.section(kTimingOnly, {});
   }
+  if (ideal) w.section(kIdeal, ideal_payload(p));
   return std::move(w.out);
 }
 
@@ -473,7 +506,8 @@ Program deserialize(const std::vector<uint8_t>& bytes) {
 
   Program p;
   std::vector<size_t> tensor_offsets;
-  size_t source_offset = 0, regions_offset = 0;
+  size_t source_offset = 0, regions_offset = 0, ideal_offset = 0;
+  std::optional<std::vector<double>> ideal;
   std::set<uint32_t> seen;
   for (uint32_t s = 0; s < sections; ++s) {
     size_t at = head.pos();
@@ -483,7 +517,8 @@ Program deserialize(const std::vector<uint8_t>& bytes) {
     if (len > head.left())
       head.fail(what + " truncated: needs " + std::to_string(len) + " bytes, " + std::to_string(head.left()) + " left",
                 at);
-    if (id >= kCode && id <= kCores && !seen.insert(id).second) head.fail("duplicate " + what, at);
+    if (((id >= kCode && id <= kCores) || id == kIdeal) && !seen.insert(id).second)
+      head.fail("duplicate " + what, at);
     Reader r(bytes, head.pos(), head.pos() + len, what);
     head.skip(len, "section");
     switch (id) {
@@ -500,11 +535,19 @@ Program deserialize(const std::vector<uint8_t>& bytes) {
                  at);
         break;
       case kTimingOnly: p.timing_only = true; break;
+      case kIdeal: ideal_offset = at, ideal = read_ideal(r, p); break;
       default: r.skip(len, "section"); break;  // unknown section: skipped, so later versions can add some
     }
     r.expect_end();
   }
   head.expect_end();
+  if (ideal) {
+    if (ideal->size() != p.regions.size())
+      head.fail("section 9 (ideal bytes) has " + std::to_string(ideal->size()) + " region values for " +
+                    std::to_string(p.regions.size()) + " regions",
+                ideal_offset);
+    for (size_t i = 0; i < ideal->size(); ++i) p.regions[i].ideal_bytes = (*ideal)[i];
+  }
   validate(p, tensor_offsets, source_offset, regions_offset);
   return p;
 }

@@ -333,6 +333,16 @@ TEST(AsmRegions, FlopsAndBytes) {
   std::vector<Region> want = {
       {"node", "fc1", 0, 1, 1024, 2.5e9}, {"kernel", "gemm", 0, 1, 0, 0.125}, {"node", "fc2", 1, 2, 3, 1e20}};
   EXPECT_EQ(p.regions, want);
+  // The ideal bytes, a region's and the program's, in any order among the others.
+  p = assemble(
+      ".ideal_bytes 4.5e6\n"
+      ".region node, fc, ideal_bytes=3000, flops=8\n"
+      "  halt\n"
+      ".endregion\n",
+      "k.s");
+  EXPECT_EQ(p.ideal_bytes, 4.5e6);
+  want = {{"node", "fc", 0, 1, 8, 0, 3000}};
+  EXPECT_EQ(p.regions, want);
 }
 
 TEST(AsmRegions, Errors) {
@@ -342,7 +352,11 @@ TEST(AsmRegions, Errors) {
   EXPECT_EQ(error_of(".region node\n"), "k.s:1:13: expected ',', got end of line");
   EXPECT_EQ(error_of(".region \"a\", node\n"), "k.s:1:9: expected a region kind (node, kernel, ...), got string \"a\"");
   EXPECT_EQ(error_of(".region node, \"a\" x\n"), "k.s:1:19: trailing garbage 'x'");
-  EXPECT_EQ(error_of(".region node, \"a\", flop=1\n"), "k.s:1:20: expected 'flops=' or 'bytes=', got 'flop'");
+  EXPECT_EQ(error_of(".region node, \"a\", flop=1\n"),
+            "k.s:1:20: expected 'flops=', 'bytes=' or 'ideal_bytes=', got 'flop'");
+  EXPECT_EQ(error_of(".region node, \"a\", ideal_bytes=1, ideal_bytes=2\n"), "k.s:1:35: 'ideal_bytes=' given twice");
+  EXPECT_EQ(error_of(".ideal_bytes -5\n"), "k.s:1:14: expected a number for '.ideal_bytes', got '-'");
+  EXPECT_EQ(error_of(".ideal_bytes 5 6\n"), "k.s:1:16: trailing garbage '6'");
   EXPECT_EQ(error_of(".region node, \"a\", flops=1, flops=2\n"), "k.s:1:29: 'flops=' given twice");
   EXPECT_EQ(error_of(".region node, \"a\", flops=-1\n"), "k.s:1:26: expected a number for 'flops=', got '-'");
   EXPECT_EQ(error_of(".region node, \"a\", bytes=N\n"), "k.s:1:26: expected a number for 'bytes=', got 'N'");
@@ -567,8 +581,13 @@ TEST(Disassembler, RoundTripsRegions) {
   // Nested with equal bounds, adjacent, ending together, and names that need quoting.
   // flops and bytes: printed when not 0, and exactly (0.1, 1/3 and 2^53 + 2 read back as the same doubles).
   p.regions = {{"node", "a \"quoted\"", 0, 4, 0.1, 1.0 / 3}, {"kernel", "same", 0, 4}, {"kernel", "x.s", 0, 1},
-               {"kernel", "y.s", 1, 4, 0, 9007199254740994.0}, {"step", "deep", 2, 4}, {"node", "b", 5, 6, 1e300}};
+               {"kernel", "y.s", 1, 4, 0, 9007199254740994.0}, {"step", "deep", 2, 4}, {"node", "b", 5, 6, 1e300},
+               {"node", "c", 4, 5, 0, 0, 0.1}};
+  std::swap(p.regions[5], p.regions[6]);  // in order of begin
+  p.ideal_bytes = 1.0 / 3;
   std::string text = disassemble(p);
+  EXPECT_NE(text.find(".ideal_bytes 0.3333333333333333\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(".region node, \"c\", ideal_bytes=0.1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("  .region kernel, \"x.s\"\n"), std::string::npos) << text;
   EXPECT_NE(text.find(".region node, \"b\", flops=1e+300\n"), std::string::npos) << text;
   EXPECT_NE(text.find(".region node, \"a \\\"quoted\\\"\", flops=0.1, bytes=0.3333333333333333\n"), std::string::npos)

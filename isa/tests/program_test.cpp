@@ -94,6 +94,62 @@ TEST(ProgramFormat, RegionsRoundTrip) {
   EXPECT_NE(payload_of(bytes, 6), 0u);
 }
 
+TEST(ProgramFormat, IdealBytesRoundTripInTheirOwnSection) {
+  Program p = small_program();
+  p.regions = {{"node", "fc1", 0, 3, 4096, 3000}, {"kernel", "gemm.s", 1, 3}};
+  const std::vector<uint8_t> without = serialize(p);  // regions, no ideal bytes: no section 9
+  EXPECT_EQ(payload_of(without, 9), 0u);
+  p.regions[0].ideal_bytes = 1.0 / 3;
+  p.ideal_bytes = 2.5e9;
+  const std::vector<uint8_t> bytes = serialize(p);
+  EXPECT_EQ(deserialize(bytes), p);
+  EXPECT_EQ(deserialize(bytes).regions[0].ideal_bytes, 1.0 / 3);  // bit for bit
+  EXPECT_EQ(deserialize(bytes).ideal_bytes, 2.5e9);
+  // Section 9: f64 the program's, u32 the region count, then an f64 per region. The other sections keep the
+  // layout they had without it, so that older files still load and older readers skip it.
+  const size_t at = payload_of(bytes, 9);
+  ASSERT_NE(at, 0u);
+  double program = 0, first = 0, second = -1;
+  uint32_t count = 0;
+  std::memcpy(&program, &bytes[at], 8);
+  std::memcpy(&count, &bytes[at + 8], 4);
+  std::memcpy(&first, &bytes[at + 12], 8);
+  std::memcpy(&second, &bytes[at + 20], 8);
+  EXPECT_EQ(program, 2.5e9);
+  EXPECT_EQ(count, 2u);
+  EXPECT_EQ(first, 1.0 / 3);
+  EXPECT_EQ(second, 0.0);
+  EXPECT_EQ(std::vector<uint8_t>(bytes.begin() + 12, bytes.begin() + static_cast<std::ptrdiff_t>(at) - 12),
+            std::vector<uint8_t>(without.begin() + 12, without.end()));
+  // A program ideal alone (no regions) has the section too, with a count of 0.
+  Program q = small_program();
+  q.ideal_bytes = 7;
+  EXPECT_EQ(deserialize(serialize(q)), q);
+
+  // Errors: a count that is not the regions', a value that is not a finite count >= 0, the section twice.
+  std::vector<uint8_t> bad = bytes;  // one region value: the count says 1, the section holds 1 (it is the last)
+  put_u32(bad, at + 8, 1);
+  put_u32(bad, at - 8, 8 + 4 + 8);
+  bad.resize(bad.size() - 8);
+  EXPECT_NE(error_of(bad).find("section 9 (ideal bytes) has 1 region values for 2 regions"), std::string::npos)
+      << error_of(bad);
+  bad = bytes;
+  const double minus = -1;
+  std::memcpy(&bad[at], &minus, 8);
+  EXPECT_EQ(error_of(bad), "program: byte " + std::to_string(at) + ": the program's ideal bytes -1 are not a finite "
+                           "count >= 0");
+  bad = bytes;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::memcpy(&bad[at + 12], &nan, 8);
+  EXPECT_NE(error_of(bad).find("region 0 (node 'fc1', [0, 3)): ideal_bytes nan is not a finite count >= 0"),
+            std::string::npos)
+      << error_of(bad);
+  bad = bytes;
+  bad.insert(bad.end(), bytes.begin() + static_cast<std::ptrdiff_t>(at) - 12, bytes.end());  // section 9 again
+  put_u32(bad, 8, static_cast<uint32_t>(bad[8]) + 1);
+  EXPECT_NE(error_of(bad).find("duplicate section 9 (ideal bytes)"), std::string::npos) << error_of(bad);
+}
+
 TEST(ProgramFormat, BadRegionsAreErrors) {
   auto error_with = [](std::vector<Region> regions) {
     Program p = small_program();  // 3 instructions

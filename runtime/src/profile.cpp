@@ -63,6 +63,11 @@ void finish(RegionProfile& r, const Profile& p) {
   const double memory = p.hbm_bytes_per_cycle > 0 ? r.bytes / p.hbm_bytes_per_cycle : 0.0;
   r.bound_cycles = std::max(compute, memory);
   r.bound = r.flops == 0 && r.bytes == 0 ? "" : compute >= memory ? "compute" : "memory";
+  if (r.ideal_bytes > 0) {
+    const double ideal_memory = p.hbm_bytes_per_cycle > 0 ? r.ideal_bytes / p.hbm_bytes_per_cycle : 0.0;
+    r.ideal_bound_cycles = std::max(compute, ideal_memory);
+    r.ideal_bound = compute >= ideal_memory ? "compute" : "memory";
+  }
 }
 
 // Each region's share of the run's cycles for static power (profile.h): per kind, the cycles covered by the spans
@@ -126,6 +131,11 @@ json region_json(const RegionProfile& r) {
           {"bound_cycles", r.bound_cycles},
           {"bound", r.bound},
           {"bound_ratio", r.bound_ratio()},
+          {"ideal_bytes", r.ideal_bytes},
+          {"ideal_bound_cycles", r.ideal_bound_cycles},
+          {"ideal_bound", r.ideal_bound},
+          {"ideal_ratio", r.ideal_ratio()},
+          {"traffic_over_ideal", r.traffic_over_ideal()},
           {"energy", energy_json(r)},
           {"units", std::move(units)}};
 }
@@ -173,7 +183,7 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
     RegionProfile r;
     r.kind = g.kind, r.name = g.name, r.begin = g.begin, r.end = g.end, r.parent = parents[i];
     r.depth = r.parent < 0 ? 0 : prof.regions[r.parent].depth + 1;
-    r.flops = g.flops, r.bytes = g.bytes;
+    r.flops = g.flops, r.bytes = g.bytes, r.ideal_bytes = g.ideal_bytes;
     count_static(before, r);
     prof.regions.push_back(std::move(r));
   }
@@ -187,6 +197,12 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
     if (flops_outer) prof.program.flops += program.regions[i].flops;
     if (bytes_outer) prof.program.bytes += program.regions[i].bytes;
   }
+  // The least the whole program must move: as its maker counts it, else its HBM tensors (inputs, outputs,
+  // constants), each once.
+  prof.program.ideal_bytes = program.ideal_bytes;
+  for (const isa::TensorDecl& t : program.tensors)
+    if (program.ideal_bytes == 0 && t.space == isa::MemSpace::Hbm)
+      prof.program.ideal_bytes += static_cast<double>(t.bytes());
 
   const std::vector<int> at = innermost(program);
   std::deque<bool> timed(prof.regions.size(), false);  // has a unit slice yet
@@ -294,6 +310,8 @@ void write_device_trace(sim::ChromeTraceWriter& w, const isa::Program& program, 
                    {"bytes", r.bytes},
                    {"bound_cycles", r.bound_cycles},
                    {"bound", r.bound},
+                   {"ideal_bytes", r.ideal_bytes},
+                   {"ideal_bound_cycles", r.ideal_bound_cycles},
                    {"pcs", std::to_string(r.begin) + ".." + std::to_string(r.end)}}}}
                 .dump());
   }

@@ -283,15 +283,15 @@ class CompileReport(Workdir):
 
     @staticmethod
     def table(text):
-        """The node rows of the text report: (name, instrs, cycles, share, util, cores, gflop, mb, bound, by,
-        ratio)."""
+        """The node rows of the text report: (name, instrs, cycles, share, util, cores, gflop, mb, ideal mb,
+        traffic, bound, by, ratio, traffic ratio)."""
         lines = text.splitlines()
         start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["node", "instrs"]) + 1
         rows = []
         for line in lines[start:]:
             if not line.strip():
                 break
-            rows.append(line.strip().rsplit(None, 10))  # the name may hold spaces; the 10 columns after it do not
+            rows.append(line.strip().rsplit(None, 13))  # the name may hold spaces; the 13 columns after it do not
         return rows
 
     def test_report_says_what_runs_on_one_core_and_why(self):
@@ -350,7 +350,12 @@ class CompileReport(Workdir):
             self.assertEqual(n["cores"], 1)  # v4-like: one core
             self.assertAlmostEqual(float(row[6]), n["flops"] / 1e9, delta=1e-6)
             self.assertAlmostEqual(float(row[7]), n["bytes"] / 1e6, delta=1e-4)
-            self.assertEqual(row[9], n["bound"] or "-")
+            self.assertAlmostEqual(float(row[8]), n["ideal_bytes"] / 1e6, delta=1e-4)
+            self.assertAlmostEqual(float(row[9]), n["bytes"] / n["ideal_bytes"], delta=0.005)
+            self.assertAlmostEqual(float(row[10]), n["ideal_bound_cycles"], delta=0.05)
+            self.assertEqual(row[11], n["ideal_bound"] or "-")
+            self.assertAlmostEqual(float(row[12]), n["ideal_ratio"], delta=0.005)
+            self.assertAlmostEqual(float(row[13]), n["bound_ratio"], delta=0.005)
             self.assertIn(n["bound"], ("", "compute", "memory"))
         # The header: the run's cycles and time, as the JSON has them, and the same cycles `profile` measures.
         self.assertIn(f"total    {rep['cycles']} cycles, {rep['cycles'] / 1050:.3f} us", text)
@@ -386,12 +391,65 @@ class CompileReport(Workdir):
         prog = rep["program"]
         self.assertGreater(prog["bound_cycles"], 0)
         self.assertGreaterEqual(rep["cycles"], prog["bound_cycles"] * (1 - 1e-9))
-        self.assertIn(f"run cycles / bound {rep['cycles'] / prog['bound_cycles']:.2f}", text)
+        self.assertIn(f"run cycles / traffic bound {rep['cycles'] / prog['bound_cycles']:.2f}", text)
+        # The ideal bound (the headline): the same FLOPs over the bytes the model cannot avoid, each node's (what it
+        # takes from and gives to the rest of the model) and the whole program's (inputs, weights, outputs once).
+        for n in working:
+            ideal = max(n["flops"] / peak, n["ideal_bytes"] / bw)
+            self.assertAlmostEqual(n["ideal_bound_cycles"], ideal, delta=1e-9 * ideal)
+            self.assertGreaterEqual(n["ideal_ratio"], 1 - 1e-9, f"node {n['name']} beats its ideal bound")
+        self.assertAlmostEqual(prog["ideal_bound_cycles"], max(prog["flops"] / peak, prog["ideal_bytes"] / bw),
+                               delta=1e-9 * prog["ideal_bound_cycles"])
+        self.assertIn(f"run cycles / bound {rep['cycles'] / prog['ideal_bound_cycles']:.2f} (ideal", text)
+        self.assertIn(f"traffic / ideal {prog['bytes'] / prog['ideal_bytes']:.2f})", text)
         # The .tpub keeps each node's work: the disassembly shows it on the .region lines.
         tpusim("compile", os.path.join(MLP_DIR, "mlp.onnx"), "-o", self.path("m.tpub"))
         dis = tpusim("disasm", self.path("m.tpub")).stdout
         self.assertTrue(any(line.lstrip().startswith(".region node,") and ("flops=" in line or "bytes=" in line)
                             for line in dis.splitlines()), dis[:2000])
+
+    def test_ideal_bytes_are_the_models_own(self):
+        """The ideal bytes counted from the ONNX model itself: the program's are its input and output (float32)
+        and its weights, each once, at the sizes a bf16 compile keeps them (Gemm weights in bf16, biases in f32),
+        without the padding of the MXU's tiled layout; each Gemm node's hold its own weight and bias."""
+        import onnx
+        from onnx import numpy_helper
+        model = onnx.load(os.path.join(MLP_DIR, "mlp.onnx"))
+        inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        def numel(v):
+            return int(np.prod([d.dim_value for d in v.type.tensor_type.shape.dim]))
+        io = 4 * (sum(numel(v) for v in model.graph.input if v.name not in inits) +
+                  sum(numel(v) for v in model.graph.output))
+        gemms = [n for n in model.graph.node if n.op_type == "Gemm"]
+        self.assertEqual(len(gemms), 3)
+        weights = {g.name: 2 * inits[g.input[1]].size + 4 * (inits[g.input[2]].size if len(g.input) > 2 else 0)
+                   for g in gemms}
+        for preset in ("v4-like", "v5e"):  # one matrix unit, and a whole chip with other tile sizes
+            with self.subTest(preset=preset):
+                tpusim("compile", os.path.join(MLP_DIR, "mlp.onnx"), "--config", preset,
+                       "--report-json", self.path("i.json"))
+                rep = json.loads(read(self.path("i.json")))
+                self.assertEqual(rep["program"]["ideal_bytes"], io + sum(weights.values()))
+                nodes = {r["name"]: r for r in rep["regions"] if r["kind"] == "node"}
+                for g in gemms:
+                    node = next(v for k, v in nodes.items() if g.name in k.split("+"))
+                    # Its weight and bias, plus the activations it reads and writes (at least one byte each).
+                    self.assertGreater(node["ideal_bytes"], weights[g.name])
+                    self.assertLess(node["ideal_bytes"], weights[g.name] + 8 * (128 + 128) * 4)
+
+    def test_int8_report_needs_no_calibration(self):
+        """A report alone compiles timing-only: no int8 calibration run (the scales change values, not cycles), so
+        it gives the cycles a calibrated compile gives; with -o a calibration is still required."""
+        onnx_path = os.path.join(MLP_DIR, "mlp.onnx")
+        tpusim("compile", onnx_path, "--precision", "int8", "--report-json", self.path("a.json"))
+        tpusim("compile", onnx_path, "--precision", "int8", "--calibrate", "x=" + os.path.join(MLP_DIR, "x.npy"),
+               "--report-json", self.path("b.json"), "-o", self.path("b.tpub"))
+        a, b = (json.loads(read(self.path(f))) for f in ("a.json", "b.json"))
+        self.assertEqual(a["cycles"], b["cycles"])
+        self.assertEqual(a["program"]["ideal_bytes"], b["program"]["ideal_bytes"])
+        p = tpusim("compile", onnx_path, "--precision", "int8", "-o", self.path("c.tpub"), check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--precision int8 needs calibration inputs", p.stderr)
 
     def test_report_without_output_file_to_stdout(self):
         out = tpusim("compile", os.path.join(MLP_DIR, "mlp.onnx"), "--report", "-").stdout

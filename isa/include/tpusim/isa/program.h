@@ -57,6 +57,11 @@ struct Region {
   // flops: arithmetic operations (a multiply-add is 2); bytes: HBM bytes its kernels read and write. Both finite
   // and >= 0 (validate_regions); the .tpub regions section and `.region ..., flops=N, bytes=N` carry them.
   double flops = 0, bytes = 0;
+  // The HBM bytes the work cannot avoid, whatever the code: each input and weight read once, each output written
+  // once, nothing kept in HBM in between (for a graph node: the tensors it takes from, and gives to, the rest of
+  // the model). `bytes` over it is the traffic the code chose to make. 0 = unknown; finite and >= 0. The .tpub
+  // format carries it in section 9 (with Program::ideal_bytes), `.region ..., ideal_bytes=N` in assembly.
+  double ideal_bytes = 0;
   bool operator==(const Region&) const = default;
 };
 inline constexpr const char* kRegionNode = "node";
@@ -80,6 +85,11 @@ struct Program {
   // addresses) but their values were never computed, so const_data does not hold them; such a program runs
   // timing-only (the runtime refuses a functional run). Section 8 of the .tpub format marks it.
   bool timing_only = false;
+  // The HBM bytes the whole program cannot avoid, as its maker counts them (the compiler: each graph input and
+  // weight read once and each output written once, at the sizes the model gives them, without the padding of
+  // tiled layouts); 0 = not given, and a profile then counts every declared HBM tensor once. Finite and >= 0.
+  // Section 9 of the .tpub format and `.ideal_bytes N` carry it.
+  double ideal_bytes = 0;
 
   const TensorDecl* find(const std::string& name) const;
   // Lowest address past every tensor declared in `space`.
@@ -98,7 +108,7 @@ std::optional<std::pair<size_t, size_t>> overlapping_tensors(const Program& p);
 // The rules of one tensor alone (all of validate_tensors' but uniqueness, constant data and overlaps).
 void check_tensor(const TensorDecl& t);
 // Throws isa::Error if `p.regions` break the rules of Region (empty, past the code, not nested, not in pre-order,
-// flops or bytes negative or not finite).
+// flops, bytes or ideal_bytes negative or not finite), or Program::ideal_bytes is negative or not finite.
 void validate_regions(const Program& p);
 // For each region, the index of the region directly enclosing it, or -1 (regions must be valid).
 std::vector<int> region_parents(const std::vector<Region>& regions);

@@ -14,6 +14,13 @@
 //            chip.clock_mhz (ChipConfig::hbm_bytes_per_cycle: GB/s is 1e3 bytes per microsecond, MHz 1 cycle
 //            per microsecond);
 // the measured cycles() / bound_cycles says how far from that roof the region ran (1: on it).
+// That bound takes the bytes the code chose to move, so it hides waste (a layer's activations sent to HBM and
+// read back count as work). The ideal bound takes instead the bytes the work cannot avoid, ideal_bytes
+// (isa::Region::ideal_bytes: each input and weight read once, each output written once; for Profile::program
+// isa::Program::ideal_bytes, or where that is not given the bytes of the program's HBM tensors, every input,
+// output and constant once), with the same FLOPs:
+// ideal_bound_cycles = max(flops / peak, ideal_bytes / hbm_bytes_per_cycle), and bytes / ideal_bytes is the traffic
+// the code makes over the least it could.
 //
 // Energy (docs/energy.md): a region's dynamic energy is what its instructions did (sim::RunResult::actions_by_pc
 // over [begin, end), every execution on every core) times each action's energy (sim::energy_model). Its static
@@ -73,6 +80,15 @@ struct RegionProfile {
   std::string bound;           // the side that sets bound_cycles: "compute" or "memory" ("" when flops = bytes = 0)
   // cycles() / bound_cycles: 1 on the roof, more when slower (0 when bound_cycles is 0).
   double bound_ratio() const { return bound_cycles > 0 ? static_cast<double>(cycles()) / bound_cycles : 0.0; }
+  // The ideal roofline (see the top of this file); 0 and "" where ideal_bytes is not known (0).
+  double ideal_bytes = 0;
+  double ideal_bound_cycles = 0;
+  std::string ideal_bound;     // "compute" or "memory", or ""
+  double ideal_ratio() const {
+    return ideal_bound_cycles > 0 ? static_cast<double>(cycles()) / ideal_bound_cycles : 0.0;
+  }
+  // The traffic the code makes over the least it could: bytes / ideal_bytes (0 when either is not known).
+  double traffic_over_ideal() const { return bytes > 0 && ideal_bytes > 0 ? bytes / ideal_bytes : 0.0; }
   // Energy (see the top of this file): the actions of its instructions, their energy, and the cycles it holds.
   sim::ActionCounts actions;
   double dynamic_j = 0, static_j = 0;
@@ -106,7 +122,8 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
 // The profile as JSON: {"chip", "clock_mhz", "peak_flops_per_cycle", "hbm_bytes_per_cycle", "cycles", "static_w",
 // "outside_nodes_energy_j", "program": {...}, "regions": [{"kind", "name", "begin", "end", "parent", "cycles",
 // "first_cycle", "share", "mxu_utilization", "instructions", "flops", "bytes", "bound_cycles", "bound",
-// "bound_ratio", "energy": {"total_j", "dynamic_j", "static_j", "held_cycles", "by_unit_j": {"mxu": J, ...}},
+// "bound_ratio", "ideal_bytes", "ideal_bound_cycles", "ideal_bound", "ideal_ratio", "traffic_over_ideal",
+// "energy": {"total_j", "dynamic_j", "static_j", "held_cycles", "by_unit_j": {"mxu": J, ...}},
 // "units": {"mxu": {"instructions", "events", "cycles": {"busy": N, ...}}, ...}}, ...]}.
 std::string profile_json(const Profile& profile);
 
