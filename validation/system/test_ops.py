@@ -876,7 +876,8 @@ class MatMul(OpCase):
 
 class Attention(OpCase):
     """Self-attention blocks as torch exports them (projections, view/transpose into heads, q @ k^T / sqrt(d), a mask,
-    softmax, @ v, transpose back) compile to one call of the whole-chip attention kernel per block
+    softmax, @ v, transpose back; also Hugging Face's float32 softmax, grouped-query attention through repeat_kv and
+    nn.MultiheadAttention's 3-D batched matmuls) compile to one call of the whole-chip attention kernel per block
     (compiler_backend/src/ops_attention.cpp), checked in the compile report's kernels; results against PyTorch
     (bf16 operands: cosine >= 0.9999). A mask the kernel cannot take (one that varies per query row and comes from
     the inputs) keeps the per-head lowering, and the report says why."""
@@ -957,6 +958,58 @@ class Attention(OpCase):
         self.assertEqual(len(notes), 1, notes)
         self.assertIn("attention not fused: the mask [2,1,24,24] is neither a constant causal mask nor one bias per "
                       "key", notes[0])
+
+    def test_softmax_in_float32(self):
+        # Hugging Face's softmax(s, dim=-1, dtype=torch.float32).to(q.dtype) in a float32 model exports two Casts to
+        # float between the Softmax and the MatMul with V: nothing to compute, the group still fuses.
+        def attn(s, q, k, v):
+            p = torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1, dtype=torch.float32).to(q.dtype)
+            return p @ v
+        self.check(fn(attn), randn(2, 4, 12, 16), randn(2, 4, 12, 16), randn(2, 4, 12, 16), cos=self.COS)
+        self.expect_fused(1)
+
+    @staticmethod
+    def repeat_kv(x, n_rep):
+        """transformers' repeat_kv: [B, KV, S, D] -> [B, KV * n_rep, S, D] by expand + reshape."""
+        b, kv, s, d = x.shape
+        return x[:, :, None, :, :].expand(b, kv, n_rep, s, d).reshape(b, kv * n_rep, s, d)
+
+    def test_grouped_query_attention(self):
+        # 8 query heads over 2 key/value heads, k and v repeated as repeat_kv does, the causal mask of
+        # _make_causal_mask added (finfo.min above the diagonal): read unrepeated (the kernel's kv_heads), the
+        # repeats (Unsqueeze, Expand, Reshape) gone. k given as [B, KV, S, D], v through a transpose of [B, S, KV, D].
+        S = 20
+        mask = torch.full((S, S), torch.finfo(torch.float32).min).triu(1)[None, None]
+
+        def attn(s, q, k, v):
+            k, v = Attention.repeat_kv(k, 4), Attention.repeat_kv(v.transpose(1, 2), 4)
+            return torch.softmax(q @ k.transpose(2, 3) / 4.0 + s.mask, dim=-1) @ v
+        self.check(fn(attn, mask=mask), randn(2, 8, S, 16), randn(2, 2, S, 16), randn(2, S, 2, 16), cos=self.COS)
+        self.expect_fused(1)
+        _, nodes, _ = self.compiled()
+        self.assertFalse([n for n in nodes if "Expand" in n or "Reshape" in n], nodes)
+
+    def test_grouped_query_attention_repeat_also_read_elsewhere(self):
+        # The repeated k is an output too: it is computed, and the kernel still reads k unrepeated.
+        def attn(s, q, k, v):
+            k, v = Attention.repeat_kv(k, 2), Attention.repeat_kv(v, 2)
+            return torch.softmax(q @ k.transpose(2, 3) * 0.25, dim=-1) @ v, k
+        self.check(fn(attn), randn(1, 4, 10, 16), randn(1, 2, 10, 16), randn(1, 2, 10, 16), cos=self.COS)
+        self.expect_fused(1)
+
+    def test_multihead_attention_module(self):
+        # nn.MultiheadAttention exports batched matmuls of 3-D [batch * heads, S, head_dim] operands: one batch of
+        # batch * heads heads for the kernel. Without and with a constant causal attn_mask.
+        torch.manual_seed(8)
+        mha = nn.MultiheadAttention(64, 4)
+        S = 18
+        causal = torch.full((S, S), float("-inf")).triu(1)
+        for mask in (None, causal):
+            with self.subTest(mask=mask is not None):
+                m = fn(lambda s, x, mask=mask: s.mha(x, x, x, attn_mask=mask, need_weights=False)[0])
+                m.mha = mha
+                self.check(m, randn(S, 2, 64), cos=self.COS)
+                self.expect_fused(1)
 
     def test_same_bits_on_one_unit_and_the_whole_chip(self):
         # The kernel's results depend on its key block only, which the compiler takes from one unit's plan.
