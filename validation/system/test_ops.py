@@ -849,6 +849,15 @@ class MatMul(OpCase):
             return torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1) @ v
         self.check(fn(attn), randn(2, 3, 6, 16), randn(2, 3, 6, 16), randn(2, 3, 6, 16))
 
+    def test_outer_product(self):
+        # a contracted dimension of 1: a broadcasting Mul on the vector unit, one f32 product per element as PyTorch
+        # computes it (bit-identical), not bf16 operands on the matrix unit
+        for a, b in [((5, 1), (1, 6)), ((2, 3, 5, 1), (1, 6)), ((3, 1), (2, 1, 4)), ((2, 1, 4, 1), (3, 1, 5))]:
+            with self.subTest(a=a, b=b):
+                self.check(fn(lambda s, x, y: torch.matmul(x, y)), randn(*a) * 100, randn(*b), name=f"{a}@{b}",
+                           exact="f32")
+        self.check(fn(lambda s, x: x @ s.w, w=randn(1, 7)), randn(4, 1), name="x @ constant [1, 7]", exact="f32")
+
     def test_x_at_parameter(self):
         for shape, w in [((3, 5, 16), (16, 10)), ((4, 16), (16, 10)), ((1, 16), (16, 10))]:
             with self.subTest(shape=shape):
@@ -1420,6 +1429,25 @@ class MathFunctions(OpCase):
         # the exact one (6e-5 rad at 1011), which moves cos by as much: rel L2 <= 2e-5 (measured 3.1e-6)
         self.check(fn(lambda s, pos: angles(pos, s.inv).cos(), inv=inv_freq), pos, name="cos table", rel=2e-5,
                    ref64=True)
+
+    def test_rotary_tables_from_position_ids_as_hugging_face_writes_them(self):
+        # LlamaRotaryEmbedding: the angles are a MatMul, inv_freq [B, d/2, 1] @ positions [B, 1, T], then cat, cos
+        # and sin. A MatMul over a dimension of 1 is an outer product, computed as a Mul in f32 on the vector unit
+        # (the matrix unit rounds its operands to bf16: position 1001 became 1000, the tables were off by rel L2 0.37
+        # at positions 1000.. and 0.64 at 4000.., measured before). Now the tables are f32 from int64 position_ids
+        # to the outputs: within 2e-5 of float64 as test_rotary_embedding_in_graph's (measured 1.5e-8 in float32).
+        d = 16
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+
+        def tables(s, position_ids):
+            inv = s.inv[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+            freqs = (inv @ position_ids[:, None, :].float()).transpose(1, 2)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            return emb.cos(), emb.sin()
+        for start in (0, 1000, 4000):
+            with self.subTest(start=start):
+                pos = torch.arange(start, start + 12).unsqueeze(0).repeat(2, 1)
+                self.check(fn(tables, inv=inv_freq), pos, name=f"positions {start}..", rel=2e-5, ref64=True)
 
 
 class DataMovement(OpCase):
