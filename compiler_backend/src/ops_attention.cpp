@@ -231,13 +231,15 @@ Match match(Lowering& L, int i, AttentionGroup& g, std::vector<int>& members) {
   if (mask_node) {
     const ir::Node& n = *mask_node;
     const int x = mask_x;
-    // A constant [.., Sq, Sk] mask (leading sizes 1): masked(i, j) for every entry, or why not.
+    // A constant [.., Sq, Sk] mask whose every [Sq, Sk] slice is causal (leading sizes 1, or the causal matrix
+    // expanded over the batch as transformers' _make_causal_mask does): kind(entry) is 1 where masked, 0 where kept.
     auto causal = [&](const std::vector<float>& m, const Shape& s, const std::function<int(float)>& kind) {
-      if (s.size() < 2 || s[s.size() - 2] != Sq || s.back() != Sk || prod(s) != Sq * Sk) return false;
-      if (Sq != Sk || m.size() != static_cast<size_t>(Sq * Sk)) return false;
-      for (int64_t r = 0; r < Sq; ++r)
-        for (int64_t c = 0; c < Sk; ++c)
-          if (kind(m[static_cast<size_t>(r * Sk + c)]) != (c > r ? 1 : 0)) return false;
+      if (s.size() < 2 || s[s.size() - 2] != Sq || s.back() != Sk) return false;
+      if (Sq != Sk || m.size() != static_cast<size_t>(prod(s))) return false;
+      for (size_t base = 0; base < m.size(); base += static_cast<size_t>(Sq * Sk))
+        for (int64_t r = 0; r < Sq; ++r)
+          for (int64_t c = 0; c < Sk; ++c)
+            if (kind(m[base + static_cast<size_t>(r * Sk + c)]) != (c > r ? 1 : 0)) return false;
       return true;
     };
     if (n.op == "Where") {

@@ -998,6 +998,19 @@ class Attention(OpCase):
         _, nodes, _ = self.compiled()
         self.assertFalse([n for n in nodes if "Expand" in n or "Reshape" in n], nodes)
 
+    def test_causal_mask_expanded_over_the_batch(self):
+        # transformers' _make_causal_mask(...).expand(bsz, 1, S, S): a constant [B, 1, S, S] mask, causal in every
+        # batch; as an Add (finfo.min) and as a Where
+        S = 16
+        tri = torch.full((S, S), torch.finfo(torch.float32).min).triu(1)[None, None].expand(2, 1, S, S).contiguous()
+        add = fn(lambda s, q, k, v: torch.softmax(q @ k.transpose(2, 3) * 0.25 + s.m, dim=-1) @ v, m=tri)
+        where = fn(lambda s, q, k, v: torch.softmax((q @ k.transpose(2, 3) * 0.25).masked_fill(s.m != 0, -1e4),
+                                                    dim=-1) @ v, m=tri)
+        for name, m in (("add", add), ("where", where)):
+            with self.subTest(name):
+                self.check(m, randn(2, 4, S, 16), randn(2, 4, S, 16), randn(2, 4, S, 16), cos=self.COS, name=name)
+                self.expect_fused(1)
+
     def test_grouped_query_attention_repeat_also_read_elsewhere(self):
         # The repeated k is an output too: it is computed, and the kernel still reads k unrepeated.
         def attn(s, q, k, v):
