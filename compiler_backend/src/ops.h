@@ -55,6 +55,7 @@ struct OpDef {
   // Expansion: the node replaced, right after its shape inference, by nodes of other operators (in order; the last
   // writes the node's output; new values named with ir::Graph::fresh_value). Shape inference and folding then run
   // on them as on any node, and the lowering sees only them (Einsum: Transpose, Reshape, MatMul, ReduceSum, Mul).
+  // {}: the node stays as it is (MatMul expands only an outer product, into a Mul).
   std::vector<ir::Node> (*expand)(ir::Graph&, const ir::Node&) = nullptr;
   // Why a node of this operator that does not fold cannot be lowered, when neither `rowwise` nor `lower` exists.
   const char* no_lowering = nullptr;

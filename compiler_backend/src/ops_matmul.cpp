@@ -287,6 +287,23 @@ std::vector<ir::Node> expand_einsum(ir::Graph& g, const ir::Node& n) {
   return nodes;
 }
 
+// A MatMul whose contracted dimension is 1, [..., M, 1] @ [..., 1, N], is an outer product: a broadcasting Mul (the
+// batch dimensions broadcast as MatMul's do), one f32 product per element on the vector unit as torch computes it.
+// On the matrix unit both operands would be rounded to bf16: Hugging Face's rotary angles, inv_freq @ positions,
+// would move by whole radians at positions in the thousands (bf16 holds integers exactly only up to 256). Returns
+// {} (the MatMul stays) otherwise, or when both operands are constants (folded as a MatMul).
+std::vector<ir::Node> expand_matmul(ir::Graph& g, const ir::Node& n) {
+  const ir::Value &a = g.values[n.inputs[0]], &b = g.values[n.inputs[1]];
+  const Shape as = a.shape(), bs = b.shape();
+  if (as.size() < 2 || bs.size() < 2 || as.back() != 1 || (a.is_const && b.is_const) || a.elem_type != ir::kFloat ||
+      b.elem_type != ir::kFloat)
+    return {};
+  ir::Node m = n;
+  m.op = "Mul";
+  m.attrs.clear();
+  return {m};
+}
+
 // ---- constant folding ----------------------------------------------------------------------------------------
 
 // Float MatMul of constants (N-D, broadcast batch, 1-D operands): float32 products summed in float64 and rounded
@@ -501,7 +518,8 @@ bool quantises_matmul(const Lowering& L, const ir::Node& n) {
 
 void add_matmul_ops(OpTable& t) {
   t.add({.name = "MatMul", .min_inputs = 2, .max_inputs = 2, .infer = infer_matmul, .fold = fold_matmul,
-         .lower = lower_matmul, .quantises = quantises_matmul, .weight_input = matmul_weights});
+         .lower = lower_matmul, .expand = expand_matmul, .quantises = quantises_matmul,
+         .weight_input = matmul_weights});
   t.add({.name = "Einsum", .max_inputs = kManyInputs, .attrs = {{"equation", K::String}}, .infer = infer_einsum,
          .expand = expand_einsum});
   t.add({.name = "Gemm", .min_inputs = 2, .max_inputs = 3,

@@ -214,6 +214,10 @@ void infer_shapes(ir::Graph& g, const std::map<std::string, std::vector<int64_t>
       } catch (const ir::NodeError& e) {
         throw ir::in_model(g, e);
       }
+      if (nodes.empty()) {  // the node stays as it is
+        folded[i] = fold_node(g, static_cast<int>(i));
+        continue;
+      }
       g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(i));
       g.nodes.insert(g.nodes.begin() + static_cast<std::ptrdiff_t>(i), nodes.begin(), nodes.end());
       folded.resize(g.nodes.size(), false);

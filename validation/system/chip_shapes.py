@@ -19,7 +19,9 @@ import tempfile
 MODELS = [("mlp", "mlp.onnx", False), ("tinycnn", "tinycnn.onnx", True), ("resnet18", "resnet18.onnx", True),
           ("bert_small", "bert.onnx", True), ("bert_small_op17", "bert.onnx", False),
           ("gpt2_small/prefill", "gpt2.onnx", False), ("gpt2_small/decode", "gpt2.onnx", False),
-          ("gpt2_small_op17/prefill", "gpt2.onnx", False), ("gpt2_small_op17/decode", "gpt2.onnx", False)]
+          ("gpt2_small_op17/prefill", "gpt2.onnx", False), ("gpt2_small_op17/decode", "gpt2.onnx", False),
+          ("zoo_llama", "llama.onnx", False), ("zoo_whisper", "whisper.onnx", False), ("zoo_unet", "unet.onnx", False),
+          ("zoo_conformer", "conformer.onnx", False)]
 
 
 def main():

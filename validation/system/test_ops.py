@@ -849,6 +849,15 @@ class MatMul(OpCase):
             return torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1) @ v
         self.check(fn(attn), randn(2, 3, 6, 16), randn(2, 3, 6, 16), randn(2, 3, 6, 16))
 
+    def test_outer_product(self):
+        # a contracted dimension of 1: a broadcasting Mul on the vector unit, one f32 product per element as PyTorch
+        # computes it (bit-identical), not bf16 operands on the matrix unit
+        for a, b in [((5, 1), (1, 6)), ((2, 3, 5, 1), (1, 6)), ((3, 1), (2, 1, 4)), ((2, 1, 4, 1), (3, 1, 5))]:
+            with self.subTest(a=a, b=b):
+                self.check(fn(lambda s, x, y: torch.matmul(x, y)), randn(*a) * 100, randn(*b), name=f"{a}@{b}",
+                           exact="f32")
+        self.check(fn(lambda s, x: x @ s.w, w=randn(1, 7)), randn(4, 1), name="x @ constant [1, 7]", exact="f32")
+
     def test_x_at_parameter(self):
         for shape, w in [((3, 5, 16), (16, 10)), ((4, 16), (16, 10)), ((1, 16), (16, 10))]:
             with self.subTest(shape=shape):
@@ -876,7 +885,8 @@ class MatMul(OpCase):
 
 class Attention(OpCase):
     """Self-attention blocks as torch exports them (projections, view/transpose into heads, q @ k^T / sqrt(d), a mask,
-    softmax, @ v, transpose back) compile to one call of the whole-chip attention kernel per block
+    softmax, @ v, transpose back; also Hugging Face's float32 softmax, grouped-query attention through repeat_kv and
+    nn.MultiheadAttention's 3-D batched matmuls) compile to one call of the whole-chip attention kernel per block
     (compiler_backend/src/ops_attention.cpp), checked in the compile report's kernels; results against PyTorch
     (bf16 operands: cosine >= 0.9999). A mask the kernel cannot take (one that varies per query row and comes from
     the inputs) keeps the per-head lowering, and the report says why."""
@@ -957,6 +967,71 @@ class Attention(OpCase):
         self.assertEqual(len(notes), 1, notes)
         self.assertIn("attention not fused: the mask [2,1,24,24] is neither a constant causal mask nor one bias per "
                       "key", notes[0])
+
+    def test_softmax_in_float32(self):
+        # Hugging Face's softmax(s, dim=-1, dtype=torch.float32).to(q.dtype) in a float32 model exports two Casts to
+        # float between the Softmax and the MatMul with V: nothing to compute, the group still fuses.
+        def attn(s, q, k, v):
+            p = torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1, dtype=torch.float32).to(q.dtype)
+            return p @ v
+        self.check(fn(attn), randn(2, 4, 12, 16), randn(2, 4, 12, 16), randn(2, 4, 12, 16), cos=self.COS)
+        self.expect_fused(1)
+
+    @staticmethod
+    def repeat_kv(x, n_rep):
+        """transformers' repeat_kv: [B, KV, S, D] -> [B, KV * n_rep, S, D] by expand + reshape."""
+        b, kv, s, d = x.shape
+        return x[:, :, None, :, :].expand(b, kv, n_rep, s, d).reshape(b, kv * n_rep, s, d)
+
+    def test_grouped_query_attention(self):
+        # 8 query heads over 2 key/value heads, k and v repeated as repeat_kv does, the causal mask of
+        # _make_causal_mask added (finfo.min above the diagonal): read unrepeated (the kernel's kv_heads), the
+        # repeats (Unsqueeze, Expand, Reshape) gone. k given as [B, KV, S, D], v through a transpose of [B, S, KV, D].
+        S = 20
+        mask = torch.full((S, S), torch.finfo(torch.float32).min).triu(1)[None, None]
+
+        def attn(s, q, k, v):
+            k, v = Attention.repeat_kv(k, 4), Attention.repeat_kv(v.transpose(1, 2), 4)
+            return torch.softmax(q @ k.transpose(2, 3) / 4.0 + s.mask, dim=-1) @ v
+        self.check(fn(attn, mask=mask), randn(2, 8, S, 16), randn(2, 2, S, 16), randn(2, S, 2, 16), cos=self.COS)
+        self.expect_fused(1)
+        _, nodes, _ = self.compiled()
+        self.assertFalse([n for n in nodes if "Expand" in n or "Reshape" in n], nodes)
+
+    def test_causal_mask_expanded_over_the_batch(self):
+        # transformers' _make_causal_mask(...).expand(bsz, 1, S, S): a constant [B, 1, S, S] mask, causal in every
+        # batch; as an Add (finfo.min) and as a Where
+        S = 16
+        tri = torch.full((S, S), torch.finfo(torch.float32).min).triu(1)[None, None].expand(2, 1, S, S).contiguous()
+        add = fn(lambda s, q, k, v: torch.softmax(q @ k.transpose(2, 3) * 0.25 + s.m, dim=-1) @ v, m=tri)
+        where = fn(lambda s, q, k, v: torch.softmax((q @ k.transpose(2, 3) * 0.25).masked_fill(s.m != 0, -1e4),
+                                                    dim=-1) @ v, m=tri)
+        for name, m in (("add", add), ("where", where)):
+            with self.subTest(name):
+                self.check(m, randn(2, 4, S, 16), randn(2, 4, S, 16), randn(2, 4, S, 16), cos=self.COS, name=name)
+                self.expect_fused(1)
+
+    def test_grouped_query_attention_repeat_also_read_elsewhere(self):
+        # The repeated k is an output too: it is computed, and the kernel still reads k unrepeated.
+        def attn(s, q, k, v):
+            k, v = Attention.repeat_kv(k, 2), Attention.repeat_kv(v, 2)
+            return torch.softmax(q @ k.transpose(2, 3) * 0.25, dim=-1) @ v, k
+        self.check(fn(attn), randn(1, 4, 10, 16), randn(1, 2, 10, 16), randn(1, 2, 10, 16), cos=self.COS)
+        self.expect_fused(1)
+
+    def test_multihead_attention_module(self):
+        # nn.MultiheadAttention exports batched matmuls of 3-D [batch * heads, S, head_dim] operands: one batch of
+        # batch * heads heads for the kernel. Without and with a constant causal attn_mask.
+        torch.manual_seed(8)
+        mha = nn.MultiheadAttention(64, 4)
+        S = 18
+        causal = torch.full((S, S), float("-inf")).triu(1)
+        for mask in (None, causal):
+            with self.subTest(mask=mask is not None):
+                m = fn(lambda s, x, mask=mask: s.mha(x, x, x, attn_mask=mask, need_weights=False)[0])
+                m.mha = mha
+                self.check(m, randn(S, 2, 64), cos=self.COS)
+                self.expect_fused(1)
 
     def test_same_bits_on_one_unit_and_the_whole_chip(self):
         # The kernel's results depend on its key block only, which the compiler takes from one unit's plan.
@@ -1367,6 +1442,25 @@ class MathFunctions(OpCase):
         # the exact one (6e-5 rad at 1011), which moves cos by as much: rel L2 <= 2e-5 (measured 3.1e-6)
         self.check(fn(lambda s, pos: angles(pos, s.inv).cos(), inv=inv_freq), pos, name="cos table", rel=2e-5,
                    ref64=True)
+
+    def test_rotary_tables_from_position_ids_as_hugging_face_writes_them(self):
+        # LlamaRotaryEmbedding: the angles are a MatMul, inv_freq [B, d/2, 1] @ positions [B, 1, T], then cat, cos
+        # and sin. A MatMul over a dimension of 1 is an outer product, computed as a Mul in f32 on the vector unit
+        # (the matrix unit rounds its operands to bf16: position 1001 became 1000, the tables were off by rel L2 0.37
+        # at positions 1000.. and 0.64 at 4000.., measured before). Now the tables are f32 from int64 position_ids
+        # to the outputs: within 2e-5 of float64 as test_rotary_embedding_in_graph's (measured 1.5e-8 in float32).
+        d = 16
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+
+        def tables(s, position_ids):
+            inv = s.inv[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+            freqs = (inv @ position_ids[:, None, :].float()).transpose(1, 2)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            return emb.cos(), emb.sin()
+        for start in (0, 1000, 4000):
+            with self.subTest(start=start):
+                pos = torch.arange(start, start + 12).unsqueeze(0).repeat(2, 1)
+                self.check(fn(tables, inv=inv_freq), pos, name=f"positions {start}..", rel=2e-5, ref64=True)
 
 
 class DataMovement(OpCase):

@@ -1,18 +1,22 @@
 """System tests of the small real workloads (build/workloads/*) through the `tpusim` program, and its errors on bad
 models and inputs.
 
-For every small workload (tinycnn, resnet18, BERT and GPT-2 at opsets 13 and 17, GPT-2 prefill and decode):
+For every small workload (tinycnn, resnet18, BERT and GPT-2 at opsets 13 and 17, GPT-2 prefill and decode, and the
+model zoo of workloads/zoo.py: LLaMA-style decoder, Whisper-style encoder-decoder, U-Net, Conformer block):
   - `tpusim run MODEL.onnx --input ...` (every graph input from meta.json) against PyTorch's outputs (*_ref.npy):
     bf16 (the default) must reach cosine similarity >= 0.999 and relative L2 error <= 2e-2 on every output;
   - `tpusim compile` to a .tpub, then `tpusim run` of that file gives bit-identical outputs;
   - `--timing-only` gives the same cycle count as the functional run;
-  - int8 (`--precision int8 --calibrate ...`, where the program has it): cosine >= 0.99.
+  - int8 (`--precision int8 --calibrate ...`, where the program has it): cosine >= 0.99;
+  - the zoo to tighter bounds, ZOO_MIN_COSINE and ZOO_MAX_REL_L2 (cosine >= 0.9999, rel L2 <= 1e-2), with the same
+    .tpub and --timing-only checks, on v4-like (classes Zoo_<model>) and on the whole-chip v5e (Zoo_<model>_v5e).
 The measured figures are printed (ctest -V, or --output-on-failure when a test fails).
 
 Run by ctest (validation/system/CMakeLists.txt; one ctest test per class) with Debian's python3 (numpy, onnx):
     TPUSIM=build/tools/tpusim WORKLOADS_DIR=build/workloads WORKLOADS_SRC=workloads \\
         /usr/bin/python3 -m unittest -v test_workloads                  # everything
     ... /usr/bin/python3 -m unittest -v test_workloads.Workload_bert_small   # one workload
+    ... /usr/bin/python3 -m unittest -v test_workloads.Zoo_llama test_workloads.Zoo_llama_v5e   # one zoo model
 """
 import json
 import os
@@ -43,10 +47,18 @@ WORKLOADS = {
     "gpt2_decode": "gpt2_small/decode",
     "gpt2_op17_prefill": "gpt2_small_op17/prefill",
     "gpt2_op17_decode": "gpt2_small_op17/decode",
+    "zoo_llama": "zoo_llama",
+    "zoo_whisper": "zoo_whisper",
+    "zoo_unet": "zoo_unet",
+    "zoo_conformer": "zoo_conformer",
 }
+ZOO = ("llama", "whisper", "unet", "conformer")
 INT8_WORKLOADS = {"tinycnn", "resnet18", "bert_small", "gpt2_prefill"}
 
 BF16_MIN_COSINE, BF16_MAX_REL_L2 = 0.999, 2e-2
+# The zoo against PyTorch's float32 outputs in bf16 (issue 12 asks for cosine >= 0.9999). Worst measured: rel L2
+# 3.4e-3 (llama and whisper logits; unet 1.6e-3, conformer 7.9e-4), cosine 0.999994; the bound is about 3x that.
+ZOO_MIN_COSINE, ZOO_MAX_REL_L2 = 0.9999, 1e-2
 INT8_MIN_COSINE = 0.99
 # int8 relative L2 error against PyTorch's float output: worst measured 3.9e-2 (resnet18 logits; gpt2_prefill
 # 1.2e-2, bert_small 7.1e-3, tinycnn 4.0e-3). Bounded so that an output off by a scale factor fails even where its
@@ -120,6 +132,7 @@ class WorkloadTests(unittest.TestCase):
 
     NAME = None
     CONFIG = "v4-like"
+    MIN_COSINE, MAX_REL_L2 = BF16_MIN_COSINE, BF16_MAX_REL_L2
 
     @classmethod
     def setUpClass(cls):
@@ -148,10 +161,10 @@ class WorkloadTests(unittest.TestCase):
             self.assertTrue(np.all(np.isfinite(out)), f"{n}: non-finite values")
             cos, rel = compare(out, ref)
             print(f"  {n:20s} {str(list(out.shape)):16s} cosine {cos:.6f}  rel L2 {rel:.3e}")
-            if not (cos >= BF16_MIN_COSINE and rel <= BF16_MAX_REL_L2):
-                failures.append(f"{n}: cosine {cos:.6f} (>= {BF16_MIN_COSINE}), rel L2 {rel:.3e} "
-                                f"(<= {BF16_MAX_REL_L2})")
-        self.assertFalse(failures, f"{self.NAME}: " + "; ".join(failures))
+            if not (cos >= self.MIN_COSINE and rel <= self.MAX_REL_L2):
+                failures.append(f"{n}: cosine {cos:.6f} (>= {self.MIN_COSINE}), rel L2 {rel:.3e} "
+                                f"(<= {self.MAX_REL_L2})")
+        self.assertFalse(failures, f"{self.NAME} ({self.CONFIG}): " + "; ".join(failures))
 
     def test_b_compiled_tpub_bit_identical(self):
         tpub = os.path.join(self.tmp, "m.tpub")
@@ -166,7 +179,7 @@ class WorkloadTests(unittest.TestCase):
             self.assertEqual(again[n].shape, out.shape, n)
             self.assertEqual(again[n].tobytes(), out.tobytes(), f"{n}: .tpub run differs from the .onnx run")
         self.assertEqual(cycles_of(p.stdout, stats), self.cycles)
-        print(f"\n{self.NAME}: .tpub run bit-identical to the .onnx run ({len(again)} outputs, "
+        print(f"\n{self.NAME} ({self.CONFIG}): .tpub run bit-identical to the .onnx run ({len(again)} outputs, "
               f"{self.cycles} cycles)")
 
     def test_c_timing_only_same_cycles(self):
@@ -210,9 +223,21 @@ class Int8Tests:
 
 
 for _name in WORKLOADS:
+    if _name.startswith("zoo_"):
+        continue
     _bases = (WorkloadTests, Int8Tests) if _name in INT8_WORKLOADS else (WorkloadTests,)
     globals()[f"Workload_{_name}"] = type(f"Workload_{_name}", _bases, {"NAME": _name})
 del _name, _bases
+
+
+# The zoo, to the tighter bounds: Zoo_<model> on v4-like and Zoo_<model>_v5e on the whole-chip v5e (ctest runs the
+# two as one test per model).
+for _model in ZOO:
+    for _suffix, _config in (("", "v4-like"), ("_v5e", "v5e")):
+        globals()[f"Zoo_{_model}{_suffix}"] = type(f"Zoo_{_model}{_suffix}", (WorkloadTests,),
+                                                   {"NAME": f"zoo_{_model}", "CONFIG": _config,
+                                                    "MIN_COSINE": ZOO_MIN_COSINE, "MAX_REL_L2": ZOO_MAX_REL_L2})
+del _model, _suffix, _config
 
 
 class Presets(unittest.TestCase):
