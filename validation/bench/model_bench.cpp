@@ -13,7 +13,8 @@
 //   cycles, sim us simulated cycles and time of one inference on the chip
 //   bound us       roofline lower bound: max(meta FLOPs / the whole chip's peak (2 * mxu.rows * mxu.cols *
 //                  core.mxus * chip.cores * clock), bytes / HBM bandwidth)
-//                  with bytes = the program's constants + inputs + outputs (a lower bound on its traffic)
+//                  with bytes = the program's ideal bytes (isa::Program::ideal_bytes: its inputs, weights and
+//                  outputs once, without tile padding; the compile report's ideal bound takes the same)
 //   sim/bound      simulated time over that bound
 //   GMAC           useful matrix-unit MACs of one inference (RunStats::mxu_macs)
 //   func GMAC/s    those MACs per wall second of the functional run; x host = that over the host's GEMM MAC rate
@@ -128,7 +129,9 @@ void bench_model(runtime::Client& client, int repeat, Row& row) {
       2.0 * cfg.mxu.rows * cfg.mxu.cols * cfg.core.mxus * cfg.chip.cores * cfg.chip.clock_mhz * 1e6;
   const double hbm_bytes_per_s = cfg.hbm.bandwidth_gbs * 1e9;
   row.compute_bound_s = row.flops / peak_flops;
-  row.memory_bound_s = static_cast<double>(row.const_bytes + row.io_bytes) / hbm_bytes_per_s;
+  const double ideal = exe.program().ideal_bytes > 0 ? exe.program().ideal_bytes
+                                                     : static_cast<double>(row.const_bytes + row.io_bytes);
+  row.memory_bound_s = ideal / hbm_bytes_per_s;
   row.bound_s = std::max(row.compute_bound_s, row.memory_bound_s);
 
   std::map<std::string, runtime::HostTensor> inputs;
