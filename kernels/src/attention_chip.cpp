@@ -30,6 +30,7 @@ int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
 // The chip as the generator sees it.
 struct Chip {
   int64_t R, C, ACC, VMEM, P, U, width, vbpc, latency, mem_bpc;
+  int64_t acc_addr;  // the vector unit's address of accumulator row 0 (ACC_ADDR); -1: the chip has none
 };
 
 Chip chip_of(const AttentionChip& a, const std::map<std::string, int64_t>& s) {
@@ -41,6 +42,7 @@ Chip chip_of(const AttentionChip& a, const std::map<std::string, int64_t>& s) {
   c.width = std::max<int64_t>(1, optional(s, "VPU_WIDTH", 128));
   c.vbpc = std::max<int64_t>(1, optional(s, "VMEM_BYTES_PER_CYCLE", 1 << 20));
   c.latency = optional(s, "DMA_LATENCY", 100);
+  c.acc_addr = optional(s, "ACC_ADDR", -1);
   const int64_t cache = optional(s, "CACHE_BYTES_PER_CYCLE", 0);
   c.mem_bpc = std::max<int64_t>(1, cache > 0 ? cache : optional(s, "HBM_BYTES_PER_CYCLE", 64));
   if (a.batch < 1 || a.seq < 1 || a.heads < 1 || a.head_dim < 1 || a.seq_k < 0)
@@ -85,6 +87,10 @@ struct Layout {
   int64_t SQ = 0, SK = 0, KBB = 0, KB0 = 0;  // queries, keys; with key_bias the two kb rows (KBB bytes each, from KB0)
   int64_t QB = 0, Q0 = 0, KVB = 0, VOFF = 0, KV0 = 0, SB = 0, PB = 0, P0 = 0, OB = 0, Z = 0, MASK = 0, M = 0, L = 0,
           MX = 0, RS = 0, RL = 0, AL0 = 0, ALB = 0, end = 0;
+  // S, P, O and the row statistics (SB .. AL0) in the accumulators the products leave free (the last unit's
+  // rows past its S and PV regions), as a GPU keeps them in registers: the vector unit works on them at its
+  // lanes' rate, and the P V product reads P from there; else in VMEM.
+  bool regs = false;
 };
 
 int64_t pieces_on(const Split& sp, int64_t U, int64_t u) {  // pieces of unit u
@@ -123,17 +129,39 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, Layo
   L.Dp = L.p.strips * c.C;
   L.sreg = cdiv(L.s.strips * L.s.groups, c.U) * L.s.rows;
   L.pvreg = cdiv(L.p.strips * L.p.groups, c.U) * L.p.rows;
-  int64_t npv = 0;
-  for (int64_t k = 2; k >= 1 && !npv; --k)
-    if (2 * L.sreg + k * L.pvreg <= c.ACC) npv = k;
-  if (!npv) return false;
-  L.plan.pv_regions = npv;
   L.SQ = a.seq, L.SK = a.seq_k ? a.seq_k : a.seq;
   L.NQ = cdiv(L.SQ, BR), L.NBK = cdiv(L.SK, BC), L.Mx = std::max(BR, BC);
-  int64_t at = 0;
+  L.PB = align64(BR * BC * 2);
+  L.ALB = align64(BR * 4);
+  // The register-resident part's bytes: S (also the P V drain's scratch), two P slots, O, five row vectors and
+  // two alpha rows.
+  const int64_t reg_bytes = align64(std::max(BR * BC, L.p.rows * c.C) * 4) + 2 * L.PB + align64(BR * L.Dp * 4) +
+                            5 * align64(BR * 4) + 2 * L.ALB;
+  // Two PV regions if they fit, and the register-resident part in the accumulators if it fits there (else VMEM).
+  int64_t npv = 0;
+  bool regs = false;
+  for (const bool want_regs : {true, false}) {
+    for (int64_t k = 2; k >= 1 && !npv; --k) {
+      const int64_t used = 2 * L.sreg + k * L.pvreg;
+      if (used > c.ACC) continue;
+      if (want_regs && (c.acc_addr < 0 || reg_bytes > (c.ACC - used) * c.C * 4)) continue;
+      npv = k, regs = want_regs;
+    }
+    if (npv) break;
+  }
+  if (!npv) return false;
+  L.plan.pv_regions = npv;
+  L.regs = L.plan.in_accumulators = regs;
+  int64_t at = 0, reg_at = regs ? c.acc_addr + ((c.U - 1) * c.ACC + 2 * L.sreg + npv * L.pvreg) * c.C * 4 : 0;
   auto take = [&at](int64_t bytes) {
     const int64_t here = at;
     at += align64(bytes);
+    return here;
+  };
+  auto take_reg = [&](int64_t bytes) {  // the register-resident part: the accumulators, or VMEM
+    if (!regs) return take(bytes);
+    const int64_t here = reg_at;
+    reg_at += align64(bytes);
     return here;
   };
   L.QB = align64(std::max(BR * L.D * 2, BR * L.Dp * L.O));
@@ -141,15 +169,14 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, Layo
   L.VOFF = align64(BC * L.D * 2);
   L.KVB = 2 * L.VOFF;
   L.KV0 = take(3 * L.KVB);
-  L.SB = take(std::max(BR * BC, L.p.rows * c.C) * 4);
-  L.PB = align64(BR * BC * 2);
-  L.P0 = take(2 * L.PB);
-  L.OB = take(BR * L.Dp * 4);
+  L.SB = take_reg(std::max(BR * BC, L.p.rows * c.C) * 4);
+  L.P0 = take_reg(2 * L.PB);
+  L.OB = take_reg(BR * L.Dp * 4);
   L.Z = take(2 * L.Mx * 4);
   L.MASK = a.causal ? take(BC * BC * 4) : 0;
-  L.M = take(BR * 4), L.L = take(BR * 4), L.MX = take(BR * 4), L.RS = take(BR * 4), L.RL = take(BR * 4);
-  L.ALB = align64(BR * 4);
-  L.AL0 = take(2 * L.ALB);
+  L.M = take_reg(BR * 4), L.L = take_reg(BR * 4), L.MX = take_reg(BR * 4), L.RS = take_reg(BR * 4);
+  L.RL = take_reg(BR * 4);
+  L.AL0 = take_reg(2 * L.ALB);
   if (a.key_bias) L.KBB = align64(L.NBK * BC * 4), L.KB0 = take(2 * L.KBB);
   L.end = at;
   if (L.end > c.VMEM) return false;
@@ -165,16 +192,17 @@ void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
   const double mxu = static_cast<double>(cdiv(L.s.strips * L.s.groups, c.U) * L.s.folds * std::max(L.s.rows, c.R) +
                                          cdiv(L.p.strips * L.p.groups, c.U) * L.p.folds * std::max(L.p.rows, c.R));
   const int64_t sb = BR * BC;
-  double vpu = static_cast<double>(L.s.strips * L.s.groups) * vop(c, L.s.rows * c.C, 4) + vop(c, sb, 4) +
-               vop(c, sb, 8) * 2 + vop(c, sb, 4) + vop(c, sb, 6) + 6 * vop(c, BR, 12);
+  const int64_t x = L.regs ? 0 : 1;  // VMEM bytes per byte of S, P, O and the row vectors (0: in the accumulators)
+  double vpu = static_cast<double>(L.s.strips * L.s.groups) * vop(c, L.s.rows * c.C, 4 * x) + vop(c, sb, 4 * x) +
+               vop(c, sb, 8 * x) * 2 + vop(c, sb, 4 * x) + vop(c, sb, 6 * x) + 6 * vop(c, BR, 12 * x);
   vpu += static_cast<double>(L.p.strips * L.p.groups) *
-         (vop(c, L.p.rows * c.C, 4) + vop(c, L.p.rows * c.C, 8) + vop(c, L.p.rows * c.C, 12));
+         (vop(c, L.p.rows * c.C, 4 * x) + vop(c, L.p.rows * c.C, 8 * x) + vop(c, L.p.rows * c.C, 12 * x));
   const int64_t items = a.batch * a.heads * L.NQ;
   const double share = static_cast<double>(c.mem_bpc) / static_cast<double>(std::min<int64_t>(items, c.P));
   const double kv = static_cast<double>(2 * BC * L.D * 2) / share;
   const double block = std::max({mxu, vpu, kv});
   const double fill = 2.0 * static_cast<double>(c.latency) + static_cast<double>(BR * L.D * 2) / share + mxu +
-                      static_cast<double>(L.p.strips) * vop(c, BR * c.C, 8) + vop(c, BR * L.Dp, 6);
+                      static_cast<double>(L.p.strips) * vop(c, BR * c.C, 8 * x) + vop(c, BR * L.Dp, L.regs ? 2 : 6);
   std::vector<double> core(static_cast<size_t>(c.P), 0.0);
   int64_t blocks = 0;
   for (int64_t t = 0; t < items; ++t) {

@@ -191,6 +191,8 @@ std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cf
       {"CORES", cfg.chip.cores},
       {"SHARED_BYTES", static_cast<int64_t>(cfg.shared_bytes())},
       {"VMEM_BYTES", static_cast<int64_t>(cfg.vmem_bytes())},
+      // the vector unit's and mxu.mm's address of accumulator row 0 (isa.def): the accumulators follow VMEM
+      {"ACC_ADDR", static_cast<int64_t>(cfg.vmem_bytes())},
       // bytes per cycle through one core's VMEM ports, all banks together (vmem.banks x vmem.port_bytes_per_cycle)
       {"VMEM_BYTES_PER_CYCLE", static_cast<int64_t>(cfg.vmem.banks) * static_cast<int64_t>(cfg.vmem.port_bytes_per_cycle)},
       {"VPU_WIDTH", static_cast<int64_t>(cfg.vpu.lanes) * cfg.vpu.sublanes},

@@ -104,8 +104,8 @@ Memories::Memories(const ChipConfig& cfg, ChipMemories& chip)
       shared(chip.shared),
       shared_channels(chip.shared_channels),
       cache(chip.cache),
-      vmem(cfg.vmem_bytes()),
-      acc(static_cast<size_t>(cfg.core_acc_rows()) * cfg.mxu.cols),
+      vmem(cfg.local_bytes()),
+      acc{reinterpret_cast<uint32_t*>(vmem.data() + cfg.vmem_bytes())},  // page-aligned + a multiple of 1 KiB
       acc_cols(cfg.mxu.cols),
       vmem_ports(cfg) {}
 

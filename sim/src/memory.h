@@ -173,8 +173,13 @@ struct Memories {
   Hbm& shared;
   HbmChannels& shared_channels;
   CacheTags& cache;
-  LazyBytes vmem;
-  std::vector<uint32_t> acc;  // core.mxus * acc_rows x mxu.cols 32-bit words (i32 or f32 bits), row-major
+  LazyBytes vmem;  // VMEM's bytes, then the accumulators' (ChipConfig::local_bytes())
+  // The accumulators: core.mxus * acc_rows x mxu.cols 32-bit words (i32 or f32 bits), row-major, stored right
+  // after VMEM's bytes, where the vector unit and mxu.mm address them (isa.def).
+  struct Words {
+    uint32_t* p;
+    uint32_t* data() const { return p; }
+  } acc;
   uint64_t acc_cols;
   VmemPorts vmem_ports;
   void reset_timing() {  // before a run: every resource free (the chip's shared ones too: every core resets)

@@ -154,6 +154,7 @@ void Mxu::execute(const Entry& e) {
 }
 
 void Mxu::read_vmem(uint64_t from, int64_t vaddr, int64_t rows, int64_t rowbytes, int64_t stride) {
+  if (static_cast<uint64_t>(vaddr) >= st_.cfg.vmem_bytes()) return;  // mxu.mm's rows from the accumulators: no port
   VmemPorts& ports = st_.mem.vmem_ports;
   VmemPorts::Demand d = ports.demand();
   ports.add(d, Rows{static_cast<uint64_t>(vaddr), static_cast<uint64_t>(rows), static_cast<uint64_t>(rowbytes), stride});
@@ -209,7 +210,10 @@ void Mxu::matmul(const Entry& e) {
     st_.fail(e.pc, "accumulator rows [" + std::to_string(acc) + ", " + std::to_string(acc + m) + ") outside " +
                        std::to_string(acc_rows) + " rows" +
                        (st_.cfg.core.mxus > 1 ? " of matrix unit " + std::to_string(index_) : std::string()));
-  std::string err = check_rows("VMEM read", st_.cfg.vmem_bytes(), std::to_string(st_.cfg.vmem_bytes()) + " bytes",
+  // The input rows lie in VMEM or in the accumulators after it (isa.def).
+  std::string err = check_rows("VMEM read", st_.cfg.local_bytes(),
+                               std::to_string(st_.cfg.vmem_bytes()) + " bytes and the accumulators' " +
+                                   std::to_string(st_.cfg.acc_bytes()),
                                e.arg("vaddr"), m, int64_t(tile->k) * isa::dtype_size(dt), e.arg("stride"));
   if (!err.empty()) st_.fail(e.pc, err);
 
@@ -264,7 +268,8 @@ void Mxu::matmul(const Entry& e) {
   // An f8e4m3 MAC is counted as a bf16 one: the same f32 accumulation, which dominates a MAC's energy (no
   // separate fp8 figure: assumption).
   act(e.pc, dt == isa::DType::I8 ? Action::MacI8 : Action::MacBf16, macs);
-  act(e.pc, Action::VmemRead, um * k * size);
+  act(e.pc, static_cast<uint64_t>(e.arg("vaddr")) >= st_.cfg.vmem_bytes() ? Action::AccRead : Action::VmemRead,
+      um * k * size);
   act(e.pc, Action::AccWrite, um * n * 4);
   if (e.arg("accumulate")) act(e.pc, Action::AccRead, um * n * 4);
   const uint64_t tile_reads = df_ == Dataflow::WS ? (swapped ? 1 : 0) : folds.size();

@@ -265,11 +265,12 @@ void vmem_accesses(const Entry& e, Add add) {
   }
 }
 
-// The same as VmemPorts demand per bank.
-VmemPorts::Demand vmem_traffic(const Entry& e, const VmemPorts& ports) {
+// The same as VmemPorts demand per bank. Accesses at or past `vmem` (VMEM's bytes) are the accumulators
+// (isa.def): read and written at the lanes' rate, they take no VMEM port.
+VmemPorts::Demand vmem_traffic(const Entry& e, const VmemPorts& ports, uint64_t vmem) {
   VmemPorts::Demand d = ports.demand();
   vmem_accesses(e, [&](int64_t addr, int64_t rows, int64_t rowbytes, int64_t stride, bool) {
-    if (rows > 0 && rowbytes > 0)
+    if (rows > 0 && rowbytes > 0 && static_cast<uint64_t>(addr) < vmem)
       ports.add(d, {static_cast<uint64_t>(addr), static_cast<uint64_t>(rows), static_cast<uint64_t>(rowbytes), stride});
   });
   return d;
@@ -307,13 +308,16 @@ void Vpu::execute(const Entry& e) {
   // Energy's actions (energy.h): the elements computed, the VMEM bytes read and written, vpu.acc's accumulator
   // reads.
   act(e.pc, element_action(e), elements);
-  vmem_accesses(e, [&](int64_t, int64_t rows, int64_t rowbytes, int64_t, bool write) {
-    if (rows > 0 && rowbytes > 0)
-      act(e.pc, write ? Action::VmemWrite : Action::VmemRead, static_cast<uint64_t>(rows * rowbytes));
+  const uint64_t vmem = st_.cfg.vmem_bytes();
+  vmem_accesses(e, [&](int64_t addr, int64_t rows, int64_t rowbytes, int64_t, bool write) {
+    if (rows <= 0 || rowbytes <= 0) return;
+    const bool acc = static_cast<uint64_t>(addr) >= vmem;  // the accumulators (isa.def)
+    act(e.pc, acc ? (write ? Action::AccWrite : Action::AccRead) : (write ? Action::VmemWrite : Action::VmemRead),
+        static_cast<uint64_t>(rows * rowbytes));
   });
   if (e.in.op == Op::VACC) act(e.pc, Action::AccRead, elements * 4);
   const auto latency = static_cast<uint64_t>(st_.cfg.vpu.latency);
-  const uint64_t vmem_done = st_.mem.vmem_ports.reserve(start, vmem_traffic(e, st_.mem.vmem_ports));
+  const uint64_t vmem_done = st_.mem.vmem_ports.reserve(start, vmem_traffic(e, st_.mem.vmem_ports, vmem));
   const uint64_t compute_end = start + latency + (elements + width_ - 1) / width_;
   const uint64_t end = std::max(compute_end, vmem_done + latency);
   st_.wait_until(end);
@@ -323,8 +327,10 @@ void Vpu::execute(const Entry& e) {
 }
 
 uint64_t Vpu::check(const Entry& e) {
-  const uint64_t vmem = st_.cfg.vmem_bytes();
-  const std::string vmem_text = std::to_string(vmem) + " bytes";
+  // Operands lie in VMEM or in the accumulators after it (isa.def).
+  const uint64_t vmem = st_.cfg.local_bytes();
+  const std::string vmem_text = std::to_string(st_.cfg.vmem_bytes()) + " bytes and the accumulators' " +
+                                std::to_string(st_.cfg.acc_bytes());
   auto range = [&](const char* what, int64_t addr, int64_t rows, int64_t rowbytes, int64_t stride) {
     std::string err = check_rows(what, vmem, vmem_text, addr, rows, rowbytes, stride);
     if (!err.empty()) st_.fail(e.pc, err);

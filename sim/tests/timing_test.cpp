@@ -163,6 +163,23 @@ TEST(Timing, VectorInstruction) {
   EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, 5u);
 }
 
+TEST(Timing, VectorOperandsInTheAccumulatorsTakeNoVmemPort) {
+  // small_config() with VMEM's ports at 4 banks x 4 bytes = 16 bytes per cycle (the lanes take 8 f32 = 32
+  // bytes per cycle of each operand). vpu.add of 64 f32 (256 bytes per operand, 768 in all, 192 per bank):
+  // in VMEM the ports set the pace, 192 / 4 = 48 cycles, + latency 2: dispatched 2, starts 3, done at 53, the
+  // program 54 cycles. The same in the accumulators (addresses from VMEM's size on, isa.def): the lanes',
+  // latency 2 + 64 / 8 = 10 cycles, done at 13, the program 14.
+  const ChipConfig cfg = small_config({"vmem.banks=4", "vmem.port_bytes_per_cycle=4", "vmem.interleave_bytes=4"});
+  Chip chip(cfg);
+  for (const bool acc : {false, true}) {
+    ProgramBuilder b;
+    b.li(1, 64).li(2, acc ? static_cast<int64_t>(cfg.vmem_bytes()) : 0);
+    b.op(Op::VADD, {2, 2, 2, 1, 3});  // f32
+    RunResult r = chip.run(b.build());
+    EXPECT_EQ(r.stats.cycles, acc ? 14u : 54u) << (acc ? "accumulators" : "VMEM");
+  }
+}
+
 TEST(Timing, TranscendentalAndRoundingInstructionsAtTheRateOfAdd) {
   // vpu.log, sin, cos, floor, ceil, round time as vpu.exp and vpu.add (isa.def): latency 2 + ceil(20 / 8) = 5
   // cycles each, whatever the operands (VMEM holds zeros: log(0) = -inf, no faster or slower).

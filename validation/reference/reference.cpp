@@ -183,6 +183,38 @@ uint8_t* Reference::vmem(int64_t addr, int64_t bytes) {
   return c_->vmem.data() + addr;
 }
 
+void Reference::acc_bytes(int64_t addr, int64_t n, uint8_t* bytes, bool write) {
+  const auto base = static_cast<int64_t>(cfg_.vmem_bytes), words = static_cast<int64_t>(cfg_.mxus) * cfg_.acc_rows * cfg_.cols;
+  if (addr < base || addr + n > base + 4 * words)
+    fail("VMEM access [" + hex(addr) + ", " + hex(addr + n) + ") outside " + std::to_string(cfg_.vmem_bytes) +
+         " bytes and the accumulators' " + std::to_string(4 * words));
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t w = (addr + k - base) / 4, o = (addr + k - base) % 4;
+    AccWord& a = acc(w / cfg_.cols, w % cfg_.cols);
+    uint32_t bits = a.is_float ? bits_of_f32(to_f32(a.f)) : static_cast<uint32_t>(a.i);
+    if (!write) {
+      bytes[k] = static_cast<uint8_t>(bits >> (8 * o));
+      continue;
+    }
+    bits = (bits & ~(0xffu << (8 * o))) | (static_cast<uint32_t>(bytes[k]) << (8 * o));
+    a.is_float = false, a.i = static_cast<int32_t>(bits);  // raw bits: read as f32 they are the f32 of these bits
+  }
+}
+
+double Reference::vmem_load(int64_t addr, DType t) {
+  if (addr < static_cast<int64_t>(cfg_.vmem_bytes) || addr < 0) return load_value(vmem(addr, size_of(t)), t);
+  uint8_t b[8];
+  acc_bytes(addr, size_of(t), b, false);
+  return load_value(b, t);
+}
+
+void Reference::vmem_store(int64_t addr, DType t, double v) {
+  if (addr < static_cast<int64_t>(cfg_.vmem_bytes) || addr < 0) return store_value(vmem(addr, size_of(t)), t, v);
+  uint8_t b[8];
+  store_value(b, t, v);
+  acc_bytes(addr, size_of(t), b, true);
+}
+
 void Reference::check_hbm(int64_t addr, int64_t bytes) const {
   if (addr < 0 || bytes < 0 || static_cast<uint64_t>(addr) + bytes > cfg_.hbm_bytes)
     fail("HBM access [" + hex(addr) + ", " + hex(addr + bytes) + ") outside " + std::to_string(cfg_.hbm_bytes) +
@@ -337,6 +369,9 @@ void Reference::mxu(const isa::Instr& in) {
     if (k < 0 || k > cfg_.rows || n < 0 || n > cfg_.cols)
       fail("weight tile " + std::to_string(k) + " x " + std::to_string(n) + " larger than the array (" +
            std::to_string(cfg_.rows) + " x " + std::to_string(cfg_.cols) + ")");
+    if (k > 0 && n > 0) {  // weights come from VMEM only (isa.def): its first and last rows
+      vmem(vaddr, size), vmem(trans ? vaddr + (n - 1) * stride : vaddr + (k - 1) * stride, (trans ? k : n) * size);
+    }
     shadow_.dtype = dt, shadow_.k = static_cast<int>(k), shadow_.n = static_cast<int>(n);
     std::fill(shadow_.w.begin(), shadow_.w.end(), 0.0);
     for (int64_t l = 0; l < k; ++l)

@@ -124,8 +124,11 @@ class Reference {
 
   [[noreturn]] void fail(const std::string& what) const;
   uint8_t* vmem(int64_t addr, int64_t bytes);
-  double vmem_load(int64_t addr, DType t) { return load_value(vmem(addr, size_of(t)), t); }
-  void vmem_store(int64_t addr, DType t, double v) { store_value(vmem(addr, size_of(t)), t, v); }
+  // An element of the vector unit's or mxu.mm's local address space: VMEM, then (from vmem_bytes) the ACC words'
+  // bytes (isa.def), little-endian.
+  double vmem_load(int64_t addr, DType t);
+  void vmem_store(int64_t addr, DType t, double v);
+  void acc_bytes(int64_t addr, int64_t n, uint8_t* bytes, bool write);
   void check_hbm(int64_t addr, int64_t bytes) const;
   uint8_t* hbm_page(uint64_t page);
   using Pages = std::unordered_map<uint64_t, std::vector<uint8_t>>;

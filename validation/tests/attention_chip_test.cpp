@@ -237,6 +237,23 @@ TEST(AttentionChip, H200LikeAgainstFloat64) {
   check(rig, shape(3, 45, 5, 5, 64, false), 24);  // 15 heads over 8 cores
 }
 
+// S, P and O in the accumulators (ACC_ADDR, isa.def) or in VMEM: the same instructions on other addresses, so the
+// same bits; on h200-like (VMEM's ports at 128 bytes per cycle, the lanes 128 f32 per cycle) the accumulators are
+// faster by at least a third for a shape whose vector work sets the pace (head_dim 64, 512 keys).
+TEST(AttentionChip, AccumulatorsOrVmemSameResultsAndAccumulatorsFaster) {
+  Rig rig("h200-like", {"chip.cores=2"});
+  const AttentionChip a = shape(1, 512, 2, 2, 64, false);
+  std::map<std::string, int64_t> vmem_only = rig.symbols;
+  vmem_only.erase("ACC_ADDR");
+  ASSERT_TRUE(kernels::attention_chip_plan(a, rig.symbols).in_accumulators);
+  ASSERT_FALSE(kernels::attention_chip_plan(a, vmem_only).in_accumulators);
+  const Result acc = run(rig, a, 41);
+  std::swap(rig.symbols, vmem_only);
+  const Result vmem = run(rig, a, 41);
+  EXPECT_EQ(acc.o, vmem.o);
+  EXPECT_LT(3 * acc.stats.cycles, 2 * vmem.stats.cycles) << acc.stats.cycles << " against " << vmem.stats.cycles;
+}
+
 // Layouts other than [B, S, H, D] through strides (here the [B, H, S, D] a framework's graph holds after its
 // transposes, and a query tensor inside a wider row, as a fused QKV projection leaves it), fewer queries than keys
 // (decoding: one query over a cache of keys), and a key bias (a padding mask, broadcast over the batch or not):

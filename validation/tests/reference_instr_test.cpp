@@ -567,6 +567,52 @@ std::string drain_name(const char* in, const Drain& d) {
          (d.relu ? " relu" : "") + (d.scale ? " scale" : "");
 }
 
+// The accumulators as local memory (isa.def): S = A W into rows 0-3; vpu.add S + S into rows 4-7 and vpu.cast to
+// bf16 into row 8 on (addresses from VMEM's size on); mxu.mm with those bf16 rows as its input, P W into rows
+// 16-19; drained to VMEM. Small integers keep every step exact, so both models must give the host's P W with
+// P = 2 A W, bit for bit.
+TEST(ReferenceMxu, AccumulatorsAsVectorAndMatmulOperands) {
+  TPUSIM_MACHINES(m);
+  const int64_t R = m->cfg.mxu.rows, C = m->cfg.mxu.cols, M = 4, base = static_cast<int64_t>(m->cfg.vmem_bytes());
+  Random rnd(7);
+  std::vector<double> a(M * R), w(R * C);
+  for (double& x : a) x = static_cast<double>(rnd.integer(-3, 3));
+  for (double& x : w) x = static_cast<double>(rnd.integer(-3, 3));
+  m->write(kIn[0], a, DType::BF16), m->write(kIn[1], w, DType::BF16);
+  auto row = [&](int64_t r) { return base + r * C * 4; };  // accumulator row r's address
+  Builder b;
+  b.load(kIn[0], kIn[0], M * R * 2).load(kIn[1], kIn[1], R * C * 2).fence();
+  b.li(1, kIn[1]).li(2, R).li(3, C).li(4, C * 2);
+  b.emit(Op::MXULW, {{"vaddr", 1}, {"k", 2}, {"n", 3}, {"stride", 4}, {"dtype", int64_t(DType::BF16)}});
+  b.li(1, kIn[0]).li(2, M).li(3, 0).li(4, R * 2);
+  b.emit(Op::MXUMM, {{"vaddr", 1}, {"m", 2}, {"acc", 3}, {"stride", 4}, {"dtype", int64_t(DType::BF16)}});
+  b.fence();
+  b.li(1, row(4)).li(2, row(0)).li(3, M * C);
+  b.emit(Op::VADD, {{"vd", 1}, {"va", 2}, {"vb", 2}, {"n", 3}, {"dtype", int64_t(DType::F32)}});
+  b.li(2, row(8));
+  b.emit(Op::VCAST, {{"vd", 2}, {"va", 1}, {"n", 3}, {"sdt", int64_t(DType::F32)}, {"ddt", int64_t(DType::BF16)}});
+  b.fence();
+  b.li(1, row(8)).li(2, M).li(3, 16).li(4, C * 2);  // P's rows: C bf16 each, the tile takes the first R
+  b.emit(Op::MXUMM, {{"vaddr", 1}, {"m", 2}, {"acc", 3}, {"stride", 4}, {"dtype", int64_t(DType::BF16)}});
+  b.fence();
+  b.li(1, kOut).li(2, 16).li(3, M).li(4, C).li(5, C * 4);
+  b.emit(Op::VACC, {{"vaddr", 1}, {"acc", 2}, {"rows", 3}, {"cols", 4}, {"stride", 5}, {"adt", int64_t(DType::F32)},
+                    {"odt", int64_t(DType::F32)}});
+  b.fence().store(kOut, kOut, M * C * 4);
+  m->run(b.p);
+  std::vector<double> want(M * C, 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < C; ++j)
+      for (int64_t l = 0; l < R; ++l) {
+        double s = 0;  // S[i][l] = sum_t A[i][t] W[t][l] (l < C: P's first R columns)
+        for (int64_t t = 0; t < R; ++t) s += a[i * R + t] * w[t * C + l];
+        want[i * C + j] += 2 * s * w[l * C + j];
+      }
+  EXPECT_EQ(m->read_sim(kOut, M * C, DType::F32), want);
+  EXPECT_EQ(Machines::read(*m->fp64, kOut, M * C, DType::F32), want);
+  EXPECT_EQ(Machines::read(*m->isaf32, kOut, M * C, DType::F32), want);
+}
+
 TEST(ReferenceMxu, Int8PassesAndEveryDrainBitExact) {
   TPUSIM_MACHINES(m);
   const int64_t R = m->cfg.mxu.rows, C = m->cfg.mxu.cols;

@@ -28,8 +28,13 @@
 //            alpha = exp(m - m_new), P = exp(S - m_new) (f32), l = l * alpha + rowsum(P), P cast to bf16 into
 //            one of two P slots (signals PFULL_u)
 //   mxu u:   O_n = P_n V_n into one of two PV accumulator regions (waits PFULL_u and OFREE_u; signals OFULL_u)
-//   vpu:     O = O * alpha + O_n (O in VMEM, f32; the first block's O_n is drained into O directly); signals
+//   vpu:     O = O * alpha + O_n (O f32; the first block's O_n is drained into O directly); signals
 //            OFREE_u and KVFREE
+// Where S, P and O live: on a chip whose accumulators are local memory (ACC_ADDR, isa.def), S (drained), the P
+// slots, O and the row statistics go to the accumulator rows the products leave free (the last unit's, past its
+// S and PV regions) when they fit, as FlashAttention keeps them in a GPU's registers: the vector unit then works
+// on them at its lanes' rate, not through VMEM's ports, and the P V product reads P from there. Otherwise, and
+// on chips without ACC_ADDR, they are in VMEM. Q, K, V, the masks and the output stay in VMEM.
 // The products are software-pipelined: the program issues S_{n+1} before PV_n and the softmax of block n+1
 // before the O update of block n, so the matrix units compute S_{n+1} while the vector unit works on S_n, and
 // the K/V loads of later blocks run ahead in their three slots. Finally O / l is cast to the output type into the
@@ -83,6 +88,7 @@ struct AttentionPlan {
   int64_t br = 0, bc = 0;      // query rows per item, key rows per block
   int64_t gs = 0, gp = 0;      // row groups of the S and the P V products (pieces = strips x groups)
   int64_t pv_regions = 0;      // PV accumulator regions per unit (1 or 2)
+  bool in_accumulators = false;  // S, P, O and the row statistics in the accumulators (else in VMEM)
   int64_t items = 0;           // work items
   int64_t blocks = 0;          // key blocks over all items
   double estimate = 0;         // cycles

@@ -127,6 +127,10 @@ struct ChipConfig {
   int total_mxus() const { return chip.cores * core.mxus; }
   // Accumulator rows of one core: every matrix unit's mxu.acc_rows, numbered across them.
   int64_t core_acc_rows() const { return static_cast<int64_t>(core.mxus) * mxu.acc_rows; }
+  // The accumulators' bytes (32-bit words), which the vector unit and mxu.mm address right after VMEM's
+  // (isa.def: local addresses [vmem_bytes(), local_bytes())).
+  uint64_t acc_bytes() const { return static_cast<uint64_t>(core_acc_rows()) * mxu.cols * 4; }
+  uint64_t local_bytes() const { return vmem_bytes() + acc_bytes(); }
   // Peak multiply-accumulates per cycle of the whole chip, for inputs of `i8` (else bf16).
   double peak_macs_per_cycle(bool i8 = false) const {
     return static_cast<double>(mxu.rows) * mxu.cols * total_mxus() * (i8 ? mxu.i8_rate : 1);
