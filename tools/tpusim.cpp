@@ -579,6 +579,11 @@ int cmd_config(const std::vector<std::string>& args) {
 
 int cmd_validate(const std::vector<std::string>& args) {
   validate::Options o;
+  std::ostringstream module_help;
+  module_help << "time added to each attention case for the measured software beyond the fused kernel (default: "
+              << validate::kAttentionModuleUs
+              << " for the project's goldens, which time TensorRT-LLM's whole attention module; 0 for a --goldens "
+                 "folder)";
   po::options_description what("what to validate");
   what.add_options()
       ("suite", po::value(&o.suite)->default_value("gemm")->value_name("gemm|attention|all"), "the golden suite")
@@ -592,6 +597,8 @@ int cmd_validate(const std::vector<std::string>& args) {
        "leave out cases of more than X GFLOP, which take seconds to a minute each to simulate (0: none)")
       ("goldens", po::value(&o.goldens)->value_name("DIR"),
        "folder holding gemm.csv (default: the project's validation/goldens/h200, as built)")
+      ("attention-module-us", po::value(&o.attention_module_us)->value_name("US"),
+       module_help.str().c_str())
       ("out", po::value(&o.out)->value_name("DIR"), "where cases.csv, summary.csv, summary.md and scatter.svg go");
   o.config = "h200-like";
   po::options_description shown;

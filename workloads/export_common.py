@@ -137,6 +137,17 @@ def check_and_describe(onnx_path):
     }
 
 
+def io_meta(in_names, inputs, out_names, outs):
+    """meta.json's "inputs" and "outputs": each tensor's .npy file (NAME.npy, NAME_ref.npy), shape and dtype (the
+    outputs are saved as float32)."""
+    return {
+        "inputs": {n: {"file": f"{n}.npy", "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
+                   for n, t in zip(in_names, inputs)},
+        "outputs": {n: {"file": f"{n}_ref.npy", "shape": list(t.shape), "dtype": "float32"}
+                    for n, t in zip(out_names, outs)},
+    }
+
+
 def write_meta(out_dir, meta):
     with open(os.path.join(out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=2, sort_keys=False)

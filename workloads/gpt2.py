@@ -187,10 +187,7 @@ def export_one(args, model, mode, out_dir, in_names, inputs, out_names, macs, pa
                    "batch": args.batch, "seq": s, "past": past, "layer_norm_eps": 1e-5,
                    "activation": "gelu_tanh", "tied_lm_head": True},
         "opset": args.opset, "seed": args.seed,
-        "inputs": {n: {"file": f"{n}.npy", "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
-                   for n, t in zip(in_names, inputs)},
-        "outputs": {n: {"file": f"{n}_ref.npy", "shape": list(t.shape), "dtype": "float32"}
-                    for n, t in zip(out_names, outs)},
+        **ec.io_meta(in_names, inputs, out_names, outs),
         "params": params, "macs": macs, "flops": 2 * macs,
         "flops_note": "2 * multiply-accumulates of the Linear layers, the tied lm_head and the Q@K^T and probs@V "
                       "matmuls (full, unmasked: layers*batch*2*seq*(past+seq)*hidden); softmax, LayerNorm, GELU, "

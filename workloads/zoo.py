@@ -533,10 +533,7 @@ def main(argv=None):
         "zoo_model": args.model,
         "config": cfg,
         "opset": args.opset, "seed": args.seed,
-        "inputs": {n: {"file": f"{n}.npy", "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
-                   for n, t in zip(in_names, inputs)},
-        "outputs": {n: {"file": f"{n}_ref.npy", "shape": list(t.shape), "dtype": "float32"}
-                    for n, t in zip(out_names, outs)},
+        **ec.io_meta(in_names, inputs, out_names, outs),
         "params": params, "macs": macs, "flops": 2 * macs,
         "flops_note": "2 * multiply-accumulates of the Conv, ConvTranspose and Linear layers, the attention matmuls "
                       "(q @ k^T and probs @ v) and Whisper's tied lm_head; norms, activations and adds excluded",

@@ -27,7 +27,8 @@ struct Buffer {
   uint64_t addr = 0;          // set by plan_memory
   uint64_t extra_bytes = 0;   // slack after the tensor that kernels may read (e.g. im2col's overhanging rows)
   // The bytes of the model's value it holds, where that differs from elements * size: a weight laid out in
-  // padded tiles (the weight's own k x n), a constant the compiler made up (0: the model does not have it).
+  // padded tiles (the weight's own k x n), a constant the compiler made up (0: the model does not have it), an
+  // embedding table (the rows a lookup reads, at most one per index).
   // For the ideal roofline bound (isa::Region::ideal_bytes).
   std::optional<uint64_t> model_bytes;
 

@@ -735,6 +735,8 @@ void lower_gather(Lowering& L, const ir::Node& n) {
   Stored I = L.get(ids, DType::I32, false);  // a model input, or computed indices (f32) converted
   const DType dtype = L.storage_type(y);
   int table = dtype == DType::BF16 ? L.const_bf16(L.val(data).name, ds, L.val(data).data) : L.const_f32(L.val(data).name, ds, L.val(data).data);
+  // A lookup must read the rows it gathers, not the table: GPT-2's 77 MB token table gives 768 values a token.
+  L.plan_.buffers[table].model_bytes = static_cast<uint64_t>(std::min(V, M) * D) * isa::dtype_size(dtype);
   Stored Y = L.destination(y, dtype);
   KernelCall call;
   call.label = n.name;

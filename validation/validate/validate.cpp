@@ -33,19 +33,6 @@ namespace {
 // The plain roofline's fixed overhead: the smallest measured GEMMs take about 2.5 us (launch and first tile).
 constexpr double kFixedUs = 2.5;
 
-// An attention golden times TensorRT-LLM's whole attention module (its `forward`, one CUDA graph replay per
-// measurement), of which the fused kernel is one part: the module also runs its other kernels, each launched
-// after the last (for the causal goldens the QKV preprocessing, which applies RoPE and writes K and V into the
-// paged KV cache, and the build of the sequence offsets the fused kernel reads; the encoder's has neither RoPE
-// nor a KV cache and measures about the same). Set from the data, the only number set so for attention: the
-// tuning part's 407 one-token cases small enough for one wave (seq_len 1, batch_size x heads <= 132) measure
-// 12.88 us more than the simulated fused kernel at the median (measured 13.3-16.7 us per head_dim, the kernel
-// 2.99 us with chip.launch_cycles on h200-like); the held-out part's 99 such cases, 12.90 us. The goldens cannot
-// tell the other kernels apart, so they are this one time, added to every attention case: the data show that it
-// adds rather than overlaps (one head, causal, seq_len 2048 to 16384: 14.5 us, this and the kernel's own fixed
-// part, plus a part proportional to seq_len). docs/validation.md ("Attention") has the steps.
-constexpr double kAttentionModuleUs = 12.88;
-
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
@@ -124,14 +111,15 @@ void fill_roofline(Case& c, const ChipFigures& f) {
 }
 
 // Runs one case timing-only on `chip`; fills simulated_us (or error) and wall_s.
-void simulate(sim::Chip& chip, Case& c, const std::map<std::string, int64_t>& symbols, double clock_mhz) {
+void simulate(sim::Chip& chip, Case& c, const std::map<std::string, int64_t>& symbols, double clock_mhz,
+              double module_us) {
   sim::RunOptions ro;
   ro.functional = false;
   const auto t0 = std::chrono::steady_clock::now();
   try {
     isa::Program p = is_attention(c) ? attention_program(c, symbols) : gemm_program(c, symbols);
     sim::RunResult r = chip.run(p, ro);
-    c.simulated_us = static_cast<double>(r.stats.cycles) / clock_mhz + (is_attention(c) ? kAttentionModuleUs : 0);
+    c.simulated_us = static_cast<double>(r.stats.cycles) / clock_mhz + (is_attention(c) ? module_us : 0);
   } catch (const std::exception& e) {
     c.error = e.what();
     c.simulated_us = std::nan("");
@@ -144,7 +132,7 @@ void simulate(sim::Chip& chip, Case& c, const std::map<std::string, int64_t>& sy
 // error on one line). The parent reads them as they come, in any order. A worker that ends before sending all its
 // cases leaves them failed, with the reason.
 void run_workers(std::vector<Case>& cases, int jobs, const sim::ChipConfig& cfg,
-                 const std::map<std::string, int64_t>& symbols, double clock_mhz,
+                 const std::map<std::string, int64_t>& symbols, double clock_mhz, double module_us,
                  const std::function<void(const Case&)>& finished) {
   explore::Pool pool;
   pool.jobs = jobs;
@@ -152,7 +140,7 @@ void run_workers(std::vector<Case>& cases, int jobs, const sim::ChipConfig& cfg,
     auto chip = std::make_shared<sim::Chip>(cfg);
     return [&, chip](size_t i) {
       Case c = cases[i];
-      simulate(*chip, c, symbols, clock_mhz);
+      simulate(*chip, c, symbols, clock_mhz, module_us);
       std::string error = c.error;
       std::replace(error.begin(), error.end(), '\t', ' ');
       char buf[64];
@@ -333,6 +321,11 @@ int run(const Options& opts, std::ostream& log) {
   for (const auto& [name, v] : sim::kernel_symbols(cfg)) symbols[name] = v;
   const ChipFigures fig = figures(cfg);
   for (Case& c : cases) fill_roofline(c, fig);
+  if (!std::isfinite(opts.attention_module_us))
+    throw std::runtime_error("--attention-module-us must be a number, got " + std::to_string(opts.attention_module_us));
+  const double module_us = opts.attention_module_us >= 0 ? opts.attention_module_us
+                           : opts.goldens.empty()        ? kAttentionModuleUs
+                                                         : 0.0;
 
   std::filesystem::create_directories(opts.out);
   std::ostringstream header;
@@ -343,7 +336,7 @@ int run(const Options& opts, std::ostream& log) {
   header << "\n\ngoldens:";
   for (const std::string& f : files) header << " " << f;
   header << " (" << cases.size() << " cases run). Timing-only; the simulated time includes chip.launch_cycles, and for attention "
-         << kAttentionModuleUs << " us of TensorRT-LLM's attention module beyond the fused kernel. The "
+         << module_us << " us of the measured attention module beyond the fused kernel. The "
          << "roofline baseline is max(flops / peak, bytes / HBM bandwidth) + " << kFixedUs << " us with this "
          << "chip's peak (" << fig.peak_bf16 / 1e12 << " TFLOP/s bf16, " << fig.peak_fp8 / 1e12 << " fp8) and HBM ("
          << fig.hbm / 1e12 << " TB/s); attention's flops are 4 B H S^2 D, halved for causal, its bytes q, k, v "
@@ -365,11 +358,11 @@ int run(const Options& opts, std::ostream& log) {
   if (opts.jobs <= 1) {
     sim::Chip chip(cfg);
     for (Case& c : cases) {
-      simulate(chip, c, symbols, fig.clock_mhz);
+      simulate(chip, c, symbols, fig.clock_mhz, module_us);
       finished(c);
     }
   } else {
-    run_workers(cases, opts.jobs, cfg, symbols, fig.clock_mhz, finished);
+    run_workers(cases, opts.jobs, cfg, symbols, fig.clock_mhz, module_us, finished);
   }
   progress.finish();
   if (opts.jobs > 1) done = cases;  // every case reported: the sample's order, whatever order they finished in
