@@ -174,7 +174,6 @@
     sem.set s8, 2            # A regions free
     li one, 1
     li scale, SCALE
-    li qscale, Q_SCALE
 .if DEQUANT
     li t0, 0
     li t1, dq
@@ -304,6 +303,7 @@ next:
     # c's tile, then q's (x * Q_SCALE, i8) from the same accumulators: the second drain frees the region
     vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, dequant=1, wait=s4
     addi vq, vc, C_BYTES
+    li qscale, Q_SCALE
     vpu.acc vq, acc, mt, nt, nt, t0, qscale, ACC_DT, DT_I8, bias_en=BIAS, relu=RELU, scale_en, dequant=1, signal=s3
 .else
     vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, scale_en=(SCALE != 0), dequant=DEQUANT, wait=s4, signal=s3
