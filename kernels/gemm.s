@@ -7,6 +7,12 @@
 #   BIAS        1: input `bias` [N] (i32 for DT_I8 inputs, f32 for DT_BF16) is added to the accumulators
 #   RELU        1: max(x, 0) after the bias
 #   SCALE       f32 bit pattern multiplied in after bias and ReLU (requantisation); 0: none
+#   DEQUANT     1: the dequantising epilogue of an int8 matmul (IN_DT DT_I8, OUT_DT DT_BF16 or DT_F32): input
+#               `dq` f32 [N, 2] holds per output column the pair (scale, bias) and the drain computes
+#               x = f32(acc) * scale, + bias with BIAS=1 (no `bias` input then), ReLU, the cast (vpu.acc dequant),
+#               so the int32 accumulators never leave the chip
+#   Q_SCALE     with DEQUANT, f32 bit pattern > 0: a second output `q` i8 [M, N] = saturate(round(x * Q_SCALE)) of
+#               the same x after the ReLU (the next layer's int8 activations, written in the same pass); 0: none
 #   ACT_RESIDENT 1: a and c live in VMEM (`@ vmem`, at A_VADDR and C_VADDR), as a layer's activations do in a
 #               TPUv1's Unified Buffer: the kernel reads a and writes c in place, and only b (and bias) come
 #               from HBM. The runtime writes a into VMEM and reads c from it.
@@ -41,11 +47,21 @@
 .default BIAS, 0
 .default RELU, 0
 .default SCALE, 0
+.default DEQUANT, 0
+.default Q_SCALE, 0
 .default ACT_RESIDENT, 0
 .default B_TILED, 0
 .default TRANS_B, 0
 .if TRANS_B && B_TILED
 .error "gemm.s: TRANS_B and B_TILED cannot be combined"
+.endif
+
+.set QO, Q_SCALE != 0
+.if DEQUANT && (IN_DT != DT_I8 || (OUT_DT != DT_BF16 && OUT_DT != DT_F32))
+.error "gemm.s: DEQUANT takes IN_DT DT_I8 and gives OUT_DT DT_BF16 or DT_F32"
+.endif
+.if QO && (!DEQUANT || SCALE != 0 || ACT_RESIDENT)
+.error "gemm.s: Q_SCALE needs DEQUANT, and neither SCALE nor ACT_RESIDENT"
 .endif
 
 .if IN_DT == DT_I8
@@ -65,7 +81,11 @@
 .set C, MXU_COLS
 .set KT, cdiv(K, R)
 .set NT, cdiv(N, C)
+.if DEQUANT
+.set BIAS_BYTES, align(N * 8, 64)
+.else
 .set BIAS_BYTES, align(BIAS * N * 4, 64)
+.endif
 .set B_BYTES, align(R * C * E, 64)
 # Row tiles of at most TM_MAX rows (half the accumulators: two tiles in flight), all of the same size: M = 2700
 # with TM_MAX = 2048 runs as 2 x 1350, not 2048 + 652, whose weight loads the short tile could not hide.
@@ -83,8 +103,9 @@
 .input a, IN_DT, [M, K] @ vmem A_VADDR
 .else
 # VMEM layout: [bias | A region 0 | A region 1 | B slot 0 | B slot 1 | C buffer 0 | C buffer 1]; an A region
-# holds TM rows of a at their HBM row pitch K*E. (256 bytes cover the alignment of the four aligned regions.)
-.set TM_VMEM, (VMEM_BYTES - BIAS_BYTES - 2 * B_BYTES - 256) / (2 * K * E + 2 * C * O)
+# holds TM rows of a at their HBM row pitch K*E, a C buffer a tile of c (and, with Q_SCALE, one of q after it).
+# (256 bytes cover the alignment of the four aligned regions, 128 more the two q tiles.)
+.set TM_VMEM, (VMEM_BYTES - BIAS_BYTES - 2 * B_BYTES - 256 - 128 * QO) / (2 * K * E + 2 * C * (O + QO))
 .set TM_MAX, min(ACC_ROWS / 2, TM_VMEM)
 .if TM_MAX < 1
 .error "gemm.s: a row of a and the operand tiles do not fit in VMEM"
@@ -92,6 +113,7 @@
 .set TM, cdiv(M, cdiv(M, TM_MAX))
 .set A_BYTES, align(TM * K * E, 64)
 .set C_BYTES, align(TM * C * O, 64)
+.set CQ_BYTES, C_BYTES + QO * align(TM * C, 64)
 .set VA0, BIAS_BYTES
 .set VB0, VA0 + 2 * A_BYTES
 .set VC0, VB0 + 2 * B_BYTES
@@ -104,13 +126,18 @@
 .else
 .input b, IN_DT, [K, N]
 .endif
-.if BIAS
+.if DEQUANT
+.input dq, DT_F32, [N, 2]
+.elif BIAS
 .input bias, ACC_DT, [N]
 .endif
 .if ACT_RESIDENT
 .output c, OUT_DT, [M, N] @ vmem C_VADDR
 .else
 .output c, OUT_DT, [M, N]
+.endif
+.if QO
+.output q, DT_I8, [M, N]
 .endif
 
 .reg n0, r1
@@ -134,6 +161,8 @@
 .reg scale, r19
 .reg aslot, r20
 .reg abase, r21
+.reg vq, r22
+.reg qscale, r23
 
     sem.set s1, 2            # B slots free
     sem.set s2, 0            # B slot full
@@ -145,7 +174,13 @@
     sem.set s8, 2            # A regions free
     li one, 1
     li scale, SCALE
-.if BIAS
+.if DEQUANT
+    li t0, 0
+    li t1, dq
+    li t2, N * 8
+    dma.ld t0, t1, one, t2, t2, t2, signal=s7
+    vpu.sync wait=s7
+.elif BIAS
     li t0, 0
     li t1, bias
     li t2, N * 4
@@ -248,9 +283,9 @@ next:
     addi k0, k0, R
     li t0, K
     blt k0, t0, fold
-    # drain the tile: accumulators -> (bias, relu, scale, cast) -> C buffer -> c[m0.., n0..]
+    # drain the tile: accumulators -> (bias or dequant, relu, scale, cast) -> C buffer -> c[m0.., n0..]
     mxu.sync signal=s4
-    muli t0, n0, 4
+    muli t0, n0, 4 + 4 * DEQUANT
 .if ACT_RESIDENT
     # straight into c[m0.., n0..] in VMEM (row pitch N*O)
     muli vc, m0, N
@@ -258,21 +293,40 @@ next:
     muli vc, vc, O
     addi vc, vc, c
     li t1, N * O
-    vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, scale_en=(SCALE != 0), wait=s4, signal=s3
+    vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, scale_en=(SCALE != 0), dequant=DEQUANT, wait=s4, signal=s3
 .else
-    muli vc, accslot, C_BYTES
+    muli vc, accslot, CQ_BYTES
     addi vc, vc, VC0
     muli t1, nt, O
     vpu.sync wait=s5
-    vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, scale_en=(SCALE != 0), wait=s4, signal=s3
+.if QO
+    # c's tile, then q's (x * Q_SCALE, i8) from the same accumulators: the second drain frees the region
+    vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, dequant=1, wait=s4
+    addi vq, vc, C_BYTES
+    li qscale, Q_SCALE
+    vpu.acc vq, acc, mt, nt, nt, t0, qscale, ACC_DT, DT_I8, bias_en=BIAS, relu=RELU, scale_en, dequant=1, signal=s3
+.else
+    vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, scale_en=(SCALE != 0), dequant=DEQUANT, wait=s4, signal=s3
+.endif
     vpu.sync signal=s6
     muli t0, m0, N
     add t0, t0, n0
+.if QO
+    # q[m0.., n0..] (row pitch N), then c's: the stores complete in order, so the second frees the C buffer
+    li t2, q
+    add t2, t2, t0
+    li t3, N
+    dma.st t2, vq, mt, nt, t3, nt, wait=s6
+.endif
     muli t0, t0, O
     li t2, c
     add t0, t0, t2
     li t2, N * O
+.if QO
+    dma.st t0, vc, mt, t1, t2, t1, signal=s5
+.else
     dma.st t0, vc, mt, t1, t2, t1, wait=s6, signal=s5
+.endif
 .endif
     sub accslot, one, accslot
     addi n0, n0, C

@@ -83,7 +83,8 @@ double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, 
   const int64_t rate = kernels::matrix_rate(in, symbols);  // the stream of tm rows at the input type's rate
   const double fold = std::max({static_cast<double>(std::max(cdiv(tm, rate), R)), b_tile, latency + b_tile});
   const double folds = static_cast<double>(cdiv(m, tm) * cdiv(n, C) * cdiv(k, R));
-  const double a_and_c = static_cast<double>(m) * (static_cast<double>(k) * E + static_cast<double>(n) * O) / bpc;
+  const double Q = param_or(call, "Q_SCALE", 0) != 0 ? 1.0 : 0.0;  // the int8 copy of c (gemm.s's q)
+  const double a_and_c = static_cast<double>(m) * (static_cast<double>(k) * E + static_cast<double>(n) * (O + Q)) / bpc;
   return folds * fold + a_and_c + 2.0 * latency;
 }
 
@@ -105,8 +106,9 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
   g.out = static_cast<isa::DType>(param("OUT_DT", static_cast<int64_t>(isa::DType::F32)));
   g.bias = param("BIAS", 0) != 0, g.relu = param("RELU", 0) != 0;
   g.scale_bits = static_cast<uint32_t>(param("SCALE", 0));
+  g.dequant = param("DEQUANT", 0) != 0, g.q_scale_bits = static_cast<uint32_t>(param("Q_SCALE", 0));
   g.b_tiled = param("B_TILED", 0) != 0, g.trans_b = param("TRANS_B", 0) != 0;
-  g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias ? 6 : 7));
+  g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias || g.dequant ? 6 : 7));
   g.schedule = kernels::GemmSchedule::Tiles;
   // Worth it only where the estimate beats one unit's by more than the two barriers around it: a small GEMM runs
   // faster on one unit than spread with synchronisation.

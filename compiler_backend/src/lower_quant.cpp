@@ -1,7 +1,8 @@
 // int8 quantisation (Options::precision INT8). A quantised MatMul/Gemm/Conv (OpDef::quantises) casts its input to
-// int8 (cast.s, scale 127/absmax from calibration, or an int8 copy written by the row-wise kernel that computed it),
-// runs gemm.s int8 -> int32 on int8 weights (per output channel scales), and a row-wise kernel dequantises
-// (acc * s_a * s_w[n] + bias, ReLU) into the usual storage type.
+// int8 (cast.s, scale 127/absmax from calibration, or an int8 copy written by the kernel that computed it), and
+// runs gemm.s int8 -> int32 on int8 weights (per output channel scales) whose epilogue dequantises the
+// accumulators on chip (acc * s_a * s_w[n] + bias, ReLU) into the usual storage type, and writes the next int8
+// copy where one is wanted: the int32 accumulators never reach HBM.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -75,32 +76,23 @@ int Lowering::tiled_weights_i8(const std::string& name, const std::vector<float>
   return b;
 }
 
-void Lowering::dequantize(const std::string& label, Stored acc, int64_t rows, int64_t n, float s_a, const std::vector<float>& s_w,
-                const std::vector<float>& bias, const std::string& wname, bool relu, Stored out, int value) {
-  KernelCall call = rowwise_call(label, rows, n);
-  std::vector<float> scale(s_w.size());
-  for (size_t j = 0; j < s_w.size(); ++j) scale[j] = s_a * s_w[j];
-  int r = rw_node(call, rw::Op::Mul,
-                  {rw_input(call, acc, false, 0),
-                   rw_input(call, Stored{const_f32(wname + ".scale", {n}, scale), 0, DType::F32, false}, false, 1)});
-  if (!bias.empty())
-    r = rw_node(call, rw::Op::Add,
-                {r, rw_input(call, Stored{const_f32(wname + ".bias", {n}, bias), 0, DType::F32, false}, false, 1)});
-  if (relu) r = rw_node(call, rw::Op::Relu, {r});
-  rw_output(call, r, out);
-  if (value >= 0) int8_copy(call, r, value, out.nhwc);
-  plan_.calls.push_back(std::move(call));
+float Lowering::int8_copy_scale(int v) const {
+  if (opts_.precision != Precision::INT8 || !calib_.count(v) || quantized_.count(v)) return 0.0f;
+  auto it = absmax_.find(val(v).name);
+  if (it == absmax_.end() || !(it->second > 0) || !std::isfinite(it->second)) return 0.0f;
+  return 127.0f / it->second;
+}
+
+Stored Lowering::int8_copy_buffer(int v, bool nhwc) {
+  Stored s{temp(val(v).name + ".i8", DType::I8, shape(v)), 0, DType::I8, nhwc && layout_matters(v)};
+  return quantized_[v] = s;
 }
 
 void Lowering::int8_copy(KernelCall& call, int node, int v, bool nhwc) {
-  if (opts_.precision != Precision::INT8 || !calib_.count(v) || quantized_.count(v)) return;
-  auto it = absmax_.find(val(v).name);
-  if (it == absmax_.end() || !(it->second > 0) || !std::isfinite(it->second)) return;
-  const float inv = 127.0f / it->second;
+  const float inv = int8_copy_scale(v);
+  if (inv == 0.0f) return;
   int q = rw_node(call, rw::Op::Mul, {node, rw_node(call, rw::Op::Const, {}, inv)});
-  Stored s{temp(val(v).name + ".i8", DType::I8, shape(v)), 0, DType::I8, nhwc && layout_matters(v)};
-  rw_output(call, q, s);
-  quantized_[v] = s;
+  rw_output(call, q, int8_copy_buffer(v, nhwc));
 }
 
 void Lowering::int8_gemm(const ir::Node& n, const std::string& label, Stored aq, int a, const std::vector<float>& w, int64_t m,
@@ -108,13 +100,29 @@ void Lowering::int8_gemm(const ir::Node& n, const std::string& label, Stored aq,
                Stored out, double flops, int value) {
   std::vector<float> s_w;
   int B = tiled_weights_i8(wname, w, k, nn, s_w);
-  Stored acc{temp(label + ".acc", DType::I32, {m, nn}), 0, DType::I32, false};
-  gemm(label, aq, Stored{B, 0, DType::I8, false}, -1, acc, m, k, nn, false, 1.0f, true, false);
-  plan_.calls.back().params["IN_DT"] = dt(DType::I8);
-  plan_.calls.back().params["OUT_DT"] = dt(DType::I32);
-  plan_.calls.back().flops = flops;
-  plan_.calls.back().bytes = static_cast<double>(m * k + k * nn + 4 * m * nn);
-  dequantize(label, acc, m, nn, act_scale(n, a), s_w, bias, wname, relu, out, value);
+  if (out.dtype != DType::BF16 && out.dtype != DType::F32)
+    throw LoweringIssue(std::string("internal: an int8 matmul's output wanted as ") + isa::dtype_name(out.dtype));
+  // The epilogue's per-column (scale, bias) pairs: s_a * s_w[n] (one f32 product), bias[n] (0 where none: unused)
+  const float s_a = act_scale(n, a);
+  std::vector<float> dq(static_cast<size_t>(2 * nn), 0.0f);
+  for (int64_t j = 0; j < nn; ++j) {
+    dq[static_cast<size_t>(2 * j)] = s_a * s_w[static_cast<size_t>(j)];
+    if (!bias.empty()) dq[static_cast<size_t>(2 * j + 1)] = bias[static_cast<size_t>(j)];
+  }
+  gemm(label, aq, Stored{B, 0, DType::I8, false}, -1, out, m, k, nn, relu, 1.0f, true, false);
+  KernelCall& call = plan_.calls.back();
+  call.params["IN_DT"] = dt(DType::I8);
+  call.params["DEQUANT"] = 1;
+  call.params["BIAS"] = bias.empty() ? 0 : 1;
+  call.tensors["dq"] = const_f32(wname + ".dq", {nn, 2}, dq);
+  const float inv = value >= 0 ? int8_copy_scale(value) : 0.0f;
+  if (inv != 0.0f) {
+    call.tensors["q"] = int8_copy_buffer(value, out.nhwc).buf;
+    call.params["Q_SCALE"] = isa::bits_from_f32(inv);
+  }
+  call.flops = flops;
+  call.bytes = static_cast<double>(m * k + k * nn + 8 * nn) +
+               static_cast<double>(m * nn) * (isa::dtype_size(out.dtype) + (inv != 0.0f ? 1 : 0));
 }
 
 }  // namespace tpusim::compiler

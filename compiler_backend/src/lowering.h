@@ -156,15 +156,18 @@ class Lowering {
   // Weights [K, N] -> per-column scales (max|w| / 127) and int8 values, tiled like tiled_weights.
   int tiled_weights_i8(const std::string& name, const std::vector<float>& w, int64_t k, int64_t n,
                        std::vector<float>& scales);
-  // out = act(acc * s_a * s_w[n] + bias[n]) from an int32 [rows, N] accumulator.
-  // `value`: the graph value `out` holds (-1 when out is an intermediate form of it, e.g. virtual conv rows).
-  void dequantize(const std::string& label, Stored acc, int64_t rows, int64_t n, float s_a,
-                  const std::vector<float>& s_w, const std::vector<float>& bias, const std::string& wname, bool relu,
-                  Stored out, int value);
-  // When INT8 consumers will quantise value v (calibrated), the row-wise kernel computing it also writes its int8
+  // When INT8 consumers will quantise value v (calibrated) and it has no int8 copy yet, 1/s_a (= 127/absmax) for
+  // the kernel computing v to write that copy with; 0 otherwise.
+  float int8_copy_scale(int v) const;
+  // Its int8 buffer, remembered as v's quantised form (quantized_).
+  Stored int8_copy_buffer(int v, bool nhwc);
+  // When INT8 consumers will quantise value v, the row-wise kernel computing it also writes its int8
   // copy (x / s rounded to nearest even, saturated), so that no separate cast pass reads it back.
   void int8_copy(KernelCall& call, int node, int v, bool nhwc);
-  // One quantised matmul: c[m, n] = act(a @ w + bias) with a = value `a` ([m, k] rows of its buffer).
+  // One quantised matmul: out = act(a @ w + bias) with a = value `a` ([m, k] rows of its buffer): gemm.s (or the
+  // whole-chip gemm) on int8 weights with the dequantising epilogue (DEQUANT: acc * s_a * s_w[n] + bias[n], ReLU,
+  // out's type), and the int8 copy of `value` (the graph value `out` holds; -1 when out is an intermediate form of
+  // it, e.g. virtual conv rows) as its second output q (Q_SCALE) where int8_copy_scale asks for one.
   void int8_gemm(const ir::Node& n, const std::string& label, Stored aq, int a, const std::vector<float>& w, int64_t m,
                  int64_t k, int64_t nn, const std::vector<float>& bias, const std::string& wname, bool relu,
                  Stored out, double flops, int value);

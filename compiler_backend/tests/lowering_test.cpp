@@ -181,11 +181,20 @@ TEST(LowerInt8, QuantiseGemmDequantise) {
   KernelPlan p = plan_of(b, o);
   std::vector<std::string> kernels;
   for (const KernelCall& c : p.calls) kernels.push_back(c.kernel);
-  EXPECT_EQ(kernels, (std::vector<std::string>{"cast.s", "gemm.s", "rowwise"}));
+  // The gemm dequantises in its epilogue (DEQUANT): no int32 accumulators in HBM, no row-wise pass.
+  EXPECT_EQ(kernels, (std::vector<std::string>{"cast.s", "gemm.s"}));
   EXPECT_EQ(p.calls[0].params.at("DDT"), static_cast<int64_t>(isa::DType::I8));
   EXPECT_EQ(p.calls[0].params.at("SCALE"), isa::bits_from_f32(1.0f / (2.0f / 127.0f)));
   EXPECT_EQ(p.calls[1].params.at("IN_DT"), static_cast<int64_t>(isa::DType::I8));
-  EXPECT_EQ(p.calls[1].params.at("OUT_DT"), static_cast<int64_t>(isa::DType::I32));
+  EXPECT_EQ(p.calls[1].params.at("OUT_DT"), static_cast<int64_t>(isa::DType::F32));  // y, a graph output
+  EXPECT_EQ(p.calls[1].params.at("DEQUANT"), 1);
+  EXPECT_EQ(p.calls[1].params.at("BIAS"), 0);
+  EXPECT_EQ(p.calls[1].params.count("Q_SCALE"), 0u);  // no int8 consumer
+  const Buffer& dq = p.buffers[static_cast<size_t>(p.calls[1].tensors.at("dq"))];
+  ASSERT_EQ(dq.shape, (std::vector<int64_t>{32, 2}));
+  std::vector<float> pairs(64);
+  ASSERT_EQ(dq.data.size(), 64u * 4);
+  std::memcpy(pairs.data(), dq.data.data(), dq.data.size());
   // Weights: per-column scale max|w[:, n]| / 127; the largest |w| of each column quantises to +-127.
   const Buffer* wq = nullptr;
   for (const Buffer& buf : p.buffers)
@@ -198,11 +207,14 @@ TEST(LowerInt8, QuantiseGemmDequantise) {
       if (std::fabs(w[k * 32 + n]) > std::fabs(w[arg * 32 + n])) arg = k;
     const auto q = static_cast<int8_t>(wq->data[static_cast<size_t>(arg * 128 + n)]);
     EXPECT_EQ(std::abs(q), 127) << n;
+    // the epilogue's pair: s_a * s_w[n] (s_a = 2 / 127, s_w[n] = max|w[:, n]| / 127), and no bias
+    EXPECT_EQ(pairs[2 * n], (2.0f / 127.0f) * (std::fabs(w[arg * 32 + n]) / 127.0f)) << n;
+    EXPECT_EQ(pairs[2 * n + 1], 0.0f) << n;
   }
 }
 
-// The dequantising kernel of one matmul also writes the int8 copy its quantised consumer reads: one cast.s for
-// the graph input x only.
+// The gemm of one matmul also writes, in its dequantising epilogue, the int8 copy its quantised consumer reads
+// (gemm.s's second output q, x 127/absmax): one cast.s for the graph input x only, no row-wise pass.
 TEST(LowerInt8, ChainedMatmulsQuantiseInTheDequantisingKernel) {
   ModelBuilder b;
   b.input("x", {4, 64}).output("y");
@@ -216,10 +228,12 @@ TEST(LowerInt8, ChainedMatmulsQuantiseInTheDequantisingKernel) {
   KernelPlan p = plan_of(b, o);
   std::vector<std::string> kernels;
   for (const KernelCall& c : p.calls) kernels.push_back(c.kernel);
-  EXPECT_EQ(kernels, (std::vector<std::string>{"cast.s", "gemm.s", "rowwise", "gemm.s", "rowwise"}));
-  ASSERT_EQ(p.calls[2].rows.outputs.size(), 2u);  // r as stored (bf16), and r * 127 / 8 as int8
-  EXPECT_EQ(p.calls[2].rows.outputs[1].dtype, isa::DType::I8);
-  EXPECT_EQ(p.calls[3].tensors.at("a"), p.calls[2].row_outputs[1]);
+  EXPECT_EQ(kernels, (std::vector<std::string>{"cast.s", "gemm.s", "gemm.s"}));
+  EXPECT_EQ(p.calls[1].params.at("RELU"), 1);
+  EXPECT_EQ(p.calls[1].params.at("Q_SCALE"), isa::bits_from_f32(127.0f / 8.0f));  // r * 127 / 8 as int8
+  EXPECT_EQ(p.buffers[static_cast<size_t>(p.calls[1].tensors.at("q"))].dtype, isa::DType::I8);
+  EXPECT_EQ(p.calls[2].tensors.at("a"), p.calls[1].tensors.at("q"));
+  EXPECT_EQ(p.calls[2].params.count("Q_SCALE"), 0u);
 }
 
 TEST(LowerInt8, MissingCalibrationNamesTheActivation) {

@@ -239,7 +239,7 @@ int64_t reduce_chunk(int64_t mn, int64_t sk, int64_t out_bytes, int64_t vmem, in
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t U,
                       int64_t mem_bpc, int64_t hbm_bpc, int64_t core_bpc, int64_t vpu_width, int64_t latency,
                       int64_t rate) {
-  const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
+  const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), QO = g.q_scale_bits != 0 ? 1 : 0;
   const bool may_split = g.max_split_k > 1 || g.split_k > 1;
   TilePlan best;
   for (int64_t abuf = 2; abuf >= 1; --abuf)
@@ -259,8 +259,9 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
           // split = 0: K whole (C buffers of the output type); 1: K split (C buffers of f32 partials)
           for (int split = g.split_k > 1 ? 1 : 0; split <= (may_split ? 1 : 0); ++split) {
           const int64_t od = split ? std::max<int64_t>(O, 4) : O;
-          const int64_t fixed = std::min<int64_t>(U * S, 8) * align64(tm * C * od) + 256 +  // the C buffers
-                                (g.bias ? align64(W * 4) : 0);                              // and the bias
+          const int64_t fixed = std::min<int64_t>(U * S, 8) * (align64(tm * C * od) + QO * align64(tm * C)) +
+                                256 +                                                        // the C buffers
+                                (g.dequant ? align64(W * 8) : g.bias ? align64(W * 4) : 0);  // and the bias
           const int64_t per_k = nslot * (tm + W) * E;  // bytes of the slots per element of K
           if (VMEM <= fixed) continue;
           const int64_t kc_max = std::min((VMEM - fixed) / per_k / R * R, cdiv(g.k, R) * R);
@@ -279,7 +280,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
             const double chunks = static_cast<double>(cdiv(ks, kc));
             const double work = static_cast<double>(cdiv(kc, R) * S * std::max(cdiv(tm, rate), R));
             const double transfer = (static_cast<double>((tm + std::min(W, g.n)) * kc * E) +
-                                     static_cast<double>(tm * std::min(W, g.n) * O) / chunks) / share;
+                                     static_cast<double>(tm * std::min(W, g.n) * (O + QO)) / chunks) / share;
             const double chunk = std::max({work, transfer, (static_cast<double>(latency) + transfer) / (nslot - 1)});
             const double drain = static_cast<double>(U * S * tm * C) / static_cast<double>(vpu_width);
             double est = waves * (chunks * chunk + static_cast<double>(latency) + (abuf == 1 ? drain : 0.0)) + drain +
@@ -353,6 +354,11 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t A_SLOT = align64(TM * KC * E), SLOT = A_SLOT + align64(KC * W * E);
   const int64_t OD = SK > 1 ? 4 : O;  // the drain's element size: f32 partials when K is split
   const int64_t C_BYTES = align64(TM * C * OD);
+  // With q: each C buffer is followed by the strip's q tile (i8); CQ_BYTES apart.
+  const bool Q = g.q_scale_bits != 0;
+  const int64_t CQ_BYTES = C_BYTES + (Q ? align64(TM * C) : 0);
+  const bool TABLE = g.bias || g.dequant;       // a per-column table in VMEM: the bias, or dequant's pairs
+  const int64_t TB = g.dequant ? 8 : 4;         // its bytes per column
   // One C buffer per strip of a tile (up to 8): every strip's store is in flight at once, so a tile's drain
   // costs one store latency, not one per pair of strips.
   const int64_t NCBUF = std::min<int64_t>(U * S, 8);
@@ -364,7 +370,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   auto AFULL = [](int64_t j) { return 4 + 4 * j; };
   const int64_t CFREE = 4 * U + 1, CFULL = 4 * U + 2, BFREE = 4 * U + 3, BFULL = 4 * U + 4;
   const int64_t NTB = cdiv(g.n, C);                   // b_tiled: weight tiles per row of tiles
-  const int64_t VBIAS = VC0 + NCBUF * C_BYTES;        // bias: the tile's W columns (f32 or i32)
+  const int64_t VBIAS = VC0 + NCBUF * CQ_BYTES;       // bias: the tile's W columns (f32 or i32; dequant: pairs)
   int label = 0;
   auto fresh = [&label]() { return "l" + std::to_string(label++); };
 
@@ -383,8 +389,12 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     o << ".input b, " << in << ", [" << cdiv(g.k, R) << ", " << cdiv(g.n, C) << ", " << R << ", " << C << "]\n";
   else
     o << ".input b, " << in << ", [" << g.k << ", " << g.n << "]\n";
-  if (g.bias) o << ".input bias, " << acc_dt << ", [" << g.n << "]\n";
+  if (g.dequant)
+    o << ".input dq, f32, [" << g.n << ", 2]\n";
+  else if (g.bias)
+    o << ".input bias, " << acc_dt << ", [" << g.n << "]\n";
   o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.m << ", " << g.n << "]\n";
+  if (Q) o << ".output q, i8, [" << g.m << ", " << g.n << "]\n";
   if (SK > 1) o << ".output ws, f32, [" << SK << ", " << g.m << ", " << g.n << "]\n";
   o << R"(.reg split, r25
 .reg kb, r26
@@ -413,12 +423,13 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
 .reg astr, r22
 .reg wstr, r23
 .reg vc, r24
+.reg vq, r28
 )";
   for (int64_t j = 0; j < U; ++j)
     o << "    sem.set s" << FREE(j) << ", " << NSLOT << "\n    sem.set s" << FULL(j) << ", 0\n    sem.set s" << AFREE(j)
       << ", " << ABUF << "\n    sem.set s" << AFULL(j) << ", 0\n";
   o << "    sem.set s" << CFREE << ", " << NCBUF << "\n    sem.set s" << CFULL << ", 0\n";
-  if (g.bias) o << "    sem.set s" << BFREE << ", 1\n    sem.set s" << BFULL << ", 0\n";
+  if (TABLE) o << "    sem.set s" << BFREE << ", 1\n    sem.set s" << BFULL << ", 0\n";
   o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li accslot, 0\n    li cslot, 0\n    li astr, " << KC * E
     << "\n    li wstr, " << W * E << "\n    addi t, cid, 0\n    li nt, " << C << "\n";
   // Strip q (of U*S) of the tile: skipped where the last column tile lacks it; nt = its columns.
@@ -536,10 +547,11 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   } else {
     krange(NKL, KLAST);
   }
-  if (g.bias)  // the tile's bias columns, once the previous tile's drain is done with the buffer
-    o << "    muli t0, n0, 4\n    li t2, bias\n    add t0, t0, t2\n    li vc, " << VBIAS << "\n    muli t1, pw, 4\n"
+  if (TABLE)  // the tile's bias columns, once the previous tile's drain is done with the buffer
+    o << "    muli t0, n0, " << TB << "\n    li t2, " << (g.dequant ? "dq" : "bias") << "\n    add t0, t0, t2\n"
+      << "    li vc, " << VBIAS << "\n    muli t1, pw, " << TB << "\n"
       << "    dma.ld vc, t0, one, t1, r0, r0, wait=s" << BFREE << ", signal=s" << BFULL << "\n";
-  if (g.bias) o << "    vpu.sync wait=s" << BFULL << "\n";
+  if (TABLE) o << "    vpu.sync wait=s" << BFULL << "\n";
   // Drain: every strip of every unit into a C buffer, stored into c.
   for (int64_t j = 0; j < U; ++j) {
     const std::string lu = fresh();
@@ -549,27 +561,36 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       const int64_t q = j * S + sidx;
       const std::string l = fresh();
       strip_guard(q, l);
-      o << "    muli vc, cslot, " << C_BYTES << "\n    addi vc, vc, " << VC0 << "\n"
+      const std::string flags = std::string(g.bias ? ", bias_en" : "") + (g.relu ? ", relu" : "") +
+                                (g.dequant ? ", dequant" : "");
+      o << "    muli vc, cslot, " << CQ_BYTES << "\n    addi vc, vc, " << VC0 << "\n"
         << "    addi t0, ar, " << j * ACC + sidx * TM << "\n    muli t1, nt, " << OD << "\n"
         << "    vpu.sync wait=s" << CFREE << "\n"
-        << "    li t2, " << VBIAS + q * C * 4 << "\n    li t3, " << g.scale_bits << "\n"
+        << "    li t2, " << VBIAS + q * C * TB << "\n    li t3, " << g.scale_bits << "\n"
         << "    vpu.acc vc, t0, mt, nt, t1, t2, t3, " << acc_dt << ", " << isa::dtype_name(SK > 1 ? isa::DType::F32 : g.out)
-        << (g.bias ? ", bias_en" : "") << (g.relu ? ", relu" : "") << (g.scale_bits ? ", scale_en" : "") << "\n"
-        << "    vpu.sync signal=s" << CFULL << "\n"
+        << flags << (g.scale_bits ? ", scale_en" : "") << "\n";
+      if (Q)  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
+        o << "    addi vq, vc, " << C_BYTES << "\n    li t3, " << g.q_scale_bits << "\n"
+          << "    vpu.acc vq, t0, mt, nt, nt, t2, t3, " << acc_dt << ", i8" << flags << ", scale_en\n";
+      o << "    vpu.sync signal=s" << CFULL << "\n"
         << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << q * C << "\n";
+      if (Q)  // q's rows first (row pitch N); the stores complete in order, so c's store frees the buffer
+        o << "    li t2, q\n    add t2, t2, t0\n    li t3, " << g.n << "\n"
+          << "    dma.st t2, vq, mt, nt, t3, nt, wait=s" << CFULL << "\n";
       if (SK > 1)  // the split's partial tile: ws[split, m0:, n0:] in f32
         o << "    muli t2, split, " << g.m * g.n << "\n    add t0, t0, t2\n    muli t0, t0, 4\n    li t2, ws\n"
           << "    add t0, t0, t2\n    li t2, " << g.n * 4 << "\n";
       else
         o << "    muli t0, t0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    li t2, " << g.n * O << "\n";
       o
-        << "    dma.st t0, vc, mt, t1, t2, t1, wait=s" << CFULL << ", signal=s" << CFREE << "\n"
+        << "    dma.st t0, vc, mt, t1, t2, t1" << (Q ? "" : ", wait=s" + std::to_string(CFULL)) << ", signal=s"
+        << CFREE << "\n"
         << "    addi cslot, cslot, 1\n    li t0, " << NCBUF << "\n    blt cslot, t0, " << l << "\n    li cslot, 0\n"
         << l << ":\n";
     }
     o << "    vpu.sync signal=s" << AFREE(j) << "\n" << lu << ":\n";
   }
-  if (g.bias) o << "    vpu.sync signal=s" << BFREE << "\n";
+  if (TABLE) o << "    vpu.sync signal=s" << BFREE << "\n";
   if (ABUF == 2) o << "    sub accslot, one, accslot\n";
   o << "    addi t, t, " << P << "\n    jmp tile\ndone:\n";
   if (SK > 1) {
@@ -630,13 +651,17 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
     throw std::invalid_argument("gemm_chip: " + std::to_string(U) + " matrix units per core asked (the chip has " +
                                 std::to_string(symbol(s, "MXUS")) + "; the kernel's semaphores allow 7)");
   GemmSchedule schedule = g.schedule;
-  const bool epilogue = g.bias || g.relu || g.scale_bits != 0 || g.b_tiled;
+  const bool epilogue = g.bias || g.relu || g.scale_bits != 0 || g.b_tiled || g.dequant;
+  if (g.dequant && (g.in != isa::DType::I8 || (g.out != isa::DType::BF16 && g.out != isa::DType::F32)))
+    throw std::invalid_argument("gemm_chip: dequant takes i8 inputs and gives bf16 or f32");
+  if (g.q_scale_bits != 0 && (!g.dequant || g.scale_bits != 0))
+    throw std::invalid_argument("gemm_chip: q_scale needs dequant and no scale");
   if ((g.trans_b || epilogue) && schedule == GemmSchedule::Strips)
     throw std::invalid_argument("gemm_chip: trans_b, b_tiled, bias, relu and scale need the tiled schedule");
   if (g.trans_b && g.b_tiled) throw std::invalid_argument("gemm_chip: b is either transposed or tiled, not both");
   if (epilogue && (g.split_k > 1 || g.max_split_k > 1))
     throw std::invalid_argument("gemm_chip: bias, relu, scale and b_tiled do not combine with split K");
-  if (g.bias && U > 6)
+  if ((g.bias || g.dequant) && U > 6)
     throw std::invalid_argument("gemm_chip: with a bias the kernel's semaphores allow 6 matrix units per core");
   if (schedule == GemmSchedule::Auto && (g.trans_b || epilogue)) schedule = GemmSchedule::Tiles;
   if (schedule == GemmSchedule::Auto) {

@@ -219,7 +219,8 @@ void vmem_accesses(const Entry& e, Add add) {
   switch (e.in.op) {
     case Op::VACC:
       wr(e.arg("vaddr"), e.arg("rows"), e.arg("cols") * isa::dtype_size(e.dtype("odt")), e.arg("stride"));
-      if (e.arg("bias_en") && e.arg("rows")) rd(e.arg("bias"), 1, e.arg("cols") * 4, 0);
+      if ((e.arg("bias_en") || e.arg("dequant")) && e.arg("rows"))
+        rd(e.arg("bias"), 1, e.arg("cols") * (e.arg("dequant") ? 8 : 4), 0);
       break;
     case Op::VADD:
     case Op::VSUB:
@@ -280,7 +281,7 @@ VmemPorts::Demand vmem_traffic(const Entry& e, const VmemPorts& ports, uint64_t 
 Action element_action(const Entry& e) {
   bool flt = false, mul = false;
   switch (e.in.op) {
-    case Op::VACC: flt = e.dtype("adt") == DType::F32; break;
+    case Op::VACC: flt = e.dtype("adt") == DType::F32 || e.arg("dequant"); mul = e.arg("dequant"); break;
     case Op::VCAST: flt = is_floating(e.dtype("sdt")) || is_floating(e.dtype("ddt")); break;
     case Op::VMUL:
     case Op::VMULROW:
@@ -356,13 +357,16 @@ uint64_t Vpu::check(const Entry& e) {
       const DType adt = e.dtype("adt"), odt = e.dtype("odt");
       if (adt != DType::I32 && adt != DType::F32)
         st_.fail(e.pc, std::string("accumulators read as ") + isa::dtype_name(adt) + ": adt must be i32 or f32");
+      if (e.arg("dequant") && adt != DType::I32)
+        st_.fail(e.pc, "dequant dequantises i32 accumulators: adt must be i32");
       const auto acc_rows = st_.cfg.core_acc_rows();  // every matrix unit's rows, numbered across them
       if (acc < 0 || acc > acc_rows || rows > acc_rows - acc || cols > st_.cfg.mxu.cols)
         st_.fail(e.pc, "accumulator block [" + std::to_string(acc) + ", " + std::to_string(acc + rows) + ") x " +
                            std::to_string(cols) + " outside " + std::to_string(acc_rows) + " x " +
                            std::to_string(st_.cfg.mxu.cols));
       range("VMEM write", e.arg("vaddr"), rows, cols * isa::dtype_size(odt), e.arg("stride"));
-      if (e.arg("bias_en") && rows) range("VMEM read", e.arg("bias"), 1, cols * 4, 0);
+      if ((e.arg("bias_en") || e.arg("dequant")) && rows)
+        range("VMEM read", e.arg("bias"), 1, cols * (e.arg("dequant") ? 8 : 4), 0);
       return count(rows, cols);
     }
     case Op::VADD:
@@ -433,14 +437,21 @@ void Vpu::compute(const Entry& e) {
       const int64_t rows = e.arg("rows"), cols = e.arg("cols"), acc = e.arg("acc"), vaddr = e.arg("vaddr"),
                     stride = e.arg("stride"), bias = e.arg("bias");
       const DType adt = e.dtype("adt"), odt = e.dtype("odt");
-      const bool bias_en = e.arg("bias_en"), relu = e.arg("relu"), scale_en = e.arg("scale_en");
+      const bool bias_en = e.arg("bias_en"), relu = e.arg("relu"), scale_en = e.arg("scale_en"),
+                 dequant = e.arg("dequant");
       const float scale = isa::f32_from_bits(static_cast<uint32_t>(e.arg("scale")));
       const int osz = isa::dtype_size(odt);
       for (int64_t i = 0; i < rows; ++i) {
         const uint32_t* a = st_.mem.acc.data() + static_cast<size_t>(acc + i) * st_.mem.acc_cols;
         uint8_t* out = vm + vaddr + i * stride;
         for (int64_t j = 0; j < cols; ++j) {
-          if (adt == DType::I32) {
+          if (dequant) {  // i32 -> f32 (rounded to nearest even) x s[j] (+ b[j]), as f32 from here on
+            float x = static_cast<float>(static_cast<int32_t>(a[j])) * load<float>(vm + bias + j * 8);
+            if (bias_en) x += load<float>(vm + bias + j * 8 + 4);
+            if (relu) x = Relu{}(x);
+            if (scale_en) x *= scale;
+            store_float(odt, out + j * osz, x);
+          } else if (adt == DType::I32) {
             int32_t x = static_cast<int32_t>(a[j]);
             if (bias_en) x = wrap(int64_t(x) + load<int32_t>(vm + bias + j * 4));
             if (relu) x = std::max(x, 0);

@@ -142,20 +142,25 @@ void Reference::vpu_cast(const isa::Instr& in) {
   }
 }
 
-// vpu.acc: for i < rows, j < cols: x = ACC[acc+i][j] as adt; x += bias[j] (adt); x = max(x, 0);
-// x = f32(x) * f32(scale); VMEM elem(vaddr + i*stride + j*size(odt)) = cast(x, odt).
+// vpu.acc: for i < rows, j < cols: x = ACC[acc+i][j] as adt; x += bias[j] (adt), or with dequant
+// x = f32(x) * s[j] (+ b[j]) from the f32 pairs at bias; x = max(x, 0); x = f32(x) * f32(scale);
+// VMEM elem(vaddr + i*stride + j*size(odt)) = cast(x, odt).
 void Reference::vpu_acc(const isa::Instr& in) {
   const DType adt = dtype(in, "adt"), odt = dtype(in, "odt");
   if (adt != DType::I32 && adt != DType::F32) fail("vpu.acc reads accumulators as i32 or f32");
   int64_t vaddr = value(in, "vaddr"), acc0 = value(in, "acc"), rows = value(in, "rows"), cols = value(in, "cols"),
           stride = value(in, "stride"), bias = value(in, "bias");
   const bool bias_en = field(in, "bias_en") != 0, relu = field(in, "relu") != 0,
-             scale_en = field(in, "scale_en") != 0;
+             scale_en = field(in, "scale_en") != 0, dequant = field(in, "dequant") != 0;
+  if (dequant && adt != DType::I32) fail("vpu.acc dequant reads accumulators as i32");
   const double scale = f32_from_bits(static_cast<uint64_t>(value(in, "scale")));
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
       double x = acc_read(acc0 + i, j, adt);
-      if (bias_en) {
+      if (dequant) {  // f32(acc) x s[j] (+ b[j]), each step rounded to f32
+        x = to_f32(to_f32(x) * vmem_load(bias + j * 8, DType::F32));
+        if (bias_en) x = to_f32(x + vmem_load(bias + j * 8 + 4, DType::F32));
+      } else if (bias_en) {
         double b = vmem_load(bias + j * 4, adt);
         x = adt == DType::I32 ? static_cast<double>(wrap_to(int64_t(x) + int64_t(b), DType::I32)) : to_f32(x + b);
       }

@@ -131,6 +131,64 @@ class GemmAgainstNumpy(Workdir):
             bound = 4 * k * 2.0**-24 * (np.abs(a64) @ np.abs(b64))
             self.assertTrue(np.all(np.abs(c - want) <= bound), f"{m}x{k}x{n}: max err {np.max(np.abs(c - want))}")
 
+    def run_dequant(self, m, k, n, a, b, dq, bias, relu, q_scale, out_dt):
+        """gemm.s with the dequantising epilogue (DEQUANT, Q_SCALE): c, and q (None without Q_SCALE)."""
+        out = self.path("dq_out")
+        tpusim("run", os.path.join(KERNELS, "gemm.s"), "--config", "edge", "-D", f"M={m}", "-D", f"K={k}",
+               "-D", f"N={n}", "-D", "IN_DT=0", "-D", f"OUT_DT={out_dt}", "-D", "DEQUANT=1", "-D", f"BIAS={bias}",
+               "-D", f"RELU={relu}", "-D", f"Q_SCALE={int(np.float32(q_scale).view(np.uint32))}",
+               "--input", "a=" + self.save("a.npy", a), "--input", "b=" + self.save("b.npy", b),
+               "--input", "dq=" + self.save("dq.npy", dq), "--output-dir", out)
+        c = np.load(os.path.join(out, "c.npy"))
+        return c, (np.load(os.path.join(out, "q.npy")) if q_scale else None)
+
+    def test_dequantising_epilogue_exact(self):
+        # int32 sums x per-column scale + bias, ReLU, and the int8 copy x Q_SCALE, rounded to nearest even and
+        # saturated. Scales are powers of two and biases multiples of 1/8, so every step is exact in f32 and the
+        # float64 reference is the answer: with Q_SCALE = 1 and scales of 2^-1 and 2^-2 many products end in .5
+        # (ties: to even) and the sums (|acc| up to 70 x 128^2) saturate both ways.
+        rng = np.random.default_rng(11)
+        m, k, n = 37, 70, 45
+        a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, size=(k, n), dtype=np.int8)
+        acc = a.astype(np.int64) @ b.astype(np.int64)
+        scale = 2.0 ** -rng.integers(1, 12, size=n)
+        scale[:8] = [0.5, 0.25] * 4
+        bias = rng.integers(-64, 64, size=n) / 8.0
+        dq = np.stack([scale, bias], axis=1).astype(np.float32)
+        for relu in (0, 1):
+            x = acc * scale + bias
+            if relu:
+                x = np.maximum(x, 0)
+            c, q = self.run_dequant(m, k, n, a, b, dq, 1, relu, 1.0, 3)
+            self.assertEqual(c.dtype, np.float32)
+            np.testing.assert_array_equal(c.astype(np.float64), x)
+            want_q = np.clip(np.rint(x), -128, 127)  # numpy's rint: half to even
+            np.testing.assert_array_equal(q.astype(np.float64), want_q)
+            self.assertTrue(np.any(np.abs(x - np.trunc(x)) == 0.5), "no ties exercised")
+            self.assertTrue(np.any(x > 127) and (relu or np.any(x < -128)), "no saturation exercised")
+
+    def test_dequantising_epilogue_within_f32_rounding(self):
+        # General scales (as s_a * s_w gives them): f32(acc) * s + b in IEEE f32 (numpy float32 arithmetic, bit
+        # for bit; within 2^-22 relative of float64), the bf16 output its nearest-even rounding, no bias add
+        # without BIAS.
+        rng = np.random.default_rng(12)
+        m, k, n = 20, 300, 33
+        a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, size=(k, n), dtype=np.int8)
+        acc = a.astype(np.int64) @ b.astype(np.int64)
+        dq = np.stack([rng.uniform(1e-6, 1e-4, n), rng.uniform(-2, 2, n)], axis=1).astype(np.float32)
+        for bias in (0, 1):
+            x32 = acc.astype(np.float32) * dq[:, 0]
+            if bias:
+                x32 = x32 + dq[:, 1]
+            x32 = np.maximum(x32, np.float32(0))
+            x64 = np.maximum(acc * dq[:, 0].astype(np.float64) + bias * dq[:, 1].astype(np.float64), 0)
+            self.assertTrue(np.all(np.abs(x32 - x64) <= 2.0**-22 * (np.abs(x64) + 2)))
+            c, q = self.run_dequant(m, k, n, a, b, dq, bias, 1, 0.0, 2)
+            self.assertIsNone(q)
+            np.testing.assert_array_equal(c.astype(np.float32), bf16_round(x32))
+
 
 class Outputs(Workdir):
     def gemm_args(self, *extra):

@@ -3,6 +3,7 @@
 // cores one after another, reference.h) and the host's math (int8 exactly, bf16 within tolerance.h's bound), and
 // against the same kernel on one core with one matrix unit, bit for bit: results do not depend on the chip's
 // shape.
+#include <algorithm>
 #include <map>
 
 #include "reference_harness.h"
@@ -191,6 +192,98 @@ void epilogue_cases(DType in, uint64_t seed, bool relu, float scale) {
 TEST(GemmChip, Bf16EpilogueAndTiledWeightsMatchGemmS) { epilogue_cases(DType::BF16, 913, true, 1.0f); }
 TEST(GemmChip, Bf16ScaledMatchesGemmS) { epilogue_cases(DType::BF16, 914, false, 0.375f); }
 TEST(GemmChip, Int8EpilogueMatchesGemmS) { epilogue_cases(DType::I8, 915, true, 0.0625f); }
+
+// The compiler's int8 GEMMs: the dequantising epilogue (dequant: per-column f32 pairs (scale, bias), ReLU, bf16
+// or f32 out) and the next layer's int8 copy q (x q_scale, rounded to nearest even, saturated), on 2 cores x 3
+// units against gemm.s on one unit with the same defines, bit for bit, against the reference machine (c and q),
+// and against the host: the exact int32 sums, then f32(acc) * s[j] + b[j] in IEEE f32 (within 2^-22 relative of
+// the float64 value acc * s[j] + b[j]), the output cast, and q.
+void dequant_cases(uint64_t seed, DType out, bool bias, bool relu, float q_scale) {
+  TPUSIM_MACHINES(m, chip_sets());
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
+  Random r(seed);
+  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {33, 64, 65}}) {
+    const int64_t kt = (s.k + R - 1) / R, nt = (s.n + C - 1) / C;
+    std::vector<double> a = r.values(DType::I8, s.m * s.k), b = r.values(DType::I8, s.k * s.n);
+    std::vector<double> tiled(static_cast<size_t>(kt * nt * R * C), 0.0), dq(static_cast<size_t>(2 * s.n));
+    for (int64_t i = 0; i < s.k; ++i)
+      for (int64_t j = 0; j < s.n; ++j) tiled[(((i / R) * nt + j / C) * R + i % R) * C + j % C] = b[i * s.n + j];
+    for (int64_t j = 0; j < s.n; ++j) {  // scales of the size s_a * s_w has, results of -4..4
+      dq[2 * j] = static_cast<float>(r.real(1e-6, 1e-4));
+      dq[2 * j + 1] = static_cast<float>(r.real(-2, 2));
+    }
+    std::vector<double> ref_c, ref_q;
+    auto run = [&](const isa::Program& p, std::vector<double>& q) {
+      m->write(p.find("a")->addr, a, DType::I8);
+      m->write(p.find("b")->addr, tiled, DType::I8);
+      m->write(p.find("dq")->addr, dq, DType::F32);
+      const isa::TensorDecl* c = p.find("c");
+      m->write(c->addr, std::vector<uint8_t>(c->bytes(), 0xa5));
+      const isa::TensorDecl* qd = q_scale != 0 ? p.find("q") : nullptr;
+      if (qd) m->write(qd->addr, std::vector<uint8_t>(qd->bytes(), 0xa5));
+      m->run(p);
+      ref_c = Machines::read(*m->isaf32, c->addr, static_cast<size_t>(c->elements()), out);
+      if (qd) {
+        ref_q = Machines::read(*m->isaf32, qd->addr, static_cast<size_t>(qd->elements()), DType::I8);
+        q = m->read_sim(qd->addr, static_cast<size_t>(qd->elements()), DType::I8);
+      }
+      return m->read_sim(c->addr, static_cast<size_t>(c->elements()), out);
+    };
+    kernels::GemmChip g{s.m, s.k, s.n, DType::I8, out, 2, 3, kernels::GemmSchedule::Auto};
+    g.bias = bias, g.relu = relu, g.b_tiled = true, g.dequant = true;
+    g.q_scale_bits = q_scale == 0 ? 0 : isa::bits_from_f32(q_scale);
+    std::vector<double> whole_q, one_q;
+    std::vector<double> whole = run(kernels::gemm_chip_kernel(g, symbols), whole_q);
+    const std::string what = "gemm_chip dequant" + std::string(bias ? ", bias" : "") + (relu ? ", relu" : "") +
+                             " M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) + " N=" + std::to_string(s.n);
+    expect_all(what + ": vs the reference machine", whole.size(), [&](size_t i) { return same(whole[i], ref_c[i]); },
+               [&](size_t i) { return "sim " + num(whole[i]) + ", reference " + num(ref_c[i]); });
+    if (q_scale != 0)
+      expect_all(what + ": q vs the reference machine", whole_q.size(),
+                 [&](size_t i) { return whole_q[i] == ref_q[i]; },
+                 [&](size_t i) { return "sim " + num(whole_q[i]) + ", reference " + num(ref_q[i]); });
+    std::map<std::string, int64_t> defines = symbols;
+    defines.insert({{"M", s.m}, {"K", s.k}, {"N", s.n}, {"IN_DT", static_cast<int64_t>(DType::I8)},
+                    {"OUT_DT", static_cast<int64_t>(out)}, {"BIAS", bias}, {"RELU", relu}, {"B_TILED", 1},
+                    {"DEQUANT", 1}, {"Q_SCALE", static_cast<int64_t>(g.q_scale_bits)}});
+    std::vector<double> one = run(kernels::assemble("gemm.s", defines, {}, 0), one_q);
+    expect_all(what + ": 2 cores x 3 units vs gemm.s, bit for bit", whole.size(),
+               [&](size_t i) { return same(whole[i], one[i]) && (q_scale == 0 || whole_q[i] == one_q[i]); },
+               [&](size_t i) { return "gemm_chip " + num(whole[i]) + ", gemm.s " + num(one[i]); });
+    // the host
+    std::vector<double> want(whole.size()), want_q(whole.size()), exact(whole.size());
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) {
+        int64_t acc = 0;
+        for (int64_t l = 0; l < s.k; ++l)
+          acc += static_cast<int64_t>(a[i * s.k + l]) * static_cast<int64_t>(b[l * s.n + j]);
+        const auto sj = static_cast<float>(dq[2 * j]), bj = static_cast<float>(dq[2 * j + 1]);
+        float x = static_cast<float>(acc) * sj;
+        if (bias) x += bj;
+        if (relu) x = std::max(x, 0.0f);
+        double e = static_cast<double>(acc) * sj + (bias ? bj : 0.0);
+        if (relu) e = std::max(e, 0.0);
+        const size_t o = static_cast<size_t>(i * s.n + j);
+        exact[o] = e;
+        want[o] = out == DType::BF16 ? isa::f32_from_bf16(isa::bf16_from_f32(x)) : x;
+        want_q[o] = std::clamp(std::nearbyint(static_cast<double>(x * q_scale)), -128.0, 127.0);
+        EXPECT_LE(std::fabs(static_cast<double>(x) - e), std::ldexp(std::fabs(e) + 2.0, -22)) << what << " " << o;
+      }
+    expect_all(what + ": vs the host's f32 epilogue", whole.size(),
+               [&](size_t i) { return same(whole[i], want[i]) && (q_scale == 0 || whole_q[i] == want_q[i]); },
+               [&](size_t i) {
+                 return "gemm_chip " + num(whole[i]) + " q " + num(q_scale ? whole_q[i] : 0) + ", host " +
+                        num(want[i]) + " q " + num(want_q[i]) + ", float64 " + num(exact[i]);
+               });
+  }
+}
+
+TEST(GemmChip, Int8DequantBiasReluAndInt8CopyMatchGemmSAndTheHost) { dequant_cases(919, DType::BF16, true, true, 40.0f); }
+TEST(GemmChip, Int8DequantToF32MatchesGemmSAndTheHost) { dequant_cases(920, DType::F32, false, false, 0.0f); }
+// Without ReLU, the q copy saturates at both ends (|x| x 90 beyond 127).
+TEST(GemmChip, Int8DequantInt8CopySaturatesBothWays) { dequant_cases(921, DType::F32, true, false, 90.0f); }
 
 TEST(GemmChip, ShapesThatCannotRunSaySo) {
   TPUSIM_MACHINES(m, chip_sets());

@@ -77,6 +77,11 @@ struct GemmChip {
   bool bias = false;        // input `bias` [N] (i32 for i8 inputs, f32 for bf16 and f8e4m3) added to the accumulators
   bool relu = false;        // max(x, 0) after the bias
   uint32_t scale_bits = 0;  // f32 bits multiplying the accumulator before the cast (0: none)
+  // gemm.s's DEQUANT and Q_SCALE (their meaning is described there): i8 inputs, input `dq` f32 [N, 2] of
+  // (scale, bias) pairs in place of `bias` (`bias` says whether the pair's bias is added), and with
+  // q_scale_bits != 0 a second output `q` i8 [M, N] of the result after the ReLU x that f32 scale.
+  bool dequant = false;
+  uint32_t q_scale_bits = 0;
   bool b_tiled = false;     // b stored tile by tile: [cdiv(K,R), cdiv(N,C), R, C], zero-padded (gemm.s's B_TILED)
   bool operator==(const GemmChip&) const = default;  // the same kernel on the same chip
 };

@@ -7,7 +7,9 @@
 //               RELU (0/1); SCALE (f32 bits applied to the accumulator before the cast; 0 = none).
 //               Tensors: inputs a, b (IN_DT), [bias]; output c (OUT_DT).
 //  gemm_int8.s  gemm.s with IN_DT=DT_I8, OUT_DT=DT_I32.     gemm_bf16.s  gemm.s with IN_DT=DT_BF16, OUT_DT=DT_F32.
-//               ACT_RESIDENT (a and c kept in VMEM), B_TILED (b stored tile by tile): see gemm.s.
+//               ACT_RESIDENT (a and c kept in VMEM), B_TILED (b stored tile by tile), DEQUANT (int8's dequantising
+//               epilogue: input `dq` f32 [N, 2] of per-column (scale, bias)) and Q_SCALE (with DEQUANT, a second
+//               output `q`, the result's int8 copy): see gemm.s.
 //               TRANS_B (0/1): b is given as [N, K] (b transposed, row-major) and c = a @ b^T (attention's Q @ K^T);
 //               the weight loads transpose on the way in (mxu.lw trans), same timing; not with B_TILED.
 //  cast.s       y[N] = cast(x[N] * SCALE?) from SDT to DDT. Defines N, SDT, DDT, SCALE (0 = none).
