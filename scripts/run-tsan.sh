@@ -5,7 +5,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$(date +%s)
-cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# -O1 with line tables (-g1): what ThreadSanitizer's reports need (file and line of each access). Measured on the
+# 2-core machine (2026-12-04, the sum of .ninja_log's compile times): 245 s of compiling against 412 s with
+# RelWithDebInfo's default -O2 -g; the whole script 101 s against 155 s.
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DCMAKE_CXX_FLAGS="-fsanitize=thread" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" > /dev/null
 cmake --build build-tsan --target runtime_client_tests
 export SC_COPYRIGHT_MESSAGE=DISABLE
