@@ -29,7 +29,7 @@ int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
 
 // The chip as the generator sees it.
 struct Chip {
-  int64_t R, C, ACC, VMEM, P, U, width, vbpc, latency, mem_bpc;
+  int64_t R, C, ACC, VMEM, P, U, width, special, vbpc, latency, mem_bpc;
   int64_t acc_addr;  // the vector unit's address of accumulator row 0 (ACC_ADDR); -1: the chip has none
 };
 
@@ -40,6 +40,7 @@ Chip chip_of(const AttentionChip& a, const std::map<std::string, int64_t>& s) {
   c.P = a.cores ? a.cores : symbol(s, "CORES");
   c.U = a.mxus ? a.mxus : std::min<int64_t>(symbol(s, "MXUS"), 4);
   c.width = std::max<int64_t>(1, optional(s, "VPU_WIDTH", 128));
+  c.special = std::clamp<int64_t>(optional(s, "VPU_SPECIAL", c.width), 1, c.width);  // exp's results per cycle
   c.vbpc = std::max<int64_t>(1, optional(s, "VMEM_BYTES_PER_CYCLE", 1 << 20));
   c.latency = optional(s, "DMA_LATENCY", 100);
   c.acc_addr = optional(s, "ACC_ADDR", -1);
@@ -113,10 +114,12 @@ Split choose_split(int64_t strips, int64_t folds, int64_t BR, const Chip& c) {
   return best;
 }
 
-// One VPU instruction's cycles: its latency and the longer of its lanes' work and its VMEM bytes at the ports.
-double vop(const Chip& c, int64_t elems, int64_t bytes_per_elem) {
+// One VPU instruction's cycles: its latency and the longer of its lanes' work (at `rate` elements per cycle;
+// 0: the lanes' width) and its VMEM bytes at the ports.
+double vop(const Chip& c, int64_t elems, int64_t bytes_per_elem, int64_t rate = 0) {
   return 8.0 +  // vpu.latency of the presets
-         std::max(static_cast<double>(elems) / c.width, static_cast<double>(elems * bytes_per_elem) / c.vbpc);
+         std::max(static_cast<double>(elems) / static_cast<double>(rate ? rate : c.width),
+                  static_cast<double>(elems * bytes_per_elem) / c.vbpc);
 }
 
 // The layout for (BR, BC), or false when it does not fit the accumulators or VMEM.
@@ -193,8 +196,10 @@ void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
                                          cdiv(L.p.strips * L.p.groups, c.U) * L.p.folds * std::max(L.p.rows, c.R));
   const int64_t sb = BR * BC;
   const int64_t x = L.regs ? 0 : 1;  // VMEM bytes per byte of S, P, O and the row vectors (0: in the accumulators)
+  // The drains, rmax, subrow, exp (at the special functions' rate), rsum, the cast to P and the row vectors' six.
   double vpu = static_cast<double>(L.s.strips * L.s.groups) * vop(c, L.s.rows * c.C, 4 * x) + vop(c, sb, 4 * x) +
-               vop(c, sb, 8 * x) * 2 + vop(c, sb, 4 * x) + vop(c, sb, 6 * x) + 6 * vop(c, BR, 12 * x);
+               vop(c, sb, 8 * x) + vop(c, sb, 8 * x, c.special) + vop(c, sb, 4 * x) + vop(c, sb, 6 * x) +
+               6 * vop(c, BR, 12 * x);
   vpu += static_cast<double>(L.p.strips * L.p.groups) *
          (vop(c, L.p.rows * c.C, 4 * x) + vop(c, L.p.rows * c.C, 8 * x) + vop(c, L.p.rows * c.C, 12 * x));
   const int64_t items = a.batch * a.heads * L.NQ;

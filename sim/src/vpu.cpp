@@ -1,5 +1,7 @@
 // Timing: an instruction over E elements takes vpu.latency + ceil(E / (vpu.lanes * vpu.sublanes)) cycles, one at
-// a time, in order; its results are written (and its semaphore signalled) when it completes. vpu.sync takes 0.
+// a time, in order (the special functions exp, log, sin, cos, recip and rsqrt: ceil(E / vpu.special) when
+// vpu.special is set and below the lanes' width, as a GPU's special function units, 16 per cycle per SM against
+// its 128 FP32 lanes); its results are written (and its semaphore signalled) when it completes. vpu.sync takes 0.
 // The VMEM bytes it reads and writes are booked on VMEM's bank ports from its start (VmemPorts, memory.h); when
 // the ports are busier than that (DMA traffic, or more bytes per cycle than they give), it ends vpu.latency after
 // its VMEM traffic does instead.
@@ -15,6 +17,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "params.h"
 #include "tpusim/isa/numerics.h"
@@ -26,7 +30,11 @@ void declare_vpu_params(std::vector<Param>& out) {
       .add(&VpuParams::lanes, "lanes", 128, "lanes", "vector lanes: elements per cycle per sublane", 1, 65536)
       .add(&VpuParams::sublanes, "sublanes", 8, "sublanes", "vector sublanes", 1, 1024)
       .add(&VpuParams::latency, "latency", 8, "cycles", "pipeline cycles added to every vector instruction", 0,
-           1000000);
+           1000000)
+      .add(&VpuParams::special, "special", 0, "results/cycle",
+           "results per cycle of the special functions (exp, log, sin, cos, recip, rsqrt), when fewer than the "
+           "lanes' (vpu.lanes x vpu.sublanes); 0: at the lanes' rate",
+           0, 1 << 30);
 }
 
 namespace {
@@ -300,7 +308,20 @@ Action element_action(const Entry& e) {
 
 Vpu::Vpu(const sc_core::sc_module_name& name, ChipState& st)
     : UnitModule(name, st, isa::Unit::Vpu),
-      width_(static_cast<uint64_t>(st.cfg.vpu.lanes) * static_cast<uint64_t>(st.cfg.vpu.sublanes)) {}
+      width_(static_cast<uint64_t>(st.cfg.vpu.lanes) * static_cast<uint64_t>(st.cfg.vpu.sublanes)),
+      special_(st.cfg.vpu.special > 0 ? std::min<uint64_t>(width_, static_cast<uint64_t>(st.cfg.vpu.special))
+                                      : width_) {}
+
+// The instructions isa.def times at vpu.special's rate (described there once).
+bool Vpu::special_function(Op op) {
+  static const std::vector<bool> special = [] {
+    std::vector<bool> v(256, false);
+    for (const isa::InstrDesc& d : isa::instructions())
+      v[d.opcode] = d.timing.find("vpu.special") != std::string::npos;
+    return v;
+  }();
+  return special[static_cast<uint8_t>(op)];
+}
 
 void Vpu::execute(const Entry& e) {
   const uint64_t start = st_.now();
@@ -319,7 +340,8 @@ void Vpu::execute(const Entry& e) {
   if (e.in.op == Op::VACC) act(e.pc, Action::AccRead, elements * 4);
   const auto latency = static_cast<uint64_t>(st_.cfg.vpu.latency);
   const uint64_t vmem_done = st_.mem.vmem_ports.reserve(start, vmem_traffic(e, st_.mem.vmem_ports, vmem));
-  const uint64_t compute_end = start + latency + (elements + width_ - 1) / width_;
+  const uint64_t rate = special_function(e.in.op) ? special_ : width_;
+  const uint64_t compute_end = start + latency + (elements + rate - 1) / rate;
   const uint64_t end = std::max(compute_end, vmem_done + latency);
   st_.wait_until(end);
   if (st_.functional()) compute(e);

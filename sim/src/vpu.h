@@ -14,7 +14,11 @@ class Vpu : public UnitModule {
   uint64_t check(const Entry& e);  // checks operands; returns the number of elements processed
   void compute(const Entry& e);
 
-  const uint64_t width_;  // vpu.lanes * vpu.sublanes elements per cycle
+  // exp, log, sin, cos, recip and rsqrt: the special function units' instructions (vpu.special)
+  static bool special_function(isa::Op op);
+
+  const uint64_t width_;    // vpu.lanes * vpu.sublanes elements per cycle
+  const uint64_t special_;  // the special functions' results per cycle: vpu.special, at most width_ (0: width_)
 };
 
 }  // namespace tpusim::sim::detail

@@ -111,7 +111,7 @@ TEST(Config, WholeChipPresetsMatchPublishedFigures) {
 
 TEST(Config, DescribeListsEveryParameterWithHelp) {
   auto params = describe(load_config("edge", {"mxu.rows=8"}));
-  ASSERT_EQ(params.size(), 67u);  // 38 of the chip's units (mxu.fp8_rate the newest), 17 of [energy], 12 of [area]
+  ASSERT_EQ(params.size(), 68u);  // 39 of the chip's units (vpu.special the newest), 17 of [energy], 12 of [area]
   for (const ParamInfo& p : params) EXPECT_FALSE(p.help.empty()) << p.key;
   auto rows = std::find_if(params.begin(), params.end(), [](const ParamInfo& p) { return p.key == "mxu.rows"; });
   ASSERT_NE(rows, params.end());
@@ -185,7 +185,17 @@ TEST(Config, KernelSymbols) {
   EXPECT_EQ(m.at("ACC_ROWS"), 2048);
   EXPECT_EQ(m.at("VMEM_BYTES"), 16 << 20);
   EXPECT_EQ(m.at("VPU_WIDTH"), 1024);
+  EXPECT_EQ(m.at("VPU_SPECIAL"), 1024);  // vpu.special unset: the lanes' rate
   EXPECT_EQ(m.at("HBM_BYTES"), int64_t(32) << 30);
+  // h200-like: an SM's 16 special function units against its 128 FP32 lanes; a value above the lanes' is theirs.
+  auto at = [](const ChipConfig& c, const char* name) {
+    for (const auto& [k, v] : kernel_symbols(c))
+      if (k == name) return v;
+    return int64_t{-1};
+  };
+  EXPECT_EQ(at(load_config("h200-like"), "VPU_SPECIAL"), 16);
+  EXPECT_EQ(at(load_config("h200-like"), "VPU_WIDTH"), 128);
+  EXPECT_EQ(at(load_config("v4-like", {"vpu.special=4096"}), "VPU_SPECIAL"), 1024);
 }
 
 // Boost's own message for these loops forever ("%invalid_line%" holds its own placeholder): issue 13, finding 2.

@@ -194,6 +194,27 @@ TEST(Timing, TranscendentalAndRoundingInstructionsAtTheRateOfAdd) {
   }
 }
 
+TEST(Timing, SpecialFunctionsAtTheirOwnRate) {
+  // vpu.special = 4 results per cycle, against the lanes' 8 (a GPU's special function units against its FP32
+  // lanes): exp, log, sin, cos, recip and rsqrt over 20 elements take 2 + ceil(20 / 4) = 7 cycles (dispatched 2,
+  // start 3, done 10: 11 with the halt); floor, ceil, round and add keep 2 + ceil(20 / 8) = 5 (9 in all).
+  Chip chip(small_config({"vpu.special=4"}));
+  for (Op op : {Op::VEXP, Op::VLOG, Op::VSIN, Op::VCOS, Op::VRECIP, Op::VRSQRT, Op::VFLOOR, Op::VCEIL, Op::VROUND}) {
+    const bool special = op != Op::VFLOOR && op != Op::VCEIL && op != Op::VROUND;
+    ProgramBuilder b;
+    b.li(1, 20).li(2, 256);
+    b.op(op, {2, 0, 1, 3});
+    RunResult r = chip.run(b.build());
+    EXPECT_EQ(r.stats.cycles, special ? 11u : 9u) << isa::describe(op).mnemonic;
+    EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, special ? 7u : 5u)
+        << isa::describe(op).mnemonic;
+  }
+  ProgramBuilder b;
+  b.li(1, 20).li(2, 256);
+  b.op(Op::VADD, {2, 2, 2, 1, 3});
+  EXPECT_EQ(chip.run(b.build()).stats.cycles, 9u) << "vpu.add";
+}
+
 TEST(Timing, RowBroadcastInstruction) {
   Chip chip(small_config());
   ProgramBuilder b;

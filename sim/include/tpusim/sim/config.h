@@ -47,6 +47,7 @@ struct VpuParams {
   int lanes;            // vpu.lanes
   int sublanes;         // vpu.sublanes
   int latency;          // vpu.latency: pipeline cycles added to each instruction
+  int special;          // vpu.special: results per cycle of exp, log, sin, cos, recip, rsqrt (0: the lanes' rate)
 };
 struct DmaParams {
   int latency;          // dma.latency: cycles from issue to first byte (the HBM access latency included)
