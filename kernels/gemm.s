@@ -13,6 +13,8 @@
 #               so the int32 accumulators never leave the chip
 #   Q_SCALE     with DEQUANT, f32 bit pattern > 0: a second output `q` i8 [M, N] = saturate(round(x * Q_SCALE)) of
 #               the same x after the ReLU (the next layer's int8 activations, written in the same pass); 0: none
+#   Q_ONLY      with Q_SCALE, 1: q is the only output (c is not declared, drained nor stored), for a layer whose
+#               result only the next int8 matmul reads
 #   ACT_RESIDENT 1: a and c live in VMEM (`@ vmem`, at A_VADDR and C_VADDR), as a layer's activations do in a
 #               TPUv1's Unified Buffer: the kernel reads a and writes c in place, and only b (and bias) come
 #               from HBM. The runtime writes a into VMEM and reads c from it.
@@ -49,6 +51,7 @@
 .default SCALE, 0
 .default DEQUANT, 0
 .default Q_SCALE, 0
+.default Q_ONLY, 0
 .default ACT_RESIDENT, 0
 .default B_TILED, 0
 .default TRANS_B, 0
@@ -57,6 +60,9 @@
 .endif
 
 .set QO, Q_SCALE != 0
+.if Q_ONLY && !QO
+.error "gemm.s: Q_ONLY needs Q_SCALE"
+.endif
 .if DEQUANT && (IN_DT != DT_I8 || (OUT_DT != DT_BF16 && OUT_DT != DT_F32))
 .error "gemm.s: DEQUANT takes IN_DT DT_I8 and gives OUT_DT DT_BF16 or DT_F32"
 .endif
@@ -133,7 +139,7 @@
 .endif
 .if ACT_RESIDENT
 .output c, OUT_DT, [M, N] @ vmem C_VADDR
-.else
+.elif !Q_ONLY
 .output c, OUT_DT, [M, N]
 .endif
 .if QO
@@ -299,7 +305,12 @@ next:
     addi vc, vc, VC0
     muli t1, nt, O
     vpu.sync wait=s5
-.if QO
+.if QO && Q_ONLY
+    # q's tile alone (x * Q_SCALE, i8)
+    addi vq, vc, C_BYTES
+    li qscale, Q_SCALE
+    vpu.acc vq, acc, mt, nt, nt, t0, qscale, ACC_DT, DT_I8, bias_en=BIAS, relu=RELU, scale_en, dequant=1, wait=s4, signal=s3
+.elif QO
     # c's tile, then q's (x * Q_SCALE, i8) from the same accumulators: the second drain frees the region
     vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, dequant=1, wait=s4
     addi vq, vc, C_BYTES
@@ -311,6 +322,13 @@ next:
     vpu.sync signal=s6
     muli t0, m0, N
     add t0, t0, n0
+.if QO && Q_ONLY
+    # q[m0.., n0..] (row pitch N), which frees the buffer
+    li t2, q
+    add t2, t2, t0
+    li t3, N
+    dma.st t2, vq, mt, nt, t3, nt, wait=s6, signal=s5
+.else
 .if QO
     # q[m0.., n0..] (row pitch N), then c's: the stores complete in order, so the second frees the C buffer
     li t2, q
@@ -326,6 +344,7 @@ next:
     dma.st t0, vc, mt, t1, t2, t1, signal=s5
 .else
     dma.st t0, vc, mt, t1, t2, t1, wait=s6, signal=s5
+.endif
 .endif
 .endif
     sub accslot, one, accslot

@@ -77,8 +77,10 @@ double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, 
   const double bpc = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1)));
   const auto in = static_cast<isa::DType>(param_or(call, "IN_DT", static_cast<int64_t>(isa::DType::BF16)));
   const double E = static_cast<double>(isa::dtype_size(in));
-  const double O = static_cast<double>(
-      isa::dtype_size(static_cast<isa::DType>(param_or(call, "OUT_DT", static_cast<int64_t>(isa::DType::F32)))));
+  const double O = param_or(call, "Q_ONLY", 0) != 0  // q alone: c is not written
+                       ? 0.0
+                       : static_cast<double>(isa::dtype_size(
+                             static_cast<isa::DType>(param_or(call, "OUT_DT", static_cast<int64_t>(isa::DType::F32)))));
   const double b_tile = static_cast<double>(std::min(R, k) * std::min(C, n)) * E / bpc;
   const int64_t rate = kernels::matrix_rate(in, symbols);  // the stream of tm rows at the input type's rate
   const double fold = std::max({static_cast<double>(std::max(cdiv(tm, rate), R)), b_tile, latency + b_tile});
@@ -107,6 +109,7 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
   g.bias = param("BIAS", 0) != 0, g.relu = param("RELU", 0) != 0;
   g.scale_bits = static_cast<uint32_t>(param("SCALE", 0));
   g.dequant = param("DEQUANT", 0) != 0, g.q_scale_bits = static_cast<uint32_t>(param("Q_SCALE", 0));
+  g.q_only = param("Q_ONLY", 0) != 0;
   g.b_tiled = param("B_TILED", 0) != 0, g.trans_b = param("TRANS_B", 0) != 0;
   g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias || g.dequant ? 6 : 7));
   g.schedule = kernels::GemmSchedule::Tiles;

@@ -116,13 +116,38 @@ void Lowering::int8_gemm(const ir::Node& n, const std::string& label, Stored aq,
   call.params["BIAS"] = bias.empty() ? 0 : 1;
   call.tensors["dq"] = const_f32(wname + ".dq", {nn, 2}, dq);
   const float inv = value >= 0 ? int8_copy_scale(value) : 0.0f;
+  // The int8 copy alone (Q_ONLY) when only int8 matmuls read the value and this call computes all of it.
+  const bool q_only = inv != 0.0f && out.off == 0 && m * nn == val(value).elements() && only_int8_matmuls_read(value);
   if (inv != 0.0f) {
     call.tensors["q"] = int8_copy_buffer(value, out.nhwc).buf;
     call.params["Q_SCALE"] = isa::bits_from_f32(inv);
   }
+  if (q_only) {
+    call.params["Q_ONLY"] = 1;
+    call.tensors.erase("c");
+    call.offsets.erase("c");
+  }
   call.flops = flops;
   call.bytes = static_cast<double>(m * k + k * nn + 8 * nn) +
-               static_cast<double>(m * nn) * (isa::dtype_size(out.dtype) + (inv != 0.0f ? 1 : 0));
+               static_cast<double>(m * nn) * ((q_only ? 0 : isa::dtype_size(out.dtype)) + (inv != 0.0f ? 1 : 0));
+}
+
+bool Lowering::only_int8_matmuls_read(int v) const {
+  if (is_output_[static_cast<size_t>(v)] || !int8(v)) return false;
+  const Shape& s = shape(v);
+  if (s.size() < 2 || s.back() == 0 || val(v).elements() / s.back() < 2) return false;  // m = 1 is a GEMV on bf16
+  bool read = false;
+  for (const ir::Node& n : g_.nodes) {
+    const auto uses = std::count(n.inputs.begin(), n.inputs.end(), v);
+    if (uses == 0) continue;
+    // A MatMul or Gemm with constant 2-D weights, reading v as its activations only (lower_matmul then takes
+    // v's int8 copy, L.quantized)
+    if ((n.op != "MatMul" && n.op != "Gemm") || uses != 1 || n.inputs[0] != v || n.inputs.size() < 2 ||
+        !val(n.inputs[1]).is_const || shape(n.inputs[1]).size() != 2 || n.attr_int("transA", 0) != 0)
+      return false;
+    read = true;
+  }
+  return read;
 }
 
 }  // namespace tpusim::compiler

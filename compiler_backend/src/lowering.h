@@ -168,9 +168,14 @@ class Lowering {
   // whole-chip gemm) on int8 weights with the dequantising epilogue (DEQUANT: acc * s_a * s_w[n] + bias[n], ReLU,
   // out's type), and the int8 copy of `value` (the graph value `out` holds; -1 when out is an intermediate form of
   // it, e.g. virtual conv rows) as its second output q (Q_SCALE) where int8_copy_scale asks for one.
+  // When only int8 matmuls read `value` and the call computes all of it, the copy is its only output (Q_ONLY):
+  // `out` is not written.
   void int8_gemm(const ir::Node& n, const std::string& label, Stored aq, int a, const std::vector<float>& w, int64_t m,
                  int64_t k, int64_t nn, const std::vector<float>& bias, const std::string& wname, bool relu,
                  Stored out, double flops, int value);
+  // Whether value v (quantised, not a graph output, more than one row) is read only as the activations of
+  // MatMul/Gemm nodes with constant 2-D weights, which take its int8 copy.
+  bool only_int8_matmuls_read(int v) const;
 
   // ---- fused attention (ops_attention.cpp) ------------------------------------------------------------------
   // Finds the attention node groups (MatMul, scale, mask, Softmax, MatMul) that become one whole-chip attention

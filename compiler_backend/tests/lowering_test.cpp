@@ -234,6 +234,34 @@ TEST(LowerInt8, ChainedMatmulsQuantiseInTheDequantisingKernel) {
   EXPECT_EQ(p.buffers[static_cast<size_t>(p.calls[1].tensors.at("q"))].dtype, isa::DType::I8);
   EXPECT_EQ(p.calls[2].tensors.at("a"), p.calls[1].tensors.at("q"));
   EXPECT_EQ(p.calls[2].params.count("Q_SCALE"), 0u);
+  // Only mm2 reads r, as its int8 activations: the first gemm writes the int8 copy alone (Q_ONLY, no `c`).
+  EXPECT_EQ(p.calls[1].params.at("Q_ONLY"), 1);
+  EXPECT_EQ(p.calls[1].tensors.count("c"), 0u);
+  EXPECT_EQ(p.calls[2].params.count("Q_ONLY"), 0u);
+  EXPECT_EQ(p.calls[2].tensors.count("c"), 1u);  // y, the graph output
+}
+
+// A value that something else also reads in its storage type keeps it: the int8 copy is a second output.
+TEST(LowerInt8, TheInt8CopyIsTheOnlyOutputOnlyWhenOnlyInt8MatmulsReadIt) {
+  for (const char* other : {"output", "add", "gemv"}) {
+    ModelBuilder b;
+    const bool gemv = std::string(other) == "gemv";
+    b.input("x", {gemv ? 1 : 4, 64}).output("y");
+    b.constant("w1", {64, 32}, test::ramp(64 * 32)).constant("w2", {32, 16}, test::ramp(32 * 16, 0.5f));
+    b.node("MatMul", "mm1", {"x", "w1"}, {"h"});
+    b.node("Relu", "relu", {"h"}, {"r"});
+    b.node("MatMul", "mm2", {"r", "w2"}, {"y"});
+    if (std::string(other) == "output") b.output("r");
+    if (std::string(other) == "add") b.node("Add", "add", {"r", "r"}, {"z"}), b.output("z");
+    Options o = chip();
+    o.precision = Precision::INT8;
+    o.activation_absmax = {{"x", 2.0f}, {"r", 8.0f}};
+    KernelPlan p = plan_of(b, o);
+    for (const KernelCall& c : p.calls) {
+      EXPECT_EQ(c.params.count("Q_ONLY"), 0u) << other << ": " << c.label;
+      if (c.kernel == "gemm.s") EXPECT_EQ(c.tensors.count("c"), 1u) << other << ": " << c.label;
+    }
+  }
 }
 
 TEST(LowerInt8, MissingCalibrationNamesTheActivation) {

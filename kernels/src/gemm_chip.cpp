@@ -240,6 +240,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                       int64_t mem_bpc, int64_t hbm_bpc, int64_t core_bpc, int64_t vpu_width, int64_t latency,
                       int64_t rate) {
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), QO = g.q_scale_bits != 0 ? 1 : 0;
+  const int64_t OW = g.q_only ? 0 : O;  // bytes of c written per element (none with q_only)
   const bool may_split = g.max_split_k > 1 || g.split_k > 1;
   TilePlan best;
   for (int64_t abuf = 2; abuf >= 1; --abuf)
@@ -280,7 +281,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
             const double chunks = static_cast<double>(cdiv(ks, kc));
             const double work = static_cast<double>(cdiv(kc, R) * S * std::max(cdiv(tm, rate), R));
             const double transfer = (static_cast<double>((tm + std::min(W, g.n)) * kc * E) +
-                                     static_cast<double>(tm * std::min(W, g.n) * (O + QO)) / chunks) / share;
+                                     static_cast<double>(tm * std::min(W, g.n) * (OW + QO)) / chunks) / share;
             const double chunk = std::max({work, transfer, (static_cast<double>(latency) + transfer) / (nslot - 1)});
             const double drain = static_cast<double>(U * S * tm * C) / static_cast<double>(vpu_width);
             double est = waves * (chunks * chunk + static_cast<double>(latency) + (abuf == 1 ? drain : 0.0)) + drain +
@@ -393,7 +394,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     o << ".input dq, f32, [" << g.n << ", 2]\n";
   else if (g.bias)
     o << ".input bias, " << acc_dt << ", [" << g.n << "]\n";
-  o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.m << ", " << g.n << "]\n";
+  if (!g.q_only) o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.m << ", " << g.n << "]\n";
   if (Q) o << ".output q, i8, [" << g.m << ", " << g.n << "]\n";
   if (SK > 1) o << ".output ws, f32, [" << SK << ", " << g.m << ", " << g.n << "]\n";
   o << R"(.reg split, r25
@@ -566,9 +567,10 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       o << "    muli vc, cslot, " << CQ_BYTES << "\n    addi vc, vc, " << VC0 << "\n"
         << "    addi t0, ar, " << j * ACC + sidx * TM << "\n    muli t1, nt, " << OD << "\n"
         << "    vpu.sync wait=s" << CFREE << "\n"
-        << "    li t2, " << VBIAS + q * C * TB << "\n    li t3, " << g.scale_bits << "\n"
-        << "    vpu.acc vc, t0, mt, nt, t1, t2, t3, " << acc_dt << ", " << isa::dtype_name(SK > 1 ? isa::DType::F32 : g.out)
-        << flags << (g.scale_bits ? ", scale_en" : "") << "\n";
+        << "    li t2, " << VBIAS + q * C * TB << "\n    li t3, " << g.scale_bits << "\n";
+      if (!g.q_only)
+        o << "    vpu.acc vc, t0, mt, nt, t1, t2, t3, " << acc_dt << ", "
+          << isa::dtype_name(SK > 1 ? isa::DType::F32 : g.out) << flags << (g.scale_bits ? ", scale_en" : "") << "\n";
       if (Q)  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
         o << "    addi vq, vc, " << C_BYTES << "\n    li t3, " << g.q_scale_bits << "\n"
           << "    vpu.acc vq, t0, mt, nt, nt, t2, t3, " << acc_dt << ", i8" << flags << ", scale_en\n";
@@ -576,16 +578,17 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
         << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << q * C << "\n";
       if (Q)  // q's rows first (row pitch N); the stores complete in order, so c's store frees the buffer
         o << "    li t2, q\n    add t2, t2, t0\n    li t3, " << g.n << "\n"
-          << "    dma.st t2, vq, mt, nt, t3, nt, wait=s" << CFULL << "\n";
+          << "    dma.st t2, vq, mt, nt, t3, nt, wait=s" << CFULL << (g.q_only ? ", signal=s" + std::to_string(CFREE) : "")
+          << "\n";
       if (SK > 1)  // the split's partial tile: ws[split, m0:, n0:] in f32
         o << "    muli t2, split, " << g.m * g.n << "\n    add t0, t0, t2\n    muli t0, t0, 4\n    li t2, ws\n"
           << "    add t0, t0, t2\n    li t2, " << g.n * 4 << "\n";
-      else
+      else if (!g.q_only)
         o << "    muli t0, t0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    li t2, " << g.n * O << "\n";
-      o
-        << "    dma.st t0, vc, mt, t1, t2, t1" << (Q ? "" : ", wait=s" + std::to_string(CFULL)) << ", signal=s"
-        << CFREE << "\n"
-        << "    addi cslot, cslot, 1\n    li t0, " << NCBUF << "\n    blt cslot, t0, " << l << "\n    li cslot, 0\n"
+      if (!g.q_only)  // (with q_only, q's store freed the buffer)
+        o << "    dma.st t0, vc, mt, t1, t2, t1" << (Q ? "" : ", wait=s" + std::to_string(CFULL)) << ", signal=s"
+          << CFREE << "\n";
+      o << "    addi cslot, cslot, 1\n    li t0, " << NCBUF << "\n    blt cslot, t0, " << l << "\n    li cslot, 0\n"
         << l << ":\n";
     }
     o << "    vpu.sync signal=s" << AFREE(j) << "\n" << lu << ":\n";
@@ -656,6 +659,8 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
     throw std::invalid_argument("gemm_chip: dequant takes i8 inputs and gives bf16 or f32");
   if (g.q_scale_bits != 0 && (!g.dequant || g.scale_bits != 0))
     throw std::invalid_argument("gemm_chip: q_scale needs dequant and no scale");
+  if (g.q_only && (g.q_scale_bits == 0 || g.split_k > 1 || g.max_split_k > 1))
+    throw std::invalid_argument("gemm_chip: q_only needs q_scale and no split K");
   if ((g.trans_b || epilogue) && schedule == GemmSchedule::Strips)
     throw std::invalid_argument("gemm_chip: trans_b, b_tiled, bias, relu and scale need the tiled schedule");
   if (g.trans_b && g.b_tiled) throw std::invalid_argument("gemm_chip: b is either transposed or tiled, not both");

@@ -82,6 +82,7 @@ struct GemmChip {
   // q_scale_bits != 0 a second output `q` i8 [M, N] of the result after the ReLU x that f32 scale.
   bool dequant = false;
   uint32_t q_scale_bits = 0;
+  bool q_only = false;      // with q_scale_bits, q is the only output: no `c` (gemm.s's Q_ONLY)
   bool b_tiled = false;     // b stored tile by tile: [cdiv(K,R), cdiv(N,C), R, C], zero-padded (gemm.s's B_TILED)
   bool operator==(const GemmChip&) const = default;  // the same kernel on the same chip
 };
