@@ -277,6 +277,32 @@ void dequant_cases(uint64_t seed, DType out, bool bias, bool relu, float q_scale
                  return "gemm_chip " + num(whole[i]) + " q " + num(q_scale ? whole_q[i] : 0) + ", host " +
                         num(want[i]) + " q " + num(want_q[i]) + ", float64 " + num(exact[i]);
                });
+    if (q_scale == 0) continue;
+    // The int8 copy alone (gemm.s's Q_ONLY, gemm_chip's q_only): no `c` declared, q bit for bit the same, and
+    // fewer cycles than writing both (c's bytes are not stored).
+    auto run_q = [&](const isa::Program& p, uint64_t& cycles) {
+      EXPECT_EQ(p.find("c"), nullptr) << what;
+      m->write(p.find("a")->addr, a, DType::I8);
+      m->write(p.find("b")->addr, tiled, DType::I8);
+      m->write(p.find("dq")->addr, dq, DType::F32);
+      const isa::TensorDecl* qd = p.find("q");
+      m->write(qd->addr, std::vector<uint8_t>(qd->bytes(), 0xa5));
+      cycles = m->chip->run(p).stats.cycles;
+      return m->read_sim(qd->addr, static_cast<size_t>(qd->elements()), DType::I8);
+    };
+    kernels::GemmChip gq = g;
+    gq.q_only = true;
+    std::map<std::string, int64_t> dq_only = defines;
+    dq_only["Q_ONLY"] = 1;
+    uint64_t whole_only_cycles = 0, one_only_cycles = 0;
+    const std::vector<double> whole_only = run_q(kernels::gemm_chip_kernel(gq, symbols), whole_only_cycles);
+    const std::vector<double> one_only = run_q(kernels::assemble("gemm.s", dq_only, {}, 0), one_only_cycles);
+    expect_all(what + ": q alone, gemm_chip and gemm.s vs q with c", whole_q.size(),
+               [&](size_t i) { return whole_only[i] == whole_q[i] && one_only[i] == whole_q[i]; },
+               [&](size_t i) { return "gemm_chip " + num(whole_only[i]) + ", gemm.s " + num(one_only[i]) +
+                                      ", with c " + num(whole_q[i]); });
+    EXPECT_LT(one_only_cycles, m->chip->run(kernels::assemble("gemm.s", defines, {}, 0)).stats.cycles) << what;
+    EXPECT_LE(whole_only_cycles, m->chip->run(kernels::gemm_chip_kernel(g, symbols)).stats.cycles) << what;
   }
 }
 
