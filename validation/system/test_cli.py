@@ -532,6 +532,23 @@ class CompileReport(Workdir):
                     cycles[precision] = json.loads(read(self.path("r.json")))["cycles"]
                 self.assertLess(cycles["int8"], cycles["bf16"], f"{os.path.basename(model)} on {preset}: {cycles}")
 
+    def test_tpuv1_int8_mlp_near_its_weight_bandwidth_roof(self):
+        """TPUv1's MLPs (batch 200, 2000-wide layers) on v1-like in int8: the weights are nearly all the bytes the
+        model must move. Each layer's dequantising epilogue writes the next layer's int8 copy alone (no bf16
+        output), so the program moves 22.46 MB against 19.26 MB ideal, and runs at 1.23x its ideal bound
+        (487,633 cycles against 396,612; docs/compiler.md)."""
+        d = self.path("mlp")
+        subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                                          "workloads", "mlp.py"),
+                        "--out", d, "--batch", "200", "--dims", "2000,2000,2000,2000,2000"],
+                       check=True, capture_output=True)
+        tpusim("compile", os.path.join(d, "mlp.onnx"), "--config", "v1-like", "--precision", "int8",
+               "--report-json", self.path("r.json"))
+        prog = json.loads(read(self.path("r.json")))["program"]
+        self.assertEqual(prog["ideal_bytes"], 19264000)
+        self.assertLessEqual(prog["bytes"], 22464000)
+        self.assertLessEqual(prog["ideal_ratio"], 1.235)
+
     def test_report_without_output_file_to_stdout(self):
         out = tpusim("compile", os.path.join(MLP_DIR, "mlp.onnx"), "--report", "-").stdout
         self.assertIn("tpusim compile report", out)
