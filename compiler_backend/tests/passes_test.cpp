@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "const_fold.h"
 #include "onnx_import.h"
@@ -824,6 +825,47 @@ TEST(ConstFold, FunctionsTilesAndBatchedMatMulOfConstants) {
 
 // ArgMax/ArgMin (select_last_index), CumSum (exclusive, reverse), DepthToSpace (DCR, CRD) and SpaceToDepth of
 // constants fold on the host; the expected values are worked out by hand.
+// Integer arithmetic of constants past int64 is an error naming the node and the operands, not undefined
+// behaviour (fuzz_onnx found 7596446671467184128 * 7596446671467184128 in a shape subgraph; its reproducer is
+// validation/fuzz/corpus/onnx/regress-int64-mul-overflow-in-folding.onnx). In range, the results are exact, also
+// where a double would round (2^62 + 1).
+TEST(ConstFold, IntegerOverflowIsAnErrorNotUndefinedBehaviour) {
+  const int64_t big = int64_t{1} << 62, min = std::numeric_limits<int64_t>::min();
+  struct Case {
+    const char* op;
+    int64_t a, b;
+    std::string error;  // "" : folds
+    int64_t result = 0;
+  };
+  const std::vector<Case> cases = {
+      {"Mul", big, 4, "4611686018427387904 Mul 4 is outside the range of int64"},
+      {"Add", big, big, "4611686018427387904 Add 4611686018427387904 is outside the range of int64"},
+      {"Sub", min, 1, "-9223372036854775808 Sub 1 is outside the range of int64"},
+      {"Div", min, -1, "-9223372036854775808 Div -1 is outside the range of int64"},
+      {"Pow", 2, 63, "2 Pow 63 is outside the range of int64"},
+      {"Add", big, 1, "", big + 1},
+      {"Mul", -big, 2, "", min},
+      {"Pow", 2, 62, "", big},
+      {"Div", min, 2, "", min / 2},
+  };
+  for (const Case& c : cases) {
+    ModelBuilder b;
+    b.input("x", {1}).output("y");
+    test::int_constant(b, "a", {1}, {c.a});
+    test::int_constant(b, "b", {1}, {c.b});
+    b.node(c.op, "fold", {"a", "b"}, {"r"});
+    b.node("Identity", "", {"x"}, {"y"});
+    if (c.error.empty()) {
+      ir::Graph g = load(b);
+      EXPECT_EQ(val(g, "r").ints, (std::vector<int64_t>{c.result})) << c.op << " " << c.a << " " << c.b;
+    } else {
+      EXPECT_EQ(error_of([&] { load(b); }),
+                "t.onnx: node 'fold' (" + std::string(c.op) + "): integer overflow in constant folding: " + c.error)
+          << c.op;
+    }
+  }
+}
+
 TEST(ConstFold, ArgCumSumAndDepthToSpaceOfConstants) {
   ModelBuilder b;
   b.input("x", {2, 3}).output("y");
