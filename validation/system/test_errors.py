@@ -139,6 +139,14 @@ class ErrorsBase(Workdir):
                             helper.make_node("Add", ["x", "t"], ["y"], name="add")], [f32("x", [4, 4])],
                            [f32("y", None)], [reps, c])
             return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
+        if name == "onnx-fold-overflow":
+            # shape arithmetic of constants past int64 (fuzz_onnx's finding: it was undefined behaviour)
+            a = helper.make_tensor("a", TensorProto.INT64, [1], [1 << 62])
+            b = helper.make_tensor("b", TensorProto.INT64, [1], [4])
+            m = onnx_model([helper.make_node("Mul", ["a", "b"], ["n"], name="mul"),
+                            helper.make_node("Reshape", ["x", "n"], ["y"], name="reshape")],
+                           [f32("x", [4])], [f32("y", None)], [a, b])
+            return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
         if name == "onnx-unsupported-node":
             pads = helper.make_tensor("pads", TensorProto.INT64, [2], [1, 1])
             m = onnx_model([helper.make_node("Pad", ["x", "pads"], ["y"], name="pad", mode="reflect")],
