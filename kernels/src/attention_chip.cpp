@@ -40,7 +40,7 @@ Chip chip_of(const AttentionChip& a, const std::map<std::string, int64_t>& s) {
   c.P = a.cores ? a.cores : symbol(s, "CORES");
   c.U = a.mxus ? a.mxus : std::min<int64_t>(symbol(s, "MXUS"), 4);
   c.width = std::max<int64_t>(1, optional(s, "VPU_WIDTH", 128));
-  c.special = std::clamp<int64_t>(optional(s, "VPU_SPECIAL", c.width), 1, c.width);  // exp's results per cycle
+  c.special = std::max<int64_t>(1, optional(s, "VPU_SPECIAL", c.width));  // exp's results per cycle (<= width)
   c.vbpc = std::max<int64_t>(1, optional(s, "VMEM_BYTES_PER_CYCLE", 1 << 20));
   c.latency = optional(s, "DMA_LATENCY", 100);
   c.acc_addr = optional(s, "ACC_ADDR", -1);

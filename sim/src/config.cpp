@@ -195,12 +195,9 @@ std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cf
       {"ACC_ADDR", static_cast<int64_t>(cfg.vmem_bytes())},
       // bytes per cycle through one core's VMEM ports, all banks together (vmem.banks x vmem.port_bytes_per_cycle)
       {"VMEM_BYTES_PER_CYCLE", static_cast<int64_t>(cfg.vmem.banks) * static_cast<int64_t>(cfg.vmem.port_bytes_per_cycle)},
-      {"VPU_WIDTH", static_cast<int64_t>(cfg.vpu.lanes) * cfg.vpu.sublanes},
-      // the special functions' (exp, log, sin, cos, recip, rsqrt) results per cycle: vpu.special when set and
-      // below VPU_WIDTH, else VPU_WIDTH
-      {"VPU_SPECIAL", cfg.vpu.special > 0 ? std::min<int64_t>(cfg.vpu.special,
-                                                              static_cast<int64_t>(cfg.vpu.lanes) * cfg.vpu.sublanes)
-                                          : static_cast<int64_t>(cfg.vpu.lanes) * cfg.vpu.sublanes},
+      {"VPU_WIDTH", cfg.vpu_width()},
+      // the special functions' (exp, log, sin, cos, recip, rsqrt) results per cycle (at most VPU_WIDTH)
+      {"VPU_SPECIAL", cfg.vpu_special_width()},
       {"HBM_BYTES", static_cast<int64_t>(cfg.hbm_bytes())},
       // HBM bandwidth in bytes per cycle (at least 1): kernel generators weigh memory against compute with it
       {"HBM_BYTES_PER_CYCLE", std::max<int64_t>(1, static_cast<int64_t>(cfg.hbm_bytes_per_cycle()))},

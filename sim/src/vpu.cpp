@@ -18,7 +18,6 @@
 #include <cstring>
 #include <limits>
 #include <string>
-#include <vector>
 
 #include "params.h"
 #include "tpusim/isa/numerics.h"
@@ -307,20 +306,12 @@ Action element_action(const Entry& e) {
 }  // namespace
 
 Vpu::Vpu(const sc_core::sc_module_name& name, ChipState& st)
-    : UnitModule(name, st, isa::Unit::Vpu),
-      width_(static_cast<uint64_t>(st.cfg.vpu.lanes) * static_cast<uint64_t>(st.cfg.vpu.sublanes)),
-      special_(st.cfg.vpu.special > 0 ? std::min<uint64_t>(width_, static_cast<uint64_t>(st.cfg.vpu.special))
-                                      : width_) {}
-
-// The instructions isa.def times at vpu.special's rate (described there once).
-bool Vpu::special_function(Op op) {
-  static const std::vector<bool> special = [] {
-    std::vector<bool> v(256, false);
-    for (const isa::InstrDesc& d : isa::instructions())
-      v[d.opcode] = d.timing.find("vpu.special") != std::string::npos;
-    return v;
-  }();
-  return special[static_cast<uint8_t>(op)];
+    : UnitModule(name, st, isa::Unit::Vpu) {
+  rate_.fill(static_cast<uint64_t>(st.cfg.vpu_width()));
+  // The instructions isa.def times at vpu.special's rate (described there once).
+  for (const isa::InstrDesc& d : isa::instructions())
+    if (d.timing.find("vpu.special") != std::string::npos)
+      rate_[d.opcode] = static_cast<uint64_t>(st.cfg.vpu_special_width());
 }
 
 void Vpu::execute(const Entry& e) {
@@ -340,7 +331,7 @@ void Vpu::execute(const Entry& e) {
   if (e.in.op == Op::VACC) act(e.pc, Action::AccRead, elements * 4);
   const auto latency = static_cast<uint64_t>(st_.cfg.vpu.latency);
   const uint64_t vmem_done = st_.mem.vmem_ports.reserve(start, vmem_traffic(e, st_.mem.vmem_ports, vmem));
-  const uint64_t rate = special_function(e.in.op) ? special_ : width_;
+  const uint64_t rate = rate_[static_cast<uint8_t>(e.in.op)];
   const uint64_t compute_end = start + latency + (elements + rate - 1) / rate;
   const uint64_t end = std::max(compute_end, vmem_done + latency);
   st_.wait_until(end);

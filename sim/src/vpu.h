@@ -1,6 +1,8 @@
 // The vector unit: element-wise, reduction and accumulator-drain instructions over VMEM.
 #pragma once
 
+#include <array>
+
 #include "unit.h"
 
 namespace tpusim::sim::detail {
@@ -14,11 +16,9 @@ class Vpu : public UnitModule {
   uint64_t check(const Entry& e);  // checks operands; returns the number of elements processed
   void compute(const Entry& e);
 
-  // exp, log, sin, cos, recip and rsqrt: the special function units' instructions (vpu.special)
-  static bool special_function(isa::Op op);
-
-  const uint64_t width_;    // vpu.lanes * vpu.sublanes elements per cycle
-  const uint64_t special_;  // the special functions' results per cycle: vpu.special, at most width_ (0: width_)
+  // Elements per cycle of each opcode: the lanes' width (vpu.lanes * vpu.sublanes), or for the instructions
+  // isa.def times at vpu.special's rate (exp, log, sin, cos, recip, rsqrt) ChipConfig::vpu_special_width()
+  std::array<uint64_t, 256> rate_{};
 };
 
 }  // namespace tpusim::sim::detail

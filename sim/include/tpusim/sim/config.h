@@ -5,6 +5,7 @@
 // so an unknown key is an error and `tpusim config --show` lists every parameter with its help.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -122,6 +123,10 @@ struct ChipConfig {
   double hbm_bytes_per_cycle() const { return hbm.bandwidth_gbs * 1e3 / chip.clock_mhz; }
   uint64_t hbm_bytes() const { return hbm.size_mib << 20; }
   uint64_t vmem_bytes() const { return vmem.size_kib << 10; }
+  // Elements per cycle of the vector unit, and of its special functions (exp, log, sin, cos, recip, rsqrt):
+  // vpu.special when set and below the lanes' width, else the width.
+  int64_t vpu_width() const { return static_cast<int64_t>(vpu.lanes) * vpu.sublanes; }
+  int64_t vpu_special_width() const { return vpu.special > 0 ? std::min<int64_t>(vpu.special, vpu_width()) : vpu_width(); }
   // The addressable shared memory (0 when the shared level is a cache) and the cache's capacity (0 when not one).
   uint64_t shared_bytes() const { return shared.cache ? 0 : shared.size_kib << 10; }
   uint64_t cache_bytes() const { return shared.cache ? shared.size_kib << 10 : 0; }
