@@ -580,10 +580,11 @@ int cmd_config(const std::vector<std::string>& args) {
 int cmd_validate(const std::vector<std::string>& args) {
   validate::Options o;
   std::ostringstream module_help;
-  module_help << "time added to each attention case for the measured software beyond the fused kernel (default: "
-              << validate::kAttentionModuleUs
-              << " for the project's goldens, which time TensorRT-LLM's whole attention module; 0 for a --goldens "
-                 "folder)";
+  module_help << "time added to each attention case for the measured software beyond the fused kernel; above 0, "
+                 "the causal module's QKV preprocessing is simulated too (default: "
+              << validate::kCausalModuleUs << " causal and " << validate::kEncoderModuleUs
+              << " encoder for the project's goldens, which time TensorRT-LLM's whole attention modules; 0 for a "
+                 "--goldens folder)";
   po::options_description what("what to validate");
   what.add_options()
       ("suite", po::value(&o.suite)->default_value("gemm")->value_name("gemm|attention|all"), "the golden suite")

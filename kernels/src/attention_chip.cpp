@@ -54,6 +54,9 @@ Chip chip_of(const AttentionChip& a, const std::map<std::string, int64_t>& s) {
   for (const AttentionStrides* st : {&a.q_strides, &a.k_strides, &a.v_strides, &a.o_strides})
     if (st->batch < 0 || st->seq < 0 || st->head < 0)
       throw std::invalid_argument("attention_chip: strides must not be negative");
+  if (a.compute_head_dim != 0 && (a.compute_head_dim < a.head_dim || a.compute_head_dim > 65536))
+    throw std::invalid_argument("attention_chip: compute_head_dim must be 0 or from head_dim (" +
+                                std::to_string(a.head_dim) + ") to 65536, got " + std::to_string(a.compute_head_dim));
   if (a.key_bias_stride < -1) throw std::invalid_argument("attention_chip: key_bias_stride must be -1 or more");
   const int64_t kvh = a.kv_heads ? a.kv_heads : a.heads;
   if (kvh < 1 || a.heads % kvh != 0)
@@ -81,7 +84,7 @@ struct Split {
 // The full layout and plan.
 struct Layout {
   AttentionPlan plan;
-  int64_t D = 0, Dp = 0, O = 0, KVH = 0, NQ = 0, NBK = 0, Mx = 0, mul = 0;
+  int64_t D = 0, Dk = 0, Dp = 0, O = 0, KVH = 0, NQ = 0, NBK = 0, Mx = 0, mul = 0;
   Split s, p;
   int64_t sreg = 0, pvreg = 0;  // accumulator rows per unit of one S region, one PV region
   // VMEM
@@ -127,8 +130,9 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, Layo
   L = Layout{};
   L.D = a.head_dim, L.O = isa::dtype_size(a.out), L.KVH = a.kv_heads ? a.kv_heads : a.heads;
   L.mul = BR / BC;
-  L.s = choose_split(cdiv(BC, c.C), cdiv(L.D, c.R), BR, c);
-  L.p = choose_split(cdiv(L.D, c.C), cdiv(BC, c.R), BR, c);
+  L.Dk = std::max(L.D, a.compute_head_dim);  // the products' head size (padded past D with zero weights)
+  L.s = choose_split(cdiv(BC, c.C), cdiv(L.Dk, c.R), BR, c);
+  L.p = choose_split(cdiv(L.Dk, c.C), cdiv(BC, c.R), BR, c);
   L.Dp = L.p.strips * c.C;
   L.sreg = cdiv(L.s.strips * L.s.groups, c.U) * L.s.rows;
   L.pvreg = cdiv(L.p.strips * L.p.groups, c.U) * L.p.rows;
@@ -206,8 +210,10 @@ void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
   const double share = static_cast<double>(c.mem_bpc) / static_cast<double>(std::min<int64_t>(items, c.P));
   const double kv = static_cast<double>(2 * BC * L.D * 2) / share;
   const double block = std::max({mxu, vpu, kv});
-  const double fill = 2.0 * static_cast<double>(c.latency) + static_cast<double>(BR * L.D * 2) / share + mxu +
-                      static_cast<double>(L.p.strips) * vop(c, BR * c.C, 8 * x) + vop(c, BR * L.Dp, L.regs ? 2 : 6);
+  double fill = 2.0 * static_cast<double>(c.latency) + static_cast<double>(BR * L.D * 2) / share + mxu +
+                static_cast<double>(L.p.strips) * vop(c, BR * c.C, 8 * x) + vop(c, BR * L.Dp, L.regs ? 2 : 6);
+  // Items one after the other: the output's store (its latency and bytes) before the next item's loads start.
+  if (!a.overlap_items) fill += static_cast<double>(c.latency) + static_cast<double>(BR * L.D * L.O) / share;
   std::vector<double> core(static_cast<size_t>(c.P), 0.0);
   int64_t blocks = 0;
   for (int64_t t = 0; t < items; ++t) {
@@ -242,14 +248,25 @@ Layout plan_of(const AttentionChip& a, const Chip& c) {
   const int64_t span_q = span_of(a.seq), span_k = span_of(a.seq_k ? a.seq_k : a.seq);
   // block_k alone: that key block (the results depend on it, not on BR: fully masked blocks change nothing).
   if (a.block_k < 0) throw std::invalid_argument("attention_chip: block_k must not be negative");
-  for (int64_t bc = a.block_k ? a.block_k : 16; bc <= (a.block_k ? a.block_k : std::min<int64_t>(256, span_k));
-       bc *= 2)
-    for (int64_t br = a.block_k ? 16 : std::min(bc, span_q); br <= 512 && br <= span_q && br <= 8 * bc; br *= 2) {
+  if (a.min_block_q < 0 || a.min_block_k < 0 || a.min_block_q > 512 || a.min_block_k > 256)
+    throw std::invalid_argument("attention_chip: min_block_q must be 0 to 512 and min_block_k 0 to 256");
+  // The smallest blocks (powers of two from 16): a shorter sequence still computes whole blocks of these.
+  const int64_t min_q = a.min_block_q ? span_of(a.min_block_q) : 16, min_k = a.min_block_k ? span_of(a.min_block_k) : 16;
+  const int64_t top_q = std::max(span_q, min_q);
+  for (int64_t bc = a.block_k ? a.block_k : min_k;
+       bc <= (a.block_k ? a.block_k : std::max(min_k, std::min<int64_t>(256, span_k))); bc *= 2)
+    for (int64_t br = a.block_k ? 16 : std::max(min_q, std::min(bc, span_q)); br <= 512 && br <= top_q && br <= 8 * bc;
+         br *= 2) {
       Layout L;
       if (!lay_out(a, c, br, bc, L)) continue;
       estimate(a, c, L);
       if (!found || L.plan.estimate < best.plan.estimate) best = L, found = true;
     }
+  if (!found && !a.block_k && (min_q > 16 || min_k > 16)) {  // the smallest blocks do not fit: halve them, keys first
+    AttentionChip smaller = a;
+    (min_k > 16 ? smaller.min_block_k : smaller.min_block_q) = (min_k > 16 ? min_k : min_q) / 2;
+    return plan_of(smaller, c);
+  }
   if (!found)
     throw std::invalid_argument("attention_chip: no block size fits VMEM (" + std::to_string(c.VMEM) +
                                 " bytes) with head_dim " + std::to_string(a.head_dim));
@@ -376,7 +393,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
         e.line("sem.set " + SFREE(u) + ", 2"), e.line("sem.set " + PFULL(u) + ", 0"),
         e.line("sem.set " + OFULL(u) + ", 0"), e.line("sem.set " + OFREE(u) + ", " + std::to_string(NPV));
   e.line("sem.set " + KVFREE + ", 0");  // the three slots are free once zeroed (below)
-  e.line("sem.set " + QFREE + ", 2");
+  e.line("sem.set " + QFREE + (a.overlap_items ? ", 2" : ", 1"));  // Q buffers the next items may load into
   e.line("sem.set " + OUTFULL + ", 0");
   if (a.key_bias) e.line("sem.set " + KBFULL + ", 0");
   e.line("core.id cid");
@@ -438,12 +455,14 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       for (int64_t p = u; p < L.s.strips * L.s.groups; p += U) {
         const int64_t q = p / L.s.groups, r = p % L.s.groups, idx = p / U;
         for (int64_t f = 0; f < L.s.folds; ++f) {
-          e.line("addi t1, " + slot + ", " + std::to_string((q * C * D + f * R) * 2));
-          e.li("t2", std::min(R, D - f * R)), e.li("t3", std::min(C, BC - q * C)), e.li("t4", D * 2);
+          // Folds past D (compute_head_dim) load a tile of no rows (all zero) and stream fold 0's columns.
+          const int64_t fr = f * R < D ? f * R : 0;
+          e.line("addi t1, " + slot + ", " + std::to_string((q * C * D + fr) * 2));
+          e.li("t2", std::clamp<int64_t>(D - f * R, 0, R)), e.li("t3", std::min(C, BC - q * C)), e.li("t4", D * 2);
           e.line("mxu.lw t1, t2, t3, t4, bf16, trans, mxu=" + std::to_string(u) +
                  (first_lw ? ", wait=" + KVFULL(u) : ""));
           first_lw = false;
-          e.line("addi t1, qv, " + std::to_string((r * L.s.rows * D + f * R) * 2));
+          e.line("addi t1, qv, " + std::to_string((r * L.s.rows * D + fr) * 2));
           e.line("addi t5, t0, " + std::to_string(idx * L.s.rows)), e.clobber("t5");
           e.li("t6", L.s.rows);
           e.line("mxu.mm t1, t6, t5, t4, bf16" + std::string(f ? ", accumulate" : "") + ", mxu=" + std::to_string(u) +
@@ -471,8 +490,12 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       for (int64_t p = u; p < L.p.strips * L.p.groups; p += U) {
         const int64_t q = p / L.p.groups, r = p % L.p.groups, idx = p / U;
         for (int64_t f = 0; f < L.p.folds; ++f) {
-          e.line("addi t1, " + slot + ", " + std::to_string(L.VOFF + (f * R * D + q * C) * 2));
-          e.li("t2", std::clamp<int64_t>(kt - f * R, 0, R)), e.li("t3", std::min(C, D - q * C)), e.li("t4", D * 2);
+          // Strips past D (compute_head_dim) load a tile of no rows (all zero) from strip 0's place: their
+          // columns of O are zeros, never stored.
+          const bool pad = q * C >= D;
+          e.line("addi t1, " + slot + ", " + std::to_string(L.VOFF + (f * R * D + (pad ? 0 : q * C)) * 2));
+          e.li("t2", pad ? 0 : std::clamp<int64_t>(kt - f * R, 0, R));
+          e.li("t3", pad ? std::min(C, L.Dk - q * C) : std::min(C, D - q * C)), e.li("t4", D * 2);
           e.line("mxu.lw t1, t2, t3, t4, bf16, mxu=" + std::to_string(u) + (first_lw ? ", wait=" + PFULL(u) : ""));
           first_lw = false;
           e.line("addi t1, t7, " + std::to_string((r * L.p.rows * BC + f * R) * 2));
@@ -582,7 +605,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
           const int64_t q = p / L.p.groups, r = p % L.p.groups, idx = p / U;
           const int64_t opiece = L.OB + (q * BR * C + r * L.p.rows * C) * 4;
           e.line("addi t2, t0, " + std::to_string(u * c.ACC + idx * L.p.rows)), e.clobber("t2");
-          e.li("t3", L.p.rows), e.li("t4", std::min(C, D - q * C)), e.li("t5", C * 4);
+          e.li("t3", L.p.rows), e.li("t4", std::min(C, (q * C < D ? D : L.Dk) - q * C)), e.li("t5", C * 4);
           if (pass == 1) {
             e.li("t1", opiece);
             e.line("vpu.acc t1, t2, t3, t4, t5, r0, r0, f32, f32");
@@ -708,7 +731,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   e.line("vpu.cast qv, t1, t2, r0, f32, " + std::string(odt));
   e.line("vpu.sync signal=" + OUTFULL);
   e.li("t4", os.seq * O), e.li("t5", C * O);
-  for (int64_t q = 0; q < L.p.strips; ++q) {
+  for (int64_t q = 0; q < cdiv(D, C); ++q) {  // the strips of D's columns (not compute_head_dim's)
     e.line("addi t0, oh, " + std::to_string(q * C * O)), e.line("addi t1, qv, " + std::to_string(q * BR * C * O));
     e.li("t3", std::min(C, D - q * C) * O);
     e.line("dma.st t0, t1, mt, t3, t4, t5" + std::string(q == 0 ? ", wait=" + OUTFULL : ""));

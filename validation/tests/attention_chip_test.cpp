@@ -323,6 +323,92 @@ TEST(AttentionChip, FourCoresAreAtLeastThreeTimesFasterThanOne) {
   EXPECT_GE(static_cast<double>(one) / static_cast<double>(four), 3.0) << one << " vs " << four;
 }
 
+// Items one after the other (overlap_items = false, as a GPU runs one thread block per SM at a time) or
+// overlapped: the same instructions per item, so the same bits. 8 heads of one 16-row block on 2 cores: 4 items
+// per core. One after the other, an item's Q load starts after the previous item's output store has completed,
+// and each of the two takes at least dma.latency (900 cycles on h200-like) from issue: at least 4 x 2 x 900
+// cycles per core. Overlapped, the next item's Q load is issued while the current one computes, so at least one
+// latency per item after the first is hidden (an upper bound that leaves the rest of the schedule free).
+TEST(AttentionChip, ItemsOneAfterTheOtherPayTheirLatencies) {
+  Rig rig("h200-like", {"chip.cores=2"});
+  sim::RunOptions timing;
+  timing.functional = false;
+  AttentionChip a = shape(1, 16, 8, 8, 64, false);
+  const int64_t latency = rig.symbols.at("DMA_LATENCY");
+  ASSERT_EQ(latency, 900);
+  const Result overlapped = run(rig, a, 51);
+  const double overlapped_estimate = kernels::attention_chip_estimate(a, rig.symbols);
+  a.overlap_items = false;
+  check(rig, a, 51);
+  const Result serial = run(rig, a, 51);
+  EXPECT_EQ(serial.o, overlapped.o);
+  EXPECT_GE(serial.stats.cycles, static_cast<uint64_t>(4 * 2 * latency));
+  EXPECT_LE(overlapped.stats.cycles + 3 * static_cast<uint64_t>(latency), serial.stats.cycles)
+      << overlapped.stats.cycles << " overlapped, " << serial.stats.cycles << " one after the other";
+  // The estimate counts the store before the next item's loads.
+  EXPECT_GE(kernels::attention_chip_estimate(a, rig.symbols), overlapped_estimate + 4 * latency);
+}
+
+// The smallest blocks (min_block_q, min_block_k): a one-token sequence computes whole 64 x 64 blocks, as a GPU
+// kernel computes whole tiles. mxu.mm counts m x k x n of its weight tile: each item's S product streams all 64
+// rows of the query block against the whole K^T tile (D x 64, the key columns past the sequence included), its
+// P V product against the last block's tile cut to its one key (1 x D): 64 x 64 x D + 64 x 1 x D multiply-adds
+// per item, where the free plan's 16 x 16 block makes 16 x 16 x D + 16 x 1 x D. The results match the float64
+// reference. Where 64 x 64 does not fit (head_dim 256: three K/V slots of 64 keys and two Q buffers exceed the
+// 228 KB with the rest), the key block is halved first.
+TEST(AttentionChip, SmallestBlocksAreComputedWhole) {
+  Rig rig("h200-like", {"chip.cores=2"});
+  sim::RunOptions timing;
+  timing.functional = false;
+  AttentionChip a = shape(2, 1, 4, 4, 64, true);
+  const kernels::AttentionPlan free_plan = kernels::attention_chip_plan(a, rig.symbols);
+  EXPECT_EQ(free_plan.br, 16);
+  a.min_block_q = a.min_block_k = 64;
+  const kernels::AttentionPlan plan = kernels::attention_chip_plan(a, rig.symbols);
+  EXPECT_EQ(plan.br, 64);
+  EXPECT_EQ(plan.bc, 64);
+  check(rig, a, 61);
+  const sim::RunStats st = rig.chip->run(kernels::attention_chip_kernel(a, rig.symbols), timing).stats;
+  EXPECT_EQ(st.mxu_macs, static_cast<uint64_t>((64 * 64 + 64 * 1) * a.head_dim * a.batch * a.heads));
+  AttentionChip wide = shape(1, 1, 2, 2, 256, true);
+  wide.min_block_q = wide.min_block_k = 64;
+  const kernels::AttentionPlan halved = kernels::attention_chip_plan(wide, rig.symbols);
+  EXPECT_EQ(halved.br, 64);
+  EXPECT_LT(halved.bc, 64);
+}
+
+// compute_head_dim: head sizes 80 and 72 computed as 128, as a kernel built for 128 runs them. The padded folds
+// of the S product load weight tiles of no rows and the padded strips of the P V product (with matrix units of
+// 32 columns: 3 strips of head_dim 80, 4 of 128) tiles of no rows, so every padded term is +0: the same bits as
+// unpadded, and the float64 reference.
+TEST(AttentionChip, PaddedHeadDimSameResults) {
+  Rig rig("h200-like", {"chip.cores=4", "core.mxus=4", "mxu.cols=32"});
+  for (AttentionChip a : {shape(1, 70, 4, 2, 80, true), shape(2, 33, 2, 2, 72, false)}) {
+    const std::vector<double> plain = run(rig, a, 71).o;
+    a.compute_head_dim = 128;
+    check(rig, a, 71);
+    EXPECT_EQ(run(rig, a, 71).o, plain) << "head_dim " << a.head_dim;
+  }
+}
+
+// On the preset (one unit of 16 x 128 per core), a bidirectional head of 512 x 512: head_dim 80 takes 5 folds of
+// 16 rows in the S product, 80 padded to 128 and 128 itself 8. So 80 as 128 takes longer than 80, and at most
+// as long as 128, which also moves 128 columns of q, k, v and o where the padded kernel moves 80 (here: 62,887,
+// 69,344 and 75,187 cycles).
+TEST(AttentionChip, PaddedHeadDimTakesThePaddedMatrixTime) {
+  Rig rig("h200-like", {"chip.cores=2"});
+  sim::RunOptions timing;
+  timing.functional = false;
+  auto cycles = [&](int64_t d, int64_t dk) {
+    AttentionChip a = shape(1, 512, 2, 2, d, false);
+    a.block_q = a.block_k = 64, a.compute_head_dim = dk;
+    return rig.chip->run(kernels::attention_chip_kernel(a, rig.symbols), timing).stats.cycles;
+  };
+  const uint64_t d80 = cycles(80, 0), d80as128 = cycles(80, 128), d128 = cycles(128, 0);
+  EXPECT_GT(d80as128, d80);
+  EXPECT_LE(d80as128, d128);
+}
+
 TEST(AttentionChip, ShapesThatCannotRunSaySo) {
   const sim::ChipConfig cfg = sim::load_config("v4-like", {});
   const auto s = symbols_of(cfg);

@@ -19,6 +19,7 @@
 
 #include "tpusim/explore/pool.h"
 #include "tpusim/kernels/attention_chip.h"
+#include "tpusim/kernels/copy.h"
 #include "tpusim/kernels/gemm_chip.h"
 #include "tpusim/sim/chip.h"
 #include "tpusim/sim/config.h"
@@ -92,16 +93,52 @@ isa::Program gemm_program(const Case& c, const std::map<std::string, int64_t>& s
 bool is_attention(const Case& c) { return c.cls.rfind("attention_", 0) == 0; }
 
 // The fused attention kernel for an attention golden (attention_chip.h): bf16 q, k, v and output, causal or
-// bidirectional (the encoder's), grouped-query heads as the golden gives them.
-isa::Program attention_program(const Case& c, const std::map<std::string, int64_t>& symbols) {
+// bidirectional (the encoder's), grouped-query heads as the golden gives them; run as the measured GPU kernel
+// runs, with its tiles and its thread blocks:
+// - Tiles of at least 64 query rows and 64 keys: FlashAttention's kernels on Hopper compute whole tiles (a
+//   warpgroup's MMA takes 64 rows of A; no Hopper attention kernel takes fewer than 64 keys per tile), so a
+//   one-token case computes a 64 x 64 tile per (batch, head), not 1 x 16.
+// - The head dimension in whole chunks of 64 (compute_head_dim): Hopper kernels tile it in 128-byte rows of
+//   shared memory (64 bf16 elements, TMA's widest swizzle), so head_dim 72 and 80 compute as 128. In the
+//   goldens, encoder cases of head_dim 72 and 80 take the same time, 1.51 times head_dim 64's (median over the
+//   537 shapes measured with all three and above 40 us); causal head_dim 192 takes 0.83 times 256's, so it is
+//   not padded further.
+// - One item per core at a time, none prefetched (overlap_items = false): the goldens' time rises by a step at
+//   every 132 (batch, head) pairs (one-token causal, head_dim 128: 13.8 us up to 128 pairs, 16.0 from 160 to 256,
+//   18.8 from 320), so the GPU runs one thread block per SM at a time, and each pays its own load and store
+//   latencies (2.7 to 4.3 us per step for head_dim 64 to 256).
+kernels::AttentionChip attention_of(const Case& c) {
   kernels::AttentionChip a;
   a.batch = get(c, "batch_size"), a.seq = get(c, "seq_len"), a.heads = get(c, "heads");
   a.kv_heads = c.cls == "attention_causal" ? get(c, "kv_heads") : a.heads;
   a.head_dim = get(c, "head_dim");
   a.causal = c.cls == "attention_causal";
   a.out = isa::DType::BF16;
-  return kernels::attention_chip_kernel(a, symbols);
+  a.min_block_q = a.min_block_k = 64;
+  a.compute_head_dim = (a.head_dim + 63) / 64 * 64;
+  a.overlap_items = false;
+  return a;
 }
+
+// The causal module's QKV preprocessing, before the fused kernel: it reads q, k and v (bf16, B x S x (H + 2 KVH)
+// x D) and writes them back, q with RoPE applied and k and v into the paged KV cache. Its traffic is a copy of
+// those bytes (kernels/copy.h) over every core; its arithmetic (a rotation per pair of elements) is negligible.
+isa::Program preprocessing_program(const Case& c, const std::map<std::string, int64_t>& symbols) {
+  const kernels::AttentionChip a = attention_of(c);
+  const uint64_t bytes =
+      static_cast<uint64_t>(a.batch * a.seq * (a.heads + 2 * a.kv_heads) * a.head_dim) * 2;
+  kernels::Move m;
+  m.src = 0, m.dst = (bytes + 4095) / 4096 * 4096, m.rows = 1, m.rowbytes = bytes;
+  return kernels::copy_kernel({m}, symbols, 0, "qkv_preprocessing", symbols.at("CORES"));
+}
+
+// The measured attention module's time beyond the fused kernel (validate.h): 0 for one kernel's timings.
+struct Module {
+  double causal_us = 0, encoder_us = 0;
+  double of(const Case& c) const {
+    return c.cls == "attention_causal" ? causal_us : c.cls == "attention_encoder" ? encoder_us : 0.0;
+  }
+};
 
 void fill_roofline(Case& c, const ChipFigures& f) {
   const double peak = c.cls == "gemm_fp8" ? f.peak_fp8 : f.peak_bf16;
@@ -112,14 +149,17 @@ void fill_roofline(Case& c, const ChipFigures& f) {
 
 // Runs one case timing-only on `chip`; fills simulated_us (or error) and wall_s.
 void simulate(sim::Chip& chip, Case& c, const std::map<std::string, int64_t>& symbols, double clock_mhz,
-              double module_us) {
+              const Module& module) {
   sim::RunOptions ro;
   ro.functional = false;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    isa::Program p = is_attention(c) ? attention_program(c, symbols) : gemm_program(c, symbols);
-    sim::RunResult r = chip.run(p, ro);
-    c.simulated_us = static_cast<double>(r.stats.cycles) / clock_mhz + (is_attention(c) ? module_us : 0);
+    isa::Program p = is_attention(c) ? kernels::attention_chip_kernel(attention_of(c), symbols) : gemm_program(c, symbols);
+    uint64_t cycles = chip.run(p, ro).stats.cycles;
+    // A module's time (its fixed part > 0): the causal module's QKV preprocessing runs first, one more kernel.
+    if (c.cls == "attention_causal" && module.causal_us > 0)
+      cycles += chip.run(preprocessing_program(c, symbols), ro).stats.cycles;
+    c.simulated_us = static_cast<double>(cycles) / clock_mhz + module.of(c);
   } catch (const std::exception& e) {
     c.error = e.what();
     c.simulated_us = std::nan("");
@@ -132,7 +172,7 @@ void simulate(sim::Chip& chip, Case& c, const std::map<std::string, int64_t>& sy
 // error on one line). The parent reads them as they come, in any order. A worker that ends before sending all its
 // cases leaves them failed, with the reason.
 void run_workers(std::vector<Case>& cases, int jobs, const sim::ChipConfig& cfg,
-                 const std::map<std::string, int64_t>& symbols, double clock_mhz, double module_us,
+                 const std::map<std::string, int64_t>& symbols, double clock_mhz, const Module& module,
                  const std::function<void(const Case&)>& finished) {
   explore::Pool pool;
   pool.jobs = jobs;
@@ -140,7 +180,7 @@ void run_workers(std::vector<Case>& cases, int jobs, const sim::ChipConfig& cfg,
     auto chip = std::make_shared<sim::Chip>(cfg);
     return [&, chip](size_t i) {
       Case c = cases[i];
-      simulate(*chip, c, symbols, clock_mhz, module_us);
+      simulate(*chip, c, symbols, clock_mhz, module);
       std::string error = c.error;
       std::replace(error.begin(), error.end(), '\t', ' ');
       char buf[64];
@@ -323,9 +363,11 @@ int run(const Options& opts, std::ostream& log) {
   for (Case& c : cases) fill_roofline(c, fig);
   if (!std::isfinite(opts.attention_module_us))
     throw std::runtime_error("--attention-module-us must be a number, got " + std::to_string(opts.attention_module_us));
-  const double module_us = opts.attention_module_us >= 0 ? opts.attention_module_us
-                           : opts.goldens.empty()        ? kAttentionModuleUs
-                                                         : 0.0;
+  Module module;
+  if (opts.attention_module_us >= 0)
+    module.causal_us = module.encoder_us = opts.attention_module_us;
+  else if (opts.goldens.empty())
+    module.causal_us = kCausalModuleUs, module.encoder_us = kEncoderModuleUs;
 
   std::filesystem::create_directories(opts.out);
   std::ostringstream header;
@@ -336,7 +378,9 @@ int run(const Options& opts, std::ostream& log) {
   header << "\n\ngoldens:";
   for (const std::string& f : files) header << " " << f;
   header << " (" << cases.size() << " cases run). Timing-only; the simulated time includes chip.launch_cycles, and for attention "
-         << module_us << " us of the measured attention module beyond the fused kernel. The "
+         << module.causal_us << " us (causal) and " << module.encoder_us
+         << " us (encoder) of the measured attention module beyond its simulated kernels"
+         << (module.causal_us > 0 ? " (causal: the QKV preprocessing and the fused kernel)" : "") << ". The "
          << "roofline baseline is max(flops / peak, bytes / HBM bandwidth) + " << kFixedUs << " us with this "
          << "chip's peak (" << fig.peak_bf16 / 1e12 << " TFLOP/s bf16, " << fig.peak_fp8 / 1e12 << " fp8) and HBM ("
          << fig.hbm / 1e12 << " TB/s); attention's flops are 4 B H S^2 D, halved for causal, its bytes q, k, v "
@@ -358,11 +402,11 @@ int run(const Options& opts, std::ostream& log) {
   if (opts.jobs <= 1) {
     sim::Chip chip(cfg);
     for (Case& c : cases) {
-      simulate(chip, c, symbols, fig.clock_mhz, module_us);
+      simulate(chip, c, symbols, fig.clock_mhz, module);
       finished(c);
     }
   } else {
-    run_workers(cases, opts.jobs, cfg, symbols, fig.clock_mhz, module_us, finished);
+    run_workers(cases, opts.jobs, cfg, symbols, fig.clock_mhz, module, finished);
   }
   progress.finish();
   if (opts.jobs > 1) done = cases;  // every case reported: the sample's order, whatever order they finished in

@@ -9,7 +9,10 @@ Checks, each against something computed here independently:
   - flops = 4 B H S^2 D (halved for causal) and bytes = 2 B S D (2 H + 2 KVH) for every row;
   - the roofline baseline = max(flops / 989.4 TFLOP/s, bytes / 4.8 TB/s) + 2.5 us (h200-like's peak and HBM);
   - summary.csv's MAPE per class equals the mean of |simulated - measured| / measured over cases.csv;
-  - --jobs 2 (two worker processes) gives the same rows, simulated times included.
+  - --jobs 2 (two worker processes) gives the same rows, simulated times included;
+  - the module's part (validate.h): against --attention-module-us 0 (the fused kernel alone), an encoder case
+    takes exactly 11.08 us more, a causal case 9.41 us more plus its QKV preprocessing, a copy of q, k and v that
+    reads and writes 2 B S D (H + 2 KVH) bytes: at least twice that over 4.8 TB/s, and at most that plus 10 us.
 usage: validate_attention_sample.py TPUSIM OUT_DIR
 """
 import csv
@@ -20,6 +23,7 @@ import sys
 from golden_split import fnv1a
 
 SAMPLE, MAX_GFLOP = 8, 0.5
+CAUSAL_MODULE_US, ENCODER_MODULE_US = 9.41, 11.08
 PEAK, HBM, FIXED_US = 132 * 4 * 16 * 32 * 2 * 1830e6, 4.8e12, 2.5
 
 
@@ -68,6 +72,18 @@ def main():
     rows2 = list(csv.DictReader(open(f"{out}-jobs2/cases.csv")))
     assert [(r["shape"], r["class"], r["simulated_us"]) for r in rows2] == \
         [(r["shape"], r["class"], r["simulated_us"]) for r in rows], "--jobs 2 differs from one process"
+
+    subprocess.run(args + ["--attention-module-us", "0", "--out", out + "-kernel"], check=True)
+    kernel = {(r["class"], r["shape"]): float(r["simulated_us"]) for r in csv.DictReader(open(f"{out}-kernel/cases.csv"))}
+    for r in rows:
+        extra = float(r["simulated_us"]) - kernel[(r["class"], r["shape"])]
+        if r["class"] == "attention_encoder":
+            assert abs(extra - ENCODER_MODULE_US) < 1e-6, (r["shape"], extra)
+            continue
+        shape = {k: int(v) for k, v in (kv.split("=") for kv in r["shape"].split())}
+        qkv = 2 * shape["batch_size"] * shape["seq_len"] * shape["head_dim"] * (shape["heads"] + 2 * shape["kv_heads"])
+        copy_us = extra - CAUSAL_MODULE_US
+        assert 2 * qkv / HBM * 1e6 <= copy_us <= 2 * qkv / HBM * 1e6 + 10, (r["shape"], copy_us)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,19 @@ struct AttentionChip {
   // BR and BC exactly (causal: BR a multiple or a divisor of BC); 0: chosen by the estimate; block_k alone: BC, and BR chosen.
   // The results depend on BC (the online softmax's steps), not on BR, the cores or the matrix units.
   int64_t block_q = 0, block_k = 0;
+  // The smallest blocks the plan may choose (0: 16), as a kernel whose tiles have a fixed minimum computes whole
+  // tiles however short the sequence: FlashAttention's kernels on Hopper take at least 64 query rows (one
+  // warpgroup MMA, m64) and 64 keys per tile. Ignored where block_q or block_k is given.
+  int64_t min_block_q = 0, min_block_k = 0;
+  // The head size the products compute over (0: head_dim; else at least head_dim): the S product's contraction
+  // and the P V product's output columns past head_dim are computed on zero weights (a weight tile of no rows or
+  // no columns, mxu.lw), as a kernel built for a larger head size computes zero-padded columns. Results are those
+  // of head_dim (the padded terms add +0); only the time and the accumulators used change.
+  int64_t compute_head_dim = 0;
+  // false: a core starts an item only when the previous one's output is stored (one Q buffer in use, not two), as
+  // a GPU runs its thread blocks when one fits per SM at a time: each pays its own load and store latencies. true:
+  // the next item's Q and K/V loads run while the current item computes.
+  bool overlap_items = true;
   bool operator==(const AttentionChip&) const = default;
 };
 
