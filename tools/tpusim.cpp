@@ -47,10 +47,12 @@ const char* kUsage =
     "`tpusim <command> --help` lists a command's options.\n";
 
 // Options every command that builds a chip shares: --config and --set.
-po::options_description chip_options(std::string& config, std::vector<std::string>& sets) {
+// `preset`: the command's default chip (validate's is h200-like, the GPU its goldens were measured on).
+po::options_description chip_options(std::string& config, std::vector<std::string>& sets,
+                                     const std::string& preset = sim::default_preset()) {
   po::options_description d("the simulated chip");
   d.add_options()
-      ("config", po::value(&config)->default_value(sim::default_preset())->value_name("NAME|FILE.ini"),
+      ("config", po::value(&config)->default_value(preset)->value_name("NAME|FILE.ini"),
        "preset name (tpusim config --list) or INI file")
       ("set", po::value(&sets)->composing()->value_name("SECTION.KEY=VALUE"),
        "override one parameter (repeatable; tpusim config --show lists them)");
@@ -601,13 +603,11 @@ int cmd_validate(const std::vector<std::string>& args) {
       ("attention-module-us", po::value(&o.attention_module_us)->value_name("US"),
        module_help.str().c_str())
       ("out", po::value(&o.out)->value_name("DIR"), "where cases.csv, summary.csv, summary.md and scatter.svg go");
-  o.config = "h200-like";
   po::options_description shown;
-  shown.add(what).add(chip_options(o.config, o.sets));
+  shown.add(what).add(chip_options(o.config, o.sets, "h200-like"));
   po::variables_map vm;
   if (!parse(args, shown, "usage: tpusim validate --out DIR [--suite gemm] [--sample N] [--config h200-like]", vm))
     return 0;
-  if (vm["config"].defaulted()) o.config = "h200-like";
   if (o.out.empty()) throw UsageError("validate needs --out DIR (see tpusim validate --help)");
   if (o.jobs < 1 || o.jobs > 256) throw UsageError("validate: --jobs must be 1 to 256");
   o.tty = isatty(fileno(stderr)) != 0;
