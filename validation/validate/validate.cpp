@@ -95,10 +95,13 @@ bool is_attention(const Case& c) { return c.cls.rfind("attention_", 0) == 0; }
 // The fused attention kernel for an attention golden (attention_chip.h): bf16 q, k, v and output, causal or
 // bidirectional (the encoder's), grouped-query heads as the golden gives them; run as the measured GPU kernel
 // runs, with its tiles and its thread blocks:
-// - Tiles of at least 64 query rows and 64 keys: FlashAttention's kernels on Hopper compute whole tiles (a
-//   warpgroup's MMA takes 64 rows of A; no Hopper attention kernel takes fewer than 64 keys per tile), so a
-//   one-token case computes a 64 x 64 tile per (batch, head), not 1 x 16.
-// - The head dimension in whole chunks of 64 (compute_head_dim): Hopper kernels tile it in 128-byte rows of
+// - Tiles of at least 64 query rows and 64 keys: the GPU's kernels compute whole tiles. TensorRT-LLM's Hopper
+//   context kernels take 64 query rows (a warpgroup's MMA takes 64 rows of A) and 256, 128 or 64 keys per tile
+//   by head size (their names: fmha_v2_flash_attention_bf16_64_256_S_q_paged_kv_64_tma_ws_sm90, ..._64_128_S_
+//   ..._128_..., ..._64_64_S_..._256_...), so a one-token case computes a 64 x 64 tile per (batch, head) at least,
+//   not 1 x 16. (Their exact key tiles need two K/V slots where attention_chip keeps three; tried, that made the
+//   compute-bound cases 45% too slow: docs/validation.md.)
+// - The head dimension in whole chunks of 64 (compute_head_dim): Hopper kernels lay it out in 128-byte rows of
 //   shared memory (64 bf16 elements, TMA's widest swizzle), so head_dim 72 and 80 compute as 128. In the
 //   goldens, encoder cases of head_dim 72 and 80 take the same time, 1.51 times head_dim 64's (median over the
 //   537 shapes measured with all three and above 40 us); causal head_dim 192 takes 0.83 times 256's, so it is

@@ -80,9 +80,10 @@ struct AttentionChip {
   // BR and BC exactly (causal: BR a multiple or a divisor of BC); 0: chosen by the estimate; block_k alone: BC, and BR chosen.
   // The results depend on BC (the online softmax's steps), not on BR, the cores or the matrix units.
   int64_t block_q = 0, block_k = 0;
-  // The smallest blocks the plan may choose (0: 16), as a kernel whose tiles have a fixed minimum computes whole
-  // tiles however short the sequence: FlashAttention's kernels on Hopper take at least 64 query rows (one
-  // warpgroup MMA, m64) and 64 keys per tile. Ignored where block_q or block_k is given.
+  // The smallest blocks the plan may choose (0: 16; powers of two, halved keys first where they do not fit), as a
+  // kernel whose tiles have a fixed minimum computes whole tiles however short the sequence: GPU attention
+  // kernels on Hopper take 64 query rows (one warpgroup MMA, m64) and 64 to 256 keys per tile. Ignored where
+  // block_q or block_k is given.
   int64_t min_block_q = 0, min_block_k = 0;
   // The head size the products compute over (0: head_dim; else at least head_dim): the S product's contraction
   // and the P V product's output columns past head_dim are computed on zero weights (a weight tile of no rows or
