@@ -1,19 +1,28 @@
 # cast.s: y[N] = cast(x[N], DDT), optionally scaled: y = cast(f32(x) * SCALE) (round to nearest even,
 # saturating to integers; see docs/isa.md, vpu.cast).
 #
-# Defines: N (elements), SDT and DDT (data types, DT_*), SCALE (f32 bits, 0 = none), VMEM_BYTES, VPU_WIDTH.
+# Defines: N (elements), SDT and DDT (data types, DT_*), SCALE (f32 bits, 0 = none), VMEM_BYTES, VPU_WIDTH;
+# SHARE_CORES (default 1): the cores that share the elements (an SPMD program of that many cores).
 # Schedule: chunks of CH elements, double-buffered: dmain loads chunk i+1 while the vector unit casts chunk i
 # and dmaout stores chunk i-1. Semaphores: s1 X slot free, s2 X slot full, s3 Y slot free, s4 Y slot full.
+# With SHARE_CORES = P > 1, core c (core.id) takes chunks c, c + P, c + 2P, ... of at most ceil(N / P) elements
+# each (rounded up to the vector unit's width), so every core gets work where N allows; a core with no chunk
+# skips the kernel. Each element is cast by the same instruction either way: the results do not depend on P.
 .name "cast"
 .default SCALE, 0
+.default SHARE_CORES, 1
+.cores SHARE_CORES
 .set SE, sizeof(SDT)
 .set DE, sizeof(DDT)
 .if N < 1
 .error "cast.s: N must be positive"
 .endif
+.if SHARE_CORES < 1
+.error "cast.s: SHARE_CORES must be at least 1"
+.endif
 # Chunks are whole multiples of the vector unit's width, and all four buffers fit in VMEM.
 .set CH_VMEM, (VMEM_BYTES / (2 * (SE + DE)) / VPU_WIDTH) * VPU_WIDTH
-.set CH, min(align(N, VPU_WIDTH), min(CH_VMEM, 256 * VPU_WIDTH))
+.set CH, min(align((N + SHARE_CORES - 1) / SHARE_CORES, VPU_WIDTH), min(CH_VMEM, 256 * VPU_WIDTH))
 .set X_BYTES, align(CH * SE, 64)
 .set Y_BYTES, align(CH * DE, 64)
 .set VY0, 2 * X_BYTES
@@ -39,7 +48,14 @@
     li one, 1
     li scale, SCALE
     li slot, 0
+.if SHARE_CORES > 1
+    core.id t0
+    muli i0, t0, CH
+    li t0, N
+    bge i0, t0, done
+.else
     li i0, 0
+.endif
 chunk:
     li t0, N
     sub n, t0, i0
@@ -62,6 +78,7 @@ chunk:
     muli t2, n, DE
     dma.st t0, vy, one, t2, t2, t2, wait=s4, signal=s3
     sub slot, one, slot
-    addi i0, i0, CH
+    addi i0, i0, CH * SHARE_CORES
     li t0, N
     blt i0, t0, chunk
+done:

@@ -191,8 +191,30 @@ int64_t copy_cores(const std::vector<kernels::Move>& moves, const KernelCall& ca
   }
 }
 
+// The cores a library kernel that can share its work (cast.s, through SHARE_CORES) runs on, or 1: shared where
+// its estimate on every core, with the two barriers around it, beats one core's by a quarter. A core moves at most
+// its VMEM ports' bytes per cycle, the chip at most HBM's: one core takes bytes / min(ports, HBM) and a latency
+// each way; n cores, bytes / min(n x ports, HBM), the latencies and the barriers (n: the cores that get a chunk).
+int64_t library_cores(const KernelCall& call, const std::map<std::string, int64_t>& symbols, std::string& why) {
+  const int64_t cores = symbol_or(symbols, "CORES", 1);
+  if (call.kind != KernelCall::Kind::Library || call.kernel != "cast.s" || cores <= 1) return 1;
+  const double ports = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
+  const double hbm = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1)));
+  const double latency = 2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
+  const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
+  const int64_t width = std::max<int64_t>(1, symbol_or(symbols, "VPU_WIDTH", 1));
+  const int64_t n = std::min(cores, (param_or(call, "N", 1) + width - 1) / width);
+  const double one = call.bytes / std::min(ports, hbm) + latency;
+  const double all = call.bytes / std::min(static_cast<double>(n) * ports, hbm) + latency + sync;
+  if (n > 1 && all < 0.75 * one) return cores;
+  why = "every core's estimate, " + std::to_string(static_cast<int64_t>(all)) + " cycles with its barriers, does not "
+        "beat one core's " + std::to_string(static_cast<int64_t>(one)) + " by a quarter";
+  return 1;
+}
+
 // How a call runs on the chip: `gemm`, the call as the whole-chip GEMM (whole_chip_gemm); `row_cores`, the cores
-// a row-wise call's rows are shared among (rowwise_cores); `copy_cores`, those a copy's moves are (copy_cores).
+// a row-wise call's rows are shared among (rowwise_cores); `copy_cores`, those a copy's moves are (copy_cores);
+// `lib_cores`, those a library kernel's work is (library_cores).
 // Each makes it a kernel every core runs.
 // `group`, `core`: a call of a group of independent calls that run side by side, this one on core `core`
 // (group_independent_calls); -1 and core 0 otherwise.
@@ -201,10 +223,13 @@ struct OnChip {
   std::optional<kernels::GemmChip> gemm;
   int64_t row_cores = 1;   // a row-wise call: the cores sharing its rows
   int64_t copy_cores = 1;  // a copy call: the cores sharing its moves
+  int64_t lib_cores = 1;   // a library kernel's call: the cores sharing its work (SHARE_CORES)
   int group = -1;
   int64_t core = 0;
   bool attention = false;  // a fused attention call: the whole-chip kernel, on every core
-  bool every_core() const { return gemm.has_value() || row_cores > 1 || copy_cores > 1 || attention; }
+  bool every_core() const {
+    return gemm.has_value() || row_cores > 1 || copy_cores > 1 || lib_cores > 1 || attention;
+  }
 };
 
 // Kernel texts assembled once per compile up to their addresses (isa::prepare) and placed at each call's: a
@@ -333,7 +358,7 @@ void group_independent_calls(const KernelPlan& plan, const std::map<std::string,
       const double side_by_side = static_cast<double>((G + cores - 1) / cores) * slowest + sync;
       if (side_by_side < alone) {
         for (size_t i = c; i < e; ++i)
-          on_chip[i] = OnChip{"", std::nullopt, 1, 1, groups, static_cast<int64_t>(i - c) % cores};
+          on_chip[i] = OnChip{.group = groups, .core = static_cast<int64_t>(i - c) % cores};
         ++groups;
       }
     }
@@ -381,6 +406,7 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
     }
     std::map<std::string, int64_t> defines = symbols;
     for (const auto& [key, value] : call.params) defines[key] = value;
+    if (chip.lib_cores > 1) defines["SHARE_CORES"] = chip.lib_cores;
     std::string key = '\0' + call.kernel;  // (no generated text starts with a NUL)
     for (const auto& [name, value] : defines) key.append(1, '\0').append(name).append("=").append(std::to_string(value));
     const isa::Prepared* p = fragments.get(key, [&] { return kernels::prepare(call.kernel, defines); });
@@ -499,6 +525,7 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     o.gemm = whole_chip_gemm(call, symbols, o.why);
     o.row_cores = rowwise_cores(call, symbols, o.why);
     if (call.kind == KernelCall::Kind::Copy) o.copy_cores = copy_cores(moves_of(plan, call), call, symbols, o.why);
+    o.lib_cores = library_cores(call, symbols, o.why);
     o.attention = call.kind == KernelCall::Kind::Attention;
     if (o.why.empty()) o.why = "there is no whole-chip version of " + call.kernel;
     on_chip.push_back(std::move(o));

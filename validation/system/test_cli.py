@@ -724,7 +724,7 @@ class UserFacing(Workdir):
         # The compiler spreads work over the chip: on v4 (2 cores x 4 matrix units) the CNN's larger GEMMs run over
         # both cores; on h200-like (132 cores; with barriers made free and DMA latency short, so that every kernel
         # worth sharing is shared) the CNN's copies (padding, im2col) share their moves among the cores (core.id
-        # r31 in the copy kernel), BERT's row-wise kernels share their rows (core.id r8 in the row-wise kernel),
+        # r31 in the copy kernel) and the cast of its f32 input its chunks (core.id r7 in cast.s), BERT's row-wise kernels share their rows (core.id r8 in the row-wise kernel),
         # its attention is one fused kernel on every core (no core.id guard before it), and the per-head GEMMs
         # of a batched matmul that is no attention run side by side, one head per core ("runs on core N"). Each
         # program runs on every core and is faster, and its outputs are those of the same chip with 1 core of 1
@@ -763,6 +763,7 @@ class UserFacing(Workdir):
                 dis = tpusim("disasm", self.path("m.tpub")).stdout
                 if model == "tinycnn":
                     self.assertRegex(dis, r"core.id r31 +# pc \d+ \([^)]*<copy>/copy.s")  # a shared copy
+                    self.assertRegex(dis, r"core.id r7 +# pc \d+ \(cast\(input\): <builtin>/cast.s")  # a shared cast
                 else:
                     self.assertIn("core.id r8", dis)  # a row-wise kernel whose rows the cores share
                     self.assertIn('.region kernel, "attention_chip"', dis)  # attention, fused

@@ -323,6 +323,34 @@ TEST(ReferenceKernels, CastF32ToBf16AndToInt8Scaled) {
   }
 }
 
+// cast.s shared over the cores (SHARE_CORES, an SPMD program; the compiler's whole-chip cast): on 3 cores the
+// same bits as the host's bit trick and as the reference machine (which runs the cores one after another), for
+// fewer chunks than cores (1 and 33 elements: the other cores skip), one chunk per core and several; and the
+// same bits on one core. The vector unit is 8 x 8 = 64 lanes here and VMEM 16 KiB, so chunks are of at most
+// 16384 / (2 x (4 + 2)) = 1365 -> 1344 elements: 3 cores take chunks of min(align(ceil(N / 3), 64), 1344), and
+// N from 4100 on gives every core more than one.
+TEST(ReferenceKernels, CastSharedOverCoresSameBits) {
+  static const std::vector<std::string> sets{"mxu.rows=8", "mxu.cols=8", "mxu.acc_rows=32", "chip.cores=3",
+                                             "vmem.size_kib=16"};
+  TPUSIM_MACHINES(m, sets);
+  Random r(302);
+  for (int64_t n : {int64_t{1}, int64_t{33}, int64_t{190}, r.integer(4100, 9000)}) {
+    std::vector<double> x = r.values(DType::F32, n, -12, 12);
+    std::vector<double> want(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t bits = ref::bits_of_f32(x[i]);
+      want[i] = ref::f32_from_bits(((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16) << 16);
+    }
+    for (const int64_t cores : {int64_t{3}, int64_t{1}}) {
+      const KernelRun b = run_kernel(*m, "cast.s", {{"N", n}, {"SDT", 3}, {"DDT", 2}, {"SHARE_CORES", cores}},
+                                     {{"x", {x, DType::F32}}}, "y");
+      expect_all("cast.s on " + std::to_string(cores) + " cores, N=" + std::to_string(n), static_cast<size_t>(n),
+                 [&](size_t i) { return same(b.sim[i], want[i]) && same(b.fp64[i], want[i]); },
+                 [&](size_t i) { return "sim " + num(b.sim[i]) + ", reference " + num(b.fp64[i]) + ", host " + num(want[i]); });
+    }
+  }
+}
+
 // ---- another array shape (its own process under ctest) -----------------------------------------------------
 
 const std::vector<std::string>& array16() {
