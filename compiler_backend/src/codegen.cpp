@@ -141,11 +141,13 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
 }
 
 // The cores a row-wise call's rows are shared among (kernels/rowwise.h, Program::cores), or 1 where it stays on
-// one core. Shared where the vector work one core would do, W = (vector instructions per tile) x (vector-unit
-// passes over all R x C elements), shrinks by more than the two barriers around the shared kernel cost:
-// W x (1 - 1 / n) > 2 x SYNC_LATENCY with n the cores that get rows. (Its transfers shrink likewise; the vector
-// work alone decides, which leaves small memory-bound kernels on one core.)
-int64_t rowwise_cores(const KernelCall& call, const std::map<std::string, int64_t>& symbols, std::string& why) {
+// one core. Shared where the time one core would take shrinks by more than the two barriers around the shared
+// kernel cost: one core takes the longer of its vector work, W = (vector instructions per tile) x (vector-unit
+// passes over all R x C elements), and its transfers, the call's `bytes` at min(its VMEM ports, HBM) bytes per
+// cycle; n cores (those that get rows) W / n and bytes at min(n x ports, HBM); shared where one - shared >
+// 2 x SYNC_LATENCY.
+int64_t rowwise_cores(const KernelCall& call, double bytes, const std::map<std::string, int64_t>& symbols,
+                      std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1);
   if (call.kind != KernelCall::Kind::Rowwise || cores <= 1) return 1;
   kernels::rowwise::Program rows = call.rows;
@@ -161,11 +163,14 @@ int64_t rowwise_cores(const KernelCall& call, const std::map<std::string, int64_
     const double passes = static_cast<double>((rows.rows * rows.cols + width - 1) / width);
     const double work = static_cast<double>(shared.vector_ops_per_tile) * passes;
     const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
-    if (work * (1.0 - 1.0 / static_cast<double>(n)) > sync) return cores;
-    why = "sharing its rows would save " +
-          std::to_string(static_cast<int64_t>(work * (1.0 - 1.0 / static_cast<double>(n)))) +
-          " cycles of vector work, no more than its two barriers cost (" + std::to_string(static_cast<int64_t>(sync)) +
-          ")";
+    const double ports = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
+    const double hbm = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1 << 20)));
+    const double one = std::max(work, bytes / std::min(ports, hbm));
+    const double all = std::max(work / static_cast<double>(n), bytes / std::min(static_cast<double>(n) * ports, hbm));
+    if (one - all > sync) return cores;
+    why = "sharing its rows would save " + std::to_string(static_cast<int64_t>(one - all)) +
+          " cycles of vector work and transfers, no more than its two barriers cost (" +
+          std::to_string(static_cast<int64_t>(sync)) + ")";
     return 1;
   } catch (const std::invalid_argument&) {
     return 1;  // the one-core plan reports its own error
@@ -523,7 +528,7 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   for (const KernelCall& call : plan.calls) {
     OnChip o;
     o.gemm = whole_chip_gemm(call, symbols, o.why);
-    o.row_cores = rowwise_cores(call, symbols, o.why);
+    o.row_cores = rowwise_cores(call, call_bytes(plan, call), symbols, o.why);
     if (call.kind == KernelCall::Kind::Copy) o.copy_cores = copy_cores(moves_of(plan, call), call, symbols, o.why);
     o.lib_cores = library_cores(call, symbols, o.why);
     o.attention = call.kind == KernelCall::Kind::Attention;

@@ -779,6 +779,26 @@ class UserFacing(Workdir):
         dis = tpusim("disasm", self.path("bmm.tpub")).stdout
         self.assertRegex(dis, r"mm: core.id \(gemm.s runs on core 3\)")  # heads side by side
 
+    def test_memory_bound_rowwise_kernel_is_shared_by_its_transfers(self):
+        # An elementwise Add of two [256, 256] f32 tensors on h200-like: one vector instruction per pass, 512 passes
+        # of the 128 lanes, is less vector work than the two barriers (2 x 500 cycles), but one core would move its
+        # 786,432 bytes through its VMEM ports at 128 bytes per cycle (6,144 cycles) where 132 cores take them at
+        # HBM's 2,623: the rows are shared (core.id r8 in the row-wise kernel). With barriers of 10,000 cycles each
+        # they are not, and the program is one core's.
+        from onnx import helper, save, TensorProto
+        value = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [256, 256])
+        graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"], name="add")], "add",
+                                  [value("a"), value("b")], [value("y")])
+        model = self.path("add.onnx")
+        save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+        tpusim("compile", model, "--config", "h200-like", "-o", self.path("add.tpub"))
+        dis = tpusim("disasm", self.path("add.tpub")).stdout
+        self.assertRegex(dis, r"core.id r8 +# pc \d+ \(add: ")
+        tpusim("compile", model, "--config", "h200-like", "--set", "chip.sync_latency=10000", "-o", self.path("one.tpub"))
+        dis = tpusim("disasm", self.path("one.tpub")).stdout
+        self.assertNotIn("core.id", dis)
+        self.assertNotIn(".cores", dis)
+
     def test_random_index_inputs_are_valid_indices(self):
         # i32 inputs are usually indices: --random-inputs makes them 0..15, so an embedding lookup of a 16-row
         # table runs (negative ids used to stop it with a dma.gather error); the rows it gathered are the table's.
