@@ -5,6 +5,9 @@
 #   D           elements per table row (required)
 #   V           rows of the table (required): an id < 0 or >= V is a run-time error naming it (dma.gather's count)
 #   DT          element type of table and y: DT_BF16 (default) or DT_F32 (any type works: rows are copied bytes)
+#   SHARE_CORES the cores that share the rows (default 1; an SPMD program of that many cores): core c takes
+#               chunks c, c + P, c + 2P, ... of at most ceil(M / P) rows; a core with no chunk skips the kernel.
+#               Every row is gathered by the same instructions either way: the results do not depend on P.
 #   VMEM_BYTES: the chip (tpusim passes it from the config)
 # Tensors: inputs ids (i32 [M]) and table (DT [V, D]); output y (DT [M, D]).
 #
@@ -14,6 +17,8 @@
 # s2 ids of a chunk loaded (loads complete in order, so the i-th wait consumes chunk i's), s4 Y slot full.
 .name "gather"
 .default DT, DT_BF16
+.default SHARE_CORES, 1
+.cores SHARE_CORES
 .set E, sizeof(DT)
 .set RB, D * E
 .if M < 1 || D < 1 || V < 1
@@ -25,7 +30,11 @@
 .if CH_MAX < 1
 .error "gather.s: two rows of the table do not fit in VMEM"
 .endif
-.set CH, cdiv(M, cdiv(M, CH_MAX))
+.if SHARE_CORES < 1
+.error "gather.s: SHARE_CORES must be at least 1"
+.endif
+.set CH_ONE, min(CH_MAX, cdiv(M, SHARE_CORES))
+.set CH, cdiv(M, cdiv(M, CH_ONE))
 .set I_BYTES, align(CH * 4, 64)
 .set Y_BYTES, align(CH * RB, 64)
 .set VY0, 2 * I_BYTES
@@ -57,13 +66,23 @@
     li count, V
     li tab, table
     li slot, 0
+.if SHARE_CORES > 1
+    core.id t0
+    muli i0, t0, CH
+    li t1, M
+    bge i0, t1, done
+.else
     li i0, 0
-    # the ids of chunk 0 into ids slot 0
+.endif
+    # the ids of this core's first chunk into ids slot 0
     li t0, M
+    sub n, t0, i0
     li t1, CH
-    min n, t0, t1
+    min n, n, t1
     li vi, 0
-    li t0, ids
+    muli t0, i0, 4
+    li t1, ids
+    add t0, t0, t1
     muli t2, n, 4
     dma.ld vi, t0, one, t2, t2, t2, signal=s2
 chunk:
@@ -74,8 +93,9 @@ chunk:
     muli vi, slot, I_BYTES
     muli vy, slot, Y_BYTES
     addi vy, vy, VY0
-    # prefetch the ids of chunk i+1 into the other ids slot (its gather, chunk i-1, was issued before)
-    addi t0, i0, CH
+    # prefetch the ids of this core's next chunk into the other ids slot (its gather, this core's previous
+    # chunk, was issued before)
+    addi t0, i0, CH * SHARE_CORES
     li t1, M
     bge t0, t1, gather
     sub nn, t1, t0
@@ -97,6 +117,7 @@ gather:
     muli t2, n, RB
     dma.st t0, vy, one, t2, t2, t2, wait=s4, signal=s1
     sub slot, one, slot
-    addi i0, i0, CH
+    addi i0, i0, CH * SHARE_CORES
     li t0, M
     blt i0, t0, chunk
+done:

@@ -196,19 +196,22 @@ int64_t copy_cores(const std::vector<kernels::Move>& moves, const KernelCall& ca
   }
 }
 
-// The cores a library kernel that can share its work (cast.s, through SHARE_CORES) runs on, or 1: shared where
+// The cores a library kernel that can share its work (cast.s and gather.s, through SHARE_CORES) runs on, or 1:
+// shared where
 // its estimate on every core, with the two barriers around it, beats one core's by a quarter. A core moves at most
 // its VMEM ports' bytes per cycle, the chip at most HBM's: one core takes bytes / min(ports, HBM) and a latency
 // each way; n cores, bytes / min(n x ports, HBM), the latencies and the barriers (n: the cores that get a chunk).
 int64_t library_cores(const KernelCall& call, const std::map<std::string, int64_t>& symbols, std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1);
-  if (call.kind != KernelCall::Kind::Library || call.kernel != "cast.s" || cores <= 1) return 1;
+  const bool gather = call.kernel == "gather.s";
+  if (call.kind != KernelCall::Kind::Library || (call.kernel != "cast.s" && !gather) || cores <= 1) return 1;
   const double ports = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
   const double hbm = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1)));
   const double latency = 2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
   const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
   const int64_t width = std::max<int64_t>(1, symbol_or(symbols, "VPU_WIDTH", 1));
-  const int64_t n = std::min(cores, (param_or(call, "N", 1) + width - 1) / width);
+  // The cores that get a chunk: cast.s's chunks are whole passes of the vector unit, gather.s's whole rows.
+  const int64_t n = std::min(cores, gather ? param_or(call, "M", 1) : (param_or(call, "N", 1) + width - 1) / width);
   const double one = call.bytes / std::min(ports, hbm) + latency;
   const double all = call.bytes / std::min(static_cast<double>(n) * ports, hbm) + latency + sync;
   if (n > 1 && all < 0.75 * one) return cores;

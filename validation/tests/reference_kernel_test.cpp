@@ -323,13 +323,16 @@ TEST(ReferenceKernels, CastF32ToBf16AndToInt8Scaled) {
   }
 }
 
-// cast.s shared over the cores (SHARE_CORES, an SPMD program; the compiler's whole-chip cast): on 3 cores the
+// cast.s and gather.s shared over the cores (SHARE_CORES, an SPMD program; the compiler's whole-chip cast and
+// embedding lookup). cast.s: on 3 cores the
 // same bits as the host's bit trick and as the reference machine (which runs the cores one after another), for
 // fewer chunks than cores (1 and 33 elements: the other cores skip), one chunk per core and several; and the
 // same bits on one core. The vector unit is 8 x 8 = 64 lanes here and VMEM 16 KiB, so chunks are of at most
 // 16384 / (2 x (4 + 2)) = 1365 -> 1344 elements: 3 cores take chunks of min(align(ceil(N / 3), 64), 1344), and
-// N from 4100 on gives every core more than one.
-TEST(ReferenceKernels, CastSharedOverCoresSameBits) {
+// N from 4100 on gives every core more than one. gather.s: 2 rows (the third core skips) and 1000 rows of 16
+// bf16 elements, in chunks of at most (16384 - 256) / (2 x (32 + 4)) = 224 rows: 5 chunks of 200, two on each of
+// cores 0 and 1; against the table's rows, on 3 cores and on 1.
+TEST(ReferenceKernels, CastAndGatherSharedOverCoresSameBits) {
   static const std::vector<std::string> sets{"mxu.rows=8", "mxu.cols=8", "mxu.acc_rows=32", "chip.cores=3",
                                              "vmem.size_kib=16"};
   TPUSIM_MACHINES(m, sets);
@@ -347,6 +350,21 @@ TEST(ReferenceKernels, CastSharedOverCoresSameBits) {
       expect_all("cast.s on " + std::to_string(cores) + " cores, N=" + std::to_string(n), static_cast<size_t>(n),
                  [&](size_t i) { return same(b.sim[i], want[i]) && same(b.fp64[i], want[i]); },
                  [&](size_t i) { return "sim " + num(b.sim[i]) + ", reference " + num(b.fp64[i]) + ", host " + num(want[i]); });
+    }
+  }
+  for (const int64_t rows : {int64_t{2}, int64_t{1000}}) {
+    const int64_t D = 16, V = 300;
+    std::vector<double> table = r.values(DType::BF16, V * D, -8, 8), ids(static_cast<size_t>(rows));
+    for (auto& x : ids) x = static_cast<double>(r.integer(0, V - 1));
+    std::vector<double> want(static_cast<size_t>(rows * D));
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < D; ++j) want[i * D + j] = table[static_cast<int64_t>(ids[i]) * D + j];
+    for (const int64_t cores : {int64_t{3}, int64_t{1}}) {
+      const KernelRun k = run_kernel(*m, "gather.s", {{"M", rows}, {"D", D}, {"V", V}, {"SHARE_CORES", cores}},
+                                     {{"ids", {ids, DType::I32}}, {"table", {table, DType::BF16}}}, "y");
+      expect_all("gather.s on " + std::to_string(cores) + " cores, M=" + std::to_string(rows), want.size(),
+                 [&](size_t i) { return same(k.sim[i], want[i]) && same(k.fp64[i], want[i]); },
+                 [&](size_t i) { return "sim " + num(k.sim[i]) + ", reference " + num(k.fp64[i]) + ", host " + num(want[i]); });
     }
   }
 }
