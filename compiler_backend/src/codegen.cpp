@@ -140,17 +140,38 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
   return g;
 }
 
+// A purely elementwise row-wise program (no row reduction, no per-row or row-periodic input) of fewer rows than
+// the chip has cores, cut into rows of the vector unit's width instead: the same elements in the same order, each
+// computed by the same instructions, so the same results, but rows enough for the cores to share ([1, 3072], a
+// decoded token's GELU, becomes [24, 128] on a vector unit of 128 lanes). Otherwise the program as it is.
+kernels::rowwise::Program rows_for_cores(const kernels::rowwise::Program& p,
+                                         const std::map<std::string, int64_t>& symbols) {
+  const int64_t cores = symbol_or(symbols, "CORES", 1), width = std::max<int64_t>(1, symbol_or(symbols, "VPU_WIDTH", 1));
+  if (p.rows >= cores || p.rows * p.cols % width != 0 || p.rows * p.cols / width <= p.rows) return p;
+  for (const kernels::rowwise::Node& n : p.nodes)
+    if (n.op == kernels::rowwise::Op::RowSum || n.op == kernels::rowwise::Op::RowMax ||
+        n.op == kernels::rowwise::Op::RowMean)
+      return p;
+  for (const kernels::rowwise::Input& in : p.inputs)
+    if (in.per_row || (in.period != 0 && in.period != p.rows)) return p;
+  kernels::rowwise::Program q = p;
+  q.rows = p.rows * p.cols / width, q.cols = width;
+  for (kernels::rowwise::Input& in : q.inputs) in.period = 0;
+  return q;
+}
+
 // The cores a row-wise call's rows are shared among (kernels/rowwise.h, Program::cores), or 1 where it stays on
 // one core. Shared where the time one core would take shrinks by more than the two barriers around the shared
-// kernel cost: one core takes the longer of its vector work, W = (vector instructions per tile) x (vector-unit
-// passes over all R x C elements), and its transfers, the call's `bytes` at min(its VMEM ports, HBM) bytes per
-// cycle; n cores (those that get rows) W / n and bytes at min(n x ports, HBM); shared where one - shared >
-// 2 x SYNC_LATENCY.
-int64_t rowwise_cores(const KernelCall& call, double bytes, const std::map<std::string, int64_t>& symbols,
-                      std::string& why) {
+// kernel cost: one core takes the longer of its vector work, W = (vector instructions per tile) x (the cycles of
+// one instruction over all R x C elements: the vector unit's passes, or its operands through VMEM's ports, 12
+// bytes an element for two f32 operands and an f32 result, whichever is longer), and its transfers, the call's
+// `bytes` at min(its VMEM ports, HBM) bytes per cycle; n cores (those that get rows) W / n and bytes at
+// min(n x ports, HBM); shared where the saving, one - shared or W - W / n if more, exceeds 2 x SYNC_LATENCY.
+int64_t rowwise_cores(const KernelCall& call, const kernels::rowwise::Program& program, double bytes,
+                      const std::map<std::string, int64_t>& symbols, std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1);
   if (call.kind != KernelCall::Kind::Rowwise || cores <= 1) return 1;
-  kernels::rowwise::Program rows = call.rows;
+  kernels::rowwise::Program rows = program;
   rows.cores = cores;
   try {
     const kernels::rowwise::Plan shared = kernels::rowwise::plan(rows, symbols);
@@ -160,15 +181,19 @@ int64_t rowwise_cores(const KernelCall& call, double bytes, const std::map<std::
       return 1;
     }
     const int64_t width = std::max<int64_t>(1, symbol_or(symbols, "VPU_WIDTH", 1));
-    const double passes = static_cast<double>((rows.rows * rows.cols + width - 1) / width);
-    const double work = static_cast<double>(shared.vector_ops_per_tile) * passes;
-    const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
     const double ports = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
+    const double passes = static_cast<double>((rows.rows * rows.cols + width - 1) / width);
+    const double operands = 12.0 * static_cast<double>(rows.rows * rows.cols) / ports;
+    const double work = static_cast<double>(shared.vector_ops_per_tile) * std::max(passes, operands);
+    const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
     const double hbm = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1 << 20)));
+    // The saving: of the vector work alone, or of the longer of it and the transfers, whichever is more (a kernel
+    // that one core runs below its bandwidth, as its transfers' latencies leave it, gains from the cores' work).
     const double one = std::max(work, bytes / std::min(ports, hbm));
     const double all = std::max(work / static_cast<double>(n), bytes / std::min(static_cast<double>(n) * ports, hbm));
-    if (one - all > sync) return cores;
-    why = "sharing its rows would save " + std::to_string(static_cast<int64_t>(one - all)) +
+    const double saving = std::max(work - work / static_cast<double>(n), one - all);
+    if (saving > sync) return cores;
+    why = "sharing its rows would save " + std::to_string(static_cast<int64_t>(saving)) +
           " cycles of vector work and transfers, no more than its two barriers cost (" +
           std::to_string(static_cast<int64_t>(sync)) + ")";
     return 1;
@@ -230,6 +255,7 @@ struct OnChip {
   std::string why;  // a call on one core: why it is not shared (for the compile report)
   std::optional<kernels::GemmChip> gemm;
   int64_t row_cores = 1;   // a row-wise call: the cores sharing its rows
+  bool row_cut = false;    // a row-wise call shared as rows_for_cores cut it
   int64_t copy_cores = 1;  // a copy call: the cores sharing its moves
   int64_t lib_cores = 1;   // a library kernel's call: the cores sharing its work (SHARE_CORES)
   int group = -1;
@@ -405,7 +431,7 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
     if (call.kind == KernelCall::Kind::Copy)
       return kernels::copy_kernel(moves_of(plan, call), symbols, base_pc, "copy", chip.copy_cores);
     if (call.kind == KernelCall::Kind::Rowwise) {
-      kernels::rowwise::Program rows = call.rows;
+      kernels::rowwise::Program rows = chip.row_cut ? rows_for_cores(call.rows, symbols) : call.rows;
       rows.cores = chip.row_cores;
       for (size_t i = 0; i < rows.inputs.size(); ++i) rows.inputs[i].addr = at(call.row_inputs[i], call.row_input_offs[i]);
       for (size_t i = 0; i < rows.outputs.size(); ++i)
@@ -531,7 +557,13 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   for (const KernelCall& call : plan.calls) {
     OnChip o;
     o.gemm = whole_chip_gemm(call, symbols, o.why);
-    o.row_cores = rowwise_cores(call, call_bytes(plan, call), symbols, o.why);
+    o.row_cores = rowwise_cores(call, call.rows, call_bytes(plan, call), symbols, o.why);
+    if (call.kind == KernelCall::Kind::Rowwise && o.row_cores == 1) {  // too few rows: cut into more, if it can be
+      const kernels::rowwise::Program cut = rows_for_cores(call.rows, symbols);
+      std::string why_cut;
+      if (cut.rows != call.rows.rows && rowwise_cores(call, cut, call_bytes(plan, call), symbols, why_cut) > 1)
+        o.row_cores = symbol_or(symbols, "CORES", 1), o.row_cut = true, o.why.clear();
+    }
     if (call.kind == KernelCall::Kind::Copy) o.copy_cores = copy_cores(moves_of(plan, call), call, symbols, o.why);
     o.lib_cores = library_cores(call, symbols, o.why);
     o.attention = call.kind == KernelCall::Kind::Attention;

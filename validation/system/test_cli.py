@@ -803,6 +803,35 @@ class UserFacing(Workdir):
         self.assertNotIn("core.id", dis)
         self.assertNotIn(".cores", dis)
 
+    def test_one_row_elementwise_kernel_is_cut_for_the_cores(self):
+        # A decoded token's activation, tanh(x) * x over [1, 3072], on h200-like: one row makes one core's share, so
+        # the compiler cuts the purely elementwise kernel into 24 rows of the vector unit's 128 lanes and the cores
+        # share them (core.id r8 in the row-wise kernel); each element is computed by the same instructions, so the
+        # outputs are those of one core, bit for bit, and the run is faster. A row reduction (softmax) is not cut.
+        from onnx import helper, save, TensorProto
+        value = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 3072])
+        for name, nodes in (("act", [helper.make_node("Tanh", ["x"], ["t"], name="tanh"),
+                                     helper.make_node("Mul", ["t", "x"], ["y"], name="mul")]),
+                            ("softmax", [helper.make_node("Softmax", ["x"], ["y"], name="softmax", axis=-1)])):
+            graph = helper.make_graph(nodes, name, [value("x")], [value("y")])
+            model = self.path(name + ".onnx")
+            save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+            np.save(self.path("x.npy"), np.random.default_rng(5).standard_normal((1, 3072)).astype(np.float32))
+            runs = {}
+            for cores in ("132", "1"):
+                out, stats = self.path(f"{name}.{cores}"), self.path(f"{name}.{cores}.json")
+                tpusim("run", model, "--input", "x=" + self.path("x.npy"), "--config", "h200-like", "--set",
+                       "chip.cores=" + cores, "--output-dir", out, "--stats", stats)
+                runs[cores] = (json.loads(read(stats))["cycles"], read(os.path.join(out, "y.npy"), "rb"))
+            self.assertEqual(runs["132"][1], runs["1"][1], name)
+            tpusim("compile", model, "--config", "h200-like", "-o", self.path(name + ".tpub"))
+            dis = tpusim("disasm", self.path(name + ".tpub")).stdout
+            if name == "act":
+                self.assertRegex(dis, r"core.id r8 +# pc \d+ \(tanh\+mul: ")
+                self.assertLess(runs["132"][0], runs["1"][0])
+            else:
+                self.assertNotRegex(dis, r"core.id r8 ")
+
     def test_random_index_inputs_are_valid_indices(self):
         # i32 inputs are usually indices: --random-inputs makes them 0..15, so an embedding lookup of a 16-row
         # table runs (negative ids used to stop it with a dma.gather error); the rows it gathered are the table's.
