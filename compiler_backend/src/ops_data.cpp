@@ -693,12 +693,22 @@ void lower_split(Lowering& L, const ir::Node& n) {
   const size_t pa = phys_axis(axis, nhwc);
   Stored X = L.get_any(x, nhwc);
   std::vector<int64_t> xst = strides_of(xs);
+  // Every axis before the split's of one element (a decoded token's fused QKV, [1, 1, 3 x 768]): each part is a
+  // contiguous run of the input's bytes, so it is a view of them at its offset, no copy (with N = H = W = 1 the
+  // NHWC bytes are the row-major ones too).
+  const bool runs = prod(xs, 0, pa) == 1;
   int64_t pos = 0;
   for (int out : n.outputs) {
     if (out < 0) continue;
     Shape s = phys(L.shape(out), nhwc);
-    Stored Y = L.remember(out, Stored{L.temp(L.val(out).name, X.dtype, L.shape(out)), 0, X.dtype, nhwc});
-    L.view_copy(n.name, X, pos * xst[pa], s, xst, Y, 0, strides_of(s));
+    if (runs) {
+      Stored Y = X;
+      Y.off += static_cast<uint64_t>(pos * xst[pa] * isa::dtype_size(X.dtype));
+      L.remember(out, Y);
+    } else {
+      Stored Y = L.remember(out, Stored{L.temp(L.val(out).name, X.dtype, L.shape(out)), 0, X.dtype, nhwc});
+      L.view_copy(n.name, X, pos * xst[pa], s, xst, Y, 0, strides_of(s));
+    }
     pos += s[pa];
   }
 }

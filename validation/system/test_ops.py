@@ -1510,6 +1510,12 @@ class DataMovement(OpCase):
         for name, f in cases.items():
             with self.subTest(name):
                 self.check(fn(lambda s, x, f=f: f(x)), randn(2, 3, 7, 9), name=name, exact="f32")
+        # Every axis before the split's of one element: the parts are views of the input's bytes, no copy.
+        runs = {"token_qkv": (lambda x: x.split(4, dim=-1), randn(1, 1, 12)),
+                "batch1_dim1": (lambda x: x.chunk(3, dim=1), randn(1, 6, 7, 9))}
+        for name, (f, x) in runs.items():
+            with self.subTest(name):
+                self.check(fn(lambda s, x, f=f: f(x)), x, name=name, exact="f32")
 
     def test_cat(self):
         for dim in (0, 1, 2, 3, -1):
