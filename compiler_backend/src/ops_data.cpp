@@ -610,6 +610,13 @@ void lower_transpose(Lowering& L, const ir::Node& n) {
     only_matmuls = only_matmuls && un.op == "MatMul" && un.inputs[1] == y && un.inputs[0] != y;
   }
   if (only_matmuls && !L.users_[y].empty()) return;
+  // Only axes of one element move (the other axes keep their order, as [1, 1, 12, 64] -> [1, 12, 1, 64] for a
+  // decoded token's heads): the same bytes in the same order, a view (as Reshape), no copy.
+  int64_t last = -1;
+  bool same_bytes = true;
+  for (int64_t a : perm)
+    if (xs[static_cast<size_t>(a)] != 1) same_bytes = same_bytes && a > last, last = std::max(last, a);
+  if (same_bytes) return L.alias(n);
   Stored X = L.plain_input(x);
   std::vector<int64_t> xst = strides_of(xs), sstr(perm.size());
   for (size_t d = 0; d < perm.size(); ++d) sstr[d] = xst[static_cast<size_t>(perm[d])];

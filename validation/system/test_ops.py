@@ -1490,6 +1490,12 @@ class DataMovement(OpCase):
             with self.subTest(perm=perm):
                 shape = (5, 11) if len(perm) == 2 else (3, 5, 11)
                 self.check(fn(lambda s, x, p=perm: x.permute(*p)), randn(*shape), name=f"{perm}", exact="f32")
+        # Only axes of one element move (a decoded token's heads): a view of the same bytes, no copy; and one that
+        # also swaps two longer axes, which is a copy.
+        for perm, shape in [((0, 2, 1, 3), (1, 1, 12, 16)), ((1, 0, 2), (1, 5, 11)), ((0, 3, 1, 2), (2, 1, 1, 9)),
+                            ((2, 1, 0, 3), (1, 7, 1, 5)), ((3, 1, 2, 0), (6, 1, 1, 4))]:
+            with self.subTest(perm=perm, shape=shape):
+                self.check(fn(lambda s, x, p=perm: x.permute(*p)), randn(*shape), name=f"{perm} of {shape}", exact="f32")
 
     def test_nhwc_roundtrip(self):
         self.check(fn(lambda s, x: x.permute(0, 2, 3, 1).permute(0, 3, 1, 2)), randn(2, 3, 7, 9), exact="f32")
