@@ -23,6 +23,13 @@
 #   TRANS_B     1: b is given transposed, [N, K] row-major, and c = a @ b^T (attention's Q @ K^T): each B tile is
 #               loaded as the nt x kt block of b and mxu.lw transposes it on the way into the array (`trans`),
 #               with the same timing as TRANS_B=0. Not with B_TILED.
+#   TAP_CIN     > 0: an implicit im2col (kernels/gemm_chip.h, ConvTaps): `a` is [TAP_ROWS, TAP_CIN], a
+#               convolution's padded input split into TAP_SH x TAP_SW phases of TAP_PHASE_ROWS rows of TAP_WQ
+#               pixels, and element (r, t*TAP_CIN + c) of the matrix is a[r + offset(t)][c] for the tap t = (i, j)
+#               = (t / TAP_KW, t % TAP_KW) at input offsets (ih, jw) = (i*TAP_DH, j*TAP_DW):
+#               offset(t) = ((ih % TAP_SH)*TAP_SW + jw % TAP_SW)*TAP_PHASE_ROWS + (ih / TAP_SH)*TAP_WQ + jw / TAP_SW.
+#               Each fold's A block is loaded tap by tap into the same A region, so results and matrix work are
+#               those of the copied matrix. Not with ACT_RESIDENT.
 #   MXU_ROWS, MXU_COLS, ACC_ROWS, VMEM_BYTES: the chip (tpusim passes them from the config)
 #
 # Schedule. Weight-stationary: each mxu.lw holds a K-by-N tile of b (R = MXU_ROWS rows of K, C = MXU_COLS
@@ -55,6 +62,15 @@
 .default ACT_RESIDENT, 0
 .default B_TILED, 0
 .default TRANS_B, 0
+.default TAP_CIN, 0
+.default TAP_ROWS, 0
+.default TAP_KW, 1
+.default TAP_SH, 1
+.default TAP_SW, 1
+.default TAP_DH, 1
+.default TAP_DW, 1
+.default TAP_WQ, 1
+.default TAP_PHASE_ROWS, 0
 .if TRANS_B && B_TILED
 .error "gemm.s: TRANS_B and B_TILED cannot be combined"
 .endif
@@ -78,6 +94,9 @@
 .error "gemm.s: IN_DT must be DT_I8 or DT_BF16"
 .endif
 .set E, sizeof(IN_DT)
+.if TAP_CIN && (TAP_CIN < 0 || ACT_RESIDENT || K % TAP_CIN != 0 || TAP_ROWS < 1 || TAP_KW < 1 || TAP_SH < 1 || TAP_SW < 1 || TAP_DH < 1 || TAP_DW < 1 || TAP_WQ < 1 || TAP_PHASE_ROWS < 0)
+.error "gemm.s: TAP_CIN needs K in whole taps, TAP_ROWS, TAP_KW, strides, dilations and TAP_WQ positive, and no ACT_RESIDENT"
+.endif
 .set O, sizeof(OUT_DT)
 .if M < 1 || K < 1 || N < 1
 .error "gemm.s: M, K and N must be positive"
@@ -123,7 +142,11 @@
 .set VA0, BIAS_BYTES
 .set VB0, VA0 + 2 * A_BYTES
 .set VC0, VB0 + 2 * B_BYTES
+.if TAP_CIN
+.input a, IN_DT, [TAP_ROWS, TAP_CIN]
+.else
 .input a, IN_DT, [M, K]
+.endif
 .endif
 .if B_TILED
 .input b, IN_DT, [KT, NT, R, C]
@@ -169,6 +192,12 @@
 .reg abase, r21
 .reg vq, r22
 .reg qscale, r23
+.reg col, r24
+.reg cend, r25
+.reg w, r26
+.reg u0, r27
+.reg u1, r28
+.reg u2, r29
 
     sem.set s1, 2            # B slots free
     sem.set s2, 0            # B slot full
@@ -225,7 +254,54 @@ fold:
     muli va, k0, E
     add va, va, abase
     li t3, K * E
-.if !ACT_RESIDENT
+.if TAP_CIN
+    bne n0, r0, btile
+    # first strip: the A block's columns k0..k0+kt tap by tap, rows m0 + offset(t).. of a (pitch TAP_CIN*E),
+    # into the A region (pitch K*E); the row tile's first block waits s8 (region free)
+    bne k0, r0, tapgo
+    dmain.sync wait=s8
+tapgo:
+    addi col, k0, 0
+    add cend, k0, kt
+tapload:
+    li u0, TAP_CIN
+    div u1, col, u0          # tap
+    rem u2, col, u0          # channel
+    sub w, u0, u2
+    sub u0, cend, col
+    min w, w, u0             # elements of this tap in the block
+    li u0, TAP_KW
+    div t0, u1, u0           # i
+    rem u1, u1, u0           # j
+    muli t0, t0, TAP_DH      # ih
+    muli u1, u1, TAP_DW      # jw
+    li u0, TAP_SH
+    rem t1, t0, u0
+    div t0, t0, u0
+    muli t0, t0, TAP_WQ      # (ih / SH) * WQ
+    li u0, TAP_SW
+    rem t2, u1, u0
+    div u1, u1, u0
+    add t0, t0, u1           # + jw / SW
+    muli t1, t1, TAP_SW
+    add t1, t1, t2
+    muli t1, t1, TAP_PHASE_ROWS
+    add t0, t0, t1           # + the phase's first row: offset(t)
+    add t0, t0, m0
+    muli t0, t0, TAP_CIN
+    add t0, t0, u2
+    muli t0, t0, E
+    li u0, a
+    add t0, t0, u0           # source
+    sub t1, col, k0
+    muli t1, t1, E
+    add t1, t1, va           # destination
+    muli t2, w, E
+    li u0, TAP_CIN * E
+    dma.ld t1, t0, mt, t2, u0, t3
+    add col, col, w
+    blt col, cend, tapload
+.elif !ACT_RESIDENT
     bne n0, r0, btile
     # first strip: A block rows m0.., bytes k0*E.., from a into the A region, both at row pitch K*E
     muli t0, m0, K

@@ -228,8 +228,17 @@ Window window(Lowering& L, const ir::Node& n, int64_t h, int64_t w, int64_t kh, 
   return win;
 }
 
-Taps window_taps(Lowering& L, const std::string& label, Stored x, const Shape& s /*NCHW*/, const Window& w, float pad_value,
-                 int64_t c0, int64_t cg, bool tap_major, int dst, int64_t out_h = -1, int64_t out_w = -1) {
+// The input split into phases and padded (the first step of the taps above): P, its geometry, and the moves that
+// fill it (none where the input itself serves: stride 1, no padding, no slack).
+struct Phases {
+  Stored P;
+  int64_t OH, OW, Hq, Wq, phases, slack;  // slack: rows read past the last phase by overhanging virtual columns
+  uint64_t row, image, phase_bytes;       // bytes of a phase row, image and phase
+  std::vector<BufferMove> moves;
+};
+
+Phases window_phases(Lowering& L, const std::string& label, Stored x, const Shape& s /*NCHW*/, const Window& w,
+                     float pad_value, int64_t out_h, int64_t out_w) {
   const int64_t N = s[0], C = s[1], H = s[2], W = s[3];
   int64_t OH = (H + w.pt + w.pb - w.dh * (w.kh - 1) - 1) / w.sh + 1;
   int64_t OW = (W + w.pl + w.pr - w.dw * (w.kw - 1) - 1) / w.sw + 1;
@@ -295,6 +304,18 @@ Taps window_taps(Lowering& L, const std::string& label, Stored x, const Shape& s
         }
     }
   }
+  return Phases{P, OH, OW, Hq, Wq, phases, slack, row, image, phase_bytes, std::move(moves)};
+}
+
+Taps window_taps(Lowering& L, const std::string& label, Stored x, const Shape& s /*NCHW*/, const Window& w, float pad_value,
+                 int64_t c0, int64_t cg, bool tap_major, int dst, int64_t out_h = -1, int64_t out_w = -1) {
+  const int64_t N = s[0], C = s[1];
+  const int es = isa::dtype_size(x.dtype);
+  Phases ph = window_phases(L, label, x, s, w, pad_value, out_h, out_w);
+  const int64_t OH = ph.OH, OW = ph.OW, Wq = ph.Wq;
+  const uint64_t row = ph.row, image = ph.image, phase_bytes = ph.phase_bytes;
+  const Stored P = ph.P;
+  std::vector<BufferMove> moves = std::move(ph.moves);
   const int64_t taps = w.kh * w.kw, rows = N * OH * Wq;
   for (int64_t img = 0; img < N; ++img)
     for (int64_t i = 0; i < w.kh; ++i)
@@ -344,6 +365,47 @@ struct Conv2d {
   double flops;  // the model's multiply-adds x 2
 };
 
+// The implicit im2col (gemm.s's TAP_* parameters, kernels/gemm_chip.h ConvTaps) where a tap's row of input channels
+// is at least this many bytes (a DMA row shorter than that, as a 3-channel stem's 6 bytes, is left to the copied
+// matrix, whose tap copies move the same short rows once).
+constexpr int64_t kMinTapBytes = 64;
+
+// A convolution (groups 1; bf16, or int8 on int8 weights) whose gemm reads its taps from the padded input in place, so that the matrix of
+// copied taps (taps times the input's bytes, written and read back) never exists. The gemm's rows are virtual as
+// in window_taps, and also span each image's Hq - OH rows below its outputs, so that a row's taps are one regular
+// offset over all the images: M = (N - 1) * Hq * Wq + OH * Wq rows; the rows that are no output are dropped after.
+// `wt`: the weights as [(kh, kw, c), OC]. Same products summed in the same order as the copied matrix: same bits.
+void implicit_im2col(Lowering& L, const ir::Node& n, const Conv2d& c, const std::vector<float>& wt) {
+  const int64_t N = c.xs[0], C = c.xs[1], OC = c.OC, taps = c.KH * c.KW;
+  Phases ph = window_phases(L, c.label, c.X, c.xs, c.win, 0.0f, -1, -1);
+  L.copy(c.label, std::move(ph.moves));
+  const int64_t image_rows = ph.Hq * ph.Wq, M = (N - 1) * image_rows + ph.OH * ph.Wq;
+  const bool whole = ph.Wq == c.OW && (N == 1 || ph.Hq == c.OH);  // the gemm's rows are the outputs themselves
+  Stored G = whole ? c.Y : Stored{L.temp(c.label + ".virtual", DType::BF16, {M, OC}), 0, DType::BF16, true};
+  if (c.q8) {
+    L.int8_gemm(n, c.label, ph.P, c.x, wt, M, taps * C, OC, c.has_bias ? c.bias : std::vector<float>{}, c.wname,
+                c.relu, G, c.flops, whole ? c.value : -1);
+  } else {
+    int B = L.tiled_weights(c.wname, wt, taps * C, OC);
+    int bias_buf = c.has_bias ? L.const_f32(c.wname + ".bias", {OC}, c.bias) : -1;
+    L.gemm(c.label, ph.P, Stored{B, 0, DType::BF16, false}, bias_buf, G, M, taps * C, OC, c.relu, 1.0f, true, false);
+    L.plan_.calls.back().flops = c.flops;
+  }
+  KernelCall& call = L.plan_.calls.back();
+  call.params.insert({{"TAP_CIN", C}, {"TAP_ROWS", ph.phases * N * image_rows + ph.slack}, {"TAP_KW", c.KW},
+                      {"TAP_SH", c.win.sh}, {"TAP_SW", c.win.sw}, {"TAP_DH", c.win.dh}, {"TAP_DW", c.win.dw},
+                      {"TAP_WQ", ph.Wq}, {"TAP_PHASE_ROWS", N * image_rows}});
+  if (whole) return;
+  const int es = isa::dtype_size(G.dtype);
+  std::vector<BufferMove> keep;  // per image: its OH rows of OW outputs
+  for (int64_t img = 0; img < N; ++img)
+    keep.push_back(BufferMove{G.buf, c.Y.buf, G.off + static_cast<uint64_t>(img * image_rows * OC * es),
+                              c.Y.off + static_cast<uint64_t>(img * c.OH * c.OW * OC * es),
+                              static_cast<uint64_t>(c.OH), static_cast<uint64_t>(c.OW * OC * es), ph.Wq * OC * es,
+                              c.OW * OC * es});
+  L.copy(c.label, std::move(keep));
+}
+
 void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
   const std::string& label = c.label;
   const Stored& X = c.X;
@@ -374,6 +436,7 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
     const bool direct = KH == 1 && KW == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 && win.pl == 0 &&
                         win.pb == 0 && win.pr == 0;
     if (direct) return matmul(X, N * OH * OW, Y, c.value);
+    if (C * isa::dtype_size(X.dtype) >= kMinTapBytes) return implicit_im2col(L, n, c, wt);
     int im = L.temp(label + ".im2col", X.dtype, {1});
     Taps t = window_taps(L, label, X, c.xs, win, 0.0f, 0, C, false, im);
     L.plan_.buffers[im].shape = {t.rows, taps * C};

@@ -339,6 +339,31 @@ double strips_estimate_of(const GemmChip& g, const std::map<std::string, int64_t
                          matrix_rate(g.in, s));
 }
 
+// The A block of a chunk read as a convolution's taps (ConvTaps): columns [k0, k0 + kc) of rows m0 .. m0 + mt
+// into VMEM at va (row pitch astr), one DMA per tap the columns cover (rows of at most cin elements, read at
+// pitch cin from the tap's rows of a); the first waits `wait`. Scratch: t0..t3, kt, vc, r29..r31.
+void tap_loads(std::ostringstream& o, const ConvTaps& x, int64_t E, int64_t kc, const std::string& wait,
+               const std::string& loop) {
+  o << "    dmain.sync wait=" << wait << "\n    addi r29, k0, 0\n    addi r30, k0, " << kc << "\n" << loop << ":\n"
+    << "    li t0, " << x.cin << "\n    div t1, r29, t0\n    rem t2, r29, t0\n"   // tap t1, channel t2
+    << "    sub r31, t0, t2\n    sub t3, r30, r29\n    min r31, r31, t3\n"         // r31 = elements of this tap
+    << "    li t0, " << x.kw << "\n    div t3, t1, t0\n    rem t1, t1, t0\n"       // (i, j) = (t3, t1)
+    << "    muli t3, t3, " << x.dh << "\n    muli t1, t1, " << x.dw << "\n";         // (ih, jw)
+  if (x.sh == 1 && x.sw == 1) {
+    o << "    muli t3, t3, " << x.wq << "\n    add t3, t3, t1\n";
+  } else {
+    o << "    li t0, " << x.sh << "\n    rem kt, t3, t0\n    div t3, t3, t0\n    muli t3, t3, " << x.wq << "\n"
+      << "    li t0, " << x.sw << "\n    rem vc, t1, t0\n    div t1, t1, t0\n    add t3, t3, t1\n"
+      << "    muli kt, kt, " << x.sw << "\n    add kt, kt, vc\n    muli kt, kt, " << x.phase_rows
+      << "\n    add t3, t3, kt\n";
+  }
+  o << "    add t3, t3, m0\n    muli t3, t3, " << x.cin << "\n    add t3, t3, t2\n    muli t3, t3, " << E
+    << "\n    li t0, a\n    add t3, t3, t0\n"                                         // source address
+    << "    sub t1, r29, k0\n    muli t1, t1, " << E << "\n    add t1, t1, va\n"   // VMEM address
+    << "    muli t2, r31, " << E << "\n    li t0, " << x.cin * E << "\n    dma.ld t1, t3, mt, t2, t0, astr\n"
+    << "    add r29, r29, r31\n    blt r29, r30, " << loop << "\n";
+}
+
 std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t U) {
   const int64_t R = symbol(s, "MXU_ROWS"), C = symbol(s, "MXU_COLS"), ACC = symbol(s, "ACC_ROWS"),
                 VMEM = symbol(s, "VMEM_BYTES");
@@ -383,7 +408,10 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   if (SK > 1) o << " and " << SK << " splits of " << KS << " (f32 partials in ws, reduced after a barrier)";
   o << " (kernels/gemm_chip.h)\n";
   o << ".name \"gemm_chip\"\n.cores " << P << "\n";
-  o << ".input a, " << in << ", [" << g.m << ", " << g.k << "]\n";
+  if (g.taps.cin > 0)
+    o << ".input a, " << in << ", [" << g.taps.rows << ", " << g.taps.cin << "]\n";
+  else
+    o << ".input a, " << in << ", [" << g.m << ", " << g.k << "]\n";
   if (g.trans_b)
     o << ".input b, " << in << ", [" << g.n << ", " << g.k << "]\n";
   else if (g.b_tiled)
@@ -450,8 +478,11 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       unit_guard(j, l);
       o << "    dmain.sync wait=s" << FREE(j) << "\n" << l << ":\n";
     }
-    o << "    muli t0, k0, " << E << "\n    add t0, t0, ah\n    li t1, " << kc * E << "\n    li t2, " << g.k * E
-      << "\n    dma.ld va, t0, mt, t1, t2, astr, wait=s" << FREE(0) << "\n";
+    if (g.taps.cin > 0)
+      tap_loads(o, g.taps, E, kc, "s" + std::to_string(FREE(0)), fresh());
+    else
+      o << "    muli t0, k0, " << E << "\n    add t0, t0, ah\n    li t1, " << kc * E << "\n    li t2, " << g.k * E
+        << "\n    dma.ld va, t0, mt, t1, t2, astr, wait=s" << FREE(0) << "\n";
     if (g.trans_b)  // pw rows of b (output columns), kc elements of K each, KC apart in VMEM
       o << "    muli t0, k0, " << E << "\n    add t0, t0, bh\n    li t1, " << kc * E << "\n    li t2, " << g.k * E
         << "\n    dma.ld vb, t0, pw, t1, t2, astr, signal=s" << FULL(0) << "\n";
@@ -668,6 +699,22 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
     throw std::invalid_argument("gemm_chip: bias, relu, scale and b_tiled do not combine with split K");
   if ((g.bias || g.dequant) && U > 6)
     throw std::invalid_argument("gemm_chip: with a bias the kernel's semaphores allow 6 matrix units per core");
+  if (g.taps.cin > 0) {
+    const ConvTaps& x = g.taps;
+    if (g.k % x.cin != 0 || (g.k / x.cin) % std::max<int64_t>(x.kw, 1) != 0)
+      throw std::invalid_argument("gemm_chip: K = " + std::to_string(g.k) + " is not whole taps of " +
+                                  std::to_string(x.cin) + " elements in rows of " + std::to_string(x.kw));
+    if (x.rows < 1 || x.kw < 1 || x.sh < 1 || x.sw < 1 || x.dh < 1 || x.dw < 1 || x.wq < 1 || x.phase_rows < 0)
+      throw std::invalid_argument("gemm_chip: taps need positive rows, kw, strides, dilations and wq");
+    int64_t reach = 0;  // the furthest row of a any tap reads
+    for (int64_t t = 0; t < g.k / x.cin; ++t) reach = std::max(reach, g.m - 1 + tap_row_offset(x, t));
+    if (reach >= x.rows)
+      throw std::invalid_argument("gemm_chip: the taps read row " + std::to_string(reach) + " of a, which has " +
+                                  std::to_string(x.rows) + " rows");
+    if (g.trans_b || schedule == GemmSchedule::Strips)
+      throw std::invalid_argument("gemm_chip: taps need the tiled schedule and b not transposed");
+    schedule = GemmSchedule::Tiles;
+  }
   if (schedule == GemmSchedule::Auto && (g.trans_b || epilogue)) schedule = GemmSchedule::Tiles;
   if (schedule == GemmSchedule::Auto) {
     // Strips where a row of a fits and every core has a column group, unless the tiled schedule's estimate is
@@ -692,6 +739,11 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
   const Resolved r = resolve(g, s);
   if (r.schedule == GemmSchedule::Strips) return strips_source(g, s, r.P, r.U);
   return tiles_source(g, s, r.P, r.U);
+}
+
+int64_t tap_row_offset(const ConvTaps& x, int64_t t) {
+  const int64_t ih = t / x.kw * x.dh, jw = t % x.kw * x.dw;
+  return ((ih % x.sh) * x.sw + jw % x.sw) * x.phase_rows + ih / x.sh * x.wq + jw / x.sw;
 }
 
 int64_t matrix_rate(isa::DType in, const std::map<std::string, int64_t>& symbols) {

@@ -513,6 +513,24 @@ class CompileReport(Workdir):
         self.assertEqual(p.returncode, 2)
         self.assertIn("--precision int8 needs calibration inputs", p.stderr)
 
+    def test_conv_reads_its_taps_in_place(self):
+        # A 3x3 convolution of 64 channels over 56 x 56 (ResNet's layer1), on one matrix unit (v4-like) and the
+        # whole chip (v4): the gemm reads each tap's rows of channels from the padded input itself. An im2col
+        # matrix would be 56 x 58 rows (the virtual width Wv = 58) x 9 taps x 64 channels in bf16, 3,741,696
+        # bytes, written to HBM: the whole run writes fewer bytes than that matrix alone. (int8 convolutions take
+        # the same path: test_ops Conv.test_taps_read_in_place checks their values.)
+        from onnx import helper, save, TensorProto, numpy_helper
+        w = numpy_helper.from_array(np.random.default_rng(3).standard_normal((64, 64, 3, 3)).astype(np.float32), "w")
+        graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])],
+                                  "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 56, 56])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 56, 56])], [w])
+        model = self.path("conv.onnx")
+        save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+        for config in ("v4-like", "v4"):
+            stats = self.path(f"{config}.json")
+            tpusim("run", model, "--config", config, "--timing-only", "--stats", stats)
+            self.assertLess(json.loads(read(stats))["hbm"]["bytes_written"], 56 * 58 * 9 * 64 * 2, config)
+
     def test_int8_is_faster_than_bf16_where_the_int8_rate_is_double(self):
         """On v5e and v6e (mxu.i8_rate = 2: int8 at twice bf16's rate, as the chips are published), int8 weights
         with the dequantising epilogue make ResNet-18 and a BERT-base-wide encoder (768 wide, 12 heads, 3072 FFN,

@@ -156,9 +156,9 @@ class OpCase(unittest.TestCase):
                               output_names=outs)
         return d, path, names, outs, [r.numpy() for r in refs]
 
-    def run_model(self, module, inputs, opset=13, precision=None):
+    def run_model(self, module, inputs, opset=13, precision=None, config=None):
         d, path, names, outs, refs = self.export(module, inputs, opset)
-        args = ["run", path, "--output-dir", os.path.join(d, "out")]
+        args = ["run", path, "--output-dir", os.path.join(d, "out")] + (["--config", config] if config else [])
         for name, x in zip(names, inputs):
             f = os.path.join(d, name + ".npy")
             np.save(f, x.numpy())
@@ -178,13 +178,13 @@ class OpCase(unittest.TestCase):
         return got, refs
 
     def check(self, module, *inputs, name="", opset=13, exact=None, rel=MAX_REL_L2, cos=MIN_COSINE,
-              precision=None, ref64=False):
-        """Runs the case and asserts the bounds on every output.
+              precision=None, ref64=False, config=None):
+        """Runs the case and asserts the bounds on every output (on the chip `config`, default v4-like).
 
         exact: None (cosine/rel L2 bounds), "f32" (bit-identical to PyTorch), "bf16" (bit-identical to PyTorch's
         output rounded to bf16). ref64: the reference is PyTorch in float64 (module and inputs in double) instead
         of its float32 output."""
-        got, refs = self.run_model(module, list(inputs), opset, precision)
+        got, refs = self.run_model(module, list(inputs), opset, precision, config)
         if ref64:
             with torch.no_grad():
                 r = copy.deepcopy(module).double()(*[x.double() for x in inputs])
@@ -310,6 +310,31 @@ class Conv(OpCase):
                 torch.manual_seed(1)
                 m = nn.Conv2d(cin, cout, k, stride=s, padding=p, dilation=d, groups=g, bias=bias)
                 self.check(m, randn(b, cin, h, w), name=name)
+
+    def test_taps_read_in_place(self):
+        # Channel rows of at least 64 bytes: the gemm reads the taps from the padded input in place (ops_conv.cpp,
+        # implicit_im2col): strides 1 and 2, dilation 2, batches whose rows span images, 5x5 and 1x3 kernels,
+        # channels that are not a multiple of the matrix unit's 128 rows (48 x 9 = 432) or exceed them (160), in
+        # bf16 and int8, on one matrix unit (v4-like) and on the whole chip (v4: gemm_chip over 2 cores x 4 units).
+        cases = [  # (cin, cout, kernel, stride, padding, dilation, batch, H, W)
+            (32, 24, 3, 1, 1, 1, 2, 9, 7),
+            (48, 40, 3, 2, 1, 1, 3, 11, 9),
+            (64, 16, 3, 1, 2, 2, 1, 10, 8),
+            (40, 72, 5, 2, 2, 1, 1, 13, 12),
+            (160, 20, 3, 1, 1, 1, 1, 6, 5),
+            (64, 32, (1, 3), 1, (0, 1), 1, 2, 5, 9),
+        ]
+        for config in ("v4-like", "v4"):
+            for (cin, cout, k, s, p, d, b, h, w) in cases:
+                name = f"c{cin}->{cout} k{k} s{s} p{p} d{d} {b}x{h}x{w} {config}"
+                torch.manual_seed(2)
+                m = nn.Conv2d(cin, cout, k, stride=s, padding=p, dilation=d)
+                x = randn(b, cin, h, w)
+                with self.subTest(name):
+                    self.check(m, x, name=name, config=config)
+                with self.subTest(name + " int8"):
+                    self.check(m, x, name=name, config=config, precision="int8", cos=INT8_MIN_COSINE,
+                               rel=INT8_MAX_REL_L2)
 
     def test_padding_same(self):
         # torch 1.13 cannot export padding="same" (aten::_convolution_mode), so 'same' is spelled out: symmetric

@@ -193,6 +193,110 @@ TEST(GemmChip, Bf16EpilogueAndTiledWeightsMatchGemmS) { epilogue_cases(DType::BF
 TEST(GemmChip, Bf16ScaledMatchesGemmS) { epilogue_cases(DType::BF16, 914, false, 0.375f); }
 TEST(GemmChip, Int8EpilogueMatchesGemmS) { epilogue_cases(DType::I8, 915, true, 0.0625f); }
 
+// The implicit im2col (ConvTaps, gemm.s's TAP_*): a convolution's padded input, split into phases on the host as
+// the compiler lays it out, read tap by tap by gemm_chip (2 cores x 3 units of 8x8) and by gemm.s on one unit,
+// against both kernels on the im2col matrix the host builds from the convolution's definition (output (n, oh,
+// ow), tap (i, j), channel c reads padded pixel (oh*sh + i*dh, ow*sw + j*dw)), bit for bit on every output row.
+// Channel counts of 4 (two taps per fold of 8) and 12 (taps across folds) and strides, dilations and batches that
+// give several phases and images.
+struct ConvCase {
+  int64_t n, h, w, cin, oc, k, stride, dil, pad;
+};
+
+void conv_taps_cases(DType in, uint64_t seed) {
+  TPUSIM_MACHINES(m, chip_sets());
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
+  Random r(seed);
+  const DType acc = in == DType::I8 ? DType::I32 : DType::F32;
+  const DType out = in == DType::I8 ? DType::I32 : DType::BF16;
+  for (const ConvCase& cc : std::vector<ConvCase>{{2, 5, 6, 4, 9, 3, 1, 1, 1},
+                                                  {2, 7, 9, 12, 10, 3, 2, 1, 1},
+                                                  {1, 9, 8, 4, 17, 3, 1, 2, 2},
+                                                  {3, 9, 7, 12, 6, 5, 2, 1, 2},
+                                                  {1, 6, 6, 12, 8, 1, 2, 1, 0}}) {
+    const int64_t OH = (cc.h + 2 * cc.pad - cc.dil * (cc.k - 1) - 1) / cc.stride + 1;
+    const int64_t OW = (cc.w + 2 * cc.pad - cc.dil * (cc.k - 1) - 1) / cc.stride + 1;
+    const int64_t s = cc.stride, span = (cc.k - 1) * cc.dil + 1;
+    const int64_t Hq = ((OH - 1) * s + span + s - 1) / s, Wq = ((OW - 1) * s + span + s - 1) / s;
+    const int64_t phases = s * s, image = Hq * Wq, M = (cc.n - 1) * image + OH * Wq, K = cc.k * cc.k * cc.cin;
+    kernels::ConvTaps x{cc.cin, 0, cc.k, s, s, cc.dil, cc.dil, Wq, cc.n * image};
+    int64_t reach = phases * cc.n * image;
+    for (int64_t t = 0; t < cc.k * cc.k; ++t) reach = std::max(reach, M + kernels::tap_row_offset(x, t));
+    x.rows = reach;
+    // the input, zero-padded (pad before, whatever the phases need after), then split into phases
+    std::vector<double> img = r.values(in, cc.n * cc.h * cc.w * cc.cin, -3, 3);
+    auto pixel = [&](int64_t n, int64_t y, int64_t xx, int64_t c) {  // padded coordinates
+      y -= cc.pad, xx -= cc.pad;
+      return y < 0 || y >= cc.h || xx < 0 || xx >= cc.w ? 0.0 : img[((n * cc.h + y) * cc.w + xx) * cc.cin + c];
+    };
+    std::vector<double> a(static_cast<size_t>(x.rows * cc.cin), 0.0);
+    for (int64_t pa = 0; pa < s; ++pa)
+      for (int64_t pb = 0; pb < s; ++pb)
+        for (int64_t n = 0; n < cc.n; ++n)
+          for (int64_t q = 0; q < Hq; ++q)
+            for (int64_t p = 0; p < Wq; ++p)
+              for (int64_t c = 0; c < cc.cin; ++c)
+                a[((((pa * s + pb) * cc.n + n) * Hq + q) * Wq + p) * cc.cin + c] = pixel(n, q * s + pa, p * s + pb, c);
+    std::vector<double> col(static_cast<size_t>(M * K), 0.0);  // rows that are no output stay 0
+    for (int64_t n = 0; n < cc.n; ++n)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow)
+          for (int64_t i = 0; i < cc.k; ++i)
+            for (int64_t j = 0; j < cc.k; ++j)
+              for (int64_t c = 0; c < cc.cin; ++c)
+                col[(n * image + oh * Wq + ow) * K + (i * cc.k + j) * cc.cin + c] =
+                    pixel(n, oh * s + i * cc.dil, ow * s + j * cc.dil, c);
+    std::vector<double> b = r.values(in, K * cc.oc, -3, 3), bias = r.values(acc, cc.oc, -2, 4);
+    const int64_t kt = (K + R - 1) / R, nt = (cc.oc + C - 1) / C;
+    std::vector<double> tiled(static_cast<size_t>(kt * nt * R * C), 0.0);
+    for (int64_t i = 0; i < K; ++i)
+      for (int64_t j = 0; j < cc.oc; ++j) tiled[(((i / R) * nt + j / C) * R + i % R) * C + j % C] = b[i * cc.oc + j];
+    auto run = [&](const isa::Program& p, const std::vector<double>& av) {
+      m->write(p.find("a")->addr, av, in);
+      m->write(p.find("b")->addr, tiled, in);
+      m->write(p.find("bias")->addr, bias, acc);
+      const isa::TensorDecl* c = p.find("c");
+      m->write(c->addr, std::vector<uint8_t>(c->bytes(), 0xa5));
+      m->run(p);
+      return m->read_sim(c->addr, static_cast<size_t>(c->elements()), out);
+    };
+    kernels::GemmChip g{M, K, cc.oc, in, out, 2, 3, kernels::GemmSchedule::Auto};
+    g.bias = true, g.relu = true, g.b_tiled = true;
+    const std::vector<double> matrix = run(kernels::gemm_chip_kernel(g, symbols), col);
+    std::map<std::string, int64_t> defines = symbols;
+    defines.insert({{"M", M}, {"K", K}, {"N", cc.oc}, {"IN_DT", static_cast<int64_t>(in)},
+                    {"OUT_DT", static_cast<int64_t>(out)}, {"BIAS", 1}, {"RELU", 1}, {"B_TILED", 1}});
+    const std::vector<double> one_matrix = run(kernels::assemble("gemm.s", defines, {}, 0), col);
+    g.taps = x;
+    const std::vector<double> whole = run(kernels::gemm_chip_kernel(g, symbols), a);
+    defines.insert({{"TAP_CIN", x.cin}, {"TAP_ROWS", x.rows}, {"TAP_KW", x.kw}, {"TAP_SH", s}, {"TAP_SW", s},
+                    {"TAP_DH", cc.dil}, {"TAP_DW", cc.dil}, {"TAP_WQ", Wq}, {"TAP_PHASE_ROWS", x.phase_rows}});
+    const std::vector<double> one = run(kernels::assemble("gemm.s", defines, {}, 0), a);
+    std::vector<size_t> outputs;  // the elements of the rows that are outputs
+    for (int64_t n = 0; n < cc.n; ++n)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow)
+          for (int64_t j = 0; j < cc.oc; ++j) outputs.push_back(static_cast<size_t>((n * image + oh * Wq + ow) * cc.oc + j));
+    const std::string what = std::string(isa::dtype_name(in)) + " conv " + std::to_string(cc.n) + "x" +
+                             std::to_string(cc.h) + "x" + std::to_string(cc.w) + "x" + std::to_string(cc.cin) + " k" +
+                             std::to_string(cc.k) + " s" + std::to_string(s) + " d" + std::to_string(cc.dil);
+    expect_all(what + ": gemm_chip on the taps vs on the im2col matrix, bit for bit", outputs.size(),
+               [&](size_t i) { return same(whole[outputs[i]], matrix[outputs[i]]); },
+               [&](size_t i) { return "taps " + num(whole[outputs[i]]) + ", matrix " + num(matrix[outputs[i]]); });
+    expect_all(what + ": gemm.s on the taps vs on the im2col matrix, bit for bit", outputs.size(),
+               [&](size_t i) { return same(one[outputs[i]], one_matrix[outputs[i]]); },
+               [&](size_t i) { return "taps " + num(one[outputs[i]]) + ", matrix " + num(one_matrix[outputs[i]]); });
+    expect_all(what + ": gemm.s vs gemm_chip on the taps, bit for bit", outputs.size(),
+               [&](size_t i) { return same(one[outputs[i]], whole[outputs[i]]); },
+               [&](size_t i) { return "gemm.s " + num(one[outputs[i]]) + ", gemm_chip " + num(whole[outputs[i]]); });
+  }
+}
+
+TEST(GemmChip, Bf16ConvTapsReadInPlaceMatchTheIm2colMatrix) { conv_taps_cases(DType::BF16, 931); }
+TEST(GemmChip, Int8ConvTapsReadInPlaceMatchTheIm2colMatrix) { conv_taps_cases(DType::I8, 932); }
+
 // The compiler's int8 GEMMs: the dequantising epilogue (dequant: per-column f32 pairs (scale, bias), ReLU, bf16
 // or f32 out) and the next layer's int8 copy q (x q_scale, rounded to nearest even, saturated), on 2 cores x 3
 // units against gemm.s on one unit with the same defines, bit for bit, against the reference machine (c and q),

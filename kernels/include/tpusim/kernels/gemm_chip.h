@@ -55,6 +55,23 @@ namespace tpusim::kernels {
 // (and Tiles always for trans_b and the epilogues).
 enum class GemmSchedule { Auto, Strips, Tiles };
 
+// An implicit im2col: a convolution's taps read in place, so that the [M, taps * cin] matrix of copied taps is
+// never written to HBM. With cin > 0, `a` is not the matrix but rows of cin elements (the convolution's padded
+// input, split into sh x sw phases as the compiler lays it out; declared [rows, cin]), and the matrix's element
+// (r, t * cin + c) is a[r + offset(t)][c], with, for tap t = (i, j) = (t / kw, t % kw) at input offsets
+// (ih, jw) = (i * dh, j * dw):
+//   offset(t) = ((ih % sh) * sw + jw % sw) * phase_rows + (ih / sh) * wq + jw / sw
+// (the tap's phase, then its row and column inside the phase; wq: a phase's row length, phase_rows: its rows).
+// The kernels load each fold's A block tap by tap (one DMA per tap and fold, rows of at most cin elements at
+// pitch cin) into the same VMEM layout as the copied matrix, so the matrix work and the results are the same.
+struct ConvTaps {
+  int64_t cin = 0;  // elements per tap (a row of a); 0: a is the [M, K] matrix itself
+  int64_t rows = 0, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, wq = 1, phase_rows = 0;
+  bool operator==(const ConvTaps&) const = default;
+};
+// offset(t) above.
+int64_t tap_row_offset(const ConvTaps& taps, int64_t t);
+
 struct GemmChip {
   int64_t m = 0, k = 0, n = 0;
   isa::DType in = isa::DType::BF16;   // i8, bf16 or f8e4m3 (the byte size sets the tiles; f8e4m3 is an i8 in size)
@@ -84,6 +101,7 @@ struct GemmChip {
   uint32_t q_scale_bits = 0;
   bool q_only = false;      // with q_scale_bits, q is the only output: no `c` (gemm.s's Q_ONLY)
   bool b_tiled = false;     // b stored tile by tile: [cdiv(K,R), cdiv(N,C), R, C], zero-padded (gemm.s's B_TILED)
+  ConvTaps taps{};          // a read as a convolution's taps (tiled schedule, not with trans_b): gemm.s's TAP_*
   bool operator==(const GemmChip&) const = default;  // the same kernel on the same chip
 };
 
