@@ -1,10 +1,11 @@
 // Convolution and pooling. Activations are NHWC inside the program. Conv (+ BatchNormalization + Relu folded into
 // its weights and epilogue): 1x1 stride-1 convs are a gemm on the activation itself; others copy the padded input
 // into an im2col matrix (one strided move per image and tap, over a "virtual" output width Wv = Wp/stride so that a
-// tap is one regular stride) and run gemm.s on it, then drop the Wv - OW overhanging columns. Depthwise convs run
-// on the vector unit (a row-wise kernel summing tap x weight); other grouped convs one gemm per group. MaxPool /
-// AveragePool: taps copied as for im2col, reduced by a row-wise kernel (1-D: H = 1; 3-D: over H and W, then over
-// D). GlobalAveragePool (and ReduceMean over H, W): a gemm of a row of ones with each image, scaled by 1/HW.
+// tap is one regular stride) and run gemm.s on it, then drop the Wv - OW overhanging columns; where a tap's row of
+// channels is 64 bytes or more, gemm.s reads the taps from the padded input in place (implicit_im2col) and no
+// matrix is copied. Depthwise convs run on the vector unit (a row-wise kernel summing tap x weight, each tap read
+// in place: tap_views); other grouped convs one gemm per group. MaxPool / AveragePool: taps read in place,
+// reduced by a row-wise kernel (1-D: H = 1; 3-D: over H and W, then over D). GlobalAveragePool (and ReduceMean over H, W): a gemm of a row of ones with each image, scaled by 1/HW.
 // Other ranks and transposed convolutions reuse the 2-D core (conv2d): a 1-D Conv is a 2-D one with H = 1 on its
 // input made channels-last ([N, L, C]); a 3-D Conv is a 2-D one over N x OD images whose channels are the KD input
 // depths each output depth reads (gathered by moves, zeros outside; channel order group, depth tap, channel). A
@@ -18,6 +19,7 @@
 
 #include "infer.h"
 #include "lowering.h"
+#include "tpusim/kernels/gemm_chip.h"
 
 namespace tpusim::compiler {
 namespace {
@@ -197,8 +199,9 @@ struct Window {
 // (phase (a, b) holds padded rows a, a+sh, ... and columns b, b+sw, ...; one phase, the padded input itself,
 // for stride 1), each [N, Hq, Wq, C] with the border filled with `pad_value`. Output rows are then "virtual":
 // r = (n, oh, ow') with ow' < Wv = Wq, and tap (kh, kw) of row r is row r + offset of one phase: each tap is
-// a single move of contiguous rows. tap_major: dst is [taps, rows, cg] (for the vector unit), else
-// [rows, taps*cg] (im2col for the MXU). The Wv - OW overhanging columns are garbage, dropped afterwards.
+// a single move of contiguous rows into dst, [rows, taps*cg] (im2col for the MXU). The Wv - OW overhanging
+// columns are garbage, dropped afterwards. (The vector unit and the gemm on channel rows of 64 bytes or more read
+// the taps in place instead: tap_views, implicit_im2col.)
 struct Taps {
   int64_t oh, ow, wv, rows;  // rows = N * OH * Wv
 };
@@ -308,7 +311,7 @@ Phases window_phases(Lowering& L, const std::string& label, Stored x, const Shap
 }
 
 Taps window_taps(Lowering& L, const std::string& label, Stored x, const Shape& s /*NCHW*/, const Window& w, float pad_value,
-                 int64_t c0, int64_t cg, bool tap_major, int dst, int64_t out_h = -1, int64_t out_w = -1) {
+                 int64_t c0, int64_t cg, int dst, int64_t out_h = -1, int64_t out_w = -1) {
   const int64_t N = s[0], C = s[1];
   const int es = isa::dtype_size(x.dtype);
   Phases ph = window_phases(L, label, x, s, w, pad_value, out_h, out_w);
@@ -325,20 +328,54 @@ Taps window_taps(Lowering& L, const std::string& label, Stored x, const Shape& s
         const uint64_t src = P.off + static_cast<uint64_t>(a * w.sw + b) * phase_bytes +
                              static_cast<uint64_t>(img) * image + static_cast<uint64_t>(qh) * row +
                              static_cast<uint64_t>((qw * C + c0) * es);
-        uint64_t d;
-        int64_t dstride;
-        if (tap_major) {
-          d = static_cast<uint64_t>((t * rows + img * OH * Wq) * cg * es);
-          dstride = cg * es;
-        } else {
-          d = static_cast<uint64_t>((img * OH * Wq * taps + t) * cg * es);
-          dstride = taps * cg * es;
-        }
+        const uint64_t d = static_cast<uint64_t>((img * OH * Wq * taps + t) * cg * es);
+        const int64_t dstride = taps * cg * es;
         moves.push_back(BufferMove{P.buf, dst, src, d, static_cast<uint64_t>(OH * Wq), static_cast<uint64_t>(cg * es),
                                    C * es, dstride});
       }
   L.copy(label, std::move(moves));
   return Taps{OH, OW, Wq, rows};
+}
+
+// The taps of a window as views of the padded, phase-split input (for the vector unit, which reads a tap's rows as
+// one operand): tap t is the M rows of C elements from row offset(t) of the phases (kernels/gemm_chip.h, ConvTaps),
+// with M = (N - 1) * Hq * Wq + OH * Wq virtual rows that span whole images, so that no tap is copied. Issues the
+// padding's moves. `whole`: the virtual rows are the outputs themselves (Wq = OW, and one image or Hq = OH).
+struct TapViews {
+  Phases ph;
+  int64_t rows;
+  std::vector<Stored> taps;
+  bool whole;
+};
+
+TapViews tap_views(Lowering& L, const std::string& label, Stored x, const Shape& s /*NCHW*/, const Window& w,
+                   float pad_value, int64_t out_h = -1, int64_t out_w = -1) {
+  const int64_t N = s[0], C = s[1];
+  TapViews v{window_phases(L, label, x, s, w, pad_value, out_h, out_w), 0, {}, false};
+  L.copy(label, std::move(v.ph.moves));
+  const int64_t image = v.ph.Hq * v.ph.Wq;
+  v.rows = (N - 1) * image + v.ph.OH * v.ph.Wq;
+  v.whole = v.ph.Wq == v.ph.OW && (N == 1 || v.ph.Hq == v.ph.OH);
+  const kernels::ConvTaps geometry{C, 0, w.kw, w.sh, w.sw, w.dh, w.dw, v.ph.Wq, N * image};
+  for (int64_t t = 0; t < w.kh * w.kw; ++t)
+    v.taps.push_back(Stored{v.ph.P.buf,
+                            v.ph.P.off + static_cast<uint64_t>(kernels::tap_row_offset(geometry, t) * C *
+                                                               isa::dtype_size(x.dtype)),
+                            x.dtype, false});
+  return v;
+}
+
+// The outputs among image-spanning virtual rows (tap_views, implicit_im2col): per image, its OH rows of OW of the
+// Wq virtual columns, from G ([rows, C], Hq * Wq rows per image) into Y ([N, OH, OW, C]).
+void keep_outputs(Lowering& L, const std::string& label, Stored G, Stored Y, const Phases& ph, int64_t n, int64_t c) {
+  const int es = isa::dtype_size(G.dtype);
+  std::vector<BufferMove> keep;
+  for (int64_t img = 0; img < n; ++img)
+    keep.push_back(BufferMove{G.buf, Y.buf, G.off + static_cast<uint64_t>(img * ph.Hq * ph.Wq * c * es),
+                              Y.off + static_cast<uint64_t>(img * ph.OH * ph.OW * c * es),
+                              static_cast<uint64_t>(ph.OH), static_cast<uint64_t>(ph.OW * c * es), ph.Wq * c * es,
+                              ph.OW * c * es});
+  L.copy(label, std::move(keep));
 }
 
 // Drops the overhanging virtual columns: [N*OH*Wv, C] -> [N*OH*OW, C].
@@ -395,15 +432,7 @@ void implicit_im2col(Lowering& L, const ir::Node& n, const Conv2d& c, const std:
   call.params.insert({{"TAP_CIN", C}, {"TAP_ROWS", ph.phases * N * image_rows + ph.slack}, {"TAP_KW", c.KW},
                       {"TAP_SH", c.win.sh}, {"TAP_SW", c.win.sw}, {"TAP_DH", c.win.dh}, {"TAP_DW", c.win.dw},
                       {"TAP_WQ", ph.Wq}, {"TAP_PHASE_ROWS", N * image_rows}});
-  if (whole) return;
-  const int es = isa::dtype_size(G.dtype);
-  std::vector<BufferMove> keep;  // per image: its OH rows of OW outputs
-  for (int64_t img = 0; img < N; ++img)
-    keep.push_back(BufferMove{G.buf, c.Y.buf, G.off + static_cast<uint64_t>(img * image_rows * OC * es),
-                              c.Y.off + static_cast<uint64_t>(img * c.OH * c.OW * OC * es),
-                              static_cast<uint64_t>(c.OH), static_cast<uint64_t>(c.OW * OC * es), ph.Wq * OC * es,
-                              c.OW * OC * es});
-  L.copy(c.label, std::move(keep));
+  if (!whole) keep_outputs(L, c.label, G, c.Y, ph, N, OC);
 }
 
 void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
@@ -438,7 +467,7 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
     if (direct) return matmul(X, N * OH * OW, Y, c.value);
     if (C * isa::dtype_size(X.dtype) >= kMinTapBytes) return implicit_im2col(L, n, c, wt);
     int im = L.temp(label + ".im2col", X.dtype, {1});
-    Taps t = window_taps(L, label, X, c.xs, win, 0.0f, 0, C, false, im);
+    Taps t = window_taps(L, label, X, c.xs, win, 0.0f, 0, C, im);
     L.plan_.buffers[im].shape = {t.rows, taps * C};
     if (t.wv == OW) return matmul(Stored{im, 0, X.dtype, false}, t.rows, Y, c.value);
     Stored G{L.temp(label + ".virtual", DType::BF16, {t.rows, OC}), 0, DType::BF16, true};
@@ -446,16 +475,14 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
     drop_virtual(L, label, G, Y, t, N, OC);
     return;
   }
-  if (Cg == 1 && OC == groups) {  // depthwise: sum over taps of tap * w[tap] on the vector unit
-    int im = L.temp(label + ".taps", DType::BF16, {1});
-    Taps t = window_taps(L, label, X, c.xs, win, 0.0f, 0, C, true, im);
-    L.plan_.buffers[im].shape = {taps, t.rows, C};
-    KernelCall call = L.rowwise_call(label, t.rows, C);
+  if (Cg == 1 && OC == groups) {  // depthwise: sum over taps of tap * w[tap] on the vector unit, taps read in place
+    TapViews v = tap_views(L, label, X, c.xs, win, 0.0f);
+    KernelCall call = L.rowwise_call(label, v.rows, C);
     int acc = -1;
     for (int64_t k = 0; k < taps; ++k) {
       std::vector<float> wk(w.empty() ? 0 : static_cast<size_t>(C));  // empty: timing-only
       for (int64_t ci = 0; ci < static_cast<int64_t>(wk.size()); ++ci) wk[ci] = w[static_cast<size_t>(ci * taps + k)];
-      int xi = L.rw_input(call, Stored{im, static_cast<uint64_t>(k * t.rows * C * 2), DType::BF16, false}, false, 0);
+      int xi = L.rw_input(call, v.taps[static_cast<size_t>(k)], false, 0);
       int wi = L.rw_input(
           call, Stored{L.const_f32(c.wname + ".tap" + std::to_string(k), {C}, wk), 0, DType::F32, false}, false, 1);
       int prodn = L.rw_node(call, rw::Op::Mul, {xi, wi});
@@ -466,12 +493,11 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
       acc = L.rw_node(call, rw::Op::Add, {acc, bi});
     }
     if (c.relu) acc = L.rw_node(call, rw::Op::Relu, {acc});
-    Stored G = Y;
-    if (t.wv != OW) G = Stored{L.temp(label + ".virtual", DType::BF16, {t.rows, C}), 0, DType::BF16, true};
+    Stored G = v.whole ? Y : Stored{L.temp(label + ".virtual", DType::BF16, {v.rows, C}), 0, DType::BF16, true};
     L.rw_output(call, acc, G);
     call.flops = c.flops;
     L.plan_.calls.push_back(std::move(call));
-    if (t.wv != OW) drop_virtual(L, label, G, Y, t, N, C);
+    if (!v.whole) keep_outputs(L, label, G, Y, v.ph, N, C);
     return;
   }
   // Grouped: one im2col and gemm per group, the group's columns copied into place.
@@ -488,7 +514,7 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
     int B = L.tiled_weights(gl, wt, taps * Cg, OCg);
     int bias_buf = c.has_bias ? L.const_f32(gl + ".bias", {OCg}, bg) : -1;
     int im = L.temp(label + ".im2col", DType::BF16, {1});
-    Taps t = window_taps(L, label, X, c.xs, win, 0.0f, gi * Cg, Cg, false, im);
+    Taps t = window_taps(L, label, X, c.xs, win, 0.0f, gi * Cg, Cg, im);
     L.plan_.buffers[im].shape = {t.rows, taps * Cg};
     Stored G{L.temp(label + ".group", DType::BF16, {t.rows, OCg}), 0, DType::BF16, false};
     L.gemm(label, Stored{im, 0, DType::BF16, false}, Stored{B, 0, DType::BF16, false}, bias_buf, G, t.rows, taps * Cg,
@@ -746,27 +772,27 @@ void lower_conv(Lowering& L, const ir::Node& n) {
   L.view_copy(label, c.Y, 0, os, dstr, Y, 0, strides_of(os));
 }
 
-// Pooling of an NHWC input X (logical NCHW shape xs) into an NHWC output Y ([N, OH, OW, C]): taps copied as for
-// im2col, reduced (max, or a sum times 1 / the count of taps inside the input, or inside the padded input with
+// Pooling of an NHWC input X (logical NCHW shape xs) into an NHWC output Y ([N, OH, OW, C]): taps read in place
+// (tap_views), reduced (max, or a sum times 1 / the count of taps inside the input, or inside the padded input with
 // count_include_pad) by a row-wise kernel. `out` makes Y (after the kernel's own buffers).
 void pool2d(Lowering& L, const std::string& label, Stored X, const Shape& xs, const Window& win, int64_t OH,
             int64_t OW, bool is_max, bool include_pad, const std::function<Stored()>& out) {
   const int64_t N = xs[0], C = xs[1], taps = win.kh * win.kw;
-  int im = L.temp(label + ".taps", DType::BF16, {1});
   const float lowest = -std::numeric_limits<float>::infinity();
-  Taps t = window_taps(L, label, X, xs, win, is_max ? lowest : 0.0f, 0, C, true, im, OH, OW);
-  L.plan_.buffers[im].shape = {taps, t.rows, C};
-  KernelCall call = L.rowwise_call(label, t.rows, C);
+  TapViews v = tap_views(L, label, X, xs, win, is_max ? lowest : 0.0f, OH, OW);
+  KernelCall call = L.rowwise_call(label, v.rows, C);
   int acc = -1;
   for (int64_t k = 0; k < taps; ++k) {
-    int xi = L.rw_input(call, Stored{im, static_cast<uint64_t>(k * t.rows * C * 2), DType::BF16, false}, false, 0);
+    int xi = L.rw_input(call, v.taps[static_cast<size_t>(k)], false, 0);
     acc = acc < 0 ? xi : L.rw_node(call, is_max ? rw::Op::Max : rw::Op::Add, {acc, xi});
   }
   if (!is_max) {
-    // divisor per output position: taps inside the input (count_include_pad 0) or inside the padded input
-    std::vector<float> inv(static_cast<size_t>(OH * t.wv), 1.0f);
+    // divisor per output position: taps inside the input (count_include_pad 0) or inside the padded input; one
+    // image's Hq x Wq virtual rows, repeated per image (the rows that are no output divide by 1)
+    const int64_t Hq = v.ph.Hq, Wq = v.ph.Wq;
+    std::vector<float> inv(static_cast<size_t>(Hq * Wq), 1.0f);
     for (int64_t oh = 0; oh < OH; ++oh)
-      for (int64_t ow = 0; ow < t.wv; ++ow) {
+      for (int64_t ow = 0; ow < Wq; ++ow) {
         int64_t cnt = 0;
         for (int64_t a = 0; a < win.kh; ++a)
           for (int64_t b = 0; b < win.kw; ++b) {
@@ -775,18 +801,17 @@ void pool2d(Lowering& L, const std::string& label, Stored X, const Shape& xs, co
                                       : (ih >= 0 && ih < xs[2] && iw >= 0 && iw < xs[3]);
             cnt += inside ? 1 : 0;
           }
-        inv[static_cast<size_t>(oh * t.wv + ow)] = cnt ? 1.0f / static_cast<float>(cnt) : 0.0f;
+        inv[static_cast<size_t>(oh * Wq + ow)] = cnt ? 1.0f / static_cast<float>(cnt) : 0.0f;
       }
-    int di = L.rw_input(call, Stored{L.const_f32(label + ".inv_count", {OH * t.wv}, inv), 0, DType::F32, false}, true,
-                      OH * t.wv);
+    int di = L.rw_input(call, Stored{L.const_f32(label + ".inv_count", {Hq * Wq}, inv), 0, DType::F32, false}, true,
+                        Hq * Wq);
     acc = L.rw_node(call, rw::Op::Mul, {acc, di});
   }
   const Stored Y = out();
-  Stored G = Y;
-  if (t.wv != OW) G = Stored{L.temp(label + ".virtual", DType::BF16, {t.rows, C}), 0, DType::BF16, true};
+  Stored G = v.whole ? Y : Stored{L.temp(label + ".virtual", DType::BF16, {v.rows, C}), 0, DType::BF16, true};
   L.rw_output(call, acc, G);
   L.plan_.calls.push_back(std::move(call));
-  if (t.wv != OW) drop_virtual(L, label, G, Y, t, N, C);
+  if (!v.whole) keep_outputs(L, label, G, Y, v.ph, N, C);
 }
 
 // MaxPool and AveragePool: 2-D on the NHWC input; 1-D as 2-D with H = 1 on the input made channels-last; 3-D as

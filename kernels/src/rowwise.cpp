@@ -747,13 +747,36 @@ class Emitter {
     o_ << "tiles of " << T << " rows (" << pl.tiles << " tiles), " << pl.vector_ops_per_tile
        << " vector instructions per tile, " << pl.full_temps
        << " full temporaries, VMEM [" << b_.base << ", +" << pl.vmem_used << ")\n";
-    for (size_t i = 0; i < p_.inputs.size(); ++i) {
+    // Inputs whose bytes overlap (a window's taps read in place from one padded input, compiler ops_conv.cpp
+    // tap_views) are declared as one tensor over their union, named as the first: a program's tensors may not
+    // overlap (isa::validate_tensors). Others as themselves.
+    auto in_bytes = [&](const Input& in) {
+      return static_cast<uint64_t>((in.period > 0 ? in.period : R) * (in.per_row ? 1 : C) * isa::dtype_size(in.dtype));
+    };
+    std::vector<size_t> order(p_.inputs.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p_.inputs[a].addr < p_.inputs[b].addr; });
+    for (size_t g = 0; g < order.size();) {
+      size_t e = g + 1;
+      uint64_t end = p_.inputs[order[g]].addr + in_bytes(p_.inputs[order[g]]);
+      bool one_type = true;
+      for (; e < order.size() && p_.inputs[order[e]].addr < end; ++e) {
+        end = std::max(end, p_.inputs[order[e]].addr + in_bytes(p_.inputs[order[e]]));
+        one_type = one_type && p_.inputs[order[e]].dtype == p_.inputs[order[g]].dtype;
+      }
+      const size_t i = *std::min_element(order.begin() + static_cast<int64_t>(g), order.begin() + static_cast<int64_t>(e));
       const Input& in = p_.inputs[i];
-      const int64_t rows = in.period > 0 ? in.period : R;
-      o_ << ".input \"" << (in.name.empty() ? "in" + std::to_string(i) : in.name) << "\", "
-         << isa::dtype_name(in.dtype) << ", [" << rows;
-      if (!in.per_row) o_ << ", " << C;
-      o_ << "] @ hbm " << in.addr << "\n";
+      o_ << ".input \"" << (in.name.empty() ? "in" + std::to_string(i) : in.name) << "\", ";
+      if (e == g + 1) {
+        o_ << isa::dtype_name(in.dtype) << ", [" << (in.period > 0 ? in.period : R);
+        if (!in.per_row) o_ << ", " << C;
+      } else {
+        const uint64_t bytes = end - p_.inputs[order[g]].addr;
+        const isa::DType t = one_type && bytes % isa::dtype_size(in.dtype) == 0 ? in.dtype : isa::DType::I8;
+        o_ << isa::dtype_name(t) << ", [" << bytes / isa::dtype_size(t);
+      }
+      o_ << "] @ hbm " << p_.inputs[order[g]].addr << "\n";
+      g = e;
     }
     for (size_t i = 0; i < p_.outputs.size(); ++i) {
       const Output& out = p_.outputs[i];
