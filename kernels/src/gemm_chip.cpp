@@ -169,6 +169,7 @@ namespace {
 // The tiled schedule's shape: TM rows x W = U*S*C columns per tile, K in chunks of KC.
 struct TilePlan {
   int64_t tm = 0, s = 0, kc = 0;
+  int64_t rb = 1;       // row blocks: 1, or U (the units split the tile's rows, each C columns wide: narrow N)
   int64_t abuf = 2;     // accumulator regions per unit: 2 = the next tile's matrix work overlaps this one's drain
   int64_t sk = 1, ks = 0;  // splits of K and the elements of K per split (a multiple of kc; the last may be short)
   int64_t nslot = 2;       // operand slots (chunks in flight)
@@ -243,24 +244,28 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
   const int64_t OW = g.q_only ? 0 : O;  // bytes of c written per element (none with q_only)
   const bool may_split = g.max_split_k > 1 || g.split_k > 1;
   TilePlan best;
+  for (int64_t rb = 1; rb <= U; rb = rb == 1 && U > 1 ? U : U + 1)
   for (int64_t abuf = 2; abuf >= 1; --abuf)
-    for (int64_t S = 1; S <= 8; S *= 2) {
+    for (int64_t S = 1; S <= (rb > 1 ? 1 : 8); S *= 2) {
       if (S > 1 && (S / 2) * U * C >= g.n) break;  // the tile would be wider than the whole of N
-      const int64_t cap = ACC / (abuf * S), W = U * S * C;
-      // Tile heights: the even splits of M into row tiles of at most cap, cap/2, ... rows, and of at most each
-      // multiple of 16 between cap/8 and cap, so that the tile count can fill the last wave.
+      // cap: a unit's rows (its accumulators); with row blocks the tile is rb units' blocks high, C wide
+      const int64_t cap = ACC / (abuf * S), W = rb > 1 ? C : U * S * C;
+      // Tile heights: the even splits of M into row tiles of at most rb x cap, cap/2, ... rows, and of at most
+      // each multiple of 16 between cap/8 and cap (x rb), so that the tile count can fill the last wave.
       std::vector<int64_t> heights;
-      for (int64_t h = cap; h >= 1; h /= 2) heights.push_back(cdiv(g.m, cdiv(g.m, h)));
+      for (int64_t h = cap; h >= 1; h /= 2) heights.push_back(cdiv(g.m, cdiv(g.m, h * rb)));
       for (int64_t h = cap / 16 * 16; h >= std::max<int64_t>(16, cap / 8); h -= 16)
-        heights.push_back(cdiv(g.m, cdiv(g.m, h)));
+        heights.push_back(cdiv(g.m, cdiv(g.m, h * rb)));
       std::sort(heights.begin(), heights.end());
       heights.erase(std::unique(heights.begin(), heights.end()), heights.end());
       for (const int64_t tm : heights)
         for (int64_t nslot = g.slots ? g.slots : 2; nslot <= (g.slots ? g.slots : 4); ++nslot) {
           // split = 0: K whole (C buffers of the output type); 1: K split (C buffers of f32 partials)
           for (int split = g.split_k > 1 ? 1 : 0; split <= (may_split ? 1 : 0); ++split) {
+          if (rb > 1 && split) continue;  // row blocks keep K whole
           const int64_t od = split ? std::max<int64_t>(O, 4) : O;
-          const int64_t fixed = std::min<int64_t>(U * S, 8) * (align64(tm * C * od) + QO * align64(tm * C)) +
+          const int64_t tmu = cdiv(tm, rb);  // a unit's rows
+          const int64_t fixed = std::min<int64_t>(U * S, 8) * (align64(tmu * C * od) + QO * align64(tmu * C)) +
                                 256 +                                                        // the C buffers
                                 (g.dequant ? align64(W * 8) : g.bias ? align64(W * 4) : 0);  // and the bias
           const int64_t per_k = nslot * (tm + W) * E;  // bytes of the slots per element of K
@@ -279,11 +284,11 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
             const double share = std::min(static_cast<double>(mem_bpc) / std::min(items, static_cast<double>(P)),
                                           static_cast<double>(core_bpc));
             const double chunks = static_cast<double>(cdiv(ks, kc));
-            const double work = static_cast<double>(cdiv(kc, R) * S * std::max(cdiv(tm, rate), R));
+            const double work = static_cast<double>(cdiv(kc, R) * S * std::max(cdiv(tmu, rate), R));
             const double transfer = (static_cast<double>((tm + std::min(W, g.n)) * kc * E) +
                                      static_cast<double>(tm * std::min(W, g.n) * (OW + QO)) / chunks) / share;
             const double chunk = std::max({work, transfer, (static_cast<double>(latency) + transfer) / (nslot - 1)});
-            const double drain = static_cast<double>(U * S * tm * C) / static_cast<double>(vpu_width);
+            const double drain = static_cast<double>((rb > 1 ? rb : U * S) * tmu * C) / static_cast<double>(vpu_width);
             double est = waves * (chunks * chunk + static_cast<double>(latency) + (abuf == 1 ? drain : 0.0)) + drain +
                          std::min(work, transfer);
             if (sk > 1)  // partials and results written to HBM, partials read back (from the cache if any)
@@ -291,7 +296,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                          ((4.0 * static_cast<double>(sk) + O) / static_cast<double>(hbm_bpc) +
                           4.0 * static_cast<double>(sk) / static_cast<double>(mem_bpc)) +
                      4.0 * static_cast<double>(latency);
-            if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, abuf, sk, ks, nslot, est};
+            if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, rb, abuf, sk, ks, nslot, est};
           }
           }
           }
@@ -371,7 +376,9 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const char* in = isa::dtype_name(g.in);
   const char* acc_dt = g.in == isa::DType::I8 ? "i32" : "f32";
-  const int64_t TM = plan.tm, S = plan.s, KC = plan.kc, W = U * S * C, ABUF = plan.abuf;
+  // RB > 1: row blocks, unit j computes rows [j*TMU, (j+1)*TMU) of the tile (C columns, one strip per unit)
+  const int64_t RB = plan.rb, TM = plan.tm, TMU = cdiv(TM, RB), S = plan.s, KC = plan.kc, ABUF = plan.abuf;
+  const int64_t W = RB > 1 ? C : U * S * C;
   const int64_t SK = plan.sk, KS = plan.ks;                 // splits of K, elements per split
   const int64_t NSLOT = plan.nslot;
   const int64_t NC = cdiv(g.n, W), T = cdiv(g.m, TM) * NC;  // column tiles, tiles
@@ -379,10 +386,10 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t KL = g.k - (SK - 1) * KS, NKL = cdiv(KL, KC), KLAST = KL - (NKL - 1) * KC;  // ... of the last
   const int64_t A_SLOT = align64(TM * KC * E), SLOT = A_SLOT + align64(KC * W * E);
   const int64_t OD = SK > 1 ? 4 : O;  // the drain's element size: f32 partials when K is split
-  const int64_t C_BYTES = align64(TM * C * OD);
+  const int64_t C_BYTES = align64(TMU * C * OD);
   // With q: each C buffer is followed by the strip's q tile (i8); CQ_BYTES apart.
   const bool Q = g.q_scale_bits != 0;
-  const int64_t CQ_BYTES = C_BYTES + (Q ? align64(TM * C) : 0);
+  const int64_t CQ_BYTES = C_BYTES + (Q ? align64(TMU * C) : 0);
   const bool TABLE = g.bias || g.dequant;       // a per-column table in VMEM: the bias, or dequant's pairs
   const int64_t TB = g.dequant ? 8 : 4;         // its bytes per column
   // One C buffer per strip of a tile (up to 8): every strip's store is in flight at once, so a tile's drain
@@ -403,7 +410,9 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   std::ostringstream o;
   o << "# gemm_chip (tiles): c[" << g.m << "," << g.n << "] = a[" << g.m << "," << g.k << "] @ b[" << g.k << ","
     << g.n << "] on " << P << " cores x " << U << " matrix units: " << T << " tiles of " << TM << " x " << W
-    << " (" << S << " strips per unit, " << ABUF << " accumulator regions), K in chunks of " << KC << " (" << NSLOT
+    << (RB > 1 ? " (row blocks: unit j takes rows j*" + std::to_string(TMU) + ".. of a tile, "
+                 : " (" + std::to_string(S) + " strips per unit, ")
+    << ABUF << " accumulator regions), K in chunks of " << KC << " (" << NSLOT
     << " slots)";
   if (SK > 1) o << " and " << SK << " splits of " << KS << " (f32 partials in ws, reduced after a barrier)";
   o << " (kernels/gemm_chip.h)\n";
@@ -467,8 +476,17 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     o << "    li t0, " << q * C << "\n    bge t0, pw, " << skip << "\n    sub nt, pw, t0\n    li t0, " << C
       << "\n    min nt, nt, t0\n";
   };
-  auto unit_guard = [&](int64_t j, const std::string& skip) {  // unit j has at least one strip in this tile
-    if (partial && j > 0) o << "    li t0, " << j * S * C << "\n    bge t0, pw, " << skip << "\n";
+  auto unit_guard = [&](int64_t j, const std::string& skip) {  // unit j has at least one strip (rows) in this tile
+    if (RB > 1 && j > 0)
+      o << "    li t0, " << j * TMU << "\n    bge t0, mt, " << skip << "\n";
+    else if (partial && j > 0)
+      o << "    li t0, " << j * S * C << "\n    bge t0, pw, " << skip << "\n";
+  };
+  // The rows unit j streams: mt, or with row blocks its block's (r31)
+  auto unit_rows = [&](int64_t j) -> std::string {
+    if (RB == 1) return "mt";
+    o << "    li t0, " << j * TMU << "\n    sub r31, mt, t0\n    li t0, " << TMU << "\n    min r31, r31, t0\n";
+    return "r31";
   };
   // One chunk of kc elements of K at k0 (register), the first of the tile or not.
   auto chunk = [&](int64_t kc, bool first) {
@@ -504,9 +522,11 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       o << "    li kt, " << std::min(R, kc - f * R) << "\n";
       for (int64_t j = 0; j < U; ++j)
         for (int64_t sidx = 0; sidx < S; ++sidx) {
-          const int64_t q = j * S + sidx;
+          const int64_t q = RB > 1 ? 0 : j * S + sidx;  // the strip of columns
           const std::string l = fresh();
+          if (RB > 1) unit_guard(j, l);
           strip_guard(q, l);
+          const std::string rows = unit_rows(j);
           if (g.trans_b)  // the strip's C rows of the panel, from element f*R of each
             o << "    addi t1, vb, " << (q * C * KC + f * R) * E << "\n    mxu.lw t1, kt, nt, astr, " << in
               << ", trans, mxu=" << j;
@@ -517,15 +537,15 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
             o << "    addi t1, vb, " << (f * R * W + q * C) * E << "\n    mxu.lw t1, kt, nt, wstr, " << in
               << ", mxu=" << j;
           if (f == 0 && sidx == 0) o << ", wait=s" << FULL(j);
-          o << "\n    addi t1, va, " << f * R * E << "\n    addi t2, ar, " << sidx * TM << "\n    mxu.mm t1, mt, t2, astr, "
-            << in << (first && f == 0 ? "" : ", accumulate") << ", mxu=" << j;
+          o << "\n    addi t1, va, " << ((RB > 1 ? j * TMU * KC : 0) + f * R) * E << "\n    addi t2, ar, " << sidx * TMU
+            << "\n    mxu.mm t1, " << rows << ", t2, astr, " << in << (first && f == 0 ? "" : ", accumulate") << ", mxu=" << j;
           if (first && f == 0 && sidx == 0) o << ", wait=s" << AFREE(j);
           // The unit's last read of the slot frees it. With a partial tile, the unit's last present strip
           // may come before S - 1: the signal then goes on a sync after the strips (below).
           if (f == folds - 1 && sidx == S - 1) o << ", signal=s" << FREE(j);
           o << "\n" << l << ":\n";
         }
-      if (partial && f == folds - 1)
+      if (partial && RB == 1 && f == folds - 1)
         for (int64_t j = 0; j < U; ++j) {  // units whose last strip is missing free the slot here
           const std::string l = fresh();
           if (j > 0) o << "    li t0, " << j * S * C << "\n    bge t0, pw, " << l << "\n";
@@ -553,7 +573,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     << "\n    min pw, pw, t0\n"
     << "    muli ah, m0, " << g.k * E << "\n    li t0, a\n    add ah, ah, t0\n"
     << "    muli bh, n0, " << (g.trans_b ? g.k * E : g.b_tiled ? R * E : E) << "\n    li t0, b\n    add bh, bh, t0\n"
-    << "    muli ar, accslot, " << S * TM << "\n";
+    << "    muli ar, accslot, " << S * TMU << "\n";
   // The K range [kb, kb + (nk - 1) * KC + klast): the first chunk, the middle ones in a loop, the last.
   auto krange = [&](int64_t nk, int64_t klast) {
     o << "    addi k0, kb, 0\n";
@@ -590,26 +610,28 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     unit_guard(j, lu);
     o << "    mxu.sync mxu=" << j << ", signal=s" << AFULL(j) << "\n    vpu.sync wait=s" << AFULL(j) << "\n";
     for (int64_t sidx = 0; sidx < S; ++sidx) {
-      const int64_t q = j * S + sidx;
+      const int64_t q = RB > 1 ? 0 : j * S + sidx;  // the strip of columns
       const std::string l = fresh();
       strip_guard(q, l);
+      const std::string rows = unit_rows(j);
+      const int64_t r0 = RB > 1 ? j * TMU : 0;  // the block's first row in the tile
       const std::string flags = std::string(g.bias ? ", bias_en" : "") + (g.relu ? ", relu" : "") +
                                 (g.dequant ? ", dequant" : "");
       o << "    muli vc, cslot, " << CQ_BYTES << "\n    addi vc, vc, " << VC0 << "\n"
-        << "    addi t0, ar, " << j * ACC + sidx * TM << "\n    muli t1, nt, " << OD << "\n"
+        << "    addi t0, ar, " << j * ACC + sidx * TMU << "\n    muli t1, nt, " << OD << "\n"
         << "    vpu.sync wait=s" << CFREE << "\n"
         << "    li t2, " << VBIAS + q * C * TB << "\n    li t3, " << g.scale_bits << "\n";
       if (!g.q_only)
-        o << "    vpu.acc vc, t0, mt, nt, t1, t2, t3, " << acc_dt << ", "
+        o << "    vpu.acc vc, t0, " << rows << ", nt, t1, t2, t3, " << acc_dt << ", "
           << isa::dtype_name(SK > 1 ? isa::DType::F32 : g.out) << flags << (g.scale_bits ? ", scale_en" : "") << "\n";
       if (Q)  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
         o << "    addi vq, vc, " << C_BYTES << "\n    li t3, " << g.q_scale_bits << "\n"
-          << "    vpu.acc vq, t0, mt, nt, nt, t2, t3, " << acc_dt << ", i8" << flags << ", scale_en\n";
+          << "    vpu.acc vq, t0, " << rows << ", nt, nt, t2, t3, " << acc_dt << ", i8" << flags << ", scale_en\n";
       o << "    vpu.sync signal=s" << CFULL << "\n"
-        << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << q * C << "\n";
+        << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << r0 * g.n + q * C << "\n";
       if (Q)  // q's rows first (row pitch N); the stores complete in order, so c's store frees the buffer
         o << "    li t2, q\n    add t2, t2, t0\n    li t3, " << g.n << "\n"
-          << "    dma.st t2, vq, mt, nt, t3, nt, wait=s" << CFULL << (g.q_only ? ", signal=s" + std::to_string(CFREE) : "")
+          << "    dma.st t2, vq, " << rows << ", nt, t3, nt, wait=s" << CFULL << (g.q_only ? ", signal=s" + std::to_string(CFREE) : "")
           << "\n";
       if (SK > 1)  // the split's partial tile: ws[split, m0:, n0:] in f32
         o << "    muli t2, split, " << g.m * g.n << "\n    add t0, t0, t2\n    muli t0, t0, 4\n    li t2, ws\n"
@@ -617,7 +639,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       else if (!g.q_only)
         o << "    muli t0, t0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    li t2, " << g.n * O << "\n";
       if (!g.q_only)  // (with q_only, q's store freed the buffer)
-        o << "    dma.st t0, vc, mt, t1, t2, t1" << (Q ? "" : ", wait=s" + std::to_string(CFULL)) << ", signal=s"
+        o << "    dma.st t0, vc, " << rows << ", t1, t2, t1" << (Q ? "" : ", wait=s" + std::to_string(CFULL)) << ", signal=s"
           << CFREE << "\n";
       o << "    addi cslot, cslot, 1\n    li t0, " << NCBUF << "\n    blt cslot, t0, " << l << "\n    li cslot, 0\n"
         << l << ":\n";

@@ -157,7 +157,7 @@ void epilogue_cases(DType in, uint64_t seed, bool relu, float scale) {
   Random r(seed);
   const DType acc = in == DType::I8 ? DType::I32 : DType::F32;
   const DType out = in == DType::I8 ? DType::I8 : DType::BF16;
-  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {33, 64, 65}}) {
+  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {33, 64, 65}, {70, 50, 8}, {100, 17, 5}}) {
     const int64_t kt = (s.k + R - 1) / R, nt = (s.n + C - 1) / C;
     std::vector<double> a = r.values(in, s.m * s.k, -3, 3), b = r.values(in, s.k * s.n, -3, 3);
     std::vector<double> bias = in == DType::I8 ? r.values(DType::I8, s.n) : r.values(DType::F32, s.n, -2, 4);
@@ -187,6 +187,39 @@ void epilogue_cases(DType in, uint64_t seed, bool relu, float scale) {
                [&](size_t i) { return same(whole[i], one[i]); },
                [&](size_t i) { return "gemm_chip " + num(whole[i]) + ", gemm.s " + num(one[i]); });
   }
+}
+
+// Outputs no wider than one matrix unit (N <= C): the tiled schedule gives each unit a block of a tile's rows
+// instead of a strip of its columns (its source says "row blocks"), so that every unit works; against the same
+// product on one unit, bit for bit, and int8 against the host exactly. (The epilogue, dequant and conv taps
+// tests include narrow shapes too.)
+TEST(GemmChip, NarrowOutputsSplitTheRowsOverTheUnits) {
+  TPUSIM_MACHINES(m, chip_sets());
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  Random r(941);
+  for (DType in : {DType::BF16, DType::I8})
+    for (const Shape& s : std::vector<Shape>{{70, 50, 8}, {100, 17, 5}, {64, 24, 3}, {200, 9, 8}}) {
+      const DType out = in == DType::I8 ? DType::I32 : DType::F32;
+      const std::string what = std::string(isa::dtype_name(in)) + " M=" + std::to_string(s.m) + " K=" +
+                               std::to_string(s.k) + " N=" + std::to_string(s.n);
+      const kernels::GemmChip g{s.m, s.k, s.n, in, out, 2, 3, kernels::GemmSchedule::Tiles};
+      EXPECT_NE(kernels::gemm_chip_source(g, symbols).find("row blocks"), std::string::npos) << what;
+      std::vector<double> a = r.values(in, s.m * s.k, -3, 3), b = r.values(in, s.k * s.n, -3, 3);
+      const std::vector<double> whole = run_gemm(*m, g, a, b);
+      const std::vector<double> one = run_gemm(*m, {s.m, s.k, s.n, in, out, 1, 1, kernels::GemmSchedule::Strips}, a, b);
+      expect_all(what + ": row blocks on 2 cores x 3 units vs 1 x 1, bit for bit", whole.size(),
+                 [&](size_t i) { return same(whole[i], one[i]); },
+                 [&](size_t i) { return "whole chip " + num(whole[i]) + ", one unit " + num(one[i]); });
+      if (in == DType::I8) {
+        std::vector<double> exact(static_cast<size_t>(s.m * s.n), 0.0);
+        for (int64_t i = 0; i < s.m; ++i)
+          for (int64_t l = 0; l < s.k; ++l)
+            for (int64_t j = 0; j < s.n; ++j) exact[i * s.n + j] += a[i * s.k + l] * b[l * s.n + j];
+        expect_all(what + ": sim vs host", exact.size(), [&](size_t i) { return whole[i] == exact[i]; },
+                   [&](size_t i) { return "sim " + num(whole[i]) + ", host " + num(exact[i]); });
+      }
+    }
 }
 
 TEST(GemmChip, Bf16EpilogueAndTiledWeightsMatchGemmS) { epilogue_cases(DType::BF16, 913, true, 1.0f); }
@@ -308,7 +341,7 @@ void dequant_cases(uint64_t seed, DType out, bool bias, bool relu, float q_scale
   for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
   const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
   Random r(seed);
-  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {33, 64, 65}}) {
+  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {33, 64, 65}, {70, 50, 8}, {100, 17, 5}}) {
     const int64_t kt = (s.k + R - 1) / R, nt = (s.n + C - 1) / C;
     std::vector<double> a = r.values(DType::I8, s.m * s.k), b = r.values(DType::I8, s.k * s.n);
     std::vector<double> tiled(static_cast<size_t>(kt * nt * R * C), 0.0), dq(static_cast<size_t>(2 * s.n));
