@@ -169,7 +169,8 @@ namespace {
 // The tiled schedule's shape: TM rows x W = U*S*C columns per tile, K in chunks of KC.
 struct TilePlan {
   int64_t tm = 0, s = 0, kc = 0;
-  int64_t rb = 1;       // row blocks: 1, or U (the units split the tile's rows, each C columns wide: narrow N)
+  int64_t u = 1;        // matrix units per core used (at most the request's: fewer make narrower tiles, more of them)
+  int64_t rb = 1;       // row blocks: 1, or u (the units split the tile's rows, each C columns wide: narrow N)
   int64_t abuf = 2;     // accumulator regions per unit: 2 = the next tile's matrix work overlaps this one's drain
   int64_t sk = 1, ks = 0;  // splits of K and the elements of K per split (a multiple of kc; the last may be short)
   int64_t nslot = 2;       // operand slots (chunks in flight)
@@ -221,7 +222,11 @@ int64_t reduce_chunk(int64_t mn, int64_t sk, int64_t out_bytes, int64_t vmem, in
   return std::max<int64_t>(16, std::min(fit, cdiv(cdiv(mn, cores), 16) * 16));
 }
 
-// Chooses the tiled schedule's shape by an estimate of its time. Candidates: S strips per unit, accumulators
+// Chooses the tiled schedule's shape by an estimate of its time. Candidates: U = 1 .. the units asked per core
+// where the chip has several cores (fewer units make narrower tiles, so that more of them fill the cores); the
+// units' strips side by side (S
+// strips per unit) or, for narrow outputs, row blocks (each unit a block of the tile's rows, one strip wide);
+// accumulators
 // double-buffered (2 regions of S strips x TM rows: the next tile's matrix work overlaps this one's drain) or
 // single (twice the rows; the drain of U*S strips of TM x C at VPU_WIDTH per cycle then adds to each tile);
 // tile heights TM that split M evenly; NSLOT = 2..4 operand slots (more slots keep more chunks in flight when a
@@ -237,13 +242,14 @@ int64_t reduce_chunk(int64_t mn, int64_t sk, int64_t out_bytes, int64_t vmem, in
 // drain. Items run in waves over the cores. Split
 // K adds the reduction: every split's f32 partials written (to HBM: the cache writes through) and read back,
 // the result written, a barrier.
-TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t U,
+TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t UMAX,
                       int64_t mem_bpc, int64_t hbm_bpc, int64_t core_bpc, int64_t vpu_width, int64_t latency,
                       int64_t rate) {
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), QO = g.q_scale_bits != 0 ? 1 : 0;
   const int64_t OW = g.q_only ? 0 : O;  // bytes of c written per element (none with q_only)
   const bool may_split = g.max_split_k > 1 || g.split_k > 1;
   TilePlan best;
+  for (int64_t U = UMAX; U >= (P > 1 ? 1 : UMAX); --U)  // fewer units only to spread narrower tiles over cores
   for (int64_t rb = 1; rb <= U; rb = rb == 1 && U > 1 ? U : U + 1)
   for (int64_t abuf = 2; abuf >= 1; --abuf)
     for (int64_t S = 1; S <= (rb > 1 ? 1 : 8); S *= 2) {
@@ -296,7 +302,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                          ((4.0 * static_cast<double>(sk) + O) / static_cast<double>(hbm_bpc) +
                           4.0 * static_cast<double>(sk) / static_cast<double>(mem_bpc)) +
                      4.0 * static_cast<double>(latency);
-            if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, rb, abuf, sk, ks, nslot, est};
+            if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, U, rb, abuf, sk, ks, nslot, est};
           }
           }
           }
@@ -369,10 +375,11 @@ void tap_loads(std::ostringstream& o, const ConvTaps& x, int64_t E, int64_t kc, 
     << "    add r29, r29, r31\n    blt r29, r30, " << loop << "\n";
 }
 
-std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t U) {
+std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t UMAX) {
   const int64_t R = symbol(s, "MXU_ROWS"), C = symbol(s, "MXU_COLS"), ACC = symbol(s, "ACC_ROWS"),
                 VMEM = symbol(s, "VMEM_BYTES");
-  const TilePlan plan = plan_tiles(g, s, P, U);
+  const TilePlan plan = plan_tiles(g, s, P, UMAX);
+  const int64_t U = plan.u;  // the units the plan uses
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const char* in = isa::dtype_name(g.in);
   const char* acc_dt = g.in == isa::DType::I8 ? "i32" : "f32";

@@ -222,6 +222,35 @@ TEST(GemmChip, NarrowOutputsSplitTheRowsOverTheUnits) {
     }
 }
 
+// Six strips of output (N = 6 C) on 2 cores of 4 units: every unit of a core would make one tile of 4 strips
+// and one of 2, or one tile of all 6 (S = 2) on one core; 3 units per core make two tiles of 3 strips, one per
+// core. The plan takes 3 (its source says so), gives the bits of one unit, and runs faster than the same
+// product on one core, which can only use all 4 units (before the plan chose among unit counts, the 2-core run
+// was that 1-core run: one tile on one core).
+TEST(GemmChip, FewerUnitsPerCoreSpreadNarrowTilesOverTheCores) {
+  std::vector<std::string> sets = chip_sets();
+  sets.push_back("core.mxus=4");
+  TPUSIM_MACHINES(m, sets);
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  const int64_t C = symbols.at("MXU_COLS"), R = symbols.at("MXU_ROWS");
+  Random r(951);
+  const Shape s{2 * R, 24 * R, 6 * C};
+  const kernels::GemmChip g{s.m, s.k, s.n, DType::BF16, DType::F32, 2, 4, kernels::GemmSchedule::Tiles};
+  EXPECT_NE(kernels::gemm_chip_source(g, symbols).find("on 2 cores x 3 matrix units: 2 tiles"), std::string::npos)
+      << kernels::gemm_chip_source(g, symbols).substr(0, 300);
+  std::vector<double> a = r.values(DType::BF16, s.m * s.k, -3, 3), b = r.values(DType::BF16, s.k * s.n, -3, 3);
+  const std::vector<double> whole = run_gemm(*m, g, a, b);
+  const uint64_t two_cores = m->chip->run(kernels::gemm_chip_kernel(g, symbols)).stats.cycles;
+  kernels::GemmChip one_core = g;
+  one_core.cores = 1;
+  const uint64_t one = m->chip->run(kernels::gemm_chip_kernel(one_core, symbols)).stats.cycles;
+  EXPECT_LT(two_cores, one);
+  const std::vector<double> unit = run_gemm(*m, {s.m, s.k, s.n, DType::BF16, DType::F32, 1, 1, kernels::GemmSchedule::Strips}, a, b);
+  expect_all("2 cores x 3 units vs 1 x 1, bit for bit", whole.size(), [&](size_t i) { return same(whole[i], unit[i]); },
+             [&](size_t i) { return "whole chip " + num(whole[i]) + ", one unit " + num(unit[i]); });
+}
+
 TEST(GemmChip, Bf16EpilogueAndTiledWeightsMatchGemmS) { epilogue_cases(DType::BF16, 913, true, 1.0f); }
 TEST(GemmChip, Bf16ScaledMatchesGemmS) { epilogue_cases(DType::BF16, 914, false, 0.375f); }
 TEST(GemmChip, Int8EpilogueMatchesGemmS) { epilogue_cases(DType::I8, 915, true, 0.0625f); }

@@ -48,8 +48,10 @@ namespace tpusim::kernels {
 //    region (slot, s) (the tile's first fold waits AFREE_j; the chunk's last mm signals FREE_j). After the
 //    tile's chunks: mxu.sync signals AFULL_j, the vector unit drains each strip into a C buffer (CFREE/CFULL)
 //    and dmaout stores it. Slots, accumulator regions and C buffers are double-buffered, so the next chunk's
-//    loads, the matrix work and the drains overlap. TM and S are chosen to minimise an estimate of the
-//    kernel's time (waves of tiles over the cores, each tile's matrix cycles and its share of memory bandwidth).
+//    loads, the matrix work and the drains overlap. Row blocks, for narrow outputs: a tile is C columns wide and
+//    unit j takes its rows j*TM/U.. against the same weight tile (every unit works where N <= C). U (up to the
+//    units asked), TM, S and row blocks are chosen to minimise an estimate of the kernel's time (waves of tiles
+//    over the cores, each tile's matrix cycles and its share of memory bandwidth).
 // Auto takes Strips where it has at least one column group per core and a row tile fits, unless the tiled
 // schedule's estimate is lower on a chip without a cache (gemm_chip.cpp: strips_estimate, choose_tiles); else Tiles
 // (and Tiles always for trans_b and the epilogues).
@@ -77,7 +79,8 @@ struct GemmChip {
   isa::DType in = isa::DType::BF16;   // i8, bf16 or f8e4m3 (the byte size sets the tiles; f8e4m3 is an i8 in size)
   isa::DType out = isa::DType::F32;   // i8, i32, bf16 or f32
   int cores = 0;                      // cores to use; 0: every core of the chip (CORES)
-  int mxus = 0;                       // matrix units per core to use; 0: every one (MXUS, at most 7)
+  int mxus = 0;                       // matrix units per core to use at most; 0: every one (MXUS, at most 7).
+                                      // The tiled schedule may use fewer where narrower tiles fill more cores.
   GemmSchedule schedule = GemmSchedule::Auto;
   // b given as [N, K] (row-major), c = a @ b^T (a Linear layer's weights, attention's K): the tiled schedule
   // loads W rows of KC elements per chunk and the weight loads transpose them (mxu.lw trans, same timing).
