@@ -17,6 +17,7 @@
 #include "codegen.h"
 #include "const_fold.h"
 #include "kernel_plan.h"
+#include "fuse_siblings.h"
 #include "lower.h"
 #include "memory_plan.h"
 #include "onnx_import.h"
@@ -35,6 +36,7 @@ isa::Program compile(std::string_view bytes, const std::string& model_name, cons
   check_operators(g);
   infer_shapes(g, opts.input_shapes);
   fold_constants(g);
+  fuse_sibling_matmuls(g);
   KernelPlan plan = lower(g, opts);
   plan_memory(plan, static_cast<uint64_t>(hbm->second), model_name);
   isa::Program p = emit_program(plan, opts.target.symbols, std::filesystem::path(model_name).stem().string());

@@ -850,6 +850,44 @@ class MatMul(OpCase):
                 torch.manual_seed(4)
                 self.check(nn.Linear(fin, fout, bias=bias), randn(*shape), name=f"{shape}->{fout}")
 
+    def test_sibling_linears_share_one_gemm(self):
+        # Linears reading one activation (a transformer's q, k and v projections; k and v narrower, as grouped-query
+        # attention makes them) run as one GEMM on their weights side by side and a Split (fuse_siblings.cpp): the
+        # compile report has the one node "/q/MatMul+...+/v/MatMul" (with "+/q/Add+...+/v/Add"), and the outputs are those of the same
+        # Linears each on a copy of the input (x + 0, x * 1: not siblings), bit for bit, and torch's within bounds.
+        # Shapes: 3-D, 2-D, and a decoded token (one row: the Split is a view); bf16 and int8; with and without bias.
+        class Siblings(nn.Module):
+            def __init__(self, k, n, bias, apart):
+                super().__init__()
+                self.q, self.k, self.v = (nn.Linear(k, n, bias=bias), nn.Linear(k, n // 2, bias=bias),
+                                          nn.Linear(k, n // 2, bias=bias))
+                self.apart = apart
+
+            def forward(self, x):
+                xk, xv = (x + 0, x * 1) if self.apart else (x, x)
+                return self.q(x), self.k(xk), self.v(xv)
+
+        for shape, bias, precision in [((2, 5, 32), True, None), ((7, 32), False, None), ((1, 1, 32), True, None),
+                                       ((2, 5, 32), True, "int8")]:
+            name = f"{shape} bias{int(bias)} {precision or 'bf16'}"
+            with self.subTest(name):
+                torch.manual_seed(6)
+                fused = Siblings(shape[-1], 48, bias, False)
+                apart = Siblings(shape[-1], 48, bias, True)
+                apart.load_state_dict(fused.state_dict())
+                x = randn(*shape)
+                bounds = {"cos": INT8_MIN_COSINE, "rel": INT8_MAX_REL_L2} if precision else {}
+                got, _ = self.check(fused, x, name=name, precision=precision, **bounds)
+                ref, _ = self.run_model(apart, [x], precision=precision)
+                for g, r in zip(got, ref):
+                    np.testing.assert_array_equal(g, r, err_msg=name)
+                d, path, _, _, _ = self.export(fused, [x])
+                report = os.path.join(d, "r.json")
+                tpusim("compile", path, "--report-json", report, *(["--precision", precision] if precision else []))
+                names = [r["name"] for r in json.load(open(report))["regions"] if r["kind"] == "node"]
+                one = "/q/MatMul+...+/v/MatMul" + ("+/q/Add+...+/v/Add" if bias else "")
+                self.assertIn(one, names, name)
+
     def test_mlp(self):
         m = nn.Sequential(nn.Linear(24, 48), nn.GELU(), nn.Linear(48, 10))
         self.check(m, randn(5, 24))
