@@ -30,6 +30,9 @@
 #               offset(t) = ((ih % TAP_SH)*TAP_SW + jw % TAP_SW)*TAP_PHASE_ROWS + (ih / TAP_SH)*TAP_WQ + jw / TAP_SW.
 #               Each fold's A block is loaded tap by tap into the same A region, so results and matrix work are
 #               those of the copied matrix. Not with ACT_RESIDENT.
+#   GROUP_N     > 0: c is stored as N / GROUP_N groups of GROUP_N columns one after the other, [N / GROUP_N, M,
+#               GROUP_N] (a Split of the result's columns into equal parts is then views of it); GROUP_N a multiple
+#               of MXU_COLS. Not with ACT_RESIDENT or Q_SCALE.
 #   MXU_ROWS, MXU_COLS, ACC_ROWS, VMEM_BYTES: the chip (tpusim passes them from the config)
 #
 # Schedule. Weight-stationary: each mxu.lw holds a K-by-N tile of b (R = MXU_ROWS rows of K, C = MXU_COLS
@@ -62,6 +65,7 @@
 .default ACT_RESIDENT, 0
 .default B_TILED, 0
 .default TRANS_B, 0
+.default GROUP_N, 0
 .default TAP_CIN, 0
 .default TAP_ROWS, 0
 .default TAP_KW, 1
@@ -94,6 +98,14 @@
 .error "gemm.s: IN_DT must be DT_I8 or DT_BF16"
 .endif
 .set E, sizeof(IN_DT)
+.if GROUP_N && (GROUP_N < 0 || N % GROUP_N != 0 || GROUP_N % MXU_COLS != 0 || ACT_RESIDENT || Q_SCALE != 0)
+.error "gemm.s: GROUP_N must divide N, be a multiple of MXU_COLS, and go without ACT_RESIDENT and Q_SCALE"
+.endif
+.if GROUP_N
+.set CP, GROUP_N
+.else
+.set CP, N
+.endif
 .if TAP_CIN && (TAP_CIN < 0 || ACT_RESIDENT || K % TAP_CIN != 0 || TAP_ROWS < 1 || TAP_KW < 1 || TAP_SH < 1 || TAP_SW < 1 || TAP_DH < 1 || TAP_DW < 1 || TAP_WQ < 1 || TAP_PHASE_ROWS < 0)
 .error "gemm.s: TAP_CIN needs K in whole taps, TAP_ROWS, TAP_KW, strides, dilations and TAP_WQ positive, and no ACT_RESIDENT"
 .endif
@@ -162,6 +174,8 @@
 .endif
 .if ACT_RESIDENT
 .output c, OUT_DT, [M, N] @ vmem C_VADDR
+.elif GROUP_N
+.output c, OUT_DT, [N / GROUP_N, M, GROUP_N]
 .elif !Q_ONLY
 .output c, OUT_DT, [M, N]
 .endif
@@ -396,8 +410,20 @@ next:
     vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, scale_en=(SCALE != 0), dequant=DEQUANT, wait=s4, signal=s3
 .endif
     vpu.sync signal=s6
+.if GROUP_N
+    # c's element (m0, n0) in its group: (n0 / GROUP_N, m0, n0 % GROUP_N)
+    li t2, GROUP_N
+    div t3, n0, t2
+    mul t2, t3, t2
+    sub t0, n0, t2
+    muli t3, t3, M
+    add t3, t3, m0
+    muli t3, t3, GROUP_N
+    add t0, t0, t3
+.else
     muli t0, m0, N
     add t0, t0, n0
+.endif
 .if QO && Q_ONLY
     # q[m0.., n0..] (row pitch N), which frees the buffer
     li t2, q
@@ -415,7 +441,7 @@ next:
     muli t0, t0, O
     li t2, c
     add t0, t0, t2
-    li t2, N * O
+    li t2, CP * O
 .if QO
     dma.st t0, vc, mt, t1, t2, t1, signal=s5
 .else

@@ -111,6 +111,7 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
   g.dequant = param("DEQUANT", 0) != 0, g.q_scale_bits = static_cast<uint32_t>(param("Q_SCALE", 0));
   g.q_only = param("Q_ONLY", 0) != 0;
   g.b_tiled = param("B_TILED", 0) != 0, g.trans_b = param("TRANS_B", 0) != 0;
+  g.group_n = param("GROUP_N", 0);
   g.taps = kernels::ConvTaps{param("TAP_CIN", 0), param("TAP_ROWS", 0), param("TAP_KW", 1), param("TAP_SH", 1),
                              param("TAP_SW", 1), param("TAP_DH", 1), param("TAP_DW", 1), param("TAP_WQ", 1),
                              param("TAP_PHASE_ROWS", 0)};

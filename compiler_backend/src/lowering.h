@@ -192,6 +192,7 @@ class Lowering {
   std::set<int> calib_;              // values an INT8 compile quantises (matmul and conv inputs)
   std::map<std::string, float> absmax_;  // their ranges: opts_.activation_absmax (timing-only: 1 where missing)
   std::map<int, Stored> quantized_;  // value -> its int8 copy
+  std::map<int, int64_t> grouped_;   // value -> G: stored group by group by its GEMM (GROUP_N), [N / G, rows, G]
   KernelPlan plan_;
   std::vector<std::vector<int>> users_;  // value -> the nodes reading it
   std::vector<bool> is_output_;          // value -> whether it is a graph output

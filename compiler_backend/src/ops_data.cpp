@@ -693,6 +693,18 @@ void lower_concat(Lowering& L, const ir::Node& n) {
 
 void lower_split(Lowering& L, const ir::Node& n) {
   int x = n.inputs[0];
+  if (auto grouped = L.grouped_.find(x); grouped != L.grouped_.end()) {
+    // Its GEMM stored the parts one after the other (grouped_split, ops_matmul.cpp): each output is a view.
+    const Stored X = L.get_any(x, false);
+    const Shape xs = L.shape(x);
+    const uint64_t part = static_cast<uint64_t>(prod(xs, 0, xs.size() - 1) * grouped->second * isa::dtype_size(X.dtype));
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      Stored Y = X;
+      Y.off += i * part;
+      L.remember(n.outputs[i], Y);
+    }
+    return;
+  }
   const bool nhwc = nhwc_view(L, {x});
   Shape xs = phys(L.shape(x), nhwc);
   int64_t axis = n.attr_int("axis", 0);

@@ -418,6 +418,27 @@ void gemv(Lowering& L, const std::string& label, Stored x, const std::vector<flo
   L.plan_.calls.push_back(std::move(call));
 }
 
+// The part size G when a matmul's result `out` (n columns) is read only by a Split of its last axis into equal
+// parts of whole matrix-unit strips (fused sibling projections, GPT-2's c_attn): the GEMM can store the parts one
+// after the other (GROUP_N) and the Split's outputs are then views. Else 0.
+int64_t grouped_split(const Lowering& L, int out, int64_t n) {
+  if (L.is_output_[out] || L.users_[out].size() != 1) return 0;
+  const ir::Node& s = L.g_.nodes[L.users_[out][0]];
+  if (s.op != "Split" || s.inputs[0] != out) return 0;
+  const int64_t rank = static_cast<int64_t>(L.shape(out).size());
+  auto cols = L.opts_.target.symbols.find("MXU_COLS");
+  auto split = s.attrs.find("split");
+  if (s.attr_int("axis", 0) != rank - 1 || cols == L.opts_.target.symbols.end() || split == s.attrs.end() ||
+      split->second.ints.size() < 2)
+    return 0;
+  const int64_t g = split->second.ints[0];
+  for (int64_t part : split->second.ints)
+    if (part != g) return 0;
+  for (int o : s.outputs)
+    if (o < 0) return 0;
+  return g > 0 && g % cols->second == 0 && n % g == 0 ? g : 0;
+}
+
 void lower_matmul(Lowering& L, const ir::Node& n) {
   int a = n.inputs[0], b = n.inputs[1];
   Shape as = L.shape(a), bs = L.shape(b);
@@ -451,15 +472,20 @@ void lower_matmul(Lowering& L, const ir::Node& n) {
       gemv(L, label, L.get_any(a, false), w, k, nn, bias, L.val(b).name, relu, C, L.opts_.precision == Precision::INT8);
       return;
     }
+    const int64_t group = C.nhwc || C.off != 0 ? 0 : grouped_split(L, out, nn);
     if (L.int8(a)) {
       L.int8_gemm(n, label, L.quantized(n, a, false), a, w, m, k, nn, bias, L.val(b).name, relu, C, 2.0 * m * k * nn,
-                out);
-      return;
+                  group ? -1 : out);  // (grouped: no int8 copy of the whole)
+    } else {
+      Stored A = L.get(a, DType::BF16, false);
+      int B = L.tiled_weights(L.val(b).name, w, k, nn);
+      int bias_buf = bias.empty() ? -1 : L.const_f32(bias_name, {nn}, bias);
+      L.gemm(label, A, Stored{B, 0, DType::BF16, false}, bias_buf, C, m, k, nn, relu, 1.0f, true, false);
     }
-    Stored A = L.get(a, DType::BF16, false);
-    int B = L.tiled_weights(L.val(b).name, w, k, nn);
-    int bias_buf = bias.empty() ? -1 : L.const_f32(bias_name, {nn}, bias);
-    L.gemm(label, A, Stored{B, 0, DType::BF16, false}, bias_buf, C, m, k, nn, relu, 1.0f, true, false);
+    if (group) {
+      L.plan_.calls.back().params["GROUP_N"] = group;
+      L.grouped_[out] = group;
+    }
     return;
   }
   if (n.op == "Gemm") L.fail(n, "a non-constant B is not supported");

@@ -438,7 +438,10 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     o << ".input dq, f32, [" << g.n << ", 2]\n";
   else if (g.bias)
     o << ".input bias, " << acc_dt << ", [" << g.n << "]\n";
-  if (!g.q_only) o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.m << ", " << g.n << "]\n";
+  if (g.group_n > 0)
+    o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.n / g.group_n << ", " << g.m << ", " << g.group_n << "]\n";
+  else if (!g.q_only)
+    o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.m << ", " << g.n << "]\n";
   if (Q) o << ".output q, i8, [" << g.m << ", " << g.n << "]\n";
   if (SK > 1) o << ".output ws, f32, [" << SK << ", " << g.m << ", " << g.n << "]\n";
   o << R"(.reg split, r25
@@ -634,8 +637,13 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       if (Q)  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
         o << "    addi vq, vc, " << C_BYTES << "\n    li t3, " << g.q_scale_bits << "\n"
           << "    vpu.acc vq, t0, " << rows << ", nt, nt, t2, t3, " << acc_dt << ", i8" << flags << ", scale_en\n";
-      o << "    vpu.sync signal=s" << CFULL << "\n"
-        << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << r0 * g.n + q * C << "\n";
+      o << "    vpu.sync signal=s" << CFULL << "\n";
+      if (g.group_n > 0)  // c's element (m0 + r0, n) in its group: (n / group_n, m0 + r0, n % group_n)
+        o << "    addi t0, n0, " << q * C << "\n    li t2, " << g.group_n << "\n    div t3, t0, t2\n    mul t2, t3, t2\n"
+          << "    sub t0, t0, t2\n    muli t3, t3, " << g.m << "\n    add t3, t3, m0\n    addi t3, t3, " << r0
+          << "\n    muli t3, t3, " << g.group_n << "\n    add t0, t0, t3\n";
+      else
+        o << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << r0 * g.n + q * C << "\n";
       if (Q)  // q's rows first (row pitch N); the stores complete in order, so c's store frees the buffer
         o << "    li t2, q\n    add t2, t2, t0\n    li t3, " << g.n << "\n"
           << "    dma.st t2, vq, " << rows << ", nt, t3, nt, wait=s" << CFULL << (g.q_only ? ", signal=s" + std::to_string(CFREE) : "")
@@ -644,7 +652,8 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
         o << "    muli t2, split, " << g.m * g.n << "\n    add t0, t0, t2\n    muli t0, t0, 4\n    li t2, ws\n"
           << "    add t0, t0, t2\n    li t2, " << g.n * 4 << "\n";
       else if (!g.q_only)
-        o << "    muli t0, t0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    li t2, " << g.n * O << "\n";
+        o << "    muli t0, t0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    li t2, "
+          << (g.group_n > 0 ? g.group_n : g.n) * O << "\n";
       if (!g.q_only)  // (with q_only, q's store freed the buffer)
         o << "    dma.st t0, vc, " << rows << ", t1, t2, t1" << (Q ? "" : ", wait=s" + std::to_string(CFULL)) << ", signal=s"
           << CFREE << "\n";
@@ -728,6 +737,13 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
     throw std::invalid_argument("gemm_chip: bias, relu, scale and b_tiled do not combine with split K");
   if ((g.bias || g.dequant) && U > 6)
     throw std::invalid_argument("gemm_chip: with a bias the kernel's semaphores allow 6 matrix units per core");
+  if (g.group_n != 0) {
+    if (g.group_n < 0 || g.n % g.group_n != 0 || g.group_n % C != 0 || g.q_scale_bits != 0 || g.split_k > 1 ||
+        g.max_split_k > 1 || schedule == GemmSchedule::Strips)
+      throw std::invalid_argument("gemm_chip: group_n must divide N and be a multiple of " + std::to_string(C) +
+                                  " columns, with the tiled schedule, no q and no split K");
+    schedule = GemmSchedule::Tiles;
+  }
   if (g.taps.cin > 0) {
     const ConvTaps& x = g.taps;
     if (g.k % x.cin != 0 || (g.k / x.cin) % std::max<int64_t>(x.kw, 1) != 0)

@@ -855,38 +855,51 @@ class MatMul(OpCase):
         # attention makes them) run as one GEMM on their weights side by side and a Split (fuse_siblings.cpp): the
         # compile report has the one node "/q/MatMul+...+/v/MatMul" (with "+/q/Add+...+/v/Add"), and the outputs are those of the same
         # Linears each on a copy of the input (x + 0, x * 1: not siblings), bit for bit, and torch's within bounds.
-        # Shapes: 3-D, 2-D, and a decoded token (one row: the Split is a view); bf16 and int8; with and without bias.
+        # Shapes: 3-D, 2-D, and a decoded token (one row: the Split is a view); bf16 and int8; with and without bias;
+        # one matrix unit (v4-like) and the whole chip (v4).
+        # Parts of equal size in whole strips of the matrix unit (128 columns here) are stored one after the other by
+        # the GEMM (GROUP_N), so that the Split is views: no copy kernel in its node then.
         class Siblings(nn.Module):
-            def __init__(self, k, n, bias, apart):
+            def __init__(self, k, n, bias, apart, equal=False):
                 super().__init__()
-                self.q, self.k, self.v = (nn.Linear(k, n, bias=bias), nn.Linear(k, n // 2, bias=bias),
-                                          nn.Linear(k, n // 2, bias=bias))
+                kv = n if equal else n // 2
+                self.q, self.k, self.v = (nn.Linear(k, n, bias=bias), nn.Linear(k, kv, bias=bias),
+                                          nn.Linear(k, kv, bias=bias))
                 self.apart = apart
 
             def forward(self, x):
                 xk, xv = (x + 0, x * 1) if self.apart else (x, x)
                 return self.q(x), self.k(xk), self.v(xv)
 
-        for shape, bias, precision in [((2, 5, 32), True, None), ((7, 32), False, None), ((1, 1, 32), True, None),
-                                       ((2, 5, 32), True, "int8")]:
-            name = f"{shape} bias{int(bias)} {precision or 'bf16'}"
+        for shape, bias, precision, n, config in [
+                ((2, 5, 32), True, None, 48, None), ((7, 32), False, None, 48, None),
+                ((1, 1, 32), True, None, 48, None), ((2, 5, 32), True, "int8", 48, None),
+                ((2, 5, 32), True, None, 128, None), ((9, 32), False, "int8", 256, None),
+                ((4, 10, 32), True, None, 128, "v4"), ((4, 10, 32), True, "int8", 128, "v4")]:
+            name = f"{shape} bias{int(bias)} {precision or 'bf16'} n{n} {config or 'v4-like'}"
             with self.subTest(name):
                 torch.manual_seed(6)
-                fused = Siblings(shape[-1], 48, bias, False)
-                apart = Siblings(shape[-1], 48, bias, True)
+                fused = Siblings(shape[-1], n, bias, False, equal=n % 128 == 0)
+                apart = Siblings(shape[-1], n, bias, True, equal=n % 128 == 0)
                 apart.load_state_dict(fused.state_dict())
                 x = randn(*shape)
                 bounds = {"cos": INT8_MIN_COSINE, "rel": INT8_MAX_REL_L2} if precision else {}
-                got, _ = self.check(fused, x, name=name, precision=precision, **bounds)
-                ref, _ = self.run_model(apart, [x], precision=precision)
+                got, _ = self.check(fused, x, name=name, precision=precision, config=config, **bounds)
+                ref, _ = self.run_model(apart, [x], precision=precision, config=config)
                 for g, r in zip(got, ref):
                     np.testing.assert_array_equal(g, r, err_msg=name)
                 d, path, _, _, _ = self.export(fused, [x])
                 report = os.path.join(d, "r.json")
-                tpusim("compile", path, "--report-json", report, *(["--precision", precision] if precision else []))
-                names = [r["name"] for r in json.load(open(report))["regions"] if r["kind"] == "node"]
+                tpusim("compile", path, "--report-json", report, *(["--precision", precision] if precision else []),
+                       *(["--config", config] if config else []))
+                regions = json.load(open(report))["regions"]
+                nodes = {r["name"]: i for i, r in enumerate(regions) if r["kind"] == "node"}
                 one = "/q/MatMul+...+/v/MatMul" + ("+/q/Add+...+/v/Add" if bias else "")
-                self.assertIn(one, names, name)
+                self.assertIn(one, nodes, name)
+                # the Split's kernels (the outputs' casts to float32 are there either way)
+                split = nodes.get("/q/MatMul+...+/v/MatMul.split", -1)
+                kernels = [r["name"] for r in regions if r["kind"] == "kernel" and r.get("parent") == split]
+                self.assertEqual("copy" in kernels, not (n % 128 == 0 or shape[:-1] == (1, 1)), f"{name}: {kernels}")
 
     def test_mlp(self):
         m = nn.Sequential(nn.Linear(24, 48), nn.GELU(), nn.Linear(48, 10))

@@ -251,6 +251,48 @@ TEST(GemmChip, FewerUnitsPerCoreSpreadNarrowTilesOverTheCores) {
              [&](size_t i) { return "whole chip " + num(whole[i]) + ", one unit " + num(unit[i]); });
 }
 
+// The output stored group by group (group_n, gemm.s's GROUP_N): c as [N / G, M, G], each group the columns
+// [g*G, (g+1)*G) of the plain [M, N] result, bit for bit, from gemm_chip on 2 cores x 3 units (strips and row
+// blocks alike) and from gemm.s on one unit.
+TEST(GemmChip, GroupedOutputHoldsTheColumnGroupsOneAfterTheOther) {
+  TPUSIM_MACHINES(m, chip_sets());
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  const int64_t C = symbols.at("MXU_COLS");
+  Random r(961);
+  struct Case {
+    int64_t m, k, n, group;
+  };
+  for (const Case& c : std::vector<Case>{{40, 17, 6 * C, 2 * C}, {70, 50, 3 * C, C}, {9, 20, 4 * C, 2 * C}}) {
+    const std::string what = "M=" + std::to_string(c.m) + " K=" + std::to_string(c.k) + " N=" + std::to_string(c.n) +
+                             " groups of " + std::to_string(c.group);
+    std::vector<double> a = r.values(DType::BF16, c.m * c.k, -3, 3), b = r.values(DType::BF16, c.k * c.n, -3, 3);
+    kernels::GemmChip g{c.m, c.k, c.n, DType::BF16, DType::F32, 2, 3, kernels::GemmSchedule::Tiles};
+    const std::vector<double> plain = run_gemm(*m, g, a, b);
+    g.group_n = c.group;
+    const std::vector<double> grouped = run_gemm(*m, g, a, b);
+    std::map<std::string, int64_t> defines = symbols;
+    defines.insert({{"M", c.m}, {"K", c.k}, {"N", c.n}, {"IN_DT", static_cast<int64_t>(DType::BF16)},
+                    {"OUT_DT", static_cast<int64_t>(DType::F32)}, {"GROUP_N", c.group}});
+    const isa::Program p = kernels::assemble("gemm.s", defines, {}, 0);
+    m->write(p.find("a")->addr, a, DType::BF16);
+    m->write(p.find("b")->addr, b, DType::BF16);
+    const isa::TensorDecl* cd = p.find("c");
+    m->write(cd->addr, std::vector<uint8_t>(cd->bytes(), 0xa5));
+    m->run(p);
+    const std::vector<double> one = m->read_sim(cd->addr, static_cast<size_t>(cd->elements()), DType::F32);
+    auto at = [&](size_t i) {  // element i of the grouped layout -> the plain result's element
+      const int64_t grp = static_cast<int64_t>(i) / (c.m * c.group), row = static_cast<int64_t>(i) / c.group % c.m;
+      return plain[static_cast<size_t>(row * c.n + grp * c.group + static_cast<int64_t>(i) % c.group)];
+    };
+    ASSERT_EQ(grouped.size(), plain.size()) << what;
+    expect_all(what + ": gemm_chip grouped vs plain, bit for bit", grouped.size(), [&](size_t i) { return same(grouped[i], at(i)); },
+               [&](size_t i) { return "grouped " + num(grouped[i]) + ", plain " + num(at(i)); });
+    expect_all(what + ": gemm.s grouped vs plain, bit for bit", one.size(), [&](size_t i) { return same(one[i], at(i)); },
+               [&](size_t i) { return "gemm.s " + num(one[i]) + ", plain " + num(at(i)); });
+  }
+}
+
 TEST(GemmChip, Bf16EpilogueAndTiledWeightsMatchGemmS) { epilogue_cases(DType::BF16, 913, true, 1.0f); }
 TEST(GemmChip, Bf16ScaledMatchesGemmS) { epilogue_cases(DType::BF16, 914, false, 0.375f); }
 TEST(GemmChip, Int8EpilogueMatchesGemmS) { epilogue_cases(DType::I8, 915, true, 0.0625f); }

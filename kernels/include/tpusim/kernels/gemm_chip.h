@@ -104,6 +104,7 @@ struct GemmChip {
   uint32_t q_scale_bits = 0;
   bool q_only = false;      // with q_scale_bits, q is the only output: no `c` (gemm.s's Q_ONLY)
   bool b_tiled = false;     // b stored tile by tile: [cdiv(K,R), cdiv(N,C), R, C], zero-padded (gemm.s's B_TILED)
+  int64_t group_n = 0;      // > 0: c stored as [N / group_n, M, group_n] (gemm.s's GROUP_N; tiled schedule, K whole)
   ConvTaps taps{};          // a read as a convolution's taps (tiled schedule, not with trans_b): gemm.s's TAP_*
   bool operator==(const GemmChip&) const = default;  // the same kernel on the same chip
 };
