@@ -3,7 +3,9 @@
 // [K, N1 + N2 + ...], its bias Add on the biases side by side, and a Split of the result into the original values.
 // One GEMM streams the activation once and fills the chip with N1 + N2 + ... columns where each alone left units
 // idle; each output column is the same sum of the same products as before, so the values are the same bits. The
-// Split is a view where every axis before the last has one element (a decoded token), else one copy.
+// Split is views where every axis before the last has one element (a decoded token), or where the parts are of
+// one size in whole strips of the matrix unit (the GEMM then stores them one after the other: ops_matmul.cpp,
+// grouped_split); else one copy. (Gemm nodes, as torch exports a 2-D Linear with a bias, are left alone.)
 #include "fuse_siblings.h"
 
 #include <algorithm>
