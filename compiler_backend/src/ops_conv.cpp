@@ -285,10 +285,16 @@ Phases window_phases(Lowering& L, const std::string& label, Stored x, const Shap
                                        static_cast<uint64_t>(w.pl * C * es),
                                    static_cast<uint64_t>(H), static_cast<uint64_t>(W * C * es), W * C * es,
                                    static_cast<int64_t>(row)});
-    } else {  // fill everything, then one move per phase row
-      fill(0, static_cast<uint64_t>(phases * N * Hq), row, static_cast<int64_t>(row));
+    } else {  // fill the phases some tap reads (a 1x1 stride-2 window reads one of four), then a move per phase row
+      std::vector<bool> used(static_cast<size_t>(phases), false);
+      for (int64_t i = 0; i < w.kh; ++i)
+        for (int64_t j = 0; j < w.kw; ++j) used[static_cast<size_t>((i * w.dh % w.sh) * w.sw + j * w.dw % w.sw)] = true;
+      for (int64_t ph = 0; ph < phases; ++ph)
+        if (used[static_cast<size_t>(ph)])
+          fill(static_cast<uint64_t>(ph) * phase_bytes, static_cast<uint64_t>(N * Hq), row, static_cast<int64_t>(row));
       for (int64_t a = 0; a < w.sh; ++a)
         for (int64_t b = 0; b < w.sw; ++b) {
+          if (!used[static_cast<size_t>(a * w.sw + b)]) continue;
           // phase column q <-> input column q*sw + b - pl
           const int64_t q0 = std::max<int64_t>(0, (w.pl - b + w.sw - 1) / w.sw);
           const int64_t q1 = std::min<int64_t>(Wq, (W + w.pl - b + w.sw - 1) / w.sw);  // exclusive

@@ -323,6 +323,7 @@ class Conv(OpCase):
             (40, 72, 5, 2, 2, 1, 1, 13, 12),
             (160, 20, 3, 1, 1, 1, 1, 6, 5),
             (64, 32, (1, 3), 1, (0, 1), 1, 2, 5, 9),
+            (64, 48, 1, 2, 0, 1, 2, 9, 7),            # a downsample: one of the four phases is read (and made)
         ]
         for config in ("v4-like", "v4"):
             for (cin, cout, k, s, p, d, b, h, w) in cases:
