@@ -25,11 +25,39 @@ struct Shape {
   int64_t m, k, n;
 };
 
+// The chip's kernel symbols (sim::kernel_symbols), as the kernels take them.
+std::map<std::string, int64_t> symbols_of(const Machines& m) {
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, v] : sim::kernel_symbols(m.cfg)) symbols[name] = v;
+  return symbols;
+}
+
+// Runs a GEMM with a bias on inputs a, b (tiled) and bias, its output c filled with 0xa5 first; returns c.
+std::vector<double> run_with_bias(Machines& m, const isa::Program& p, const std::vector<double>& a,
+                                  const std::vector<double>& tiled, const std::vector<double>& bias, DType in, DType acc,
+                                  DType out) {
+  m.write(p.find("a")->addr, a, in);
+  m.write(p.find("b")->addr, tiled, in);
+  m.write(p.find("bias")->addr, bias, acc);
+  const isa::TensorDecl* c = p.find("c");
+  m.write(c->addr, std::vector<uint8_t>(c->bytes(), 0xa5));
+  m.run(p);
+  return m.read_sim(c->addr, static_cast<size_t>(c->elements()), out);
+}
+
+// b [K, N] in gemm.s's B_TILED layout, [cdiv(K, R), cdiv(N, C), R, C], zero-padded.
+std::vector<double> tiled_b(const std::vector<double>& b, int64_t k, int64_t n, int64_t R, int64_t C) {
+  const int64_t nt = (n + C - 1) / C;
+  std::vector<double> tiled(static_cast<size_t>((k + R - 1) / R * nt * R * C), 0.0);
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = 0; j < n; ++j) tiled[(((i / R) * nt + j / C) * R + i % R) * C + j % C] = b[i * n + j];
+  return tiled;
+}
+
 std::vector<double> run_gemm(Machines& m, const kernels::GemmChip& g, const std::vector<double>& a,
                              const std::vector<double>& b, std::vector<double>* reference = nullptr,
                              std::vector<double>* isa_order = nullptr) {
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(m.cfg)) symbols[name] = v;
+  const std::map<std::string, int64_t> symbols = symbols_of(m);
   isa::Program p = kernels::gemm_chip_kernel(g, symbols);
   m.write(p.find("a")->addr, a, g.in);
   if (g.trans_b) {  // b given as [N, K]
@@ -151,28 +179,16 @@ TEST(GemmChip, Fp8TiledWithSplitK) {
 // against the reference machine and the host elsewhere). The weights are written in the tiled layout for both.
 void epilogue_cases(DType in, uint64_t seed, bool relu, float scale) {
   TPUSIM_MACHINES(m, chip_sets());
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  const std::map<std::string, int64_t> symbols = symbols_of(*m);
   const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
   Random r(seed);
   const DType acc = in == DType::I8 ? DType::I32 : DType::F32;
   const DType out = in == DType::I8 ? DType::I8 : DType::BF16;
   for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {33, 64, 65}, {70, 50, 8}, {100, 17, 5}}) {
-    const int64_t kt = (s.k + R - 1) / R, nt = (s.n + C - 1) / C;
     std::vector<double> a = r.values(in, s.m * s.k, -3, 3), b = r.values(in, s.k * s.n, -3, 3);
     std::vector<double> bias = in == DType::I8 ? r.values(DType::I8, s.n) : r.values(DType::F32, s.n, -2, 4);
-    std::vector<double> tiled(static_cast<size_t>(kt * nt * R * C), 0.0);
-    for (int64_t i = 0; i < s.k; ++i)
-      for (int64_t j = 0; j < s.n; ++j) tiled[(((i / R) * nt + j / C) * R + i % R) * C + j % C] = b[i * s.n + j];
-    auto run = [&](const isa::Program& p) {
-      m->write(p.find("a")->addr, a, in);
-      m->write(p.find("b")->addr, tiled, in);
-      m->write(p.find("bias")->addr, bias, acc);
-      const isa::TensorDecl* c = p.find("c");
-      m->write(c->addr, std::vector<uint8_t>(c->bytes(), 0xa5));
-      m->run(p);
-      return m->read_sim(c->addr, static_cast<size_t>(c->elements()), out);
-    };
+    const std::vector<double> tiled = tiled_b(b, s.k, s.n, R, C);
+    auto run = [&](const isa::Program& p) { return run_with_bias(*m, p, a, tiled, bias, in, acc, out); };
     kernels::GemmChip g{s.m, s.k, s.n, in, out, 2, 3, kernels::GemmSchedule::Auto};
     g.bias = true, g.relu = relu, g.b_tiled = true, g.scale_bits = scale == 1.0f ? 0 : isa::bits_from_f32(scale);
     std::vector<double> whole = run(kernels::gemm_chip_kernel(g, symbols));
@@ -195,8 +211,7 @@ void epilogue_cases(DType in, uint64_t seed, bool relu, float scale) {
 // tests include narrow shapes too.)
 TEST(GemmChip, NarrowOutputsSplitTheRowsOverTheUnits) {
   TPUSIM_MACHINES(m, chip_sets());
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  const std::map<std::string, int64_t> symbols = symbols_of(*m);
   Random r(941);
   for (DType in : {DType::BF16, DType::I8})
     for (const Shape& s : std::vector<Shape>{{70, 50, 8}, {100, 17, 5}, {64, 24, 3}, {200, 9, 8}}) {
@@ -231,8 +246,7 @@ TEST(GemmChip, FewerUnitsPerCoreSpreadNarrowTilesOverTheCores) {
   std::vector<std::string> sets = chip_sets();
   sets.push_back("core.mxus=4");
   TPUSIM_MACHINES(m, sets);
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  const std::map<std::string, int64_t> symbols = symbols_of(*m);
   const int64_t C = symbols.at("MXU_COLS"), R = symbols.at("MXU_ROWS");
   Random r(951);
   const Shape s{2 * R, 24 * R, 6 * C};
@@ -256,8 +270,7 @@ TEST(GemmChip, FewerUnitsPerCoreSpreadNarrowTilesOverTheCores) {
 // blocks alike) and from gemm.s on one unit.
 TEST(GemmChip, GroupedOutputHoldsTheColumnGroupsOneAfterTheOther) {
   TPUSIM_MACHINES(m, chip_sets());
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  const std::map<std::string, int64_t> symbols = symbols_of(*m);
   const int64_t C = symbols.at("MXU_COLS");
   Random r(961);
   struct Case {
@@ -309,8 +322,7 @@ struct ConvCase {
 
 void conv_taps_cases(DType in, uint64_t seed) {
   TPUSIM_MACHINES(m, chip_sets());
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  const std::map<std::string, int64_t> symbols = symbols_of(*m);
   const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
   Random r(seed);
   const DType acc = in == DType::I8 ? DType::I32 : DType::F32;
@@ -353,18 +365,9 @@ void conv_taps_cases(DType in, uint64_t seed) {
                 col[(n * image + oh * Wq + ow) * K + (i * cc.k + j) * cc.cin + c] =
                     pixel(n, oh * s + i * cc.dil, ow * s + j * cc.dil, c);
     std::vector<double> b = r.values(in, K * cc.oc, -3, 3), bias = r.values(acc, cc.oc, -2, 4);
-    const int64_t kt = (K + R - 1) / R, nt = (cc.oc + C - 1) / C;
-    std::vector<double> tiled(static_cast<size_t>(kt * nt * R * C), 0.0);
-    for (int64_t i = 0; i < K; ++i)
-      for (int64_t j = 0; j < cc.oc; ++j) tiled[(((i / R) * nt + j / C) * R + i % R) * C + j % C] = b[i * cc.oc + j];
+    const std::vector<double> tiled = tiled_b(b, K, cc.oc, R, C);
     auto run = [&](const isa::Program& p, const std::vector<double>& av) {
-      m->write(p.find("a")->addr, av, in);
-      m->write(p.find("b")->addr, tiled, in);
-      m->write(p.find("bias")->addr, bias, acc);
-      const isa::TensorDecl* c = p.find("c");
-      m->write(c->addr, std::vector<uint8_t>(c->bytes(), 0xa5));
-      m->run(p);
-      return m->read_sim(c->addr, static_cast<size_t>(c->elements()), out);
+      return run_with_bias(*m, p, av, tiled, bias, in, acc, out);
     };
     kernels::GemmChip g{M, K, cc.oc, in, out, 2, 3, kernels::GemmSchedule::Auto};
     g.bias = true, g.relu = true, g.b_tiled = true;
@@ -408,16 +411,13 @@ TEST(GemmChip, Int8ConvTapsReadInPlaceMatchTheIm2colMatrix) { conv_taps_cases(DT
 // the float64 value acc * s[j] + b[j]), the output cast, and q.
 void dequant_cases(uint64_t seed, DType out, bool bias, bool relu, float q_scale) {
   TPUSIM_MACHINES(m, chip_sets());
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  const std::map<std::string, int64_t> symbols = symbols_of(*m);
   const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
   Random r(seed);
   for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {33, 64, 65}, {70, 50, 8}, {100, 17, 5}}) {
-    const int64_t kt = (s.k + R - 1) / R, nt = (s.n + C - 1) / C;
     std::vector<double> a = r.values(DType::I8, s.m * s.k), b = r.values(DType::I8, s.k * s.n);
-    std::vector<double> tiled(static_cast<size_t>(kt * nt * R * C), 0.0), dq(static_cast<size_t>(2 * s.n));
-    for (int64_t i = 0; i < s.k; ++i)
-      for (int64_t j = 0; j < s.n; ++j) tiled[(((i / R) * nt + j / C) * R + i % R) * C + j % C] = b[i * s.n + j];
+    const std::vector<double> tiled = tiled_b(b, s.k, s.n, R, C);
+    std::vector<double> dq(static_cast<size_t>(2 * s.n));
     for (int64_t j = 0; j < s.n; ++j) {  // scales of the size s_a * s_w has, results of -4..4
       dq[2 * j] = static_cast<float>(r.real(1e-6, 1e-4));
       dq[2 * j + 1] = static_cast<float>(r.real(-2, 2));
@@ -521,8 +521,7 @@ TEST(GemmChip, Int8DequantInt8CopySaturatesBothWays) { dequant_cases(921, DType:
 
 TEST(GemmChip, ShapesThatCannotRunSaySo) {
   TPUSIM_MACHINES(m, chip_sets());
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(m->cfg)) symbols[name] = v;
+  const std::map<std::string, int64_t> symbols = symbols_of(*m);
   auto message = [&](kernels::GemmChip g) {
     try {
       kernels::gemm_chip_source(g, symbols);
