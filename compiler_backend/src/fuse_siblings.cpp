@@ -39,7 +39,9 @@ std::vector<std::vector<int>> users_of(const ir::Graph& g) {
   return users;
 }
 
-bool is_output(const ir::Graph& g, int v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); }
+bool is_output(const ir::Graph& g, int v) {
+  return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+}
 
 }  // namespace
 
@@ -47,7 +49,7 @@ void fuse_sibling_matmuls(ir::Graph& g) {
   std::vector<std::vector<int>> users = users_of(g);
   std::vector<bool> removed(g.nodes.size(), false);
   std::vector<std::pair<size_t, std::vector<ir::Node>>> inserts;  // (at node, nodes in place of it)
-  const size_t values = g.values.size();  // (the pass adds values: those are not visited)
+  const size_t values = g.values.size();                          // (the pass adds values: those are not visited)
   for (size_t x = 0; x < values; ++x) {
     const ir::Value& xv = g.values[x];
     if (xv.is_const || !xv.has_shape || xv.dims.size() < 2 || xv.elem_type != ir::kFloat ||
@@ -58,8 +60,8 @@ void fuse_sibling_matmuls(ir::Graph& g) {
     for (int u : users[x]) {
       const ir::Node& mm = g.nodes[static_cast<size_t>(u)];
       int64_t k = 0, n = 0;
-      if (removed[static_cast<size_t>(u)] || mm.op != "MatMul" || mm.inputs.size() != 2 || mm.inputs[0] != static_cast<int>(x) ||
-          !const_matrix(g, mm.inputs[1], k, n))
+      if (removed[static_cast<size_t>(u)] || mm.op != "MatMul" || mm.inputs.size() != 2 ||
+          mm.inputs[0] != static_cast<int>(x) || !const_matrix(g, mm.inputs[1], k, n))
         continue;
       Sibling s{u, -1, -1, mm.outputs[0], n};
       const int y = mm.outputs[0];
@@ -79,10 +81,13 @@ void fuse_sibling_matmuls(ir::Graph& g) {
       for (int r : users[static_cast<size_t>(s.out)]) relu = relu || g.nodes[static_cast<size_t>(r)].op == "Relu";
       if (!relu) by_k[k].push_back(s);
     }
-    for (auto& [k, sibs] : by_k) {
+    for (auto& group : by_k) {
+      const int64_t k = group.first;
+      std::vector<Sibling>& sibs = group.second;  // (a reference, not a binding: lambdas below capture it)
       // All with a bias or all without (one epilogue for the whole GEMM).
       const bool bias = std::all_of(sibs.begin(), sibs.end(), [](const Sibling& s) { return s.add >= 0; });
-      if (!bias) sibs.erase(std::remove_if(sibs.begin(), sibs.end(), [](const Sibling& s) { return s.add >= 0; }), sibs.end());
+      if (!bias)
+        sibs.erase(std::remove_if(sibs.begin(), sibs.end(), [](const Sibling& s) { return s.add >= 0; }), sibs.end());
       if (sibs.size() < 2) continue;
       std::sort(sibs.begin(), sibs.end(), [](const Sibling& a, const Sibling& b) { return a.matmul < b.matmul; });
       int64_t n_all = 0;
@@ -102,14 +107,15 @@ void fuse_sibling_matmuls(ir::Graph& g) {
         wv.dims = {ir::Dim::sized(k), ir::Dim::sized(n_all)};
       }
       bool data = true;
-      for (const Sibling& s : sibs) data = data && !g.values[static_cast<size_t>(g.nodes[static_cast<size_t>(s.matmul)].inputs[1])].data.empty();
+      for (const Sibling& s : sibs)
+        data = data && !g.values[static_cast<size_t>(g.nodes[static_cast<size_t>(s.matmul)].inputs[1])].data.empty();
       if (data) {
         std::vector<float> all(static_cast<size_t>(k * n_all));
         int64_t col = 0;
         for (const Sibling& s : sibs) {
-          const std::vector<float>& d = g.values[static_cast<size_t>(g.nodes[static_cast<size_t>(s.matmul)].inputs[1])].data;
-          for (int64_t r = 0; r < k; ++r)
-            std::copy_n(d.begin() + r * s.n, s.n, all.begin() + r * n_all + col);
+          const std::vector<float>& d =
+              g.values[static_cast<size_t>(g.nodes[static_cast<size_t>(s.matmul)].inputs[1])].data;
+          for (int64_t r = 0; r < k; ++r) std::copy_n(d.begin() + r * s.n, s.n, all.begin() + r * n_all + col);
           col += s.n;
         }
         g.values[static_cast<size_t>(w)].data = std::move(all);
@@ -131,7 +137,10 @@ void fuse_sibling_matmuls(ir::Graph& g) {
           bv.elem_type = ir::kFloat, bv.has_shape = true, bv.is_const = true, bv.dims = {ir::Dim::sized(n_all)};
           for (const Sibling& s : sibs) {
             const std::vector<float>& d = g.values[static_cast<size_t>(s.bias)].data;
-            if (d.empty()) { bv.data.clear(); break; }
+            if (d.empty()) {
+              bv.data.clear();
+              break;
+            }
             bv.data.insert(bv.data.end(), d.begin(), d.end());
           }
         }
@@ -158,7 +167,8 @@ void fuse_sibling_matmuls(ir::Graph& g) {
     }
   }
   if (inserts.empty()) return;
-  std::map<size_t, std::vector<ir::Node>> at(std::make_move_iterator(inserts.begin()), std::make_move_iterator(inserts.end()));
+  std::map<size_t, std::vector<ir::Node>> at(std::make_move_iterator(inserts.begin()),
+                                             std::make_move_iterator(inserts.end()));
   std::vector<ir::Node> nodes;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (auto it = at.find(i); it != at.end())

@@ -5,7 +5,8 @@
 // channels is 64 bytes or more, gemm.s reads the taps from the padded input in place (implicit_im2col) and no
 // matrix is copied. Depthwise convs run on the vector unit (a row-wise kernel summing tap x weight, each tap read
 // in place: tap_views); other grouped convs one gemm per group. MaxPool / AveragePool: taps read in place,
-// reduced by a row-wise kernel (1-D: H = 1; 3-D: over H and W, then over D). GlobalAveragePool (and ReduceMean over H, W): a gemm of a row of ones with each image, scaled by 1/HW.
+// reduced by a row-wise kernel (1-D: H = 1; 3-D: over H and W, then over D). GlobalAveragePool (and ReduceMean
+// over H, W): a gemm of a row of ones with each image, scaled by 1/HW.
 // Other ranks and transposed convolutions reuse the 2-D core (conv2d): a 1-D Conv is a 2-D one with H = 1 on its
 // input made channels-last ([N, L, C]); a 3-D Conv is a 2-D one over N x OD images whose channels are the KD input
 // depths each output depth reads (gathered by moves, zeros outside; channel order group, depth tap, channel). A
@@ -413,10 +414,11 @@ struct Conv2d {
 // matrix, whose tap copies move the same short rows once).
 constexpr int64_t kMinTapBytes = 64;
 
-// A convolution (groups 1; bf16, or int8 on int8 weights) whose gemm reads its taps from the padded input in place, so that the matrix of
-// copied taps (taps times the input's bytes, written and read back) never exists. The gemm's rows are virtual as
-// in window_taps, and also span each image's Hq - OH rows below its outputs, so that a row's taps are one regular
-// offset over all the images: M = (N - 1) * Hq * Wq + OH * Wq rows; the rows that are no output are dropped after.
+// A convolution (groups 1; bf16, or int8 on int8 weights) whose gemm reads its taps from the padded input in
+// place, so that the matrix of copied taps (taps times the input's bytes, written and read back) never exists. The
+// gemm's rows are virtual as in window_taps, and also span each image's Hq - OH rows below its outputs, so that a
+// row's taps are one regular offset over all the images: M = (N - 1) * Hq * Wq + OH * Wq rows; the rows that are
+// no output are dropped after.
 // `wt`: the weights as [(kh, kw, c), OC]. Same products summed in the same order as the copied matrix: same bits.
 void implicit_im2col(Lowering& L, const ir::Node& n, const Conv2d& c, const std::vector<float>& wt) {
   const int64_t N = c.xs[0], C = c.xs[1], OC = c.OC, taps = c.KH * c.KW;
