@@ -30,15 +30,6 @@ struct Sibling {
   int64_t n = 0;
 };
 
-// The nodes reading each value.
-std::vector<std::vector<int>> users_of(const ir::Graph& g) {
-  std::vector<std::vector<int>> users(g.values.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (int in : g.nodes[i].inputs)
-      if (in >= 0) users[static_cast<size_t>(in)].push_back(static_cast<int>(i));
-  return users;
-}
-
 bool is_output(const ir::Graph& g, int v) {
   return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
 }
@@ -46,7 +37,7 @@ bool is_output(const ir::Graph& g, int v) {
 }  // namespace
 
 void fuse_sibling_matmuls(ir::Graph& g) {
-  std::vector<std::vector<int>> users = users_of(g);
+  std::vector<std::vector<int>> users = ir::users_of(g);
   std::vector<bool> removed(g.nodes.size(), false);
   std::vector<std::pair<size_t, std::vector<ir::Node>>> inserts;  // (at node, nodes in place of it)
   const size_t values = g.values.size();                          // (the pass adds values: those are not visited)

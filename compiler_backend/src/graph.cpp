@@ -52,6 +52,14 @@ int Graph::value(const std::string& name) {
   return it->second;
 }
 
+std::vector<std::vector<int>> users_of(const Graph& g) {
+  std::vector<std::vector<int>> users(g.values.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int in : g.nodes[i].inputs)
+      if (in >= 0) users[static_cast<size_t>(in)].push_back(static_cast<int>(i));
+  return users;
+}
+
 int Graph::fresh_value(const std::string& base) {
   std::string name = base;
   for (int k = 2; value_index.count(name); ++k) name = base + "." + std::to_string(k);

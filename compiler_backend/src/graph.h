@@ -88,6 +88,9 @@ struct Graph {
   int int_constant(const std::string& base, const std::vector<int64_t>& elements);
 };
 
+// The nodes reading each value (indices into g.nodes, in node order; a node reading a value twice is listed twice).
+std::vector<std::vector<int>> users_of(const Graph& g);
+
 std::string shape_str(const Value& v);              // "[8,64]", "[batch,64]", "[?,64]"; "(unknown)" without shape
 std::string shape_str(const std::vector<int64_t>& s);
 // Why a tensor of shape `s` is too large to compile ("shape [...] has N elements: ..."), or "" if it is not:

@@ -72,10 +72,7 @@ Lowering::Lowering(const ir::Graph& g, const Options& opts)
       opts_(opts),
       sym_(opts.target.symbols),
       absmax_(opts.activation_absmax),
-      users_(g.values.size()), is_output_(g.values.size()), done_(g.nodes.size()) {
-  for (size_t i = 0; i < g_.nodes.size(); ++i)
-    for (int in : g_.nodes[i].inputs)
-      if (in >= 0) users_[in].push_back(static_cast<int>(i));
+      users_(ir::users_of(g)), is_output_(g.values.size()), done_(g.nodes.size()) {
   for (int o : g_.outputs) is_output_[o] = true;
   std::string gemm = kernels::source("gemm.s").value_or("");
   trans_b_ = gemm.find("TRANS_B") != std::string::npos;

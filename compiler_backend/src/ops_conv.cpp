@@ -414,6 +414,22 @@ struct Conv2d {
 // matrix, whose tap copies move the same short rows once).
 constexpr int64_t kMinTapBytes = 64;
 
+// The convolution's GEMM, out = act(a[m, KH*KW*C] @ wt + bias) into `dst` (int8 weights where c.q8); `wt`: the
+// weights as [(kh, kw, c), OC]; `value`: the graph value dst holds, -1 for virtual rows.
+void conv_gemm(Lowering& L, const ir::Node& n, const Conv2d& c, const std::vector<float>& wt, Stored a, int64_t m,
+               Stored dst, int value) {
+  const int64_t k = c.KH * c.KW * c.xs[1];
+  if (c.q8) {
+    L.int8_gemm(n, c.label, a, c.x, wt, m, k, c.OC, c.has_bias ? c.bias : std::vector<float>{}, c.wname, c.relu, dst,
+                c.flops, value);
+    return;
+  }
+  int B = L.tiled_weights(c.wname, wt, k, c.OC);
+  int bias_buf = c.has_bias ? L.const_f32(c.wname + ".bias", {c.OC}, c.bias) : -1;
+  L.gemm(c.label, a, Stored{B, 0, DType::BF16, false}, bias_buf, dst, m, k, c.OC, c.relu, 1.0f, true, false);
+  L.plan_.calls.back().flops = c.flops;
+}
+
 // A convolution (groups 1; bf16, or int8 on int8 weights) whose gemm reads its taps from the padded input in
 // place, so that the matrix of copied taps (taps times the input's bytes, written and read back) never exists. The
 // gemm's rows are virtual as in window_taps, and also span each image's Hq - OH rows below its outputs, so that a
@@ -421,21 +437,13 @@ constexpr int64_t kMinTapBytes = 64;
 // no output are dropped after.
 // `wt`: the weights as [(kh, kw, c), OC]. Same products summed in the same order as the copied matrix: same bits.
 void implicit_im2col(Lowering& L, const ir::Node& n, const Conv2d& c, const std::vector<float>& wt) {
-  const int64_t N = c.xs[0], C = c.xs[1], OC = c.OC, taps = c.KH * c.KW;
+  const int64_t N = c.xs[0], C = c.xs[1], OC = c.OC;
   Phases ph = window_phases(L, c.label, c.X, c.xs, c.win, 0.0f, -1, -1);
   L.copy(c.label, std::move(ph.moves));
   const int64_t image_rows = ph.Hq * ph.Wq, M = (N - 1) * image_rows + ph.OH * ph.Wq;
   const bool whole = ph.Wq == c.OW && (N == 1 || ph.Hq == c.OH);  // the gemm's rows are the outputs themselves
   Stored G = whole ? c.Y : Stored{L.temp(c.label + ".virtual", DType::BF16, {M, OC}), 0, DType::BF16, true};
-  if (c.q8) {
-    L.int8_gemm(n, c.label, ph.P, c.x, wt, M, taps * C, OC, c.has_bias ? c.bias : std::vector<float>{}, c.wname,
-                c.relu, G, c.flops, whole ? c.value : -1);
-  } else {
-    int B = L.tiled_weights(c.wname, wt, taps * C, OC);
-    int bias_buf = c.has_bias ? L.const_f32(c.wname + ".bias", {OC}, c.bias) : -1;
-    L.gemm(c.label, ph.P, Stored{B, 0, DType::BF16, false}, bias_buf, G, M, taps * C, OC, c.relu, 1.0f, true, false);
-    L.plan_.calls.back().flops = c.flops;
-  }
+  conv_gemm(L, n, c, wt, ph.P, M, G, whole ? c.value : -1);
   KernelCall& call = L.plan_.calls.back();
   call.params.insert({{"TAP_CIN", C}, {"TAP_ROWS", ph.phases * N * image_rows + ph.slack}, {"TAP_KW", c.KW},
                       {"TAP_SH", c.win.sh}, {"TAP_SW", c.win.sw}, {"TAP_DH", c.win.dh}, {"TAP_DW", c.win.dw},
@@ -458,18 +466,7 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
       for (int64_t ci = 0; ci < C; ++ci)
         for (int64_t t = 0; t < taps; ++t)
           wt[static_cast<size_t>((t * C + ci) * OC + o)] = w[static_cast<size_t>((o * C + ci) * taps + t)];
-    // out = act(a[m, taps*C] @ wt + bias) into `dst`; `value`: the graph value dst holds, -1 for virtual rows
-    auto matmul = [&](Stored a, int64_t m, Stored dst, int value) {
-      if (c.q8) {
-        L.int8_gemm(n, label, a, c.x, wt, m, taps * C, OC, c.has_bias ? c.bias : std::vector<float>{}, c.wname,
-                    c.relu, dst, c.flops, value);
-        return;
-      }
-      int B = L.tiled_weights(c.wname, wt, taps * C, OC);
-      int bias_buf = c.has_bias ? L.const_f32(c.wname + ".bias", {OC}, c.bias) : -1;
-      L.gemm(label, a, Stored{B, 0, DType::BF16, false}, bias_buf, dst, m, taps * C, OC, c.relu, 1.0f, true, false);
-      L.plan_.calls.back().flops = c.flops;
-    };
+    auto matmul = [&](Stored a, int64_t m, Stored dst, int value) { conv_gemm(L, n, c, wt, a, m, dst, value); };
     const bool direct = KH == 1 && KW == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 && win.pl == 0 &&
                         win.pb == 0 && win.pr == 0;
     if (direct) return matmul(X, N * OH * OW, Y, c.value);

@@ -697,7 +697,8 @@ void lower_split(Lowering& L, const ir::Node& n) {
     // Its GEMM stored the parts one after the other (grouped_split, ops_matmul.cpp): each output is a view.
     const Stored X = L.get_any(x, false);
     const Shape xs = L.shape(x);
-    const uint64_t part = static_cast<uint64_t>(prod(xs, 0, xs.size() - 1) * grouped->second * isa::dtype_size(X.dtype));
+    const uint64_t part =
+        static_cast<uint64_t>(prod(xs, 0, xs.size() - 1) * grouped->second * isa::dtype_size(X.dtype));
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       Stored Y = X;
       Y.off += i * part;

@@ -224,11 +224,10 @@ int64_t reduce_chunk(int64_t mn, int64_t sk, int64_t out_bytes, int64_t vmem, in
 
 // Chooses the tiled schedule's shape by an estimate of its time. Candidates: U = 1 .. the units asked per core
 // where the chip has several cores (fewer units make narrower tiles, so that more of them fill the cores); the
-// units' strips side by side (S
-// strips per unit) or, for narrow outputs, row blocks (each unit a block of the tile's rows, one strip wide);
-// accumulators
-// double-buffered (2 regions of S strips x TM rows: the next tile's matrix work overlaps this one's drain) or
-// single (twice the rows; the drain of U*S strips of TM x C at VPU_WIDTH per cycle then adds to each tile);
+// units' strips side by side (S strips per unit) or, for narrow outputs, row blocks (each unit a block of the
+// tile's rows, one strip wide); accumulators double-buffered (2 regions of S strips x TM rows: the next tile's
+// matrix work overlaps this one's drain) or single (twice the rows; the drain of U*S strips of TM x C at
+// VPU_WIDTH per cycle then adds to each tile);
 // tile heights TM that split M evenly; NSLOT = 2..4 operand slots (more slots keep more chunks in flight when a
 // chunk's transfer latency exceeds its matrix work, as a GPU kernel's multi-stage pipeline does); KC = the
 // largest multiple of R whose NSLOT slots and two C buffers fit VMEM, and its halves down to 4 folds (a smaller
@@ -439,7 +438,8 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   else if (g.bias)
     o << ".input bias, " << acc_dt << ", [" << g.n << "]\n";
   if (g.group_n > 0)
-    o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.n / g.group_n << ", " << g.m << ", " << g.group_n << "]\n";
+    o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.n / g.group_n << ", " << g.m << ", " << g.group_n
+      << "]\n";
   else if (!g.q_only)
     o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.m << ", " << g.n << "]\n";
   if (Q) o << ".output q, i8, [" << g.m << ", " << g.n << "]\n";
@@ -548,7 +548,8 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
               << ", mxu=" << j;
           if (f == 0 && sidx == 0) o << ", wait=s" << FULL(j);
           o << "\n    addi t1, va, " << ((RB > 1 ? j * TMU * KC : 0) + f * R) * E << "\n    addi t2, ar, " << sidx * TMU
-            << "\n    mxu.mm t1, " << rows << ", t2, astr, " << in << (first && f == 0 ? "" : ", accumulate") << ", mxu=" << j;
+            << "\n    mxu.mm t1, " << rows << ", t2, astr, " << in << (first && f == 0 ? "" : ", accumulate")
+            << ", mxu=" << j;
           if (first && f == 0 && sidx == 0) o << ", wait=s" << AFREE(j);
           // The unit's last read of the slot frees it. With a partial tile, the unit's last present strip
           // may come before S - 1: the signal then goes on a sync after the strips (below).
@@ -639,15 +640,15 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
           << "    vpu.acc vq, t0, " << rows << ", nt, nt, t2, t3, " << acc_dt << ", i8" << flags << ", scale_en\n";
       o << "    vpu.sync signal=s" << CFULL << "\n";
       if (g.group_n > 0)  // c's element (m0 + r0, n) in its group: (n / group_n, m0 + r0, n % group_n)
-        o << "    addi t0, n0, " << q * C << "\n    li t2, " << g.group_n << "\n    div t3, t0, t2\n    mul t2, t3, t2\n"
-          << "    sub t0, t0, t2\n    muli t3, t3, " << g.m << "\n    add t3, t3, m0\n    addi t3, t3, " << r0
+        o << "    addi t0, n0, " << q * C << "\n    li t2, " << g.group_n << "\n    div t3, t0, t2\n"
+          << "    mul t2, t3, t2\n    sub t0, t0, t2\n    muli t3, t3, " << g.m << "\n    add t3, t3, m0\n    addi t3, t3, " << r0
           << "\n    muli t3, t3, " << g.group_n << "\n    add t0, t0, t3\n";
       else
         o << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << r0 * g.n + q * C << "\n";
       if (Q)  // q's rows first (row pitch N); the stores complete in order, so c's store frees the buffer
         o << "    li t2, q\n    add t2, t2, t0\n    li t3, " << g.n << "\n"
-          << "    dma.st t2, vq, " << rows << ", nt, t3, nt, wait=s" << CFULL << (g.q_only ? ", signal=s" + std::to_string(CFREE) : "")
-          << "\n";
+          << "    dma.st t2, vq, " << rows << ", nt, t3, nt, wait=s" << CFULL
+          << (g.q_only ? ", signal=s" + std::to_string(CFREE) : "") << "\n";
       if (SK > 1)  // the split's partial tile: ws[split, m0:, n0:] in f32
         o << "    muli t2, split, " << g.m * g.n << "\n    add t0, t0, t2\n    muli t0, t0, 4\n    li t2, ws\n"
           << "    add t0, t0, t2\n    li t2, " << g.n * 4 << "\n";
@@ -655,8 +656,8 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
         o << "    muli t0, t0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    li t2, "
           << (g.group_n > 0 ? g.group_n : g.n) * O << "\n";
       if (!g.q_only)  // (with q_only, q's store freed the buffer)
-        o << "    dma.st t0, vc, " << rows << ", t1, t2, t1" << (Q ? "" : ", wait=s" + std::to_string(CFULL)) << ", signal=s"
-          << CFREE << "\n";
+        o << "    dma.st t0, vc, " << rows << ", t1, t2, t1" << (Q ? "" : ", wait=s" + std::to_string(CFULL))
+          << ", signal=s" << CFREE << "\n";
       o << "    addi cslot, cslot, 1\n    li t0, " << NCBUF << "\n    blt cslot, t0, " << l << "\n    li cslot, 0\n"
         << l << ":\n";
     }

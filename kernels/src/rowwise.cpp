@@ -755,7 +755,8 @@ class Emitter {
     };
     std::vector<size_t> order(p_.inputs.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p_.inputs[a].addr < p_.inputs[b].addr; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return p_.inputs[a].addr < p_.inputs[b].addr; });
     for (size_t g = 0; g < order.size();) {
       size_t e = g + 1;
       uint64_t end = p_.inputs[order[g]].addr + in_bytes(p_.inputs[order[g]]);
@@ -764,7 +765,8 @@ class Emitter {
         end = std::max(end, p_.inputs[order[e]].addr + in_bytes(p_.inputs[order[e]]));
         one_type = one_type && p_.inputs[order[e]].dtype == p_.inputs[order[g]].dtype;
       }
-      const size_t i = *std::min_element(order.begin() + static_cast<int64_t>(g), order.begin() + static_cast<int64_t>(e));
+      const size_t i =
+          *std::min_element(order.begin() + static_cast<int64_t>(g), order.begin() + static_cast<int64_t>(e));
       const Input& in = p_.inputs[i];
       o_ << ".input \"" << (in.name.empty() ? "in" + std::to_string(i) : in.name) << "\", ";
       if (e == g + 1) {
