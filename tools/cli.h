@@ -23,9 +23,10 @@ void print_summary(std::ostream& os, const isa::Program& p, const sim::ChipConfi
 void print_profile(std::ostream& os, const runtime::Profile& p, const std::string& program_name, size_t top);
 // The report `tpusim compile --report` writes: the model's totals and roofline bound on the chip, then every graph
 // node (node region) in program order with its instructions, cycles, share, MXU utilisation, work and bound.
-// `output`: the .tpub written, or "" when none was.
+// `output`: the .tpub written, or "" when none was; `stats`: the run's, for the bytes it measured.
 void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa::Program& program,
-                          const std::string& model, const std::string& output, const sim::ChipConfig& cfg);
+                          const std::string& model, const std::string& output, const sim::ChipConfig& cfg,
+                          const sim::RunStats& stats);
 // The same as JSON: runtime::profile_json's object with "model" and "output" added.
 std::string compile_report_json(const runtime::Profile& p, const std::string& model, const std::string& output);
 // Every parameter with its value, unit, default and help (`tpusim config --show`).

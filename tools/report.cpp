@@ -179,7 +179,8 @@ void print_profile(std::ostream& os, const runtime::Profile& p, const std::strin
 }
 
 void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa::Program& program,
-                          const std::string& model, const std::string& output, const sim::ChipConfig& cfg) {
+                          const std::string& model, const std::string& output, const sim::ChipConfig& cfg,
+                          const sim::RunStats& stats) {
   const runtime::RegionProfile& all = p.program;
   os << "tpusim compile report\n"
      << "model    " << model << (output.empty() ? "" : " -> " + output) << "\n"
@@ -194,8 +195,13 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
      << "total    " << p.cycles << " cycles, " << fixed(cfg.seconds(p.cycles) * 1e6, 3)
      << " us (timing-only simulation)\n"
      << "work     " << fixed(all.flops / 1e9, 6) << " GFLOP, " << fixed(all.bytes / 1e6, 4) << " MB of HBM traffic, "
-     << fixed(all.ideal_bytes / 1e6, 4) << " MB ideal (traffic / ideal " << traffic_text(all) << ")\n"
-     << "bound    ";
+     << fixed(all.ideal_bytes / 1e6, 4) << " MB ideal (traffic / ideal " << traffic_text(all) << ")\n";
+  // Intermediates the compiler placed in the chip's shared memory (TPU v4's CMEM) move there, not through HBM.
+  if (cfg.shared_bytes() > 0)
+    os << "memory   measured: " << fixed(static_cast<double>(stats.hbm_bytes_read + stats.hbm_bytes_written) / 1e6, 4)
+       << " MB of HBM traffic, " << fixed(static_cast<double>(stats.shared_bytes_read + stats.shared_bytes_written) / 1e6, 4)
+       << " MB of shared memory traffic (intermediates placed there)\n";
+  os << "bound    ";
   if (all.ideal_bound.empty())
     os << "- (the program gives no FLOPs or bytes)\n";
   else

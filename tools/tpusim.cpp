@@ -539,10 +539,10 @@ int cmd_compile(const std::vector<std::string>& args) {
   runtime::ExecuteResult r = client.execute(exe, inputs, opts);
   runtime::Profile prof = runtime::make_profile(prog, r.run, client.config());
   if (report_path == "-") {
-    print_compile_report(std::cout, prof, prog, file, out, client.config());
+    print_compile_report(std::cout, prof, prog, file, out, client.config(), r.run.stats);
   } else if (!report_path.empty()) {
     std::ostringstream text;
-    print_compile_report(text, prof, prog, file, out, client.config());
+    print_compile_report(text, prof, prog, file, out, client.config(), r.run.stats);
     written.text(report_path, text.str());
     std::cout << "report: " << prof.cycles << " cycles on " << client.config().chip.name << " -> " << report_path
               << "\n";

@@ -462,31 +462,43 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
   }
 }
 
-// HBM bytes a generated call reads and writes (Library calls carry theirs from the lowering).
-double call_bytes(const KernelPlan& plan, const KernelCall& call) {
+// Bytes a call reads and writes in memory (HBM, or the shared memory for buffers placed there: plan_memory);
+// generated calls' from their moves and rows, Library calls' from the lowering. With `hbm_only`, only those of
+// buffers in HBM: exact for generated calls; a Library call's count less each shared buffer's bytes once (it
+// reads or writes each of its intermediates once, or more where it re-reads its inputs: then an upper bound).
+double call_bytes(const KernelPlan& plan, const KernelCall& call, bool hbm_only = false) {
+  auto counted = [&](int buf) { return !hbm_only || plan.buffers[static_cast<size_t>(buf)].addr < isa::kSharedWindow; };
   if (call.kind == KernelCall::Kind::Copy) {
     double b = 0;
     for (const BufferMove& m : call.moves) {
       const double moved = static_cast<double>(m.rows) * static_cast<double>(m.rowbytes);
-      b += moved + (m.src_stride == 0 ? static_cast<double>(m.rowbytes) : moved);
+      if (counted(m.dst)) b += moved;
+      if (counted(m.src)) b += m.src_stride == 0 ? static_cast<double>(m.rowbytes) : moved;
     }
     return b;
   }
   if (call.kind == KernelCall::Kind::Rowwise) {
     const auto& r = call.rows;
     double b = 0;
-    for (const kernels::rowwise::Input& in : r.inputs) {
+    for (size_t i = 0; i < r.inputs.size(); ++i) {
+      const kernels::rowwise::Input& in = r.inputs[i];
       const int64_t rows = in.period > 0 ? std::min(in.period, r.rows) : r.rows;
-      b += static_cast<double>(rows * (in.per_row ? 1 : r.cols) * isa::dtype_size(in.dtype));
+      if (counted(call.row_inputs[i])) b += static_cast<double>(rows * (in.per_row ? 1 : r.cols) * isa::dtype_size(in.dtype));
     }
     for (size_t i = 0; i < r.outputs.size(); ++i) {
       const Buffer& buf = plan.buffers[call.row_outputs[i]];
-      b += static_cast<double>(std::min<uint64_t>(buf.bytes() - buf.extra_bytes,
-                                                  static_cast<uint64_t>(r.rows * r.cols) * isa::dtype_size(buf.dtype)));
+      if (counted(call.row_outputs[i]))
+        b += static_cast<double>(std::min<uint64_t>(buf.bytes() - buf.extra_bytes,
+                                                    static_cast<uint64_t>(r.rows * r.cols) * isa::dtype_size(buf.dtype)));
     }
     return b;
   }
-  return call.bytes;
+  double b = call.bytes;
+  std::set<int> shared;
+  for (const auto& [name, buf] : call.tensors)
+    if (!counted(buf)) shared.insert(buf);
+  for (int buf : shared) b -= std::min(b, static_cast<double>(plan.buffers[static_cast<size_t>(buf)].bytes()));
+  return b;
 }
 
 // Where each buffer is first and last touched (call indices; -1 for a buffer no call touches).
@@ -637,7 +649,7 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     }
     p.regions[node].end = static_cast<uint32_t>(end);
     p.regions[node].flops += call.flops;
-    p.regions[node].bytes += call_bytes(plan, call);
+    p.regions[node].bytes += call_bytes(plan, call, true);
     const auto frag_begin = static_cast<uint32_t>(p.code.size());
     p.regions.push_back(isa::Region{isa::kRegionKernel, on_chip[c].gemm ? "gemm_chip" : call.kernel, frag_begin,
                                     static_cast<uint32_t>(end)});

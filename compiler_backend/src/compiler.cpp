@@ -38,7 +38,10 @@ isa::Program compile(std::string_view bytes, const std::string& model_name, cons
   fold_constants(g);
   fuse_sibling_matmuls(g);
   KernelPlan plan = lower(g, opts);
-  plan_memory(plan, static_cast<uint64_t>(hbm->second), model_name);
+  auto shared = opts.target.symbols.find("SHARED_BYTES");  // 0 or absent: no shared memory (or a cache)
+  plan_memory(plan, static_cast<uint64_t>(hbm->second),
+              shared == opts.target.symbols.end() ? 0 : static_cast<uint64_t>(std::max<int64_t>(0, shared->second)),
+              model_name);
   isa::Program p = emit_program(plan, opts.target.symbols, std::filesystem::path(model_name).stem().string());
   p.timing_only = opts.timing_only;
   return p;

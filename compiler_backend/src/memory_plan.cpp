@@ -4,6 +4,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "tpusim/compiler/compiler.h"
 
@@ -17,9 +18,13 @@ class Allocator {
  public:
   explicit Allocator(uint64_t base) { free_[base] = std::numeric_limits<uint64_t>::max(); }
 
-  uint64_t alloc(uint64_t bytes) {
+  // The first free block's start where `bytes` fit below `limit`; nullopt where none does.
+  std::optional<uint64_t> alloc(uint64_t bytes, uint64_t limit = std::numeric_limits<uint64_t>::max()) {
     bytes = align_up(std::max<uint64_t>(bytes, 1));
-    auto it = std::find_if(free_.begin(), free_.end(), [&](const auto& b) { return b.second - b.first >= bytes; });
+    auto it = std::find_if(free_.begin(), free_.end(), [&](const auto& b) {
+      return std::min(b.second, limit) > b.first && std::min(b.second, limit) - b.first >= bytes;
+    });
+    if (it == free_.end()) return std::nullopt;
     uint64_t addr = it->first, end = it->second;
     free_.erase(it);
     if (addr + bytes < end) free_[addr + bytes] = end;
@@ -49,7 +54,7 @@ class Allocator {
 
 }  // namespace
 
-uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, const std::string& model_name) {
+uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, uint64_t shared_bytes, const std::string& model_name) {
   uint64_t next = 0;
   for (Buffer::Kind kind : {Buffer::Kind::Input, Buffer::Kind::Output, Buffer::Kind::Const})
     for (Buffer& b : plan.buffers)
@@ -65,15 +70,29 @@ uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, const std::string& mo
       if (first[b] < 0) first[b] = c;
       last[b] = c;
     }
-  Allocator heap(next);
+  // An intermediate goes to the shared memory where it fits beside the intermediates live there, else to HBM.
+  Allocator heap(next), shared(0);
+  std::vector<bool> in_shared(plan.buffers.size(), false);
   for (int c = 0; c < static_cast<int>(plan.calls.size()); ++c) {
-    for (size_t b = 0; b < plan.buffers.size(); ++b)
-      if (plan.buffers[b].kind == Buffer::Kind::Temp && first[b] == c) plan.buffers[b].addr = heap.alloc(plan.buffers[b].bytes());
-    for (size_t b = 0; b < plan.buffers.size(); ++b)
-      if (plan.buffers[b].kind == Buffer::Kind::Temp && last[b] == c) heap.release(plan.buffers[b].addr, plan.buffers[b].bytes());
+    for (size_t b = 0; b < plan.buffers.size(); ++b) {
+      Buffer& buf = plan.buffers[b];
+      if (buf.kind != Buffer::Kind::Temp || first[b] != c) continue;
+      const std::optional<uint64_t> on_chip = shared_bytes > 0 ? shared.alloc(buf.bytes(), shared_bytes) : std::nullopt;
+      in_shared[b] = on_chip.has_value();
+      buf.addr = on_chip ? isa::kSharedWindow + *on_chip : *heap.alloc(buf.bytes());
+    }
+    for (size_t b = 0; b < plan.buffers.size(); ++b) {
+      const Buffer& buf = plan.buffers[b];
+      if (buf.kind != Buffer::Kind::Temp || last[b] != c) continue;
+      if (in_shared[b])
+        shared.release(buf.addr - isa::kSharedWindow, buf.bytes());
+      else
+        heap.release(buf.addr, buf.bytes());
+    }
   }
   uint64_t total = 0;
-  for (const Buffer& b : plan.buffers) total = std::max(total, b.addr + b.bytes());
+  for (size_t b = 0; b < plan.buffers.size(); ++b)
+    if (!in_shared[b]) total = std::max(total, plan.buffers[b].addr + plan.buffers[b].bytes());
   if (total > hbm_bytes)
     throw Error(model_name + ": model needs " + std::to_string(total) + " bytes of HBM, the chip has " +
                 std::to_string(hbm_bytes));

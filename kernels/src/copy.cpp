@@ -125,8 +125,13 @@ void collapse(M& m) {
   if (m.rows == 1) m.ss = m.ds = 0;
 }
 
+// Whether an address is in the shared memory's window (isa::kSharedWindow): a transfer's rows must all be on one
+// side, so moves and transfers on different sides never merge.
+bool windowed(int64_t addr) { return addr >= static_cast<int64_t>(isa::kSharedWindow); }
+
 // Appends b to a when together they are one regular 2-D move that behaves like the two in order.
 bool merge_moves(M& a, const M& b) {
+  if (windowed(a.src) != windowed(b.src) || windowed(a.dst) != windowed(b.dst)) return false;
   // Neither reads what the other writes, so the merged move's rows may run in any order (as a move's rows may).
   if (overlaps(b.src_pat(), a.dst_pat(), true) || overlaps(a.src_pat(), b.dst_pat(), true)) return false;
   if (a.rows == 1 && b.rows == 1 && b.src == a.src + int64_t(a.rb) && b.dst == a.dst + int64_t(a.rb) &&
@@ -170,6 +175,7 @@ void collapse(Xfer& x) {
 }
 
 bool merge_xfers(Xfer& a, const Xfer& b) {
+  if (windowed(a.h) != windowed(b.h)) return false;
   if (a.rows == 1 && b.rows == 1 && b.h == a.h + int64_t(a.rb) && b.v == a.v + int64_t(a.rb)) {
     a.rb += b.rb;  // one contiguous row
     return true;

@@ -13,7 +13,8 @@
 //   random rows fall on average. The index values do not enter the timing, so a timing-only run (which moves no
 //   data and cannot see the indices) gives the same cycles; the index checks (j < 0, j >= count, row outside
 //   HBM) are made in functional runs only, for the same reason. The VMEM side is a dma.ld's.
-// With `shared` (dma.ld, dma.st), the far side is the chip's [shared] memory instead of HBM: the same rules with
+// With `shared` (dma.ld, dma.st), or a far address in the shared window (isa::kSharedWindow and above, at the
+// address less the window's base), the far side is the chip's [shared] memory instead of HBM: the same rules with
 // shared.latency for dma.latency and the shared memory's banks (shared.banks, each shared.bandwidth_gbs / banks,
 // contended by every core) for HBM's channels.
 // With shared.cache = 1 (a GPU's L2), every HBM transfer goes through the cache's tags (CacheTags, memory.h), line
@@ -64,7 +65,11 @@ void DmaEngine::execute(const Entry& e) {
   const uint64_t start = st_.now();
   Transfer t{e, start, start, start, {}, {}, e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAGATHER, false, 0, 0, {}};
   const bool plain = e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAST;
-  t.shared = plain && e.arg("shared") != 0;
+  // The far side: the shared memory with `shared`, or for a far address in the shared window (isa::kSharedWindow,
+  // at the address less the window's base); else HBM.
+  const int64_t far = plain ? (t.load ? e[1] : e[0]) : 0;
+  const bool windowed = plain && far >= static_cast<int64_t>(isa::kSharedWindow) && e.arg("shared") == 0;
+  t.shared = plain && (e.arg("shared") != 0 || windowed);
   uint64_t hbm_earliest = start + static_cast<uint64_t>(t.shared ? st_.cfg.shared.latency : st_.cfg.dma.latency);
   if (e.in.op == isa::Op::DMAGATHER) {
     start_gather(e, t);
@@ -76,7 +81,7 @@ void DmaEngine::execute(const Entry& e) {
       act(e.pc, Action::VmemRead, t.hbm.rows * 4);
     }
   } else if (e.in.op != isa::Op::DMAINSYNC && e.in.op != isa::Op::DMAOUTSYNC) {
-    const int64_t vaddr = t.load ? e[0] : e[1], haddr = t.load ? e[1] : e[0];
+    const int64_t vaddr = t.load ? e[0] : e[1], haddr = far - (windowed ? static_cast<int64_t>(isa::kSharedWindow) : 0);
     const int64_t rows = e[2], rowbytes = e[3], hstride = e[4], vstride = e[5];
     if (rows < 0 || rowbytes < 0)
       st_.fail(e.pc, "negative size: rows " + std::to_string(rows) + ", rowbytes " + std::to_string(rowbytes));

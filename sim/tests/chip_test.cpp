@@ -261,6 +261,39 @@ TEST(WholeChip, SharedMemoryIsReachedByDma) {
   EXPECT_EQ(back, data);
 }
 
+// The same transfers with the shared memory named by address (isa::kSharedWindow + 1024) instead of the flag:
+// the same data, bytes and timing, one cycle later for the one more li (the store starts at 7, completes at 15; the
+// load completes at 23; halt at 24).
+TEST(WholeChip, SharedMemoryIsReachedThroughItsWindow) {
+  Chip chip(small_config({"shared.size_kib=64", "shared.bandwidth_gbs=32", "shared.latency=4", "shared.banks=4",
+                          "shared.interleave_bytes=64"}));
+  std::vector<uint8_t> data(256);
+  for (int i = 0; i < 256; ++i) data[i] = static_cast<uint8_t>(255 - i);
+  chip.write_vmem(0, data.data(), 256);
+  ProgramBuilder b;
+  b.li(3, 4).li(4, 64).li(5, 64).li(6, 64).li(7, 1024).li(8, static_cast<int64_t>(isa::kSharedWindow) + 1024);
+  b.op(Op::DMAST, {8, 0, 3, 4, 5, 6}).signal(1);
+  b.op(Op::DMALD, {7, 8, 3, 4, 5, 6}).wait(1);
+  RunResult r = chip.run(b.build());
+  EXPECT_EQ(r.stats.cycles, 24u);
+  EXPECT_EQ(r.stats.shared_bytes_written, 256u);
+  EXPECT_EQ(r.stats.shared_bytes_read, 256u);
+  EXPECT_EQ(r.stats.hbm_bytes_read + r.stats.hbm_bytes_written, 0u);
+  std::vector<uint8_t> back(256);
+  chip.read_vmem(1024, back.data(), 256);
+  EXPECT_EQ(back, data);
+  // A window address past the shared memory's 64 KiB is refused, naming the shared memory.
+  ProgramBuilder far;
+  far.li(3, 1).li(4, 64).li(8, static_cast<int64_t>(isa::kSharedWindow) + 65536);
+  far.op(Op::DMALD, {0, 8, 3, 4, 0, 0});
+  try {
+    chip.run(far.build());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shared memory read"), std::string::npos) << e.what();
+  }
+}
+
 TEST(WholeChip, SharedMemoryDmaWithoutOneIsAnError) {
   Chip chip(small_config());
   ProgramBuilder b;

@@ -58,6 +58,11 @@ inline constexpr int kMaxOperands = 16;
 inline constexpr int kNumRegs = 32;
 inline constexpr int kNumSems = 32;  // s1..s31 usable; 0 means "none"
 inline constexpr uint64_t kSemMax = 65535;  // a semaphore counts 0..kSemMax (sem.set's u16); a signal past it faults
+// The shared memory window: a dma.ld or dma.st far address at or above it names the chip's [shared] memory at
+// (address - kSharedWindow), as the `shared` flag does with the address itself. So a kernel reaches a tensor the
+// compiler placed in the shared memory (TPU v4's CMEM) through the same instructions as one in HBM. 2^46: above
+// any HBM, and within li's 48-bit immediate.
+inline constexpr uint64_t kSharedWindow = uint64_t{1} << 46;
 
 struct InstrDesc {
   Op op;
