@@ -239,49 +239,37 @@ TEST(WholeChip, Fp8StreamsAtTwiceTheBf16RateOnH200Like) {
   }
 }
 
-TEST(WholeChip, SharedMemoryIsReachedByDma) {
-  // 32 GB/s at 500 MHz over 4 banks = 64 bytes per cycle; latency 4.
-  Chip chip(small_config({"shared.size_kib=64", "shared.bandwidth_gbs=32", "shared.latency=4", "shared.banks=4",
-                          "shared.interleave_bytes=64"}));
-  std::vector<uint8_t> data(256);
-  for (int i = 0; i < 256; ++i) data[i] = static_cast<uint8_t>(i);
-  chip.write_vmem(0, data.data(), 256);
-  ProgramBuilder b;
-  b.li(3, 4).li(4, 64).li(5, 64).li(6, 64).li(7, 1024);
-  b.op(Op::DMAST, {7, 0, 3, 4, 5, 6}).with("shared", 1).signal(1);  // 5: starts 6, data [10, 14)
-  b.op(Op::DMALD, {7, 7, 3, 4, 5, 6}).with("shared", 1).wait(1);   // 6: waits until 14, data [18, 22)
-  RunResult r = chip.run(b.build());
-  // The store completes at 14 = 6 + 4 + 256 / 64; the load starts there, completes at 14 + 4 + 4 = 22: 23 cycles.
-  EXPECT_EQ(r.stats.cycles, 23u);
-  EXPECT_EQ(r.stats.shared_bytes_written, 256u);
-  EXPECT_EQ(r.stats.shared_bytes_read, 256u);
-  EXPECT_EQ(r.stats.hbm_bytes_read + r.stats.hbm_bytes_written, 0u);
-  std::vector<uint8_t> back(256);
-  chip.read_vmem(1024, back.data(), 256);
-  EXPECT_EQ(back, data);
+// 32 GB/s at 500 MHz over 4 banks = 64 bytes per cycle; latency 4.
+std::vector<std::string> shared_memory_config() {
+  return {"shared.size_kib=64", "shared.bandwidth_gbs=32", "shared.latency=4", "shared.banks=4",
+          "shared.interleave_bytes=64"};
 }
 
-// The same transfers with the shared memory named by address (isa::kSharedWindow + 1024) instead of the flag:
-// the same data, bytes and timing, one cycle later for the one more li (the store starts at 7, completes at 15; the
-// load completes at 23; halt at 24).
-TEST(WholeChip, SharedMemoryIsReachedThroughItsWindow) {
-  Chip chip(small_config({"shared.size_kib=64", "shared.bandwidth_gbs=32", "shared.latency=4", "shared.banks=4",
-                          "shared.interleave_bytes=64"}));
-  std::vector<uint8_t> data(256);
-  for (int i = 0; i < 256; ++i) data[i] = static_cast<uint8_t>(255 - i);
-  chip.write_vmem(0, data.data(), 256);
-  ProgramBuilder b;
-  b.li(3, 4).li(4, 64).li(5, 64).li(6, 64).li(7, 1024).li(8, static_cast<int64_t>(isa::kSharedWindow) + 1024);
-  b.op(Op::DMAST, {8, 0, 3, 4, 5, 6}).signal(1);
-  b.op(Op::DMALD, {7, 8, 3, 4, 5, 6}).wait(1);
-  RunResult r = chip.run(b.build());
-  EXPECT_EQ(r.stats.cycles, 24u);
-  EXPECT_EQ(r.stats.shared_bytes_written, 256u);
-  EXPECT_EQ(r.stats.shared_bytes_read, 256u);
-  EXPECT_EQ(r.stats.hbm_bytes_read + r.stats.hbm_bytes_written, 0u);
-  std::vector<uint8_t> back(256);
-  chip.read_vmem(1024, back.data(), 256);
-  EXPECT_EQ(back, data);
+// 256 bytes stored into the shared memory at 1024 and loaded back into VMEM at 1024, the shared memory named by the
+// `shared` flag or by an address in its window (isa::kSharedWindow + 1024): the same data, bytes and timing. With
+// the flag: the store starts at 6, its data [10, 14), complete at 14 = 6 + 4 + 256 / 64; the load waits until 14,
+// completes at 14 + 4 + 4 = 22; halt at 23. Through the window one more li (the window's address) makes it 24.
+TEST(WholeChip, SharedMemoryIsReachedByDma) {
+  Chip chip(small_config(shared_memory_config()));
+  for (const bool window : {false, true}) {
+    std::vector<uint8_t> data(256);
+    for (int i = 0; i < 256; ++i) data[i] = static_cast<uint8_t>(window ? 255 - i : i);
+    chip.write_vmem(0, data.data(), 256);
+    ProgramBuilder b;
+    b.li(3, 4).li(4, 64).li(5, 64).li(6, 64).li(7, 1024);
+    const int h = window ? 8 : 7;  // the register of the far address
+    if (window) b.li(8, static_cast<int64_t>(isa::kSharedWindow) + 1024);
+    b.op(Op::DMAST, {h, 0, 3, 4, 5, 6}).with("shared", window ? 0 : 1).signal(1);
+    b.op(Op::DMALD, {7, h, 3, 4, 5, 6}).with("shared", window ? 0 : 1).wait(1);
+    RunResult r = chip.run(b.build());
+    EXPECT_EQ(r.stats.cycles, window ? 24u : 23u);
+    EXPECT_EQ(r.stats.shared_bytes_written, 256u);
+    EXPECT_EQ(r.stats.shared_bytes_read, 256u);
+    EXPECT_EQ(r.stats.hbm_bytes_read + r.stats.hbm_bytes_written, 0u);
+    std::vector<uint8_t> back(256);
+    chip.read_vmem(1024, back.data(), 256);
+    EXPECT_EQ(back, data) << "window " << window;
+  }
   // A window address past the shared memory's 64 KiB is refused, naming the shared memory.
   ProgramBuilder far;
   far.li(3, 1).li(4, 64).li(8, static_cast<int64_t>(isa::kSharedWindow) + 65536);
