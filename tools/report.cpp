@@ -196,11 +196,14 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
      << " us (timing-only simulation)\n"
      << "work     " << fixed(all.flops / 1e9, 6) << " GFLOP, " << fixed(all.bytes / 1e6, 4) << " MB of HBM traffic, "
      << fixed(all.ideal_bytes / 1e6, 4) << " MB ideal (traffic / ideal " << traffic_text(all) << ")\n";
-  // Intermediates the compiler placed in the chip's shared memory (TPU v4's CMEM) move there, not through HBM.
-  if (cfg.shared_bytes() > 0)
+  // Intermediates the compiler kept in VMEM or placed in the chip's shared memory (TPU v4's CMEM) move there, not
+  // through HBM.
+  const uint64_t local = stats.local_bytes_read + stats.local_bytes_written,
+                 shared = stats.shared_bytes_read + stats.shared_bytes_written;
+  if (local + shared > 0)
     os << "memory   measured: " << fixed(static_cast<double>(stats.hbm_bytes_read + stats.hbm_bytes_written) / 1e6, 4)
-       << " MB of HBM traffic, " << fixed(static_cast<double>(stats.shared_bytes_read + stats.shared_bytes_written) / 1e6, 4)
-       << " MB of shared memory traffic (intermediates placed there)\n";
+       << " MB of HBM traffic, " << fixed(static_cast<double>(shared) / 1e6, 4) << " MB of shared memory traffic, "
+       << fixed(static_cast<double>(local) / 1e6, 4) << " MB of VMEM traffic (intermediates placed there)\n";
   os << "bound    ";
   if (all.ideal_bound.empty())
     os << "- (the program gives no FLOPs or bytes)\n";

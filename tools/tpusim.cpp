@@ -169,13 +169,17 @@ class Outputs {
 struct PrecisionOptions {
   std::string precision = "bf16";
   std::vector<std::string> calibrate;
+  bool hbm_intermediates = false;
   void add(po::options_description& desc) {
     desc.add_options()
         ("precision", po::value(&precision)->default_value("bf16")->value_name("bf16|int8"),
          "ONNX models: bf16 (default) or int8 (post-training quantisation: per-channel weights, activation scales "
          "calibrated on --calibrate inputs, else on the --input files; timing-only runs and reports need none)")
         ("calibrate", po::value(&calibrate)->composing()->value_name("NAME=FILE.npy"),
-         "an int8 calibration input (repeatable; one set of model inputs)");
+         "an int8 calibration input (repeatable; one set of model inputs)")
+        ("intermediates-in-hbm", po::bool_switch(&hbm_intermediates),
+         "ONNX models: keep every intermediate in HBM (or the chip's shared memory); by default a one-core chip "
+         "of at least 16 MiB of VMEM keeps them in half of it");
   }
 };
 
@@ -198,16 +202,18 @@ runtime::Executable load_model(runtime::Client& client, const std::string& file,
   if (p.precision != "bf16" && p.precision != "int8")
     throw UsageError("--precision must be bf16 or int8, got '" + p.precision + "'");
   const bool onnx = fs::path(file).extension() == ".onnx";
-  if (!onnx && (p.precision != "bf16" || !p.calibrate.empty()))
-    throw UsageError("--precision and --calibrate apply to ONNX models, not to '" + file + "'");
+  if (!onnx && (p.precision != "bf16" || !p.calibrate.empty() || p.hbm_intermediates))
+    throw UsageError("--precision, --calibrate and --intermediates-in-hbm apply to ONNX models, not to '" + file + "'");
   runtime::CompileOptions opts;
   opts.input_shapes = shapes;
   opts.precision = p.precision == "int8" ? compiler::Precision::INT8 : compiler::Precision::BF16;
   // A timing-only run needs no weight values, nor (int8) calibration: the timing-only compile gives the same
   // program's instructions and cycles in a fraction of the time and memory.
   opts.timing_only = onnx && timing_only && p.calibrate.empty();
+  opts.vmem_intermediates = !p.hbm_intermediates;
   if (opts.timing_only) return client.compile_onnx_file(file, opts);
-  if (!onnx || p.precision == "bf16") return client.load_file(file, defines, shapes);
+  if (!onnx || (p.precision == "bf16" && opts.vmem_intermediates)) return client.load_file(file, defines, shapes);
+  if (p.precision == "bf16") return client.compile_onnx_file(file, opts);
   const std::vector<std::string>& specs = p.calibrate.empty() ? inputs : p.calibrate;
   if (specs.empty()) throw UsageError("--precision int8 needs calibration inputs: give --calibrate NAME=FILE.npy");
   opts.calibration.push_back(read_named_npys(specs, p.calibrate.empty() ? "--input" : "--calibrate"));

@@ -462,12 +462,13 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
   }
 }
 
-// Bytes a call reads and writes in memory (HBM, or the shared memory for buffers placed there: plan_memory);
-// generated calls' from their moves and rows, Library calls' from the lowering. With `hbm_only`, only those of
-// buffers in HBM: exact for generated calls; a Library call's count less each shared buffer's bytes once (it
-// reads or writes each of its intermediates once, or more where it re-reads its inputs: then an upper bound).
+// Bytes a call reads and writes in memory (HBM, or VMEM or the shared memory for buffers placed there:
+// plan_memory); generated calls' from their moves and rows, Library calls' from the lowering. With `hbm_only`,
+// only those of buffers in HBM: exact for generated calls; a Library call's count less each on-chip buffer's bytes
+// once (it reads or writes each of its intermediates once, or more where it re-reads its inputs: then an upper
+// bound).
 double call_bytes(const KernelPlan& plan, const KernelCall& call, bool hbm_only = false) {
-  auto counted = [&](int buf) { return !hbm_only || plan.buffers[static_cast<size_t>(buf)].addr < isa::kSharedWindow; };
+  auto counted = [&](int buf) { return !hbm_only || plan.buffers[static_cast<size_t>(buf)].addr < isa::kLocalWindow; };
   if (call.kind == KernelCall::Kind::Copy) {
     double b = 0;
     for (const BufferMove& m : call.moves) {
@@ -519,7 +520,7 @@ BufferUse buffer_use(const KernelPlan& plan) {
 // take from the rest of the program (an input, a weight, or what an earlier call made) read once, and every buffer
 // they give to it (an output, or what a later call uses) written once, at the size the model gives it
 // (Buffer::ideal_bytes). A buffer that lives only inside the node (a scratch tensor, a partial sum) costs nothing:
-// it could stay on chip.
+// it could stay on chip; nor does one the memory plan keeps on chip.
 double node_ideal_bytes(const KernelPlan& plan, const BufferUse& use, size_t c0, size_t c1) {
   std::set<int> touched;
   for (size_t c = c0; c <= c1; ++c)
@@ -530,7 +531,8 @@ double node_ideal_bytes(const KernelPlan& plan, const BufferUse& use, size_t c0,
     const bool taken = buf.kind == Buffer::Kind::Input || buf.kind == Buffer::Kind::Const ||
                        use.first[b] < static_cast<int64_t>(c0);
     const bool given = buf.kind == Buffer::Kind::Output || use.last[b] > static_cast<int64_t>(c1);
-    if (taken || given) bytes += static_cast<double>(buf.ideal_bytes());
+    // An intermediate kept on chip (VMEM, the shared memory: plan_memory) costs the node no HBM bytes.
+    if ((taken || given) && buf.addr < isa::kLocalWindow) bytes += static_cast<double>(buf.ideal_bytes());
   }
   return bytes;
 }

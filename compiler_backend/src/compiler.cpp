@@ -27,10 +27,23 @@ namespace tpusim::compiler {
 
 namespace {
 
-isa::Program compile(std::string_view bytes, const std::string& model_name, const Options& opts) {
-  auto hbm = opts.target.symbols.find("HBM_BYTES");
-  if (hbm == opts.target.symbols.end() || hbm->second <= 0)
+isa::Program compile(std::string_view bytes, const std::string& model_name, const Options& given) {
+  auto hbm = given.target.symbols.find("HBM_BYTES");
+  if (hbm == given.target.symbols.end() || hbm->second <= 0)
     throw Error("the target has no HBM_BYTES symbol (give the chip's symbols, e.g. from sim::kernel_symbols)");
+  auto symbol = [&](const char* name) {
+    auto it = given.target.symbols.find(name);
+    return it == given.target.symbols.end() ? int64_t{0} : std::max<int64_t>(0, it->second);
+  };
+  // Intermediates kept in VMEM (Options::vmem_intermediates): the top half, out of the kernels' sight.
+  Options opts = given;
+  MemoryRegion local;
+  if (given.vmem_intermediates && symbol("CORES") == 1 && symbol("VMEM_BYTES") >= kMinLocalVmem) {
+    const int64_t vmem = symbol("VMEM_BYTES");
+    local.bytes = static_cast<uint64_t>(vmem / 2) / kHbmAlign * kHbmAlign;
+    local.base = isa::kLocalWindow + static_cast<uint64_t>(vmem) - local.bytes;
+    opts.target.symbols["VMEM_BYTES"] = vmem - static_cast<int64_t>(local.bytes);
+  }
 
   ir::Graph g = import_onnx(bytes, model_name, opts.timing_only);
   check_operators(g);
@@ -38,10 +51,9 @@ isa::Program compile(std::string_view bytes, const std::string& model_name, cons
   fold_constants(g);
   fuse_sibling_matmuls(g);
   KernelPlan plan = lower(g, opts);
-  auto shared = opts.target.symbols.find("SHARED_BYTES");  // 0 or absent: no shared memory (or a cache)
-  plan_memory(plan, static_cast<uint64_t>(hbm->second),
-              shared == opts.target.symbols.end() ? 0 : static_cast<uint64_t>(std::max<int64_t>(0, shared->second)),
-              model_name);
+  // The shared memory (0 where the chip has none, or its shared level is a cache).
+  const MemoryRegion shared{isa::kSharedWindow, static_cast<uint64_t>(symbol("SHARED_BYTES"))};
+  plan_memory(plan, static_cast<uint64_t>(hbm->second), local, shared, model_name);
   isa::Program p = emit_program(plan, opts.target.symbols, std::filesystem::path(model_name).stem().string());
   p.timing_only = opts.timing_only;
   return p;

@@ -54,7 +54,7 @@ class Allocator {
 
 }  // namespace
 
-uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, uint64_t shared_bytes, const std::string& model_name) {
+uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, MemoryRegion local, MemoryRegion shared, const std::string& model_name) {
   uint64_t next = 0;
   for (Buffer::Kind kind : {Buffer::Kind::Input, Buffer::Kind::Output, Buffer::Kind::Const})
     for (Buffer& b : plan.buffers)
@@ -70,29 +70,36 @@ uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, uint64_t shared_bytes
       if (first[b] < 0) first[b] = c;
       last[b] = c;
     }
-  // An intermediate goes to the shared memory where it fits beside the intermediates live there, else to HBM.
-  Allocator heap(next), shared(0);
-  std::vector<bool> in_shared(plan.buffers.size(), false);
+  // The places, in order of preference: offsets in each on-chip region, then HBM's addresses.
+  struct Place {
+    MemoryRegion region;
+    Allocator heap;
+  };
+  std::vector<Place> places;
+  for (const MemoryRegion& r : {local, shared})
+    if (r.bytes > 0) places.push_back(Place{r, Allocator(0)});
+  places.push_back(Place{MemoryRegion{0, std::numeric_limits<uint64_t>::max()}, Allocator(next)});
+  std::vector<size_t> where(plan.buffers.size(), places.size() - 1);
   for (int c = 0; c < static_cast<int>(plan.calls.size()); ++c) {
     for (size_t b = 0; b < plan.buffers.size(); ++b) {
       Buffer& buf = plan.buffers[b];
       if (buf.kind != Buffer::Kind::Temp || first[b] != c) continue;
-      const std::optional<uint64_t> on_chip = shared_bytes > 0 ? shared.alloc(buf.bytes(), shared_bytes) : std::nullopt;
-      in_shared[b] = on_chip.has_value();
-      buf.addr = on_chip ? isa::kSharedWindow + *on_chip : *heap.alloc(buf.bytes());
+      for (size_t i = 0; i < places.size(); ++i)
+        if (const std::optional<uint64_t> at = places[i].heap.alloc(buf.bytes(), places[i].region.bytes)) {
+          buf.addr = places[i].region.base + *at;
+          where[b] = i;
+          break;
+        }
     }
     for (size_t b = 0; b < plan.buffers.size(); ++b) {
       const Buffer& buf = plan.buffers[b];
-      if (buf.kind != Buffer::Kind::Temp || last[b] != c) continue;
-      if (in_shared[b])
-        shared.release(buf.addr - isa::kSharedWindow, buf.bytes());
-      else
-        heap.release(buf.addr, buf.bytes());
+      if (buf.kind == Buffer::Kind::Temp && last[b] == c)
+        places[where[b]].heap.release(buf.addr - places[where[b]].region.base, buf.bytes());
     }
   }
   uint64_t total = 0;
   for (size_t b = 0; b < plan.buffers.size(); ++b)
-    if (!in_shared[b]) total = std::max(total, plan.buffers[b].addr + plan.buffers[b].bytes());
+    if (where[b] == places.size() - 1) total = std::max(total, plan.buffers[b].addr + plan.buffers[b].bytes());
   if (total > hbm_bytes)
     throw Error(model_name + ": model needs " + std::to_string(total) + " bytes of HBM, the chip has " +
                 std::to_string(hbm_bytes));

@@ -11,12 +11,18 @@ namespace tpusim::compiler {
 
 inline constexpr uint64_t kHbmAlign = 4096;
 
+// An on-chip memory intermediates may go to: `bytes` at DMA addresses from `base` (a window: isa::kLocalWindow for
+// a part of the core's VMEM, isa::kSharedWindow for the shared memory); bytes 0: none.
+struct MemoryRegion {
+  uint64_t base = 0, bytes = 0;
+};
+
 // Sets every buffer's addr and returns the HBM bytes the program needs (the end of the highest buffer in HBM).
-// With shared_bytes > 0 (the chip's [shared] memory, not a cache: TPU v4's CMEM), intermediates go there where
-// they fit beside those live at the same time (first fit, in the order the calls first name them), at addresses in
-// the shared window (isa::kSharedWindow + their offset): the kernels reach them with the same instructions, and
-// their traffic leaves HBM's bandwidth to the weights. The others go to HBM.
+// Declared tensors go to HBM. Each intermediate goes, in the order the calls first name them, to the first of
+// `local` (VMEM kept from the kernels), `shared` (the chip's [shared] memory, not a cache: TPU v4's CMEM) and HBM
+// where it fits beside those live at the same time (first fit): the kernels reach the on-chip ones with the same
+// instructions, through the windows, and their traffic leaves HBM's bandwidth to the weights.
 // Throws Error "<model>: model needs N bytes of HBM, the chip has M" when that exceeds `hbm_bytes`.
-uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, uint64_t shared_bytes, const std::string& model_name);
+uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, MemoryRegion local, MemoryRegion shared, const std::string& model_name);
 
 }  // namespace tpusim::compiler

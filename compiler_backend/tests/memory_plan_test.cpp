@@ -32,7 +32,7 @@ TEST(MemoryPlan, DeclaredTensorsFirstThenTempsReusedAfterTheirLastReader) {
                buffer("d", Buffer::Kind::Temp, 20000)};
   // a lives in calls 0..1, b in 1..2, c in 2..3, d in 3..3.
   p.calls = {call({0, 3}), call({3, 4, 2}), call({4, 5}), call({5, 6, 1})};
-  const uint64_t total = plan_memory(p, 1 << 20, 0, "m");
+  const uint64_t total = plan_memory(p, 1 << 20, {}, {}, "m");
   // Declared, in kind order (inputs, outputs, constants), each on a 4096-byte boundary: x [0, 100), y at 4096
   // (5000 bytes, next at 12288), w at 12288 (ends 16384). Temps from 16384, sizes rounded up to 4096:
   //   call 0: a (12288 bytes) at 16384.  call 1: b (4096) at 28672; a's last call: freed.
@@ -69,14 +69,19 @@ TEST(MemoryPlan, TempsAliveTogetherNeverOverlap) {
       p.calls[last[i]].tensors["t" + std::to_string(i)] = declared + i;
     }
     // Every other plan has a shared memory (possibly too small for any intermediate).
+    // Every other plan has a shared memory, every third a part of VMEM (either possibly too small for any).
     const uint64_t shared = rep % 2 ? static_cast<uint64_t>(uni(0, 60000)) : 0;
-    const uint64_t total = plan_memory(p, uint64_t(1) << 40, shared, "m");
+    const uint64_t local = rep % 3 ? 0 : static_cast<uint64_t>(uni(0, 40000));
+    const uint64_t local_base = isa::kLocalWindow + (uint64_t{1} << 20);
+    const uint64_t total = plan_memory(p, uint64_t(1) << 40, {local_base, local}, {isa::kSharedWindow, shared}, "m");
     uint64_t declared_end = 0, highest = 0;
     for (int i = 0; i < declared; ++i) declared_end = p.buffers[i].addr + p.buffers[i].bytes();
     for (const Buffer& b : p.buffers) {
       EXPECT_EQ(b.addr % kHbmAlign, 0u);
       if (b.addr >= isa::kSharedWindow)  // in the shared memory: within it
         EXPECT_LE(b.addr + b.bytes(), isa::kSharedWindow + shared);
+      else if (b.addr >= isa::kLocalWindow)  // in VMEM: within the part given
+        EXPECT_TRUE(b.addr >= local_base && b.addr + b.bytes() <= local_base + local) << b.addr;
       else
         highest = std::max(highest, b.addr + b.bytes());
     }
@@ -94,7 +99,7 @@ TEST(MemoryPlan, TempsAliveTogetherNeverOverlap) {
   }
 }
 
-TEST(MemoryPlan, IntermediatesGoToTheSharedMemoryWhereTheyFit) {
+TEST(MemoryPlan, IntermediatesGoOnChipWhereTheyFit) {
   KernelPlan p;
   p.buffers = {buffer("x", Buffer::Kind::Input, 100),   buffer("a", Buffer::Kind::Temp, 10000),
                buffer("b", Buffer::Kind::Temp, 3000),   buffer("c", Buffer::Kind::Temp, 9000),
@@ -105,14 +110,22 @@ TEST(MemoryPlan, IntermediatesGoToTheSharedMemoryWhereTheyFit) {
   //   call 2: c in a's old block, offset 0.  call 3: d (20480) fits nowhere below 16384: HBM, after x (4096).
   p.calls = {call({0, 1}), call({1, 2}), call({2, 3}), call({3, 4})};
   const uint64_t W = isa::kSharedWindow;
-  EXPECT_EQ(plan_memory(p, 1 << 20, 16384, "m"), 4096u + 20000u);  // HBM: x, then d
+  EXPECT_EQ(plan_memory(p, 1 << 20, {}, {isa::kSharedWindow, 16384}, "m"), 4096u + 20000u);  // HBM: x, then d
   EXPECT_EQ(p.buffers[0].addr, 0u);
   EXPECT_EQ(p.buffers[1].addr, W);
   EXPECT_EQ(p.buffers[2].addr, W + 12288);
   EXPECT_EQ(p.buffers[3].addr, W);
   EXPECT_EQ(p.buffers[4].addr, 4096u);
+  // With 4096 bytes of VMEM as well, taken first: a (12288) does not fit it (shared, 0); b does (VMEM, 0); then
+  // c: VMEM is b's (shared, 0); d: HBM as before.
+  const uint64_t L = isa::kLocalWindow + 8192;
+  EXPECT_EQ(plan_memory(p, 1 << 20, {L, 4096}, {W, 16384}, "m"), 4096u + 20000u);
+  EXPECT_EQ(p.buffers[1].addr, W);
+  EXPECT_EQ(p.buffers[2].addr, L);
+  EXPECT_EQ(p.buffers[3].addr, W);
+  EXPECT_EQ(p.buffers[4].addr, 4096u);
   // Without a shared memory the same plan is all HBM: a at 4096, b at 16384, c at 4096, d at 16384.
-  EXPECT_EQ(plan_memory(p, 1 << 20, 0, "m"), 16384u + 20000u);
+  EXPECT_EQ(plan_memory(p, 1 << 20, {}, {}, "m"), 16384u + 20000u);
   EXPECT_EQ(p.buffers[4].addr, 16384u);
 }
 
@@ -120,9 +133,9 @@ TEST(MemoryPlan, BeyondTheChipsHbmIsAnError) {
   KernelPlan p;
   p.buffers = {buffer("x", Buffer::Kind::Input, 4096), buffer("t", Buffer::Kind::Temp, 8192)};
   p.calls = {call({0, 1})};
-  EXPECT_EQ(plan_memory(p, 12288, 0, "net"), 12288u);  // exactly full: fine
+  EXPECT_EQ(plan_memory(p, 12288, {}, {}, "net"), 12288u);  // exactly full: fine
   try {
-    plan_memory(p, 12287, 0, "net");
+    plan_memory(p, 12287, {}, {}, "net");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "net: model needs 12288 bytes of HBM, the chip has 12287");

@@ -125,13 +125,16 @@ void collapse(M& m) {
   if (m.rows == 1) m.ss = m.ds = 0;
 }
 
-// Whether an address is in the shared memory's window (isa::kSharedWindow): a transfer's rows must all be on one
-// side, so moves and transfers on different sides never merge.
-bool windowed(int64_t addr) { return addr >= static_cast<int64_t>(isa::kSharedWindow); }
+// Which memory an address names: HBM (0), the core's VMEM through the local window (1, isa::kLocalWindow) or the
+// shared memory through its window (2, isa::kSharedWindow). A transfer's rows must all be in one, so moves and
+// transfers in different ones never merge.
+int memory_of(int64_t addr) {
+  return addr >= static_cast<int64_t>(isa::kSharedWindow) ? 2 : addr >= static_cast<int64_t>(isa::kLocalWindow) ? 1 : 0;
+}
 
 // Appends b to a when together they are one regular 2-D move that behaves like the two in order.
 bool merge_moves(M& a, const M& b) {
-  if (windowed(a.src) != windowed(b.src) || windowed(a.dst) != windowed(b.dst)) return false;
+  if (memory_of(a.src) != memory_of(b.src) || memory_of(a.dst) != memory_of(b.dst)) return false;
   // Neither reads what the other writes, so the merged move's rows may run in any order (as a move's rows may).
   if (overlaps(b.src_pat(), a.dst_pat(), true) || overlaps(a.src_pat(), b.dst_pat(), true)) return false;
   if (a.rows == 1 && b.rows == 1 && b.src == a.src + int64_t(a.rb) && b.dst == a.dst + int64_t(a.rb) &&
@@ -175,7 +178,7 @@ void collapse(Xfer& x) {
 }
 
 bool merge_xfers(Xfer& a, const Xfer& b) {
-  if (windowed(a.h) != windowed(b.h)) return false;
+  if (memory_of(a.h) != memory_of(b.h)) return false;
   if (a.rows == 1 && b.rows == 1 && b.h == a.h + int64_t(a.rb) && b.v == a.v + int64_t(a.rb)) {
     a.rb += b.rb;  // one contiguous row
     return true;

@@ -483,6 +483,7 @@ StatusOr<Executable> ClientCore::compile_onnx(const ModelSource& src,
   if (extra.precision == compiler::Precision::INT8) key += "|int8";
   if (extra.expose_calibration) key += "|calibration";
   if (extra.timing_only) key += "|timing-only";
+  if (!extra.vmem_intermediates) key += "|hbm-intermediates";
   for (const auto& [name, absmax] : extra.activation_absmax) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%a", static_cast<double>(absmax));
@@ -537,21 +538,23 @@ StatusOr<Executable> Client::compile_onnx_bytes(const std::string& bytes, const 
 
 StatusOr<Executable> Client::compile(const detail::ModelSource& src, const CompileOptions& opts) {
   const std::string& path = src.path;
+  compiler::Options base;  // what every compile below shares
+  base.vmem_intermediates = opts.vmem_intermediates;
   if (opts.timing_only) {  // no values, so no calibration run either (compiler::Options::timing_only)
-    compiler::Options t;
+    compiler::Options t = base;
     t.precision = opts.precision;
     t.timing_only = true;
     return core_->compile_onnx(src, opts.input_shapes, t);
   }
-  if (opts.precision == compiler::Precision::BF16) return core_->compile_onnx(src, opts.input_shapes);
+  if (opts.precision == compiler::Precision::BF16) return core_->compile_onnx(src, opts.input_shapes, base);
   if (opts.calibration.empty())
     return invalid(path + ": int8 needs calibration inputs (at least one set of model inputs)");
-  compiler::Options calib;
+  compiler::Options calib = base;
   calib.expose_calibration = true;
   StatusOr<Executable> probe = core_->compile_onnx(src, opts.input_shapes, calib);
   if (!probe.ok()) return probe.status();
   const std::string prefix = compiler::kCalibrationPrefix;
-  compiler::Options q;
+  compiler::Options q = base;
   q.precision = compiler::Precision::INT8;
   try {
     check_fits(probe.value());
@@ -571,7 +574,8 @@ StatusOr<Executable> Client::compile(const detail::ModelSource& src, const Compi
 }
 
 Executable Client::compile_onnx_file(const std::string& path, const CompileOptions& opts) {
-  if (opts.precision == compiler::Precision::BF16 && !opts.timing_only) return compile_onnx_file(path, opts.input_shapes);
+  if (opts.precision == compiler::Precision::BF16 && !opts.timing_only && opts.vmem_intermediates)
+    return compile_onnx_file(path, opts.input_shapes);
   StatusOr<Executable> e = compile_onnx(path, opts);
   e.status().throw_if_error();
   return e.value();

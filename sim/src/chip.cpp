@@ -256,6 +256,8 @@ RunResult Chip::Impl::collect() {
     s.hbm_bytes_written += r.stats.hbm_bytes_written;
     s.shared_bytes_read += r.stats.shared_bytes_read;
     s.shared_bytes_written += r.stats.shared_bytes_written;
+    s.local_bytes_read += r.stats.local_bytes_read;
+    s.local_bytes_written += r.stats.local_bytes_written;
     std::move(r.trace.begin(), r.trace.end(), std::back_inserter(out.trace));
     r.trace.clear();
   }

@@ -16,7 +16,9 @@
 // With `shared` (dma.ld, dma.st), or a far address in the shared window (isa::kSharedWindow and above, at the
 // address less the window's base), the far side is the chip's [shared] memory instead of HBM: the same rules with
 // shared.latency for dma.latency and the shared memory's banks (shared.banks, each shared.bandwidth_gbs / banks,
-// contended by every core) for HBM's channels.
+// contended by every core) for HBM's channels. A far address in the local window (isa::kLocalWindow) names this
+// core's own VMEM: dma.local_latency, then the far side's bytes on VMEM's bank ports (read for a load, written
+// for a store) in place of HBM's channels; the near side is booked as always.
 // With shared.cache = 1 (a GPU's L2), every HBM transfer goes through the cache's tags (CacheTags, memory.h), line
 // by line in issue order: a load's rows whose lines are all held are read from the shared level (its banks, its
 // latency), the others from HBM; a row that is partly held is split into runs of held and missing lines. Runs of
@@ -44,7 +46,11 @@ void declare_dma_params(std::vector<Param>& out) {
       .add(&DmaParams::engines, "engines", 4, "transfers",
            "engines per DMA queue (dma.ld, dma.st): transfers each queue may have in flight, overlapping their "
            "latencies; they complete and signal in order",
-           1, 1024);
+           1, 1024)
+      .add(&DmaParams::local_latency, "local_latency", 16, "cycles",
+           "cycles from the start of a transfer within the core's own VMEM (a far address in the local window, "
+           "isa::kLocalWindow) to its first byte: assumption",
+           0, 1000000000);
 }
 
 DmaEngine::DmaEngine(const sc_core::sc_module_name& name, ChipState& st, isa::Unit unit)
@@ -66,11 +72,18 @@ void DmaEngine::execute(const Entry& e) {
   Transfer t{e, start, start, start, {}, {}, e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAGATHER, false, 0, 0, {}};
   const bool plain = e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAST;
   // The far side: the shared memory with `shared`, or for a far address in the shared window (isa::kSharedWindow,
-  // at the address less the window's base); else HBM.
+  // at the address less the window's base); this core's VMEM for one in the local window (isa::kLocalWindow);
+  // else HBM.
   const int64_t far = plain ? (t.load ? e[1] : e[0]) : 0;
-  const bool windowed = plain && far >= static_cast<int64_t>(isa::kSharedWindow) && e.arg("shared") == 0;
-  t.shared = plain && (e.arg("shared") != 0 || windowed);
-  uint64_t hbm_earliest = start + static_cast<uint64_t>(t.shared ? st_.cfg.shared.latency : st_.cfg.dma.latency);
+  const bool flag = plain && e.arg("shared") != 0;
+  const bool windowed = plain && !flag && far >= static_cast<int64_t>(isa::kSharedWindow);
+  t.local = plain && !flag && !windowed && far >= static_cast<int64_t>(isa::kLocalWindow);
+  t.shared = flag || windowed;
+  const int64_t window = windowed ? static_cast<int64_t>(isa::kSharedWindow)
+                                  : t.local ? static_cast<int64_t>(isa::kLocalWindow) : 0;
+  uint64_t hbm_earliest = start + static_cast<uint64_t>(t.shared  ? st_.cfg.shared.latency
+                                                        : t.local ? st_.cfg.dma.local_latency
+                                                                  : st_.cfg.dma.latency);
   if (e.in.op == isa::Op::DMAGATHER) {
     start_gather(e, t);
     if (t.hbm.bytes()) {  // the indices, read through VMEM's ports before the rows are requested
@@ -81,13 +94,16 @@ void DmaEngine::execute(const Entry& e) {
       act(e.pc, Action::VmemRead, t.hbm.rows * 4);
     }
   } else if (e.in.op != isa::Op::DMAINSYNC && e.in.op != isa::Op::DMAOUTSYNC) {
-    const int64_t vaddr = t.load ? e[0] : e[1], haddr = far - (windowed ? static_cast<int64_t>(isa::kSharedWindow) : 0);
+    const int64_t vaddr = t.load ? e[0] : e[1], haddr = far - window;
     const int64_t rows = e[2], rowbytes = e[3], hstride = e[4], vstride = e[5];
     if (rows < 0 || rowbytes < 0)
       st_.fail(e.pc, "negative size: rows " + std::to_string(rows) + ", rowbytes " + std::to_string(rowbytes));
     const ChipConfig& cfg = st_.cfg;
     std::string err;
-    if (!t.shared)
+    if (t.local)
+      err = check_rows(t.load ? "VMEM read (local window)" : "VMEM write (local window)", cfg.vmem_bytes(),
+                       std::to_string(cfg.vmem_bytes()) + " bytes", haddr, rows, rowbytes, hstride);
+    else if (!t.shared)
       err = check_rows(t.load ? "HBM read" : "HBM write", cfg.hbm_bytes(), std::to_string(cfg.hbm.size_mib) + " MiB",
                        haddr, rows, rowbytes, hstride);
     else if (cfg.shared.cache && rows && rowbytes)
@@ -113,7 +129,12 @@ void DmaEngine::execute(const Entry& e) {
   }
   if (t.hbm.bytes()) {
     t.data_start = hbm_earliest;
-    if (!t.shared && st_.mem.cache.enabled())
+    if (t.local) {  // the far side's bytes on VMEM's ports (read for a load, written for a store)
+      VmemPorts& ports = st_.mem.vmem_ports;
+      VmemPorts::Demand d = ports.demand();
+      ports.add(d, hbm_side(t));
+      t.data_end = ports.reserve(t.data_start, d);
+    } else if (!t.shared && st_.mem.cache.enabled())
       t.data_end = book_cached(t, start);  // sets data_start
     else
       t.data_end = (t.shared ? st_.mem.shared_channels : st_.mem.hbm_channels).transfer(t.data_start, hbm_side(t));
@@ -257,11 +278,12 @@ void DmaEngine::retire(const Transfer& t) {
                             : static_cast<uint64_t>(static_cast<int64_t>(t.hbm.base) + static_cast<int64_t>(i) * t.hbm.stride);
       const auto v =
           static_cast<uint64_t>(static_cast<int64_t>(t.vmem.base) + static_cast<int64_t>(i) * t.vmem.stride);
-      Hbm& far = t.shared ? st_.mem.shared : st_.mem.hbm;
-      if (t.load)
-        far.read(h, vmem + v, t.hbm.rowbytes);
+      if (t.local)  // within VMEM (the rows may overlap: as memmove)
+        std::memmove(t.load ? vmem + v : vmem + h, t.load ? vmem + h : vmem + v, t.hbm.rowbytes);
+      else if (t.load)
+        (t.shared ? st_.mem.shared : st_.mem.hbm).read(h, vmem + v, t.hbm.rowbytes);
       else
-        far.write(h, vmem + v, t.hbm.rowbytes);
+        (t.shared ? st_.mem.shared : st_.mem.hbm).write(h, vmem + v, t.hbm.rowbytes);
     }
   }
   RunStats& rs = st_.run.stats;
@@ -269,7 +291,9 @@ void DmaEngine::retire(const Transfer& t) {
   // HBM's side of a transfer that is not to the shared level: a cached load's whole-line fills, else its bytes
   // the cache did not hold
   const uint64_t from_hbm = t.load && st_.mem.cache.enabled() ? t.fill_bytes : far - t.hit_bytes;
-  if (t.shared)
+  if (t.local)
+    (t.load ? rs.local_bytes_read : rs.local_bytes_written) += far;
+  else if (t.shared)
     (t.load ? rs.shared_bytes_read : rs.shared_bytes_written) += far;
   else
     (t.load ? rs.hbm_bytes_read : rs.hbm_bytes_written) += from_hbm;
@@ -278,7 +302,9 @@ void DmaEngine::retire(const Transfer& t) {
   // (a load) or read (a store) there; a cache's hits are read from the shared level, its misses and stores fill it.
   act(t.e.pc, Action::DmaBytes, far);
   act(t.e.pc, t.load ? Action::VmemWrite : Action::VmemRead, t.vmem.bytes());
-  if (t.shared) {
+  if (t.local) {  // the far side is VMEM too
+    act(t.e.pc, t.load ? Action::VmemRead : Action::VmemWrite, far);
+  } else if (t.shared) {
     act(t.e.pc, t.load ? Action::SharedRead : Action::SharedWrite, far);
   } else {
     act(t.e.pc, t.load ? Action::HbmRead : Action::HbmWrite, from_hbm);
@@ -292,7 +318,9 @@ void DmaEngine::retire(const Transfer& t) {
   // channel and bank conflicts, VMEM ports. The stall accounting books those cycles as such.
   if (t.hbm.bytes()) {
     const double per_cycle =
-        t.shared ? st_.cfg.shared.bandwidth_gbs * 1e3 / st_.cfg.chip.clock_mhz : st_.cfg.hbm_bytes_per_cycle();
+        t.local    ? static_cast<double>(st_.cfg.vmem.banks * st_.cfg.vmem.port_bytes_per_cycle)
+        : t.shared ? st_.cfg.shared.bandwidth_gbs * 1e3 / st_.cfg.chip.clock_mhz
+                   : st_.cfg.hbm_bytes_per_cycle();
     const auto alone = static_cast<uint64_t>(std::ceil(static_cast<double>(t.hbm.bytes()) / per_cycle));
     note_memory_wait(std::max(from, t.data_start + alone), last_done_);
   }

@@ -25,6 +25,7 @@ class DmaEngine : public UnitModule {
     Rows hbm, vmem;
     bool load = false;
     bool shared = false;           // dma.ld/dma.st with `shared`: the far side is the [shared] memory, not HBM
+    bool local = false;            // a far address in the local window: the far side is this core's VMEM
     uint64_t hit_bytes = 0;        // shared.cache = 1: bytes of the HBM side the cache held (read from it)
     uint64_t fill_bytes = 0;       // shared.cache = 1: bytes a load's misses read from HBM (whole lines)
     std::vector<uint64_t> gather;  // dma.gather: each row's HBM address (functional runs); hbm is its timing

@@ -173,6 +173,7 @@ std::string RunStats::to_json(const ChipConfig& cfg) const {
   j["mxu"] = {{"macs", mxu_macs}, {"mac_utilization", mxu_mac_utilization}};
   j["hbm"] = {{"bytes_read", hbm_bytes_read}, {"bytes_written", hbm_bytes_written}};
   j["shared"] = {{"bytes_read", shared_bytes_read}, {"bytes_written", shared_bytes_written}};
+  j["local"] = {{"bytes_read", local_bytes_read}, {"bytes_written", local_bytes_written}};
   // Fractions of "cycles" (Tpuv1Counters in chip.h defines each on our matrix unit).
   j["tpuv1_counters"] = {{"array_active", tpuv1.array_active}, {"useful_macs", tpuv1.useful_macs},
                          {"unused_macs", tpuv1.unused_macs},   {"weight_stall", tpuv1.weight_stall},

@@ -56,7 +56,15 @@ struct Options {
   // but have no data (isa::Program::timing_only). INT8 uses an activation range of 1 for every activation with
   // no calibrated one (the ranges change values, not instructions), so it needs no calibration run.
   bool timing_only = false;
+  // On a chip of one core with at least kMinLocalVmem bytes of VMEM, keep intermediates in the top half of VMEM
+  // (the kernels get the rest: their VMEM_BYTES symbol is halved) where they fit, reached through the local window
+  // (isa::kLocalWindow), as TPU v1 keeps its activations in its Unified Buffer; false: in HBM (or the shared
+  // memory) as on other chips. docs/compiler.md, "memory planning".
+  bool vmem_intermediates = true;
 };
+
+// The least VMEM for which a one-core chip keeps intermediates in it (Options::vmem_intermediates): 16 MiB.
+inline constexpr int64_t kMinLocalVmem = int64_t{16} << 20;
 
 // Prefix of the outputs expose_calibration adds.
 inline constexpr const char* kCalibrationPrefix = "calib:";

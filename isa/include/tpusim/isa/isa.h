@@ -63,6 +63,10 @@ inline constexpr uint64_t kSemMax = 65535;  // a semaphore counts 0..kSemMax (se
 // compiler placed in the shared memory (TPU v4's CMEM) through the same instructions as one in HBM. 2^46: above
 // any HBM, and within li's 48-bit immediate.
 inline constexpr uint64_t kSharedWindow = uint64_t{1} << 46;
+// The local window: a far address in [kLocalWindow, kSharedWindow) names the core's own VMEM at (address -
+// kLocalWindow): a transfer within VMEM, as a TPU's DMA engines copy within a core's memory. So a compiler can keep
+// intermediates in a part of VMEM the kernels leave alone and the kernels reach them unchanged. 2^45: above any HBM.
+inline constexpr uint64_t kLocalWindow = uint64_t{1} << 45;
 
 struct InstrDesc {
   Op op;

@@ -139,6 +139,9 @@ struct CompileOptions {
   // reading, converting or laying out the weights' values, and (INT8) without calibration runs; a functional
   // execution of it fails with kInvalidArgument.
   bool timing_only = false;
+  // compiler::Options::vmem_intermediates: on a one-core chip of at least 16 MiB of VMEM, intermediates in half of
+  // it (false: in HBM, or the shared memory, as on other chips).
+  bool vmem_intermediates = true;
 };
 
 struct CacheStats {

@@ -106,6 +106,8 @@ struct RunStats {
   uint64_t hbm_bytes_written = 0;
   uint64_t shared_bytes_read = 0;    // the [shared] memory level, by DMA with `shared`, and a cache's hits
   uint64_t shared_bytes_written = 0; // by DMA with `shared` (a cache's fills are in actions, SharedWrite)
+  uint64_t local_bytes_read = 0;     // the far side of DMA transfers within a core's VMEM (the local window)
+  uint64_t local_bytes_written = 0;
   Tpuv1Counters tpuv1;            // over every matrix unit: fractions of cycles * matrix units
 
   // The stats file, with the chip's name and clock, and its energy, area and efficiency (docs/energy.md).

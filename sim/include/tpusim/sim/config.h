@@ -53,6 +53,7 @@ struct VpuParams {
 struct DmaParams {
   int latency;          // dma.latency: cycles from issue to first byte (the HBM access latency included)
   int engines;          // dma.engines: transfers each DMA queue (dma.ld, dma.st) may have in flight
+  int local_latency;    // dma.local_latency: cycles from issue to first byte of a transfer within the core's VMEM
 };
 struct HbmParams {
   uint64_t size_mib;    // hbm.size_mib
