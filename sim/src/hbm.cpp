@@ -37,7 +37,8 @@ void declare_shared_params(std::vector<Param>& out) {
   ParamSection<SharedParams>(out, "shared", &ChipConfig::shared)
       .add(&SharedParams::size_kib, "size_kib", 0, "KiB",
            "capacity of the chip's shared on-chip memory (TPU v4's CMEM; a GPU's L2 as a scratchpad), which every "
-           "core reaches by DMA with the `shared` flag; 0: none",
+           "core reaches by DMA with the `shared` flag or through the shared window (isa::kSharedWindow; the "
+           "compiler places intermediates there); 0: none",
            0, uint64_t(1) << 30)
       .add(&SharedParams::bandwidth_gbs, "bandwidth_gbs", 1000.0, "GB/s",
            "bandwidth of all its banks together, shared by every core's transfers", 1e-3, 1e7)
