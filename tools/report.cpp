@@ -197,9 +197,9 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
      << "work     " << fixed(all.flops / 1e9, 6) << " GFLOP, " << fixed(all.bytes / 1e6, 4) << " MB of HBM traffic, "
      << fixed(all.ideal_bytes / 1e6, 4) << " MB ideal (traffic / ideal " << traffic_text(all) << ")\n";
   // Intermediates the compiler kept in VMEM or placed in the chip's shared memory (TPU v4's CMEM) move there, not
-  // through HBM.
+  // through HBM. (A shared level that is a cache, a GPU's L2, holds no intermediates: its hits are not shown.)
   const uint64_t local = stats.local_bytes_read + stats.local_bytes_written,
-                 shared = stats.shared_bytes_read + stats.shared_bytes_written;
+                 shared = cfg.shared_bytes() > 0 ? stats.shared_bytes_read + stats.shared_bytes_written : 0;
   if (local + shared > 0)
     os << "memory   measured: " << fixed(static_cast<double>(stats.hbm_bytes_read + stats.hbm_bytes_written) / 1e6, 4)
        << " MB of HBM traffic, " << fixed(static_cast<double>(shared) / 1e6, 4) << " MB of shared memory traffic, "

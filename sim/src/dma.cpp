@@ -69,7 +69,8 @@ void DmaEngine::reset() {
 
 void DmaEngine::execute(const Entry& e) {
   const uint64_t start = st_.now();
-  Transfer t{e, start, start, start, {}, {}, e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAGATHER, false, 0, 0, {}};
+  Transfer t{e, start, start, start, {}, {}, e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAGATHER, false, false,
+             0, 0, {}};
   const bool plain = e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAST;
   // The far side: the shared memory with `shared`, or for a far address in the shared window (isa::kSharedWindow,
   // at the address less the window's base); this core's VMEM for one in the local window (isa::kLocalWindow);
