@@ -244,9 +244,10 @@ void print_compile_report(std::ostream& os, const runtime::Profile& p, const isa
      << "% of the run (nodes may overlap where no fence parts them; the rest is outside every node)\n"
      << "  cycles: first to last cycle of the node's unit slices; share: of the run; MXU util: MXU busy / (cycles x "
      << p.matrix_units << " matrix units)\n"
-     << "  GFLOP, MB: the node's work as the compiler counts it (a multiply-add is 2 FLOPs; MB: 1e6 HBM bytes read\n"
-     << "  and written); ideal MB: the bytes the node cannot avoid (each tensor it takes from or gives to the rest of\n"
-     << "  the model, weights included, moved once); traffic: MB / ideal MB; bound: roofline lower bound in cycles,\n"
+     << "  GFLOP: the node's work as the compiler counts it (a multiply-add is 2 FLOPs); MB: 1e6 HBM bytes its\n"
+     << "  transfers read and wrote in this run; ideal MB: the HBM bytes the node cannot avoid (each tensor it takes\n"
+     << "  from or gives to the rest of the model in HBM, weights included, moved once); traffic: MB / ideal MB;\n"
+     << "  bound: roofline lower bound in cycles,\n"
      << "  max(FLOPs / peak, ideal MB / HBM bytes per cycle); by: the side that sets it; ratio: cycles / bound\n"
      << "  (- where the node gives no work); t.ratio: cycles / the bound of the traffic made, max(FLOPs / peak,\n"
      << "  MB / HBM bytes per cycle); cores: the cores that worked on it\n";

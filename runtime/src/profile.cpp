@@ -214,13 +214,7 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
     for (int r = e.pc < at.size() ? at[e.pc] : -1; r >= 0; r = prof.regions[r].parent)
       add_event(prof.regions[r], e, timed[r], cores_seen[r]);
   }
-  finish(prof.program, prof);
-  for (RegionProfile& r : prof.regions) finish(r, prof);
-
-  // Energy (profile.h): actions by instruction, static power by the cycles each region holds.
-  const sim::EnergyModel model = sim::energy_model(cfg);
-  prof.static_w = model.static_w;
-  const double hz = cfg.chip.clock_mhz * 1e6;
+  // What each region's instructions did (the run's actions by instruction, where it kept them).
   const bool counted = run.actions_by_pc.size() == program.code.size();
   std::vector<bool> in_node(program.code.size(), false);
   for (const isa::Region& g : program.regions)
@@ -232,6 +226,22 @@ Profile make_profile(const isa::Program& program, const sim::RunResult& run, con
   }
   for (RegionProfile& r : prof.regions)
     for (uint32_t pc = r.begin; counted && pc < r.end; ++pc) r.actions += run.actions_by_pc[pc];
+  // With them, bytes are the HBM bytes the region's transfers moved in the run (measured: intermediates kept on
+  // chip and a cache's hits are not HBM traffic), not its maker's count.
+  if (counted) {
+    auto hbm = [](const sim::ActionCounts& a) {
+      return static_cast<double>(a[sim::Action::HbmRead] + a[sim::Action::HbmWrite]);
+    };
+    prof.program.bytes = hbm(prof.program.actions);
+    for (RegionProfile& r : prof.regions) r.bytes = hbm(r.actions);
+  }
+  finish(prof.program, prof);
+  for (RegionProfile& r : prof.regions) finish(r, prof);
+
+  // Energy (profile.h): actions by instruction, static power by the cycles each region holds.
+  const sim::EnergyModel model = sim::energy_model(cfg);
+  prof.static_w = model.static_w;
+  const double hz = cfg.chip.clock_mhz * 1e6;
   hold_cycles(prof);
   prof.program.held_cycles = static_cast<double>(prof.cycles);
   double node_cycles = 0;

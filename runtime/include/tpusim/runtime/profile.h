@@ -74,7 +74,9 @@ struct RegionProfile {
   std::array<UnitProfile, isa::kNumUnits> units{};  // indexed by isa::Unit
   // Roofline (see the top of this file). flops, bytes: the region's (isa::Region), 0 = unknown; for
   // Profile::program each is summed over the outermost regions that give it (a region whose enclosing regions all
-  // give 0), so that nested regions are not counted twice.
+  // give 0), so that nested regions are not counted twice. Where the run kept its actions by instruction
+  // (sim::RunResult::actions_by_pc: a traced run), bytes are instead the HBM bytes the region's instructions moved
+  // (HbmRead + HbmWrite: measured, so intermediates kept on chip and a cache's hits count nothing).
   double flops = 0, bytes = 0;
   double bound_cycles = 0;     // max(flops / peak_flops_per_cycle, bytes / hbm_bytes_per_cycle); 0 without work
   std::string bound;           // the side that sets bound_cycles: "compute" or "memory" ("" when flops = bytes = 0)
