@@ -51,10 +51,14 @@ void relocate(isa::Program& frag, int64_t delta) {
   }
 }
 
+}  // namespace
+
 int64_t symbol_or(const std::map<std::string, int64_t>& s, const char* name, int64_t otherwise) {
   auto it = s.find(name);
   return it == s.end() ? otherwise : it->second;
 }
+
+namespace {
 
 int64_t param_or(const KernelCall& call, const char* name, int64_t otherwise) {
   auto it = call.params.find(name);
@@ -468,7 +472,10 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
 // once (it reads or writes each of its intermediates once, or more where it re-reads its inputs: then an upper
 // bound).
 double call_bytes(const KernelPlan& plan, const KernelCall& call, bool hbm_only = false) {
-  auto counted = [&](int buf) { return !hbm_only || plan.buffers[static_cast<size_t>(buf)].addr < isa::kLocalWindow; };
+  auto counted = [&](int buf) {
+    return !hbm_only || isa::far_memory(static_cast<int64_t>(plan.buffers[static_cast<size_t>(buf)].addr)) ==
+                            isa::FarMemory::Hbm;
+  };
   if (call.kind == KernelCall::Kind::Copy) {
     double b = 0;
     for (const BufferMove& m : call.moves) {
@@ -532,7 +539,8 @@ double node_ideal_bytes(const KernelPlan& plan, const BufferUse& use, size_t c0,
                        use.first[b] < static_cast<int64_t>(c0);
     const bool given = buf.kind == Buffer::Kind::Output || use.last[b] > static_cast<int64_t>(c1);
     // An intermediate kept on chip (VMEM, the shared memory: plan_memory) costs the node no HBM bytes.
-    if ((taken || given) && buf.addr < isa::kLocalWindow) bytes += static_cast<double>(buf.ideal_bytes());
+    if ((taken || given) && isa::far_memory(static_cast<int64_t>(buf.addr)) == isa::FarMemory::Hbm)
+      bytes += static_cast<double>(buf.ideal_bytes());
   }
   return bytes;
 }

@@ -20,6 +20,9 @@ namespace tpusim::compiler {
 // Add and Relu nodes folded into it, joined by "+", "cast(x)" for the cast of a graph value x the compiler inserts; consecutive
 // calls with one label share one node region. Inside it, each fragment is a "kernel" region named after its
 // kernel file ("gemm.s"), holding the kernel's own regions, if it marks any.
+// The chip's symbol `name`, or `otherwise` where the map lacks it.
+int64_t symbol_or(const std::map<std::string, int64_t>& s, const char* name, int64_t otherwise);
+
 isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
                           const std::string& program_name);
 

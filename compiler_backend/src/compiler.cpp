@@ -31,10 +31,7 @@ isa::Program compile(std::string_view bytes, const std::string& model_name, cons
   auto hbm = given.target.symbols.find("HBM_BYTES");
   if (hbm == given.target.symbols.end() || hbm->second <= 0)
     throw Error("the target has no HBM_BYTES symbol (give the chip's symbols, e.g. from sim::kernel_symbols)");
-  auto symbol = [&](const char* name) {
-    auto it = given.target.symbols.find(name);
-    return it == given.target.symbols.end() ? int64_t{0} : std::max<int64_t>(0, it->second);
-  };
+  auto symbol = [&](const char* name) { return std::max<int64_t>(0, symbol_or(given.target.symbols, name, 0)); };
   // Intermediates kept in VMEM (Options::vmem_intermediates): the top half, out of the kernels' sight.
   Options opts = given;
   MemoryRegion local;

@@ -125,16 +125,12 @@ void collapse(M& m) {
   if (m.rows == 1) m.ss = m.ds = 0;
 }
 
-// Which memory an address names: HBM (0), the core's VMEM through the local window (1, isa::kLocalWindow) or the
-// shared memory through its window (2, isa::kSharedWindow). A transfer's rows must all be in one, so moves and
-// transfers in different ones never merge.
-int memory_of(int64_t addr) {
-  return addr >= static_cast<int64_t>(isa::kSharedWindow) ? 2 : addr >= static_cast<int64_t>(isa::kLocalWindow) ? 1 : 0;
-}
-
 // Appends b to a when together they are one regular 2-D move that behaves like the two in order.
 bool merge_moves(M& a, const M& b) {
-  if (memory_of(a.src) != memory_of(b.src) || memory_of(a.dst) != memory_of(b.dst)) return false;
+  // A transfer's rows are all in one memory (isa::far_memory: HBM, VMEM or the shared memory through their
+  // windows), so moves in different ones never merge.
+  if (isa::far_memory(a.src) != isa::far_memory(b.src) || isa::far_memory(a.dst) != isa::far_memory(b.dst))
+    return false;
   // Neither reads what the other writes, so the merged move's rows may run in any order (as a move's rows may).
   if (overlaps(b.src_pat(), a.dst_pat(), true) || overlaps(a.src_pat(), b.dst_pat(), true)) return false;
   if (a.rows == 1 && b.rows == 1 && b.src == a.src + int64_t(a.rb) && b.dst == a.dst + int64_t(a.rb) &&
@@ -178,7 +174,7 @@ void collapse(Xfer& x) {
 }
 
 bool merge_xfers(Xfer& a, const Xfer& b) {
-  if (memory_of(a.h) != memory_of(b.h)) return false;
+  if (isa::far_memory(a.h) != isa::far_memory(b.h)) return false;  // (as merge_moves)
   if (a.rows == 1 && b.rows == 1 && b.h == a.h + int64_t(a.rb) && b.v == a.v + int64_t(a.rb)) {
     a.rb += b.rb;  // one contiguous row
     return true;

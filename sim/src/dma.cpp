@@ -77,11 +77,9 @@ void DmaEngine::execute(const Entry& e) {
   // else HBM.
   const int64_t far = plain ? (t.load ? e[1] : e[0]) : 0;
   const bool flag = plain && e.arg("shared") != 0;
-  const bool windowed = plain && !flag && far >= static_cast<int64_t>(isa::kSharedWindow);
-  t.local = plain && !flag && !windowed && far >= static_cast<int64_t>(isa::kLocalWindow);
-  t.shared = flag || windowed;
-  const int64_t window = windowed ? static_cast<int64_t>(isa::kSharedWindow)
-                                  : t.local ? static_cast<int64_t>(isa::kLocalWindow) : 0;
+  const isa::FarMemory named = plain && !flag ? isa::far_memory(far) : isa::FarMemory::Hbm;
+  t.local = named == isa::FarMemory::Local;
+  t.shared = flag || named == isa::FarMemory::Shared;
   uint64_t hbm_earliest = start + static_cast<uint64_t>(t.shared  ? st_.cfg.shared.latency
                                                         : t.local ? st_.cfg.dma.local_latency
                                                                   : st_.cfg.dma.latency);
@@ -95,7 +93,7 @@ void DmaEngine::execute(const Entry& e) {
       act(e.pc, Action::VmemRead, t.hbm.rows * 4);
     }
   } else if (e.in.op != isa::Op::DMAINSYNC && e.in.op != isa::Op::DMAOUTSYNC) {
-    const int64_t vaddr = t.load ? e[0] : e[1], haddr = far - window;
+    const int64_t vaddr = t.load ? e[0] : e[1], haddr = flag ? far : isa::far_offset(far);
     const int64_t rows = e[2], rowbytes = e[3], hstride = e[4], vstride = e[5];
     if (rows < 0 || rowbytes < 0)
       st_.fail(e.pc, "negative size: rows " + std::to_string(rows) + ", rowbytes " + std::to_string(rowbytes));

@@ -68,6 +68,21 @@ inline constexpr uint64_t kSharedWindow = uint64_t{1} << 46;
 // intermediates in a part of VMEM the kernels leave alone and the kernels reach them unchanged. 2^45: above any HBM.
 inline constexpr uint64_t kLocalWindow = uint64_t{1} << 45;
 
+// The memory a DMA far address names (without the `shared` flag), and the address within it.
+enum class FarMemory { Hbm, Local, Shared };
+inline FarMemory far_memory(int64_t addr) {
+  return addr >= static_cast<int64_t>(kSharedWindow)  ? FarMemory::Shared
+         : addr >= static_cast<int64_t>(kLocalWindow) ? FarMemory::Local
+                                                      : FarMemory::Hbm;
+}
+inline int64_t far_offset(int64_t addr) {
+  switch (far_memory(addr)) {
+    case FarMemory::Shared: return addr - static_cast<int64_t>(kSharedWindow);
+    case FarMemory::Local: return addr - static_cast<int64_t>(kLocalWindow);
+    default: return addr;
+  }
+}
+
 struct InstrDesc {
   Op op;
   uint8_t opcode;
