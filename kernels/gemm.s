@@ -30,6 +30,12 @@
 #               offset(t) = ((ih % TAP_SH)*TAP_SW + jw % TAP_SW)*TAP_PHASE_ROWS + (ih / TAP_SH)*TAP_WQ + jw / TAP_SW.
 #               Each fold's A block is loaded tap by tap into the same A region, so results and matrix work are
 #               those of the copied matrix. Not with ACT_RESIDENT.
+#   RESIDUAL    1: input `r` [M, N] of OUT_DT (a residual connection) is added to each drained tile after the cast,
+#               as the separate elementwise add would do it (vpu.add: in f32, rounded to OUT_DT), then with
+#               RES_RELU max(x, 0): c = cast(...) + r, so the result is bit for bit that of the GEMM followed by the
+#               Add (and Relu) kernel, without writing and reading back the GEMM's output. dmain loads r's tile into
+#               the C buffer's second half once the buffer is free. OUT_DT DT_BF16 or DT_F32; not with
+#               ACT_RESIDENT, Q_SCALE or GROUP_N.
 #   GROUP_N     > 0: c is stored as N / GROUP_N groups of GROUP_N columns one after the other, [N / GROUP_N, M,
 #               GROUP_N] (a Split of the result's columns into equal parts is then views of it); GROUP_N a multiple
 #               of MXU_COLS. Not with ACT_RESIDENT or Q_SCALE.
@@ -66,6 +72,8 @@
 .default B_TILED, 0
 .default TRANS_B, 0
 .default GROUP_N, 0
+.default RESIDUAL, 0
+.default RES_RELU, 0
 .default TAP_CIN, 0
 .default TAP_ROWS, 0
 .default TAP_KW, 1
@@ -80,6 +88,12 @@
 .endif
 
 .set QO, Q_SCALE != 0
+.if RESIDUAL && ((OUT_DT != DT_BF16 && OUT_DT != DT_F32) || ACT_RESIDENT || QO || GROUP_N)
+.error "gemm.s: RESIDUAL gives OUT_DT DT_BF16 or DT_F32, without ACT_RESIDENT, Q_SCALE or GROUP_N"
+.endif
+.if RES_RELU && !RESIDUAL
+.error "gemm.s: RES_RELU needs RESIDUAL"
+.endif
 .if Q_ONLY && !QO
 .error "gemm.s: Q_ONLY needs Q_SCALE"
 .endif
@@ -140,9 +154,10 @@
 .input a, IN_DT, [M, K] @ vmem A_VADDR
 .else
 # VMEM layout: [bias | A region 0 | A region 1 | B slot 0 | B slot 1 | C buffer 0 | C buffer 1]; an A region
-# holds TM rows of a at their HBM row pitch K*E, a C buffer a tile of c (and, with Q_SCALE, one of q after it).
-# (256 bytes cover the alignment of the four aligned regions, 128 more the two q tiles.)
-.set TM_VMEM, (VMEM_BYTES - BIAS_BYTES - 2 * B_BYTES - 256 - 128 * QO) / (2 * K * E + 2 * C * (O + QO))
+# holds TM rows of a at their HBM row pitch K*E, a C buffer a tile of c (and, with Q_SCALE, one of q after it;
+# with RESIDUAL, one of r). (256 bytes cover the alignment of the four aligned regions, 128 more the two q or r
+# tiles.)
+.set TM_VMEM, (VMEM_BYTES - BIAS_BYTES - 2 * B_BYTES - 256 - 128 * (QO || RESIDUAL)) / (2 * K * E + 2 * C * (O + QO + RESIDUAL * O))
 .set TM_MAX, min(ACC_ROWS / 2, TM_VMEM)
 .if TM_MAX < 1
 .error "gemm.s: a row of a and the operand tiles do not fit in VMEM"
@@ -150,7 +165,7 @@
 .set TM, cdiv(M, cdiv(M, TM_MAX))
 .set A_BYTES, align(TM * K * E, 64)
 .set C_BYTES, align(TM * C * O, 64)
-.set CQ_BYTES, C_BYTES + QO * align(TM * C, 64)
+.set CQ_BYTES, C_BYTES + QO * align(TM * C, 64) + RESIDUAL * C_BYTES
 .set VA0, BIAS_BYTES
 .set VB0, VA0 + 2 * A_BYTES
 .set VC0, VB0 + 2 * B_BYTES
@@ -171,6 +186,9 @@
 .input dq, DT_F32, [N, 2]
 .elif BIAS
 .input bias, ACC_DT, [N]
+.endif
+.if RESIDUAL
+.input r, OUT_DT, [M, N]
 .endif
 .if ACT_RESIDENT
 .output c, OUT_DT, [M, N] @ vmem C_VADDR
@@ -212,6 +230,7 @@
 .reg u0, r27
 .reg u1, r28
 .reg u2, r29
+.reg vr, r30
 
     sem.set s1, 2            # B slots free
     sem.set s2, 0            # B slot full
@@ -221,6 +240,7 @@
     sem.set s6, 0            # C buffer full
     sem.set s7, 0            # bias loaded
     sem.set s8, 2            # A regions free
+    sem.set s9, 0            # r tile loaded (RESIDUAL)
     li one, 1
     li scale, SCALE
 .if DEQUANT
@@ -394,7 +414,20 @@ next:
     muli vc, accslot, CQ_BYTES
     addi vc, vc, VC0
     muli t1, nt, O
+.if RESIDUAL
+    # r[m0.., n0..] into the C buffer's second half once the buffer is free (s5): loaded, s9
+    muli t2, m0, N
+    add t2, t2, n0
+    muli t2, t2, O
+    li t3, r
+    add t2, t2, t3
+    addi vr, vc, C_BYTES
+    li t3, N * O
+    dma.ld vr, t2, mt, t1, t3, t1, wait=s5, signal=s9
+    vpu.sync wait=s9
+.else
     vpu.sync wait=s5
+.endif
 .if QO && Q_ONLY
     # q's tile alone (x * Q_SCALE, i8)
     addi vq, vc, C_BYTES
@@ -408,6 +441,14 @@ next:
     vpu.acc vq, acc, mt, nt, nt, t0, qscale, ACC_DT, DT_I8, bias_en=BIAS, relu=RELU, scale_en, dequant=1, signal=s3
 .else
     vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, scale_en=(SCALE != 0), dequant=DEQUANT, wait=s4, signal=s3
+.endif
+.if RESIDUAL
+    # the tile is packed (row pitch nt*O) as r's is: c + r over its mt*nt elements, then the ReLU
+    mul t2, mt, nt
+    vpu.add vc, vc, vr, t2, OUT_DT
+.if RES_RELU
+    vpu.relu vc, vc, t2, OUT_DT
+.endif
 .endif
     vpu.sync signal=s6
 .if GROUP_N

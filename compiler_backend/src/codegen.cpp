@@ -90,7 +90,9 @@ double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, 
   const double fold = std::max({static_cast<double>(std::max(cdiv(tm, rate), R)), b_tile, latency + b_tile});
   const double folds = static_cast<double>(cdiv(m, tm) * cdiv(n, C) * cdiv(k, R));
   const double Q = param_or(call, "Q_SCALE", 0) != 0 ? 1.0 : 0.0;  // the int8 copy of c (gemm.s's q)
-  const double a_and_c = static_cast<double>(m) * (static_cast<double>(k) * E + static_cast<double>(n) * (O + Q)) / bpc;
+  const double Rd = param_or(call, "RESIDUAL", 0) != 0 ? O : 0.0;  // the residual r read (gemm.s's RESIDUAL)
+  const double a_and_c =
+      static_cast<double>(m) * (static_cast<double>(k) * E + static_cast<double>(n) * (O + Q + Rd)) / bpc;
   return folds * fold + a_and_c + 2.0 * latency;
 }
 
@@ -116,10 +118,11 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
   g.q_only = param("Q_ONLY", 0) != 0;
   g.b_tiled = param("B_TILED", 0) != 0, g.trans_b = param("TRANS_B", 0) != 0;
   g.group_n = param("GROUP_N", 0);
+  g.residual = param("RESIDUAL", 0) != 0, g.residual_relu = param("RES_RELU", 0) != 0;
   g.taps = kernels::ConvTaps{param("TAP_CIN", 0), param("TAP_ROWS", 0), param("TAP_KW", 1), param("TAP_SH", 1),
                              param("TAP_SW", 1), param("TAP_DH", 1), param("TAP_DW", 1), param("TAP_WQ", 1),
                              param("TAP_PHASE_ROWS", 0)};
-  g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias || g.dequant ? 6 : 7));
+  g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias || g.dequant || g.residual ? 6 : 7));
   g.schedule = kernels::GemmSchedule::Tiles;
   // Worth it only where the estimate beats one unit's by more than the two barriers around it: a small GEMM runs
   // faster on one unit than spread with synchronisation.

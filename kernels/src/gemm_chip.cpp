@@ -245,7 +245,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                       int64_t mem_bpc, int64_t hbm_bpc, int64_t core_bpc, int64_t vpu_width, int64_t latency,
                       int64_t rate) {
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), QO = g.q_scale_bits != 0 ? 1 : 0;
-  const int64_t OW = g.q_only ? 0 : O;  // bytes of c written per element (none with q_only)
+  const int64_t OW = (g.q_only ? 0 : O) + (g.residual ? O : 0);  // bytes of c written (none with q_only) and r read per element
   const bool may_split = g.max_split_k > 1 || g.split_k > 1;
   TilePlan best;
   for (int64_t U = UMAX; U >= (P > 1 ? 1 : UMAX); --U)  // fewer units only to spread narrower tiles over cores
@@ -270,7 +270,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
           if (rb > 1 && split) continue;  // row blocks keep K whole
           const int64_t od = split ? std::max<int64_t>(O, 4) : O;
           const int64_t tmu = cdiv(tm, rb);  // a unit's rows
-          const int64_t fixed = std::min<int64_t>(U * S, 8) * (align64(tmu * C * od) + QO * align64(tmu * C)) +
+          const int64_t fixed = std::min<int64_t>(U * S, 8) * ((1 + g.residual) * align64(tmu * C * od) + QO * align64(tmu * C)) +
                                 256 +                                                        // the C buffers
                                 (g.dequant ? align64(W * 8) : g.bias ? align64(W * 4) : 0);  // and the bias
           const int64_t per_k = nslot * (tm + W) * E;  // bytes of the slots per element of K
@@ -395,7 +395,8 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t C_BYTES = align64(TMU * C * OD);
   // With q: each C buffer is followed by the strip's q tile (i8); CQ_BYTES apart.
   const bool Q = g.q_scale_bits != 0;
-  const int64_t CQ_BYTES = C_BYTES + (Q ? align64(TMU * C) : 0);
+  // With r (residual): each C buffer is followed by the strip's r tile, which dmain loads before the drain.
+  const int64_t CQ_BYTES = C_BYTES + (Q ? align64(TMU * C) : 0) + (g.residual ? C_BYTES : 0);
   const bool TABLE = g.bias || g.dequant;       // a per-column table in VMEM: the bias, or dequant's pairs
   const int64_t TB = g.dequant ? 8 : 4;         // its bytes per column
   // One C buffer per strip of a tile (up to 8): every strip's store is in flight at once, so a tile's drain
@@ -408,6 +409,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   auto AFREE = [](int64_t j) { return 3 + 4 * j; };
   auto AFULL = [](int64_t j) { return 4 + 4 * j; };
   const int64_t CFREE = 4 * U + 1, CFULL = 4 * U + 2, BFREE = 4 * U + 3, BFULL = 4 * U + 4;
+  const int64_t RFULL = 4 * U + 5;  // residual: a C buffer taken and its r tile loaded
   const int64_t NTB = cdiv(g.n, C);                   // b_tiled: weight tiles per row of tiles
   const int64_t VBIAS = VC0 + NCBUF * CQ_BYTES;       // bias: the tile's W columns (f32 or i32; dequant: pairs)
   int label = 0;
@@ -437,6 +439,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     o << ".input dq, f32, [" << g.n << ", 2]\n";
   else if (g.bias)
     o << ".input bias, " << acc_dt << ", [" << g.n << "]\n";
+  if (g.residual) o << ".input r, " << isa::dtype_name(g.out) << ", [" << g.m << ", " << g.n << "]\n";
   if (g.group_n > 0)
     o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.n / g.group_n << ", " << g.m << ", " << g.group_n
       << "]\n";
@@ -478,6 +481,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       << ", " << ABUF << "\n    sem.set s" << AFULL(j) << ", 0\n";
   o << "    sem.set s" << CFREE << ", " << NCBUF << "\n    sem.set s" << CFULL << ", 0\n";
   if (TABLE) o << "    sem.set s" << BFREE << ", 1\n    sem.set s" << BFULL << ", 0\n";
+  if (g.residual) o << "    sem.set s" << RFULL << ", 0\n";
   o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li accslot, 0\n    li cslot, 0\n    li astr, " << KC * E
     << "\n    li wstr, " << W * E << "\n    addi t, cid, 0\n    li nt, " << C << "\n";
   // Strip q (of U*S) of the tile: skipped where the last column tile lacks it; nt = its columns.
@@ -629,15 +633,26 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       const std::string flags = std::string(g.bias ? ", bias_en" : "") + (g.relu ? ", relu" : "") +
                                 (g.dequant ? ", dequant" : "");
       o << "    muli vc, cslot, " << CQ_BYTES << "\n    addi vc, vc, " << VC0 << "\n"
-        << "    addi t0, ar, " << j * ACC + sidx * TMU << "\n    muli t1, nt, " << OD << "\n"
-        << "    vpu.sync wait=s" << CFREE << "\n"
-        << "    li t2, " << VBIAS + q * C * TB << "\n    li t3, " << g.scale_bits << "\n";
+        << "    addi t0, ar, " << j * ACC + sidx * TMU << "\n    muli t1, nt, " << OD << "\n";
+      if (g.residual)  // r[m0 + r0.., n0 + q*C..] into the buffer's second half once the buffer is free
+        o << "    muli t2, m0, " << g.n << "\n    add t2, t2, n0\n    addi t2, t2, " << r0 * g.n + q * C << "\n    muli t2, t2, "
+          << O << "\n    li t3, r\n    add t2, t2, t3\n    addi r30, vc, " << C_BYTES << "\n    li t3, " << g.n * O
+          << "\n    dma.ld r30, t2, " << rows << ", t1, t3, t1, wait=s" << CFREE << ", signal=s" << RFULL
+          << "\n    vpu.sync wait=s" << RFULL << "\n";
+      else
+        o << "    vpu.sync wait=s" << CFREE << "\n";
+      o << "    li t2, " << VBIAS + q * C * TB << "\n    li t3, " << g.scale_bits << "\n";
       if (!g.q_only)
         o << "    vpu.acc vc, t0, " << rows << ", nt, t1, t2, t3, " << acc_dt << ", "
           << isa::dtype_name(SK > 1 ? isa::DType::F32 : g.out) << flags << (g.scale_bits ? ", scale_en" : "") << "\n";
       if (Q)  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
         o << "    addi vq, vc, " << C_BYTES << "\n    li t3, " << g.q_scale_bits << "\n"
           << "    vpu.acc vq, t0, " << rows << ", nt, nt, t2, t3, " << acc_dt << ", i8" << flags << ", scale_en\n";
+      if (g.residual) {  // c + r over the packed tile (row pitch nt*O both), then the ReLU
+        o << "    mul t3, " << rows << ", nt\n    addi t2, vc, " << C_BYTES << "\n    vpu.add vc, vc, t2, t3, "
+          << isa::dtype_name(g.out) << "\n";
+        if (g.residual_relu) o << "    vpu.relu vc, vc, t3, " << isa::dtype_name(g.out) << "\n";
+      }
       o << "    vpu.sync signal=s" << CFULL << "\n";
       if (g.group_n > 0)  // c's element (m0 + r0, n) in its group: (n / group_n, m0 + r0, n % group_n)
         o << "    addi t0, n0, " << q * C << "\n    li t2, " << g.group_n << "\n    div t3, t0, t2\n"
@@ -724,7 +739,10 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
     throw std::invalid_argument("gemm_chip: " + std::to_string(U) + " matrix units per core asked (the chip has " +
                                 std::to_string(symbol(s, "MXUS")) + "; the kernel's semaphores allow 7)");
   GemmSchedule schedule = g.schedule;
-  const bool epilogue = g.bias || g.relu || g.scale_bits != 0 || g.b_tiled || g.dequant;
+  const bool epilogue = g.bias || g.relu || g.scale_bits != 0 || g.b_tiled || g.dequant || g.residual;
+  if (g.residual && ((g.out != isa::DType::BF16 && g.out != isa::DType::F32) || g.q_scale_bits != 0 || g.group_n != 0))
+    throw std::invalid_argument("gemm_chip: residual gives bf16 or f32, without q or group_n");
+  if (g.residual_relu && !g.residual) throw std::invalid_argument("gemm_chip: residual_relu needs residual");
   if (g.dequant && (g.in != isa::DType::I8 || (g.out != isa::DType::BF16 && g.out != isa::DType::F32)))
     throw std::invalid_argument("gemm_chip: dequant takes i8 inputs and gives bf16 or f32");
   if (g.q_scale_bits != 0 && (!g.dequant || g.scale_bits != 0))
@@ -736,8 +754,8 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
   if (g.trans_b && g.b_tiled) throw std::invalid_argument("gemm_chip: b is either transposed or tiled, not both");
   if (epilogue && (g.split_k > 1 || g.max_split_k > 1))
     throw std::invalid_argument("gemm_chip: bias, relu, scale and b_tiled do not combine with split K");
-  if ((g.bias || g.dequant) && U > 6)
-    throw std::invalid_argument("gemm_chip: with a bias the kernel's semaphores allow 6 matrix units per core");
+  if ((g.bias || g.dequant || g.residual) && U > 6)
+    throw std::invalid_argument("gemm_chip: with a bias or a residual the kernel's semaphores allow 6 matrix units per core");
   if (g.group_n != 0) {
     if (g.group_n < 0 || g.n % g.group_n != 0 || g.group_n % C != 0 || g.q_scale_bits != 0 || g.split_k > 1 ||
         g.max_split_k > 1 || schedule == GemmSchedule::Strips)

@@ -205,6 +205,53 @@ void epilogue_cases(DType in, uint64_t seed, bool relu, float scale) {
   }
 }
 
+// The compiler's residual connections (gemm.s's RESIDUAL and RES_RELU): c = [relu](cast(a @ b + bias) + r), r of
+// the output type. gemm.s with RESIDUAL and gemm_chip on 2 cores x 3 units against the host's sum of the plain
+// GEMM's output (gemm.s without RESIDUAL, run here) and r, in f32 rounded to the output type as the separate Add
+// kernel computes it, bit for bit: fusing the Add changes no result.
+void residual_cases(DType out, uint64_t seed, bool relu) {
+  TPUSIM_MACHINES(m, chip_sets());
+  const std::map<std::string, int64_t> symbols = symbols_of(*m);
+  const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
+  Random rnd(seed);
+  const DType in = DType::BF16, acc = DType::F32;
+  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {100, 17, 5}}) {
+    std::vector<double> a = rnd.values(in, s.m * s.k, -3, 3), b = rnd.values(in, s.k * s.n, -3, 3);
+    std::vector<double> bias = rnd.values(DType::F32, s.n, -2, 4), res = rnd.values(out, s.m * s.n, -40, 40);
+    const std::vector<double> tiled = tiled_b(b, s.k, s.n, R, C);
+    auto run = [&](const isa::Program& p) {
+      if (const isa::TensorDecl* r = p.find("r")) m->write(r->addr, res, out);
+      return run_with_bias(*m, p, a, tiled, bias, in, acc, out);
+    };
+    std::map<std::string, int64_t> defines = symbols;
+    defines.insert({{"M", s.m}, {"K", s.k}, {"N", s.n}, {"IN_DT", static_cast<int64_t>(in)},
+                    {"OUT_DT", static_cast<int64_t>(out)}, {"BIAS", 1}, {"B_TILED", 1}});
+    const std::vector<double> plain = run(kernels::assemble("gemm.s", defines, {}, 0));
+    std::vector<double> want(plain.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      const float sum = static_cast<float>(plain[i] + res[i]);  // both exact in f32's range: one rounding
+      double x = out == DType::BF16 ? isa::f32_from_bf16(isa::bf16_from_f32(sum)) : sum;
+      want[i] = relu ? std::max(x, 0.0) : x;
+    }
+    defines["RESIDUAL"] = 1, defines["RES_RELU"] = relu;
+    const std::vector<double> one = run(kernels::assemble("gemm.s", defines, {}, 0));
+    kernels::GemmChip g{s.m, s.k, s.n, in, out, 2, 3, kernels::GemmSchedule::Auto};
+    g.bias = true, g.b_tiled = true, g.residual = true, g.residual_relu = relu;
+    const std::vector<double> whole = run(kernels::gemm_chip_kernel(g, symbols));
+    const std::string what = std::string("residual ") + isa::dtype_name(out) + (relu ? ", relu" : "") +
+                             " M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) + " N=" + std::to_string(s.n);
+    expect_all(what + ": gemm.s vs the GEMM then the add on the host, bit for bit", want.size(),
+               [&](size_t i) { return same(one[i], want[i]); },
+               [&](size_t i) { return "gemm.s " + num(one[i]) + ", host " + num(want[i]); });
+    expect_all(what + ": 2 cores x 3 units vs the host, bit for bit", want.size(),
+               [&](size_t i) { return same(whole[i], want[i]); },
+               [&](size_t i) { return "gemm_chip " + num(whole[i]) + ", host " + num(want[i]); });
+  }
+}
+
+TEST(GemmChip, Bf16ResidualAndReluMatchTheGemmThenTheAdd) { residual_cases(DType::BF16, 941, true); }
+TEST(GemmChip, F32ResidualMatchesTheGemmThenTheAdd) { residual_cases(DType::F32, 942, false); }
+
 // Outputs no wider than one matrix unit (N <= C): the tiled schedule gives each unit a block of a tile's rows
 // instead of a strip of its columns (its source says "row blocks"), so that every unit works; against the same
 // product on one unit, bit for bit, and int8 against the host exactly. (The epilogue, dequant and conv taps

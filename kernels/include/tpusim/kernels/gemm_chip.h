@@ -106,6 +106,11 @@ struct GemmChip {
   bool b_tiled = false;     // b stored tile by tile: [cdiv(K,R), cdiv(N,C), R, C], zero-padded (gemm.s's B_TILED)
   int64_t group_n = 0;      // > 0: c stored as [N / group_n, M, group_n] (gemm.s's GROUP_N; tiled schedule, K whole)
   ConvTaps taps{};          // a read as a convolution's taps (tiled schedule, not with trans_b): gemm.s's TAP_*
+  // gemm.s's RESIDUAL and RES_RELU: input `r` [M, N] of the output type (bf16 or f32) added to each drained tile
+  // after the cast (vpu.add), then max(x, 0) with residual_relu: the GEMM and a following Add (and Relu) in one
+  // kernel, bit for bit. Not with q, group_n or split K.
+  bool residual = false;
+  bool residual_relu = false;
   bool operator==(const GemmChip&) const = default;  // the same kernel on the same chip
 };
 
