@@ -240,7 +240,9 @@
     sem.set s6, 0            # C buffer full
     sem.set s7, 0            # bias loaded
     sem.set s8, 2            # A regions free
-    sem.set s9, 0            # r tile loaded (RESIDUAL)
+.if RESIDUAL
+    sem.set s9, 0            # r tile loaded
+.endif
     li one, 1
     li scale, SCALE
 .if DEQUANT

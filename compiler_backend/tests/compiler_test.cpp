@@ -1,4 +1,5 @@
 // The compiler end to end (ONNX bytes -> Program), with the real kernel library; no simulator.
+#include <algorithm>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -248,6 +249,47 @@ TEST(Compile, ResidualAddOfAGraphInputCastsItFirst) {
   b.node("MatMul", "mm2", {"y", "w"}, {"z"});  // reads the output's bf16 sum, not a cast of the f32 one
   isa::Program p = compile_onnx(b.bytes(), "res.onnx", chip());
   EXPECT_EQ(fragments(p), (std::vector<std::string>{"cast(x)", "mm", "residual", "mm2"}));
+}
+
+// ResNet's block end: a convolution's output (bf16, channels last), added to an earlier activation of the same type
+// and ReLU'd, read by nothing else: the Add and the Relu become the GEMM's epilogue (gemm.s RESIDUAL, RES_RELU),
+// with no kernel of their own; the residual is the earlier activation, whichever operand of the Add it is.
+ModelBuilder fusable_residual(bool gemm_output_too, bool swap) {
+  ModelBuilder b;
+  b.input("x", {1, 16, 6, 6}).output("y", {1, 8, 6, 6});
+  if (gemm_output_too) b.output("g", {1, 16, 6, 6});
+  b.constant("w1", {16, 16, 1, 1}, test::ramp(16 * 16)).constant("w2", {16, 16, 1, 1}, test::ramp(16 * 16, 0.1f));
+  b.constant("w3", {8, 16, 1, 1}, test::ramp(16 * 8, 0.2f));
+  b.node("Conv", "conv1", {"x", "w1"}, {"h0"});
+  b.node("Relu", "relu1", {"h0"}, {"h"});
+  b.node("Conv", "conv2", {"h", "w2"}, {"k0"});
+  b.node("Relu", "relu2a", {"k0"}, {"k"});
+  b.node("Conv", "conv2b", {"k", "w2"}, {"g"});
+  b.node("Add", "residual", swap ? std::vector<std::string>{"h", "g"} : std::vector<std::string>{"g", "h"}, {"s"});
+  b.node("Relu", "relu2", {"s"}, {"t"});
+  b.node("Conv", "conv3", {"t", "w3"}, {"y"});
+  return b;
+}
+
+TEST(Compile, ResidualAddAndReluAfterAGemmAreItsEpilogue) {
+  auto gemms = [](const isa::Program& p) {
+    std::vector<std::string> labels;
+    for (const isa::Region& r : p.regions)
+      if (r.kind == isa::kRegionKernel && r.name == "gemm.s") labels.push_back(p.source[r.begin].substr(0, p.source[r.begin].find(": ")));
+    return labels;
+  };
+  auto has = [](const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); };
+  for (bool swap : {false, true}) {
+    isa::Program p = compile_onnx(fusable_residual(false, swap).bytes(), "res.onnx", chip());
+    const std::vector<std::string> f = fragments(p);
+    EXPECT_TRUE(has(f, "conv2b+residual+relu2")) << ::testing::PrintToString(f);
+    EXPECT_FALSE(has(f, "residual+relu2")) << ::testing::PrintToString(f);
+    EXPECT_EQ(gemms(p), (std::vector<std::string>{"conv1+relu1", "conv2+relu2a", "conv2b+residual+relu2", "conv3"}));
+  }
+  // With the GEMM's output also a graph output, it must be written: the Add stays a row-wise kernel.
+  isa::Program p = compile_onnx(fusable_residual(true, false).bytes(), "res.onnx", chip());
+  EXPECT_TRUE(has(fragments(p), "residual+relu2")) << ::testing::PrintToString(fragments(p));
+  EXPECT_EQ(gemms(p), (std::vector<std::string>{"conv1+relu1", "conv2+relu2a", "conv2b", "conv3"}));
 }
 
 // Elementwise chains fuse into one row-wise kernel, whatever the broadcasting: a [1,8] activation over [4,8]

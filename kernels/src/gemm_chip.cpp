@@ -270,8 +270,9 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
           if (rb > 1 && split) continue;  // row blocks keep K whole
           const int64_t od = split ? std::max<int64_t>(O, 4) : O;
           const int64_t tmu = cdiv(tm, rb);  // a unit's rows
-          const int64_t fixed = std::min<int64_t>(U * S, 8) * ((1 + g.residual) * align64(tmu * C * od) + QO * align64(tmu * C)) +
+          const int64_t fixed = std::min<int64_t>(U * S, 8) * (align64(tmu * C * od) + QO * align64(tmu * C)) +
                                 256 +                                                        // the C buffers
+                                (g.residual ? (nslot + 1) * U * S * align64(tmu * C * od) : 0) +  // tiles of r
                                 (g.dequant ? align64(W * 8) : g.bias ? align64(W * 4) : 0);  // and the bias
           const int64_t per_k = nslot * (tm + W) * E;  // bytes of the slots per element of K
           if (VMEM <= fixed) continue;
@@ -395,8 +396,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t C_BYTES = align64(TMU * C * OD);
   // With q: each C buffer is followed by the strip's q tile (i8); CQ_BYTES apart.
   const bool Q = g.q_scale_bits != 0;
-  // With r (residual): each C buffer is followed by the strip's r tile, which dmain loads before the drain.
-  const int64_t CQ_BYTES = C_BYTES + (Q ? align64(TMU * C) : 0) + (g.residual ? C_BYTES : 0);
+  const int64_t CQ_BYTES = C_BYTES + (Q ? align64(TMU * C) : 0);
   const bool TABLE = g.bias || g.dequant;       // a per-column table in VMEM: the bias, or dequant's pairs
   const int64_t TB = g.dequant ? 8 : 4;         // its bytes per column
   // One C buffer per strip of a tile (up to 8): every strip's store is in flight at once, so a tile's drain
@@ -409,9 +409,14 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   auto AFREE = [](int64_t j) { return 3 + 4 * j; };
   auto AFULL = [](int64_t j) { return 4 + 4 * j; };
   const int64_t CFREE = 4 * U + 1, CFULL = 4 * U + 2, BFREE = 4 * U + 3, BFULL = 4 * U + 4;
-  const int64_t RFULL = 4 * U + 5;  // residual: a C buffer taken and its r tile loaded
+  // residual: NSLOT + 1 slots of a tile of r, strip by strip packed as the C buffers are, RP bytes apart;
+  // dmain loads a tile's after its operands (waits RFREE, signals RFULL), the drain adds it and frees the slot.
+  // dmain runs up to NSLOT tiles ahead of the matrix units and the drain one behind them: with fewer slots the
+  // wait for a free one would hold back the operand loads behind it.
+  const int64_t RFREE = 4 * U + 5, RFULL = 4 * U + 6, RP = C_BYTES, RSLOTS = NSLOT + 1;
   const int64_t NTB = cdiv(g.n, C);                   // b_tiled: weight tiles per row of tiles
   const int64_t VBIAS = VC0 + NCBUF * CQ_BYTES;       // bias: the tile's W columns (f32 or i32; dequant: pairs)
+  const int64_t VR0 = VBIAS + (TABLE ? align64(W * TB) : 0);  // then the residual's RSLOTS slots of U*S strips
   int label = 0;
   auto fresh = [&label]() { return "l" + std::to_string(label++); };
 
@@ -481,7 +486,14 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       << ", " << ABUF << "\n    sem.set s" << AFULL(j) << ", 0\n";
   o << "    sem.set s" << CFREE << ", " << NCBUF << "\n    sem.set s" << CFULL << ", 0\n";
   if (TABLE) o << "    sem.set s" << BFREE << ", 1\n    sem.set s" << BFULL << ", 0\n";
-  if (g.residual) o << "    sem.set s" << RFULL << ", 0\n";
+  if (g.residual) o << "    sem.set s" << RFREE << ", " << RSLOTS << "\n    sem.set s" << RFULL << ", 0\n";
+  // dst = the VMEM address of piece p of this tile's r slot: slot ((t - cid) / P) % RSLOTS (no register is free
+  // to hold it: the taps' loads take r29 and r30), clobbering tmp
+  auto r_piece = [&](const char* dst, const char* tmp, int64_t p) {
+    o << "    sub " << dst << ", t, cid\n    li " << tmp << ", " << P << "\n    div " << dst << ", " << dst << ", " << tmp
+      << "\n    li " << tmp << ", " << RSLOTS << "\n    rem " << dst << ", " << dst << ", " << tmp << "\n    muli " << dst
+      << ", " << dst << ", " << U * S * RP << "\n    addi " << dst << ", " << dst << ", " << VR0 + p * RP << "\n";
+  };
   o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li accslot, 0\n    li cslot, 0\n    li astr, " << KC * E
     << "\n    li wstr, " << W * E << "\n    addi t, cid, 0\n    li nt, " << C << "\n";
   // Strip q (of U*S) of the tile: skipped where the last column tile lacks it; nt = its columns.
@@ -614,12 +626,29 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   } else {
     krange(NKL, KLAST);
   }
+  if (g.residual) {  // the tile's r into its slot, strip by strip: r[m0 + r0.., n0 + q*C..] (row pitch N)
+    o << "    dmain.sync wait=s" << RFREE << "\n";
+    for (int64_t j = 0; j < U; ++j)
+      for (int64_t sidx = 0; sidx < S; ++sidx) {
+        const int64_t q = RB > 1 ? 0 : j * S + sidx, r0 = RB > 1 ? j * TMU : 0;
+        const std::string l = fresh();
+        if (RB > 1) unit_guard(j, l);
+        strip_guard(q, l);
+        const std::string rows = unit_rows(j);
+        r_piece("t0", "t1", j * S + sidx);
+        o << "    muli t2, m0, " << g.n << "\n    add t2, t2, n0\n    addi t2, t2, " << r0 * g.n + q * C
+          << "\n    muli t2, t2, " << O << "\n    li t3, r\n    add t2, t2, t3\n    muli t1, nt, " << O
+          << "\n    li t3, " << g.n * O << "\n    dma.ld t0, t2, " << rows << ", t1, t3, t1\n" << l << ":\n";
+      }
+    o << "    dmain.sync signal=s" << RFULL << "\n";
+  }
   if (TABLE)  // the tile's bias columns, once the previous tile's drain is done with the buffer
     o << "    muli t0, n0, " << TB << "\n    li t2, " << (g.dequant ? "dq" : "bias") << "\n    add t0, t0, t2\n"
       << "    li vc, " << VBIAS << "\n    muli t1, pw, " << TB << "\n"
       << "    dma.ld vc, t0, one, t1, r0, r0, wait=s" << BFREE << ", signal=s" << BFULL << "\n";
   if (TABLE) o << "    vpu.sync wait=s" << BFULL << "\n";
   // Drain: every strip of every unit into a C buffer, stored into c.
+  if (g.residual) o << "    vpu.sync wait=s" << RFULL << "\n";
   for (int64_t j = 0; j < U; ++j) {
     const std::string lu = fresh();
     unit_guard(j, lu);
@@ -634,23 +663,16 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
                                 (g.dequant ? ", dequant" : "");
       o << "    muli vc, cslot, " << CQ_BYTES << "\n    addi vc, vc, " << VC0 << "\n"
         << "    addi t0, ar, " << j * ACC + sidx * TMU << "\n    muli t1, nt, " << OD << "\n";
-      if (g.residual)  // r[m0 + r0.., n0 + q*C..] into the buffer's second half once the buffer is free
-        o << "    muli t2, m0, " << g.n << "\n    add t2, t2, n0\n    addi t2, t2, " << r0 * g.n + q * C << "\n    muli t2, t2, "
-          << O << "\n    li t3, r\n    add t2, t2, t3\n    addi r30, vc, " << C_BYTES << "\n    li t3, " << g.n * O
-          << "\n    dma.ld r30, t2, " << rows << ", t1, t3, t1, wait=s" << CFREE << ", signal=s" << RFULL
-          << "\n    vpu.sync wait=s" << RFULL << "\n";
-      else
-        o << "    vpu.sync wait=s" << CFREE << "\n";
-      o << "    li t2, " << VBIAS + q * C * TB << "\n    li t3, " << g.scale_bits << "\n";
+      o << "    vpu.sync wait=s" << CFREE << "\n    li t2, " << VBIAS + q * C * TB << "\n    li t3, " << g.scale_bits << "\n";
       if (!g.q_only)
         o << "    vpu.acc vc, t0, " << rows << ", nt, t1, t2, t3, " << acc_dt << ", "
           << isa::dtype_name(SK > 1 ? isa::DType::F32 : g.out) << flags << (g.scale_bits ? ", scale_en" : "") << "\n";
       if (Q)  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
         o << "    addi vq, vc, " << C_BYTES << "\n    li t3, " << g.q_scale_bits << "\n"
           << "    vpu.acc vq, t0, " << rows << ", nt, nt, t2, t3, " << acc_dt << ", i8" << flags << ", scale_en\n";
-      if (g.residual) {  // c + r over the packed tile (row pitch nt*O both), then the ReLU
-        o << "    mul t3, " << rows << ", nt\n    addi t2, vc, " << C_BYTES << "\n    vpu.add vc, vc, t2, t3, "
-          << isa::dtype_name(g.out) << "\n";
+      if (g.residual) {  // c + r over the packed strip (row pitch nt*O both), then the ReLU
+        r_piece("t2", "t3", j * S + sidx);
+        o << "    mul t3, " << rows << ", nt\n    vpu.add vc, vc, t2, t3, " << isa::dtype_name(g.out) << "\n";
         if (g.residual_relu) o << "    vpu.relu vc, vc, t3, " << isa::dtype_name(g.out) << "\n";
       }
       o << "    vpu.sync signal=s" << CFULL << "\n";
@@ -679,6 +701,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     o << "    vpu.sync signal=s" << AFREE(j) << "\n" << lu << ":\n";
   }
   if (TABLE) o << "    vpu.sync signal=s" << BFREE << "\n";
+  if (g.residual) o << "    vpu.sync signal=s" << RFREE << "\n";
   if (ABUF == 2) o << "    sub accslot, one, accslot\n";
   o << "    addi t, t, " << P << "\n    jmp tile\ndone:\n";
   if (SK > 1) {

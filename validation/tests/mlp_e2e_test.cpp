@@ -212,5 +212,75 @@ TEST(ResidualEndToEnd, ElementwiseAddsRunAsRowwiseKernelsAndMatchAFloat64Referen
   EXPECT_EQ(run.stats.mxu_macs, 2u * Residual::M * Residual::D * Residual::D);
 }
 
+// A convolution's output added to an earlier activation and ReLU'd (ResNet's block end) runs as the GEMM's
+// epilogue (gemm.s RESIDUAL, RES_RELU): the same model with the convolution's output also a graph output, which
+// keeps the Add a row-wise kernel, gives the same y bit for bit; both against a float64 reference.
+struct FusedResidual {
+  static constexpr int64_t C = 48, H = 6, W = 7, P = H * W;
+  std::vector<float> x = ramp(C * P, 37, 0.02f), w1 = ramp(C * C, 41, 0.003f), w2 = ramp(C * C, 43, 0.002f);
+
+  std::string onnx(bool expose_g) const {
+    compiler::test::ModelBuilder m;
+    m.input("x", {1, C, H, W}).output("y", {1, C, H, W});
+    if (expose_g) m.output("g", {1, C, H, W});
+    m.constant("w1", {C, C, 1, 1}, w1).constant("w2", {C, C, 1, 1}, w2);
+    m.node("Conv", "conv1", {"x", "w1"}, {"h0"});
+    m.node("Relu", "relu1", {"h0"}, {"h"});
+    m.node("Conv", "conv2", {"h", "w2"}, {"k0"});
+    m.node("Relu", "relu2a", {"k0"}, {"k"});
+    m.node("Conv", "conv2b", {"k", "w1"}, {"g"});
+    m.node("Add", "residual", {"g", "h"}, {"s"});
+    m.node("Relu", "relu2", {"s"}, {"t"});
+    m.node("Conv", "conv3", {"t", "w1"}, {"y"});
+    return m.bytes();
+  }
+};
+
+TEST(ResidualEndToEnd, AddFusedIntoTheGemmGivesTheSameBits) {
+  sim::ChipConfig cfg = sim::load_config(sim::default_preset());
+  FusedResidual model;
+  std::vector<std::vector<float>> ys;
+  for (bool expose : {false, true}) {
+    isa::Program p = compiler::compile_onnx(model.onnx(expose), "fused.onnx", options_for(cfg));
+    bool fused = false;
+    for (const std::string& line : p.source) fused = fused || line.rfind("conv2b+residual+relu2: ", 0) == 0;
+    EXPECT_EQ(fused, !expose) << "the Add+Relu is " << (expose ? "a row-wise kernel" : "conv2b's epilogue");
+    sim::Chip& chip = default_chip();
+    for (const isa::TensorDecl& t : p.tensors)
+      if (t.kind == isa::TensorKind::Const) chip.write_hbm(t.addr, p.const_data.data() + t.const_offset, t.bytes());
+    chip.write_hbm(p.find("x")->addr, model.x.data(), model.x.size() * sizeof(float));
+    chip.run(p);
+    const isa::TensorDecl* yd = p.find("y");
+    std::vector<float> y(yd->elements());
+    chip.read_hbm(yd->addr, y.data(), y.size() * sizeof(float));
+    ys.push_back(std::move(y));
+  }
+  ASSERT_EQ(ys[0].size(), ys[1].size());
+  EXPECT_EQ(std::memcmp(ys[0].data(), ys[1].data(), ys[0].size() * sizeof(float)), 0);
+  // float64, channels first: h = bf(relu(x * w1)), k = bf(relu(h * w2)), t = relu(bf(k * w1) + h) rounded to
+  // bf16, y = t * w1
+  auto bf = [](double f) { return double(isa::f32_from_bf16(isa::bf16_from_f32(static_cast<float>(f)))); };
+  const int64_t C = FusedResidual::C, P = FusedResidual::P;
+  auto conv = [&](const std::vector<double>& a, const std::vector<float>& w) {
+    std::vector<double> out(C * P, 0.0);
+    for (int64_t o = 0; o < C; ++o)
+      for (int64_t i = 0; i < C; ++i)
+        for (int64_t p = 0; p < P; ++p) out[o * P + p] += bf(w[o * C + i]) * a[i * P + p];
+    return out;
+  };
+  std::vector<double> xs(C * P);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = bf(model.x[i]);
+  std::vector<double> h = conv(xs, model.w1);
+  for (double& v : h) v = bf(std::max(v, 0.0));
+  std::vector<double> k = conv(h, model.w2);
+  for (double& v : k) v = bf(std::max(v, 0.0));
+  std::vector<double> t = conv(k, model.w1);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = bf(std::max(bf(t[i]) + h[i], 0.0));
+  const std::vector<double> ref = conv(t, model.w1);
+  double diff = 0, rr = 0;
+  for (size_t i = 0; i < ref.size(); ++i) diff += (ys[0][i] - ref[i]) * (ys[0][i] - ref[i]), rr += ref[i] * ref[i];
+  EXPECT_LE(std::sqrt(diff / rr), 1e-2);
+}
+
 }  // namespace
 }  // namespace tpusim

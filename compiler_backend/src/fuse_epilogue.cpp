@@ -1,0 +1,122 @@
+// Residual Adds into the GEMM's epilogue: ResNet's `conv3 -> Add(., shortcut) -> Relu`, a transformer's
+// `out_proj -> Add(., residual)`. The row-wise kernel that adds the two would read the GEMM's whole output back and
+// write the sum; gemm.s's RESIDUAL loads r's tile beside each C tile it drains and adds it there (kernels/gemm.s),
+// so the GEMM's output never exists and the Add costs no kernel of its own.
+#include "fuse_epilogue.h"
+
+#include <algorithm>
+
+namespace tpusim::compiler {
+namespace {
+
+namespace rw = kernels::rowwise;
+
+// Calls that name buffer b among their tensors, by call.
+bool touches(const KernelCall& call, int b) {
+  for (const auto& [name, buf] : call.tensors)
+    if (buf == b) return true;
+  for (const BufferMove& m : call.moves)
+    if (m.src == b || m.dst == b) return true;
+  return false;
+}
+
+// The row-wise call's two inputs (indices into rows.inputs) when it is exactly Add(in_i, in_j) or
+// Relu(Add(in_i, in_j)) of two whole [R, C] inputs into one output; false otherwise.
+bool residual_add(const KernelCall& call, int& i, int& j, bool& relu) {
+  const rw::Program& p = call.rows;
+  if (call.kind != KernelCall::Kind::Rowwise || p.outputs.size() != 1 || p.inputs.size() != 2) return false;
+  int add = p.outputs[0].node;
+  relu = false;
+  if (add < 0 || add >= static_cast<int>(p.nodes.size())) return false;
+  if (p.nodes[static_cast<size_t>(add)].op == rw::Op::Relu) relu = true, add = p.nodes[static_cast<size_t>(add)].args[0];
+  const rw::Node& a = p.nodes[static_cast<size_t>(add)];
+  if (a.op != rw::Op::Add || a.args.size() != 2 || p.nodes.size() != (relu ? 4u : 3u)) return false;
+  const rw::Node& x = p.nodes[static_cast<size_t>(a.args[0])];
+  const rw::Node& y = p.nodes[static_cast<size_t>(a.args[1])];
+  if (x.op != rw::Op::Input || y.op != rw::Op::Input || x.input == y.input) return false;
+  for (const rw::Input& in : p.inputs)
+    if (in.per_row || (in.period != 0 && in.period != p.rows)) return false;
+  i = x.input, j = y.input;
+  return true;
+}
+
+int64_t param_or(const KernelCall& call, const char* name, int64_t otherwise) {
+  auto it = call.params.find(name);
+  return it == call.params.end() ? otherwise : it->second;
+}
+
+// A gemm.s call whose output c can take a residual: whole [M, N] at offset 0 of its buffer, in bf16 or f32, with
+// an epilogue that RESIDUAL combines with (not RELU: that is max before the add; not q, group_n, act_resident).
+bool takes_residual(const KernelCall& call) {
+  if (call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s" || !call.tensors.count("c")) return false;
+  const auto out = static_cast<isa::DType>(param_or(call, "OUT_DT", static_cast<int64_t>(isa::DType::F32)));
+  if (out != isa::DType::BF16 && out != isa::DType::F32) return false;
+  for (const char* p : {"RELU", "Q_SCALE", "Q_ONLY", "GROUP_N", "ACT_RESIDENT", "RESIDUAL"})
+    if (param_or(call, p, 0) != 0) return false;
+  auto off = call.offsets.find("c");
+  return off == call.offsets.end() || off->second == 0;
+}
+
+}  // namespace
+
+int fuse_residual_adds(KernelPlan& plan) {
+  int fused = 0;
+  std::vector<bool> removed(plan.calls.size(), false);
+  for (size_t a = 0; a < plan.calls.size(); ++a) {
+    int in[2] = {-1, -1};
+    bool relu = false;
+    if (!residual_add(plan.calls[a], in[0], in[1], relu)) continue;
+    const KernelCall& add = plan.calls[a];
+    // The gemm.s call: the latest call before the Add that touches one of its inputs must be a gemm.s writing it.
+    size_t g = a;
+    int x = -1;  // which input the GEMM gives
+    for (size_t c = a; c-- > 0;) {
+      if (removed[c]) continue;
+      for (int s = 0; s < 2 && x < 0; ++s)
+        if (touches(plan.calls[c], add.row_inputs[static_cast<size_t>(s)])) g = c, x = s;
+      if (x >= 0) break;
+    }
+    if (x < 0) continue;
+    KernelCall& gemm = plan.calls[g];
+    const int xb = add.row_inputs[static_cast<size_t>(x)], rb = add.row_inputs[static_cast<size_t>(1 - x)];
+    const int ob = add.row_outputs[0];
+    if (!takes_residual(gemm) || gemm.tensors.at("c") != xb || xb == rb || ob == xb || ob == rb) continue;
+    // (a kernel's tensors may not overlap: r must not be one the GEMM already reads, as its a or b)
+    if (std::any_of(gemm.tensors.begin(), gemm.tensors.end(), [&](const auto& t) { return t.second == rb || t.second == ob; }))
+      continue;
+    const Buffer& xbuf = plan.buffers[static_cast<size_t>(xb)];
+    const auto out = static_cast<isa::DType>(param_or(gemm, "OUT_DT", 0));
+    const int64_t mn = param_or(gemm, "M", 0) * param_or(gemm, "N", 0);
+    // x: an intermediate the GEMM writes whole and only the Add reads; r and the Add's output of the GEMM's type
+    if (xbuf.kind != Buffer::Kind::Temp || xbuf.bytes() != static_cast<uint64_t>(mn) * isa::dtype_size(out) ||
+        add.rows.rows * add.rows.cols != mn || add.row_input_offs[static_cast<size_t>(x)] != 0 ||
+        add.rows.inputs[static_cast<size_t>(x)].dtype != out || add.rows.inputs[static_cast<size_t>(1 - x)].dtype != out ||
+        add.rows.outputs[0].dtype != out)
+      continue;
+    bool alone = true;
+    for (size_t c = 0; c < plan.calls.size() && alone; ++c)
+      if (c != g && c != a && !removed[c] && touches(plan.calls[c], xb)) alone = false;  // another reader of x
+    for (size_t c = g + 1; c < a && alone; ++c)
+      if (!removed[c] && (touches(plan.calls[c], rb) || touches(plan.calls[c], ob))) alone = false;
+    if (!alone) continue;
+    gemm.params["RESIDUAL"] = 1;
+    if (relu) gemm.params["RES_RELU"] = 1;
+    gemm.tensors["c"] = ob, gemm.offsets["c"] = add.row_output_offs[0];
+    gemm.tensors["r"] = rb, gemm.offsets["r"] = add.row_input_offs[static_cast<size_t>(1 - x)];
+    // (the calls of the GEMM's node, e.g. a strided convolution's copy before it, take the new label too)
+    const std::string label = gemm.label;
+    for (size_t c = 0; c <= g; ++c)
+      if (plan.calls[c].label == label) plan.calls[c].label = label + "+" + add.label;
+    gemm.bytes += static_cast<double>(mn) * static_cast<double>(isa::dtype_size(out));  // r, read
+    removed[a] = true;
+    ++fused;
+  }
+  std::vector<KernelCall> kept;
+  kept.reserve(plan.calls.size());
+  for (size_t c = 0; c < plan.calls.size(); ++c)
+    if (!removed[c]) kept.push_back(std::move(plan.calls[c]));
+  plan.calls = std::move(kept);
+  return fused;
+}
+
+}  // namespace tpusim::compiler
