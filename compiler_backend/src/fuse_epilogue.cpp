@@ -1,7 +1,8 @@
-// Residual Adds into the GEMM's epilogue: ResNet's `conv3 -> Add(., shortcut) -> Relu`, a transformer's
-// `out_proj -> Add(., residual)`. The row-wise kernel that adds the two would read the GEMM's whole output back and
-// write the sum; gemm.s's RESIDUAL loads r's tile beside each C tile it drains and adds it there (kernels/gemm.s),
-// so the GEMM's output never exists and the Add costs no kernel of its own.
+// Residual Adds into the GEMM's epilogue: ResNet's `conv3 -> Add(., shortcut) -> Relu`, wherever the Add (and Relu)
+// is a row-wise kernel of its own (in a transformer the Add fuses with the LayerNorm after it instead, and is left
+// alone). The row-wise kernel would read the GEMM's whole output back and write the sum; gemm.s's RESIDUAL loads
+// r's tile beside each C tile it drains and adds it there (kernels/gemm.s), so the GEMM's output never exists and
+// the Add costs no kernel of its own.
 #include "fuse_epilogue.h"
 
 #include <algorithm>
@@ -11,7 +12,7 @@ namespace {
 
 namespace rw = kernels::rowwise;
 
-// Calls that name buffer b among their tensors, by call.
+// True if the call reads or writes buffer b (names it among its tensors or moves).
 bool touches(const KernelCall& call, int b) {
   for (const auto& [name, buf] : call.tensors)
     if (buf == b) return true;

@@ -9,8 +9,9 @@ namespace tpusim::compiler {
 // A row-wise call computing Add(x, r) or Relu(Add(x, r)) over whole tensors, where x is the output of a gemm.s call
 // that only it reads, becomes that gemm.s call with RESIDUAL (and RES_RELU): the GEMM adds r to each tile it drains
 // and writes the Add's output; x is never written. The gemm.s call must be the later of the two values' producers,
-// and no call between the two may touch x, r or the Add's output; r may not be one of the GEMM's own operands. The results are the same bits (gemm.s: RESIDUAL
-// adds in f32 and rounds as the row-wise kernel does). Returns the number of Adds fused.
+// no call between the two may touch x, r or the Add's output, r may not be one of the GEMM's own operands, and x, r
+// and the output must be of the GEMM's output type. The results are the same bits (gemm.s: RESIDUAL adds in f32
+// and rounds as the row-wise kernel does). Returns the number of Adds fused.
 int fuse_residual_adds(KernelPlan& plan);
 
 }  // namespace tpusim::compiler
