@@ -247,6 +247,16 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), QO = g.q_scale_bits != 0 ? 1 : 0;
   const int64_t OW = (g.q_only ? 0 : O) + (g.residual ? O : 0);  // bytes of c written (none with q_only) and r read per element
   const bool may_split = g.max_split_k > 1 || g.split_k > 1;
+  // act: the epilogue's VMEM for strips of n elements (its constant table, and temporaries of n f32 each), and
+  // its passes over a strip
+  std::map<int64_t, int64_t> act_bytes;
+  auto act_vmem = [&](int64_t n) {
+    auto it = act_bytes.find(n);
+    if (it == act_bytes.end())
+      it = act_bytes.emplace(n, static_cast<int64_t>(rowwise::epilogue(*g.act, n, 0, "r0", "r0", "r0", "r0").bytes)).first;
+    return it->second;
+  };
+  const int64_t act_passes = g.act ? rowwise::epilogue(*g.act, 1, 0, "r0", "r0", "r0", "r0").vector_ops : 0;
   TilePlan best;
   for (int64_t U = UMAX; U >= (P > 1 ? 1 : UMAX); --U)  // fewer units only to spread narrower tiles over cores
   for (int64_t rb = 1; rb <= U; rb = rb == 1 && U > 1 ? U : U + 1)
@@ -268,11 +278,14 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
           // split = 0: K whole (C buffers of the output type); 1: K split (C buffers of f32 partials)
           for (int split = g.split_k > 1 ? 1 : 0; split <= (may_split ? 1 : 0); ++split) {
           if (rb > 1 && split) continue;  // row blocks keep K whole
-          const int64_t od = split ? std::max<int64_t>(O, 4) : O;
+          const int64_t od = split || g.act ? std::max<int64_t>(O, 4) : O;
           const int64_t tmu = cdiv(tm, rb);  // a unit's rows
           const int64_t fixed = std::min<int64_t>(U * S, 8) * (align64(tmu * C * od) + QO * align64(tmu * C)) +
                                 256 +                                                        // the C buffers
                                 (g.residual ? (nslot + 1) * U * S * align64(tmu * C * od) : 0) +  // tiles of r
+                                (g.act ? std::min<int64_t>(U * S, 8) * align64(tmu * C * O) +    // act's out tiles
+                                             act_vmem(tmu * C) + 64
+                                       : 0) +
                                 (g.dequant ? align64(W * 8) : g.bias ? align64(W * 4) : 0);  // and the bias
           const int64_t per_k = nslot * (tm + W) * E;  // bytes of the slots per element of K
           if (VMEM <= fixed) continue;
@@ -294,7 +307,8 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
             const double transfer = (static_cast<double>((tm + std::min(W, g.n)) * kc * E) +
                                      static_cast<double>(tm * std::min(W, g.n) * (OW + QO)) / chunks) / share;
             const double chunk = std::max({work, transfer, (static_cast<double>(latency) + transfer) / (nslot - 1)});
-            const double drain = static_cast<double>((rb > 1 ? rb : U * S) * tmu * C) / static_cast<double>(vpu_width);
+            const double drain = static_cast<double>((rb > 1 ? rb : U * S) * tmu * C * (1 + act_passes)) /
+                                 static_cast<double>(vpu_width);
             double est = waves * (chunks * chunk + static_cast<double>(latency) + (abuf == 1 ? drain : 0.0)) + drain +
                          std::min(work, transfer);
             if (sk > 1)  // partials and results written to HBM, partials read back (from the cache if any)
@@ -392,11 +406,12 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t NKS = KS / KC;                              // chunks of a split (all full) ...
   const int64_t KL = g.k - (SK - 1) * KS, NKL = cdiv(KL, KC), KLAST = KL - (NKL - 1) * KC;  // ... of the last
   const int64_t A_SLOT = align64(TM * KC * E), SLOT = A_SLOT + align64(KC * W * E);
-  const int64_t OD = SK > 1 ? 4 : O;  // the drain's element size: f32 partials when K is split
+  const int64_t OD = SK > 1 || g.act ? 4 : O;  // the drain's element size: f32 partials when K is split, f32 for act
   const int64_t C_BYTES = align64(TMU * C * OD);
   // With q: each C buffer is followed by the strip's q tile (i8); CQ_BYTES apart.
   const bool Q = g.q_scale_bits != 0;
-  const int64_t CQ_BYTES = C_BYTES + (Q ? align64(TMU * C) : 0);
+  // With act: each (f32) C buffer is followed by the strip's tile of `out`, which the activation writes.
+  const int64_t CQ_BYTES = C_BYTES + (Q ? align64(TMU * C) : 0) + (g.act ? align64(TMU * C * O) : 0);
   const bool TABLE = g.bias || g.dequant;       // a per-column table in VMEM: the bias, or dequant's pairs
   const int64_t TB = g.dequant ? 8 : 4;         // its bytes per column
   // One C buffer per strip of a tile (up to 8): every strip's store is in flight at once, so a tile's drain
@@ -417,6 +432,10 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t NTB = cdiv(g.n, C);                   // b_tiled: weight tiles per row of tiles
   const int64_t VBIAS = VC0 + NCBUF * CQ_BYTES;       // bias: the tile's W columns (f32 or i32; dequant: pairs)
   const int64_t VR0 = VBIAS + (TABLE ? align64(W * TB) : 0);  // then the residual's RSLOTS slots of U*S strips
+  const int64_t VE0 = VR0 + (g.residual ? RSLOTS * U * S * RP : 0);  // then act's constants and temporaries
+  const std::optional<rowwise::Epilogue> act =
+      g.act ? std::optional(rowwise::epilogue(*g.act, TMU * C, static_cast<uint64_t>(VE0), "one", "t0", "t1", "t2"))
+            : std::nullopt;
   int label = 0;
   auto fresh = [&label]() { return "l" + std::to_string(label++); };
 
@@ -496,6 +515,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   };
   o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li accslot, 0\n    li cslot, 0\n    li astr, " << KC * E
     << "\n    li wstr, " << W * E << "\n    addi t, cid, 0\n    li nt, " << C << "\n";
+  if (act) o << act->init;
   // Strip q (of U*S) of the tile: skipped where the last column tile lacks it; nt = its columns.
   auto strip_guard = [&](int64_t q, const std::string& skip) {
     if (!partial) return;  // nt = C, set once
@@ -666,7 +686,8 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       o << "    vpu.sync wait=s" << CFREE << "\n    li t2, " << VBIAS + q * C * TB << "\n    li t3, " << g.scale_bits << "\n";
       if (!g.q_only)
         o << "    vpu.acc vc, t0, " << rows << ", nt, t1, t2, t3, " << acc_dt << ", "
-          << isa::dtype_name(SK > 1 ? isa::DType::F32 : g.out) << flags << (g.scale_bits ? ", scale_en" : "") << "\n";
+          << isa::dtype_name(SK > 1 || act ? isa::DType::F32 : g.out) << flags << (g.scale_bits ? ", scale_en" : "")
+          << "\n";
       if (Q)  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
         o << "    addi vq, vc, " << C_BYTES << "\n    li t3, " << g.q_scale_bits << "\n"
           << "    vpu.acc vq, t0, " << rows << ", nt, nt, t2, t3, " << acc_dt << ", i8" << flags << ", scale_en\n";
@@ -674,6 +695,11 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
         r_piece("t2", "t3", j * S + sidx);
         o << "    mul t3, " << rows << ", nt\n    vpu.add vc, vc, t2, t3, " << isa::dtype_name(g.out) << "\n";
         if (g.residual_relu) o << "    vpu.relu vc, vc, t3, " << isa::dtype_name(g.out) << "\n";
+      }
+      if (act) {  // the activation on the packed f32 strip into the out tile after it, which is stored
+        o << "    mul t3, " << rows << ", nt\n    addi r30, vc, " << C_BYTES << "\n"
+          << act->apply("vc", "r30", "t3", "one", "t0", "t2", "r29") << "    addi vc, vc, " << C_BYTES
+          << "\n    muli t1, nt, " << O << "\n";
       }
       o << "    vpu.sync signal=s" << CFULL << "\n";
       if (g.group_n > 0)  // c's element (m0 + r0, n) in its group: (n / group_n, m0 + r0, n % group_n)
@@ -762,10 +788,15 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
     throw std::invalid_argument("gemm_chip: " + std::to_string(U) + " matrix units per core asked (the chip has " +
                                 std::to_string(symbol(s, "MXUS")) + "; the kernel's semaphores allow 7)");
   GemmSchedule schedule = g.schedule;
-  const bool epilogue = g.bias || g.relu || g.scale_bits != 0 || g.b_tiled || g.dequant || g.residual;
+  const bool epilogue = g.bias || g.relu || g.scale_bits != 0 || g.b_tiled || g.dequant || g.residual || g.act;
   if (g.residual && ((g.out != isa::DType::BF16 && g.out != isa::DType::F32) || g.q_scale_bits != 0 || g.group_n != 0))
     throw std::invalid_argument("gemm_chip: residual gives bf16 or f32, without q or group_n");
   if (g.residual_relu && !g.residual) throw std::invalid_argument("gemm_chip: residual_relu needs residual");
+  if (g.act && (!rowwise::is_elementwise(*g.act) || g.act->outputs[0].dtype != g.out || g.q_scale_bits != 0 ||
+                g.group_n != 0 || g.residual ||
+                (g.out != isa::DType::BF16 && g.out != isa::DType::F32)))
+    throw std::invalid_argument("gemm_chip: act is an elementwise program of one f32 input, giving the output "
+                                "type (bf16 or f32), without q, group_n or residual");
   if (g.dequant && (g.in != isa::DType::I8 || (g.out != isa::DType::BF16 && g.out != isa::DType::F32)))
     throw std::invalid_argument("gemm_chip: dequant takes i8 inputs and gives bf16 or f32");
   if (g.q_scale_bits != 0 && (!g.dequant || g.scale_bits != 0))

@@ -1052,6 +1052,93 @@ class Emitter {
 
 }  // namespace
 
+bool is_elementwise(const Program& p) {
+  if (p.inputs.size() != 1 || p.outputs.size() != 1 || p.inputs[0].per_row || p.inputs[0].dtype != DType::F32)
+    return false;
+  for (const Node& n : p.nodes)
+    if (n.op == Op::RowSum || n.op == Op::RowMax || n.op == Op::RowMean) return false;
+  return true;
+}
+
+// The lowering of an epilogue: the input's staging buffer is the caller's `in`, the output's its `out`, the pool
+// buffers (temporaries) lie after the constant table; every value is Full (no reductions), counted in n elements.
+Epilogue epilogue(const Program& given, int64_t max_elements, uint64_t base, const std::string& one,
+                  const std::string& s0, const std::string& s1, const std::string& s2) {
+  if (!is_elementwise(given)) fail("an epilogue takes one f32 input, one output and no reductions");
+  Program p = given;
+  p.rows = std::max<int64_t>(1, max_elements), p.cols = 1, p.cores = 1;
+  p.inputs[0].period = 0;
+  validate(p);
+  const std::vector<bool> inv(1, false);
+  Lowered low = Lowerer(p, inv).run();
+  Epilogue e;
+  base = align64(base);
+  const uint64_t const_base = base;
+  uint64_t at = base + align64(4 * low.consts.size());
+  for (Buf& b : low.bufs)
+    if (b.space == Buf::Pool) {
+      if (b.kind != Kind::Full) fail("an epilogue's values are per element");
+      b.off = at;
+      at += b.bytes(p.rows, 1);
+    }
+  e.bytes = at - base;
+  std::ostringstream init;
+  init << "    li " << s0 << ", " << const_base << "\n    vpu.rsum " << s0 << ", r0, " << one << ", r0, r0, f32\n    li " << s1
+       << ", " << const_base + 4 << "\n    vpu.exp " << s1 << ", " << s0 << ", " << one << ", f32\n";
+  for (size_t i = 2; i < low.consts.size(); ++i)
+    init << "    li " << s0 << ", " << const_base + 4 * i << "\n    li " << s2 << ", " << isa::bits_from_f32(low.consts[i])
+         << "\n    vpu.cast " << s0 << ", " << s1 << ", " << one << ", " << s2 << ", f32, f32, scale_en\n";
+  e.init = init.str();
+  // The body, with {in} {out} {n} {one} {s0} {s1} {s2} for the registers apply names.
+  auto addr = [&](const char* reg, int v) {
+    const Buf& b = low.bufs[static_cast<size_t>(low.vr[static_cast<size_t>(v)].buf)];
+    if (b.space == Buf::SlotIn) return std::string("    addi ") + reg + ", {in}, 0";
+    if (b.space == Buf::SlotOut) return std::string("    addi ") + reg + ", {out}, 0";
+    return std::string("    li ") + reg + ", " + std::to_string(b.off);
+  };
+  for (const POp& op : low.ops) {
+    switch (op.k) {
+      case PK::Bin:
+        e.body.insert(e.body.end(), {addr("{s0}", op.d), addr("{s1}", op.a), addr("{s2}", op.b),
+                                     "    vpu." + op.mn + " {s0}, {s1}, {s2}, {n}, f32"});
+        break;
+      case PK::Bcast1:
+        e.body.insert(e.body.end(), {addr("{s0}", op.d), addr("{s1}", op.a),
+                                     "    li {s2}, " + std::to_string(const_base + 4 * static_cast<uint64_t>(low.const_index(op.c))),
+                                     "    vpu." + op.mn + " {s0}, {s1}, {s2}, {one}, {n}, {one}, f32"});
+        break;
+      case PK::Un:
+        e.body.insert(e.body.end(), {addr("{s0}", op.d), addr("{s1}", op.a), "    vpu." + op.mn + " {s0}, {s1}, {n}, f32"});
+        break;
+      case PK::Zero:
+        e.body.insert(e.body.end(), {addr("{s0}", op.d), "    vpu.rsum {s0}, r0, {n}, r0, r0, f32"});
+        break;
+      case PK::Cast:
+        e.body.insert(e.body.end(), {addr("{s0}", op.d), addr("{s1}", op.a),
+                                     std::string("    vpu.cast {s0}, {s1}, {n}, r0, ") + isa::dtype_name(op.sdt) + ", " +
+                                         isa::dtype_name(op.ddt)});
+        break;
+      case PK::RowB:
+      case PK::Red: fail("an epilogue's values are per element");
+    }
+    ++e.vector_ops;
+  }
+  return e;
+}
+
+std::string Epilogue::apply(const std::string& in, const std::string& out, const std::string& n, const std::string& one,
+                            const std::string& s0, const std::string& s1, const std::string& s2) const {
+  std::string code;
+  for (std::string line : body) {
+    for (const auto& [key, reg] : {std::pair<std::string, std::string>{"{in}", in}, {"{out}", out}, {"{n}", n},
+                                   {"{one}", one}, {"{s0}", s0}, {"{s1}", s1}, {"{s2}", s2}})
+      for (size_t at = line.find(key); at != std::string::npos; at = line.find(key, at + reg.size()))
+        line.replace(at, key.size(), reg);
+    code += line + "\n";
+  }
+  return code;
+}
+
 Plan plan(const Program& p, const std::map<std::string, int64_t>& symbols) { return build(p, symbols).plan; }
 
 std::string source(const Program& p, const std::map<std::string, int64_t>& symbols, const std::string& name) {

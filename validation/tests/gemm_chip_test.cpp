@@ -249,6 +249,58 @@ void residual_cases(DType out, uint64_t seed, bool relu) {
   }
 }
 
+// The compiler's activations after a GEMM (act: an elementwise row-wise program on the f32 result, GELU after a
+// Linear's bias): gemm_chip with act on 2 cores x 3 units against the plain GEMM writing f32 (gemm.s) followed by
+// the row-wise kernel of the same program on its output, bit for bit: fusing the activation changes no result.
+void act_cases(uint64_t seed, kernels::rowwise::Op op, bool relu) {
+  TPUSIM_MACHINES(m, chip_sets());
+  const std::map<std::string, int64_t> symbols = symbols_of(*m);
+  const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
+  Random rnd(seed);
+  const DType in = DType::BF16, acc = DType::F32;
+  kernels::rowwise::Program act;
+  act.rows = 1, act.cols = 1;
+  act.inputs.push_back({});
+  const int x = act.input(0);
+  const int y = op == kernels::rowwise::Op::Mul ? act.binary(op, x, act.unary(kernels::rowwise::Op::Sigmoid, x))
+                                                : act.unary(op, x);  // Mul: x * sigmoid(x) (SiLU)
+  act.outputs.push_back({y, 0, DType::BF16});
+  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {100, 17, 5}}) {
+    std::vector<double> a = rnd.values(in, s.m * s.k, -3, 3), b = rnd.values(in, s.k * s.n, -3, 3);
+    std::vector<double> bias = rnd.values(DType::F32, s.n, -2, 4);
+    const std::vector<double> tiled = tiled_b(b, s.k, s.n, R, C);
+    std::map<std::string, int64_t> defines = symbols;
+    defines.insert({{"M", s.m}, {"K", s.k}, {"N", s.n}, {"IN_DT", static_cast<int64_t>(in)},
+                    {"OUT_DT", static_cast<int64_t>(DType::F32)}, {"BIAS", 1}, {"RELU", relu}, {"B_TILED", 1}});
+    const isa::Program plain = kernels::assemble("gemm.s", defines, {}, 0);
+    const std::vector<double> f32 = run_with_bias(*m, plain, a, tiled, bias, in, acc, DType::F32);
+    // the row-wise kernel over the f32 result, from where the GEMM left it, into an output after it
+    kernels::rowwise::Program rw = act;
+    rw.rows = s.m, rw.cols = s.n;
+    rw.inputs[0].addr = plain.find("c")->addr;
+    rw.outputs[0].addr = (plain.find("c")->addr + plain.find("c")->bytes() + 63) / 64 * 64;
+    const isa::Program k = kernels::rowwise::kernel(rw, symbols);
+    m->write(rw.outputs[0].addr, std::vector<uint8_t>(static_cast<size_t>(s.m * s.n * 2), 0xa5));
+    m->run(k);
+    const std::vector<double> want = m->read_sim(rw.outputs[0].addr, static_cast<size_t>(s.m * s.n), DType::BF16);
+    kernels::GemmChip g{s.m, s.k, s.n, in, DType::BF16, 2, 3, kernels::GemmSchedule::Auto};
+    g.bias = true, g.relu = relu, g.b_tiled = true, g.act = act;
+    const std::vector<double> whole =
+        run_with_bias(*m, kernels::gemm_chip_kernel(g, symbols), a, tiled, bias, in, acc, DType::BF16);
+    const std::string what = std::string("act ") + kernels::rowwise::op_name(op) + (relu ? " after relu" : "") +
+                             " M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) + " N=" + std::to_string(s.n);
+    expect_all(what + ": 2 cores x 3 units vs the GEMM then the row-wise kernel, bit for bit", want.size(),
+               [&](size_t i) { return same(whole[i], want[i]); },
+               [&](size_t i) { return "gemm_chip " + num(whole[i]) + ", row-wise " + num(want[i]); });
+  }
+}
+
+TEST(GemmChip, GeluAfterTheBiasMatchesTheGemmThenTheRowwiseKernel) { act_cases(951, kernels::rowwise::Op::Gelu, false); }
+TEST(GemmChip, TanhGeluAfterReluMatchesTheGemmThenTheRowwiseKernel) {
+  act_cases(952, kernels::rowwise::Op::GeluTanh, true);
+}
+TEST(GemmChip, SiluMatchesTheGemmThenTheRowwiseKernel) { act_cases(953, kernels::rowwise::Op::Mul, false); }
+
 TEST(GemmChip, Bf16ResidualAndReluMatchTheGemmThenTheAdd) { residual_cases(DType::BF16, 941, true); }
 TEST(GemmChip, F32ResidualMatchesTheGemmThenTheAdd) { residual_cases(DType::F32, 942, false); }
 

@@ -30,10 +30,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "tpusim/isa/isa.h"
 #include "tpusim/isa/program.h"
+#include "tpusim/kernels/rowwise.h"
 
 namespace tpusim::kernels {
 
@@ -111,6 +113,12 @@ struct GemmChip {
   // kernel, bit for bit. Not with q, group_n or split K.
   bool residual = false;
   bool residual_relu = false;
+  // An elementwise activation after the bias (and ReLU), on the f32 values, before the cast to `out`: the row-wise
+  // program (rowwise::is_elementwise) the compiler would otherwise run on the GEMM's f32 output, as a GELU after a
+  // Linear. The drain writes f32 into the C buffer, applies it there (rowwise::epilogue: the same instructions on
+  // each element, so the same bits) into the tile of `out`, which is stored. Tiled schedule, no split K, no q,
+  // group_n or residual; `out` bf16 or f32.
+  std::optional<rowwise::Program> act = std::nullopt;
   bool operator==(const GemmChip&) const = default;  // the same kernel on the same chip
 };
 

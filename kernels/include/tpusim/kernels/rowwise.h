@@ -83,6 +83,7 @@ struct Input {
   bool per_row = false;
   int64_t period = 0;
   std::string name = {};  // the tensor's name in the program ("in<i>" when empty)
+  bool operator==(const Input&) const = default;
 };
 
 // args: indices of earlier nodes. Input: `input` indexes Program::inputs. Const: the scalar `value`. Pow: the
@@ -93,6 +94,7 @@ struct Node {
   int input = -1;
   float value = 0;
   float lo = 0, hi = 0;
+  bool operator==(const Node&) const = default;
 };
 
 // Writes node `node` to HBM at addr: a Full node as [R, C], a PerRow node as [R] (a Const node as [R, C]).
@@ -101,6 +103,7 @@ struct Output {
   uint64_t addr = 0;
   isa::DType dtype = isa::DType::F32;
   std::string name = {};  // "out<i>" when empty
+  bool operator==(const Output&) const = default;
 };
 
 struct Program {
@@ -122,6 +125,7 @@ struct Program {
   int binary(Op op, int a, int b);
   int pow(int a, float exponent);
   int clip(int a, float lo, float hi);
+  bool operator==(const Program&) const = default;
 };
 
 // What the generator decided (for tests and reports).
@@ -137,6 +141,28 @@ struct Plan {
   uint64_t vmem_used = 0;          // bytes of the VMEM region in use
   std::vector<bool> invariant;     // per input: loaded once at the start (periodic pattern equal in every tile)
 };
+
+// An elementwise program applied by another kernel to f32 values it already holds in VMEM, as an epilogue
+// (gemm_chip's drain: a GEMM's activation, GELU after the bias): p has one input, Full and f32, one Full output and
+// no reductions or per-row values (is_elementwise); its rows and cols are not used. The code is the row-wise
+// kernel's own lowering of p, instruction for instruction on each element, so the results are the same bits as
+// the row-wise kernel's on the same f32 values.
+bool is_elementwise(const Program& p);
+struct Epilogue {
+  uint64_t bytes = 0;     // VMEM it takes from its base: the constant table and the temporaries
+  std::string init;       // builds the constant table: run once, before any apply
+  int vector_ops = 0;     // vector-unit instructions per apply (each a pass over the n elements)
+  std::vector<std::string> body;  // the apply code, with placeholders (below)
+  // out[i] = f(in[i]) for i < n (at most the elements the epilogue was made for): `in` and `out` registers holding
+  // VMEM addresses (in: f32, used as scratch; out: the output's type), `n` the element count, `one` holding 1,
+  // and three scratch registers.
+  std::string apply(const std::string& in, const std::string& out, const std::string& n, const std::string& one,
+                    const std::string& s0, const std::string& s1, const std::string& s2) const;
+};
+// Throws std::invalid_argument unless is_elementwise(p). `init` uses the scratch registers s0..s2 and `one`
+// (which must hold 1 when it runs).
+Epilogue epilogue(const Program& p, int64_t max_elements, uint64_t base, const std::string& one,
+                  const std::string& s0, const std::string& s1, const std::string& s2);
 
 // Kernel symbols needed in `symbols`: VMEM_BYTES and VPU_WIDTH (sim::kernel_symbols gives them). Throws
 // std::invalid_argument on a malformed program, an unsupported exponent, or a row that does not fit in VMEM.
