@@ -74,6 +74,10 @@
 .default GROUP_N, 0
 .default RESIDUAL, 0
 .default RES_RELU, 0
+.default ACT, 0
+.if ACT
+.error "gemm.s: ACT (an activation in the epilogue) is gemm_chip's, not gemm.s's (kernels/gemm_chip.h)"
+.endif
 .default TAP_CIN, 0
 .default TAP_ROWS, 0
 .default TAP_KW, 1

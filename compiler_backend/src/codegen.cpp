@@ -108,22 +108,11 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
     why = "its activations stay in VMEM between GEMMs, which the whole-chip kernel does not do";
     return std::nullopt;
   }
-  kernels::GemmChip g;
-  g.m = param("M", 0), g.k = param("K", 0), g.n = param("N", 0);
-  g.in = static_cast<isa::DType>(param("IN_DT", static_cast<int64_t>(isa::DType::BF16)));
-  g.out = static_cast<isa::DType>(param("OUT_DT", static_cast<int64_t>(isa::DType::F32)));
-  g.bias = param("BIAS", 0) != 0, g.relu = param("RELU", 0) != 0;
-  g.scale_bits = static_cast<uint32_t>(param("SCALE", 0));
-  g.dequant = param("DEQUANT", 0) != 0, g.q_scale_bits = static_cast<uint32_t>(param("Q_SCALE", 0));
-  g.q_only = param("Q_ONLY", 0) != 0;
-  g.b_tiled = param("B_TILED", 0) != 0, g.trans_b = param("TRANS_B", 0) != 0;
-  g.group_n = param("GROUP_N", 0);
-  g.residual = param("RESIDUAL", 0) != 0, g.residual_relu = param("RES_RELU", 0) != 0;
-  g.taps = kernels::ConvTaps{param("TAP_CIN", 0), param("TAP_ROWS", 0), param("TAP_KW", 1), param("TAP_SH", 1),
-                             param("TAP_SW", 1), param("TAP_DH", 1), param("TAP_DW", 1), param("TAP_WQ", 1),
-                             param("TAP_PHASE_ROWS", 0)};
-  g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias || g.dequant || g.residual ? 6 : 7));
-  g.schedule = kernels::GemmSchedule::Tiles;
+  kernels::GemmChip g = gemm_chip_of(call, symbols);
+  if (g.act) {  // an activation only gemm_chip applies (fuse_epilogue.cpp fused it knowing the chip can)
+    why.clear();
+    return g;
+  }
   // Worth it only where the estimate beats one unit's by more than the two barriers around it: a small GEMM runs
   // faster on one unit than spread with synchronisation.
   const double one_unit = one_unit_gemm_cycles(call, symbols);
@@ -369,7 +358,8 @@ void group_independent_calls(const KernelPlan& plan, const std::map<std::string,
   const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
   auto candidate = [&](size_t c) {
     const KernelCall& k = plan.calls[c];
-    return k.kind == KernelCall::Kind::Library && k.kernel == "gemm.s" && param_or(k, "ACT_RESIDENT", 0) == 0;
+    return k.kind == KernelCall::Kind::Library && k.kernel == "gemm.s" && param_or(k, "ACT_RESIDENT", 0) == 0 &&
+           param_or(k, "ACT", 0) == 0;  // (an activation runs only in gemm_chip)
   };
   int groups = 0;
   for (size_t c = 0; c < plan.calls.size();) {
@@ -559,6 +549,29 @@ double program_ideal_bytes(const KernelPlan& plan, const BufferUse& use) {
 }
 
 }  // namespace
+
+kernels::GemmChip gemm_chip_of(const KernelCall& call, const std::map<std::string, int64_t>& symbols) {
+  auto param = [&](const char* name, int64_t otherwise) { return param_or(call, name, otherwise); };
+  const int64_t mxus = symbol_or(symbols, "MXUS", 1);
+  kernels::GemmChip g;
+  g.m = param("M", 0), g.k = param("K", 0), g.n = param("N", 0);
+  g.in = static_cast<isa::DType>(param("IN_DT", static_cast<int64_t>(isa::DType::BF16)));
+  g.out = static_cast<isa::DType>(param("OUT_DT", static_cast<int64_t>(isa::DType::F32)));
+  g.bias = param("BIAS", 0) != 0, g.relu = param("RELU", 0) != 0;
+  g.scale_bits = static_cast<uint32_t>(param("SCALE", 0));
+  g.dequant = param("DEQUANT", 0) != 0, g.q_scale_bits = static_cast<uint32_t>(param("Q_SCALE", 0));
+  g.q_only = param("Q_ONLY", 0) != 0;
+  g.b_tiled = param("B_TILED", 0) != 0, g.trans_b = param("TRANS_B", 0) != 0;
+  g.group_n = param("GROUP_N", 0);
+  g.residual = param("RESIDUAL", 0) != 0, g.residual_relu = param("RES_RELU", 0) != 0;
+  g.taps = kernels::ConvTaps{param("TAP_CIN", 0), param("TAP_ROWS", 0), param("TAP_KW", 1), param("TAP_SH", 1),
+                             param("TAP_SW", 1), param("TAP_DH", 1), param("TAP_DW", 1), param("TAP_WQ", 1),
+                             param("TAP_PHASE_ROWS", 0)};
+  g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias || g.dequant || g.residual ? 6 : 7));
+  if (param("ACT", 0) != 0) g.act = call.rows;
+  g.schedule = kernels::GemmSchedule::Tiles;
+  return g;
+}
 
 isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
                           const std::string& program_name) {

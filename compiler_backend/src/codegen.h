@@ -7,6 +7,7 @@
 
 #include "kernel_plan.h"
 #include "tpusim/isa/program.h"
+#include "tpusim/kernels/gemm_chip.h"
 
 namespace tpusim::compiler {
 
@@ -22,6 +23,11 @@ namespace tpusim::compiler {
 // kernel file ("gemm.s"), holding the kernel's own regions, if it marks any.
 // The chip's symbol `name`, or `otherwise` where the map lacks it.
 int64_t symbol_or(const std::map<std::string, int64_t>& s, const char* name, int64_t otherwise);
+
+// A gemm.s call (its params: M, K, N, types, BIAS, RELU, ..., RESIDUAL, ACT with the program in call.rows) as
+// the whole-chip kernel's description, every core and matrix unit allowed (at most 6 units with a bias or a
+// residual), the tiled schedule.
+kernels::GemmChip gemm_chip_of(const KernelCall& call, const std::map<std::string, int64_t>& symbols);
 
 isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
                           const std::string& program_name);

@@ -1,5 +1,5 @@
 // The pipeline: import -> the check that every operator can be compiled -> shape inference (folding constants) ->
-// dead-code removal -> lowering -> residual Adds into the GEMMs' epilogues -> memory planning -> codegen.
+// dead-code removal -> lowering -> residual Adds and activations into the GEMMs' epilogues -> memory planning -> codegen.
 #include "tpusim/compiler/compiler.h"
 
 #include <cerrno>
@@ -50,6 +50,7 @@ isa::Program compile(std::string_view bytes, const std::string& model_name, cons
   fuse_sibling_matmuls(g);
   KernelPlan plan = lower(g, opts);
   fuse_residual_adds(plan);
+  fuse_activations(plan, opts.target.symbols);
   // The shared memory (0 where the chip has none, or its shared level is a cache).
   const MemoryRegion shared{isa::kSharedWindow, static_cast<uint64_t>(symbol("SHARED_BYTES"))};
   plan_memory(plan, static_cast<uint64_t>(hbm->second), local, shared, model_name);

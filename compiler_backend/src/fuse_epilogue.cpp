@@ -6,6 +6,9 @@
 #include "fuse_epilogue.h"
 
 #include <algorithm>
+#include <stdexcept>
+
+#include "codegen.h"
 
 namespace tpusim::compiler {
 namespace {
@@ -39,6 +42,15 @@ bool residual_add(const KernelCall& call, int& i, int& j, bool& relu) {
     if (in.per_row || (in.period != 0 && in.period != p.rows)) return false;
   i = x.input, j = y.input;
   return true;
+}
+
+// The calls not marked removed, in order.
+void drop(KernelPlan& plan, const std::vector<bool>& removed) {
+  std::vector<KernelCall> kept;
+  kept.reserve(plan.calls.size());
+  for (size_t c = 0; c < plan.calls.size(); ++c)
+    if (!removed[c]) kept.push_back(std::move(plan.calls[c]));
+  plan.calls = std::move(kept);
 }
 
 int64_t param_or(const KernelCall& call, const char* name, int64_t otherwise) {
@@ -112,11 +124,64 @@ int fuse_residual_adds(KernelPlan& plan) {
     removed[a] = true;
     ++fused;
   }
-  std::vector<KernelCall> kept;
-  kept.reserve(plan.calls.size());
-  for (size_t c = 0; c < plan.calls.size(); ++c)
-    if (!removed[c]) kept.push_back(std::move(plan.calls[c]));
-  plan.calls = std::move(kept);
+  drop(plan, removed);
+  return fused;
+}
+
+int fuse_activations(KernelPlan& plan, const std::map<std::string, int64_t>& symbols) {
+  if (symbol_or(symbols, "CORES", 1) * symbol_or(symbols, "MXUS", 1) <= 1) return 0;
+  int fused = 0;
+  std::vector<bool> removed(plan.calls.size(), false);
+  for (size_t a = 0; a < plan.calls.size(); ++a) {
+    const KernelCall& act = plan.calls[a];
+    if (act.kind != KernelCall::Kind::Rowwise || !kernels::rowwise::is_elementwise(act.rows) ||
+        (act.rows.inputs[0].period != 0 && act.rows.inputs[0].period != act.rows.rows) || act.row_input_offs[0] != 0)
+      continue;
+    const int xb = act.row_inputs[0], ob = act.row_outputs[0];
+    size_t g = a;  // the latest call before it that touches x
+    while (g-- > 0)
+      if (!removed[g] && touches(plan.calls[g], xb)) break;
+    if (g >= a) continue;
+    KernelCall& gemm = plan.calls[g];
+    if (gemm.kind != KernelCall::Kind::Library || gemm.kernel != "gemm.s" || !gemm.tensors.count("c") ||
+        gemm.tensors.at("c") != xb || (gemm.offsets.count("c") && gemm.offsets.at("c") != 0) || xb == ob)
+      continue;
+    if (param_or(gemm, "OUT_DT", 0) != static_cast<int64_t>(isa::DType::F32)) continue;
+    bool plain = true;  // an epilogue act combines with
+    for (const char* p : {"Q_SCALE", "Q_ONLY", "GROUP_N", "ACT_RESIDENT", "RESIDUAL", "ACT"})
+      plain = plain && param_or(gemm, p, 0) == 0;
+    const Buffer& xbuf = plan.buffers[static_cast<size_t>(xb)];
+    const int64_t mn = param_or(gemm, "M", 0) * param_or(gemm, "N", 0);
+    if (!plain || xbuf.kind != Buffer::Kind::Temp || xbuf.bytes() != static_cast<uint64_t>(mn) * 4 ||
+        act.rows.rows * act.rows.cols != mn ||
+        std::any_of(gemm.tensors.begin(), gemm.tensors.end(), [&](const auto& t) { return t.second == ob; }))
+      continue;
+    bool alone = true;
+    for (size_t c = 0; c < plan.calls.size() && alone; ++c)
+      if (c != g && c != a && !removed[c] && touches(plan.calls[c], xb)) alone = false;  // another reader of x
+    for (size_t c = g + 1; c < a && alone; ++c)
+      if (!removed[c] && touches(plan.calls[c], ob)) alone = false;
+    if (!alone) continue;
+    const isa::DType out = act.rows.outputs[0].dtype;
+    KernelCall fused_call = gemm;
+    fused_call.params["ACT"] = 1, fused_call.params["OUT_DT"] = static_cast<int64_t>(out);
+    fused_call.rows = act.rows;
+    try {  // gemm_chip must be able to run it (it may not fit the chip's VMEM)
+      (void)kernels::gemm_chip_estimate(gemm_chip_of(fused_call, symbols), symbols);
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    fused_call.tensors["c"] = ob, fused_call.offsets["c"] = act.row_output_offs[0];
+    fused_call.bytes -= static_cast<double>(mn) * static_cast<double>(4 - isa::dtype_size(out));  // c in out's type
+    const std::string label = gemm.label;
+    for (size_t c = 0; c <= g; ++c)
+      if (plan.calls[c].label == label) plan.calls[c].label = label + "+" + act.label;
+    fused_call.label = plan.calls[g].label;
+    plan.calls[g] = std::move(fused_call);
+    removed[a] = true;
+    ++fused;
+  }
+  drop(plan, removed);
   return fused;
 }
 

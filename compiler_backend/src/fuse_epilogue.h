@@ -2,6 +2,10 @@
 // lowering and before memory planning.
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <string>
+
 #include "kernel_plan.h"
 
 namespace tpusim::compiler {
@@ -13,5 +17,13 @@ namespace tpusim::compiler {
 // and the output must be of the GEMM's output type. The results are the same bits (gemm.s: RESIDUAL adds in f32
 // and rounds as the row-wise kernel does). Returns the number of Adds fused.
 int fuse_residual_adds(KernelPlan& plan);
+
+// A row-wise call that is elementwise in its one f32 input (rowwise::is_elementwise: a GELU, SiLU, ...), where that
+// input is the whole f32 output of a gemm.s call that only it reads, becomes the GEMM's activation (ACT: the call's
+// rows hold the program; kernels::GemmChip::act), which writes the row-wise call's output instead: the activation
+// runs in the drain, overlapping the GEMM's loads and matrix work, and the GEMM's f32 output is never written. Only
+// gemm_chip has the epilogue: on a chip of more than one matrix unit, where gemm_chip can run the call (`symbols`:
+// the chip's). The same bits (rowwise::epilogue). Returns the number fused.
+int fuse_activations(KernelPlan& plan, const std::map<std::string, int64_t>& symbols);
 
 }  // namespace tpusim::compiler

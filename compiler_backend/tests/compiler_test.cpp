@@ -292,6 +292,48 @@ TEST(Compile, ResidualAddAndReluAfterAGemmAreItsEpilogue) {
   EXPECT_EQ(gemms(p), (std::vector<std::string>{"conv1+relu1", "conv2+relu2a", "conv2b", "conv3"}));
 }
 
+// A transformer's feed-forward: Linear (MatMul + bias Add), GELU (as torch exports it: Div, Erf, Add, Mul, Mul),
+// Linear. On a chip of several matrix units the GELU runs in the first GEMM's drain (gemm_chip's act): no row-wise
+// kernel, and the GEMM writes the GELU's bf16 output; on one matrix unit (gemm.s has no such epilogue), or where
+// the GEMM's f32 output is also a graph output, the GELU stays a row-wise kernel.
+ModelBuilder feed_forward(bool hidden_out) {
+  ModelBuilder b;
+  b.input("x", {8, 64}).output("y", {8, 64});
+  if (hidden_out) b.output("h", {8, 256});
+  b.constant("w1", {64, 256}, test::ramp(64 * 256, 0.01f)).constant("b1", {256}, test::ramp(256, 0.1f));
+  b.constant("w2", {256, 64}, test::ramp(256 * 64, 0.01f)).constant("sqrt2", {}, {1.4142135f});
+  b.constant("one", {}, {1.0f}).constant("half", {}, {0.5f});
+  b.node("MatMul", "fc1", {"x", "w1"}, {"h0"});
+  b.node("Add", "fc1_bias", {"h0", "b1"}, {"h"});
+  b.node("Div", "div", {"h", "sqrt2"}, {"d"});
+  b.node("Erf", "erf", {"d"}, {"e"});
+  b.node("Add", "add1", {"e", "one"}, {"e1"});
+  b.node("Mul", "mul", {"h", "e1"}, {"m"});
+  b.node("Mul", "mul_half", {"m", "half"}, {"g"});
+  b.node("MatMul", "fc2", {"g", "w2"}, {"y"});
+  return b;
+}
+
+TEST(Compile, GeluAfterALinearIsTheGemmsEpilogueOnSeveralMatrixUnits) {
+  Options four = chip();
+  four.target.symbols["MXUS"] = 4, four.target.symbols["CORES"] = 1;
+  auto kernels = [](const isa::Program& p) {
+    std::vector<std::string> k;
+    for (const isa::Region& r : p.regions)
+      if (r.kind == isa::kRegionKernel) k.push_back(r.name);
+    return k;
+  };
+  const isa::Program fused = compile_onnx(feed_forward(false).bytes(), "ff.onnx", four);
+  EXPECT_EQ(fragments(fused),
+            (std::vector<std::string>{"cast(x)", "fc1+fc1_bias+div+erf+add1+mul+mul_half", "fc2"}));
+  EXPECT_EQ(kernels(fused)[1], "gemm_chip");
+  const isa::Program one = compile_onnx(feed_forward(false).bytes(), "ff.onnx", chip());
+  EXPECT_EQ(fragments(one), (std::vector<std::string>{"cast(x)", "fc1+fc1_bias", "div+erf+add1+mul+mul_half", "fc2"}));
+  const isa::Program out = compile_onnx(feed_forward(true).bytes(), "ff.onnx", four);
+  const std::vector<std::string> f = fragments(out);
+  EXPECT_NE(std::find(f.begin(), f.end(), "div+erf+add1+mul+mul_half"), f.end()) << ::testing::PrintToString(f);
+}
+
 // Elementwise chains fuse into one row-wise kernel, whatever the broadcasting: a [1,8] activation over [4,8]
 // (loaded once, period 1), then a Relu.
 TEST(Compile, BroadcastingAddAndReluAreOneRowwiseKernel) {

@@ -278,13 +278,13 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
           // split = 0: K whole (C buffers of the output type); 1: K split (C buffers of f32 partials)
           for (int split = g.split_k > 1 ? 1 : 0; split <= (may_split ? 1 : 0); ++split) {
           if (rb > 1 && split) continue;  // row blocks keep K whole
-          const int64_t od = split || g.act ? std::max<int64_t>(O, 4) : O;
+          const int64_t od = split ? std::max<int64_t>(O, 4) : O;
           const int64_t tmu = cdiv(tm, rb);  // a unit's rows
-          const int64_t fixed = std::min<int64_t>(U * S, 8) * (align64(tmu * C * od) + QO * align64(tmu * C)) +
+          const int64_t fixed = (g.act ? 0 : std::min<int64_t>(U * S, 8)) * (align64(tmu * C * od) + QO * align64(tmu * C)) +
                                 256 +                                                        // the C buffers
                                 (g.residual ? (nslot + 1) * U * S * align64(tmu * C * od) : 0) +  // tiles of r
-                                (g.act ? std::min<int64_t>(U * S, 8) * align64(tmu * C * O) +    // act's out tiles
-                                             act_vmem(tmu * C) + 64
+                                (g.act ? align64(U * S * tmu * C * 4) + 2 * align64(U * S * tmu * C * O) +
+                                             act_vmem(U * S * tmu * C) + 64  // act: the f32 tile, 2 out tiles
                                        : 0) +
                                 (g.dequant ? align64(W * 8) : g.bias ? align64(W * 4) : 0);  // and the bias
           const int64_t per_k = nslot * (tm + W) * E;  // bytes of the slots per element of K
@@ -406,12 +406,11 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t NKS = KS / KC;                              // chunks of a split (all full) ...
   const int64_t KL = g.k - (SK - 1) * KS, NKL = cdiv(KL, KC), KLAST = KL - (NKL - 1) * KC;  // ... of the last
   const int64_t A_SLOT = align64(TM * KC * E), SLOT = A_SLOT + align64(KC * W * E);
-  const int64_t OD = SK > 1 || g.act ? 4 : O;  // the drain's element size: f32 partials when K is split, f32 for act
+  const int64_t OD = SK > 1 ? 4 : O;  // the drain's element size: f32 partials when K is split
   const int64_t C_BYTES = align64(TMU * C * OD);
   // With q: each C buffer is followed by the strip's q tile (i8); CQ_BYTES apart.
   const bool Q = g.q_scale_bits != 0;
-  // With act: each (f32) C buffer is followed by the strip's tile of `out`, which the activation writes.
-  const int64_t CQ_BYTES = C_BYTES + (Q ? align64(TMU * C) : 0) + (g.act ? align64(TMU * C * O) : 0);
+  const int64_t CQ_BYTES = C_BYTES + (Q ? align64(TMU * C) : 0);
   const bool TABLE = g.bias || g.dequant;       // a per-column table in VMEM: the bias, or dequant's pairs
   const int64_t TB = g.dequant ? 8 : 4;         // its bytes per column
   // One C buffer per strip of a tile (up to 8): every strip's store is in flight at once, so a tile's drain
@@ -432,10 +431,16 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t NTB = cdiv(g.n, C);                   // b_tiled: weight tiles per row of tiles
   const int64_t VBIAS = VC0 + NCBUF * CQ_BYTES;       // bias: the tile's W columns (f32 or i32; dequant: pairs)
   const int64_t VR0 = VBIAS + (TABLE ? align64(W * TB) : 0);  // then the residual's RSLOTS slots of U*S strips
+  // act: the tile's strips drained in f32 one after the other (piece p = j*S + sidx at p*TMU*C elements, packed
+  // rows x nt), the activation over the whole tile at once (long vector instructions, few of them) into one of
+  // two tiles of out (slot ((t - cid) / P) % 2, the same layout), stored strip by strip; AOFREE: an out tile free.
+  const int64_t AE = U * S * TMU * C;  // elements of a tile's pieces
   const int64_t VE0 = VR0 + (g.residual ? RSLOTS * U * S * RP : 0);  // then act's constants and temporaries
   const std::optional<rowwise::Epilogue> act =
-      g.act ? std::optional(rowwise::epilogue(*g.act, TMU * C, static_cast<uint64_t>(VE0), "one", "t0", "t1", "t2"))
+      g.act ? std::optional(rowwise::epilogue(*g.act, AE, static_cast<uint64_t>(VE0), "one", "t0", "t1", "t2"))
             : std::nullopt;
+  const int64_t VAF = align64(VE0 + (act ? act->bytes : 0)), VAO = VAF + align64(AE * 4), AOB = align64(AE * O);
+  const int64_t AOFREE = 4 * U + 5;
   int label = 0;
   auto fresh = [&label]() { return "l" + std::to_string(label++); };
 
@@ -515,7 +520,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   };
   o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li accslot, 0\n    li cslot, 0\n    li astr, " << KC * E
     << "\n    li wstr, " << W * E << "\n    addi t, cid, 0\n    li nt, " << C << "\n";
-  if (act) o << act->init;
+  if (act) o << act->init << "    sem.set s" << AOFREE << ", 2\n";
   // Strip q (of U*S) of the tile: skipped where the last column tile lacks it; nt = its columns.
   auto strip_guard = [&](int64_t q, const std::string& skip) {
     if (!partial) return;  // nt = C, set once
@@ -669,7 +674,64 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   if (TABLE) o << "    vpu.sync wait=s" << BFULL << "\n";
   // Drain: every strip of every unit into a C buffer, stored into c.
   if (g.residual) o << "    vpu.sync wait=s" << RFULL << "\n";
-  for (int64_t j = 0; j < U; ++j) {
+  // act, software-pipelined over this core's tiles: the activation and the stores of the previous tile come after
+  // this tile's loads and matrix work are issued (so that the vector unit's long activation does not hold them
+  // back in the core's in-order issue), then this tile's strips are drained in f32 into the pieces; after the
+  // loop, the last tile's activation and stores.
+  auto act_coords = [&](const std::string& tile) {  // m0, mt, n0, pw of tile `tile` (K whole: one split)
+    o << "    li t0, " << NC << "\n    div t1, " << tile << ", t0\n    muli t2, t1, " << NC << "\n    sub t2, " << tile
+      << ", t2\n    muli m0, t1, " << TM << "\n    li t0, " << g.m << "\n    sub mt, t0, m0\n    li t0, " << TM
+      << "\n    min mt, mt, t0\n    muli n0, t2, " << W << "\n    li t0, " << g.n << "\n    sub pw, t0, n0\n    li t0, " << W
+      << "\n    min pw, pw, t0\n";
+  };
+  // The activation over the pieces of tile t - P (this core's previous) into its out slot, and its stores.
+  auto act_and_store = [&] {
+    o << "    addi t3, t, " << -P << "\n";
+    act_coords("t3");
+    o << "    sub r30, t3, cid\n    li t0, " << P << "\n    div r30, r30, t0\n    li t0, 2\n    rem r30, r30, t0\n"
+      << "    muli r30, r30, " << AOB << "\n    addi r30, r30, " << VAO << "\n    vpu.sync wait=s" << AOFREE
+      << "\n    li vc, " << VAF << "\n    li t3, " << AE << "\n"
+      << act->apply("vc", "r30", "t3", "one", "t0", "t2", "r29") << "    vpu.sync signal=s" << CFULL << "\n";
+    for (int64_t j = 0; j < U; ++j)
+      for (int64_t sidx = 0; sidx < S; ++sidx) {
+        const int64_t q = RB > 1 ? 0 : j * S + sidx, r0 = RB > 1 ? j * TMU : 0;
+        const std::string l = fresh();
+        unit_guard(j, l);
+        strip_guard(q, l);
+        const std::string rows = unit_rows(j);
+        o << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << r0 * g.n + q * C
+          << "\n    muli t0, t0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    li t2, " << g.n * O
+          << "\n    muli t1, nt, " << O << "\n    addi vc, r30, " << (j * S + sidx) * TMU * C * O
+          << "\n    dma.st t0, vc, " << rows << ", t1, t2, t1" << (j == 0 && sidx == 0 ? ", wait=s" + std::to_string(CFULL) : "")
+          << "\n" << l << ":\n";
+      }
+    o << "    dmaout.sync signal=s" << AOFREE << "\n";
+  };
+  if (act) {
+    const std::string first = fresh();
+    o << "    sub t0, t, cid\n    beq t0, r0, " << first << "\n";
+    act_and_store();
+    act_coords("t");  // back to this tile
+    o << first << ":\n";
+    const std::string flags = std::string(g.bias ? ", bias_en" : "") + (g.relu ? ", relu" : "") +
+                              (g.dequant ? ", dequant" : "") + (g.scale_bits ? ", scale_en" : "");
+    for (int64_t j = 0; j < U; ++j) {
+      const std::string lu = fresh();
+      unit_guard(j, lu);
+      o << "    mxu.sync mxu=" << j << ", signal=s" << AFULL(j) << "\n    vpu.sync wait=s" << AFULL(j) << "\n";
+      for (int64_t sidx = 0; sidx < S; ++sidx) {
+        const int64_t q = RB > 1 ? 0 : j * S + sidx;
+        const std::string l = fresh();
+        strip_guard(q, l);
+        const std::string rows = unit_rows(j);
+        o << "    li vc, " << VAF + (j * S + sidx) * TMU * C * 4 << "\n    addi t0, ar, " << j * ACC + sidx * TMU
+          << "\n    muli t1, nt, 4\n    li t2, " << VBIAS + q * C * TB << "\n    li t3, " << g.scale_bits
+          << "\n    vpu.acc vc, t0, " << rows << ", nt, t1, t2, t3, " << acc_dt << ", f32" << flags << "\n" << l << ":\n";
+      }
+      o << "    vpu.sync signal=s" << AFREE(j) << "\n" << lu << ":\n";
+    }
+  }
+  for (int64_t j = 0; j < U && !act; ++j) {
     const std::string lu = fresh();
     unit_guard(j, lu);
     o << "    mxu.sync mxu=" << j << ", signal=s" << AFULL(j) << "\n    vpu.sync wait=s" << AFULL(j) << "\n";
@@ -686,8 +748,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       o << "    vpu.sync wait=s" << CFREE << "\n    li t2, " << VBIAS + q * C * TB << "\n    li t3, " << g.scale_bits << "\n";
       if (!g.q_only)
         o << "    vpu.acc vc, t0, " << rows << ", nt, t1, t2, t3, " << acc_dt << ", "
-          << isa::dtype_name(SK > 1 || act ? isa::DType::F32 : g.out) << flags << (g.scale_bits ? ", scale_en" : "")
-          << "\n";
+          << isa::dtype_name(SK > 1 ? isa::DType::F32 : g.out) << flags << (g.scale_bits ? ", scale_en" : "") << "\n";
       if (Q)  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
         o << "    addi vq, vc, " << C_BYTES << "\n    li t3, " << g.q_scale_bits << "\n"
           << "    vpu.acc vq, t0, " << rows << ", nt, nt, t2, t3, " << acc_dt << ", i8" << flags << ", scale_en\n";
@@ -695,11 +756,6 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
         r_piece("t2", "t3", j * S + sidx);
         o << "    mul t3, " << rows << ", nt\n    vpu.add vc, vc, t2, t3, " << isa::dtype_name(g.out) << "\n";
         if (g.residual_relu) o << "    vpu.relu vc, vc, t3, " << isa::dtype_name(g.out) << "\n";
-      }
-      if (act) {  // the activation on the packed f32 strip into the out tile after it, which is stored
-        o << "    mul t3, " << rows << ", nt\n    addi r30, vc, " << C_BYTES << "\n"
-          << act->apply("vc", "r30", "t3", "one", "t0", "t2", "r29") << "    addi vc, vc, " << C_BYTES
-          << "\n    muli t1, nt, " << O << "\n";
       }
       o << "    vpu.sync signal=s" << CFULL << "\n";
       if (g.group_n > 0)  // c's element (m0 + r0, n) in its group: (n / group_n, m0 + r0, n % group_n)
@@ -730,6 +786,12 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   if (g.residual) o << "    vpu.sync signal=s" << RFREE << "\n";
   if (ABUF == 2) o << "    sub accslot, one, accslot\n";
   o << "    addi t, t, " << P << "\n    jmp tile\ndone:\n";
+  if (act) {  // this core's last tile, if it had any
+    const std::string none = fresh();
+    o << "    sub t0, t, cid\n    beq t0, r0, " << none << "\n";
+    act_and_store();
+    o << none << ":\n";
+  }
   if (SK > 1) {
     // Reduction, after every core's partials are in ws: the M*N results in chunks of EL elements dealt over the
     // cores, EL small enough that every core gets a chunk where M*N allows (reduce_chunk). Per chunk, one transfer
