@@ -286,7 +286,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                                 (g.act ? align64(U * S * tmu * C * 4) + 2 * align64(U * S * tmu * C * O) +
                                              act_vmem(U * S * tmu * C) + 64  // act: the f32 tile, 2 out tiles
                                        : 0) +
-                                (g.dequant ? align64(W * 8) : g.bias ? align64(W * 4) : 0);  // and the bias
+                                2 * (g.dequant ? align64(W * 8) : g.bias ? align64(W * 4) : 0);  // two bias tables
           const int64_t per_k = nslot * (tm + W) * E;  // bytes of the slots per element of K
           if (VMEM <= fixed) continue;
           const int64_t kc_max = std::min((VMEM - fixed) / per_k / R * R, cdiv(g.k, R) * R);
@@ -430,7 +430,10 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t RFREE = 4 * U + 5, RFULL = 4 * U + 6, RP = C_BYTES, RSLOTS = NSLOT + 1;
   const int64_t NTB = cdiv(g.n, C);                   // b_tiled: weight tiles per row of tiles
   const int64_t VBIAS = VC0 + NCBUF * CQ_BYTES;       // bias: the tile's W columns (f32 or i32; dequant: pairs)
-  const int64_t VR0 = VBIAS + (TABLE ? align64(W * TB) : 0);  // then the residual's RSLOTS slots of U*S strips
+  // Two bias tables, by tile parity ((t - cid) / P) % 2, so that the next tile's bias load does not wait for this
+  // tile's drain (which would hold back the operand loads queued behind it); BTB bytes apart.
+  const int64_t BTB = TABLE ? align64(W * TB) : 0;
+  const int64_t VR0 = VBIAS + 2 * BTB;  // then the residual's RSLOTS slots of U*S strips
   // act: the tile's strips drained in f32 one after the other (piece p = j*S + sidx at p*TMU*C elements, packed
   // rows x nt), the activation over the whole tile at once (long vector instructions, few of them) into one of
   // two tiles of out (slot ((t - cid) / P) % 2, the same layout), stored strip by strip; AOFREE: an out tile free.
@@ -445,6 +448,12 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   auto fresh = [&label]() { return "l" + std::to_string(label++); };
 
   std::ostringstream o;
+  // reg = VMEM address of this tile's bias table (tile parity), clobbering tmp
+  auto bias_slot = [&](const std::string& reg, const std::string& tmp) {
+    o << "    sub " << reg << ", t, cid\n    li " << tmp << ", " << P << "\n    div " << reg << ", " << reg << ", " << tmp
+      << "\n    li " << tmp << ", 2\n    rem " << reg << ", " << reg << ", " << tmp << "\n    muli " << reg << ", " << reg
+      << ", " << BTB << "\n    addi " << reg << ", " << reg << ", " << VBIAS << "\n";
+  };
   o << "# gemm_chip (tiles): c[" << g.m << "," << g.n << "] = a[" << g.m << "," << g.k << "] @ b[" << g.k << ","
     << g.n << "] on " << P << " cores x " << U << " matrix units: " << T << " tiles of " << TM << " x " << W
     << (RB > 1 ? " (row blocks: unit j takes rows j*" + std::to_string(TMU) + ".. of a tile, "
@@ -509,7 +518,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     o << "    sem.set s" << FREE(j) << ", " << NSLOT << "\n    sem.set s" << FULL(j) << ", 0\n    sem.set s" << AFREE(j)
       << ", " << ABUF << "\n    sem.set s" << AFULL(j) << ", 0\n";
   o << "    sem.set s" << CFREE << ", " << NCBUF << "\n    sem.set s" << CFULL << ", 0\n";
-  if (TABLE) o << "    sem.set s" << BFREE << ", 1\n    sem.set s" << BFULL << ", 0\n";
+  if (TABLE) o << "    sem.set s" << BFREE << ", 2\n    sem.set s" << BFULL << ", 0\n";
   if (g.residual) o << "    sem.set s" << RFREE << ", " << RSLOTS << "\n    sem.set s" << RFULL << ", 0\n";
   // dst = the VMEM address of piece p of this tile's r slot: slot ((t - cid) / P) % RSLOTS (no register is free
   // to hold it: the taps' loads take r29 and r30), clobbering tmp
@@ -667,11 +676,18 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       }
     o << "    dmain.sync signal=s" << RFULL << "\n";
   }
-  if (TABLE)  // the tile's bias columns, once the previous tile's drain is done with the buffer
-    o << "    muli t0, n0, " << TB << "\n    li t2, " << (g.dequant ? "dq" : "bias") << "\n    add t0, t0, t2\n"
-      << "    li vc, " << VBIAS << "\n    muli t1, pw, " << TB << "\n"
+  if (TABLE) {  // the tile's bias columns into its table, once the drain two tiles back is done with it
+    o << "    muli t0, n0, " << TB << "\n    li t2, " << (g.dequant ? "dq" : "bias") << "\n    add t0, t0, t2\n";
+    bias_slot("vc", "t1");
+    o << "    muli t1, pw, " << TB << "\n"
       << "    dma.ld vc, t0, one, t1, r0, r0, wait=s" << BFREE << ", signal=s" << BFULL << "\n";
-  if (TABLE) o << "    vpu.sync wait=s" << BFULL << "\n";
+  }
+  // Before the drain (after act's deferred work): the bias is in; r30 = its table.
+  auto bias_ready = [&] {
+    if (!TABLE) return;
+    o << "    vpu.sync wait=s" << BFULL << "\n";
+    bias_slot("r30", "t0");
+  };
   // Drain: every strip of every unit into a C buffer, stored into c.
   if (g.residual) o << "    vpu.sync wait=s" << RFULL << "\n";
   // act, software-pipelined over this core's tiles: the activation and the stores of the previous tile come after
@@ -713,6 +729,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     act_and_store();
     act_coords("t");  // back to this tile
     o << first << ":\n";
+    bias_ready();
     const std::string flags = std::string(g.bias ? ", bias_en" : "") + (g.relu ? ", relu" : "") +
                               (g.dequant ? ", dequant" : "") + (g.scale_bits ? ", scale_en" : "");
     for (int64_t j = 0; j < U; ++j) {
@@ -725,12 +742,13 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
         strip_guard(q, l);
         const std::string rows = unit_rows(j);
         o << "    li vc, " << VAF + (j * S + sidx) * TMU * C * 4 << "\n    addi t0, ar, " << j * ACC + sidx * TMU
-          << "\n    muli t1, nt, 4\n    li t2, " << VBIAS + q * C * TB << "\n    li t3, " << g.scale_bits
+          << "\n    muli t1, nt, 4\n    addi t2, r30, " << q * C * TB << "\n    li t3, " << g.scale_bits
           << "\n    vpu.acc vc, t0, " << rows << ", nt, t1, t2, t3, " << acc_dt << ", f32" << flags << "\n" << l << ":\n";
       }
       o << "    vpu.sync signal=s" << AFREE(j) << "\n" << lu << ":\n";
     }
   }
+  if (!act) bias_ready();
   for (int64_t j = 0; j < U && !act; ++j) {
     const std::string lu = fresh();
     unit_guard(j, lu);
@@ -745,7 +763,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
                                 (g.dequant ? ", dequant" : "");
       o << "    muli vc, cslot, " << CQ_BYTES << "\n    addi vc, vc, " << VC0 << "\n"
         << "    addi t0, ar, " << j * ACC + sidx * TMU << "\n    muli t1, nt, " << OD << "\n";
-      o << "    vpu.sync wait=s" << CFREE << "\n    li t2, " << VBIAS + q * C * TB << "\n    li t3, " << g.scale_bits << "\n";
+      o << "    vpu.sync wait=s" << CFREE << "\n    addi t2, r30, " << q * C * TB << "\n    li t3, " << g.scale_bits << "\n";
       if (!g.q_only)
         o << "    vpu.acc vc, t0, " << rows << ", nt, t1, t2, t3, " << acc_dt << ", "
           << isa::dtype_name(SK > 1 ? isa::DType::F32 : g.out) << flags << (g.scale_bits ? ", scale_en" : "") << "\n";
