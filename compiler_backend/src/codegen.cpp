@@ -567,8 +567,8 @@ kernels::GemmChip gemm_chip_of(const KernelCall& call, const std::map<std::strin
   g.taps = kernels::ConvTaps{param("TAP_CIN", 0), param("TAP_ROWS", 0), param("TAP_KW", 1), param("TAP_SH", 1),
                              param("TAP_SW", 1), param("TAP_DH", 1), param("TAP_DW", 1), param("TAP_WQ", 1),
                              param("TAP_PHASE_ROWS", 0)};
-  g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias || g.dequant || g.residual ? 6 : 7));
   if (param("ACT", 0) != 0) g.act = call.rows;
+  g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias || g.dequant || g.residual || g.act ? 6 : 7));
   g.schedule = kernels::GemmSchedule::Tiles;
   return g;
 }

@@ -25,8 +25,8 @@ namespace tpusim::compiler {
 int64_t symbol_or(const std::map<std::string, int64_t>& s, const char* name, int64_t otherwise);
 
 // A gemm.s call (its params: M, K, N, types, BIAS, RELU, ..., RESIDUAL, ACT with the program in call.rows) as
-// the whole-chip kernel's description, every core and matrix unit allowed (at most 6 units with a bias or a
-// residual), the tiled schedule.
+// the whole-chip kernel's description, every core and matrix unit allowed (at most 6 units with a bias, a
+// residual or an activation), the tiled schedule.
 kernels::GemmChip gemm_chip_of(const KernelCall& call, const std::map<std::string, int64_t>& symbols);
 
 isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,

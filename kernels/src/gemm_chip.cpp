@@ -888,8 +888,9 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
   if (g.trans_b && g.b_tiled) throw std::invalid_argument("gemm_chip: b is either transposed or tiled, not both");
   if (epilogue && (g.split_k > 1 || g.max_split_k > 1))
     throw std::invalid_argument("gemm_chip: bias, relu, scale and b_tiled do not combine with split K");
-  if ((g.bias || g.dequant || g.residual) && U > 6)
-    throw std::invalid_argument("gemm_chip: with a bias or a residual the kernel's semaphores allow 6 matrix units per core");
+  if ((g.bias || g.dequant || g.residual || g.act) && U > 6)
+    throw std::invalid_argument(
+        "gemm_chip: with a bias, a residual or an activation the kernel's semaphores allow 6 matrix units per core");
   if (g.group_n != 0) {
     if (g.group_n < 0 || g.n % g.group_n != 0 || g.group_n % C != 0 || g.q_scale_bits != 0 || g.split_k > 1 ||
         g.max_split_k > 1 || schedule == GemmSchedule::Strips)

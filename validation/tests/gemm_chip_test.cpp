@@ -647,6 +647,26 @@ TEST(GemmChip, ShapesThatCannotRunSaySo) {
   g = kernels::GemmChip{8, 8, 8, DType::BF16, DType::F32, 1, 1, kernels::GemmSchedule::Tiles};
   g.slots = 5;
   EXPECT_EQ(message(g), "gemm_chip: 5 operand slots asked (2 to 4)");
+  // The epilogues: a residual of the output type (bf16 or f32); an activation giving the output type
+  g = kernels::GemmChip{8, 8, 8, DType::I8, DType::I32, 1, 1, kernels::GemmSchedule::Tiles};
+  g.residual = true;
+  EXPECT_EQ(message(g), "gemm_chip: residual gives bf16 or f32, without q or group_n");
+  g = kernels::GemmChip{8, 8, 8, DType::BF16, DType::F32, 1, 1, kernels::GemmSchedule::Tiles};
+  g.residual_relu = true;
+  EXPECT_EQ(message(g), "gemm_chip: residual_relu needs residual");
+  kernels::rowwise::Program act;
+  act.rows = 1, act.cols = 1;
+  act.inputs.push_back({});
+  act.outputs.push_back({act.unary(kernels::rowwise::Op::Gelu, act.input(0)), 0, DType::BF16});
+  g = kernels::GemmChip{8, 8, 8, DType::BF16, DType::F32, 1, 1, kernels::GemmSchedule::Tiles};
+  g.act = act;  // gives bf16, the kernel f32
+  EXPECT_EQ(message(g), "gemm_chip: act is an elementwise program of one f32 input, giving the output type (bf16 or "
+                        "f32), without q, group_n or residual");
+  g.out = DType::BF16;
+  EXPECT_EQ(message(g), "no error");
+  g.act->nodes.push_back({kernels::rowwise::Op::RowSum, {1}});  // a reduction is not elementwise
+  g.act->outputs[0].node = 2;
+  EXPECT_EQ(message(g).rfind("gemm_chip: act is an elementwise program", 0), 0u);
 }
 
 }  // namespace
