@@ -496,7 +496,9 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
           e.line("addi t1, " + slot + ", " + std::to_string(L.VOFF + (f * R * D + (pad ? 0 : q * C)) * 2));
           e.li("t2", pad ? 0 : std::clamp<int64_t>(kt - f * R, 0, R));
           e.li("t3", pad ? std::min(C, L.Dk - q * C) : std::min(C, D - q * C)), e.li("t4", D * 2);
-          e.line("mxu.lw t1, t2, t3, t4, bf16, mxu=" + std::to_string(u) + (first_lw ? ", wait=" + PFULL(u) : ""));
+          // V's tile needs no P: it loads while the vector unit still makes P (the unit's first product waits for it)
+          e.line("mxu.lw t1, t2, t3, t4, bf16, mxu=" + std::to_string(u));
+          if (first_lw) e.line("mxu.sync mxu=" + std::to_string(u) + ", wait=" + PFULL(u));
           first_lw = false;
           e.line("addi t1, t7, " + std::to_string((r * L.p.rows * BC + f * R) * 2));
           e.line("addi t5, t0, " + std::to_string(idx * L.p.rows)), e.clobber("t5");

@@ -27,7 +27,8 @@
 //            square: a BC x BC triangle of 0 / -inf built once per core), row max m_new = max(m, rowmax),
 //            alpha = exp(m - m_new), P = exp(S - m_new) (f32), l = l * alpha + rowsum(P), P cast to bf16 into
 //            one of two P slots (signals PFULL_u)
-//   mxu u:   O_n = P_n V_n into one of two PV accumulator regions (waits PFULL_u and OFREE_u; signals OFULL_u)
+//   mxu u:   O_n = P_n V_n into one of two PV accumulator regions (V's weight tile loads while the vector unit
+//            still makes P; the first mm waits PFULL_u, through an mxu.sync, and OFREE_u; signals OFULL_u)
 //   vpu:     O = O * alpha + O_n (O f32; the first block's O_n is drained into O directly); signals
 //            OFREE_u and KVFREE
 // Where S, P and O live: on a chip whose accumulators are local memory (ACC_ADDR, isa.def), S (drained), the P
