@@ -58,12 +58,12 @@ int64_t symbol_or(const std::map<std::string, int64_t>& s, const char* name, int
   return it == s.end() ? otherwise : it->second;
 }
 
-namespace {
-
 int64_t param_or(const KernelCall& call, const char* name, int64_t otherwise) {
   auto it = call.params.find(name);
   return it == call.params.end() ? otherwise : it->second;
 }
+
+namespace {
 
 // A gemm.s call's cycles on one matrix unit, estimated in the terms of gemm_chip's estimate (kernels/gemm_chip.cpp:
 // strips_estimate), so that the two compare like with like: row tiles of up to ACC_ROWS / 2 rows, each streamed

@@ -23,6 +23,8 @@ namespace tpusim::compiler {
 // kernel file ("gemm.s"), holding the kernel's own regions, if it marks any.
 // The chip's symbol `name`, or `otherwise` where the map lacks it.
 int64_t symbol_or(const std::map<std::string, int64_t>& s, const char* name, int64_t otherwise);
+// A call's param `name` (a library kernel's define), or `otherwise` where it has none.
+int64_t param_or(const KernelCall& call, const char* name, int64_t otherwise);
 
 // A gemm.s call (its params: M, K, N, types, BIAS, RELU, ..., RESIDUAL, ACT with the program in call.rows) as
 // the whole-chip kernel's description, every core and matrix unit allowed (at most 6 units with a bias, a

@@ -53,11 +53,6 @@ void drop(KernelPlan& plan, const std::vector<bool>& removed) {
   plan.calls = std::move(kept);
 }
 
-int64_t param_or(const KernelCall& call, const char* name, int64_t otherwise) {
-  auto it = call.params.find(name);
-  return it == call.params.end() ? otherwise : it->second;
-}
-
 // A gemm.s call whose output c can take a residual: whole [M, N] at offset 0 of its buffer, in bf16 or f32, with
 // an epilogue that RESIDUAL combines with (not RELU: that is max before the add; not q, group_n, act_resident).
 bool takes_residual(const KernelCall& call) {

@@ -448,12 +448,15 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   auto fresh = [&label]() { return "l" + std::to_string(label++); };
 
   std::ostringstream o;
-  // reg = VMEM address of this tile's bias table (tile parity), clobbering tmp
-  auto bias_slot = [&](const std::string& reg, const std::string& tmp) {
-    o << "    sub " << reg << ", t, cid\n    li " << tmp << ", " << P << "\n    div " << reg << ", " << reg << ", " << tmp
-      << "\n    li " << tmp << ", 2\n    rem " << reg << ", " << reg << ", " << tmp << "\n    muli " << reg << ", " << reg
-      << ", " << BTB << "\n    addi " << reg << ", " << reg << ", " << VBIAS << "\n";
+  // reg = base + slot * bytes, the slot of tile `tile` (register) among n: this core's ((tile - cid) / P) % n (no
+  // register is free to hold a slot: the taps' loads take r29 and r30); clobbers tmp
+  auto tile_slot = [&](const std::string& reg, const std::string& tmp, const std::string& tile, int64_t n,
+                       int64_t bytes, int64_t base) {
+    o << "    sub " << reg << ", " << tile << ", cid\n    li " << tmp << ", " << P << "\n    div " << reg << ", " << reg
+      << ", " << tmp << "\n    li " << tmp << ", " << n << "\n    rem " << reg << ", " << reg << ", " << tmp << "\n    muli "
+      << reg << ", " << reg << ", " << bytes << "\n    addi " << reg << ", " << reg << ", " << base << "\n";
   };
+  auto bias_slot = [&](const std::string& reg, const std::string& tmp) { tile_slot(reg, tmp, "t", 2, BTB, VBIAS); };
   o << "# gemm_chip (tiles): c[" << g.m << "," << g.n << "] = a[" << g.m << "," << g.k << "] @ b[" << g.k << ","
     << g.n << "] on " << P << " cores x " << U << " matrix units: " << T << " tiles of " << TM << " x " << W
     << (RB > 1 ? " (row blocks: unit j takes rows j*" + std::to_string(TMU) + ".. of a tile, "
@@ -520,13 +523,8 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   o << "    sem.set s" << CFREE << ", " << NCBUF << "\n    sem.set s" << CFULL << ", 0\n";
   if (TABLE) o << "    sem.set s" << BFREE << ", 2\n    sem.set s" << BFULL << ", 0\n";
   if (g.residual) o << "    sem.set s" << RFREE << ", " << RSLOTS << "\n    sem.set s" << RFULL << ", 0\n";
-  // dst = the VMEM address of piece p of this tile's r slot: slot ((t - cid) / P) % RSLOTS (no register is free
-  // to hold it: the taps' loads take r29 and r30), clobbering tmp
-  auto r_piece = [&](const char* dst, const char* tmp, int64_t p) {
-    o << "    sub " << dst << ", t, cid\n    li " << tmp << ", " << P << "\n    div " << dst << ", " << dst << ", " << tmp
-      << "\n    li " << tmp << ", " << RSLOTS << "\n    rem " << dst << ", " << dst << ", " << tmp << "\n    muli " << dst
-      << ", " << dst << ", " << U * S * RP << "\n    addi " << dst << ", " << dst << ", " << VR0 + p * RP << "\n";
-  };
+  // dst = the VMEM address of piece p of this tile's r slot, clobbering tmp
+  auto r_piece = [&](const char* dst, const char* tmp, int64_t p) { tile_slot(dst, tmp, "t", RSLOTS, U * S * RP, VR0 + p * RP); };
   o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li accslot, 0\n    li cslot, 0\n    li astr, " << KC * E
     << "\n    li wstr, " << W * E << "\n    addi t, cid, 0\n    li nt, " << C << "\n";
   if (act) o << act->init << "    sem.set s" << AOFREE << ", 2\n";
@@ -704,8 +702,8 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   auto act_and_store = [&] {
     o << "    addi t3, t, " << -P << "\n";
     act_coords("t3");
-    o << "    sub r30, t3, cid\n    li t0, " << P << "\n    div r30, r30, t0\n    li t0, 2\n    rem r30, r30, t0\n"
-      << "    muli r30, r30, " << AOB << "\n    addi r30, r30, " << VAO << "\n    vpu.sync wait=s" << AOFREE
+    tile_slot("r30", "t0", "t3", 2, AOB, VAO);
+    o << "    vpu.sync wait=s" << AOFREE
       << "\n    li vc, " << VAF << "\n    li t3, " << AE << "\n"
       << act->apply("vc", "r30", "t3", "one", "t0", "t2", "r29") << "    vpu.sync signal=s" << CFULL << "\n";
     for (int64_t j = 0; j < U; ++j)
