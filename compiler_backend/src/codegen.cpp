@@ -98,21 +98,23 @@ double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, 
 
 // A gemm.s call as the whole-chip kernel (kernels/gemm_chip.h), where the chip has more than one core or matrix
 // unit and gemm_chip does everything the call asks (not ACT_RESIDENT); gemm_chip gives the same results bit for
-// bit. nullopt: the call stays gemm.s on one unit.
+// bit. nullopt: the call stays gemm.s on one unit. A call with an activation epilogue (ACT) is gemm_chip's on any
+// chip, one unit included: gemm.s has no such epilogue, and fuse_activations fused it knowing gemm_chip can run it.
 std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const std::map<std::string, int64_t>& symbols,
                                                  std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1), mxus = symbol_or(symbols, "MXUS", 1);
-  if (call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s" || cores * mxus <= 1) return std::nullopt;
+  if (call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s") return std::nullopt;
+  if (param_or(call, "ACT", 0) != 0) {
+    why.clear();
+    return gemm_chip_of(call, symbols);
+  }
+  if (cores * mxus <= 1) return std::nullopt;
   auto param = [&](const char* name, int64_t otherwise) { return param_or(call, name, otherwise); };
   if (param("ACT_RESIDENT", 0) != 0) {
     why = "its activations stay in VMEM between GEMMs, which the whole-chip kernel does not do";
     return std::nullopt;
   }
   kernels::GemmChip g = gemm_chip_of(call, symbols);
-  if (g.act) {  // an activation only gemm_chip applies (fuse_epilogue.cpp fused it knowing the chip can)
-    why.clear();
-    return g;
-  }
   // Worth it only where the estimate beats one unit's by more than the two barriers around it: a small GEMM runs
   // faster on one unit than spread with synchronisation.
   const double one_unit = one_unit_gemm_cycles(call, symbols);
@@ -393,7 +395,7 @@ void group_independent_calls(const KernelPlan& plan, const std::map<std::string,
       const double side_by_side = static_cast<double>((G + cores - 1) / cores) * slowest + sync;
       if (side_by_side < alone) {
         for (size_t i = c; i < e; ++i)
-          on_chip[i] = OnChip{.group = groups, .core = static_cast<int64_t>(i - c) % cores};
+          on_chip[i] = OnChip{}, on_chip[i].group = groups, on_chip[i].core = static_cast<int64_t>(i - c) % cores;
         ++groups;
       }
     }

@@ -124,7 +124,6 @@ int fuse_residual_adds(KernelPlan& plan) {
 }
 
 int fuse_activations(KernelPlan& plan, const std::map<std::string, int64_t>& symbols) {
-  if (symbol_or(symbols, "CORES", 1) * symbol_or(symbols, "MXUS", 1) <= 1) return 0;
   int fused = 0;
   std::vector<bool> removed(plan.calls.size(), false);
   for (size_t a = 0; a < plan.calls.size(); ++a) {

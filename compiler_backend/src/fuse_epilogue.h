@@ -22,8 +22,9 @@ int fuse_residual_adds(KernelPlan& plan);
 // input is the whole f32 output of a gemm.s call that only it reads, becomes the GEMM's activation (ACT: the call's
 // rows hold the program; kernels::GemmChip::act), which writes the row-wise call's output instead: the activation
 // runs in the drain, overlapping the GEMM's loads and matrix work, and the GEMM's f32 output is never written. Only
-// gemm_chip has the epilogue: on a chip of more than one matrix unit, where gemm_chip can run the call (`symbols`:
-// the chip's). The same bits (rowwise::epilogue). Returns the number fused.
+// gemm_chip has the epilogue (codegen runs a call with one as gemm_chip on any chip, one matrix unit included):
+// fused where gemm_chip can run the call (`symbols`: the chip's). The same bits (rowwise::epilogue). Returns the
+// number fused.
 int fuse_activations(KernelPlan& plan, const std::map<std::string, int64_t>& symbols);
 
 }  // namespace tpusim::compiler

@@ -293,9 +293,9 @@ TEST(Compile, ResidualAddAndReluAfterAGemmAreItsEpilogue) {
 }
 
 // A transformer's feed-forward: Linear (MatMul + bias Add), GELU (as torch exports it: Div, Erf, Add, Mul, Mul),
-// Linear. On a chip of several matrix units the GELU runs in the first GEMM's drain (gemm_chip's act): no row-wise
-// kernel, and the GEMM writes the GELU's bf16 output; on one matrix unit (gemm.s has no such epilogue), or where
-// the GEMM's f32 output is also a graph output, the GELU stays a row-wise kernel.
+// Linear. The GELU runs in the first GEMM's drain (gemm_chip's act, on a chip of one matrix unit as on one of
+// several): no row-wise kernel, and the GEMM writes the GELU's bf16 output; where the GEMM's f32 output is also a
+// graph output, the GELU stays a row-wise kernel.
 ModelBuilder feed_forward(bool hidden_out) {
   ModelBuilder b;
   b.input("x", {8, 64}).output("y", {8, 64});
@@ -314,24 +314,25 @@ ModelBuilder feed_forward(bool hidden_out) {
   return b;
 }
 
-TEST(Compile, GeluAfterALinearIsTheGemmsEpilogueOnSeveralMatrixUnits) {
-  Options four = chip();
+TEST(Compile, GeluAfterALinearIsTheGemmsEpilogue) {
+  Options four = chip(), one = chip();
   four.target.symbols["MXUS"] = 4, four.target.symbols["CORES"] = 1;
+  one.target.symbols["MXUS"] = 1, one.target.symbols["CORES"] = 1;
   auto kernels = [](const isa::Program& p) {
     std::vector<std::string> k;
     for (const isa::Region& r : p.regions)
       if (r.kind == isa::kRegionKernel) k.push_back(r.name);
     return k;
   };
-  const isa::Program fused = compile_onnx(feed_forward(false).bytes(), "ff.onnx", four);
-  EXPECT_EQ(fragments(fused),
-            (std::vector<std::string>{"cast(x)", "fc1+fc1_bias+div+erf+add1+mul+mul_half", "fc2"}));
-  EXPECT_EQ(kernels(fused)[1], "gemm_chip");
-  const isa::Program one = compile_onnx(feed_forward(false).bytes(), "ff.onnx", chip());
-  EXPECT_EQ(fragments(one), (std::vector<std::string>{"cast(x)", "fc1+fc1_bias", "div+erf+add1+mul+mul_half", "fc2"}));
-  const isa::Program out = compile_onnx(feed_forward(true).bytes(), "ff.onnx", four);
-  const std::vector<std::string> f = fragments(out);
-  EXPECT_NE(std::find(f.begin(), f.end(), "div+erf+add1+mul+mul_half"), f.end()) << ::testing::PrintToString(f);
+  for (const Options& o : {four, one}) {  // four matrix units, and one (gemm.s has no epilogue: gemm_chip runs it)
+    const isa::Program fused = compile_onnx(feed_forward(false).bytes(), "ff.onnx", o);
+    EXPECT_EQ(fragments(fused),
+              (std::vector<std::string>{"cast(x)", "fc1+fc1_bias+div+erf+add1+mul+mul_half", "fc2"}));
+    EXPECT_EQ(kernels(fused)[1], "gemm_chip");
+    const isa::Program out = compile_onnx(feed_forward(true).bytes(), "ff.onnx", o);
+    const std::vector<std::string> f = fragments(out);
+    EXPECT_NE(std::find(f.begin(), f.end(), "div+erf+add1+mul+mul_half"), f.end()) << ::testing::PrintToString(f);
+  }
 }
 
 // Elementwise chains fuse into one row-wise kernel, whatever the broadcasting: a [1,8] activation over [4,8]
