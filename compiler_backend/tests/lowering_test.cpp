@@ -259,7 +259,9 @@ TEST(LowerInt8, TheInt8CopyIsTheOnlyOutputOnlyWhenOnlyInt8MatmulsReadIt) {
     KernelPlan p = plan_of(b, o);
     for (const KernelCall& c : p.calls) {
       EXPECT_EQ(c.params.count("Q_ONLY"), 0u) << other << ": " << c.label;
-      if (c.kernel == "gemm.s") EXPECT_EQ(c.tensors.count("c"), 1u) << other << ": " << c.label;
+      if (c.kernel == "gemm.s") {
+        EXPECT_EQ(c.tensors.count("c"), 1u) << other << ": " << c.label;
+      }
     }
   }
 }

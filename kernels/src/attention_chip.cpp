@@ -88,7 +88,11 @@ struct Layout {
   Split s, p;
   int64_t sreg = 0, pvreg = 0;  // accumulator rows per unit of one S region, one PV region
   // VMEM
-  int64_t SQ = 0, SK = 0, KBB = 0, KB0 = 0;  // queries, keys; with key_bias the two kb rows (KBB bytes each, from KB0)
+  int64_t SQ = 0, SK = 0, KBB = 0, KB0 = 0;  // queries, keys; with key_bias a kb row per Q buffer (KBB bytes each, from KB0)
+  // Items of one key block each, with overlap_items: the next item's first S product is issued before the last
+  // one's P V product (generate), and 3 Q buffers (its Q loads while the one before's output is being stored).
+  bool pipe_items = false;
+  int64_t NQB = 0;  // Q buffers: 3 where pipe_items, else 2
   int64_t QB = 0, Q0 = 0, KVB = 0, VOFF = 0, KV0 = 0, SB = 0, PB = 0, P0 = 0, OB = 0, Z = 0, MASK = 0, M = 0, L = 0,
           MX = 0, RS = 0, RL = 0, AL0 = 0, ALB = 0, end = 0;
   // S, P, O and the row statistics (SB .. AL0) in the accumulators the products leave free (the last unit's
@@ -172,7 +176,9 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, Layo
     return here;
   };
   L.QB = align64(std::max(BR * L.D * 2, BR * L.Dp * L.O));
-  L.Q0 = take(2 * L.QB);
+  L.pipe_items = a.overlap_items && a.pipeline_items && L.NBK == 1;
+  L.NQB = L.pipe_items ? 3 : 2;
+  L.Q0 = take(L.NQB * L.QB);
   L.VOFF = align64(BC * L.D * 2);
   L.KVB = 2 * L.VOFF;
   L.KV0 = take(3 * L.KVB);
@@ -184,7 +190,7 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, Layo
   L.M = take_reg(BR * 4), L.L = take_reg(BR * 4), L.MX = take_reg(BR * 4), L.RS = take_reg(BR * 4);
   L.RL = take_reg(BR * 4);
   L.AL0 = take_reg(2 * L.ALB);
-  if (a.key_bias) L.KBB = align64(L.NBK * BC * 4), L.KB0 = take(2 * L.KBB);
+  if (a.key_bias) L.KBB = align64(L.NBK * BC * 4), L.KB0 = take(L.NQB * L.KBB);
   L.end = at;
   if (L.end > c.VMEM) return false;
   L.plan.br = BR, L.plan.bc = BC, L.plan.gs = L.s.groups, L.plan.gp = L.p.groups;
@@ -393,7 +399,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
         e.line("sem.set " + SFREE(u) + ", 2"), e.line("sem.set " + PFULL(u) + ", 0"),
         e.line("sem.set " + OFULL(u) + ", 0"), e.line("sem.set " + OFREE(u) + ", " + std::to_string(NPV));
   e.line("sem.set " + KVFREE + ", 0");  // the three slots are free once zeroed (below)
-  e.line("sem.set " + QFREE + (a.overlap_items ? ", 2" : ", 1"));  // Q buffers the next items may load into
+  e.line("sem.set " + QFREE + ", " + std::to_string(a.overlap_items ? L.NQB : 1));  // Q buffers items may load into
   e.line("sem.set " + OUTFULL + ", 0");
   if (a.key_bias) e.line("sem.set " + KBFULL + ", 0");
   e.line("core.id cid");
@@ -408,7 +414,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   e.li("t0", L.KV0), e.li("t1", 3 * L.KVB / 4), e.line("vpu.rsum t0, r0, t1, r0, r0, f32");
   for (int s = 0; s < 3; ++s) e.line("vpu.sync signal=" + KVFREE);
   if (a.key_bias && L.NBK * BC > SK)  // the kb rows' columns past the keys: -inf (+ 0), never loaded over
-    for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t r = 0; r < L.NQB; ++r) {
       e.li("t0", L.KB0 + r * L.KBB + SK * 4), e.li("t1", L.NBK * BC - SK), e.li("t6", L.Z);
       e.line("vpu.add t0, t2, t6, t1, f32");
     }
@@ -629,118 +635,169 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     e.line("vpu.sync signal=" + KVFREE);
   };
 
-  // The items.
-  e.label("item");
-  e.li("t0", L.plan.items), e.line("bge t, t0, done");
-  e.li("t0", L.NQ), e.line("rem t1, t, t0"), e.line("div t2, t, t0");
-  if (a.causal)
-    e.li("t3", L.NQ - 1), e.line("sub qb, t3, t1");
-  else
-    e.line("addi qb, t1, 0");
-  e.li("t0", H), e.line("rem h, t2, t0"), e.line("div b, t2, t0");
-  e.line("muli t0, qb, " + std::to_string(BR)), e.li("t1", S), e.line("sub mt, t1, t0"), e.li("t1", BR),
-      e.line("min mt, mt, t1");
-  if (a.causal) {  // the blocks up to the one holding the item's last row: ceil((qb + 1) BR / BC), at most NBK
-    e.line("addi t1, qb, 1"), e.line("muli t1, t1, " + std::to_string(BR));
-    e.line("addi t1, t1, " + std::to_string(BC - 1)), e.li("t2", BC), e.line("div nblk, t1, t2");
-    e.li("t1", L.NBK), e.line("min nblk, nblk, t1");
-    e.clobber("t2");
-  } else {
-    e.line("li nblk, " + std::to_string(L.NBK));
-  }
-  // The first query row's element offset b * batch + q0 * seq + h * head (q0 = qb * BR in t0), in bytes, for q
-  // and o; the kv head's, b * batch + (h / (H / KVH)) * head, for k and v.
-  auto offset = [&](const std::string& to, const std::string& base, const AttentionStrides& st, const std::string& row,
-                    const std::string& head, int64_t bytes) {
-    e.line("muli t1, b, " + std::to_string(st.batch * bytes));
-    if (!row.empty()) e.line("muli t2, " + row + ", " + std::to_string(st.seq * bytes)), e.line("add t1, t1, t2");
-    e.line("muli t2, " + head + ", " + std::to_string(st.head * bytes)), e.line("add t1, t1, t2");
-    e.line("li " + to + ", " + base), e.line("add " + to + ", " + to + ", t1");
-  };
-  offset("qh", "q", qs, "t0", "h", 2);
-  offset("oh", "o", os, "t0", "h", O);
-  e.li("t1", H / KVH), e.line("div t0, h, t1"), e.clobber("t0");  // the kv head
-  offset("kh", "k", ks, "", "t0", 2);
-  offset("vh", "v", vs, "", "t0", 2);
-  e.line("muli qv, ip, " + std::to_string(L.QB)), e.line("addi qv, qv, " + std::to_string(L.Q0));
-  if (a.key_bias) e.line("muli t5, ip, " + std::to_string(L.KBB)), e.line("addi t5, t5, " + std::to_string(L.KB0));
-  e.line("sub ip, one, ip");
-  e.clobber("t0"), e.clobber("t1"), e.clobber("t2");
-  e.li("t3", D * 2), e.li("t4", qs.seq * 2);
-  e.line("dma.ld qv, qh, mt, t3, t4, t3, wait=" + QFREE);
-  if (a.key_bias) {  // the batch's kb row into the item's bias row (its Q buffer's parity: free when that is)
-    e.line("muli t6, b, " + std::to_string(kbs * 4)), e.line("li t7, kb"), e.line("add t6, t6, t7");
-    e.li("t7", SK * 4);
-    e.line("dma.ld t5, t6, one, t7, t7, t7");
-    e.line("dmain.sync signal=" + KBFULL);
-    e.clobber("t5"), e.clobber("t6"), e.clobber("t7");
-  }
-  // m = -inf, l = 0
-  e.li("t0", L.M), e.li("t1", L.Z + L.Mx * 4), e.li("t2", L.Z), e.li("t3", BR);
-  e.line("vpu.add t0, t1, t2, t3, f32");
-  e.li("t0", L.L), e.line("vpu.add t0, t2, t2, t3, f32");
-  if (a.key_bias) {  // the kb row / scale: the drain adds it before its scale (vpu.acc), giving S * scale + kb
-    e.li("t0", L.Q0), e.line("sub t0, qv, t0"), e.li("t1", L.QB), e.line("div t0, t0, t1");
-    e.line("muli t0, t0, " + std::to_string(L.KBB)), e.line("addi t0, t0, " + std::to_string(L.KB0));
-    e.li("t1", SK), e.li("t2", isa::bits_from_f32(1.0f / scale));
-    e.line("vpu.cast t0, t0, t1, t2, f32, f32, scale_en, wait=" + KBFULL);
+  // Item t's registers (qb, h, b, mt, nblk, and the addresses qh, oh, kh, vh, qv of its rows), its Q block's load
+  // into the Q buffer of its parity (ip), and with key_bias its batch's kb row, scaled.
+  auto setup = [&]() {
+    e.li("t0", L.NQ), e.line("rem t1, t, t0"), e.line("div t2, t, t0");
+    if (a.causal)
+      e.li("t3", L.NQ - 1), e.line("sub qb, t3, t1");
+    else
+      e.line("addi qb, t1, 0");
+    e.li("t0", H), e.line("rem h, t2, t0"), e.line("div b, t2, t0");
+    e.line("muli t0, qb, " + std::to_string(BR)), e.li("t1", S), e.line("sub mt, t1, t0"), e.li("t1", BR),
+        e.line("min mt, mt, t1");
+    if (a.causal) {  // the blocks up to the one holding the item's last row: ceil((qb + 1) BR / BC), at most NBK
+      e.line("addi t1, qb, 1"), e.line("muli t1, t1, " + std::to_string(BR));
+      e.line("addi t1, t1, " + std::to_string(BC - 1)), e.li("t2", BC), e.line("div nblk, t1, t2");
+      e.li("t1", L.NBK), e.line("min nblk, nblk, t1");
+      e.clobber("t2");
+    } else {
+      e.line("li nblk, " + std::to_string(L.NBK));
+    }
+    // The first query row's element offset b * batch + q0 * seq + h * head (q0 = qb * BR in t0), in bytes, for q
+    // and o; the kv head's, b * batch + (h / (H / KVH)) * head, for k and v.
+    auto offset = [&](const std::string& to, const std::string& base, const AttentionStrides& st,
+                      const std::string& row, const std::string& head, int64_t bytes) {
+      e.line("muli t1, b, " + std::to_string(st.batch * bytes));
+      if (!row.empty()) e.line("muli t2, " + row + ", " + std::to_string(st.seq * bytes)), e.line("add t1, t1, t2");
+      e.line("muli t2, " + head + ", " + std::to_string(st.head * bytes)), e.line("add t1, t1, t2");
+      e.line("li " + to + ", " + base), e.line("add " + to + ", " + to + ", t1");
+    };
+    offset("qh", "q", qs, "t0", "h", 2);
+    offset("oh", "o", os, "t0", "h", O);
+    e.li("t1", H / KVH), e.line("div t0, h, t1"), e.clobber("t0");  // the kv head
+    offset("kh", "k", ks, "", "t0", 2);
+    offset("vh", "v", vs, "", "t0", 2);
+    e.line("muli qv, ip, " + std::to_string(L.QB)), e.line("addi qv, qv, " + std::to_string(L.Q0));
+    if (a.key_bias) e.line("muli t5, ip, " + std::to_string(L.KBB)), e.line("addi t5, t5, " + std::to_string(L.KB0));
+    if (L.NQB == 2)
+      e.line("sub ip, one, ip");
+    else
+      e.line("addi ip, ip, 1"), e.line("rem ip, ip, three");
     e.clobber("t0"), e.clobber("t1"), e.clobber("t2");
-  }
+    e.li("t3", D * 2), e.li("t4", qs.seq * 2);
+    e.line("dma.ld qv, qh, mt, t3, t4, t3, wait=" + QFREE);
+    if (a.key_bias) {  // the batch's kb row into the item's bias row (its Q buffer's parity: free when that is)
+      e.line("muli t6, b, " + std::to_string(kbs * 4)), e.line("li t7, kb"), e.line("add t6, t6, t7");
+      e.li("t7", SK * 4);
+      e.line("dma.ld t5, t6, one, t7, t7, t7");
+      e.line("dmain.sync signal=" + KBFULL);
+      e.clobber("t5"), e.clobber("t6"), e.clobber("t7");
+      // the kb row / scale: the drain adds it before its scale (vpu.acc), giving S * scale + kb
+      e.li("t0", L.Q0), e.line("sub t0, qv, t0"), e.li("t1", L.QB), e.line("div t0, t0, t1");
+      e.line("muli t0, t0, " + std::to_string(L.KBB)), e.line("addi t0, t0, " + std::to_string(L.KB0));
+      e.li("t1", SK), e.li("t2", isa::bits_from_f32(1.0f / scale));
+      e.line("vpu.cast t0, t0, t1, t2, f32, f32, scale_en, wait=" + KBFULL);
+      e.clobber("t0"), e.clobber("t1"), e.clobber("t2");
+    }
+  };
+  // m = -inf, l = 0 (after the previous item's O / l has read its l)
+  auto init_stats = [&]() {
+    e.li("t0", L.M), e.li("t1", L.Z + L.Mx * 4), e.li("t2", L.Z), e.li("t3", BR);
+    e.line("vpu.add t0, t1, t2, t3, f32");
+    e.li("t0", L.L), e.line("vpu.add t0, t2, t2, t3, f32");
+  };
+  // Block kn (register) is the last one: its own tiles (keys KTL), else full blocks.
+  auto by_block = [&](const std::string& kr, const std::function<void(int64_t)>& emit) {
+    if (KTL == BC) return emit(BC);
+    const std::string last = e.fresh(), join = e.fresh();
+    e.li("t8", L.NBK - 1), e.line("beq " + kr + ", t8, " + last);
+    emit(BC);
+    e.line("jmp " + join);
+    e.label(last);
+    emit(KTL);
+    e.label(join);
+  };
+  // O / l, cast into the item's Q buffer (register `qr`), stored strip by strip to `ohr` (its mt rows in `mtr`).
+  auto finish = [&](const std::string& qr, const std::string& ohr, const std::string& mtr) {
+    e.li("t0", L.RL), e.li("t1", L.L), e.li("t2", BR);
+    e.line("vpu.recip t0, t1, t2, f32");
+    e.li("t3", C), e.li("t4", C * 4);
+    for (int64_t q = 0; q < L.p.strips; ++q) {
+      e.li("t1", L.OB + q * BR * C * 4);
+      e.line("vpu.mulrow t1, t1, t0, t2, t3, t4, f32");
+    }
+    e.li("t1", L.OB), e.li("t2", BR * L.Dp);
+    e.line("vpu.cast " + qr + ", t1, t2, r0, f32, " + std::string(odt));
+    e.line("vpu.sync signal=" + OUTFULL);
+    e.li("t4", os.seq * O), e.li("t5", C * O);
+    for (int64_t q = 0; q < cdiv(D, C); ++q) {  // the strips of D's columns (not compute_head_dim's)
+      e.line("addi t0, " + ohr + ", " + std::to_string(q * C * O)),
+          e.line("addi t1, " + qr + ", " + std::to_string(q * BR * C * O));
+      e.li("t3", std::min(C, D - q * C) * O);
+      e.line("dma.st t0, t1, " + mtr + ", t3, t4, t5" + std::string(q == 0 ? ", wait=" + OUTFULL : ""));
+    }
+    e.line("dmaout.sync signal=" + QFREE);
+  };
+
+  // The items, as one stream of key blocks: block n + 1's K/V load and S product are issued before block n's
+  // P V product, and the softmax of block n + 1 before block n's O update (within an item). With overlap_items,
+  // the next item's first block's load and S product also come before the last block's P V product, so the
+  // matrix units compute it while the vector unit finishes the item (its O update, O / l and the cast); the
+  // next item's softmax follows (its m and l start once O / l has read the last item's l).
+  e.li("t0", L.plan.items), e.line("bge t, t0, done");
+  setup();
   e.line("li n, 0");
   slot_of("g", "kvn");
   load_kv("n", "kvn");
   s_product("kvn", "g");
+  e.label("item");
+  init_stats();
   soft("n", "g");
   e.label("block");
   {
-    const std::string nonext = e.fresh(), nosoft = e.fresh();
-    e.line("addi kn, n, 1"), e.line("bge kn, nblk, " + nonext);
+    const std::string last = e.fresh();
+    e.line("addi kn, n, 1"), e.line("bge kn, nblk, " + last);
     e.line("addi t8, g, 1");
     slot_of("t8", "kvm");
     load_kv("kn", "kvm");
-    // Block kn (register) is the last one: its own tiles (keys KTL), else full blocks.
-    auto by_block = [&](const std::string& kr, const std::function<void(int64_t)>& emit) {
-      if (KTL == BC) return emit(BC);
-      const std::string last = e.fresh(), join = e.fresh();
-      e.li("t8", L.NBK - 1), e.line("beq " + kr + ", t8, " + last);
-      emit(BC);
-      e.line("jmp " + join);
-      e.label(last);
-      emit(KTL);
-      e.label(join);
-    };
     e.line("addi t8, g, 1");
     s_product("kvm", "t8");
-    e.label(nonext);
     by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
-    e.line("addi kn, n, 1"), e.line("bge kn, nblk, " + nosoft);
-    e.line("addi t8, g, 1");
+    e.line("addi kn, n, 1"), e.line("addi t8, g, 1");
     soft("kn", "t8");
-    e.label(nosoft);
     oupd();
     e.line("addi n, n, 1"), e.line("addi g, g, 1"), e.line("addi kvn, kvm, 0");
-    e.line("blt n, nblk, block");
+    e.line("jmp block");
+    // The item's last block n.
+    e.label(last);
+    if (L.pipe_items) {
+      const std::string alone = e.fresh();
+      // This item's Q buffer, output row address and rows (kn, cid and bias are free from here to its O / l).
+      e.line("addi kn, qv, 0"), e.line("addi cid, oh, 0"), e.line("addi bias, mt, 0");
+      e.line("addi t, t, " + std::to_string(c.P));
+      e.li("t0", L.plan.items), e.line("bge t, t0, " + alone);
+      setup();
+      e.line("addi t8, g, 1");
+      slot_of("t8", "kvm");
+      load_kv("r0", "kvm");
+      e.line("addi t8, g, 1");
+      s_product("kvm", "t8");
+      by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
+      oupd();
+      finish("kn", "cid", "bias");
+      e.line("li n, 0"), e.line("addi g, g, 1"), e.line("addi kvn, kvm, 0");
+      e.line("jmp item");
+      e.label(alone);  // no next item on this core
+      by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
+      oupd();
+      finish("qv", "oh", "mt");
+      e.line("jmp done");
+    } else {  // the next item's S product after this one's P V product
+      by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
+      oupd();
+      finish("qv", "oh", "mt");
+      e.line("addi g, g, 1");
+      e.line("addi t, t, " + std::to_string(c.P));
+      e.li("t0", L.plan.items), e.line("bge t, t0, done");
+      setup();
+      e.line("li n, 0");
+      slot_of("g", "kvn");
+      load_kv("n", "kvn");
+      s_product("kvn", "g");
+      e.line("jmp item");
+    }
   }
-  // O / l, cast into the item's Q buffer, stored strip by strip.
-  e.li("t0", L.RL), e.li("t1", L.L), e.li("t2", BR);
-  e.line("vpu.recip t0, t1, t2, f32");
-  e.li("t3", C), e.li("t4", C * 4);
-  for (int64_t q = 0; q < L.p.strips; ++q) {
-    e.li("t1", L.OB + q * BR * C * 4);
-    e.line("vpu.mulrow t1, t1, t0, t2, t3, t4, f32");
-  }
-  e.li("t1", L.OB), e.li("t2", BR * L.Dp);
-  e.line("vpu.cast qv, t1, t2, r0, f32, " + std::string(odt));
-  e.line("vpu.sync signal=" + OUTFULL);
-  e.li("t4", os.seq * O), e.li("t5", C * O);
-  for (int64_t q = 0; q < cdiv(D, C); ++q) {  // the strips of D's columns (not compute_head_dim's)
-    e.line("addi t0, oh, " + std::to_string(q * C * O)), e.line("addi t1, qv, " + std::to_string(q * BR * C * O));
-    e.li("t3", std::min(C, D - q * C) * O);
-    e.line("dma.st t0, t1, mt, t3, t4, t5" + std::string(q == 0 ? ", wait=" + OUTFULL : ""));
-  }
-  e.line("dmaout.sync signal=" + QFREE);
-  e.line("addi t, t, " + std::to_string(c.P));
-  e.line("jmp item");
   e.label("done");
   e.line("halt");
   return o.str();

@@ -17,7 +17,7 @@
 // the diagonal); its matrix units share each block's two products, each product cut into pieces (a strip of C
 // output columns by a group of rows) dealt over the units (attention_chip.cpp chooses the row groups).
 //
-// Per item: the Q block is loaded into VMEM (one of two Q buffers, by item parity; with key_bias, the batch's kb
+// Per item: the Q block is loaded into VMEM (one of two Q buffers, by item parity, or three: pipeline_items; with key_bias, the batch's kb
 // row too, into one of two bias rows whose columns past SK hold -inf); then for each key block n:
 //   dmain:   K_n and V_n into one of three K/V slots (waits KVFREE: a slot is free; signals KVFULL_u per unit)
 //   mxu u:   S_n = Q K_n^T into one of two S accumulator regions (the K tiles are loaded transposed, mxu.lw trans;
@@ -39,7 +39,10 @@
 // The products are software-pipelined: the program issues S_{n+1} before PV_n and the softmax of block n+1
 // before the O update of block n, so the matrix units compute S_{n+1} while the vector unit works on S_n, and
 // the K/V loads of later blocks run ahead in their three slots. Finally O / l is cast to the output type into the
-// item's Q buffer (Q is dead by then) and stored (signals QFREE: the buffer may take the Q of item + 2).
+// item's Q buffer (Q is dead by then) and stored (signals QFREE: the buffer may take the Q of item + 2, or + 3).
+// Items of one key block have no block loop to pipeline: with pipeline_items the program carries the pipeline
+// across items (the next item's K/V load and S product before this item's P V product, its softmax after this
+// item's O / l), so that the matrix units work while the vector unit finishes an item.
 //
 // Numerics: S in f32 (bf16 products exact, f32 sums), scaled in f32 (vpu.acc's scale), softmax statistics in f32;
 // P is rounded to bf16 before the P V product (as FlashAttention does); l sums the f32 P before that rounding.
@@ -95,6 +98,11 @@ struct AttentionChip {
   // a GPU runs its thread blocks when one fits per SM at a time: each pays its own load and store latencies. true:
   // the next item's Q and K/V loads run while the current item computes.
   bool overlap_items = true;
+  // With overlap_items, where every item is one key block (no key-block loop to pipeline within it): true issues
+  // the next item's K/V load and S product before the current item's P V product, so that the matrix units
+  // compute it while the vector unit makes P and finishes the item (O update, O / l, the cast); 3 Q buffers. The
+  // same bits either way.
+  bool pipeline_items = true;
   bool operator==(const AttentionChip&) const = default;
 };
 
