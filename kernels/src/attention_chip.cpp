@@ -731,16 +731,30 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   };
 
   // The items, as one stream of key blocks: block n + 1's K/V load and S product are issued before block n's
-  // P V product, and the softmax of block n + 1 before block n's O update (within an item). With overlap_items,
-  // the next item's first block's load and S product also come before the last block's P V product, so the
-  // matrix units compute it while the vector unit finishes the item (its O update, O / l and the cast); the
-  // next item's softmax follows (its m and l start once O / l has read the last item's l).
+  // P V product, and the softmax of block n + 1 before block n's O update (within an item). With pipe_items
+  // (items of one key block), the next item's load and S product also come before the item's P V product, so the
+  // matrix units compute it while the vector unit finishes the item (its O update, O / l and the cast); the next
+  // item's softmax follows (its m and l start once O / l has read the last item's l).
+  auto first_block = [&]() {  // the item's block 0: its K/V load and S product
+    e.line("li n, 0");
+    slot_of("g", "kvn");
+    load_kv("n", "kvn");
+    s_product("kvn", "g");
+  };
+  auto next_block = [&](const std::string& jr) {  // block jr (of this item or the next) after block n, global g + 1
+    e.line("addi t8, g, 1");
+    slot_of("t8", "kvm");
+    load_kv(jr, "kvm");
+    e.line("addi t8, g, 1");
+    s_product("kvm", "t8");
+  };
+  auto pv_and_update = [&]() {  // block n's P V product and O update
+    by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
+    oupd();
+  };
   e.li("t0", L.plan.items), e.line("bge t, t0, done");
   setup();
-  e.line("li n, 0");
-  slot_of("g", "kvn");
-  load_kv("n", "kvn");
-  s_product("kvn", "g");
+  first_block();
   e.label("item");
   init_stats();
   soft("n", "g");
@@ -748,11 +762,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   {
     const std::string last = e.fresh();
     e.line("addi kn, n, 1"), e.line("bge kn, nblk, " + last);
-    e.line("addi t8, g, 1");
-    slot_of("t8", "kvm");
-    load_kv("kn", "kvm");
-    e.line("addi t8, g, 1");
-    s_product("kvm", "t8");
+    next_block("kn");
     by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
     e.line("addi kn, n, 1"), e.line("addi t8, g, 1");
     soft("kn", "t8");
@@ -768,33 +778,23 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       e.line("addi t, t, " + std::to_string(c.P));
       e.li("t0", L.plan.items), e.line("bge t, t0, " + alone);
       setup();
-      e.line("addi t8, g, 1");
-      slot_of("t8", "kvm");
-      load_kv("r0", "kvm");
-      e.line("addi t8, g, 1");
-      s_product("kvm", "t8");
-      by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
-      oupd();
+      next_block("r0");
+      pv_and_update();
       finish("kn", "cid", "bias");
       e.line("li n, 0"), e.line("addi g, g, 1"), e.line("addi kvn, kvm, 0");
       e.line("jmp item");
       e.label(alone);  // no next item on this core
-      by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
-      oupd();
+      pv_and_update();
       finish("qv", "oh", "mt");
       e.line("jmp done");
-    } else {  // the next item's S product after this one's P V product
-      by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
-      oupd();
+    } else {  // the next item's loads after this one's P V product
+      pv_and_update();
       finish("qv", "oh", "mt");
       e.line("addi g, g, 1");
       e.line("addi t, t, " + std::to_string(c.P));
       e.li("t0", L.plan.items), e.line("bge t, t0, done");
       setup();
-      e.line("li n, 0");
-      slot_of("g", "kvn");
-      load_kv("n", "kvn");
-      s_product("kvn", "g");
+      first_block();
       e.line("jmp item");
     }
   }
