@@ -58,6 +58,9 @@ Chip chip_of(const AttentionChip& a, const std::map<std::string, int64_t>& s) {
     throw std::invalid_argument("attention_chip: compute_head_dim must be 0 or from head_dim (" +
                                 std::to_string(a.head_dim) + ") to 65536, got " + std::to_string(a.compute_head_dim));
   if (a.key_bias_stride < -1) throw std::invalid_argument("attention_chip: key_bias_stride must be -1 or more");
+  if (a.heads_per_item < 0 || (a.heads_per_item > 0 && a.heads % a.heads_per_item != 0))
+    throw std::invalid_argument("attention_chip: heads_per_item must be 0 or divide heads (" +
+                                std::to_string(a.heads) + "), got " + std::to_string(a.heads_per_item));
   const int64_t kvh = a.kv_heads ? a.kv_heads : a.heads;
   if (kvh < 1 || a.heads % kvh != 0)
     throw std::invalid_argument("attention_chip: heads (" + std::to_string(a.heads) +
@@ -75,16 +78,22 @@ Chip chip_of(const AttentionChip& a, const std::map<std::string, int64_t>& s) {
   return c;
 }
 
-// A product's split over the units: `strips` of C output columns by `groups` row groups of `rows` rows; piece p
-// is strip p / groups, row group p % groups, on unit p % U, the (p / U)-th of that unit.
+// A product's split over the units: for each of the item's `heads` heads, `strips` of C output columns by
+// `groups` row groups of `rows` rows; piece p is head p / (strips x groups), strip p / groups % strips, row group
+// p % groups, on unit p % U, the (p / U)-th of that unit.
 struct Split {
-  int64_t strips = 0, groups = 0, rows = 0, folds = 0;
+  int64_t strips = 0, groups = 0, rows = 0, folds = 0, heads = 1;
+  int64_t pieces() const { return heads * strips * groups; }
+  int64_t head(int64_t p) const { return p / (strips * groups); }
+  int64_t strip(int64_t p) const { return p / groups % strips; }
+  int64_t group(int64_t p) const { return p % groups; }
 };
 
 // The full layout and plan.
 struct Layout {
   AttentionPlan plan;
   int64_t D = 0, Dk = 0, Dp = 0, O = 0, KVH = 0, NQ = 0, NBK = 0, Mx = 0, mul = 0;
+  int64_t HG = 1, HR = 0;  // heads per item (a group of consecutive heads), and an item's rows: HG x BR
   Split s, p;
   int64_t sreg = 0, pvreg = 0;  // accumulator rows per unit of one S region, one PV region
   // VMEM
@@ -102,21 +111,22 @@ struct Layout {
 };
 
 int64_t pieces_on(const Split& sp, int64_t U, int64_t u) {  // pieces of unit u
-  const int64_t n = sp.strips * sp.groups;
+  const int64_t n = sp.pieces();
   return n > u ? cdiv(n - u, U) : 0;
 }
 
-// Row groups for a product of `strips` strips over BR rows and `folds` folds: the fewest units' cycles (pieces
+// Row groups for a product of `strips` strips over BR rows and `folds` folds, for each of `heads` heads: the
+// fewest units' cycles (pieces
 // per unit x folds x max(rows, R): a weight load takes R cycles and hides behind a stream of at least R rows),
 // ties to fewer groups (longer streams, fewer instructions).
-Split choose_split(int64_t strips, int64_t folds, int64_t BR, const Chip& c) {
+Split choose_split(int64_t strips, int64_t folds, int64_t BR, int64_t heads, const Chip& c) {
   Split best;
   double best_cost = 0;
   for (int64_t g = 1; g <= c.U && g <= BR; g *= 2) {
     if (BR % g) continue;
     const int64_t rows = BR / g;
-    const double cost = static_cast<double>(cdiv(strips * g, c.U) * folds * std::max(rows, c.R));
-    if (best.groups == 0 || cost < best_cost) best = Split{strips, g, rows, folds}, best_cost = cost;
+    const double cost = static_cast<double>(cdiv(heads * strips * g, c.U) * folds * std::max(rows, c.R));
+    if (best.groups == 0 || cost < best_cost) best = Split{strips, g, rows, folds, heads}, best_cost = cost;
   }
   return best;
 }
@@ -129,25 +139,29 @@ double vop(const Chip& c, int64_t elems, int64_t bytes_per_elem, int64_t rate = 
                   static_cast<double>(elems * bytes_per_elem) / c.vbpc);
 }
 
-// The layout for (BR, BC), or false when it does not fit the accumulators or VMEM.
-bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, Layout& L) {
+// The layout for (BR, BC) and HG heads per item, or false when it does not fit the accumulators or VMEM. An
+// item's HG heads are HG x BR rows (head j's query rows at j x BR) for the vector unit, which treats them as one
+// block of rows; each head keeps its own K and V.
+bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, int64_t HG, Layout& L) {
   L = Layout{};
   L.D = a.head_dim, L.O = isa::dtype_size(a.out), L.KVH = a.kv_heads ? a.kv_heads : a.heads;
+  L.HG = HG, L.HR = HG * BR;
+  const int64_t HR = L.HR;
   L.mul = BR / BC;
   L.Dk = std::max(L.D, a.compute_head_dim);  // the products' head size (padded past D with zero weights)
-  L.s = choose_split(cdiv(BC, c.C), cdiv(L.Dk, c.R), BR, c);
-  L.p = choose_split(cdiv(L.Dk, c.C), cdiv(BC, c.R), BR, c);
+  L.s = choose_split(cdiv(BC, c.C), cdiv(L.Dk, c.R), BR, HG, c);
+  L.p = choose_split(cdiv(L.Dk, c.C), cdiv(BC, c.R), BR, HG, c);
   L.Dp = L.p.strips * c.C;
-  L.sreg = cdiv(L.s.strips * L.s.groups, c.U) * L.s.rows;
-  L.pvreg = cdiv(L.p.strips * L.p.groups, c.U) * L.p.rows;
+  L.sreg = cdiv(L.s.pieces(), c.U) * L.s.rows;
+  L.pvreg = cdiv(L.p.pieces(), c.U) * L.p.rows;
   L.SQ = a.seq, L.SK = a.seq_k ? a.seq_k : a.seq;
-  L.NQ = cdiv(L.SQ, BR), L.NBK = cdiv(L.SK, BC), L.Mx = std::max(BR, BC);
-  L.PB = align64(BR * BC * 2);
-  L.ALB = align64(BR * 4);
+  L.NQ = cdiv(L.SQ, BR), L.NBK = cdiv(L.SK, BC), L.Mx = std::max(HR, BC);
+  L.PB = align64(HR * BC * 2);
+  L.ALB = align64(HR * 4);
   // The register-resident part's bytes: S (also the P V drain's scratch), two P slots, O, five row vectors and
   // two alpha rows.
-  const int64_t reg_bytes = align64(std::max(BR * BC, L.p.rows * c.C) * 4) + 2 * L.PB + align64(BR * L.Dp * 4) +
-                            5 * align64(BR * 4) + 2 * L.ALB;
+  const int64_t reg_bytes = align64(std::max(HR * BC, L.p.rows * c.C) * 4) + 2 * L.PB + align64(HR * L.Dp * 4) +
+                            5 * align64(HR * 4) + 2 * L.ALB;
   // Two PV regions if they fit, and the register-resident part in the accumulators if it fits there (else VMEM).
   int64_t npv = 0;
   bool regs = false;
@@ -175,25 +189,25 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, Layo
     reg_at += align64(bytes);
     return here;
   };
-  L.QB = align64(std::max(BR * L.D * 2, BR * L.Dp * L.O));
+  L.QB = align64(std::max(HR * L.D * 2, HR * L.Dp * L.O));
   L.pipe_items = a.overlap_items && a.pipeline_items && L.NBK == 1;
   L.NQB = L.pipe_items ? 3 : 2;
   L.Q0 = take(L.NQB * L.QB);
-  L.VOFF = align64(BC * L.D * 2);
+  L.VOFF = align64(HG * BC * L.D * 2);  // head j's keys at j x BC x D elements
   L.KVB = 2 * L.VOFF;
   L.KV0 = take(3 * L.KVB);
-  L.SB = take_reg(std::max(BR * BC, L.p.rows * c.C) * 4);
+  L.SB = take_reg(std::max(HR * BC, L.p.rows * c.C) * 4);
   L.P0 = take_reg(2 * L.PB);
-  L.OB = take_reg(BR * L.Dp * 4);
+  L.OB = take_reg(HR * L.Dp * 4);
   L.Z = take(2 * L.Mx * 4);
   L.MASK = a.causal ? take(BC * BC * 4) : 0;
-  L.M = take_reg(BR * 4), L.L = take_reg(BR * 4), L.MX = take_reg(BR * 4), L.RS = take_reg(BR * 4);
-  L.RL = take_reg(BR * 4);
+  L.M = take_reg(HR * 4), L.L = take_reg(HR * 4), L.MX = take_reg(HR * 4), L.RS = take_reg(HR * 4);
+  L.RL = take_reg(HR * 4);
   L.AL0 = take_reg(2 * L.ALB);
   if (a.key_bias) L.KBB = align64(L.NBK * BC * 4), L.KB0 = take(L.NQB * L.KBB);
   L.end = at;
   if (L.end > c.VMEM) return false;
-  L.plan.br = BR, L.plan.bc = BC, L.plan.gs = L.s.groups, L.plan.gp = L.p.groups;
+  L.plan.br = BR, L.plan.bc = BC, L.plan.hg = HG, L.plan.gs = L.s.groups, L.plan.gp = L.p.groups;
   return true;
 }
 
@@ -201,20 +215,20 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, Layo
 // unit's cycles and the K/V transfer at this core's share of the memory bandwidth; per item a fill (the Q and the
 // first K/V load's latency, one block's S product) and the final O / l; items dealt round-robin over the cores.
 void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
-  const int64_t BR = L.plan.br, BC = L.plan.bc;
-  const double mxu = static_cast<double>(cdiv(L.s.strips * L.s.groups, c.U) * L.s.folds * std::max(L.s.rows, c.R) +
-                                         cdiv(L.p.strips * L.p.groups, c.U) * L.p.folds * std::max(L.p.rows, c.R));
+  const int64_t BR = L.HR, BC = L.plan.bc;  // (an item's rows: its heads' query rows)
+  const double mxu = static_cast<double>(cdiv(L.s.pieces(), c.U) * L.s.folds * std::max(L.s.rows, c.R) +
+                                         cdiv(L.p.pieces(), c.U) * L.p.folds * std::max(L.p.rows, c.R));
   const int64_t sb = BR * BC;
   const int64_t x = L.regs ? 0 : 1;  // VMEM bytes per byte of S, P, O and the row vectors (0: in the accumulators)
   // The drains, rmax, subrow, exp (at the special functions' rate), rsum, the cast to P and the row vectors' six.
-  double vpu = static_cast<double>(L.s.strips * L.s.groups) * vop(c, L.s.rows * c.C, 4 * x) + vop(c, sb, 4 * x) +
+  double vpu = static_cast<double>(L.s.pieces()) * vop(c, L.s.rows * c.C, 4 * x) + vop(c, sb, 4 * x) +
                vop(c, sb, 8 * x) + vop(c, sb, 8 * x, c.special) + vop(c, sb, 4 * x) + vop(c, sb, 6 * x) +
                6 * vop(c, BR, 12 * x);
-  vpu += static_cast<double>(L.p.strips * L.p.groups) *
+  vpu += static_cast<double>(L.p.pieces()) *
          (vop(c, L.p.rows * c.C, 4 * x) + vop(c, L.p.rows * c.C, 8 * x) + vop(c, L.p.rows * c.C, 12 * x));
-  const int64_t items = a.batch * a.heads * L.NQ;
+  const int64_t items = a.batch * (a.heads / L.HG) * L.NQ;
   const double share = static_cast<double>(c.mem_bpc) / static_cast<double>(std::min<int64_t>(items, c.P));
-  const double kv = static_cast<double>(2 * BC * L.D * 2) / share;
+  const double kv = static_cast<double>(L.HG * 2 * BC * L.D * 2) / share;
   const double block = std::max({mxu, vpu, kv});
   double fill = 2.0 * static_cast<double>(c.latency) + static_cast<double>(BR * L.D * 2) / share + mxu +
                 static_cast<double>(L.p.strips) * vop(c, BR * c.C, 8 * x) + vop(c, BR * L.Dp, L.regs ? 2 : 6);
@@ -224,7 +238,7 @@ void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
   int64_t blocks = 0;
   for (int64_t t = 0; t < items; ++t) {
     const int64_t qb = a.causal ? L.NQ - 1 - t % L.NQ : t % L.NQ;
-    const int64_t n = a.causal ? std::min(L.NBK, cdiv((qb + 1) * BR, BC)) : L.NBK;
+    const int64_t n = a.causal ? std::min(L.NBK, cdiv((qb + 1) * L.plan.br, BC)) : L.NBK;
     blocks += n;
     core[static_cast<size_t>(t % c.P)] += fill + static_cast<double>(n) * block;
   }
@@ -237,7 +251,7 @@ Layout plan_of(const AttentionChip& a, const Chip& c) {
     if (a.block_q < 1 || a.block_k < 1 || (a.causal && a.block_q % a.block_k && a.block_k % a.block_q))
       throw std::invalid_argument("attention_chip: block_q must be a positive multiple or divisor of block_k");
     Layout L;
-    if (!lay_out(a, c, a.block_q, a.block_k, L))
+    if (!lay_out(a, c, a.block_q, a.block_k, a.heads_per_item ? a.heads_per_item : 1, L))
       throw std::invalid_argument("attention_chip: blocks of " + std::to_string(a.block_q) + " x " +
                                   std::to_string(a.block_k) + " do not fit the accumulators or VMEM");
     estimate(a, c, L);
@@ -247,7 +261,8 @@ Layout plan_of(const AttentionChip& a, const Chip& c) {
   bool found = false;
   // Query blocks up to the queries' power of two, key blocks up to the keys'; BR a multiple of BC unless the
   // queries are fewer than a key block (decoding: one query, many keys) or block_k is given (then any BR from 16:
-  // more, smaller items for many cores).
+  // more, smaller items for many cores). Heads per item: the powers of two up to the units that divide the heads
+  // (more heads fill more units where one head's product is too few pieces), or heads_per_item.
   auto span_of = [](int64_t n) {
     return std::max<int64_t>(16, int64_t{1} << static_cast<int>(std::ceil(std::log2(static_cast<double>(n)))));
   };
@@ -263,10 +278,13 @@ Layout plan_of(const AttentionChip& a, const Chip& c) {
        bc <= (a.block_k ? a.block_k : std::max(min_k, std::min<int64_t>(256, span_k))); bc *= 2)
     for (int64_t br = a.block_k ? 16 : std::max(min_q, std::min(bc, span_q)); br <= 512 && br <= top_q && br <= 8 * bc;
          br *= 2) {
-      Layout L;
-      if (!lay_out(a, c, br, bc, L)) continue;
-      estimate(a, c, L);
-      if (!found || L.plan.estimate < best.plan.estimate) best = L, found = true;
+      for (int64_t hg = a.heads_per_item ? a.heads_per_item : 1;
+           hg <= (a.heads_per_item ? a.heads_per_item : c.U) && a.heads % hg == 0; hg *= 2) {
+        Layout L;
+        if (!lay_out(a, c, br, bc, hg, L)) continue;
+        estimate(a, c, L);
+        if (!found || L.plan.estimate < best.plan.estimate) best = L, found = true;
+      }
     }
   if (!found && !a.block_k && (min_q > 16 || min_k > 16)) {  // the smallest blocks do not fit: halve them, keys first
     AttentionChip smaller = a;
@@ -316,6 +334,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   const int64_t BR = L.plan.br, BC = L.plan.bc, D = L.D, H = a.heads, KVH = L.KVH, S = L.SQ, SK = L.SK, U = c.U,
                 R = c.R, C = c.C, O = L.O;
   const int64_t NPV = L.plan.pv_regions;
+  const int64_t HG = L.HG, HR = L.HR;         // heads per item, and its rows (head j's query rows at j x BR)
   const int64_t KTL = SK - (L.NBK - 1) * BC;  // keys of the last block
   // Element strides (batch, seq, head) of each tensor; all 0: the default layout.
   const bool strided = !(a.q_strides == AttentionStrides{} && a.k_strides == AttentionStrides{} &&
@@ -346,7 +365,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   auto& o = e.o;
   o << "# attention_chip: o[" << a.batch << "," << S << "," << H << "," << D << "] = softmax(q k^T * " << scale
     << (a.causal ? " + causal mask" : "") << ") v, kv heads " << KVH << ", on " << c.P << " cores x " << U
-    << " matrix units: " << L.plan.items << " items of " << BR << " query rows, key blocks of " << BC
+    << " matrix units: " << L.plan.items << " items of " << HG << " head(s) x " << BR << " query rows, key blocks of " << BC
     << " (S: " << L.s.groups << " row groups, PV: " << L.p.groups << "; " << NPV
     << " PV regions) (kernels/attention_chip.h)\n";
   o << ".name \"attention_chip\"\n.cores " << c.P << "\n";
@@ -430,17 +449,25 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   }
   e.line("addi t, cid, 0");
 
-  // K_j and V_j (j in register `jr`) into the slot at VMEM address `slot`.
+  // K_j and V_j (j in register `jr`) of the item's heads into the slot at VMEM address `slot`: head i's keys at
+  // i x BC x D elements, its values VOFF bytes after them. kh and vh hold the batch's k and v; head i reads kv head
+  // (h + i) / (H / KVH).
   auto load_kv = [&](const std::string& jr, const std::string& slot) {
-    e.li("t5", BC * ks.seq * 2), e.line("mul t0, " + jr + ", t5"), e.line("add t1, kh, t0");
     e.line("muli t2, " + jr + ", " + std::to_string(BC)), e.li("t3", SK), e.line("sub t2, t3, t2"), e.li("t3", BC),
         e.line("min t2, t2, t3"), e.clobber("t2");
-    e.li("t3", D * 2), e.li("t4", ks.seq * 2);
-    e.line("dma.ld " + slot + ", t1, t2, t3, t4, t3, wait=" + KVFREE);
-    e.li("t5", BC * vs.seq * 2), e.line("mul t0, " + jr + ", t5"), e.clobber("t5");
-    e.line("add t1, vh, t0"), e.line("addi t6, " + slot + ", " + std::to_string(L.VOFF)), e.li("t4", vs.seq * 2);
-    e.line("dma.ld t6, t1, t2, t3, t4, t3");
-    e.clobber("t0"), e.clobber("t1"), e.clobber("t6");
+    for (int64_t i = 0; i < HG; ++i) {
+      e.line("addi t7, h, " + std::to_string(i)), e.li("t3", H / KVH), e.line("div t7, t7, t3");  // its kv head
+      e.line("muli t5, t7, " + std::to_string(ks.head * 2)), e.line("muli t0, " + jr + ", " + std::to_string(BC * ks.seq * 2));
+      e.line("add t0, t0, t5"), e.line("add t1, kh, t0");
+      e.li("t3", D * 2), e.li("t4", ks.seq * 2);
+      e.line("addi t6, " + slot + ", " + std::to_string(i * BC * D * 2));
+      e.line("dma.ld t6, t1, t2, t3, t4, t3" + std::string(i == 0 ? ", wait=" + KVFREE : ""));
+      e.line("muli t5, t7, " + std::to_string(vs.head * 2)), e.line("muli t0, " + jr + ", " + std::to_string(BC * vs.seq * 2));
+      e.line("add t0, t0, t5"), e.line("add t1, vh, t0");
+      e.line("addi t6, " + slot + ", " + std::to_string(L.VOFF + i * BC * D * 2)), e.li("t4", vs.seq * 2);
+      e.line("dma.ld t6, t1, t2, t3, t4, t3");
+      e.clobber("t0"), e.clobber("t1"), e.clobber("t5"), e.clobber("t6"), e.clobber("t7");
+    }
     for (int64_t u = 0; u < U; ++u) e.line("dmain.sync signal=" + KVFULL(u));
   };
   // The slot of block index in register `gr` into `out`: KV0 + (gr % 3) * KVB.
@@ -458,17 +485,17 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     for (int64_t u = 0; u < U; ++u) {
       if (!has_s[u]) continue;
       bool first_lw = true, first_mm = true;
-      for (int64_t p = u; p < L.s.strips * L.s.groups; p += U) {
-        const int64_t q = p / L.s.groups, r = p % L.s.groups, idx = p / U;
+      for (int64_t p = u; p < L.s.pieces(); p += U) {
+        const int64_t j = L.s.head(p), q = L.s.strip(p), r = L.s.group(p), idx = p / U;
         for (int64_t f = 0; f < L.s.folds; ++f) {
           // Folds past D (compute_head_dim) load a tile of no rows (all zero) and stream fold 0's columns.
           const int64_t fr = f * R < D ? f * R : 0;
-          e.line("addi t1, " + slot + ", " + std::to_string((q * C * D + fr) * 2));
+          e.line("addi t1, " + slot + ", " + std::to_string((j * BC * D + q * C * D + fr) * 2));
           e.li("t2", std::clamp<int64_t>(D - f * R, 0, R)), e.li("t3", std::min(C, BC - q * C)), e.li("t4", D * 2);
           e.line("mxu.lw t1, t2, t3, t4, bf16, trans, mxu=" + std::to_string(u) +
                  (first_lw ? ", wait=" + KVFULL(u) : ""));
           first_lw = false;
-          e.line("addi t1, qv, " + std::to_string((r * L.s.rows * D + fr) * 2));
+          e.line("addi t1, qv, " + std::to_string(((j * BR + r * L.s.rows) * D + fr) * 2));
           e.line("addi t5, t0, " + std::to_string(idx * L.s.rows)), e.clobber("t5");
           e.li("t6", L.s.rows);
           e.line("mxu.mm t1, t6, t5, t4, bf16" + std::string(f ? ", accumulate" : "") + ", mxu=" + std::to_string(u) +
@@ -493,20 +520,21 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       if (!has_p[u]) continue;
       if (!has_s[u]) e.line("mxu.sync mxu=" + std::to_string(u) + ", wait=" + KVFULL(u));
       bool first_lw = true, first_mm = true;
-      for (int64_t p = u; p < L.p.strips * L.p.groups; p += U) {
-        const int64_t q = p / L.p.groups, r = p % L.p.groups, idx = p / U;
+      for (int64_t p = u; p < L.p.pieces(); p += U) {
+        const int64_t j = L.p.head(p), q = L.p.strip(p), r = L.p.group(p), idx = p / U;
         for (int64_t f = 0; f < L.p.folds; ++f) {
           // Strips past D (compute_head_dim) load a tile of no rows (all zero) from strip 0's place: their
           // columns of O are zeros, never stored.
           const bool pad = q * C >= D;
-          e.line("addi t1, " + slot + ", " + std::to_string(L.VOFF + (f * R * D + (pad ? 0 : q * C)) * 2));
+          e.line("addi t1, " + slot + ", " +
+                 std::to_string(L.VOFF + (j * BC * D + f * R * D + (pad ? 0 : q * C)) * 2));
           e.li("t2", pad ? 0 : std::clamp<int64_t>(kt - f * R, 0, R));
           e.li("t3", pad ? std::min(C, L.Dk - q * C) : std::min(C, D - q * C)), e.li("t4", D * 2);
           // V's tile needs no P: it loads while the vector unit still makes P (the unit's first product waits for it)
           e.line("mxu.lw t1, t2, t3, t4, bf16, mxu=" + std::to_string(u));
           if (first_lw) e.line("mxu.sync mxu=" + std::to_string(u) + ", wait=" + PFULL(u));
           first_lw = false;
-          e.line("addi t1, t7, " + std::to_string((r * L.p.rows * BC + f * R) * 2));
+          e.line("addi t1, t7, " + std::to_string(((j * BR + r * L.p.rows) * BC + f * R) * 2));
           e.line("addi t5, t0, " + std::to_string(idx * L.p.rows)), e.clobber("t5");
           e.li("t6", L.p.rows), e.li("t8", BC * 2);
           e.line("mxu.mm t1, t6, t5, t8, bf16" + std::string(f ? ", accumulate" : "") + ", mxu=" + std::to_string(u) +
@@ -539,9 +567,9 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     for (int64_t u = 0; u < U; ++u) {
       if (!has_s[u]) continue;
       e.line("vpu.sync wait=" + SFULL(u));
-      for (int64_t p = u; p < L.s.strips * L.s.groups; p += U) {
-        const int64_t q = p / L.s.groups, r = p % L.s.groups, idx = p / U;
-        e.li("t1", L.SB + (r * L.s.rows * BC + q * C) * 4);
+      for (int64_t p = u; p < L.s.pieces(); p += U) {
+        const int64_t j = L.s.head(p), q = L.s.strip(p), r = L.s.group(p), idx = p / U;
+        e.li("t1", L.SB + ((j * BR + r * L.s.rows) * BC + q * C) * 4);
         e.line("addi t2, t0, " + std::to_string(u * c.ACC + idx * L.s.rows)), e.clobber("t2");
         e.li("t3", L.s.rows), e.li("t4", std::min(C, BC - q * C)), e.li("t5", BC * 4);
         e.line("addi t6, bias, " + std::to_string(q * C * 4)), e.clobber("t6");
@@ -554,8 +582,10 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       e.line("addi t1, nblk, -1"), e.line("bne " + kr + ", t1, " + skip);
       e.line("muli t2, qb, " + std::to_string(BR)), e.li("t4", BC), e.line("rem t2, t2, t4");
       e.line("muli t2, t2, " + std::to_string(BC * 4)), e.line("addi t2, t2, " + std::to_string(L.MASK));
-      e.li("t3", L.SB), e.li("t4", BR * BC);
-      e.line("vpu.add t3, t3, t2, t4, f32");
+      for (int64_t j = 0; j < HG; ++j) {  // each head's rows
+        e.li("t3", L.SB + j * BR * BC * 4), e.li("t4", BR * BC);
+        e.line("vpu.add t3, t3, t2, t4, f32");
+      }
       e.label(skip);
     } else if (a.causal) {  // block e = kb - qb * (BR/BC) >= 0 reaches the diagonal: rows above it -inf, then the triangle
       const std::string skip = e.fresh(), tri = e.fresh();
@@ -563,15 +593,20 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       e.line("blt t1, r0, " + skip);
       e.line("muli t2, t1, " + std::to_string(BC));
       e.line("beq t2, r0, " + tri);
-      e.li("t3", L.SB), e.li("t4", L.Z + L.Mx * 4), e.li("t5", BC), e.li("t6", BC * 4);
-      e.line("vpu.addrow t3, t3, t4, t2, t5, t6, f32");
+      for (int64_t j = 0; j < HG; ++j) {  // each head's rows
+        e.li("t3", L.SB + j * BR * BC * 4), e.li("t4", L.Z + L.Mx * 4), e.li("t5", BC), e.li("t6", BC * 4);
+        e.line("vpu.addrow t3, t3, t4, t2, t5, t6, f32");
+      }
       e.label(tri);
       e.line("muli t2, t1, " + std::to_string(BC * BC * 4)), e.line("addi t2, t2, " + std::to_string(L.SB));
       e.li("t3", L.MASK), e.li("t4", BC * BC);
-      e.line("vpu.add t2, t2, t3, t4, f32");
+      for (int64_t j = 0; j < HG; ++j) {
+        if (j > 0) e.line("addi t2, t2, " + std::to_string(BR * BC * 4));
+        e.line("vpu.add t2, t2, t3, t4, f32");
+      }
       e.label(skip);
     }
-    e.li("t1", L.MX), e.li("t2", L.SB), e.li("t3", BR), e.li("t4", BC), e.li("t5", BC * 4), e.li("t6", L.M);
+    e.li("t1", L.MX), e.li("t2", L.SB), e.li("t3", HR), e.li("t4", BC), e.li("t5", BC * 4), e.li("t6", L.M);
     e.line("vpu.rmax t1, t2, t3, t4, t5, f32");
     e.line("vpu.max t1, t1, t6, t3, f32");  // m_new
     e.line("and t7, " + gr + ", one"), e.line("muli t7, t7, " + std::to_string(L.ALB)),
@@ -580,7 +615,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     e.line("vpu.exp t7, t7, t3, f32");      // alpha
     e.line("vpu.max t6, t6, t1, t3, f32");  // m = m_new
     e.line("vpu.subrow t2, t2, t1, t3, t4, t5, f32");
-    e.li("t0", BR * BC);  // (gr may be t8: left alone)
+    e.li("t0", HR * BC);  // (gr may be t8: left alone)
     e.line("vpu.exp t2, t2, t0, f32");
     e.li("t0", L.RS), e.li("t1", L.L);
     e.line("vpu.rsum t0, t2, t3, t4, t5, f32");
@@ -588,7 +623,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     e.line("vpu.add t1, t1, t0, t3, f32");
     e.line("and t7, " + gr + ", one"), e.line("muli t7, t7, " + std::to_string(L.PB)),
         e.line("addi t7, t7, " + std::to_string(L.P0));
-    e.li("t0", BR * BC);
+    e.li("t0", HR * BC);
     e.line("vpu.cast t7, t2, t0, r0, f32, bf16");
     for (int64_t u = 0; u < U; ++u)
       if (has_p[u]) e.line("vpu.sync signal=" + PFULL(u));
@@ -609,9 +644,10 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       for (int64_t u = 0; u < U; ++u) {
         if (!has_p[u]) continue;
         e.line("vpu.sync wait=" + OFULL(u));
-        for (int64_t p = u; p < L.p.strips * L.p.groups; p += U) {
-          const int64_t q = p / L.p.groups, r = p % L.p.groups, idx = p / U;
-          const int64_t opiece = L.OB + (q * BR * C + r * L.p.rows * C) * 4;
+        for (int64_t p = u; p < L.p.pieces(); p += U) {
+          const int64_t j = L.p.head(p), q = L.p.strip(p), r = L.p.group(p), idx = p / U;
+          const int64_t row = j * BR + r * L.p.rows;  // the piece's first row among the item's HR
+          const int64_t opiece = L.OB + (q * HR * C + row * C) * 4;
           e.line("addi t2, t0, " + std::to_string(u * c.ACC + idx * L.p.rows)), e.clobber("t2");
           e.li("t3", L.p.rows), e.li("t4", std::min(C, (q * C < D ? D : L.Dk) - q * C)), e.li("t5", C * 4);
           if (pass == 1) {
@@ -620,7 +656,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
           } else {
             e.li("t1", L.SB);
             e.line("vpu.acc t1, t2, t3, t4, t5, r0, r0, f32, f32");
-            e.li("t6", opiece), e.line("addi t8, t7, " + std::to_string(r * L.p.rows * 4)), e.clobber("t8");
+            e.li("t6", opiece), e.line("addi t8, t7, " + std::to_string(row * 4)), e.clobber("t8");
             e.li("t4", C);
             e.line("vpu.mulrow t6, t6, t8, t3, t4, t5, f32");
             e.li("t8", L.p.rows * C);
@@ -643,7 +679,8 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       e.li("t3", L.NQ - 1), e.line("sub qb, t3, t1");
     else
       e.line("addi qb, t1, 0");
-    e.li("t0", H), e.line("rem h, t2, t0"), e.line("div b, t2, t0");
+    e.li("t0", H / HG), e.line("rem h, t2, t0"), e.line("div b, t2, t0");
+    if (HG > 1) e.line("muli h, h, " + std::to_string(HG));  // the item's first head
     e.line("muli t0, qb, " + std::to_string(BR)), e.li("t1", S), e.line("sub mt, t1, t0"), e.li("t1", BR),
         e.line("min mt, mt, t1");
     if (a.causal) {  // the blocks up to the one holding the item's last row: ceil((qb + 1) BR / BC), at most NBK
@@ -655,7 +692,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       e.line("li nblk, " + std::to_string(L.NBK));
     }
     // The first query row's element offset b * batch + q0 * seq + h * head (q0 = qb * BR in t0), in bytes, for q
-    // and o; the kv head's, b * batch + (h / (H / KVH)) * head, for k and v.
+    // and o (head h, the item's first); the batch's, b * batch, for k and v (load_kv adds each head's kv head).
     auto offset = [&](const std::string& to, const std::string& base, const AttentionStrides& st,
                       const std::string& row, const std::string& head, int64_t bytes) {
       e.line("muli t1, b, " + std::to_string(st.batch * bytes));
@@ -665,7 +702,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     };
     offset("qh", "q", qs, "t0", "h", 2);
     offset("oh", "o", os, "t0", "h", O);
-    e.li("t1", H / KVH), e.line("div t0, h, t1"), e.clobber("t0");  // the kv head
+    e.line("li t0, 0"), e.clobber("t0");
     offset("kh", "k", ks, "", "t0", 2);
     offset("vh", "v", vs, "", "t0", 2);
     e.line("muli qv, ip, " + std::to_string(L.QB)), e.line("addi qv, qv, " + std::to_string(L.Q0));
@@ -676,7 +713,15 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       e.line("addi ip, ip, 1"), e.line("rem ip, ip, three");
     e.clobber("t0"), e.clobber("t1"), e.clobber("t2");
     e.li("t3", D * 2), e.li("t4", qs.seq * 2);
-    e.line("dma.ld qv, qh, mt, t3, t4, t3, wait=" + QFREE);
+    for (int64_t j = 0; j < HG; ++j) {  // head j's rows at j x BR of the Q buffer
+      if (j == 0) {
+        e.line("dma.ld qv, qh, mt, t3, t4, t3, wait=" + QFREE);
+        continue;
+      }
+      e.line("addi t1, qv, " + std::to_string(j * BR * D * 2)), e.line("addi t2, qh, " + std::to_string(j * qs.head * 2));
+      e.line("dma.ld t1, t2, mt, t3, t4, t3");
+      e.clobber("t1"), e.clobber("t2");
+    }
     if (a.key_bias) {  // the batch's kb row into the item's bias row (its Q buffer's parity: free when that is)
       e.line("muli t6, b, " + std::to_string(kbs * 4)), e.line("li t7, kb"), e.line("add t6, t6, t7");
       e.li("t7", SK * 4);
@@ -693,7 +738,7 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   };
   // m = -inf, l = 0 (after the previous item's O / l has read its l)
   auto init_stats = [&]() {
-    e.li("t0", L.M), e.li("t1", L.Z + L.Mx * 4), e.li("t2", L.Z), e.li("t3", BR);
+    e.li("t0", L.M), e.li("t1", L.Z + L.Mx * 4), e.li("t2", L.Z), e.li("t3", HR);
     e.line("vpu.add t0, t1, t2, t3, f32");
     e.li("t0", L.L), e.line("vpu.add t0, t2, t2, t3, f32");
   };
@@ -710,23 +755,26 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   };
   // O / l, cast into the item's Q buffer (register `qr`), stored strip by strip to `ohr` (its mt rows in `mtr`).
   auto finish = [&](const std::string& qr, const std::string& ohr, const std::string& mtr) {
-    e.li("t0", L.RL), e.li("t1", L.L), e.li("t2", BR);
+    e.li("t0", L.RL), e.li("t1", L.L), e.li("t2", HR);
     e.line("vpu.recip t0, t1, t2, f32");
     e.li("t3", C), e.li("t4", C * 4);
     for (int64_t q = 0; q < L.p.strips; ++q) {
-      e.li("t1", L.OB + q * BR * C * 4);
+      e.li("t1", L.OB + q * HR * C * 4);
       e.line("vpu.mulrow t1, t1, t0, t2, t3, t4, f32");
     }
-    e.li("t1", L.OB), e.li("t2", BR * L.Dp);
+    e.li("t1", L.OB), e.li("t2", HR * L.Dp);
     e.line("vpu.cast " + qr + ", t1, t2, r0, f32, " + std::string(odt));
     e.line("vpu.sync signal=" + OUTFULL);
     e.li("t4", os.seq * O), e.li("t5", C * O);
-    for (int64_t q = 0; q < cdiv(D, C); ++q) {  // the strips of D's columns (not compute_head_dim's)
-      e.line("addi t0, " + ohr + ", " + std::to_string(q * C * O)),
-          e.line("addi t1, " + qr + ", " + std::to_string(q * BR * C * O));
-      e.li("t3", std::min(C, D - q * C) * O);
-      e.line("dma.st t0, t1, " + mtr + ", t3, t4, t5" + std::string(q == 0 ? ", wait=" + OUTFULL : ""));
-    }
+    bool first = true;
+    for (int64_t j = 0; j < HG; ++j)                // each head's rows (j x BR of the strip), to its place in o
+      for (int64_t q = 0; q < cdiv(D, C); ++q) {  // the strips of D's columns (not compute_head_dim's)
+        e.line("addi t0, " + ohr + ", " + std::to_string(j * os.head * O + q * C * O)),
+            e.line("addi t1, " + qr + ", " + std::to_string((q * HR + j * BR) * C * O));
+        e.li("t3", std::min(C, D - q * C) * O);
+        e.line("dma.st t0, t1, " + mtr + ", t3, t4, t5" + std::string(first ? ", wait=" + OUTFULL : ""));
+        first = false;
+      }
     e.line("dmaout.sync signal=" + QFREE);
   };
 

@@ -11,14 +11,17 @@
 // by 1 / scale first: (s + kb / scale) * scale, which is s * scale + kb exactly where the scale is a power of two
 // or kb is 0, within a rounding of kb otherwise.
 //
-// Work split. Work items are (b, h, query block of BR rows), dealt round-robin over the cores (SPMD: core c takes
-// items c, c + cores, ...; the query blocks of one head are dealt longest first, so that under the causal mask the
-// cores' loads even out). Per item, the core loops over key blocks of BC rows (causal: only the blocks at or below
-// the diagonal); its matrix units share each block's two products, each product cut into pieces (a strip of C
-// output columns by a group of rows) dealt over the units (attention_chip.cpp chooses the row groups).
+// Work split. Work items are (b, a group of HG consecutive heads h, query block of BR rows), dealt round-robin
+// over the cores (SPMD: core c takes items c, c + cores, ...; the query blocks of one head are dealt longest first,
+// so that under the causal mask the cores' loads even out). Per item, the core loops over key blocks of BC rows
+// (causal: only the blocks at or below the diagonal); its matrix units share each block's two products, each
+// head's product cut into pieces (a strip of C output columns by a group of rows) dealt over the units
+// (attention_chip.cpp chooses the row groups; heads_per_item, HG). The vector unit works on the item's HG x BR rows
+// at once (head j's at j x BR), each head with its own K and V.
 //
-// Per item: the Q block is loaded into VMEM (one of two Q buffers, by item parity, or three: pipeline_items; with key_bias, the batch's kb
-// row too, into one of two bias rows whose columns past SK hold -inf); then for each key block n:
+// Per item: the Q blocks of its heads are loaded into VMEM (one of two Q buffers, by item parity, or three:
+// pipeline_items; with key_bias, the batch's kb row too, into the bias row of the Q buffer's index, whose columns
+// past SK hold -inf); then for each key block n:
 //   dmain:   K_n and V_n into one of three K/V slots (waits KVFREE: a slot is free; signals KVFULL_u per unit)
 //   mxu u:   S_n = Q K_n^T into one of two S accumulator regions (the K tiles are loaded transposed, mxu.lw trans;
 //            first load waits KVFULL_u, first mm waits SFREE_u; mxu.sync signals SFULL_u)
@@ -103,13 +106,19 @@ struct AttentionChip {
   // compute it while the vector unit makes P and finishes the item (O update, O / l, the cast); 3 Q buffers. The
   // same bits either way.
   bool pipeline_items = true;
+  // Heads per work item (consecutive heads of one batch and query block): their products' pieces are dealt over
+  // the matrix units, one head's to each where there are as many heads as units, and the vector unit's softmax
+  // takes all their rows at once (the same instructions per row: the same bits). 0: chosen by the estimate among
+  // the powers of two that divide heads, up to the matrix units per core; else it must divide heads.
+  int64_t heads_per_item = 0;
   bool operator==(const AttentionChip&) const = default;
 };
 
 // The plan the generator chose (for tests and reports).
 struct AttentionPlan {
   int64_t br = 0, bc = 0;      // query rows per item, key rows per block
-  int64_t gs = 0, gp = 0;      // row groups of the S and the P V products (pieces = strips x groups)
+  int64_t hg = 1;              // heads per item
+  int64_t gs = 0, gp = 0;      // row groups of the S and the P V products (pieces = heads x strips x groups)
   int64_t pv_regions = 0;      // PV accumulator regions per unit (1 or 2)
   bool in_accumulators = false;  // S, P, O and the row statistics in the accumulators (else in VMEM)
   int64_t items = 0;           // work items
