@@ -453,20 +453,34 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   // i x BC x D elements, its values VOFF bytes after them. kh and vh hold the batch's k and v; head i reads kv head
   // (h + i) / (H / KVH).
   auto load_kv = [&](const std::string& jr, const std::string& slot) {
-    e.line("muli t2, " + jr + ", " + std::to_string(BC)), e.li("t3", SK), e.line("sub t2, t3, t2"), e.li("t3", BC),
-        e.line("min t2, t2, t3"), e.clobber("t2");
-    for (int64_t i = 0; i < HG; ++i) {
-      e.line("addi t7, h, " + std::to_string(i)), e.li("t3", H / KVH), e.line("div t7, t7, t3");  // its kv head
-      e.line("muli t5, t7, " + std::to_string(ks.head * 2)), e.line("muli t0, " + jr + ", " + std::to_string(BC * ks.seq * 2));
-      e.line("add t0, t0, t5"), e.line("add t1, kh, t0");
+    if (HG == 1) {  // kh and vh hold the head's own k and v (setup)
+      e.li("t5", BC * ks.seq * 2), e.line("mul t0, " + jr + ", t5"), e.line("add t1, kh, t0");
+      e.line("muli t2, " + jr + ", " + std::to_string(BC)), e.li("t3", SK), e.line("sub t2, t3, t2"), e.li("t3", BC),
+          e.line("min t2, t2, t3"), e.clobber("t2");
       e.li("t3", D * 2), e.li("t4", ks.seq * 2);
-      e.line("addi t6, " + slot + ", " + std::to_string(i * BC * D * 2));
-      e.line("dma.ld t6, t1, t2, t3, t4, t3" + std::string(i == 0 ? ", wait=" + KVFREE : ""));
-      e.line("muli t5, t7, " + std::to_string(vs.head * 2)), e.line("muli t0, " + jr + ", " + std::to_string(BC * vs.seq * 2));
-      e.line("add t0, t0, t5"), e.line("add t1, vh, t0");
-      e.line("addi t6, " + slot + ", " + std::to_string(L.VOFF + i * BC * D * 2)), e.li("t4", vs.seq * 2);
+      e.line("dma.ld " + slot + ", t1, t2, t3, t4, t3, wait=" + KVFREE);
+      e.li("t5", BC * vs.seq * 2), e.line("mul t0, " + jr + ", t5"), e.clobber("t5");
+      e.line("add t1, vh, t0"), e.line("addi t6, " + slot + ", " + std::to_string(L.VOFF)), e.li("t4", vs.seq * 2);
       e.line("dma.ld t6, t1, t2, t3, t4, t3");
-      e.clobber("t0"), e.clobber("t1"), e.clobber("t5"), e.clobber("t6"), e.clobber("t7");
+      e.clobber("t0"), e.clobber("t1"), e.clobber("t6");
+    } else {
+      e.line("muli t2, " + jr + ", " + std::to_string(BC)), e.li("t3", SK), e.line("sub t2, t3, t2"), e.li("t3", BC),
+          e.line("min t2, t2, t3"), e.clobber("t2");
+      for (int64_t i = 0; i < HG; ++i) {
+        e.line("addi t7, h, " + std::to_string(i)), e.li("t3", H / KVH), e.line("div t7, t7, t3");  // its kv head
+        e.line("muli t5, t7, " + std::to_string(ks.head * 2)),
+            e.line("muli t0, " + jr + ", " + std::to_string(BC * ks.seq * 2));
+        e.line("add t0, t0, t5"), e.line("add t1, kh, t0");
+        e.li("t3", D * 2), e.li("t4", ks.seq * 2);
+        e.line("addi t6, " + slot + ", " + std::to_string(i * BC * D * 2));
+        e.line("dma.ld t6, t1, t2, t3, t4, t3" + std::string(i == 0 ? ", wait=" + KVFREE : ""));
+        e.line("muli t5, t7, " + std::to_string(vs.head * 2)),
+            e.line("muli t0, " + jr + ", " + std::to_string(BC * vs.seq * 2));
+        e.line("add t0, t0, t5"), e.line("add t1, vh, t0");
+        e.line("addi t6, " + slot + ", " + std::to_string(L.VOFF + i * BC * D * 2)), e.li("t4", vs.seq * 2);
+        e.line("dma.ld t6, t1, t2, t3, t4, t3");
+        e.clobber("t0"), e.clobber("t1"), e.clobber("t5"), e.clobber("t6"), e.clobber("t7");
+      }
     }
     for (int64_t u = 0; u < U; ++u) e.line("dmain.sync signal=" + KVFULL(u));
   };
@@ -692,7 +706,8 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
       e.line("li nblk, " + std::to_string(L.NBK));
     }
     // The first query row's element offset b * batch + q0 * seq + h * head (q0 = qb * BR in t0), in bytes, for q
-    // and o (head h, the item's first); the batch's, b * batch, for k and v (load_kv adds each head's kv head).
+    // and o (head h, the item's first); for k and v, the kv head's, b * batch + (h / (H / KVH)) * head, or with
+    // several heads the batch's, b * batch (load_kv adds each head's kv head).
     auto offset = [&](const std::string& to, const std::string& base, const AttentionStrides& st,
                       const std::string& row, const std::string& head, int64_t bytes) {
       e.line("muli t1, b, " + std::to_string(st.batch * bytes));
@@ -702,7 +717,10 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
     };
     offset("qh", "q", qs, "t0", "h", 2);
     offset("oh", "o", os, "t0", "h", O);
-    e.line("li t0, 0"), e.clobber("t0");
+    if (HG == 1)
+      e.li("t1", H / KVH), e.line("div t0, h, t1"), e.clobber("t0");  // the kv head
+    else
+      e.line("li t0, 0"), e.clobber("t0");  // (load_kv adds each head's)
     offset("kh", "k", ks, "", "t0", 2);
     offset("vh", "v", vs, "", "t0", 2);
     e.line("muli qv, ip, " + std::to_string(L.QB)), e.line("addi qv, qv, " + std::to_string(L.Q0));
