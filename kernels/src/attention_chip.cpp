@@ -261,8 +261,9 @@ Layout plan_of(const AttentionChip& a, const Chip& c) {
   bool found = false;
   // Query blocks up to the queries' power of two, key blocks up to the keys'; BR a multiple of BC unless the
   // queries are fewer than a key block (decoding: one query, many keys) or block_k is given (then any BR from 16:
-  // more, smaller items for many cores). Heads per item: the powers of two up to the units that divide the heads
-  // (more heads fill more units where one head's product is too few pieces), or heads_per_item.
+  // more, smaller items for many cores). Heads per item: the divisors of the heads (more heads fill more units
+  // where one head's product is too few pieces, and share the vector unit's per-instruction latency), or
+  // heads_per_item.
   auto span_of = [](int64_t n) {
     return std::max<int64_t>(16, int64_t{1} << static_cast<int>(std::ceil(std::log2(static_cast<double>(n)))));
   };
@@ -278,8 +279,9 @@ Layout plan_of(const AttentionChip& a, const Chip& c) {
        bc <= (a.block_k ? a.block_k : std::max(min_k, std::min<int64_t>(256, span_k))); bc *= 2)
     for (int64_t br = a.block_k ? 16 : std::max(min_q, std::min(bc, span_q)); br <= 512 && br <= top_q && br <= 8 * bc;
          br *= 2) {
-      for (int64_t hg = a.heads_per_item ? a.heads_per_item : 1;
-           hg <= (a.heads_per_item ? a.heads_per_item : c.U) && a.heads % hg == 0; hg *= 2) {
+      for (int64_t hg = a.heads_per_item ? a.heads_per_item : 1; hg <= (a.heads_per_item ? a.heads_per_item : a.heads);
+           ++hg) {
+        if (a.heads % hg != 0) continue;
         Layout L;
         if (!lay_out(a, c, br, bc, hg, L)) continue;
         estimate(a, c, L);

@@ -110,6 +110,8 @@ bool is_attention(const Case& c) { return c.cls.rfind("attention_", 0) == 0; }
 //   every 132 (batch, head) pairs (one-token causal, head_dim 128: 13.8 us up to 128 pairs, 16.0 from 160 to 256,
 //   18.8 from 320), so the GPU runs one thread block per SM at a time, and each pays its own load and store
 //   latencies (2.7 to 4.3 us per step for head_dim 64 to 256).
+// - One head per item (heads_per_item = 1), as FlashAttention-style GPU kernels launch one thread block per
+//   (query tile, batch, head).
 kernels::AttentionChip attention_of(const Case& c) {
   kernels::AttentionChip a;
   a.batch = get(c, "batch_size"), a.seq = get(c, "seq_len"), a.heads = get(c, "heads");
@@ -120,6 +122,7 @@ kernels::AttentionChip attention_of(const Case& c) {
   a.min_block_q = a.min_block_k = 64;
   a.compute_head_dim = (a.head_dim + 63) / 64 * 64;
   a.overlap_items = false;
+  a.heads_per_item = 1;
   return a;
 }
 

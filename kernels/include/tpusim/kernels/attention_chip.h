@@ -109,7 +109,7 @@ struct AttentionChip {
   // Heads per work item (consecutive heads of one batch and query block): their products' pieces are dealt over
   // the matrix units, one head's to each where there are as many heads as units, and the vector unit's softmax
   // takes all their rows at once (the same instructions per row: the same bits). 0: chosen by the estimate among
-  // the powers of two that divide heads, up to the matrix units per core; else it must divide heads.
+  // the divisors of heads; else it must divide heads.
   int64_t heads_per_item = 0;
   bool operator==(const AttentionChip&) const = default;
 };
