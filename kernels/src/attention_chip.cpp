@@ -97,7 +97,7 @@ struct Layout {
   Split s, p;
   int64_t sreg = 0, pvreg = 0;  // accumulator rows per unit of one S region, one PV region
   // VMEM
-  int64_t SQ = 0, SK = 0, KBB = 0, KB0 = 0;  // queries, keys; with key_bias a kb row per Q buffer (KBB bytes each, from KB0)
+  int64_t SQ = 0, SK = 0, KBB = 0, KB0 = 0;  // queries, keys; with key_bias a kb row per Q buffer (KBB bytes from KB0)
   // Items of one key block each, with overlap_items: the next item's first S product is issued before the last
   // one's P V product (generate), and 3 Q buffers (its Q loads while the one before's output is being stored).
   bool pipe_items = false;
@@ -116,9 +116,8 @@ int64_t pieces_on(const Split& sp, int64_t U, int64_t u) {  // pieces of unit u
 }
 
 // Row groups for a product of `strips` strips over BR rows and `folds` folds, for each of `heads` heads: the
-// fewest units' cycles (pieces
-// per unit x folds x max(rows, R): a weight load takes R cycles and hides behind a stream of at least R rows),
-// ties to fewer groups (longer streams, fewer instructions).
+// fewest units' cycles (pieces per unit x folds x max(rows, R): a weight load takes R cycles and hides behind a
+// stream of at least R rows), ties to fewer groups (longer streams, fewer instructions).
 Split choose_split(int64_t strips, int64_t folds, int64_t BR, int64_t heads, const Chip& c) {
   Split best;
   double best_cost = 0;
@@ -214,6 +213,7 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, int6
 // The estimate of a layout (attention_chip.h): per key block the longest of the units' matrix cycles, the vector
 // unit's cycles and the K/V transfer at this core's share of the memory bandwidth; per item a fill (the Q and the
 // first K/V load's latency, one block's S product) and the final O / l; items dealt round-robin over the cores.
+// An item of HG heads counts all their pieces and rows.
 void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
   const int64_t BR = L.HR, BC = L.plan.bc;  // (an item's rows: its heads' query rows)
   const double mxu = static_cast<double>(cdiv(L.s.pieces(), c.U) * L.s.folds * std::max(L.s.rows, c.R) +
@@ -367,7 +367,8 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   auto& o = e.o;
   o << "# attention_chip: o[" << a.batch << "," << S << "," << H << "," << D << "] = softmax(q k^T * " << scale
     << (a.causal ? " + causal mask" : "") << ") v, kv heads " << KVH << ", on " << c.P << " cores x " << U
-    << " matrix units: " << L.plan.items << " items of " << HG << " head(s) x " << BR << " query rows, key blocks of " << BC
+    << " matrix units: " << L.plan.items << " items of " << HG << " head(s) x " << BR
+    << " query rows, key blocks of " << BC
     << " (S: " << L.s.groups << " row groups, PV: " << L.p.groups << "; " << NPV
     << " PV regions) (kernels/attention_chip.h)\n";
   o << ".name \"attention_chip\"\n.cores " << c.P << "\n";
@@ -738,7 +739,8 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
         e.line("dma.ld qv, qh, mt, t3, t4, t3, wait=" + QFREE);
         continue;
       }
-      e.line("addi t1, qv, " + std::to_string(j * BR * D * 2)), e.line("addi t2, qh, " + std::to_string(j * qs.head * 2));
+      e.line("addi t1, qv, " + std::to_string(j * BR * D * 2));
+      e.line("addi t2, qh, " + std::to_string(j * qs.head * 2));
       e.line("dma.ld t1, t2, mt, t3, t4, t3");
       e.clobber("t1"), e.clobber("t2");
     }

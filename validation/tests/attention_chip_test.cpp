@@ -408,7 +408,8 @@ TEST(AttentionChip, SeveralHeadsPerItemSameBits) {
         if (hg == 1) one = r.o;
         ASSERT_EQ(r.o.size(), one.size()) << what;
         for (size_t i = 0; i < one.size(); ++i)
-          ASSERT_EQ(r.o[i], one[i]) << what << ": " << hg << " heads per item on " << (units ? units : 4) << " units, " << i;
+          ASSERT_EQ(r.o[i], one[i]) << what << ": " << hg << " heads per item on " << (units ? units : 4) << " units, "
+                                    << i;
       }
       a.mxus = 0;
     }
