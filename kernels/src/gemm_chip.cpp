@@ -166,6 +166,9 @@ static std::string strips_source(const GemmChip& g, const std::map<std::string, 
 
 namespace {
 
+// The tiled schedule's C buffers: one per strip of a tile, up to this many (tiles_source).
+constexpr int64_t kMaxCBuffers = 8;
+
 // The tiled schedule's shape: TM rows x W = U*S*C columns per tile, K in chunks of KC.
 struct TilePlan {
   int64_t tm = 0, s = 0, kc = 0;
@@ -263,11 +266,11 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
   for (int64_t abuf = 2; abuf >= 1; --abuf)
     for (int64_t S = 1; S <= (rb > 1 ? 1 : 8); S *= 2) {
       if (S > 1 && (S / 2) * U * C >= g.n) break;  // the tile would be wider than the whole of N
-      // More strips than C buffers (8): the drain reuses a buffer only once its last store is done, and that store
+      // More strips than C buffers (kMaxCBuffers): the drain reuses a buffer only once its last store is done, and that store
       // waits behind the operand loads queued before it (HBM serves transfers in order); the estimate does not
       // count those waits, so such tiles are left out. GPT-2's vocabulary projection on v5e, 128 x 768 x 50257:
       // 271,337 cycles in tiles of 16 strips (4 per unit), 207,955 in tiles of 8.
-      if (!g.act && S > 1 && U * S > 8) break;
+      if (!g.act && S > 1 && U * S > kMaxCBuffers) break;
       // cap: a unit's rows (its accumulators); with row blocks the tile is rb units' blocks high, C wide
       const int64_t cap = ACC / (abuf * S), W = rb > 1 ? C : U * S * C;
       // Tile heights: the even splits of M into row tiles of at most rb x cap, cap/2, ... rows, and of at most
@@ -285,7 +288,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
           if (rb > 1 && split) continue;  // row blocks keep K whole
           const int64_t od = split ? std::max<int64_t>(O, 4) : O;
           const int64_t tmu = cdiv(tm, rb);  // a unit's rows
-          const int64_t fixed = (g.act ? 0 : std::min<int64_t>(U * S, 8)) * (align64(tmu * C * od) + QO * align64(tmu * C)) +
+          const int64_t fixed = (g.act ? 0 : std::min(U * S, kMaxCBuffers)) * (align64(tmu * C * od) + QO * align64(tmu * C)) +
                                 256 +                                                        // the C buffers
                                 (g.residual ? (nslot + 1) * U * S * align64(tmu * C * od) : 0) +  // tiles of r
                                 (g.act ? align64(U * S * tmu * C * 4) + 2 * align64(U * S * tmu * C * O) +
@@ -418,9 +421,9 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t CQ_BYTES = C_BYTES + (Q ? align64(TMU * C) : 0);
   const bool TABLE = g.bias || g.dequant;       // a per-column table in VMEM: the bias, or dequant's pairs
   const int64_t TB = g.dequant ? 8 : 4;         // its bytes per column
-  // One C buffer per strip of a tile (up to 8): every strip's store is in flight at once, so a tile's drain
-  // costs one store latency, not one per pair of strips.
-  const int64_t NCBUF = std::min<int64_t>(U * S, 8);
+  // One C buffer per strip of a tile (up to kMaxCBuffers): every strip's store is in flight at once, so a tile's
+  // drain costs one store latency, not one per pair of strips.
+  const int64_t NCBUF = std::min(U * S, kMaxCBuffers);
   const int64_t VA0 = 0, VC0 = NSLOT * SLOT;  // then NCBUF C buffers
   const bool partial = g.n % W != 0;  // the last column tile lacks some strips
   auto FREE = [](int64_t j) { return 1 + 4 * j; };
