@@ -1,5 +1,6 @@
 // The pipeline: import -> the check that every operator can be compiled -> shape inference (folding constants) ->
-// dead-code removal -> lowering -> residual Adds and activations into the GEMMs' epilogues -> memory planning -> codegen.
+// dead-code removal -> GELU chains as one Gelu node -> sibling matmuls as one -> lowering -> residual Adds and
+// activations into the GEMMs' epilogues -> memory planning -> codegen.
 #include "tpusim/compiler/compiler.h"
 
 #include <cerrno>
@@ -18,6 +19,7 @@
 #include "const_fold.h"
 #include "kernel_plan.h"
 #include "fuse_epilogue.h"
+#include "fuse_gelu.h"
 #include "fuse_siblings.h"
 #include "lower.h"
 #include "memory_plan.h"
@@ -47,6 +49,7 @@ isa::Program compile(std::string_view bytes, const std::string& model_name, cons
   check_operators(g);
   infer_shapes(g, opts.input_shapes);
   fold_constants(g);
+  fuse_gelu(g);
   fuse_sibling_matmuls(g);
   KernelPlan plan = lower(g, opts);
   fuse_residual_adds(plan);

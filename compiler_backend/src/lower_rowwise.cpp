@@ -114,7 +114,8 @@ void Lowering::lower_rowwise(int first) {
   gr.R = prod(gr.O) / std::max<int64_t>(gr.C, 1);
   std::string label;
   for (int i : run) label += (label.empty() ? "" : "+") + g_.nodes[i].name;
-  if (label.size() > 120) label = g_.nodes[run.front()].name + "+...+" + g_.nodes[run.back()].name;
+  if (label.size() > 120 && run.size() > 1)  // (one node keeps its name: a Gelu is named so already, fuse_gelu.cpp)
+    label = g_.nodes[run.front()].name + "+...+" + g_.nodes[run.back()].name;
   KernelCall call = rowwise_call(label, gr.R, gr.C);
   for (int i : run) {
     try {

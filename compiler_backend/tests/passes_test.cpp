@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "const_fold.h"
+#include "fuse_gelu.h"
 #include "onnx_import.h"
 #include "onnx_models.h"
 #include "shape_inference.h"
@@ -954,6 +955,88 @@ TEST(ConstFold, IdentityDropoutAndDeadCodeAreRemoved) {
   EXPECT_EQ(g.values[g.outputs[0]].producer, 1);
   EXPECT_EQ(g.value_index.count("d2"), 0u);
   EXPECT_EQ(g.value_index.count("r"), 0u);
+}
+
+// ---- GELU chains ----
+
+// 0.5 x (1 + erf(x / sqrt2)) or 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) over x [4, 8], as `form` writes it:
+//   "div" x / 1.4142135, then (x * a) * 0.5          "mul" x * 0.70710677, 1 + e, x * (a * 0.5)
+//   "half_first" (x * 0.5) * a                     "tanh_pow" Pow(x, 3)        "tanh_cube" (x * x) * x
+// with `half` in place of 0.5, and `extra` ("erf_out", "bcast") making it something that must not fuse.
+ModelBuilder gelu_chain(const std::string& form, float half = 0.5f, const std::string& extra = "") {
+  ModelBuilder b;
+  b.input("x", {4, 8}).output("y");
+  if (extra == "erf_out") b.output("e");
+  b.constant("sqrt2", {}, {1.4142135f}).constant("rsqrt2", {}, {0.70710677f}).constant("one", {}, {1.0f});
+  b.constant("half", extra == "bcast" ? std::vector<int64_t>{2, 4, 8} : std::vector<int64_t>{},
+             std::vector<float>(extra == "bcast" ? 64 : 1, half));
+  b.constant("k", {}, {0.7978846f}).constant("c", {}, {0.044715f}).constant("three", {}, {3.0f});
+  std::string a = "a";
+  if (form.rfind("tanh", 0) == 0) {
+    if (form == "tanh_pow") {
+      b.node("Pow", "pow", {"x", "three"}, {"x3"});
+    } else {
+      b.node("Mul", "sq", {"x", "x"}, {"x2"});
+      b.node("Mul", "cube", {"x2", "x"}, {"x3"});
+    }
+    b.node("Mul", "cx3", {"c", "x3"}, {"t"});
+    b.node("Add", "inner", {"t", "x"}, {"u"});
+    b.node("Mul", "scale", {"u", "k"}, {"v"});
+    b.node("Tanh", "tanh", {"v"}, {"e"});
+    b.node("Add", "add1", {"e", "one"}, {"a"});
+  } else {
+    if (form == "mul") b.node("Mul", "div", {"rsqrt2", "x"}, {"d"});
+    else b.node("Div", "div", {"x", "sqrt2"}, {"d"});
+    b.node("Erf", "erf", {"d"}, {"e"});
+    if (form == "mul") b.node("Add", "add1", {"one", "e"}, {"a"});
+    else b.node("Add", "add1", {"e", "one"}, {"a"});
+  }
+  if (form == "mul") {
+    b.node("Mul", "ahalf", {"a", "half"}, {"h"});
+    b.node("Mul", "last", {"x", "h"}, {"y"});
+  } else if (form == "half_first") {
+    b.node("Mul", "xhalf", {"half", "x"}, {"h"});
+    b.node("Mul", "last", {"a", "h"}, {"y"});
+  } else {
+    b.node("Mul", "xa", {"a", "x"}, {"m"});
+    b.node("Mul", "last", {"m", "half"}, {"y"});
+  }
+  return b;
+}
+
+ir::Graph fused(const ModelBuilder& b) {
+  ir::Graph g = load(b);
+  fold_constants(g);
+  fuse_gelu(g);
+  return g;
+}
+
+TEST(FuseGelu, ExportedErfAndTanhChainsBecomeOneGeluNode) {
+  const std::map<std::string, std::pair<std::string, std::string>> cases = {
+      {"div", {"none", "div+erf+add1+xa+last"}},
+      {"mul", {"none", "div+erf+add1+ahalf+last"}},
+      {"half_first", {"none", "div+erf+add1+xhalf+last"}},
+      {"tanh_pow", {"tanh", "pow+cx3+inner+scale+tanh+add1+xa+last"}},
+      {"tanh_cube", {"tanh", "sq+cube+cx3+inner+scale+tanh+add1+xa+last"}}};
+  for (const auto& [form, want] : cases) {
+    SCOPED_TRACE(form);
+    ir::Graph g = fused(gelu_chain(form));
+    ASSERT_EQ(ops_of(g), (std::vector<std::string>{"Gelu"}));
+    const ir::Node& n = g.nodes[0];
+    EXPECT_EQ(n.attrs.at("approximate").s, want.first);
+    EXPECT_EQ(n.name, want.second);  // the compile report's node label names the nodes it replaced
+    EXPECT_EQ(g.values[n.inputs.at(0)].name, "x");
+    EXPECT_EQ(g.values[n.outputs.at(0)].name, "y");
+    EXPECT_EQ(g.values[g.outputs[0]].producer, 0);
+  }
+}
+
+TEST(FuseGelu, ChainsThatAreNotExactlyGeluStayAsTheyAre) {
+  // another constant (0.6 x (...)), an intermediate the model also outputs, a constant that broadcasts x
+  EXPECT_EQ(ops_of(fused(gelu_chain("div", 0.6f))).size(), 5u);
+  EXPECT_EQ(ops_of(fused(gelu_chain("div", 0.5f, "erf_out"))).size(), 5u);
+  EXPECT_EQ(ops_of(fused(gelu_chain("half_first", 0.5f, "bcast"))).size(), 5u);
+  EXPECT_EQ(ops_of(fused(gelu_chain("tanh_pow", 0.5f, "erf_out"))).size(), 8u);
 }
 
 // ---- errors ----

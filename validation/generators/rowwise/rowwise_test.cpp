@@ -333,6 +333,19 @@ TEST(Rowwise, GeluErfAndTanhForms) {
   h.run_and_check(p, {Tol{1e-5, 0, 5e-7}, Tol{1e-5, 0, 5e-7}, Tol{1e-5, 5e-7}});
 }
 
+// GELU's negative tail, where the result is far below x: within 0.4% relative of 0.5 x (1 + erf(x / sqrt2)) down
+// to x = -6 (the kernel's 0.5 x + 0.5 |x| - 0.5 |x| P(t) exp(-x^2 / 2) subtracts nothing there; x (0.5 erf(x / sqrt2)
+// + 0.5) is 4% off at -5 and 0 at -6). The erf approximation's own error (Abramowitz-Stegun 7.1.26) sets the 0.4%.
+TEST(Rowwise, GeluKeepsItsRelativeAccuracyForNegativeInputs) {
+  Harness h;
+  rw::Program p;
+  p.rows = 8, p.cols = 1024;
+  std::vector<double> xv = uniform(8 * 1024, -6, -0.01, 9);
+  const int x = p.input(h.add_input(p, xv, DType::F32));
+  h.add_output(p, p.unary(Op::Gelu, x), DType::F32);
+  h.run_and_check(p, {Tol{4e-3}});
+}
+
 // scores [B*H*S, S] + mask [S, S]: row r adds mask row r % S.
 void periodic_mask(bool small_vmem) {
   const int64_t B = 2, H = 3, S = 40;
