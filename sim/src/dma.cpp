@@ -89,7 +89,7 @@ void DmaEngine::execute(const Entry& e) {
       VmemPorts& ports = st_.mem.vmem_ports;
       VmemPorts::Demand d = ports.demand();
       ports.add(d, Rows{static_cast<uint64_t>(e.arg("idx")), 1, t.hbm.rows * 4, 0});
-      hbm_earliest = std::max(hbm_earliest, ports.reserve(start, d));
+      hbm_earliest = std::max(hbm_earliest, ports.reserve(start, start, d));
       act(e.pc, Action::VmemRead, t.hbm.rows * 4);
     }
   } else if (e.in.op != isa::Op::DMAINSYNC && e.in.op != isa::Op::DMAOUTSYNC) {
@@ -132,7 +132,7 @@ void DmaEngine::execute(const Entry& e) {
       VmemPorts& ports = st_.mem.vmem_ports;
       VmemPorts::Demand d = ports.demand();
       ports.add(d, hbm_side(t));
-      t.data_end = ports.reserve(t.data_start, d);
+      t.data_end = ports.reserve(start, t.data_start, d);
     } else if (!t.shared && st_.mem.cache.enabled())
       t.data_end = book_cached(t, start);  // sets data_start
     else
@@ -252,7 +252,7 @@ void DmaEngine::retire_thread() {
           VmemPorts::Demand d = ports.demand();
           ports.add(d, t.vmem);
           const uint64_t now = st_.now(), span = ports.cycles(d);
-          done = std::max(done, ports.reserve(std::max(t.data_start, now - std::min(now, span)), d));
+          done = std::max(done, ports.reserve(now, std::max(t.data_start, now - std::min(now, span)), d));
         }
         st_.wait_until(done);
         last_done_ = done;

@@ -93,8 +93,10 @@ class HbmChannels {
 
 // VMEM bank ports (vmem.cpp): vmem.banks banks, interleaved every vmem.interleave_bytes, each with one port that
 // moves vmem.port_bytes_per_cycle. Every client (DMA, vector unit, matrix unit) books the bytes it moves on the
-// banks they fall in; a bank serves bookings one after another in the order they are made (its next free cycle),
-// so clients conflict when together they need more bytes per cycle than the ports give.
+// banks they fall in, from the cycle it can start; a bank serves a booking in its free cycles from then on, so a
+// booking made for a later cycle (a matrix unit's next stream, booked when it is issued) does not hold back one
+// that can run before it, as a port's arbiter serves whichever request is ready. Clients conflict when together
+// they need more bytes per cycle than the ports give.
 class VmemPorts {
  public:
   using Demand = std::vector<uint64_t>;  // bytes per bank
@@ -103,14 +105,18 @@ class VmemPorts {
   void add(Demand& d, const Rows& r) const { count_interleaved(d, grain_, r); }
   // Cycles the busiest bank of `d` needs.
   uint64_t cycles(const Demand& d) const;
-  // Books each bank's share from max(earliest, its next free cycle); returns the cycle the last one is done
-  // (`earliest` if d is empty).
-  uint64_t reserve(uint64_t earliest, const Demand& d);
+  // Books each bank's share in that bank's free cycles from `earliest` on; returns the cycle the last share is
+  // done (`earliest` if d is empty). Bookings that end by `now`, the current cycle, are forgotten: bookings start
+  // at now or later, but for a DMA's VMEM side, booked when its transfer ends and backdated to its data.
+  uint64_t reserve(uint64_t now, uint64_t earliest, const Demand& d);
   void reset();  // all banks free (before a run)
 
  private:
+  // Books `cycles` free cycles of bank b from `earliest`; returns the cycle after the last.
+  uint64_t book(uint64_t b, uint64_t earliest, uint64_t cycles);
   const uint64_t banks_, grain_, port_;
-  std::vector<uint64_t> free_;  // per bank: first free cycle
+  // Per bank: its busy cycles as sorted, disjoint, non-adjacent [begin, end) intervals.
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> busy_;
 };
 
 // Zero-filled bytes whose host pages the operating system commits only when first written (an anonymous

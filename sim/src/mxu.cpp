@@ -158,7 +158,7 @@ void Mxu::read_vmem(uint64_t from, int64_t vaddr, int64_t rows, int64_t rowbytes
   VmemPorts& ports = st_.mem.vmem_ports;
   VmemPorts::Demand d = ports.demand();
   ports.add(d, Rows{static_cast<uint64_t>(vaddr), static_cast<uint64_t>(rows), static_cast<uint64_t>(rowbytes), stride});
-  ports.reserve(from, d);
+  ports.reserve(st_.now(), from, d);
 }
 
 void Mxu::load_weights(const Entry& e) {

@@ -330,7 +330,7 @@ void Vpu::execute(const Entry& e) {
   });
   if (e.in.op == Op::VACC) act(e.pc, Action::AccRead, elements * 4);
   const auto latency = static_cast<uint64_t>(st_.cfg.vpu.latency);
-  const uint64_t vmem_done = st_.mem.vmem_ports.reserve(start, vmem_traffic(e, st_.mem.vmem_ports, vmem));
+  const uint64_t vmem_done = st_.mem.vmem_ports.reserve(start, start, vmem_traffic(e, st_.mem.vmem_ports, vmem));
   const uint64_t rate = rate_[static_cast<uint8_t>(e.in.op)];
   const uint64_t compute_end = start + latency + (elements + rate - 1) / rate;
   const uint64_t end = std::max(compute_end, vmem_done + latency);

@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
     isa::Program p = kernels::gemm_chip_kernel(g, symbols);
     if (plan) {
       const std::string src = kernels::gemm_chip_source(g, symbols);
-      std::cout << src.substr(0, src.find('\n')) << "\n";
+      std::cout << src.substr(0, src.find('\n')) << "; plan estimate "
+                << static_cast<int64_t>(kernels::gemm_chip_estimate(g, symbols)) << " cycles\n";
     }
     sim::Chip chip(cfg);
     sim::RunOptions opts;
