@@ -344,6 +344,13 @@ TEST(Rowwise, GeluKeepsItsRelativeAccuracyForNegativeInputs) {
   const int x = p.input(h.add_input(p, xv, DType::F32));
   h.add_output(p, p.unary(Op::Gelu, x), DType::F32);
   h.run_and_check(p, {Tol{4e-3}});
+  EXPECT_EQ(h.plan.vector_ops_per_tile, 21);  // f32 in and out: GELU's own instructions, no cast
+  // The tanh form, x sigmoid(2k (x + 0.044715 x^3)): 9 (x x, x^2 x, x 0.044715, + x, x -2k, exp, + 1, recip, x x).
+  rw::Program t;
+  t.rows = 8, t.cols = 1024;
+  t.outputs.push_back({t.unary(Op::GeluTanh, t.input(0)), 0, DType::F32});
+  t.inputs.push_back(p.inputs[0]);
+  EXPECT_EQ(rw::plan(t, h.syms).vector_ops_per_tile, 9);
 }
 
 // scores [B*H*S, S] + mask [S, S]: row r adds mask row r % S.
