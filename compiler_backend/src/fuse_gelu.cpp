@@ -86,7 +86,8 @@ class Matcher {
   int erf_argument(int erf) {
     const int s = g_.nodes[erf].inputs.empty() ? -1 : g_.nodes[erf].inputs[0];
     int n = inner(s, "Div"), x = -1;
-    if (n >= 0 && is_scalar(g_.nodes[n].inputs[1], std::sqrt(2.0))) x = g_.nodes[n].inputs[0];
+    if (n >= 0 && g_.nodes[n].inputs.size() == 2 && is_scalar(g_.nodes[n].inputs[1], std::sqrt(2.0)))
+      x = g_.nodes[n].inputs[0];
     if (x < 0 && (n = inner(s, "Mul")) >= 0) x = other_than(n, std::sqrt(0.5));
     return x >= 0 && take(n, x) >= 0 && same_shape(g_.nodes[erf].outputs[0], x) ? x : -1;
   }
@@ -96,7 +97,7 @@ class Matcher {
     const int scaled = inner(s, "Mul");
     if (scaled < 0) return -1;
     const int sum = inner(other_than(scaled, 0.79788456080286536), "Add");  // sqrt(2 / pi)
-    if (sum < 0) return -1;
+    if (sum < 0 || g_.nodes[sum].inputs.size() != 2) return -1;
     const size_t mark = chain_.size();
     for (int side = 0; side < 2; ++side) {  // x + cube term, in either order
       chain_.resize(mark);
@@ -139,6 +140,7 @@ class Matcher {
   // The other input of binary node n than v (n reads v once), or -1.
   int other(int n, int v) const {
     const std::vector<int>& in = g_.nodes[n].inputs;
+    if (in.size() != 2) return -1;
     if (in[0] == v && in[1] != v) return in[1];
     if (in[1] == v && in[0] != v) return in[0];
     return -1;

@@ -20,6 +20,10 @@ def init(name, shape=None, values=None):
     return numpy_helper.from_array(a, name)
 
 
+def scalar(name, v):
+    return numpy_helper.from_array(np.array(v, np.float32), name)
+
+
 def model(nodes, inputs, outputs, inits, opset=13):
     g = helper.make_graph(nodes, "seed", [helper.make_tensor_value_info(*i) for i in inputs],
                           [helper.make_tensor_value_info(*o) for o in outputs], inits)
@@ -52,6 +56,17 @@ SEEDS = {
                          [("x", F, [4, 6])], [("y", F, [4, 3])],
                          [init("st", values=[1]), init("en", values=[4]), init("ax", values=[1]),
                           init("ua", values=[0])]),
+    # GELU as torch exports it below opset 20 (the compiler's fuse_gelu pass): erf form, then the tanh form
+    "gelu_erf": model([N("MatMul", ["x", "w"], ["h"]), N("Div", ["h", "sqrt2"], ["d"]), N("Erf", ["d"], ["e"]),
+                       N("Add", ["e", "one"], ["a"]), N("Mul", ["h", "a"], ["m"]), N("Mul", ["m", "half"], ["y"])],
+                      [("x", F, [2, 4])], [("y", F, [2, 3])],
+                      [init("w", [4, 3]), scalar("sqrt2", 1.4142135), scalar("one", 1.0), scalar("half", 0.5)]),
+    "gelu_tanh": model([N("Mul", ["x", "half"], ["h"]), N("Pow", ["x", "three"], ["p"]), N("Mul", ["p", "c"], ["t"]),
+                        N("Add", ["x", "t"], ["u"]), N("Mul", ["u", "k"], ["v"]), N("Tanh", ["v"], ["e"]),
+                        N("Add", ["e", "one"], ["a"]), N("Mul", ["h", "a"], ["y"])],
+                       [("x", F, [2, 4])], [("y", F, [2, 4])],
+                       [scalar("half", 0.5), scalar("three", 3.0), scalar("c", 0.044715), scalar("k", 0.7978846),
+                        scalar("one", 1.0)]),
 }
 
 if __name__ == "__main__":
