@@ -641,30 +641,57 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     << "    muli ah, m0, " << g.k * E << "\n    li t0, a\n    add ah, ah, t0\n"
     << "    muli bh, n0, " << (g.trans_b ? g.k * E : g.b_tiled ? R * E : E) << "\n    li t0, b\n    add bh, bh, t0\n"
     << "    muli ar, accslot, " << S * TMU << "\n";
-  // The K range [kb, kb + (nk - 1) * KC + klast): the first chunk, the middle ones in a loop, the last.
-  auto krange = [&](int64_t nk, int64_t klast) {
+  // Worth it where the matrix work it takes out of the tail, the last chunk's folds but one, exceeds what the
+  // extra chunks add: about a transfer's latency.
+  const int64_t tail_lead = (KLAST - 1) / R;
+  const bool split_tail = g.split_last_fold && SK == 1 &&
+                          tail_lead * S * std::max(cdiv(TMU, matrix_rate(g.in, s)), R) >
+                              optional_symbol(s, "DMA_LATENCY", 100);
+  // The K range [kb, kb + (nk - 1) * KC + klast): the first chunk, the middle ones in a loop, the last. With
+  // `split`, the last chunk's last fold is a chunk of its own: the rest of the chunk, smaller, arrives sooner and
+  // its matrix work runs while that fold loads, where the whole chunk's came after its load. The folds are those
+  // of every other schedule (the same sums, the same bits). Only a core's last tile gains from it (the next
+  // tile's loads hide the other tiles' last chunks). (A chunk a fold for the whole last chunk leaves one fold
+  // after the last load, but small transfers cost more than that saves: v6e 128 x 3072 x 768 9,428 cycles against
+  // 8,566.)
+  auto krange = [&](int64_t nk, int64_t klast, bool split) {
+    const int64_t lead = split ? (klast - 1) / R * R : 0;  // the last chunk's folds before its last one
+    auto last = [&](int64_t at, bool first) {
+      if (lead > 0) {
+        chunk(lead, first);
+        o << "    addi k0, kb, " << at + lead << "\n";
+      }
+      chunk(klast - lead, first && lead == 0);
+    };
     o << "    addi k0, kb, 0\n";
-    chunk(nk == 1 ? klast : KC, true);
+    if (nk == 1) return last(0, true);
+    chunk(KC, true);
     if (nk > 2) {
       const std::string mid = fresh();
       o << "    addi k0, kb, " << KC << "\n" << mid << ":\n";
       chunk(KC, false);
       o << "    addi k0, k0, " << KC << "\n    addi t0, kb, " << (nk - 1) * KC << "\n    blt k0, t0, " << mid << "\n";
     }
-    if (nk > 1) {
-      o << "    addi k0, kb, " << (nk - 1) * KC << "\n";
-      chunk(klast, false);
-    }
+    o << "    addi k0, kb, " << (nk - 1) * KC << "\n";
+    last((nk - 1) * KC, false);
   };
   if (SK > 1) {
     const std::string last = fresh(), drain = fresh();
     o << "    li t0, " << SK - 1 << "\n    beq split, t0, " << last << "\n";
-    krange(NKS, KC);
+    krange(NKS, KC, false);
     o << "    jmp " << drain << "\n" << last << ":\n";
-    krange(NKL, KLAST);
+    krange(NKL, KLAST, false);
     o << drain << ":\n";
+  } else if (split_tail) {  // this core's last tile (none follows at t + P) splits its last chunk
+    const std::string other = fresh(), ranged = fresh();
+    o << "    # the core's last tile: its last chunk's last fold is a chunk of its own\n"
+      << "    addi t0, t, " << P << "\n    li t1, " << T << "\n    blt t0, t1, " << other << "\n";
+    krange(NKL, KLAST, true);
+    o << "    jmp " << ranged << "\n" << other << ":\n";
+    krange(NKL, KLAST, false);
+    o << ranged << ":\n";
   } else {
-    krange(NKL, KLAST);
+    krange(NKL, KLAST, false);
   }
   if (g.residual) {  // the tile's r into its slot, strip by strip: r[m0 + r0.., n0 + q*C..] (row pitch N)
     o << "    dmain.sync wait=s" << RFREE << "\n";

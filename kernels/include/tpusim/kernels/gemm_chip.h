@@ -95,6 +95,10 @@ struct GemmChip {
   int max_split_k = 1;
   int split_k = 0;  // > 0: exactly this many splits of K (fewer if K has fewer chunks); 0: chosen, <= max_split_k
   int slots = 0;    // tiled schedule: 2..4 operand slots (chunks in flight) exactly; 0: chosen
+  // Tiled schedule, K not split: a core's last tile loads the last fold of its last chunk as a chunk of its own,
+  // where the matrix work that moves out of the kernel's tail exceeds a transfer's latency (gemm_chip.cpp). The
+  // same results either way; false for comparisons.
+  bool split_last_fold = true;
   // The epilogue and layouts gemm.s has, for the compiler (tiled schedule only, no split K, at most 6 units):
   bool bias = false;        // input `bias` [N] (i32 for i8 inputs, f32 for bf16 and f8e4m3) added to the accumulators
   bool relu = false;        // max(x, 0) after the bias
