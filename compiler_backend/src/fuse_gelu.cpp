@@ -45,11 +45,13 @@ class Matcher {
   }
 
  private:
-  // The producer of v if it is an `op` node of one output that only this chain reads (v has one user and is no
-  // graph output); else -1.
+  // Whether value v is read only by the chain: one user, and no graph output.
+  bool read_once(int v) const {
+    return v >= 0 && users_[v].size() == 1 && std::find(g_.outputs.begin(), g_.outputs.end(), v) == g_.outputs.end();
+  }
+  // The producer of v if it is an `op` node of one output that only this chain reads; else -1.
   int inner(int v, const char* op) const {
-    if (v < 0 || g_.values[v].producer < 0) return -1;
-    if (users_[v].size() != 1 || std::find(g_.outputs.begin(), g_.outputs.end(), v) != g_.outputs.end()) return -1;
+    if (!read_once(v) || g_.values[v].producer < 0) return -1;
     const int n = g_.values[v].producer;
     return g_.nodes[n].op == op && g_.nodes[n].outputs.size() == 1 ? n : -1;
   }
@@ -124,7 +126,7 @@ class Matcher {
   // The value 1 + f (an Add of 1 reading f's output, f's only user), or -1.
   int one_plus(int f) {
     const int v = g_.nodes[f].outputs[0];
-    if (users_[v].size() != 1 || std::find(g_.outputs.begin(), g_.outputs.end(), v) != g_.outputs.end()) return -1;
+    if (!read_once(v)) return -1;
     const int add = users_[v][0];
     if (g_.nodes[add].op != "Add" || other_than(add, 1.0) != v) return -1;
     chain_.push_back(add);
@@ -132,8 +134,7 @@ class Matcher {
   }
   // The one user of v, when it is a Mul that only this chain reads into; else -1.
   int mul_user(int v) const {
-    if (v < 0 || users_[v].size() != 1 || std::find(g_.outputs.begin(), g_.outputs.end(), v) != g_.outputs.end())
-      return -1;
+    if (!read_once(v)) return -1;
     const int n = users_[v][0];
     return g_.nodes[n].op == "Mul" && g_.nodes[n].inputs.size() == 2 ? n : -1;
   }

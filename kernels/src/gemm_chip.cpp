@@ -266,9 +266,9 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
   for (int64_t abuf = 2; abuf >= 1; --abuf)
     for (int64_t S = 1; S <= (rb > 1 ? 1 : 8); S *= 2) {
       if (S > 1 && (S / 2) * U * C >= g.n) break;  // the tile would be wider than the whole of N
-      // More strips than C buffers (kMaxCBuffers): the drain reuses a buffer only once its last store is done, and that store
-      // waits behind the operand loads queued before it (HBM serves transfers in order); the estimate does not
-      // count those waits, so such tiles are left out. GPT-2's vocabulary projection on v5e, 128 x 768 x 50257:
+      // More strips than C buffers (kMaxCBuffers): the drain reuses a buffer only once its last store is done,
+      // and that store waits behind the operand loads queued before it (HBM serves transfers in order); the
+      // estimate does not count those waits, so such tiles are left out. GPT-2's vocabulary projection on v5e, 128 x 768 x 50257:
       // 271,337 cycles in tiles of 16 strips (4 per unit), 207,955 in tiles of 8.
       if (!g.act && S > 1 && U * S > kMaxCBuffers) break;
       // cap: a unit's rows (its accumulators); with row blocks the tile is rb units' blocks high, C wide
@@ -288,7 +288,8 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
           if (rb > 1 && split) continue;  // row blocks keep K whole
           const int64_t od = split ? std::max<int64_t>(O, 4) : O;
           const int64_t tmu = cdiv(tm, rb);  // a unit's rows
-          const int64_t fixed = (g.act ? 0 : std::min(U * S, kMaxCBuffers)) * (align64(tmu * C * od) + QO * align64(tmu * C)) +
+          const int64_t fixed = (g.act ? 0 : std::min(U * S, kMaxCBuffers)) *
+                                    (align64(tmu * C * od) + QO * align64(tmu * C)) +
                                 256 +                                                        // the C buffers
                                 (g.residual ? (nslot + 1) * U * S * align64(tmu * C * od) : 0) +  // tiles of r
                                 (g.act ? align64(U * S * tmu * C * 4) + 2 * align64(U * S * tmu * C * O) +
@@ -643,9 +644,9 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     << "    muli ar, accslot, " << S * TMU << "\n";
   // Worth it where the matrix work it takes out of the tail, the last chunk's folds but one, exceeds what the
   // extra chunks add: about a transfer's latency.
-  const int64_t tail_lead = (KLAST - 1) / R;
+  const int64_t tail_lead = (KLAST - 1) / R * R;  // the last chunk's rows of K before its last fold
   const bool split_tail = g.split_last_fold && SK == 1 &&
-                          tail_lead * S * std::max(cdiv(TMU, matrix_rate(g.in, s)), R) >
+                          tail_lead / R * S * std::max(cdiv(TMU, matrix_rate(g.in, s)), R) >
                               optional_symbol(s, "DMA_LATENCY", 100);
   // The K range [kb, kb + (nk - 1) * KC + klast): the first chunk, the middle ones in a loop, the last. With
   // `split`, the last chunk's last fold is a chunk of its own: the rest of the chunk, smaller, arrives sooner and
@@ -655,7 +656,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   // after the last load, but small transfers cost more than that saves: v6e 128 x 3072 x 768 9,428 cycles against
   // 8,566.)
   auto krange = [&](int64_t nk, int64_t klast, bool split) {
-    const int64_t lead = split ? (klast - 1) / R * R : 0;  // the last chunk's folds before its last one
+    const int64_t lead = split ? tail_lead : 0;  // (split only for the K range that ends in KLAST)
     auto last = [&](int64_t at, bool first) {
       if (lead > 0) {
         chunk(lead, first);

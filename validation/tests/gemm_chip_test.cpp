@@ -405,8 +405,8 @@ TEST(GemmChip, LastTilesLastFoldAloneSameBits) {
   expect_all("last fold alone vs whole last chunk, bit for bit", split.size(),
              [&](size_t i) { return same(split[i], whole[i]); },
              [&](size_t i) { return "split " + num(split[i]) + ", whole " + num(whole[i]); });
-  expect_all("last fold alone vs one unit, bit for bit", split.size(), [&](size_t i) { return same(split[i], unit[i]); },
-             [&](size_t i) { return "split " + num(split[i]) + ", one unit " + num(unit[i]); });
+  expect_all("last fold alone vs one unit, bit for bit", split.size(),
+             [&](size_t i) { return same(split[i], unit[i]); }, [&](size_t i) { return "split " + num(split[i]) + ", one unit " + num(unit[i]); });
 }
 
 // Six strips of output (N = 6 C) on 2 cores of 4 units: every unit of a core would make one tile of 4 strips
