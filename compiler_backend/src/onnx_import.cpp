@@ -377,7 +377,9 @@ ir::Graph import_onnx(std::string_view bytes, const std::string& model_name, boo
   ir::Graph graph;
   graph.model_name = model_name;
   std::vector<int> elided;
-  for (const onnx::TensorProto& t : g.initializer()) {
+  for (int i = 0; i < g.initializer_size(); ++i) {
+    const onnx::TensorProto& t = g.initializer(i);
+    if (t.name().empty()) throw Error(model_name + ": initializer " + std::to_string(i) + " has an empty name");
     ir::Value& v = graph.values[graph.value(t.name())];
     auto c = cut.find(t.name());
     if (c == cut.end() || !t.raw_data().empty()) {
@@ -398,7 +400,11 @@ ir::Graph import_onnx(std::string_view bytes, const std::string& model_name, boo
     for (int64_t d : dims) v.dims.push_back(ir::Dim::sized(d));
     elided.push_back(graph.value(t.name()));
   }
-  for (const onnx::ValueInfoProto& in : g.input()) {
+  for (int i = 0; i < g.input_size(); ++i) {
+    const onnx::ValueInfoProto& in = g.input(i);
+    // ONNX names every graph input (an empty name means "absent" only among a node's inputs); a program's tensors
+    // are found by name, so a nameless one could be neither given nor written.
+    if (in.name().empty()) throw Error(model_name + ": graph input " + std::to_string(i) + " has an empty name");
     int id = graph.value(in.name());
     if (graph.values[id].is_const) continue;  // an initializer listed as an input (older exporters)
     if (std::find(graph.inputs.begin(), graph.inputs.end(), id) != graph.inputs.end())

@@ -63,6 +63,28 @@ TEST(Import, RawAndFloatDataAndConstantNodes) {
   EXPECT_EQ(g.inputs, std::vector<int>{g.value_index.at("x")});
 }
 
+// A program's tensors are found by name: a nameless graph input (found by the ONNX fuzzer: it compiled into a
+// program that no loader accepts, "a tensor has an empty name") or initializer is refused at import.
+TEST(Import, GraphInputsAndInitializersWithoutANameAreErrors) {
+  auto error = [](const ModelBuilder& b) {
+    try {
+      import_onnx(b.bytes(), "t.onnx");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  ModelBuilder nameless_input;
+  nameless_input.input("x", {2, 2}).input("", {2, 2}).output("y");
+  nameless_input.node("Relu", "r", {"x"}, {"y"});
+  EXPECT_EQ(error(nameless_input), "t.onnx: graph input 1 has an empty name");
+  ModelBuilder nameless_constant;
+  nameless_constant.input("x", {2, 2}).output("y");
+  nameless_constant.constant("w", {2}, {1, 2}).constant("", {2}, {3, 4});
+  nameless_constant.node("Relu", "r", {"x"}, {"y"});
+  EXPECT_EQ(error(nameless_constant), "t.onnx: initializer 1 has an empty name");
+}
+
 TEST(Import, UseBeforeDefinitionIsAnError) {
   ModelBuilder b;
   b.input("x", {2, 2}).output("y");
