@@ -170,11 +170,11 @@ struct Lowered {
       if (isa::bits_from_f32(consts[i]) == isa::bits_from_f32(c)) return static_cast<int>(i);
     return -1;
   }
-  // Bytes of VMEM the buffers take with tiles of T rows (constant table included).
-  uint64_t bytes(int64_t T, int64_t C) const {
+  // Bytes of VMEM the buffers take with tiles of T rows and `slots` staging slots (constant table included).
+  uint64_t bytes(int64_t T, int64_t C, int slots = 2) const {
     uint64_t total = align64(4 * consts.size()), slot = 0;
     for (const Buf& b : bufs) (b.slot() ? slot : total) += b.bytes(T, C);
-    return total + 2 * slot;
+    return total + static_cast<uint64_t>(slots) * slot;
   }
 };
 
@@ -608,6 +608,8 @@ void validate(const Program& p) {
     fail("rows and cols must be positive (got " + std::to_string(p.rows) + " x " + std::to_string(p.cols) + ")");
   if (p.outputs.empty()) fail("the program has no outputs");
   if (p.cores < 1) fail("cores must be positive (got " + std::to_string(p.cores) + ")");
+  if (p.slots != 0 && p.slots != 2 && p.slots != 3)
+    fail("slots must be 2, 3 or 0 (the generator's choice), not " + std::to_string(p.slots));
   for (size_t i = 0; i < p.inputs.size(); ++i)
     if (p.inputs[i].period < 0) fail("input " + std::to_string(i) + " has a negative period");
   for (size_t i = 0; i < p.nodes.size(); ++i) {
@@ -643,6 +645,7 @@ struct Built {
   Lowered low;
   uint64_t base = 0;  // VMEM region start
   uint64_t const_base = 0, slot_base = 0, slot_bytes = 0;
+  int slots = 2;  // staging slots: the loads run slots - 1 tiles ahead of the vector work
 };
 
 Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
@@ -664,12 +667,16 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
       periods.push_back(p.inputs[i].period);
     }
   const Lowered la = Lowerer(p, none).run(), lb = Lowerer(p, all).run();
-  auto fits_both = [&](int64_t T) { return la.bytes(T, C) <= budget && lb.bytes(T, C) <= budget; };
+  const int min_slots = p.slots ? p.slots : 2;
+  auto fits_both = [&](int64_t T) {
+    return la.bytes(T, C, min_slots) <= budget && lb.bytes(T, C, min_slots) <= budget;
+  };
   if (!fits_both(1)) {
     const uint64_t need = std::max(la.bytes(1, C), lb.bytes(1, C));
     fail("one row of " + std::to_string(C) + " columns needs " + std::to_string(need) + " bytes of VMEM (" +
          std::to_string(std::max(la.bufs.size(), lb.bufs.size())) +
-         " tile buffers, the two slots' counted twice), more than the " + std::to_string(budget) +
+         " tile buffers, the " + std::to_string(min_slots) + " slots' counted " + std::to_string(min_slots) +
+         " times), more than the " + std::to_string(budget) +
          " bytes available");
   }
   // The rows of one core: S (see rowwise.h).
@@ -708,11 +715,15 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
                (T >= S || T % p.inputs[i].period == 0);
     b.low = Lowerer(p, inv).run();
     b.plan.invariant = inv;
-    if (b.low.bytes(T, C) <= budget) break;
+    if (b.low.bytes(T, C, min_slots) <= budget) break;
     if (T == 1) fail("one row does not fit in VMEM");  // not reached: fits_both(1) holds
     T = std::max<int64_t>(1, T - std::max<int64_t>(1, T / 16));
   }
-  // Layout: constant table, invariant and pool buffers, then the two slots.
+  // A third slot where it fits beside tiles of T rows and there are tiles enough to use it: the loads then run two
+  // tiles ahead, so a transfer starts while the one before it is still in flight, instead of waiting for the
+  // vector unit to free the other slot (decode's matrix-vector products, bound by HBM).
+  b.slots = p.slots ? p.slots : (S + T - 1) / T >= 3 && b.low.bytes(T, C, 3) <= budget ? 3 : 2;
+  // Layout: constant table, invariant and pool buffers, then the slots.
   b.base = p.vmem_base;
   b.const_base = p.vmem_base;
   uint64_t at = p.vmem_base + align64(4 * b.low.consts.size());
@@ -738,7 +749,8 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
   b.plan.vector_ops_per_tile = static_cast<int>(b.low.ops.size());
   for (const POp& o : b.low.ops) b.plan.vector_ops_per_tile += o.chunk > 0;
   b.plan.constants = static_cast<int>(b.low.consts.size());
-  b.plan.vmem_used = at + 2 * s - p.vmem_base;
+  b.plan.vmem_used = at + static_cast<uint64_t>(b.slots) * s - p.vmem_base;
+  b.plan.slots = b.slots;
   return b;
 }
 
@@ -823,9 +835,10 @@ class Emitter {
       if (split) line("mov r13, r15");
       else line("li r13, " + std::to_string(R));
     };
-    line("sem.set s1, 2", "input slots free");
+    const std::string slots = std::to_string(b_.slots);
+    line("sem.set s1, " + slots, "input slots free");
     line("sem.set s2, 0", "input slots loaded");
-    line("sem.set s3, 2", "output slots free");
+    line("sem.set s3, " + slots, "output slots free");
     line("sem.set s4, 0", "output slots computed");
     line("sem.set s5, 0", "loop-invariant inputs loaded");
     line("li r5, 1");
@@ -898,20 +911,32 @@ class Emitter {
     }
     line("li r22, 0");
     loads();
+    // With more than two slots, the tiles after the first one (those that exist) load ahead too.
+    for (int j = 1; j + 1 < b_.slots; ++j) {
+      const std::string skip = "rw_ahead" + std::to_string(labels_++);
+      line("addi r20, r1, " + std::to_string(j * T));
+      rows_end();
+      line("bge r20, r13, " + skip, "no tile " + std::to_string(j));
+      line("sub r21, r13, r20");
+      line("li r13, " + std::to_string(T));
+      line("min r21, r21, r13");
+      line("li r22, " + std::to_string(j * b_.slot_bytes));
+      loads();
+      o_ << skip << ":\n";
+    }
     o_ << "rw_tile:\n";
     rows_end();
     line("sub r2, r13, r1");
     line("li r13, " + std::to_string(T));
     line("min r2, r2, r13", "rows in this tile");
     line("mul r3, r2, r6", "elements in this tile");
-    line("addi r20, r1, " + std::to_string(T));
+    line("addi r20, r1, " + std::to_string((b_.slots - 1) * T));
     rows_end();
-    line("bge r20, r13, rw_compute", "no next tile");
+    line("bge r20, r13, rw_compute", "no tile to load ahead");
     line("sub r21, r13, r20");
     line("li r13, " + std::to_string(T));
     line("min r21, r21, r13");
-    line("li r13, " + std::to_string(b_.slot_bytes));
-    line("sub r22, r13, r4");
+    slot_after("r22", "r4", b_.slots - 1);
     loads();
     o_ << "rw_compute:\n";
     line("vpu.sync wait=s2", "this tile's inputs are in");
@@ -934,8 +959,7 @@ class Emitter {
       line("dma.st r23, r9, r5, r24, r24, r24", "output " + std::to_string(i));
     }
     line("dmaout.sync signal=s3");
-    line("li r13, " + std::to_string(b_.slot_bytes));
-    line("sub r4, r13, r4", "the other slot");
+    slot_after("r4", "r4", 1);
     line("addi r1, r1, " + std::to_string(T));
     rows_end();
     line("blt r1, r13, rw_tile");
@@ -949,6 +973,22 @@ class Emitter {
   int labels_ = 0;
 
   int64_t width(const Input& in) const { return in.per_row ? 1 : p_.cols; }
+
+  // dst = the offset of the slot k after the one at offset src (slots in a ring; uses r13).
+  void slot_after(const std::string& dst, const std::string& src, int k) {
+    const uint64_t sb = b_.slot_bytes;
+    if (b_.slots == 2) {  // k = 1: the other slot
+      line("li r13, " + std::to_string(sb));
+      line("sub " + dst + ", r13, " + src, "the other slot");
+      return;
+    }
+    const std::string wrapped = "rw_ring" + std::to_string(labels_++);
+    line("addi " + dst + ", " + src + ", " + std::to_string(static_cast<uint64_t>(k) * sb));
+    line("li r13, " + std::to_string(static_cast<uint64_t>(b_.slots) * sb));
+    line("blt " + dst + ", r13, " + wrapped);
+    line("sub " + dst + ", " + dst + ", r13", "around the ring of " + std::to_string(b_.slots) + " slots");
+    o_ << wrapped << ":\n";
+  }
 
   void line(const std::string& s, const std::string& comment = "") {
     o_ << "    " << s;

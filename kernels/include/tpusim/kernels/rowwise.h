@@ -33,15 +33,18 @@
 //
 // Schedule. The rows are cut into tiles of T rows; the per-tile code is emitted once inside an assembly loop.
 // Loads of tile i+1 (dmain), the vector work of tile i and the stores of tile i-1 (dmaout) overlap through two
-// slots of input and output staging buffers (semaphores s1..s5, initialised by the kernel). Periodic inputs
+// slots of input and output staging buffers (semaphores s1..s5, initialised by the kernel); with three tiles or
+// more, a third slot where it fits beside tiles of T rows, and the loads then run two tiles ahead (tile i+2 loads
+// while tile i+1's transfer may still be in flight). Periodic inputs
 // (period P) whose pattern is the same in every tile (T % P == 0, or a single tile) are loaded once at the start
 // (one dma.ld with hstride 0 repeats the P rows); otherwise each tile loads its rows in contiguous pieces with
 // wrap-around. Temporaries live in tile buffers allocated by liveness over the lowered instruction list (a dead
 // value's buffer, an f32 input's staging buffer included, is reused, in place where possible); an f32 output is
 // computed directly into its staging buffer.
 //
-// Tile size: T is the largest row count such that every buffer (2 slots of input and output staging, the
-// loop-invariant inputs, the temporaries, the constant table, each 64-byte aligned) fits in the VMEM region, and
+// Tile size: T is the largest row count such that every buffer (2 slots of input and output staging, 3 where
+// Program::slots asks for them; the loop-invariant inputs, the temporaries, the constant table, each 64-byte
+// aligned) fits in the VMEM region, and
 // at most max(1, 128 * VPU_WIDTH / C) rows (tiles of about 128 vector-unit passes: long instructions, yet enough
 // tiles for the pipeline's fill and drain to be small), at most S (the rows of one core). With several tiles, T is
 // then rounded down to a multiple of the periodic inputs' periods (the lcm of those that fit, so that their
@@ -117,6 +120,9 @@ struct Program {
   // takes rows [i * S, min(R, (i + 1) * S)), S = Plan::core_rows; a core with none skips the kernel). 1: the
   // code of a single core, which reads no core id.
   int64_t cores = 1;
+  // Input and output staging slots: 2 or 3 (the loads run one or two tiles ahead), or 0 for the generator's choice
+  // (3 where they fit beside the largest tiles that fit with 2, and there are 3 tiles or more).
+  int slots = 0;
 
   // Builders: each appends a node and returns its index.
   int input(int index);
@@ -139,6 +145,7 @@ struct Plan {
   int vector_ops_per_tile = 0;     // vector-unit instructions in the loop body
   int constants = 0;               // entries of the constant table
   uint64_t vmem_used = 0;          // bytes of the VMEM region in use
+  int slots = 2;                   // input and output staging slots (loads run slots - 1 tiles ahead)
   std::vector<bool> invariant;     // per input: loaded once at the start (periodic pattern equal in every tile)
 };
 
