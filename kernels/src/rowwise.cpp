@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -645,7 +646,6 @@ struct Built {
   Lowered low;
   uint64_t base = 0;  // VMEM region start
   uint64_t const_base = 0, slot_base = 0, slot_bytes = 0;
-  int slots = 2;  // staging slots: the loads run slots - 1 tiles ahead of the vector work
 };
 
 Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
@@ -672,7 +672,7 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
     return la.bytes(T, C, min_slots) <= budget && lb.bytes(T, C, min_slots) <= budget;
   };
   if (!fits_both(1)) {
-    const uint64_t need = std::max(la.bytes(1, C), lb.bytes(1, C));
+    const uint64_t need = std::max(la.bytes(1, C, min_slots), lb.bytes(1, C, min_slots));
     fail("one row of " + std::to_string(C) + " columns needs " + std::to_string(need) + " bytes of VMEM (" +
          std::to_string(std::max(la.bufs.size(), lb.bufs.size())) +
          " tile buffers, the " + std::to_string(min_slots) + " slots' counted " + std::to_string(min_slots) +
@@ -722,7 +722,7 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
   // A third slot where it fits beside tiles of T rows and there are tiles enough to use it: the loads then run two
   // tiles ahead, so a transfer starts while the one before it is still in flight, instead of waiting for the
   // vector unit to free the other slot (decode's matrix-vector products, bound by HBM).
-  b.slots = p.slots ? p.slots : (S + T - 1) / T >= 3 && b.low.bytes(T, C, 3) <= budget ? 3 : 2;
+  b.plan.slots = p.slots ? p.slots : (S + T - 1) / T >= 3 && b.low.bytes(T, C, 3) <= budget ? 3 : 2;
   // Layout: constant table, invariant and pool buffers, then the slots.
   b.base = p.vmem_base;
   b.const_base = p.vmem_base;
@@ -749,8 +749,7 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
   b.plan.vector_ops_per_tile = static_cast<int>(b.low.ops.size());
   for (const POp& o : b.low.ops) b.plan.vector_ops_per_tile += o.chunk > 0;
   b.plan.constants = static_cast<int>(b.low.consts.size());
-  b.plan.vmem_used = at + static_cast<uint64_t>(b.slots) * s - p.vmem_base;
-  b.plan.slots = b.slots;
+  b.plan.vmem_used = at + static_cast<uint64_t>(b.plan.slots) * s - p.vmem_base;
   return b;
 }
 
@@ -835,7 +834,7 @@ class Emitter {
       if (split) line("mov r13, r15");
       else line("li r13, " + std::to_string(R));
     };
-    const std::string slots = std::to_string(b_.slots);
+    const std::string slots = std::to_string(b_.plan.slots);
     line("sem.set s1, " + slots, "input slots free");
     line("sem.set s2, 0", "input slots loaded");
     line("sem.set s3, " + slots, "output slots free");
@@ -911,34 +910,31 @@ class Emitter {
     }
     line("li r22, 0");
     loads();
-    // With more than two slots, the tiles after the first one (those that exist) load ahead too.
-    for (int j = 1; j + 1 < b_.slots; ++j) {
-      const std::string skip = "rw_ahead" + std::to_string(labels_++);
-      line("addi r20, r1, " + std::to_string(j * T));
+    // The loads of the tile `ahead` tiles after this one, if it exists, into the slot set_slot puts in r22; the
+    // label `skip` follows them.
+    auto load_ahead = [&](int64_t ahead, const std::string& skip, const std::string& why,
+                          const std::function<void()>& set_slot) {
+      line("addi r20, r1, " + std::to_string(ahead * T));
       rows_end();
-      line("bge r20, r13, " + skip, "no tile " + std::to_string(j));
+      line("bge r20, r13, " + skip, why);
       line("sub r21, r13, r20");
       line("li r13, " + std::to_string(T));
       line("min r21, r21, r13");
-      line("li r22, " + std::to_string(j * b_.slot_bytes));
+      set_slot();
       loads();
       o_ << skip << ":\n";
-    }
+    };
+    // With more than two slots, the tiles after the first one (those that exist) load ahead too.
+    for (int j = 1; j + 1 < b_.plan.slots; ++j)
+      load_ahead(j, "rw_ahead" + std::to_string(labels_++), "no tile " + std::to_string(j),
+                 [&] { line("li r22, " + std::to_string(j * b_.slot_bytes)); });
     o_ << "rw_tile:\n";
     rows_end();
     line("sub r2, r13, r1");
     line("li r13, " + std::to_string(T));
     line("min r2, r2, r13", "rows in this tile");
     line("mul r3, r2, r6", "elements in this tile");
-    line("addi r20, r1, " + std::to_string((b_.slots - 1) * T));
-    rows_end();
-    line("bge r20, r13, rw_compute", "no tile to load ahead");
-    line("sub r21, r13, r20");
-    line("li r13, " + std::to_string(T));
-    line("min r21, r21, r13");
-    slot_after("r22", "r4", b_.slots - 1);
-    loads();
-    o_ << "rw_compute:\n";
+    load_ahead(b_.plan.slots - 1, "rw_compute", "no tile to load ahead", [&] { slot_after("r22", "r4", b_.plan.slots - 1); });
     line("vpu.sync wait=s2", "this tile's inputs are in");
     line("vpu.sync wait=s3", "its output slot is free");
     for (const POp& op : b_.low.ops) vector_op(op);
@@ -977,16 +973,16 @@ class Emitter {
   // dst = the offset of the slot k after the one at offset src (slots in a ring; uses r13).
   void slot_after(const std::string& dst, const std::string& src, int k) {
     const uint64_t sb = b_.slot_bytes;
-    if (b_.slots == 2) {  // k = 1: the other slot
+    if (b_.plan.slots == 2) {  // k = 1: the other slot
       line("li r13, " + std::to_string(sb));
       line("sub " + dst + ", r13, " + src, "the other slot");
       return;
     }
     const std::string wrapped = "rw_ring" + std::to_string(labels_++);
     line("addi " + dst + ", " + src + ", " + std::to_string(static_cast<uint64_t>(k) * sb));
-    line("li r13, " + std::to_string(static_cast<uint64_t>(b_.slots) * sb));
+    line("li r13, " + std::to_string(static_cast<uint64_t>(b_.plan.slots) * sb));
     line("blt " + dst + ", r13, " + wrapped);
-    line("sub " + dst + ", " + dst + ", r13", "around the ring of " + std::to_string(b_.slots) + " slots");
+    line("sub " + dst + ", " + dst + ", r13", "around the ring of " + std::to_string(b_.plan.slots) + " slots");
     o_ << wrapped << ":\n";
   }
 

@@ -35,21 +35,19 @@
 // Loads of tile i+1 (dmain), the vector work of tile i and the stores of tile i-1 (dmaout) overlap through two
 // slots of input and output staging buffers (semaphores s1..s5, initialised by the kernel); with three tiles or
 // more, a third slot where it fits beside tiles of T rows, and the loads then run two tiles ahead (tile i+2 loads
-// while tile i+1's transfer may still be in flight). Periodic inputs
-// (period P) whose pattern is the same in every tile (T % P == 0, or a single tile) are loaded once at the start
-// (one dma.ld with hstride 0 repeats the P rows); otherwise each tile loads its rows in contiguous pieces with
-// wrap-around. Temporaries live in tile buffers allocated by liveness over the lowered instruction list (a dead
-// value's buffer, an f32 input's staging buffer included, is reused, in place where possible); an f32 output is
-// computed directly into its staging buffer.
+// while tile i+1's transfer may still be in flight). Periodic inputs (period P) whose pattern is the same in every
+// tile (T % P == 0, or a single tile) are loaded once at the start (one dma.ld with hstride 0 repeats the P rows);
+// otherwise each tile loads its rows in contiguous pieces with wrap-around. Temporaries live in tile buffers
+// allocated by liveness over the lowered instruction list (a dead value's buffer, an f32 input's staging buffer
+// included, is reused, in place where possible); an f32 output is computed directly into its staging buffer.
 //
 // Tile size: T is the largest row count such that every buffer (2 slots of input and output staging, 3 where
 // Program::slots asks for them; the loop-invariant inputs, the temporaries, the constant table, each 64-byte
-// aligned) fits in the VMEM region, and
-// at most max(1, 128 * VPU_WIDTH / C) rows (tiles of about 128 vector-unit passes: long instructions, yet enough
-// tiles for the pipeline's fill and drain to be small), at most S (the rows of one core). With several tiles, T is
-// then rounded down to a multiple of the periodic inputs' periods (the lcm of those that fit, so that their
-// pattern is loop-invariant), and to whole vector-unit passes (T * C a multiple of VPU_WIDTH) when that costs at
-// most 1/8 of the rows. A row that does not fit throws std::invalid_argument.
+// aligned) fits in the VMEM region, and at most max(1, 128 * VPU_WIDTH / C) rows (tiles of about 128 vector-unit
+// passes: long instructions, yet enough tiles for the pipeline's fill and drain to be small), at most S (the rows
+// of one core). With several tiles, T is then rounded down to a multiple of the periodic inputs' periods (the lcm
+// of those that fit, so that their pattern is loop-invariant), and to whole vector-unit passes (T * C a multiple
+// of VPU_WIDTH) when that costs at most 1/8 of the rows. A row that does not fit throws std::invalid_argument.
 //
 // Several cores (Program::cores > 1). S = ceil(R / cores), rounded up to a multiple of the periodic inputs'
 // periods (the lcm of those at most S) when that costs at most 1/8 of S, so that every core's first row starts
