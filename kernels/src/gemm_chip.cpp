@@ -245,7 +245,7 @@ int64_t reduce_chunk(int64_t mn, int64_t sk, int64_t out_bytes, int64_t vmem, in
 // K adds the reduction: every split's f32 partials written (to HBM: the cache writes through) and read back,
 // the result written, a barrier.
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t UMAX,
-                      int64_t mem_bpc, int64_t hbm_bpc, int64_t core_bpc, int64_t vpu_width, int64_t latency,
+                      int64_t mem_bpc, int64_t hbm_bpc, int64_t core_bpc, int64_t vmem_bpc, int64_t vpu_width, int64_t latency,
                       int64_t rate) {
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), QO = g.q_scale_bits != 0 ? 1 : 0;
   const int64_t OW = (g.q_only ? 0 : O) + (g.residual ? O : 0);  // bytes of c written (none with q_only) and r read per element
@@ -313,13 +313,26 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                                           static_cast<double>(core_bpc));
             const double chunks = static_cast<double>(cdiv(ks, kc));
             const double work = static_cast<double>(cdiv(kc, R) * S * std::max(cdiv(tmu, rate), R));
-            const double transfer = (static_cast<double>((tm + std::min(W, g.n)) * kc * E) +
-                                     static_cast<double>(tm * std::min(W, g.n) * (OW + QO)) / chunks) / share;
-            const double chunk = std::max({work, transfer, (static_cast<double>(latency) + transfer) / (nslot - 1)});
+            // The tile's stores: a share of every chunk's transfer, or after the tile with !overlap_tiles
+            const double stores = static_cast<double>(tm * std::min(W, g.n) * (OW + QO)) / share;
+            const double transfer = static_cast<double>((tm + std::min(W, g.n)) * kc * E) / share +
+                                    (g.overlap_tiles ? stores / chunks : 0.0);
+            // VMEM's ports: the chunk's operands written by the loads and read by the matrix units (each weight
+            // once, the row tile's a once per strip)
+            const double ports =
+                vmem_bpc > 0 ? static_cast<double>((2 * (tm + std::min(W, g.n)) + (rb > 1 ? 0 : S - 1) * tm) * kc * E) /
+                                   static_cast<double>(vmem_bpc)
+                             : 0.0;
+            const double chunk =
+                std::max({work, transfer, ports, (static_cast<double>(latency) + transfer) / (nslot - 1)});
             const double drain = static_cast<double>((rb > 1 ? rb : U * S) * tmu * C * (1 + act_passes)) /
                                  static_cast<double>(vpu_width);
-            double est = waves * (chunks * chunk + static_cast<double>(latency) + (abuf == 1 ? drain : 0.0)) + drain +
-                         std::min(work, transfer);
+            // per item: its chunks, its first load's latency and, with abuf == 1 or tiles one at a time, its
+            // drain; one at a time, also its stores and their latency
+            const double item = chunks * chunk + static_cast<double>(latency) +
+                                (abuf == 1 || !g.overlap_tiles ? drain : 0.0) +
+                                (g.overlap_tiles ? 0.0 : stores + static_cast<double>(latency));
+            double est = waves * item + drain + std::min(work, transfer);
             if (sk > 1)  // partials and results written to HBM, partials read back (from the cache if any)
               est += static_cast<double>(g.m * g.n) *
                          ((4.0 * static_cast<double>(sk) + O) / static_cast<double>(hbm_bpc) +
@@ -357,7 +370,7 @@ TilePlan plan_tiles(const GemmChip& g, const std::map<std::string, int64_t>& s, 
   // A core takes its transfers at most at its VMEM ports' rate (0: an older caller's map, no limit).
   const int64_t vmem_bpc = optional("VMEM_BYTES_PER_CYCLE", 0);
   const int64_t core_bpc = vmem_bpc > 0 ? vmem_bpc : mem_bpc;
-  return choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, core_bpc,
+  return choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, core_bpc, vmem_bpc,
                       std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100),
                       matrix_rate(g.in, s));
 }
@@ -453,6 +466,9 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
             : std::nullopt;
   const int64_t VAF = align64(VE0 + (act ? act->bytes : 0)), VAO = VAF + align64(AE * 4), AOB = align64(AE * O);
   const int64_t AOFREE = 4 * U + 5;
+  // Without overlap_tiles: TDONE, the core's previous tile stored (dmaout signals it after the tile's last store;
+  // dmain waits for it before the tile's first load).
+  const int64_t TDONE = 4 * U + 7;
   int label = 0;
   auto fresh = [&label]() { return "l" + std::to_string(label++); };
 
@@ -532,6 +548,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   o << "    sem.set s" << CFREE << ", " << NCBUF << "\n    sem.set s" << CFULL << ", 0\n";
   if (TABLE) o << "    sem.set s" << BFREE << ", 2\n    sem.set s" << BFULL << ", 0\n";
   if (g.residual) o << "    sem.set s" << RFREE << ", " << RSLOTS << "\n    sem.set s" << RFULL << ", 0\n";
+  if (!g.overlap_tiles) o << "    sem.set s" << TDONE << ", 1\n";
   // dst = the VMEM address of piece p of this tile's r slot, clobbering tmp
   auto r_piece = [&](const char* dst, const char* tmp, int64_t p) { tile_slot(dst, tmp, "t", RSLOTS, U * S * RP, VR0 + p * RP); };
   o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li accslot, 0\n    li cslot, 0\n    li astr, " << KC * E
@@ -557,6 +574,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   };
   // One chunk of kc elements of K at k0 (register), the first of the tile or not.
   auto chunk = [&](int64_t kc, bool first) {
+    if (first && !g.overlap_tiles) o << "    dmain.sync wait=s" << TDONE << "    # the previous tile is stored\n";
     o << "    muli va, slot, " << SLOT << "\n    addi va, va, " << VA0 << "\n    addi vb, va, " << A_SLOT << "\n";
     for (int64_t j = 1; j < U; ++j) {
       const std::string l = fresh();
@@ -836,6 +854,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   }
   if (TABLE) o << "    vpu.sync signal=s" << BFREE << "\n";
   if (g.residual) o << "    vpu.sync signal=s" << RFREE << "\n";
+  if (!g.overlap_tiles) o << "    dmaout.sync signal=s" << TDONE << "    # this tile is stored\n";
   if (ABUF == 2) o << "    sub accslot, one, accslot\n";
   o << "    addi t, t, " << P << "\n    jmp tile\ndone:\n";
   if (act) {  // this core's last tile, if it had any
@@ -925,6 +944,12 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
   if ((g.bias || g.dequant || g.residual || g.act) && U > 6)
     throw std::invalid_argument(
         "gemm_chip: with a bias, a residual or an activation the kernel's semaphores allow 6 matrix units per core");
+  if (!g.overlap_tiles) {
+    if (g.residual || g.act || U > 6 || schedule == GemmSchedule::Strips)
+      throw std::invalid_argument("gemm_chip: overlap_tiles = false needs the tiled schedule, no residual or act, and "
+                                  "at most 6 matrix units per core");
+    schedule = GemmSchedule::Tiles;
+  }
   if (g.group_n != 0) {
     if (g.group_n < 0 || g.n % g.group_n != 0 || g.group_n % C != 0 || g.q_scale_bits != 0 || g.split_k > 1 ||
         g.max_split_k > 1 || schedule == GemmSchedule::Strips)

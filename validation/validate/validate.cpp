@@ -87,6 +87,7 @@ isa::Program gemm_program(const Case& c, const std::map<std::string, int64_t>& s
   g.out = isa::DType::BF16;
   g.trans_b = true;
   g.max_split_k = 16;  // as cuBLAS splits K when the output tiles alone leave SMs idle
+  g.overlap_tiles = false;
   return kernels::gemm_chip_kernel(g, symbols);
 }
 

@@ -27,12 +27,15 @@ SAMPLE, MAX_GFLOP = 16, 20
 # from 6.38 to 6.87 us against 4.89 measured; on a 120-case sample, `tpusim validate --sample 120 --max-gflop 20`,
 # bf16 MAPE went from 29.0% to 28.2%, fp8 from 53.0% to 53.2%); 13.6 after h200-like's four tensor cores per SM
 # became one matrix unit of 16 x 128 and split K's reduction was spread over every core (the 120-case sample:
-# bf16 28.2% to 15.6%; docs/validation.md).
-RECORDED_BF16_MAPE = 13.6
+# bf16 28.2% to 15.6%; docs/validation.md); 13.0 on 2026-12-05 after GEMM tiles ran one at a time per core in the
+# validator and the tiled GEMM's estimate counted VMEM's ports (docs/validation.md, "GEMM tiles one at a time").
+RECORDED_BF16_MAPE = 13.0
 # 52.9 measured 2026-12-03 (h200-like's 16 x 128 matrix unit) when the fp8 goldens began to run as f8e4m3 at
 # mxu.fp8_rate (2 on h200-like); before, as int8 at mxu.i8_rate (also 2): the same simulated times case for case,
-# so the same 52.9 (and 55.7% on `tpusim validate --sample 40 --max-gflop 20`, unchanged too).
-RECORDED_FP8_MAPE = 52.9
+# so the same 52.9 (and 55.7% on `tpusim validate --sample 40 --max-gflop 20`, unchanged too). 57.1 on 2026-12-05:
+# the estimate's VMEM ports split K more often, which makes fp8 kernels faster where the goldens are already
+# slower by TensorRT-LLM's quantisation of the activations (a known gap, docs/validation.md).
+RECORDED_FP8_MAPE = 57.1
 
 
 def main():

@@ -99,6 +99,11 @@ struct GemmChip {
   // where the matrix work that moves out of the kernel's tail exceeds a transfer's latency (gemm_chip.cpp). The
   // same results either way; false for comparisons.
   bool split_last_fold = true;
+  // Tiled schedule: false starts a tile's loads only once the core's previous tile is stored, one tile per core
+  // at a time, as a GPU runs a kernel of one thread block per SM: each tile then pays its first load's latency,
+  // its drain and its stores' latency. true (the default) lets the next tile's loads and matrix work overlap this
+  // one's drain and stores. The same results either way; not with `residual` or `act`, at most 6 units.
+  bool overlap_tiles = true;
   // The epilogue and layouts gemm.s has, for the compiler (tiled schedule only, no split K, at most 6 units):
   bool bias = false;        // input `bias` [N] (i32 for i8 inputs, f32 for bf16 and f8e4m3) added to the accumulators
   bool relu = false;        // max(x, 0) after the bias
