@@ -79,7 +79,9 @@ ChipFigures figures(const sim::ChipConfig& cfg) {
 
 // The GEMM kernel the compiler emits for `y = x @ W^T` (W [n, k], a Linear layer) on this chip: gemm_chip's
 // tiled schedule with the weights transposed on load, K split where tiles alone leave cores idle; fp8 goldens
-// run as f8e4m3 (OCP E4M3, what the goldens' cuBLASLt fp8 GEMMs take) at the chip's mxu.fp8_rate.
+// run as f8e4m3 (OCP E4M3, what the goldens' cuBLASLt fp8 GEMMs take) at the chip's mxu.fp8_rate. A core runs its
+// tiles one at a time (overlap_tiles = false), as an SM runs one thread block: each tile pays its first load's
+// latency and its stores' (docs/validation.md, "GEMM tiles one at a time").
 isa::Program gemm_program(const Case& c, const std::map<std::string, int64_t>& symbols) {
   kernels::GemmChip g;
   g.m = get(c, "m"), g.n = get(c, "n"), g.k = get(c, "k");
