@@ -337,7 +337,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
               est += static_cast<double>(g.m * g.n) *
                          ((4.0 * static_cast<double>(sk) + O) / static_cast<double>(hbm_bpc) +
                           4.0 * static_cast<double>(sk) / static_cast<double>(mem_bpc)) +
-                     4.0 * static_cast<double>(latency);
+                     4.0 * static_cast<double>(latency) + static_cast<double>(g.reduction_launch_cycles);
             if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, U, rb, abuf, sk, ks, nslot, est};
           }
           }
@@ -944,6 +944,7 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
   if ((g.bias || g.dequant || g.residual || g.act) && U > 6)
     throw std::invalid_argument(
         "gemm_chip: with a bias, a residual or an activation the kernel's semaphores allow 6 matrix units per core");
+  if (g.reduction_launch_cycles < 0) throw std::invalid_argument("gemm_chip: reduction_launch_cycles is negative");
   if (!g.overlap_tiles) {
     if (g.residual || g.act || U > 6 || schedule == GemmSchedule::Strips)
       throw std::invalid_argument("gemm_chip: overlap_tiles = false needs the tiled schedule, no residual or act, and "
@@ -1014,6 +1015,11 @@ double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t
   const Resolved r = resolve(g, symbols);
   return r.schedule == GemmSchedule::Strips ? strips_estimate_of(g, symbols, r.P, r.U)
                                             : plan_tiles(g, symbols, r.P, r.U).estimate;
+}
+
+int64_t gemm_chip_splits(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
+  const Resolved r = resolve(g, symbols);
+  return r.schedule == GemmSchedule::Strips ? 1 : plan_tiles(g, symbols, r.P, r.U).sk;
 }
 
 isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {

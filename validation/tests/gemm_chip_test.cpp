@@ -490,6 +490,30 @@ TEST(GemmChip, PlanCountsTheOperandsThroughVmemPorts) {
   std::printf("split K %.0f cycles, K whole %.0f (estimate %.0f)\n", chosen, whole, whole_estimate);
 }
 
+// Split K whose reduction is a kernel of its own (reduction_launch_cycles, as tpusim validate models cuBLAS): on
+// h200-like, 13 x 3072 x 32 (one output tile, K long) splits K when the reduction costs no launch; the launch is
+// added to every split plan's estimate, so a forced split's estimate grows by exactly those cycles (the same plan
+// wins among the split ones), and with a launch longer than the whole kernel the plan keeps K whole.
+TEST(GemmChip, ReductionLaunchCountsAgainstSplitK) {
+  const sim::ChipConfig cfg = sim::load_config("h200-like");
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, v] : sim::kernel_symbols(cfg)) symbols[name] = v;
+  kernels::GemmChip g{13, 3072, 32, DType::BF16, DType::BF16};
+  g.trans_b = true;
+  g.max_split_k = 16;
+  EXPECT_GT(kernels::gemm_chip_splits(g, symbols), 1);
+  g.split_k = 4;
+  const double free_reduction = kernels::gemm_chip_estimate(g, symbols);
+  g.reduction_launch_cycles = 2699;
+  EXPECT_DOUBLE_EQ(kernels::gemm_chip_estimate(g, symbols) - free_reduction, 2699.0);
+  EXPECT_EQ(kernels::gemm_chip_splits(g, symbols), 4);
+  g.split_k = 0;
+  g.reduction_launch_cycles = 1'000'000;
+  EXPECT_EQ(kernels::gemm_chip_splits(g, symbols), 1);
+  g.reduction_launch_cycles = -1;
+  EXPECT_THROW(kernels::gemm_chip_splits(g, symbols), std::invalid_argument);
+}
+
 // Six strips of output (N = 6 C) on 2 cores of 4 units: every unit of a core would make one tile of 4 strips
 // and one of 2, or one tile of all 6 (S = 2) on one core; 3 units per core make two tiles of 3 strips, one per
 // core. The plan takes 3 (its source says so), gives the bits of one unit, and runs faster than the same

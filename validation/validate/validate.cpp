@@ -81,8 +81,9 @@ ChipFigures figures(const sim::ChipConfig& cfg) {
 // tiled schedule with the weights transposed on load, K split where tiles alone leave cores idle; fp8 goldens
 // run as f8e4m3 (OCP E4M3, what the goldens' cuBLASLt fp8 GEMMs take) at the chip's mxu.fp8_rate. A core runs its
 // tiles one at a time (overlap_tiles = false), as an SM runs one thread block: each tile pays its first load's
-// latency and its stores' (docs/validation.md, "GEMM tiles one at a time").
-isa::Program gemm_program(const Case& c, const std::map<std::string, int64_t>& symbols) {
+// latency and its stores' (docs/validation.md, "GEMM tiles one at a time"). Where it splits K, the reduction is
+// a second kernel, as cuBLAS's is: one more launch (Module::reduction_launch_cycles).
+kernels::GemmChip gemm_of(const Case& c) {
   kernels::GemmChip g;
   g.m = get(c, "m"), g.n = get(c, "n"), g.k = get(c, "k");
   g.in = c.cls == "gemm_fp8" ? isa::DType::F8E4M3 : isa::DType::BF16;
@@ -90,7 +91,7 @@ isa::Program gemm_program(const Case& c, const std::map<std::string, int64_t>& s
   g.trans_b = true;
   g.max_split_k = 16;  // as cuBLAS splits K when the output tiles alone leave SMs idle
   g.overlap_tiles = false;
-  return kernels::gemm_chip_kernel(g, symbols);
+  return g;
 }
 
 bool is_attention(const Case& c) { return c.cls.rfind("attention_", 0) == 0; }
@@ -144,6 +145,8 @@ isa::Program preprocessing_program(const Case& c, const std::map<std::string, in
 // The measured attention module's time beyond the fused kernel (validate.h): 0 for one kernel's timings.
 struct Module {
   double causal_us = 0, encoder_us = 0;
+  // Split K: cuBLAS reduces the splits' partials in a kernel of its own, one more launch (chip.launch_cycles)
+  int64_t reduction_launch_cycles = 0;
   double of(const Case& c) const {
     return c.cls == "attention_causal" ? causal_us : c.cls == "attention_encoder" ? encoder_us : 0.0;
   }
@@ -163,8 +166,15 @@ void simulate(sim::Chip& chip, Case& c, const std::map<std::string, int64_t>& sy
   ro.functional = false;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    isa::Program p = is_attention(c) ? kernels::attention_chip_kernel(attention_of(c), symbols) : gemm_program(c, symbols);
-    uint64_t cycles = chip.run(p, ro).stats.cycles;
+    uint64_t cycles = 0;
+    if (is_attention(c)) {
+      cycles = chip.run(kernels::attention_chip_kernel(attention_of(c), symbols), ro).stats.cycles;
+    } else {
+      kernels::GemmChip g = gemm_of(c);
+      g.reduction_launch_cycles = module.reduction_launch_cycles;
+      cycles = chip.run(kernels::gemm_chip_kernel(g, symbols), ro).stats.cycles;
+      if (kernels::gemm_chip_splits(g, symbols) > 1) cycles += static_cast<uint64_t>(module.reduction_launch_cycles);
+    }
     // A module's time (its fixed part > 0): the causal module's QKV preprocessing runs first, one more kernel.
     if (c.cls == "attention_causal" && module.causal_us > 0)
       cycles += chip.run(preprocessing_program(c, symbols), ro).stats.cycles;
@@ -373,6 +383,7 @@ int run(const Options& opts, std::ostream& log) {
   if (!std::isfinite(opts.attention_module_us))
     throw std::runtime_error("--attention-module-us must be a number, got " + std::to_string(opts.attention_module_us));
   Module module;
+  module.reduction_launch_cycles = static_cast<int64_t>(cfg.chip.launch_cycles);
   if (opts.attention_module_us >= 0)
     module.causal_us = module.encoder_us = opts.attention_module_us;
   else if (opts.goldens.empty())

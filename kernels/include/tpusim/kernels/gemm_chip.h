@@ -94,6 +94,11 @@ struct GemmChip {
   // `tpusim validate` models GPU library kernels with it.
   int max_split_k = 1;
   int split_k = 0;  // > 0: exactly this many splits of K (fewer if K has fewer chunks); 0: chosen, <= max_split_k
+  // Split K on a GPU library that reduces in a kernel of its own (cuBLAS's split-K reduction kernel): the cycles
+  // of that second launch. The plan's estimate adds them to a split plan, so that a split must gain more than a
+  // launch; the program still reduces after its barrier, so the caller adds them to its cycles where
+  // gemm_chip_splits > 1 (tpusim validate does, with chip.launch_cycles). 0: none.
+  int64_t reduction_launch_cycles = 0;
   int slots = 0;    // tiled schedule: 2..4 operand slots (chunks in flight) exactly; 0: chosen
   // Tiled schedule, K not split: a core's last tile loads the last fold of its last chunk as a chunk of its own,
   // where the matrix work that moves out of the kernel's tail exceeds a transfer's latency (gemm_chip.cpp). The
@@ -143,6 +148,10 @@ double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t
 // Rows of a a matrix unit streams per cycle for input type `in`: the chip's MXU_I8_RATE or MXU_FP8_RATE symbol
 // (bf16: 1). Estimates count a stream of m rows as max(ceil(m / rate), MXU_ROWS) cycles.
 int64_t matrix_rate(isa::DType in, const std::map<std::string, int64_t>& symbols);
+
+// The splits of K the kernel makes (its plan's; 1 without split K or with the strips schedule). Throws as
+// gemm_chip_source.
+int64_t gemm_chip_splits(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
 
 // gemm_chip_source assembled (isa::Error on failure).
 isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
