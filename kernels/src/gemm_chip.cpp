@@ -239,14 +239,15 @@ int64_t reduce_chunk(int64_t mn, int64_t sk, int64_t out_bytes, int64_t vmem, in
 // (KC/R folds x S strips x max(TM / rate, R) cycles: a weight load, R cycles, hides behind a stream of at least R
 // rows; matrix_rate), its transfer (its operands and its share of the tile's stores) at this core's share of the
 // bandwidth (the cache's when the chip has one, since tiles re-read their operands from it, else HBM's; shared by
-// the cores loading at once, and at most what the core's VMEM ports take) and (latency + transfer) / (NSLOT - 1)
-// (NSLOT - 1 chunks in flight); plus, once, the shorter of a chunk's work and transfer: the pipeline's fill and
-// drain. Items run in waves over the cores. Split
-// K adds the reduction: every split's f32 partials written (to HBM: the cache writes through) and read back,
-// the result written, a barrier.
+// the cores loading at once, and at most what the core's VMEM ports take), its operands' bytes through VMEM's
+// ports (written by the loads, read by the matrix units) and (latency + transfer) / (NSLOT - 1) (NSLOT - 1 chunks
+// in flight); plus the item's first load's latency, and with tiles one at a time (!overlap_tiles) its drain, its
+// stores and their latency; plus, once, the shorter of a chunk's work and transfer: the pipeline's fill and
+// drain. Items run in waves over the cores. Split K adds the reduction: every split's f32 partials written (to
+// HBM: the cache writes through) and read back, the result written, a barrier, and reduction_launch_cycles.
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t UMAX,
-                      int64_t mem_bpc, int64_t hbm_bpc, int64_t core_bpc, int64_t vmem_bpc, int64_t vpu_width, int64_t latency,
-                      int64_t rate) {
+                      int64_t mem_bpc, int64_t hbm_bpc, int64_t core_bpc, int64_t vmem_bpc, int64_t vpu_width,
+                      int64_t latency, int64_t rate) {
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), QO = g.q_scale_bits != 0 ? 1 : 0;
   const int64_t OW = (g.q_only ? 0 : O) + (g.residual ? O : 0);  // bytes of c written (none with q_only) and r read per element
   const bool may_split = g.max_split_k > 1 || g.split_k > 1;
@@ -319,10 +320,9 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                                     (g.overlap_tiles ? stores / chunks : 0.0);
             // VMEM's ports: the chunk's operands written by the loads and read by the matrix units (each weight
             // once, the row tile's a once per strip)
+            const int64_t port_bytes = (2 * (tm + std::min(W, g.n)) + (rb > 1 ? 0 : S - 1) * tm) * kc * E;
             const double ports =
-                vmem_bpc > 0 ? static_cast<double>((2 * (tm + std::min(W, g.n)) + (rb > 1 ? 0 : S - 1) * tm) * kc * E) /
-                                   static_cast<double>(vmem_bpc)
-                             : 0.0;
+                vmem_bpc > 0 ? static_cast<double>(port_bytes) / static_cast<double>(vmem_bpc) : 0.0;
             const double chunk =
                 std::max({work, transfer, ports, (static_cast<double>(latency) + transfer) / (nslot - 1)});
             const double drain = static_cast<double>((rb > 1 ? rb : U * S) * tmu * C * (1 + act_passes)) /

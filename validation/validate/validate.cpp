@@ -142,7 +142,8 @@ isa::Program preprocessing_program(const Case& c, const std::map<std::string, in
   return kernels::copy_kernel({m}, symbols, 0, "qkv_preprocessing", symbols.at("CORES"));
 }
 
-// The measured attention module's time beyond the fused kernel (validate.h): 0 for one kernel's timings.
+// The measured software's time beyond the simulated kernel: the attention module's other kernels (validate.h; 0
+// for one kernel's timings), and split K's reduction kernel.
 struct Module {
   double causal_us = 0, encoder_us = 0;
   // Split K: cuBLAS reduces the splits' partials in a kernel of its own, one more launch (chip.launch_cycles)
@@ -397,7 +398,8 @@ int run(const Options& opts, std::ostream& log) {
   if (opts.max_gflop > 0) header << " --max-gflop " << opts.max_gflop;
   header << "\n\ngoldens:";
   for (const std::string& f : files) header << " " << f;
-  header << " (" << cases.size() << " cases run). Timing-only; the simulated time includes chip.launch_cycles, and for attention "
+  header << " (" << cases.size() << " cases run). Timing-only; the simulated time includes chip.launch_cycles (twice "
+            "for a GEMM that splits K: cuBLAS reduces in a second kernel), and for attention "
          << module.causal_us << " us (causal) and " << module.encoder_us
          << " us (encoder) of the measured attention module beyond its simulated kernels"
          << (module.causal_us > 0 ? " (causal: the QKV preprocessing and the fused kernel)" : "") << ". The "
