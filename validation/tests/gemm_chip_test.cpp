@@ -21,16 +21,25 @@ const std::vector<std::string>& chip_sets() {
   return s;
 }
 
+// A preset's kernel symbols (sim::kernel_symbols), as the kernels take them.
+std::map<std::string, int64_t> preset_symbols(const sim::ChipConfig& cfg) {
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, v] : sim::kernel_symbols(cfg)) symbols[name] = v;
+  return symbols;
+}
+
+sim::RunOptions timing_only() {
+  sim::RunOptions o;
+  o.functional = false;
+  return o;
+}
+
 struct Shape {
   int64_t m, k, n;
 };
 
-// The chip's kernel symbols (sim::kernel_symbols), as the kernels take them.
-std::map<std::string, int64_t> symbols_of(const Machines& m) {
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(m.cfg)) symbols[name] = v;
-  return symbols;
-}
+// The test machines' kernel symbols.
+std::map<std::string, int64_t> symbols_of(const Machines& m) { return preset_symbols(m.cfg); }
 
 // Runs a GEMM with a bias on inputs a, b (tiled) and bias, its output c filled with 0xa5 first; returns c.
 std::vector<double> run_with_bias(Machines& m, const isa::Program& p, const std::vector<double>& a,
@@ -348,14 +357,12 @@ TEST(GemmChip, NarrowOutputsSplitTheRowsOverTheUnits) {
 // 37% over the bytes it moved then.
 TEST(GemmChip, WideTilesHaveNoMoreStripsThanTheDrainsBuffers) {
   const sim::ChipConfig cfg = sim::load_config("v5e");
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(cfg)) symbols[name] = v;
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
   ASSERT_EQ(symbols.at("MXUS"), 4);
   const kernels::GemmChip g{128, 768, 50257, DType::BF16, DType::F32, 1, 4, kernels::GemmSchedule::Tiles};
   EXPECT_NE(kernels::gemm_chip_source(g, symbols).find("(2 strips per unit"), std::string::npos);
   sim::Chip chip(cfg);
-  sim::RunOptions timing;
-  timing.functional = false;
+  const sim::RunOptions timing = timing_only();
   const sim::RunStats st = chip.run(kernels::gemm_chip_kernel(g, symbols), timing).stats;
   const double moved = static_cast<double>(st.hbm_bytes_read + st.hbm_bytes_written);
   EXPECT_LE(static_cast<double>(st.cycles), 1.05 * moved / cfg.hbm_bytes_per_cycle())
@@ -368,15 +375,13 @@ TEST(GemmChip, WideTilesHaveNoMoreStripsThanTheDrainsBuffers) {
 // load for 128 rows of a). Faster with it (8,566 cycles against 9,027 measured).
 TEST(GemmChip, LastTilesLastFoldAloneShortensTheTail) {
   const sim::ChipConfig cfg = sim::load_config("v6e");
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(cfg)) symbols[name] = v;
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
   kernels::GemmChip g{128, 3072, 768, DType::BF16, DType::F32, 1, 4, kernels::GemmSchedule::Tiles};
   const std::string src = kernels::gemm_chip_source(g, symbols);
   ASSERT_NE(src.find("K in chunks of 1536"), std::string::npos) << src.substr(0, 300);
   EXPECT_NE(src.find("# the core's last tile"), std::string::npos);
   sim::Chip chip(cfg);
-  sim::RunOptions timing;
-  timing.functional = false;
+  const sim::RunOptions timing = timing_only();
   const uint64_t split = chip.run(kernels::gemm_chip_kernel(g, symbols), timing).stats.cycles;
   g.split_last_fold = false;
   EXPECT_EQ(kernels::gemm_chip_source(g, symbols).find("# the core's last tile"), std::string::npos);
@@ -442,15 +447,13 @@ TEST(GemmChip, TilesOneAtATimeSameBits) {
 // drain, its stores and a second latency per tile): within 5% of the simulated cycles both ways.
 TEST(GemmChip, TilesOneAtATimePayEachTilesLatencies) {
   const sim::ChipConfig cfg = sim::load_config("h200-like");
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(cfg)) symbols[name] = v;
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
   kernels::GemmChip g{1024, 64, 1024, DType::BF16, DType::BF16, 1, 1, kernels::GemmSchedule::Tiles};
   g.trans_b = true;
   ASSERT_NE(kernels::gemm_chip_source(g, symbols).find("16 tiles of 256 x 256"), std::string::npos)
       << kernels::gemm_chip_source(g, symbols).substr(0, 300);
   sim::Chip chip(cfg);
-  sim::RunOptions timing;
-  timing.functional = false;
+  const sim::RunOptions timing = timing_only();
   const auto overlapped = static_cast<double>(chip.run(kernels::gemm_chip_kernel(g, symbols), timing).stats.cycles);
   const double overlapped_estimate = kernels::gemm_chip_estimate(g, symbols);
   g.overlap_tiles = false;
@@ -470,8 +473,7 @@ TEST(GemmChip, TilesOneAtATimePayEachTilesLatencies) {
 // within 20% of its simulated cycles (without the ports it was half of them: 10,194 against 19,652).
 TEST(GemmChip, PlanCountsTheOperandsThroughVmemPorts) {
   const sim::ChipConfig cfg = sim::load_config("h200-like");
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(cfg)) symbols[name] = v;
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
   kernels::GemmChip g{193, 3072, 512, DType::BF16, DType::BF16};
   g.trans_b = true;
   g.max_split_k = 16;
@@ -479,8 +481,7 @@ TEST(GemmChip, PlanCountsTheOperandsThroughVmemPorts) {
   const std::string src = kernels::gemm_chip_source(g, symbols);
   ASSERT_NE(src.find("splits of"), std::string::npos) << src.substr(0, 300);
   sim::Chip chip(cfg);
-  sim::RunOptions timing;
-  timing.functional = false;
+  const sim::RunOptions timing = timing_only();
   const auto chosen = static_cast<double>(chip.run(kernels::gemm_chip_kernel(g, symbols), timing).stats.cycles);
   g.split_k = 1;
   const auto whole = static_cast<double>(chip.run(kernels::gemm_chip_kernel(g, symbols), timing).stats.cycles);
@@ -496,8 +497,7 @@ TEST(GemmChip, PlanCountsTheOperandsThroughVmemPorts) {
 // wins among the split ones), and with a launch longer than the whole kernel the plan keeps K whole.
 TEST(GemmChip, ReductionLaunchCountsAgainstSplitK) {
   const sim::ChipConfig cfg = sim::load_config("h200-like");
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, v] : sim::kernel_symbols(cfg)) symbols[name] = v;
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
   kernels::GemmChip g{13, 3072, 32, DType::BF16, DType::BF16};
   g.trans_b = true;
   g.max_split_k = 16;
