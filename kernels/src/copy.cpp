@@ -403,6 +403,13 @@ std::vector<M> normalise(const std::vector<Move>& moves) {
     }
     ms.push_back(m);
   }
+  // The kernel's code has a few instructions per merged move (it is not a loop): a bound on its size and on the
+  // time to plan it, far above what models make (a whole ResNet-50, BERT-base or GPT-2 program has at most about
+  // 120,000 instructions).
+  if (ms.size() > kMaxMergedMoves)
+    throw std::invalid_argument(std::to_string(ms.size()) + " moves after merging, more than the " +
+                                std::to_string(kMaxMergedMoves) +
+                                " a copy kernel takes (its code has a few instructions per move)");
   return ms;
 }
 

@@ -260,5 +260,25 @@ TEST(Copy, RejectsBadMoves) {
   EXPECT_NO_THROW(kernels::copy_source({{0, 100, 0, 10}, {0, 100, 10, 0}}, s));  // empty moves are skipped
 }
 
+// A copy kernel's code grows with its moves (a few instructions each, not a loop): more than kMaxMergedMoves moves
+// after merging are refused with the count and the limit, before any code is made (a 534-byte model found by
+// fuzz_onnx, a MaxPool of stride 63 on 650 images, asked for 1,956,541 and took 3 GB to compile before). Moves of
+// one row, 16 bytes apart, of 8 and 4 bytes in turn, never merge; the limit itself is accepted by the estimate.
+TEST(Copy, RefusesMoreMovesThanTheLimit) {
+  const std::map<std::string, int64_t> s{{"VMEM_BYTES", 1 << 20}};
+  std::vector<kernels::Move> moves;
+  auto move = [](uint64_t i) { return kernels::Move{16 * i, (uint64_t{1} << 30) + 16 * i, 1, 8 - 4 * (i % 2)}; };
+  for (uint64_t i = 0; i < kernels::kMaxMergedMoves; ++i) moves.push_back(move(i));
+  EXPECT_NO_THROW(kernels::copy_estimate(moves, s, 1));
+  moves.push_back(move(kernels::kMaxMergedMoves));
+  try {
+    kernels::copy_source(moves, s);
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), ("524289 moves after merging, more than the 524288 a copy kernel takes (its code "
+                            "has a few instructions per move)"));
+  }
+}
+
 }  // namespace
 }  // namespace tpusim

@@ -59,6 +59,9 @@
 
 namespace tpusim::kernels {
 
+// The most moves a copy kernel takes after merging (step 1); more throw std::invalid_argument.
+inline constexpr size_t kMaxMergedMoves = size_t{1} << 19;
+
 // One strided 2-D move in HBM: `rows` rows of `rowbytes` bytes from src + i*src_stride to dst + i*dst_stride.
 // src_stride may be 0 (the same source row repeated: fills a region from one pattern row); dst rows must not
 // overlap each other within one move.
