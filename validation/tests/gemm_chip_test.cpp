@@ -4,6 +4,7 @@
 // against the same kernel on one core with one matrix unit, bit for bit: results do not depend on the chip's
 // shape.
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "reference_harness.h"
@@ -391,27 +392,33 @@ TEST(GemmChip, LastTilesLastFoldAloneShortensTheTail) {
               static_cast<unsigned long long>(whole));
 }
 
+// A kernel variant gives the same bits: g, then g as `vary` changes it, then one unit's strips schedule, on random
+// bf16 inputs; `what` and `other` name g and the variant in messages.
+void same_bits_as_variant(Machines& m, kernels::GemmChip g, const std::function<void(kernels::GemmChip&)>& vary,
+                          const std::string& what, const std::string& other, uint64_t seed) {
+  Random r(seed);
+  std::vector<double> a = r.values(DType::BF16, g.m * g.k, -3, 3), b = r.values(DType::BF16, g.k * g.n, -3, 3);
+  const std::vector<double> first = run_gemm(m, g, a, b);
+  vary(g);
+  const std::vector<double> second = run_gemm(m, g, a, b);
+  const std::vector<double> unit =
+      run_gemm(m, {g.m, g.k, g.n, DType::BF16, g.out, 1, 1, kernels::GemmSchedule::Strips}, a, b);
+  expect_all(what + " vs " + other + ", bit for bit", first.size(), [&](size_t i) { return same(first[i], second[i]); },
+             [&](size_t i) { return what + " " + num(first[i]) + ", " + other + " " + num(second[i]); });
+  expect_all(what + " vs one unit, bit for bit", first.size(), [&](size_t i) { return same(first[i], unit[i]); },
+             [&](size_t i) { return what + " " + num(first[i]) + ", one unit " + num(unit[i]); });
+}
+
 // The same split gives the same bits: 2 cores x 3 units of 8 x 8, 160 x 640 x 24 (tiles of 32 x 24, K in chunks
 // of 40: a core's last tile loads 32 rows of K, then the last 8), with and without it, against one unit.
 TEST(GemmChip, LastTilesLastFoldAloneSameBits) {
   TPUSIM_MACHINES(m, chip_sets());
   const std::map<std::string, int64_t> symbols = symbols_of(*m);
-  Random r(961);
-  const Shape s{160, 640, 24};
-  kernels::GemmChip g{s.m, s.k, s.n, DType::BF16, DType::F32, 2, 3, kernels::GemmSchedule::Tiles};
+  const kernels::GemmChip g{160, 640, 24, DType::BF16, DType::F32, 2, 3, kernels::GemmSchedule::Tiles};
   ASSERT_NE(kernels::gemm_chip_source(g, symbols).find("# the core's last tile"), std::string::npos)
       << kernels::gemm_chip_source(g, symbols).substr(0, 300);
-  std::vector<double> a = r.values(DType::BF16, s.m * s.k, -3, 3), b = r.values(DType::BF16, s.k * s.n, -3, 3);
-  const std::vector<double> split = run_gemm(*m, g, a, b);
-  g.split_last_fold = false;
-  const std::vector<double> whole = run_gemm(*m, g, a, b);
-  const std::vector<double> unit =
-      run_gemm(*m, {s.m, s.k, s.n, DType::BF16, DType::F32, 1, 1, kernels::GemmSchedule::Strips}, a, b);
-  expect_all("last fold alone vs whole last chunk, bit for bit", split.size(),
-             [&](size_t i) { return same(split[i], whole[i]); },
-             [&](size_t i) { return "split " + num(split[i]) + ", whole " + num(whole[i]); });
-  expect_all("last fold alone vs one unit, bit for bit", split.size(),
-             [&](size_t i) { return same(split[i], unit[i]); }, [&](size_t i) { return "split " + num(split[i]) + ", one unit " + num(unit[i]); });
+  same_bits_as_variant(*m, g, [](kernels::GemmChip& v) { v.split_last_fold = false; }, "last fold alone",
+                       "whole last chunk", 961);
 }
 
 // Tiles one at a time (overlap_tiles = false, as tpusim validate runs a GPU's GEMM) give the same bits: 2 cores x
@@ -419,25 +426,16 @@ TEST(GemmChip, LastTilesLastFoldAloneSameBits) {
 TEST(GemmChip, TilesOneAtATimeSameBits) {
   TPUSIM_MACHINES(m, chip_sets());
   const std::map<std::string, int64_t> symbols = symbols_of(*m);
-  Random r(962);
-  const Shape s{160, 40, 72};
-  kernels::GemmChip g{s.m, s.k, s.n, DType::BF16, DType::BF16, 2, 3, kernels::GemmSchedule::Tiles};
+  kernels::GemmChip g{160, 40, 72, DType::BF16, DType::BF16, 2, 3, kernels::GemmSchedule::Tiles};
   g.trans_b = true;
   g.overlap_tiles = false;
-  const std::string src = kernels::gemm_chip_source(g, symbols);
-  ASSERT_NE(src.find("# the previous tile is stored"), std::string::npos) << src.substr(0, 300);
-  std::vector<double> a = r.values(DType::BF16, s.m * s.k, -3, 3), b = r.values(DType::BF16, s.k * s.n, -3, 3);
-  const std::vector<double> serial = run_gemm(*m, g, a, b);
-  g.overlap_tiles = true;
-  EXPECT_EQ(kernels::gemm_chip_source(g, symbols).find("# the previous tile is stored"), std::string::npos);
-  const std::vector<double> overlapped = run_gemm(*m, g, a, b);
-  const std::vector<double> unit =
-      run_gemm(*m, {s.m, s.k, s.n, DType::BF16, DType::BF16, 1, 1, kernels::GemmSchedule::Strips}, a, b);
-  expect_all("one at a time vs overlapped, bit for bit", serial.size(),
-             [&](size_t i) { return same(serial[i], overlapped[i]); },
-             [&](size_t i) { return "serial " + num(serial[i]) + ", overlapped " + num(overlapped[i]); });
-  expect_all("one at a time vs one unit, bit for bit", serial.size(), [&](size_t i) { return same(serial[i], unit[i]); },
-             [&](size_t i) { return "serial " + num(serial[i]) + ", one unit " + num(unit[i]); });
+  ASSERT_NE(kernels::gemm_chip_source(g, symbols).find("# the previous tile is stored"), std::string::npos)
+      << kernels::gemm_chip_source(g, symbols).substr(0, 300);
+  kernels::GemmChip overlapped = g;
+  overlapped.overlap_tiles = true;
+  EXPECT_EQ(kernels::gemm_chip_source(overlapped, symbols).find("# the previous tile is stored"), std::string::npos);
+  same_bits_as_variant(*m, g, [](kernels::GemmChip& v) { v.overlap_tiles = true; }, "one at a time", "overlapped",
+                       962);
 }
 
 // One core of h200-like, 1024 x 64 x 1024 with transposed b: 16 tiles of 256 x 256, one after the other. One at a
