@@ -29,6 +29,15 @@ std::map<std::string, int64_t> preset_symbols(const sim::ChipConfig& cfg) {
   return symbols;
 }
 
+// y = x @ W^T as tpusim validate runs a GPU's Linear layer: bf16 in and out, W transposed on load, K split where it
+// pays (up to 16 ways).
+kernels::GemmChip linear(int64_t m, int64_t k, int64_t n) {
+  kernels::GemmChip g{m, k, n, DType::BF16, DType::BF16};
+  g.trans_b = true;
+  g.max_split_k = 16;
+  return g;
+}
+
 sim::RunOptions timing_only() {
   sim::RunOptions o;
   o.functional = false;
@@ -472,9 +481,7 @@ TEST(GemmChip, TilesOneAtATimePayEachTilesLatencies) {
 TEST(GemmChip, PlanCountsTheOperandsThroughVmemPorts) {
   const sim::ChipConfig cfg = sim::load_config("h200-like");
   const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
-  kernels::GemmChip g{193, 3072, 512, DType::BF16, DType::BF16};
-  g.trans_b = true;
-  g.max_split_k = 16;
+  kernels::GemmChip g = linear(193, 3072, 512);
   g.overlap_tiles = false;
   const std::string src = kernels::gemm_chip_source(g, symbols);
   ASSERT_NE(src.find("splits of"), std::string::npos) << src.substr(0, 300);
@@ -496,9 +503,7 @@ TEST(GemmChip, PlanCountsTheOperandsThroughVmemPorts) {
 TEST(GemmChip, ReductionLaunchCountsAgainstSplitK) {
   const sim::ChipConfig cfg = sim::load_config("h200-like");
   const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
-  kernels::GemmChip g{13, 3072, 32, DType::BF16, DType::BF16};
-  g.trans_b = true;
-  g.max_split_k = 16;
+  kernels::GemmChip g = linear(13, 3072, 32);
   EXPECT_GT(kernels::gemm_chip_splits(g, symbols), 1);
   g.split_k = 4;
   const double free_reduction = kernels::gemm_chip_estimate(g, symbols);
