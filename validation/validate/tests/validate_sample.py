@@ -29,10 +29,10 @@ SAMPLE, MAX_GFLOP = 16, 20
 # became one matrix unit of 16 x 128 and split K's reduction was spread over every core (the 120-case sample:
 # bf16 28.2% to 15.6%; docs/validation.md); 13.0 on 2026-12-05 after GEMM tiles ran one at a time per core in the
 # validator and the tiled GEMM's estimate counted VMEM's ports (docs/validation.md, "GEMM tiles one at a time");
-# 14.7 after split K's reduction became a second launch: of this sample's 8 bf16 cases, 32 x 4096 x 32 went from
-# -30% to +44% (its plan now keeps K whole in 32 tiles of one row, whose estimate is about half their simulated
-# cycles), while on 500 bf16 cases (`--sample 1000 --max-gflop 100`) MAPE went from 11.9% to 11.0%; 9.3 after
-# h200-like's instruction queues became 1024 deep (that case's chunks then load 3 ahead: +44% -> about -4%).
+# 14.7 after split K's reduction became a second launch: of this sample's 8 bf16 cases, m=32 n=32 k=4096 went
+# from -30% to +44% (its plan now keeps K whole in 32 tiles of one row, whose estimate is about half their
+# simulated cycles), while on 500 bf16 cases (`--sample 1000 --max-gflop 100`) MAPE went from 11.9% to 11.0%; 9.3
+# after h200-like's instruction queues became 1024 deep (that case's chunks then load 3 ahead: +44% -> +3.2%).
 RECORDED_BF16_MAPE = 9.3
 # 52.9 measured 2026-12-03 (h200-like's 16 x 128 matrix unit) when the fp8 goldens began to run as f8e4m3 at
 # mxu.fp8_rate (2 on h200-like); before, as int8 at mxu.i8_rate (also 2): the same simulated times case for case,
