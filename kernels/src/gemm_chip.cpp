@@ -246,8 +246,10 @@ int64_t reduce_chunk(int64_t mn, int64_t sk, int64_t out_bytes, int64_t vmem, in
 // drain. Items run in waves over the cores. Split K adds the reduction: every split's f32 partials written (to
 // HBM: the cache writes through) and read back, the result written, a barrier, and reduction_launch_cycles.
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t UMAX,
-                      int64_t mem_bpc, int64_t hbm_bpc, int64_t core_bpc, int64_t vmem_bpc, int64_t vpu_width,
-                      int64_t latency, int64_t rate) {
+                      int64_t mem_bpc, int64_t hbm_bpc, int64_t vmem_bpc, int64_t vpu_width, int64_t latency,
+                      int64_t rate) {
+  // A core takes its transfers at most at its VMEM ports' rate (vmem_bpc 0: an older caller's map, no limit).
+  const int64_t core_bpc = vmem_bpc > 0 ? vmem_bpc : mem_bpc;
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), QO = g.q_scale_bits != 0 ? 1 : 0;
   const int64_t OW = (g.q_only ? 0 : O) + (g.residual ? O : 0);  // bytes of c written (none with q_only) and r read per element
   const bool may_split = g.max_split_k > 1 || g.split_k > 1;
@@ -367,10 +369,7 @@ TilePlan plan_tiles(const GemmChip& g, const std::map<std::string, int64_t>& s, 
   const int64_t cache_bpc = optional("CACHE_BYTES_PER_CYCLE", 0);
   const int64_t hbm_bpc = std::max<int64_t>(1, optional("HBM_BYTES_PER_CYCLE", 64));
   const int64_t mem_bpc = std::max<int64_t>(1, cache_bpc > 0 ? cache_bpc : hbm_bpc);
-  // A core takes its transfers at most at its VMEM ports' rate (0: an older caller's map, no limit).
-  const int64_t vmem_bpc = optional("VMEM_BYTES_PER_CYCLE", 0);
-  const int64_t core_bpc = vmem_bpc > 0 ? vmem_bpc : mem_bpc;
-  return choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, core_bpc, vmem_bpc,
+  return choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, optional("VMEM_BYTES_PER_CYCLE", 0),
                       std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100),
                       matrix_rate(g.in, s));
 }

@@ -934,7 +934,8 @@ class Emitter {
     line("li r13, " + std::to_string(T));
     line("min r2, r2, r13", "rows in this tile");
     line("mul r3, r2, r6", "elements in this tile");
-    load_ahead(b_.plan.slots - 1, "rw_compute", "no tile to load ahead", [&] { slot_after("r22", "r4", b_.plan.slots - 1); });
+    load_ahead(b_.plan.slots - 1, "rw_compute", "no tile to load ahead",
+               [&] { slot_after("r22", "r4", b_.plan.slots - 1); });
     line("vpu.sync wait=s2", "this tile's inputs are in");
     line("vpu.sync wait=s3", "its output slot is free");
     for (const POp& op : b_.low.ops) vector_op(op);
