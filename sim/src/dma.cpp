@@ -136,7 +136,8 @@ void DmaEngine::execute(const Entry& e) {
     } else if (!t.shared && st_.mem.cache.enabled())
       t.data_end = book_cached(t, start);  // sets data_start
     else
-      t.data_end = (t.shared ? st_.mem.shared_channels : st_.mem.hbm_channels).transfer(t.data_start, hbm_side(t));
+      t.data_end =
+          (t.shared ? st_.mem.shared_channels : st_.mem.hbm_channels).transfer(t.data_start, hbm_side(t), !t.load);
   }
   inflight_.push_back(t);
   issued_.notify();
@@ -165,7 +166,7 @@ uint64_t DmaEngine::book_cached(Transfer& t, uint64_t start) {
       t.fill_bytes += lines.bytes();
       end = std::max(end, st_.mem.hbm_channels.transfer(miss_start, lines));
     } else {
-      end = std::max(end, st_.mem.hbm_channels.transfer(miss_start, r));  // a store writes its bytes through
+      end = std::max(end, st_.mem.hbm_channels.transfer(miss_start, r, true));  // a store writes its bytes through
     }
   };
   Rows run{};      // consecutive whole rows with one outcome

@@ -30,7 +30,12 @@ void declare_hbm_params(std::vector<Param>& out) {
            "0: channel u % channels, bank (u / channels) % banks; 2: an address hash as controllers make it: each "
            "row of chunks (one per channel) gets a pseudo-random channel rotation and bank, repeating every 256 x "
            "banks rows, so that power-of-two strides spread over every channel and bank",
-           0, 2);
+           0, 2)
+      .add(&HbmParams::write_efficiency, "write_efficiency", 1.0, "fraction",
+           "writes move at this fraction of bandwidth_gbs (a channel's bus is busy 1 / write_efficiency times as "
+           "long for a written byte as for a read one): what a memory system loses turning its bus around between "
+           "reads and writes and writing back, measured rather than simulated",
+           0.01, 1.0);
 }
 
 void declare_shared_params(std::vector<Param>& out) {
@@ -65,12 +70,12 @@ void declare_shared_params(std::vector<Param>& out) {
 
 ChannelSpec ChannelSpec::hbm(const ChipConfig& c) {
   return {c.hbm.bandwidth_gbs, c.chip.clock_mhz, c.hbm.t_rc_ns, c.hbm.channels, c.hbm.banks, c.hbm.channel_skew,
-          c.hbm.interleave_bytes};
+          c.hbm.interleave_bytes, c.hbm.write_efficiency};
 }
 
 ChannelSpec ChannelSpec::shared(const ChipConfig& c) {
   return {c.shared.bandwidth_gbs, c.chip.clock_mhz, 0.0, c.shared.banks, 1, c.shared.hash ? 2 : 0,
-          c.shared.interleave_bytes};
+          c.shared.interleave_bytes, 1.0};
 }
 
 namespace {
@@ -140,6 +145,8 @@ HbmChannels::HbmChannels(const ChannelSpec& cfg)
       banks_(static_cast<uint64_t>(cfg.banks)),
       grain_(cfg.interleave_bytes),
       per_s_(static_cast<unsigned __int128>(std::llround(cfg.bandwidth_gbs * 1e6))),
+      per_s_write_(static_cast<unsigned __int128>(
+          std::max(1LL, std::llround(cfg.bandwidth_gbs * cfg.write_efficiency * 1e6)))),
       khz_(static_cast<unsigned __int128>(std::max<long long>(1, std::llround(cfg.clock_mhz * 1e3)))),
       t_rc_(static_cast<uint64_t>(std::ceil(cfg.t_rc_ns * cfg.clock_mhz / 1e3 - 1e-9))),
       free_(channels_, 0),
@@ -170,14 +177,15 @@ HbmChannels::HbmChannels(const ChannelSpec& cfg)
 
 void HbmChannels::reset() { std::fill(free_.begin(), free_.end(), 0); }  // the pattern cache stays valid
 
-uint64_t HbmChannels::channel_cycles(uint64_t bytes) const {
+uint64_t HbmChannels::channel_cycles(uint64_t bytes, bool write) const {
   uint64_t x;
-  const auto k = static_cast<uint64_t>(khz_) * channels_, per_s = static_cast<uint64_t>(per_s_);
+  const unsigned __int128 rate = write ? per_s_write_ : per_s_;
+  const auto k = static_cast<uint64_t>(khz_) * channels_, per_s = static_cast<uint64_t>(rate);
   if (!__builtin_mul_overflow(bytes, k, &x) && x <= UINT64_MAX - per_s) return (x + per_s - 1) / per_s;
-  return static_cast<uint64_t>((static_cast<unsigned __int128>(bytes) * khz_ * channels_ + per_s_ - 1) / per_s_);
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(bytes) * khz_ * channels_ + rate - 1) / rate);
 }
 
-uint64_t HbmChannels::transfer(uint64_t data_start, const Rows& row_pattern) {
+uint64_t HbmChannels::transfer(uint64_t data_start, const Rows& row_pattern, bool write) {
   // A transfer that repeats one row (stride 0: a DMA broadcasting a vector) opens each DRAM row it touches once;
   // the repeats are row-buffer hits, paid at channel bandwidth only: banks see one row, channels `rep` of them.
   const bool repeat = row_pattern.stride == 0 && row_pattern.rows > 1;
@@ -219,7 +227,7 @@ uint64_t HbmChannels::transfer(uint64_t data_start, const Rows& row_pattern) {
       touched_.push_back(u);
     }
   }
-  const uint64_t chunk_cycles = channel_cycles(grain_);
+  const uint64_t chunk_cycles = channel_cycles(grain_, write);
   for (uint32_t u : touched_) {
     const uint64_t n = per_unit_[u], c = u % channels_;
     per_unit_[u] = 0;
@@ -234,7 +242,7 @@ uint64_t HbmChannels::transfer(uint64_t data_start, const Rows& row_pattern) {
     const uint64_t c = u % channels_;
     if (!chan_bytes_[c]) continue;  // done already
     const uint64_t start = std::max(data_start, free_[c]);
-    free_[c] = start + channel_cycles(chan_bytes_[c]);
+    free_[c] = start + channel_cycles(chan_bytes_[c], write);
     end = std::max({end, free_[c], start + chan_bank_limit_[c]});
     chan_bytes_[c] = chan_bank_limit_[c] = 0;
   }

@@ -56,6 +56,7 @@ struct ChannelSpec {
   double bandwidth_gbs, clock_mhz, t_rc_ns;
   int channels, banks, channel_skew;
   uint64_t interleave_bytes;
+  double write_efficiency;  // writes at this fraction of bandwidth_gbs
   static ChannelSpec hbm(const ChipConfig& cfg);
   static ChannelSpec shared(const ChipConfig& cfg);
 };
@@ -63,14 +64,17 @@ struct ChannelSpec {
 class HbmChannels {
  public:
   explicit HbmChannels(const ChannelSpec& spec);
-  // Books the transfer's bytes on the channels from cycle `data_start`; returns the cycle its data is done.
-  uint64_t transfer(uint64_t data_start, const Rows& r);
+  // Books the transfer's bytes on the channels from cycle `data_start`; returns the cycle its data is done. A
+  // write's bytes take 1 / write_efficiency times a read's cycles on a channel.
+  uint64_t transfer(uint64_t data_start, const Rows& r, bool write = false);
   void reset();  // all channels free (before a run)
 
  private:
-  uint64_t channel_cycles(uint64_t bytes) const;  // ceil(bytes / a channel's bytes per cycle), exactly
+  // ceil(bytes / a channel's bytes per cycle), exactly (a write's at write_efficiency)
+  uint64_t channel_cycles(uint64_t bytes, bool write) const;
   const uint64_t channels_, banks_, grain_;
-  unsigned __int128 per_s_, khz_;  // a channel's bandwidth in kB/s * channels, and the clock in kHz
+  // A channel's bandwidth in kB/s * channels (reads; writes: times write_efficiency), and the clock in kHz.
+  unsigned __int128 per_s_, per_s_write_, khz_;
   uint64_t t_rc_;                  // hbm.t_rc_ns in cycles, rounded up
   std::vector<uint64_t> free_;     // per channel: first free cycle
   static constexpr uint64_t kHashRows = 256;  // channel_skew 2: rows of chunks per bank in the hash's period

@@ -83,6 +83,21 @@ TEST(Timing, ConcurrentLoadAndStoreShareHbm) {
   EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::DmaOut)].busy_cycles, 25u);  // [6, 31)
 }
 
+TEST(Timing, WritesMoveAtTheWriteEfficiency) {
+  // hbm.write_efficiency 0.5: a store's 256 bytes take 256 / (32 x 0.5) = 16 data cycles, a load's still 8.
+  Chip chip(small_config({"hbm.write_efficiency=0.5"}));
+  ProgramBuilder st = dma_registers();
+  st.op(Op::DMAST, {0, 0, 3, 4, 5, 6});  // dispatched 4, starts 5, data [15, 31), halt at 31
+  EXPECT_EQ(chip.run(st.build()).stats.cycles, 32u);
+  ProgramBuilder ld = dma_registers();
+  ld.op(Op::DMALD, {0, 0, 3, 4, 5, 6});
+  EXPECT_EQ(chip.run(ld.build()).stats.cycles, 24u);  // as SingleDmaLoad
+  // Load then store: the store's data follows the load's on the channels, [23, 39): 40 cycles.
+  ProgramBuilder both = dma_registers();
+  both.op(Op::DMALD, {0, 0, 3, 4, 5, 6}).op(Op::DMAST, {0, 0, 3, 4, 5, 6});
+  EXPECT_EQ(chip.run(both.build()).stats.cycles, 40u);
+}
+
 // r1 = 4 (k, n, and the row stride of i8 rows of 4), r2 = 64 (input address), r3 = m.
 ProgramBuilder mxu_registers(int64_t m) {
   ProgramBuilder b;

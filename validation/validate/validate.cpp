@@ -146,9 +146,14 @@ isa::Program preprocessing_program(const Case& c, const std::map<std::string, in
 // for one kernel's timings), and split K's reduction kernel.
 struct Module {
   double causal_us = 0, encoder_us = 0;
+  double fp8_us = 0, fp8_quantise_tbs = 0;  // the fp8 Linear's fixed time and its quantisation of x (0: none)
   // Split K: cuBLAS reduces the splits' partials in a kernel of its own, one more launch (chip.launch_cycles)
   int64_t reduction_launch_cycles = 0;
   double of(const Case& c) const {
+    if (c.cls == "gemm_fp8")
+      return fp8_us + (fp8_quantise_tbs > 0 ? 2.0 * static_cast<double>(get(c, "m") * get(c, "k")) /
+                                                  (fp8_quantise_tbs * 1e6)
+                                            : 0.0);
     return c.cls == "attention_causal" ? causal_us : c.cls == "attention_encoder" ? encoder_us : 0.0;
   }
 };
@@ -381,14 +386,18 @@ int run(const Options& opts, std::ostream& log) {
   for (const auto& [name, v] : sim::kernel_symbols(cfg)) symbols[name] = v;
   const ChipFigures fig = figures(cfg);
   for (Case& c : cases) fill_roofline(c, fig);
-  if (!std::isfinite(opts.attention_module_us))
-    throw std::runtime_error("--attention-module-us must be a number, got " + std::to_string(opts.attention_module_us));
+  for (const auto& [name, v] : {std::pair{"--attention-module-us", opts.attention_module_us},
+                                {"--fp8-module-us", opts.fp8_module_us}, {"--fp8-quantise-tbs", opts.fp8_quantise_tbs}})
+    if (!std::isfinite(v)) throw std::runtime_error(std::string(name) + " must be a number, got " + std::to_string(v));
   Module module;
   module.reduction_launch_cycles = static_cast<int64_t>(cfg.chip.launch_cycles);
   if (opts.attention_module_us >= 0)
     module.causal_us = module.encoder_us = opts.attention_module_us;
   else if (opts.goldens.empty())
     module.causal_us = kCausalModuleUs, module.encoder_us = kEncoderModuleUs;
+  module.fp8_us = opts.fp8_module_us >= 0 ? opts.fp8_module_us : opts.goldens.empty() ? kFp8ModuleUs : 0.0;
+  module.fp8_quantise_tbs =
+      opts.fp8_quantise_tbs >= 0 ? opts.fp8_quantise_tbs : opts.goldens.empty() ? kFp8QuantiseTbs : 0.0;
 
   std::filesystem::create_directories(opts.out);
   std::ostringstream header;
@@ -402,7 +411,9 @@ int run(const Options& opts, std::ostream& log) {
             "for a GEMM that splits K: cuBLAS reduces in a second kernel), and for attention "
          << module.causal_us << " us (causal) and " << module.encoder_us
          << " us (encoder) of the measured attention module beyond its simulated kernels"
-         << (module.causal_us > 0 ? " (causal: the QKV preprocessing and the fused kernel)" : "") << ". The "
+         << (module.causal_us > 0 ? " (causal: the QKV preprocessing and the fused kernel)" : "")
+         << ", and for an fp8 GEMM " << module.fp8_us << " us of the measured fp8 Linear beyond its GEMM plus its "
+         << "quantisation of x (2 m k bytes) at " << module.fp8_quantise_tbs << " TB/s (0: none). The "
          << "roofline baseline is max(flops / peak, bytes / HBM bandwidth) + " << kFixedUs << " us with this "
          << "chip's peak (" << fig.peak_bf16 / 1e12 << " TFLOP/s bf16, " << fig.peak_fp8 / 1e12 << " fp8) and HBM ("
          << fig.hbm / 1e12 << " TB/s); attention's flops are 4 B H S^2 D, halved for causal, its bytes q, k, v "
