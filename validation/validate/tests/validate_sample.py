@@ -7,6 +7,8 @@ Checks, each against something computed here independently:
   - one case's simulated time equals chip_bench's cycles for the same kernel over the preset's clock, for a bf16
     case and for an fp8 one (chip_bench --dtype fp8: the fp8 goldens run as f8e4m3 at mxu.fp8_rate), the fp8 one
     plus the fp8 Linear module's time set from the data (validate.h: 9.82 us and x's 2 m k bytes at 0.924 TB/s);
+    a --goldens folder of those fp8 cases gets the kernel alone, and --fp8-module-us / --fp8-quantise-tbs exactly
+    what they give;
   - summary.csv's MAPE for gemm_bf16 equals the mean of |simulated - measured| / measured over cases.csv;
   - scatter.svg is well-formed XML with one circle per case;
   - --jobs 2 (two worker processes) gives the same rows, simulated times included;
@@ -16,6 +18,7 @@ usage: validate_sample.py TPUSIM CHIP_BENCH OUT_DIR
 """
 import csv
 import math
+import os
 import subprocess
 import sys
 import xml.dom.minidom
@@ -71,6 +74,7 @@ def main():
                                                             capture_output=True, text=True).stdout.splitlines()
                   if x.startswith("chip.launch_cycles"))
     splits = 0
+    fp8_kernel_us = {}  # fp8 shape -> chip_bench's time for its kernel alone
     for cls, dtype in (("gemm_bf16", []), ("gemm_fp8", ["--dtype", "fp8"])):  # fp8: f8e4m3 inputs, bf16 out
         for r in [x for x in rows if x["class"] == cls][:3]:
             shape = dict(kv.split("=") for kv in r["shape"].split())
@@ -84,9 +88,31 @@ def main():
             splits += "splits of" in plan
             us = cycles / 1830.0
             if dtype:
+                fp8_kernel_us[r["shape"]] = us
                 us += FP8_MODULE_US + 2 * int(shape["m"]) * int(shape["k"]) / (FP8_QUANTISE_TBS * 1e6)
             assert abs(us - float(r["simulated_us"])) < 1e-6 * us, (us, r["simulated_us"], plan)
     assert splits > 0, "no case of the six splits K: the reduction's launch is not checked"
+
+    # The fp8 module's options: given explicitly, exactly what they say; a --goldens folder (one kernel's timings,
+    # as the CUDA runner writes them) gets none of the module by default.
+    fp8 = [x for x in rows if x["class"] == "gemm_fp8" and x["shape"] in fp8_kernel_us]
+    folder = out + "-fp8-goldens"
+    os.makedirs(folder, exist_ok=True)
+    with open(f"{folder}/gemm.csv", "w") as f:
+        f.write("dtype,m,n,k,latency_us\n")
+        for x in fp8:
+            shape = dict(kv.split("=") for kv in x["shape"].split())
+            f.write(f"fp8,{shape['m']},{shape['n']},{shape['k']},{x['measured_us']}\n")
+    for extra, module in ((["--goldens", folder], lambda m, k: 0.0),
+                          (["--goldens", folder, "--fp8-module-us", "1.5", "--fp8-quantise-tbs", "2"],
+                           lambda m, k: 1.5 + 2 * m * k / 2e6)):
+        subprocess.run([tpusim, "validate", *extra, "--out", folder + "-out"], check=True, capture_output=True)
+        got = {x["shape"]: float(x["simulated_us"]) for x in csv.DictReader(open(f"{folder}-out/cases.csv"))}
+        assert len(got) == len(fp8), (got, extra)
+        for shape, us in got.items():
+            d = dict(kv.split("=") for kv in shape.split())
+            want = fp8_kernel_us[shape] + module(int(d["m"]), int(d["k"]))
+            assert abs(us - want) < 1e-6 * want, (shape, us, want, extra)
 
     # summary.csv against cases.csv.
     bf16 = [x for x in rows if x["class"] == "gemm_bf16"]
