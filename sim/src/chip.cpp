@@ -175,6 +175,7 @@ void Chip::Impl::prepare(const isa::Program& program, const RunOptions& opts) {
   shared.text.assign(shared.code.size(), std::string());
   shared.running = program.cores;
   shared.barrier_arrived = 0;
+  shared.mcast.assign((program.cores + 1) / 2, {});
   shared.actions_by_pc.assign(opts.trace ? shared.code.size() : 0, ActionCounts{});
   for (detail::ChipState* c : shared.cores) {
     detail::RunState& r = c->run;
@@ -365,6 +366,14 @@ void Chip::run_started(const std::vector<Chip*>& chips) {
       const std::string why = m->stopped_message();
       for (detail::ChipState* c : m->shared.cores) c->run.error = why;
     }
+    for (const auto& pending : m->shared.mcast)  // a multicast load whose pair never came (isa.def, dma.ld)
+      if (finished && error.empty() && !pending.empty()) {
+        detail::ChipState& c = *m->shared.cores[static_cast<size_t>(pending.front().core)];
+        const std::string why = c.core_prefix() + c.where(pending.front().pc) +
+                                ": mcast: the pair's other core (" + std::to_string(c.index ^ 1) +
+                                ") ended the program without a matching multicast load";
+        for (detail::ChipState* k : m->shared.cores) k->run.error = why;
+      }
     if (!error.empty()) {
       // Unwind every thread to its idle loop, so that the chip can run again.
       for (detail::ChipState* c : m->shared.cores) c->abort_run();

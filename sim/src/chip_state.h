@@ -15,6 +15,7 @@
 #include <systemc>
 
 #include <array>
+#include <deque>
 #include <span>
 #include <cstdint>
 #include <string>
@@ -35,6 +36,15 @@ inline int slot_of(isa::Unit u, int index) {
 inline isa::Unit unit_of_slot(int slot) { return slot < isa::kNumUnits ? static_cast<isa::Unit>(slot) : isa::Unit::Mxu; }
 inline int index_of_slot(int slot) { return slot < isa::kNumUnits ? 0 : slot - isa::kNumUnits + 1; }
 
+// A `dma.ld ... mcast` waiting for its pair's load (isa.def): the core and pc that issued it, its HBM side, and
+// when its data starts and ends (the read the pair shares).
+struct McastLoad {
+  int core = 0;
+  uint32_t pc = 0;
+  Rows hbm;
+  uint64_t data_start = 0, data_end = 0;
+};
+
 // What the cores of one chip share.
 struct ChipShared {
   explicit ChipShared(const ChipConfig& cfg) : mem(cfg) {}
@@ -52,6 +62,9 @@ struct ChipShared {
   // With RunOptions::trace: the actions of each instruction, every core's together (RunResult::actions_by_pc);
   // empty otherwise.
   std::vector<ActionCounts> actions_by_pc;
+  // Per pair of cores (2i, 2i + 1): the multicast loads one of them issued that the other has not yet matched,
+  // in order (all from one core).
+  std::vector<std::deque<McastLoad>> mcast;
 };
 
 // Thrown inside a SystemC thread to unwind it to its idle loop after an error; never leaves that thread.

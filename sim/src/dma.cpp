@@ -24,6 +24,11 @@
 // latency), the others from HBM; a row that is partly held is split into runs of held and missing lines. Runs of
 // consecutive rows with the same outcome are booked as one strided pattern. Stores are booked on HBM as always
 // (write-through) and leave their lines held, so a later kernel's loads of them hit.
+// dma.ld with `mcast` (isa.def): the two cores of a pair (2i, 2i + 1) issue the same load; the first to start
+// books it as any load and queues it on the chip (ChipShared::mcast), the second takes it off the queue, checks
+// that it is the same (HBM address, rows, row bytes, stride; else a run-time error naming both), books nothing on
+// the far side and has its data from max(its own start + dma.latency, the first's data start) to the first's data
+// end; each books its own VMEM side. A load still queued when the program ends is an error (Chip::run_started).
 // A queue takes its next instruction as soon as fewer than dma.engines transfers are in flight; with one engine
 // (and one stream) a transfer therefore takes dma.latency + bytes / bandwidth, one after another. A transfer of
 // 0 bytes, and a sync, complete at once when nothing is in flight, else right after the transfers before them.
@@ -122,11 +127,17 @@ void DmaEngine::execute(const Entry& e) {
     t.hbm = {static_cast<uint64_t>(haddr), r, rb, hstride};
     t.vmem = {static_cast<uint64_t>(vaddr), r, rb, vstride};
   }
-  if (t.hbm.bytes() == 0 && inflight_.empty()) {
+  const bool mcast = e.in.op == isa::Op::DMALD && e.arg("mcast") != 0;
+  const std::optional<McastLoad> first = mcast ? pair_multicast(e, t) : std::nullopt;
+  if (first) {  // the pair's read brings this load's bytes: none of its own on the far side
+    t.mcast_rx = true;
+    t.data_start = std::max(hbm_earliest, first->data_start);
+    t.data_end = std::max(first->data_end, t.data_start);
+  } else if (t.hbm.bytes() == 0 && inflight_.empty()) {
     last_done_ = std::max(last_done_, start);
     return finish(e, start, start);
   }
-  if (t.hbm.bytes()) {
+  if (t.hbm.bytes() && !t.mcast_rx) {
     t.data_start = hbm_earliest;
     if (t.local) {  // the far side's bytes on VMEM's ports (read for a load, written for a store)
       VmemPorts& ports = st_.mem.vmem_ports;
@@ -139,9 +150,34 @@ void DmaEngine::execute(const Entry& e) {
       t.data_end =
           (t.shared ? st_.mem.shared_channels : st_.mem.hbm_channels).transfer(t.data_start, hbm_side(t), !t.load);
   }
+  if (mcast && !first)
+    st_.chip.mcast[static_cast<size_t>(st_.index / 2)].push_back({st_.index, e.pc, t.hbm, t.data_start, t.data_end});
   inflight_.push_back(t);
   issued_.notify();
   while (inflight_.size() >= engines_) st_.wait_event(retired_);
+}
+
+std::optional<McastLoad> DmaEngine::pair_multicast(const Entry& e, const Transfer& t) {
+  if (t.shared || t.local) st_.fail(e.pc, "mcast: a multicast load reads HBM, not the shared memory or VMEM");
+  const int me = st_.index, other = me ^ 1;
+  if (other >= static_cast<int>(st_.chip.running))
+    st_.fail(e.pc, "mcast: core " + std::to_string(me) + " has no pair: the program's .cores is " +
+                       std::to_string(st_.chip.running) + ", and a multicast load pairs cores 2i and 2i+1");
+  std::deque<McastLoad>& pending = st_.chip.mcast[static_cast<size_t>(me / 2)];
+  if (pending.empty() || pending.front().core == me) return std::nullopt;
+  const McastLoad first = pending.front();
+  pending.pop_front();
+  const Rows& a = first.hbm;
+  const Rows& b = t.hbm;
+  if (a.base != b.base || a.rows != b.rows || a.rowbytes != b.rowbytes || (a.rows > 1 && a.stride != b.stride)) {
+    auto shape = [](const Rows& r) {
+      return "HBM " + hex(r.base) + ", " + std::to_string(r.rows) + " rows of " + std::to_string(r.rowbytes) +
+             " bytes, stride " + std::to_string(r.stride);
+    };
+    st_.fail(e.pc, "mcast: this load (" + shape(b) + ") is not its pair's, core " + std::to_string(first.core) + "'s " +
+                       st_.chip.cores[static_cast<size_t>(first.core)]->where(first.pc) + " (" + shape(a) + ")");
+  }
+  return first;
 }
 
 uint64_t DmaEngine::book_cached(Transfer& t, uint64_t start) {
@@ -289,8 +325,10 @@ void DmaEngine::retire(const Transfer& t) {
   RunStats& rs = st_.run.stats;
   const uint64_t far = hbm_side(t).bytes();
   // HBM's side of a transfer that is not to the shared level: a cached load's whole-line fills, else its bytes
-  // the cache did not hold
-  const uint64_t from_hbm = t.load && st_.mem.cache.enabled() ? t.fill_bytes : far - t.hit_bytes;
+  // the cache did not hold (none for a multicast's second: the pair's read brought them)
+  const uint64_t from_hbm = t.mcast_rx                          ? 0
+                            : t.load && st_.mem.cache.enabled() ? t.fill_bytes
+                                                                : far - t.hit_bytes;
   if (t.local)
     (t.load ? rs.local_bytes_read : rs.local_bytes_written) += far;
   else if (t.shared)

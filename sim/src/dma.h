@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <optional>
 #include <vector>
 
 #include "unit.h"
@@ -29,6 +30,7 @@ class DmaEngine : public UnitModule {
     uint64_t hit_bytes = 0;        // shared.cache = 1: bytes of the HBM side the cache held (read from it)
     uint64_t fill_bytes = 0;       // shared.cache = 1: bytes a load's misses read from HBM (whole lines)
     std::vector<uint64_t> gather;  // dma.gather: each row's HBM address (functional runs); hbm is its timing
+    bool mcast_rx = false;         // dma.ld mcast, the pair's second: its data came with the first's read
   };
   // What the HBM side moves: a load with hstride 0 (a broadcast of one row into `rows` VMEM rows) reads its row
   // from HBM once.
@@ -38,6 +40,9 @@ class DmaEngine : public UnitModule {
     return r;
   }
   void start_gather(const Entry& e, Transfer& t);
+  // dma.ld mcast (isa.def): checks the pairing; returns the pair's first load where this is the second (and
+  // takes it off the pair's queue), else nothing (the caller books this load and queues it).
+  std::optional<McastLoad> pair_multicast(const Entry& e, const Transfer& t);
   // shared.cache = 1: books the HBM side through the cache (runs of rows it holds on the shared level's banks
   // from `start` + shared.latency, the rest on HBM's channels from `start` + dma.latency: a load's misses fill
   // whole lines, as a cache does); returns data_end.

@@ -38,6 +38,83 @@ TEST(WholeChip, TwoCoresContendForHbm) {
   EXPECT_EQ(chip.run(b.cores(1).build()).stats.cycles, 26u);
 }
 
+// Both cores load the same 256 bytes (4 rows of 64 at HBM 0), with `mcast` when asked (operand 7 of dma.ld).
+ProgramBuilder same_load(bool mcast, int64_t haddr_step = 0) {
+  ProgramBuilder b;
+  b.op(Op::COREID, {7});                        // 0
+  b.op(Op::MULI, {8, 7, haddr_step});           // 1: haddr
+  b.li(3, 4).li(4, 64).li(5, 64).li(6, 64);     // 2-5
+  b.op(Op::DMALD, {0, 8, 3, 4, 5, 6, 0, mcast ? 1 : 0});  // dispatched 6, starts 7, data from 17
+  return b;
+}
+
+TEST(WholeChip, MulticastPairReadsOnce) {
+  Chip chip(small_config({"chip.cores=2"}));
+  // Without mcast the two reads take every channel one after the other, [17, 25) and [25, 33): 34 cycles (as
+  // TwoCoresContendForHbm). With it the first to start books [17, 25) and the second's data comes with it:
+  // both complete at 25, halt at 25: 26 cycles, as one core alone; HBM reads the 256 bytes once.
+  RunResult plain = chip.run(same_load(false).cores(2).build());
+  EXPECT_EQ(plain.stats.cycles, 34u);
+  EXPECT_EQ(plain.stats.hbm_bytes_read, 512u);
+  RunResult mc = chip.run(same_load(true).cores(2).build());
+  EXPECT_EQ(mc.stats.cycles, 26u);
+  EXPECT_EQ(mc.stats.hbm_bytes_read, 256u);
+  EXPECT_EQ(unit(mc.stats, isa::Unit::DmaIn).busy_cycles, 18u + 18u);  // each [7, 25)
+}
+
+TEST(WholeChip, MulticastDeliversToBothCores) {
+  Chip chip(small_config({"chip.cores=2"}));
+  std::vector<uint8_t> data(256);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + 1);
+  chip.write_hbm(0, data.data(), data.size());
+  ProgramBuilder b = same_load(true);
+  b.op(Op::MULI, {9, 7, 256}).li(10, 1024).op(Op::ADD, {9, 9, 10});  // core c stores to 1024 + 256 c
+  b.op(Op::DMAST, {9, 0, 3, 4, 5, 6, 0});
+  chip.run(b.cores(2).build());
+  for (uint64_t c = 0; c < 2; ++c) {
+    std::vector<uint8_t> back(256);
+    chip.read_hbm(1024 + 256 * c, back.data(), back.size());
+    EXPECT_EQ(back, data) << "core " << c;
+  }
+}
+
+TEST(WholeChip, MulticastErrorsNameTheLoads) {
+  Chip chip(small_config({"chip.cores=3"}));
+  // The pair's loads differ (core 1 reads 256 bytes further on).
+  try {
+    chip.run(same_load(true, 256).cores(2).build());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mcast: this load (HBM 0x100, 4 rows of 64 bytes, stride 64) is not its "
+                                         "pair's, core 0's pc 6"),
+              std::string::npos)
+        << e.what();
+  }
+  // Core 2 of three has no pair.
+  try {
+    chip.run(same_load(true).cores(3).build());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mcast: core 2 has no pair: the program's .cores is 3"), std::string::npos)
+        << e.what();
+  }
+  // Only core 0 loads with mcast; core 1 skips it (beq on core.id) and ends.
+  ProgramBuilder b;
+  b.op(Op::COREID, {7});                               // 0
+  b.op(Op::BNE, {7, 0, 7});                            // 1: core 1 jumps past the load
+  b.li(3, 4).li(4, 64).li(5, 64).li(6, 64);            // 2-5
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6, 0, 1});           // 6
+  try {
+    chip.run(b.cores(2).build());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pc 6 (dma.ld r0, r0, r3, r4, r5, r6, mcast): mcast: the pair's other core "
+                                         "(1) ended the program without a matching multicast load"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Core 0 reaches the barrier at once, core 1 after a loop; both go on sync_latency cycles after the last arrives.
 ProgramBuilder barrier_program() {
   ProgramBuilder b;
