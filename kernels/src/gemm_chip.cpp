@@ -177,6 +177,7 @@ struct TilePlan {
   int64_t abuf = 2;     // accumulator regions per unit: 2 = the next tile's matrix work overlaps this one's drain
   int64_t sk = 1, ks = 0;  // splits of K and the elements of K per split (a multiple of kc; the last may be short)
   int64_t nslot = 2;       // operand slots (chunks in flight)
+  int64_t mcast = 0;       // multicast (GemmChip::multicast): 0 none, 1 pairs share a's rows, 2 b's columns
   double estimate = 0;  // cycles (see choose_tiles)
 };
 
@@ -223,6 +224,15 @@ int64_t reduce_chunk(int64_t mn, int64_t sk, int64_t out_bytes, int64_t vmem, in
   const int64_t fit = (vmem - 512 - 2 * sk * 64 - 64) / (2 * sk * 4 + out_bytes) / 16 * 16;
   if (fit < 16) return 0;
   return std::max<int64_t>(16, std::min(fit, cdiv(cdiv(mn, cores), 16) * 16));
+}
+
+// GemmChip::multicast's choice for a plan of nr x nc tiles of tm x w on P cores, split sk ways: 2 (pairs share b's
+// columns: tiles dealt column-major, pairs in one column) where b's part of a chunk is at least a's and the rows
+// pair up, else 1 (pairs share a's rows: row-major, pairs in one row) where the columns pair up, else 0.
+int64_t multicast_mode(const GemmChip& g, int64_t P, int64_t sk, int64_t nr, int64_t nc, int64_t tm, int64_t w) {
+  if (!g.multicast || P % 2 != 0 || sk > 1 || g.taps.cin > 0) return 0;
+  if (nr % 2 == 0 && (w >= tm || nc % 2 != 0)) return 2;
+  return nc % 2 == 0 ? 1 : 0;
 }
 
 // Chooses the tiled schedule's shape by an estimate of its time. Candidates: U = 1 .. the units asked per core
@@ -318,7 +328,11 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
             const double work = static_cast<double>(cdiv(kc, R) * S * std::max(cdiv(tmu, rate), R));
             // The tile's stores: a share of every chunk's transfer, or after the tile with !overlap_tiles
             const double stores = static_cast<double>(tm * std::min(W, g.n) * (OW + QO)) / share;
-            const double transfer = static_cast<double>((tm + std::min(W, g.n)) * kc * E) / share +
+            // Multicast: the pair reads the shared operand once, half of it per core
+            const int64_t mcast = multicast_mode(g, P, sk, cdiv(g.m, tm), cdiv(g.n, W), tm, std::min(W, g.n));
+            const double a_rows = mcast == 1 ? tm / 2.0 : static_cast<double>(tm);
+            const double b_rows = mcast == 2 ? std::min(W, g.n) / 2.0 : static_cast<double>(std::min(W, g.n));
+            const double transfer = (a_rows + b_rows) * static_cast<double>(kc * E) / share +
                                     (g.overlap_tiles ? stores / chunks : 0.0);
             // VMEM's ports: the chunk's operands written by the loads and read by the matrix units (each weight
             // once, the row tile's a once per strip)
@@ -340,7 +354,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                          ((4.0 * static_cast<double>(sk) + O) / static_cast<double>(hbm_bpc) +
                           4.0 * static_cast<double>(sk) / static_cast<double>(mem_bpc)) +
                      4.0 * static_cast<double>(latency) + static_cast<double>(g.reduction_launch_cycles);
-            if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, U, rb, abuf, sk, ks, nslot, est};
+            if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, U, rb, abuf, sk, ks, nslot, mcast, est};
           }
           }
           }
@@ -423,7 +437,9 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t W = RB > 1 ? C : U * S * C;
   const int64_t SK = plan.sk, KS = plan.ks;                 // splits of K, elements per split
   const int64_t NSLOT = plan.nslot;
-  const int64_t NC = cdiv(g.n, W), T = cdiv(g.m, TM) * NC;  // column tiles, tiles
+  const int64_t NC = cdiv(g.n, W), NR = cdiv(g.m, TM), T = NR * NC;  // column tiles, row tiles, tiles
+  // Multicast (GemmChip::multicast): 1, pairs of cores share a's chunks (tiles row-major); 2, b's (column-major)
+  const int64_t MC = plan.mcast;
   const int64_t NKS = KS / KC;                              // chunks of a split (all full) ...
   const int64_t KL = g.k - (SK - 1) * KS, NKL = cdiv(KL, KC), KLAST = KL - (NKL - 1) * KC;  // ... of the last
   const int64_t A_SLOT = align64(TM * KC * E), SLOT = A_SLOT + align64(KC * W * E);
@@ -488,6 +504,7 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     << ABUF << " accumulator regions), K in chunks of " << KC << " (" << NSLOT
     << " slots)";
   if (SK > 1) o << " and " << SK << " splits of " << KS << " (f32 partials in ws, reduced after a barrier)";
+  if (MC) o << ", pairs of cores multicast " << (MC == 1 ? "a's rows (tiles row by row)" : "b's columns (tiles column by column)");
   o << " (kernels/gemm_chip.h)\n";
   o << ".name \"gemm_chip\"\n.cores " << P << "\n";
   if (g.taps.cin > 0)
@@ -584,18 +601,20 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
       tap_loads(o, g.taps, E, kc, "s" + std::to_string(FREE(0)), fresh());
     else
       o << "    muli t0, k0, " << E << "\n    add t0, t0, ah\n    li t1, " << kc * E << "\n    li t2, " << g.k * E
-        << "\n    dma.ld va, t0, mt, t1, t2, astr, wait=s" << FREE(0) << "\n";
+        << "\n    dma.ld va, t0, mt, t1, t2, astr" << (MC == 1 ? ", mcast" : "") << ", wait=s" << FREE(0) << "\n";
+    const char* bmc = MC == 2 ? ", mcast" : "";  // b's chunk, read once for the pair
     if (g.trans_b)  // pw rows of b (output columns), kc elements of K each, KC apart in VMEM
       o << "    muli t0, k0, " << E << "\n    add t0, t0, bh\n    li t1, " << kc * E << "\n    li t2, " << g.k * E
-        << "\n    dma.ld vb, t0, pw, t1, t2, astr, signal=s" << FULL(0) << "\n";
+        << "\n    dma.ld vb, t0, pw, t1, t2, astr" << bmc << ", signal=s" << FULL(0) << "\n";
     else if (g.b_tiled)  // per fold, the tile's ceil(pw / C) weight tiles are contiguous: one row per fold
       o << "    muli t0, k0, " << NTB * C * E << "\n    add t0, t0, bh\n    li kt, " << cdiv(kc, R) << "\n    addi t1, pw, "
         << C - 1 << "\n    li t2, " << C << "\n    div t1, t1, t2\n    muli t1, t1, " << R * C * E << "\n    li t2, "
-        << NTB * R * C * E << "\n    li vc, " << W * R * E << "\n    dma.ld vb, t0, kt, t1, t2, vc, signal=s" << FULL(0)
-        << "\n";
+        << NTB * R * C * E << "\n    li vc, " << W * R * E << "\n    dma.ld vb, t0, kt, t1, t2, vc" << bmc
+        << ", signal=s" << FULL(0) << "\n";
     else
       o << "    muli t0, k0, " << g.n * E << "\n    add t0, t0, bh\n    li kt, " << kc << "\n    muli t1, pw, " << E
-        << "\n    li t2, " << g.n * E << "\n    dma.ld vb, t0, kt, t1, t2, wstr, signal=s" << FULL(0) << "\n";
+        << "\n    li t2, " << g.n * E << "\n    dma.ld vb, t0, kt, t1, t2, wstr" << bmc << ", signal=s" << FULL(0)
+        << "\n";
     for (int64_t j = 1; j < U; ++j) {
       const std::string l = fresh();
       unit_guard(j, l);
@@ -648,11 +667,13 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
 
   o << "tile:\n    li t0, " << T * SK << "\n    bge t, t0, done\n"
     << "    li t0, " << SK << "\n    div t1, t, t0\n    muli t2, t1, " << SK << "\n    sub split, t, t2\n"  // tile, split
-    << "    muli kb, split, " << KS << "\n"
-    << "    li t0, " << NC << "\n    div t2, t1, t0\n    muli t0, t2, " << NC << "\n    sub t2, t1, t0\n"
-    << "    li t0, " << NC << "\n    div t1, t1, t0\n";  // t1 = row tile, t2 = column tile
-  o
-    << "    muli m0, t1, " << TM << "\n    li t0, " << g.m << "\n    sub mt, t0, m0\n    li t0, " << TM
+    << "    muli kb, split, " << KS << "\n";
+  if (MC == 2)  // column-major: t2 = tile / NR, t1 = tile % NR
+    o << "    li t0, " << NR << "\n    div t2, t1, t0\n    muli t0, t2, " << NR << "\n    sub t1, t1, t0\n";
+  else
+    o << "    li t0, " << NC << "\n    div t2, t1, t0\n    muli t0, t2, " << NC << "\n    sub t2, t1, t0\n"
+      << "    li t0, " << NC << "\n    div t1, t1, t0\n";  // t1 = row tile, t2 = column tile
+  o << "    muli m0, t1, " << TM << "\n    li t0, " << g.m << "\n    sub mt, t0, m0\n    li t0, " << TM
     << "\n    min mt, mt, t0\n"
     << "    muli n0, t2, " << W << "\n    li t0, " << g.n << "\n    sub pw, t0, n0\n    li t0, " << W
     << "\n    min pw, pw, t0\n"
@@ -746,8 +767,13 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   // back in the core's in-order issue), then this tile's strips are drained in f32 into the pieces; after the
   // loop, the last tile's activation and stores.
   auto act_coords = [&](const std::string& tile) {  // m0, mt, n0, pw of tile `tile` (K whole: one split)
-    o << "    li t0, " << NC << "\n    div t1, " << tile << ", t0\n    muli t2, t1, " << NC << "\n    sub t2, " << tile
-      << ", t2\n    muli m0, t1, " << TM << "\n    li t0, " << g.m << "\n    sub mt, t0, m0\n    li t0, " << TM
+    if (MC == 2)  // column-major
+      o << "    li t0, " << NR << "\n    div t2, " << tile << ", t0\n    muli t1, t2, " << NR << "\n    sub t1, " << tile
+        << ", t1\n";
+    else
+      o << "    li t0, " << NC << "\n    div t1, " << tile << ", t0\n    muli t2, t1, " << NC << "\n    sub t2, "
+        << tile << ", t2\n";
+    o << "    muli m0, t1, " << TM << "\n    li t0, " << g.m << "\n    sub mt, t0, m0\n    li t0, " << TM
       << "\n    min mt, mt, t0\n    muli n0, t2, " << W << "\n    li t0, " << g.n << "\n    sub pw, t0, n0\n    li t0, " << W
       << "\n    min pw, pw, t0\n";
   };

@@ -447,6 +447,55 @@ TEST(GemmChip, TilesOneAtATimeSameBits) {
                        962);
 }
 
+// Multicast (pairs of cores load their shared operand with dma.ld mcast) gives the same bits, sharing b's columns
+// (160 x 72 x 40: ten tiles of 16 rows in one column, dealt column by column; transposed and plain b) and a's
+// rows (96 x 64 x 48: two rows of two tiles, K in two chunks), against the kernel without it and one unit.
+TEST(GemmChip, MulticastSameBits) {
+  TPUSIM_MACHINES(m, chip_sets());
+  const std::map<std::string, int64_t> symbols = symbols_of(*m);
+  struct Shape {
+    int64_t m, k, n;
+    bool trans_b;
+    const char* shares;
+  };
+  for (const Shape& sh : {Shape{160, 72, 40, true, "b's columns"}, Shape{160, 72, 40, false, "b's columns"},
+                          Shape{96, 64, 48, true, "a's rows"}}) {
+    kernels::GemmChip g{sh.m, sh.k, sh.n, DType::BF16, DType::BF16, 2, 3, kernels::GemmSchedule::Tiles};
+    g.trans_b = sh.trans_b;
+    g.overlap_tiles = false;
+    g.multicast = true;
+    const std::string src = kernels::gemm_chip_source(g, symbols);
+    ASSERT_NE(src.find(std::string("pairs of cores multicast ") + sh.shares), std::string::npos) << src.substr(0, 400);
+    ASSERT_NE(src.find(", mcast"), std::string::npos);
+    same_bits_as_variant(*m, g, [](kernels::GemmChip& v) { v.multicast = false; }, "multicast", "without",
+                         963 + static_cast<uint64_t>(sh.m));
+  }
+}
+
+// On h200-like, 1280 x 6144 x 768 as the validator runs it: 120 tiles of 64 x 128 in 20 rows and 6 columns, pairs
+// sharing b's columns. Every tile loads its 64 rows of a and its 128 columns of b, all K of each: 6 x 1280 x 6144
+// and 20 x 768 x 6144 elements, but each pair's b once: the far side (HBM fills and L2 hits) reads exactly a's
+// bytes and half of b's. The kernel is faster than without multicast (which the plan then shapes otherwise).
+TEST(GemmChip, MulticastReadsTheSharedOperandOncePerPair) {
+  const sim::ChipConfig cfg = sim::load_config("h200-like");
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  kernels::GemmChip g = linear(1280, 6144, 768);
+  g.overlap_tiles = false;
+  g.multicast = true;
+  const std::string src = kernels::gemm_chip_source(g, symbols);
+  ASSERT_NE(src.find("120 tiles of 64 x 128"), std::string::npos) << src.substr(0, 400);
+  ASSERT_NE(src.find("pairs of cores multicast b's columns"), std::string::npos) << src.substr(0, 400);
+  sim::Chip chip(cfg);
+  const sim::RunStats with = chip.run(kernels::gemm_chip_kernel(g, symbols), timing_only()).stats;
+  const uint64_t a_bytes = 6ull * 1280 * 6144 * 2, b_bytes = 20ull * 768 * 6144 * 2;
+  EXPECT_EQ(with.hbm_bytes_read + with.shared_bytes_read, a_bytes + b_bytes / 2);
+  g.multicast = false;
+  const sim::RunStats without = chip.run(kernels::gemm_chip_kernel(g, symbols), timing_only()).stats;
+  EXPECT_LT(with.cycles, without.cycles);
+  std::printf("multicast %llu cycles, without %llu\n", static_cast<unsigned long long>(with.cycles),
+              static_cast<unsigned long long>(without.cycles));
+}
+
 // One core of h200-like, 1024 x 64 x 1024 with transposed b: 16 tiles of 256 x 256, one after the other. One at a
 // time, each tile after the first waits for the one before it to be stored (at least a store's dma.latency after
 // its last store is issued) and then for its own first load (another dma.latency) before its matrix work, where

@@ -91,6 +91,7 @@ kernels::GemmChip gemm_of(const Case& c) {
   g.trans_b = true;
   g.max_split_k = 16;  // as cuBLAS splits K when the output tiles alone leave SMs idle
   g.overlap_tiles = false;
+  g.multicast = true;  // pairs of SMs share a tile's operand by TMA multicast, as cuBLAS's clusters of two do
   return g;
 }
 

@@ -109,6 +109,13 @@ struct GemmChip {
   // its drain and its stores' latency. true (the default) lets the next tile's loads and matrix work overlap this
   // one's drain and stores. The same results either way; not with `residual` or `act`, at most 6 units.
   bool overlap_tiles = true;
+  // Tiled schedule, K whole: the two cores of a pair (2i, 2i+1, a cluster of two) take tiles that share an operand
+  // (the same rows of a, or the same columns of b, whichever is larger per chunk) and load it with `dma.ld ...
+  // mcast` (isa.def), which the chip reads once for both, as a GPU's thread-block clusters share a tile by TMA
+  // multicast; the tiles are then dealt row-major (pairs share a) or column-major (pairs share b). Used where the
+  // plan finds it faster and the pairs can match (an even number of cores, of column or of row tiles; no split K,
+  // no taps); the same results either way.
+  bool multicast = false;
   // The epilogue and layouts gemm.s has, for the compiler (tiled schedule only, no split K, at most 6 units):
   bool bias = false;        // input `bias` [N] (i32 for i8 inputs, f32 for bf16 and f8e4m3) added to the accumulators
   bool relu = false;        // max(x, 0) after the bias
