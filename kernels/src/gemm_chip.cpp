@@ -504,7 +504,9 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     << ABUF << " accumulator regions), K in chunks of " << KC << " (" << NSLOT
     << " slots)";
   if (SK > 1) o << " and " << SK << " splits of " << KS << " (f32 partials in ws, reduced after a barrier)";
-  if (MC) o << ", pairs of cores multicast " << (MC == 1 ? "a's rows (tiles row by row)" : "b's columns (tiles column by column)");
+  if (MC)
+    o << ", pairs of cores multicast "
+      << (MC == 1 ? "a's rows (tiles row by row)" : "b's columns (tiles column by column)");
   o << " (kernels/gemm_chip.h)\n";
   o << ".name \"gemm_chip\"\n.cores " << P << "\n";
   if (g.taps.cin > 0)
@@ -768,8 +770,8 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   // loop, the last tile's activation and stores.
   auto act_coords = [&](const std::string& tile) {  // m0, mt, n0, pw of tile `tile` (K whole: one split)
     if (MC == 2)  // column-major
-      o << "    li t0, " << NR << "\n    div t2, " << tile << ", t0\n    muli t1, t2, " << NR << "\n    sub t1, " << tile
-        << ", t1\n";
+      o << "    li t0, " << NR << "\n    div t2, " << tile << ", t0\n    muli t1, t2, " << NR << "\n    sub t1, "
+        << tile << ", t1\n";
     else
       o << "    li t0, " << NC << "\n    div t1, " << tile << ", t0\n    muli t2, t1, " << NC << "\n    sub t2, "
         << tile << ", t2\n";

@@ -134,6 +134,7 @@ void DmaEngine::execute(const Entry& e) {
     t.data_start = std::max(hbm_earliest, first->data_start);
     t.data_end = std::max(first->data_end, t.data_start);
   } else if (t.hbm.bytes() == 0 && inflight_.empty()) {
+    if (mcast) queue_multicast(e, t);
     last_done_ = std::max(last_done_, start);
     return finish(e, start, start);
   }
@@ -150,8 +151,7 @@ void DmaEngine::execute(const Entry& e) {
       t.data_end =
           (t.shared ? st_.mem.shared_channels : st_.mem.hbm_channels).transfer(t.data_start, hbm_side(t), !t.load);
   }
-  if (mcast && !first)
-    st_.chip.mcast[static_cast<size_t>(st_.index / 2)].push_back({st_.index, e.pc, t.hbm, t.data_start, t.data_end});
+  if (mcast && !first) queue_multicast(e, t);
   inflight_.push_back(t);
   issued_.notify();
   while (inflight_.size() >= engines_) st_.wait_event(retired_);
@@ -178,6 +178,10 @@ std::optional<McastLoad> DmaEngine::pair_multicast(const Entry& e, const Transfe
                        st_.chip.cores[static_cast<size_t>(first.core)]->where(first.pc) + " (" + shape(a) + ")");
   }
   return first;
+}
+
+void DmaEngine::queue_multicast(const Entry& e, const Transfer& t) {
+  st_.chip.mcast[static_cast<size_t>(st_.index / 2)].push_back({st_.index, e.pc, t.hbm, t.data_start, t.data_end});
 }
 
 uint64_t DmaEngine::book_cached(Transfer& t, uint64_t start) {

@@ -43,6 +43,7 @@ class DmaEngine : public UnitModule {
   // dma.ld mcast (isa.def): checks the pairing; returns the pair's first load where this is the second (and
   // takes it off the pair's queue), else nothing (the caller books this load and queues it).
   std::optional<McastLoad> pair_multicast(const Entry& e, const Transfer& t);
+  void queue_multicast(const Entry& e, const Transfer& t);  // the pair's first: for its second to take
   // shared.cache = 1: books the HBM side through the cache (runs of rows it holds on the shared level's banks
   // from `start` + shared.latency, the rest on HBM's channels from `start` + dma.latency: a load's misses fill
   // whole lines, as a cache does); returns data_end.

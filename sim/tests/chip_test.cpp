@@ -2,6 +2,7 @@
 // int8 rate, the shared memory level and the launch overhead. Exact cycle counts, each with its arithmetic, on
 // small_config() (test_util.h: 4x4 arrays, dma.latency 10, HBM 32 bytes per cycle over 4 channels of 64-byte
 // chunks, queues of 4) with the chip's shape set per test.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "test_util.h"
@@ -78,41 +79,34 @@ TEST(WholeChip, MulticastDeliversToBothCores) {
   }
 }
 
+// The error a run of `p` on `chip` stops with ("" if none).
+std::string run_error(Chip& chip, const isa::Program& p) {
+  try {
+    chip.run(p);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST(WholeChip, MulticastErrorsNameTheLoads) {
   Chip chip(small_config({"chip.cores=3"}));
   // The pair's loads differ (core 1 reads 256 bytes further on).
-  try {
-    chip.run(same_load(true, 256).cores(2).build());
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("mcast: this load (HBM 0x100, 4 rows of 64 bytes, stride 64) is not its "
-                                         "pair's, core 0's pc 6"),
-              std::string::npos)
-        << e.what();
-  }
+  EXPECT_THAT(run_error(chip, same_load(true, 256).cores(2).build()),
+              testing::HasSubstr("mcast: this load (HBM 0x100, 4 rows of 64 bytes, stride 64) is not its pair's, "
+                                 "core 0's pc 6"));
   // Core 2 of three has no pair.
-  try {
-    chip.run(same_load(true).cores(3).build());
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("mcast: core 2 has no pair: the program's .cores is 3"), std::string::npos)
-        << e.what();
-  }
-  // Only core 0 loads with mcast; core 1 skips it (beq on core.id) and ends.
+  EXPECT_THAT(run_error(chip, same_load(true).cores(3).build()),
+              testing::HasSubstr("mcast: core 2 has no pair: the program's .cores is 3"));
+  // Only core 0 loads with mcast; core 1 skips it (bne on core.id) and ends.
   ProgramBuilder b;
   b.op(Op::COREID, {7});                               // 0
   b.op(Op::BNE, {7, 0, 7});                            // 1: core 1 jumps past the load
   b.li(3, 4).li(4, 64).li(5, 64).li(6, 64);            // 2-5
   b.op(Op::DMALD, {0, 0, 3, 4, 5, 6, 0, 1});           // 6
-  try {
-    chip.run(b.cores(2).build());
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("pc 6 (dma.ld r0, r0, r3, r4, r5, r6, mcast): mcast: the pair's other core "
-                                         "(1) ended the program without a matching multicast load"),
-              std::string::npos)
-        << e.what();
-  }
+  EXPECT_THAT(run_error(chip, b.cores(2).build()),
+              testing::HasSubstr("pc 6 (dma.ld r0, r0, r3, r4, r5, r6, mcast): mcast: the pair's other core (1) "
+                                 "ended the program without a matching multicast load"));
 }
 
 // Core 0 reaches the barrier at once, core 1 after a loop; both go on sync_latency cycles after the last arrives.

@@ -5,7 +5,9 @@
 // tables of the issue (presets, and the scaling over matrix units and cores).
 //
 //   chip_bench --config v4 [--set k=v]... [--m 4096 --k 4096 --n 4096] [--dtype bf16|i8|fp8] [--cores N] [--mxus N]
-//              [--out f32|bf16|i32|i8] [--schedule auto|strips|tiles] [--split-k N] [--max-split-k N] [--plan] [--trans-b] [--tiles-one-at-a-time] [--multicast] [--reduction-launch-cycles N] [--functional] [--stats FILE.json]
+//              [--out f32|bf16|i32|i8] [--schedule auto|strips|tiles] [--split-k N] [--max-split-k N] [--plan]
+//              [--trans-b] [--tiles-one-at-a-time] [--multicast] [--reduction-launch-cycles N] [--functional]
+//              [--stats FILE.json]
 #include <chrono>
 #include <cstdio>
 #include <iostream>
