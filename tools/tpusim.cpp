@@ -597,6 +597,10 @@ int cmd_validate(const std::vector<std::string>& args) {
   fp8_help << "time added to each fp8 GEMM case for the measured fp8 Linear beyond its GEMM and its quantisation of "
               "x (default: "
            << validate::kFp8ModuleUs << " for the project's goldens, 0 for a --goldens folder)";
+  std::ostringstream quantise_help;
+  quantise_help << "the rate, in TB/s of x's bf16 bytes (2 m k), of the fp8 module's quantisation of x, whose time "
+                   "is added to each fp8 GEMM case (0: none; default: "
+                << validate::kFp8QuantiseTbs << " for the project's goldens, 0 for a --goldens folder)";
   po::options_description what("what to validate");
   what.add_options()
       ("suite", po::value(&o.suite)->default_value("gemm")->value_name("gemm|attention|all"), "the golden suite")
@@ -613,9 +617,7 @@ int cmd_validate(const std::vector<std::string>& args) {
       ("attention-module-us", po::value(&o.attention_module_us)->value_name("US"),
        module_help.str().c_str())
       ("fp8-module-us", po::value(&o.fp8_module_us)->value_name("US"), fp8_help.str().c_str())
-      ("fp8-quantise-tbs", po::value(&o.fp8_quantise_tbs)->value_name("TBS"),
-       "the rate, in TB/s of x's bf16 bytes, of the fp8 module's quantisation of x, whose time is added to each fp8 "
-       "GEMM case (0: none; default: the value set from the project's goldens, 0 for a --goldens folder)")
+      ("fp8-quantise-tbs", po::value(&o.fp8_quantise_tbs)->value_name("TBS"), quantise_help.str().c_str())
       ("out", po::value(&o.out)->value_name("DIR"), "where cases.csv, summary.csv, summary.md and scatter.svg go");
   po::options_description shown;
   shown.add(what).add(chip_options(o.config, o.sets, "h200-like"));
