@@ -577,6 +577,7 @@ kernels::GemmChip gemm_chip_of(const KernelCall& call, const std::map<std::strin
   if (param("ACT", 0) != 0) g.act = call.rows;
   g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias || g.dequant || g.residual || g.act ? 6 : 7));
   g.schedule = kernels::GemmSchedule::Tiles;
+  g.multicast = true;  // pairs of cores share their tiles' operand where the chip multicasts (chip.cluster = 2)
   return g;
 }
 

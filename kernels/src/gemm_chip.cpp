@@ -383,7 +383,9 @@ TilePlan plan_tiles(const GemmChip& g, const std::map<std::string, int64_t>& s, 
   const int64_t cache_bpc = optional("CACHE_BYTES_PER_CYCLE", 0);
   const int64_t hbm_bpc = std::max<int64_t>(1, optional("HBM_BYTES_PER_CYCLE", 64));
   const int64_t mem_bpc = std::max<int64_t>(1, cache_bpc > 0 ? cache_bpc : hbm_bpc);
-  return choose_tiles(g, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, optional("VMEM_BYTES_PER_CYCLE", 0),
+  GemmChip gc = g;
+  gc.multicast = g.multicast && optional("CLUSTER", 1) >= 2;  // only where the chip multicasts
+  return choose_tiles(gc, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, optional("VMEM_BYTES_PER_CYCLE", 0),
                       std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100),
                       matrix_rate(g.in, s));
 }

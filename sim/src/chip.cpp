@@ -44,6 +44,11 @@ void declare_chip_params(std::vector<Param>& out) {
            1, 1024)
       .add(&ChipParams::sync_latency, "sync_latency", 0, "cycles",
            "cycles for a barrier's release or a sem.signal to reach another core", 0, 1000000)
+      .add(&ChipParams::cluster, "cluster", 1, "cores",
+           "cores per cluster: 2 lets the two cores of a pair (core.id 2i and 2i+1) share a load by multicast "
+           "(dma.ld mcast: read once, delivered to both), as a GPU's thread-block clusters share a tile by TMA "
+           "multicast; 1: no multicast (dma.ld mcast is an error)",
+           1, 2)
       .add(&ChipParams::launch_cycles, "launch_cycles", 0, "cycles",
            "cycles from the start of a run (a kernel launch) to its first instruction: the host's launch overhead",
            0, uint64_t(1) << 40)

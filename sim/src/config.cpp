@@ -201,6 +201,8 @@ std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cf
       {"HBM_BYTES", static_cast<int64_t>(cfg.hbm_bytes())},
       // HBM bandwidth in bytes per cycle (at least 1): kernel generators weigh memory against compute with it
       {"HBM_BYTES_PER_CYCLE", std::max<int64_t>(1, static_cast<int64_t>(cfg.hbm_bytes_per_cycle()))},
+      // cores per cluster (chip.cluster): 2, pairs of cores may multicast a load (dma.ld mcast)
+      {"CLUSTER", static_cast<int64_t>(cfg.chip.cluster)},
       // cycles a barrier or signal between cores takes (chip.sync_latency)
       {"SYNC_LATENCY", static_cast<int64_t>(cfg.chip.sync_latency)},
       // cycles from a DMA transfer's start to its first byte from HBM (dma.latency)

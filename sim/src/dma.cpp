@@ -158,6 +158,8 @@ void DmaEngine::execute(const Entry& e) {
 }
 
 std::optional<McastLoad> DmaEngine::pair_multicast(const Entry& e, const Transfer& t) {
+  if (st_.cfg.chip.cluster < 2)
+    st_.fail(e.pc, "mcast: the chip has no clusters of cores to multicast in (chip.cluster = 1)");
   if (t.shared || t.local) st_.fail(e.pc, "mcast: a multicast load reads HBM, not the shared memory or VMEM");
   const int me = st_.index, other = me ^ 1;
   if (other >= static_cast<int>(st_.chip.running))

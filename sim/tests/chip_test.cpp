@@ -50,7 +50,7 @@ ProgramBuilder same_load(bool mcast, int64_t haddr_step = 0) {
 }
 
 TEST(WholeChip, MulticastPairReadsOnce) {
-  Chip chip(small_config({"chip.cores=2"}));
+  Chip chip(small_config({"chip.cores=2", "chip.cluster=2"}));
   // Without mcast the two reads take every channel one after the other, [17, 25) and [25, 33): 34 cycles (as
   // TwoCoresContendForHbm). With it the first to start books [17, 25) and the second's data comes with it:
   // both complete at 25, halt at 25: 26 cycles, as one core alone; HBM reads the 256 bytes once.
@@ -64,7 +64,7 @@ TEST(WholeChip, MulticastPairReadsOnce) {
 }
 
 TEST(WholeChip, MulticastDeliversToBothCores) {
-  Chip chip(small_config({"chip.cores=2"}));
+  Chip chip(small_config({"chip.cores=2", "chip.cluster=2"}));
   std::vector<uint8_t> data(256);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + 1);
   chip.write_hbm(0, data.data(), data.size());
@@ -90,7 +90,8 @@ std::string run_error(Chip& chip, const isa::Program& p) {
 }
 
 TEST(WholeChip, MulticastErrorsNameTheLoads) {
-  Chip chip(small_config({"chip.cores=3"}));
+  Chip chip(small_config({"chip.cores=3", "chip.cluster=2"}));
+  Chip plain(small_config({"chip.cores=2"}));  // (every chip of a process is made before the first run)
   // The pair's loads differ (core 1 reads 256 bytes further on).
   EXPECT_THAT(run_error(chip, same_load(true, 256).cores(2).build()),
               testing::HasSubstr("mcast: this load (HBM 0x100, 4 rows of 64 bytes, stride 64) is not its pair's, "
@@ -107,6 +108,10 @@ TEST(WholeChip, MulticastErrorsNameTheLoads) {
   EXPECT_THAT(run_error(chip, b.cores(2).build()),
               testing::HasSubstr("pc 6 (dma.ld r0, r0, r3, r4, r5, r6, mcast): mcast: the pair's other core (1) "
                                  "ended the program without a matching multicast load"));
+  // A chip without clusters (chip.cluster = 1) has no multicast.
+  EXPECT_THAT(run_error(plain, same_load(true).cores(2).build()),
+              testing::HasSubstr("pc 6 (dma.ld r0, r8, r3, r4, r5, r6, mcast): mcast: the chip has no clusters of "
+                                 "cores to multicast in (chip.cluster = 1)"));
 }
 
 // Core 0 reaches the barrier at once, core 1 after a loop; both go on sync_latency cycles after the last arrives.

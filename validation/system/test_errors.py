@@ -183,9 +183,12 @@ class ErrorsBase(Workdir):
         if name == "run-fault":
             return ["run", self.kernel("    li r1, 0\n    li r2, 0\n    li r3, 1\n    li r4, 4096\n"
                                        "    li r5, 0x7fffffff\n    dma.ld r5, r2, r3, r4, r4, r4\n"), "--config", "edge"]
+        mcast = lambda: self.kernel("    li r1, 0\n    li r2, 0\n    li r3, 1\n    li r4, 64\n    li r5, 64\n"
+                                    "    dma.ld r1, r2, r3, r4, r5, r5, mcast\n")
         if name == "mcast-unpaired":
-            return ["run", self.kernel("    li r1, 0\n    li r2, 0\n    li r3, 1\n    li r4, 64\n    li r5, 64\n"
-                                       "    dma.ld r1, r2, r3, r4, r5, r5, mcast\n"), "--config", "v4", "--timing-only"]
+            return ["run", mcast(), "--config", "h200-like", "--timing-only"]
+        if name == "mcast-no-cluster":
+            return ["run", mcast(), "--config", "v4", "--timing-only"]
         if name == "deadlock":
             return ["run", self.kernel("    mxu.sync wait=s3\n"), "--config", "edge"]
         if name == "max-cycles":

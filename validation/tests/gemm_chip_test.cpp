@@ -18,7 +18,7 @@ namespace {
 
 const std::vector<std::string>& chip_sets() {
   static const std::vector<std::string> s{"mxu.rows=8", "mxu.cols=8", "mxu.acc_rows=32", "chip.cores=2",
-                                          "core.mxus=3"};
+                                          "core.mxus=3", "chip.cluster=2"};
   return s;
 }
 

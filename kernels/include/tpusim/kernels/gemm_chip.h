@@ -113,8 +113,8 @@ struct GemmChip {
   // (the same rows of a, or the same columns of b, whichever is larger per chunk) and load it with `dma.ld ...
   // mcast` (isa.def), which the chip reads once for both, as a GPU's thread-block clusters share a tile by TMA
   // multicast; the tiles are then dealt row-major (pairs share a) or column-major (pairs share b). Used where the
-  // plan finds it faster and the pairs can match (an even number of cores, of column or of row tiles; no split K,
-  // no taps); the same results either way.
+  // chip has clusters (CLUSTER >= 2, chip.cluster) and the pairs can match (an even number of cores, of column or
+  // of row tiles; no split K, no taps); the same results either way.
   bool multicast = false;
   // The epilogue and layouts gemm.s has, for the compiler (tiled schedule only, no split K, at most 6 units):
   bool bias = false;        // input `bias` [N] (i32 for i8 inputs, f32 for bf16 and f8e4m3) added to the accumulators

@@ -29,6 +29,7 @@ struct ChipParams {
   double clock_mhz;     // chip.clock_mhz
   int cores;            // chip.cores: cores (each a dispatch core with its own units and VMEM), sharing HBM
   int sync_latency;     // chip.sync_latency: cycles for a barrier release or sem.signal to reach another core
+  int cluster;          // chip.cluster: 2 = pairs of cores (2i, 2i+1) may share a load by multicast (dma.ld mcast)
   uint64_t launch_cycles;  // chip.launch_cycles: cycles from a run's start to its first instruction (launch)
   double node_nm;       // chip.node_nm: the process node, which scales the [energy] and [area] figures
 };
