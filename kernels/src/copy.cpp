@@ -2,7 +2,6 @@
 #include "tpusim/kernels/copy.h"
 
 #include <algorithm>
-#include <deque>
 #include <sstream>
 #include <stdexcept>
 
@@ -214,24 +213,25 @@ struct Item {
 struct Planner {
   int64_t slot;
   std::vector<Group> groups;
-  int known_done = -1;  // every store of groups <= known_done completes before the next load
-  std::deque<std::pair<int, Pat>> pending;  // stores (group, destination) that a load may still overtake
+  int known_done = -1;  // every store of groups <= known_done completes before the next load; a load may
+                        // overtake the stores of the groups after it (at most kSlots + 1 of them)
 
   int cur() const { return int(groups.size()) - 1; }
-  void learn(int done) {
-    known_done = std::max(known_done, done);
-    while (!pending.empty() && pending.front().first <= known_done) pending.pop_front();
-  }
+  void learn(int done) { known_done = std::max(known_done, done); }
   void open() {
     groups.emplace_back();
     learn(cur() - kSlots);  // its first load waits for its slot: group cur - kSlots has stored
   }
+  // The latest group whose stores a load of `src` may overtake and must not: the newest first, each group's
+  // pieces only where the span of its stores meets `src`.
   int conflict(const Pat& src) const {
-    int h = -1;
-    for (auto it = pending.rbegin(); it != pending.rend(); ++it)
-      if (it->first > h && groups[size_t(it->first)].stores.meets(src) && overlaps(src, it->second, true))
-        h = it->first;
-    return h;
+    for (int g = cur(); g > known_done; --g) {
+      const Group& group = groups[size_t(g)];
+      if (!group.stores.meets(src)) continue;
+      for (const Piece& piece : group.pieces)
+        if (overlaps(src, piece.dst, true)) return g;
+    }
+    return -1;
   }
   int64_t room() const { return slot - groups.back().used; }
   bool full(int64_t need) const { return groups.back().pieces.size() >= kMaxPieces || room() < need; }
@@ -257,7 +257,6 @@ struct Planner {
     p.voff = g.used;
     g.used += int64_t((fill ? 1 : n) * w);
     g.pieces.push_back(p);
-    pending.emplace_back(cur(), p.dst);
     g.stores.add(p.dst);
     return true;
   }
@@ -416,7 +415,7 @@ std::vector<M> normalise(const std::vector<Move>& moves) {
 // Steps 2 and 3 for one core's moves: the pipelined transfers, from the semaphores' set-up to the last store (no
 // halt). Returns the number of groups.
 size_t emit_moves(const std::vector<M>& ms, const Window& w, std::ostringstream& os) {
-  Planner pl{w.slot, {}, -1, {}};
+  Planner pl{w.slot, {}, -1};
   pl.open();
   for (const M& m : ms) pl.add(m);
   if (pl.groups.back().pieces.empty()) pl.groups.pop_back();
