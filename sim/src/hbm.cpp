@@ -31,8 +31,13 @@ void declare_hbm_params(std::vector<Param>& out) {
            "row of chunks (one per channel) gets a pseudo-random channel rotation and bank, repeating every 256 x "
            "banks rows, so that power-of-two strides spread over every channel and bank",
            0, 2)
+      .add(&HbmParams::efficiency, "efficiency", 1.0, "fraction",
+           "reads move at this fraction of bandwidth_gbs (a channel's bus is busy 1 / efficiency times as long for "
+           "a byte): what a memory system sustains of its pins' rate in a long stream of reads (refresh, row "
+           "switches, the controller's scheduling), measured rather than simulated",
+           0.01, 1.0)
       .add(&HbmParams::write_efficiency, "write_efficiency", 1.0, "fraction",
-           "writes move at this fraction of bandwidth_gbs (a channel's bus is busy 1 / write_efficiency times as "
+           "writes move at this fraction of reads' rate (a channel's bus is busy 1 / write_efficiency times as "
            "long for a written byte as for a read one): what a memory system loses turning its bus around between "
            "reads and writes and writing back, measured rather than simulated",
            0.01, 1.0);
@@ -70,12 +75,12 @@ void declare_shared_params(std::vector<Param>& out) {
 
 ChannelSpec ChannelSpec::hbm(const ChipConfig& c) {
   return {c.hbm.bandwidth_gbs, c.chip.clock_mhz, c.hbm.t_rc_ns, c.hbm.channels, c.hbm.banks, c.hbm.channel_skew,
-          c.hbm.interleave_bytes, c.hbm.write_efficiency};
+          c.hbm.interleave_bytes, c.hbm.efficiency, c.hbm.write_efficiency};
 }
 
 ChannelSpec ChannelSpec::shared(const ChipConfig& c) {
   return {c.shared.bandwidth_gbs, c.chip.clock_mhz, 0.0, c.shared.banks, 1, c.shared.hash ? 2 : 0,
-          c.shared.interleave_bytes, 1.0};
+          c.shared.interleave_bytes, 1.0, 1.0};
 }
 
 namespace {
@@ -144,9 +149,9 @@ HbmChannels::HbmChannels(const ChannelSpec& cfg)
     : channels_(static_cast<uint64_t>(cfg.channels)),
       banks_(static_cast<uint64_t>(cfg.banks)),
       grain_(cfg.interleave_bytes),
-      per_s_(static_cast<unsigned __int128>(std::llround(cfg.bandwidth_gbs * 1e6))),
+      per_s_(static_cast<unsigned __int128>(std::max(1LL, std::llround(cfg.bandwidth_gbs * cfg.efficiency * 1e6)))),
       per_s_write_(static_cast<unsigned __int128>(
-          std::max(1LL, std::llround(cfg.bandwidth_gbs * cfg.write_efficiency * 1e6)))),
+          std::max(1LL, std::llround(cfg.bandwidth_gbs * cfg.efficiency * cfg.write_efficiency * 1e6)))),
       khz_(static_cast<unsigned __int128>(std::max<long long>(1, std::llround(cfg.clock_mhz * 1e3)))),
       t_rc_(static_cast<uint64_t>(std::ceil(cfg.t_rc_ns * cfg.clock_mhz / 1e3 - 1e-9))),
       free_(channels_, 0),

@@ -56,7 +56,8 @@ struct ChannelSpec {
   double bandwidth_gbs, clock_mhz, t_rc_ns;
   int channels, banks, channel_skew;
   uint64_t interleave_bytes;
-  double write_efficiency;  // writes at this fraction of bandwidth_gbs
+  double efficiency;        // reads at this fraction of bandwidth_gbs
+  double write_efficiency;  // writes at this fraction of reads' rate
   static ChannelSpec hbm(const ChipConfig& cfg);
   static ChannelSpec shared(const ChipConfig& cfg);
 };
@@ -73,7 +74,8 @@ class HbmChannels {
   // ceil(bytes / a channel's bytes per cycle), exactly (a write's at write_efficiency)
   uint64_t channel_cycles(uint64_t bytes, bool write) const;
   const uint64_t channels_, banks_, grain_;
-  // A channel's bandwidth in kB/s * channels (reads; writes: times write_efficiency), and the clock in kHz.
+  // A channel's bandwidth in kB/s * channels (reads: times efficiency; writes: times both efficiencies), and the
+  // clock in kHz.
   unsigned __int128 per_s_, per_s_write_, khz_;
   uint64_t t_rc_;                  // hbm.t_rc_ns in cycles, rounded up
   std::vector<uint64_t> free_;     // per channel: first free cycle

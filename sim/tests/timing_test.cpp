@@ -98,6 +98,19 @@ TEST(Timing, WritesMoveAtTheWriteEfficiency) {
   EXPECT_EQ(chip.run(both.build()).stats.cycles, 40u);
 }
 
+TEST(Timing, ReadsMoveAtTheEfficiencyAndWritesAtBoth) {
+  // hbm.efficiency 0.5: a load's 256 bytes take 256 / (32 x 0.5) = 16 data cycles, [15, 31), halt at 31 (8 at
+  // efficiency 1: SingleDmaLoad's 24 cycles); with hbm.write_efficiency 0.5 too, a store's take 256 / (32 x 0.5 x
+  // 0.5) = 32, [15, 47).
+  Chip chip(small_config({"hbm.efficiency=0.5", "hbm.write_efficiency=0.5"}));
+  ProgramBuilder ld = dma_registers();
+  ld.op(Op::DMALD, {0, 0, 3, 4, 5, 6});
+  EXPECT_EQ(chip.run(ld.build()).stats.cycles, 32u);
+  ProgramBuilder st = dma_registers();
+  st.op(Op::DMAST, {0, 0, 3, 4, 5, 6});
+  EXPECT_EQ(chip.run(st.build()).stats.cycles, 48u);
+}
+
 // r1 = 4 (k, n, and the row stride of i8 rows of 4), r2 = 64 (input address), r3 = m.
 ProgramBuilder mxu_registers(int64_t m) {
   ProgramBuilder b;

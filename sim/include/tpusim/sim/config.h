@@ -64,7 +64,8 @@ struct HbmParams {
   uint64_t interleave_bytes;  // hbm.interleave_bytes: consecutive bytes on one channel (and bank)
   double t_rc_ns;       // hbm.t_rc_ns: row cycle time, the least time between two chunks served by one bank
   int channel_skew;     // hbm.channel_skew: 1 = rotate the channel order every `channels` chunks (address hash)
-  double write_efficiency;  // hbm.write_efficiency: writes move at this fraction of bandwidth_gbs
+  double efficiency;    // hbm.efficiency: reads move at this fraction of bandwidth_gbs (sustained, measured)
+  double write_efficiency;  // hbm.write_efficiency: writes move at this fraction of reads' rate
 };
 struct VmemParams {
   uint64_t size_kib;    // vmem.size_kib
