@@ -26,10 +26,11 @@ export UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 ${UBSAN_OPTIONS:-}"
 # Not here: the workloads' tests and the install/README tests, which need the exports and the whole Release build
 # (scripts/run-tests.sh runs them); and the three regression sweeps that run code the other tests run, at sizes
 # that take most of the time under ASan (system.ChipShapes 778 s, validate.GemmSample 504 s and
-# validate.AttentionSample 70 s of the 2,436 s all tests took here; the Release build runs them).
+# validate.AttentionSample 70 s of the 2,436 s all tests took here; the Release build runs them), and validate.Derive
+# (506 attention cases of the same kernels as validate.AttentionSample's).
 # shellcheck disable=SC2086  # ASAN_CTEST_ARGS is split into words on purpose
 ctest --test-dir build-fuzz --output-on-failure -j2 \
-  -E '^(python[.]|workloads[.]|examples$|readme[.]|system[.]ChipShapes$|validate[.](Gemm|Attention)Sample$|explore[.]MpiTwoRanks$)' \
+  -E '^(python[.]|workloads[.]|examples$|readme[.]|system[.]ChipShapes$|validate[.]((Gemm|Attention)Sample|Derive)$|explore[.]MpiTwoRanks$)' \
   ${ASAN_CTEST_ARGS:-}
 # Two MPI ranks of the instrumented tpusim: Open MPI's own allocations, made by its plug-ins (which it unloads at
 # exit, so LeakSanitizer cannot name them) and by libmpi, are never freed, so leak detection is off for this test;
