@@ -20,7 +20,7 @@ say) run it again and the later numbers follow. NAME is one of:
   attention   kCausalModuleUs, kEncoderModuleUs: one-token cases small enough for one wave (seq_len 1, batch x heads
               <= 132), run with --attention-module-us 1: median(measured - simulated) + 1 (every case)
 --quick takes a few cases of each (a check that the procedures run; attention still takes every case).
-Takes about 15 minutes on 2 cores with --jobs 2 (fp8's 8,173 cases most of it).
+Took 16 minutes on 2 cores with --jobs 2 (fp8's 8,173 cases most of it; it printed every value in use).
 """
 import argparse
 import csv
