@@ -33,7 +33,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests"))
 from golden_split import fnv1a  # noqa: E402 (the held-out split, as the sample tests write it)
 
-PEAK = {"bfloat16": 989.4e12, "fp8": 1978.9e12}  # h200-like: 132 x 4096 flops x 1830 MHz; fp8 twice
+BF16_PEAK = 989.4e12  # h200-like: 132 x 4096 flops x 1830 MHz
 HBM_BYTES_PER_S = 4.8e12
 LAUNCH_FLOOR_US = 2.5  # the plain roofline's regimes (docs/validation.md, "Regimes")
 
@@ -82,7 +82,7 @@ def derive_write(args, report):
     for r, m, n, k, t, b, f in gemm_rows(args.goldens):
         if r["dtype"] != "bfloat16" or t <= 20:
             continue
-        if max(f / PEAK["bfloat16"], b / HBM_BYTES_PER_S) * 1e6 < LAUNCH_FLOOR_US or f / PEAK["bfloat16"] > b / HBM_BYTES_PER_S:
+        if max(f / BF16_PEAK, b / HBM_BYTES_PER_S) * 1e6 < LAUNCH_FLOOR_US or f / BF16_PEAK > b / HBM_BYTES_PER_S:
             continue  # launch- or compute-bound
         wfrac = 2 * m * n / b
         if wfrac > 0.9 or wfrac < 0.1:
