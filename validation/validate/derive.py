@@ -89,8 +89,9 @@ def derive_write(args, report):
             rates[(wfrac > 0.9, held_out("gemm_bf16", m, n, k))].append(b / t * 1e-6)
     for h in (False, True):
         w, rd = statistics.median(rates[(True, h)]), statistics.median(rates[(False, h)])
-        report.append(("hbm.write_efficiency", "held-out" if h else "tune", len(rates[(True, h)]) + len(rates[(False, h)]),
-                       f"{w / rd:.3f}", f"writes {w:.2f} TB/s, reads {rd:.2f} TB/s"))
+        n = len(rates[(True, h)]) + len(rates[(False, h)])
+        report.append(("hbm.write_efficiency", "held-out" if h else "tune", n, f"{w / rd:.3f}",
+                       f"writes {w:.2f} TB/s, reads {rd:.2f} TB/s"))
     report.append(("hbm.write_efficiency", "in use", "", in_use(args, "hbm.write_efficiency"), ""))
 
 
