@@ -8,6 +8,8 @@ GOLDENS_DIR is the goldens as validate reads them (gemm.csv uncompressed: the bu
 a folder of filtered golden CSVs per procedure (what `tpusim validate --goldens` reads) and validate's output for
 each part. Each procedure runs on the chip as it is now, so after a change of the preset (a new hbm.efficiency,
 say) run it again and the later numbers follow. NAME is one of:
+  launch      chip.launch_cycles: bf16 cases with m, n and k all at most 64: median(measured) less the median of
+              their simulated kernels at chip.launch_cycles 0, in cycles of the chip's clock (every case)
   write       hbm.write_efficiency: bf16, memory-bound by the plain roofline, above 20 us: the median bandwidth
               (bytes / measured time) of those that write more than 90% of their bytes over that of those that
               read more than 90% (data only)
@@ -75,6 +77,21 @@ def in_use(args, key):
     text = subprocess.run([args.tpusim, "config", "--show", "h200-like"], check=True, capture_output=True,
                           text=True).stdout
     return next(line.split()[1] for line in text.splitlines() if line.startswith(key + " "))
+
+
+def derive_launch(args, report):
+    folder = os.path.join(args.out, "launch")
+    rows = [[r["dtype"], m, n, k, r["latency_us"]] for r, m, n, k, t, b, f in gemm_rows(args.goldens)
+            if r["dtype"] == "bfloat16" and max(m, n, k) <= 64]
+    write_folder(folder, "gemm.csv", ["dtype", "m", "n", "k", "latency_us"], rows)
+    clock_mhz = float(in_use(args, "chip.clock_mhz"))
+    for part in ("tune", "held-out"):
+        cases = validate(args, "gemm", folder, part, 0, ["--set", "chip.launch_cycles=0"])
+        measured = statistics.median(float(c["measured_us"]) for c in cases)
+        body = statistics.median(float(c["simulated_us"]) for c in cases)
+        report.append(("chip.launch_cycles", part, len(cases), f"{(measured - body) * clock_mhz:.0f}",
+                       f"measured {measured:.3f} us, the kernels {body * clock_mhz:.0f} cycles"))
+    report.append(("chip.launch_cycles", "in use", "", in_use(args, "chip.launch_cycles"), ""))
 
 
 def derive_write(args, report):
@@ -147,7 +164,7 @@ def derive_attention(args, report):
             report.append((key, part, len(c), f"{a:.2f}", f"the kernels {kernels:.2f} us"))
 
 
-PROCEDURES = {"write": derive_write, "efficiency": derive_efficiency, "fp8": derive_fp8, "attention": derive_attention}
+PROCEDURES = {"launch": derive_launch, "write": derive_write, "efficiency": derive_efficiency, "fp8": derive_fp8, "attention": derive_attention}
 
 
 def main():
