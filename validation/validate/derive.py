@@ -26,6 +26,7 @@ Took 16 minutes on 2 cores with --jobs 2 (fp8's 8,173 cases most of it; it print
 """
 import argparse
 import csv
+import functools
 import os
 import re
 import statistics
@@ -56,6 +57,12 @@ def write_folder(path, name, header, rows):
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
+
+
+def gemm_folder(path, goldens):
+    """A --goldens folder of the gemm_rows tuples in `goldens` (the rows as they were); returns their count."""
+    rows = [[r["dtype"], m, n, k, r["latency_us"]] for r, m, n, k, *_ in goldens]
+    write_folder(path, "gemm.csv", ["dtype", "m", "n", "k", "latency_us"], rows)
     return len(rows)
 
 
@@ -73,17 +80,18 @@ def shape(row):
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", row["shape"])}
 
 
+@functools.lru_cache(maxsize=None)
+def preset_text(tpusim):
+    return subprocess.run([tpusim, "config", "--show", "h200-like"], check=True, capture_output=True, text=True).stdout
+
+
 def in_use(args, key):
-    text = subprocess.run([args.tpusim, "config", "--show", "h200-like"], check=True, capture_output=True,
-                          text=True).stdout
-    return next(line.split()[1] for line in text.splitlines() if line.startswith(key + " "))
+    return next(line.split()[1] for line in preset_text(args.tpusim).splitlines() if line.startswith(key + " "))
 
 
 def derive_launch(args, report):
     folder = os.path.join(args.out, "launch")
-    rows = [[r["dtype"], m, n, k, r["latency_us"]] for r, m, n, k, t, b, f in gemm_rows(args.goldens)
-            if r["dtype"] == "bfloat16" and max(m, n, k) <= 64]
-    write_folder(folder, "gemm.csv", ["dtype", "m", "n", "k", "latency_us"], rows)
+    gemm_folder(folder, (g for g in gemm_rows(args.goldens) if g[0]["dtype"] == "bfloat16" and max(g[1:4]) <= 64))
     clock_mhz = float(in_use(args, "chip.clock_mhz"))
     for part in ("tune", "held-out"):
         cases = validate(args, "gemm", folder, part, 0, ["--set", "chip.launch_cycles=0"])
@@ -114,25 +122,22 @@ def derive_write(args, report):
 
 def derive_efficiency(args, report):
     folder = os.path.join(args.out, "efficiency")
-    rows = [[r["dtype"], m, n, k, r["latency_us"]] for r, m, n, k, t, b, f in gemm_rows(args.goldens)
-            if r["dtype"] == "bfloat16" and t > 20 and 2 * m * n / b < 0.1 and f / b < 150 and f <= 100e9]
-    write_folder(folder, "gemm.csv", ["dtype", "m", "n", "k", "latency_us"], rows)
+    count = gemm_folder(folder, ((r, m, n, k, t, b, f) for r, m, n, k, t, b, f in gemm_rows(args.goldens)
+                                 if r["dtype"] == "bfloat16" and t > 20 and 2 * m * n / b < 0.1 and f / b < 150
+                                 and f <= 100e9))
     for part, sample in (("tune", 30 if args.quick else 600), ("held-out", 15 if args.quick else 300)):
         cases = validate(args, "gemm", folder, part, sample, ["--set", "hbm.efficiency=1"])
         ratio = statistics.median(float(c["measured_us"]) / float(c["simulated_us"]) for c in cases)
         report.append(("hbm.efficiency", part, len(cases), f"{1 / ratio:.3f}",
-                       f"median measured / simulated {ratio:.4f} at efficiency 1, of {len(rows)} such cases"))
+                       f"median measured / simulated {ratio:.4f} at efficiency 1, of {count} such cases"))
     report.append(("hbm.efficiency", "in use", "", in_use(args, "hbm.efficiency"), ""))
 
 
 def derive_fp8(args, report):
     small, large = os.path.join(args.out, "fp8-module"), os.path.join(args.out, "fp8-quantise")
-    header = ["dtype", "m", "n", "k", "latency_us"]
-    fp8 = [(r, m, n, k, f) for r, m, n, k, t, b, f in gemm_rows(args.goldens) if r["dtype"] != "bfloat16"]
-    write_folder(small, "gemm.csv", header, [[r["dtype"], m, n, k, r["latency_us"]] for r, m, n, k, f in fp8
-                                             if 2 * m * k <= 256 << 10])
-    write_folder(large, "gemm.csv", header, [[r["dtype"], m, n, k, r["latency_us"]] for r, m, n, k, f in fp8
-                                             if 2 * m * k >= 64 << 20 and f <= 100e9])
+    fp8 = [g for g in gemm_rows(args.goldens) if g[0]["dtype"] != "bfloat16"]
+    gemm_folder(small, (g for g in fp8 if 2 * g[1] * g[3] <= 256 << 10))  # x = 2 m k bytes
+    gemm_folder(large, (g for g in fp8 if 2 * g[1] * g[3] >= 64 << 20 and g[6] <= 100e9))
     off = ["--fp8-module-us", "0", "--fp8-quantise-tbs", "0"]
     module = {}
     for part in ("tune", "held-out"):
@@ -164,7 +169,8 @@ def derive_attention(args, report):
             report.append((key, part, len(c), f"{a:.2f}", f"the kernels {kernels:.2f} us"))
 
 
-PROCEDURES = {"launch": derive_launch, "write": derive_write, "efficiency": derive_efficiency, "fp8": derive_fp8, "attention": derive_attention}
+PROCEDURES = {"launch": derive_launch, "write": derive_write, "efficiency": derive_efficiency, "fp8": derive_fp8,
+              "attention": derive_attention}
 
 
 def main():
