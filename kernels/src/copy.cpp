@@ -2,10 +2,10 @@
 #include "tpusim/kernels/copy.h"
 
 #include <algorithm>
-#include <sstream>
 #include <stdexcept>
 
 #include "tpusim/isa/assembler.h"
+#include "tpusim/isa/emitter.h"
 
 namespace tpusim::kernels {
 namespace {
@@ -308,36 +308,37 @@ std::vector<Item> group_items(const Group& g, bool load) {
   return out;
 }
 
-class Emitter {
+// The copy's code, through the typed emitter, with the registers that hold its transfers' operands.
+class Code {
  public:
-  explicit Emitter(std::ostringstream& os) : os_(os) {}
+  explicit Code(isa::Emitter& e) : e_(e) {}
 
-  void xfer(bool load, const Xfer& x, int64_t vbase, const char* wait, const char* signal) {
+  void xfer(bool load, const Xfer& x, int64_t vbase, isa::Sem wait, isa::Sem signal) {
     const int64_t v = vbase + x.v;
     const int64_t vals[6] = {load ? v : x.h, load ? x.h : v, int64_t(x.rows), int64_t(x.rb),
                              x.rows > 1 ? x.hs : 0, x.rows > 1 ? x.vs : 0};
     uint32_t pinned = 0;
-    int regs[6];
-    for (int i = 0; i < 6; ++i) regs[i] = reg(vals[i], pinned);
-    os_ << "    " << (load ? "dma.ld" : "dma.st");
-    for (int i = 0; i < 6; ++i) os_ << (i ? ", r" : " r") << regs[i];
-    if (wait) os_ << ", wait=" << wait;
-    if (signal) os_ << ", signal=" << signal;
-    os_ << '\n';
+    isa::Reg r[6];
+    for (int i = 0; i < 6; ++i) r[i] = reg(vals[i], pinned);
+    if (load) {
+      e_.dma_ld(r[0], r[1], r[2], r[3], r[4], r[5], {.wait = wait, .signal = signal});
+    } else {
+      e_.dma_st(r[0], r[1], r[2], r[3], r[4], r[5], {.wait = wait, .signal = signal});
+    }
   }
-  void line(const std::string& s) { os_ << "    " << s << '\n'; }
+  isa::Emitter& e() { return e_; }
 
  private:
   // A register holding v (r0 for 0), loaded with li into the least recently used one if none does.
-  int reg(int64_t v, uint32_t& pinned) {
+  isa::Reg reg(int64_t v, uint32_t& pinned) {
     ++tick_;
-    if (v == 0) return 0;
+    if (v == 0) return isa::reg(0);
     int best = -1;
     for (int r = 1; r < 32; ++r)
       if (valid_[r] && val_[r] == v) {
         last_[r] = tick_;
         pinned |= 1u << r;
-        return r;
+        return isa::reg(r);
       }
     for (int r = 1; r < 32; ++r) {
       if (pinned & (1u << r)) continue;
@@ -351,11 +352,11 @@ class Emitter {
     val_[best] = v;
     last_[best] = tick_;
     pinned |= 1u << best;
-    os_ << "    li r" << best << ", " << v << '\n';
-    return best;
+    e_.li(isa::reg(best), v);
+    return isa::reg(best);
   }
 
-  std::ostringstream& os_;
+  isa::Emitter& e_;
   bool valid_[32] = {};
   int64_t val_[32] = {};
   uint64_t last_[32] = {};
@@ -414,25 +415,26 @@ std::vector<M> normalise(const std::vector<Move>& moves) {
 
 // Steps 2 and 3 for one core's moves: the pipelined transfers, from the semaphores' set-up to the last store (no
 // halt). Returns the number of groups.
-size_t emit_moves(const std::vector<M>& ms, const Window& w, std::ostringstream& os) {
+size_t emit_moves(const std::vector<M>& ms, const Window& w, isa::Emitter& out) {
   Planner pl{w.slot, {}, -1};
   pl.open();
   for (const M& m : ms) pl.add(m);
   if (pl.groups.back().pieces.empty()) pl.groups.pop_back();
-  Emitter e(os);
-  e.line("sem.set s1, " + std::to_string(kSlots));
-  e.line("sem.set s2, 0");
-  e.line("sem.set s3, 0");
+  Code e(out);
+  const isa::Sem s1 = isa::sem(1), s2 = isa::sem(2), s3 = isa::sem(3);
+  out.sem_set(s1, kSlots);
+  out.sem_set(s2, 0);
+  out.sem_set(s3, 0);
   const int G = int(pl.groups.size());
   std::vector<Item> prev;  // stores of the previous group
   auto vslot = [&](int g) { return w.base + int64_t(g % kSlots) * w.slot; };
   auto emit = [&](bool load, const std::vector<Item>& items, size_t i, int g) {
     const Item& it = items[i];
-    if (it.sync) return e.line("dmain.sync wait=s3");
+    if (it.sync) return out.dmain_sync({.wait = s3});
     size_t first = 0, last = items.size() - 1;
     while (items[first].sync) ++first;
-    const char* wt = i == first ? (load ? "s1" : "s2") : nullptr;
-    const char* sg = i == last ? (load ? "s2" : "s1") : nullptr;
+    const isa::Sem wt = i == first ? (load ? s1 : s2) : isa::Sem{};
+    const isa::Sem sg = i == last ? (load ? s2 : s1) : isa::Sem{};
     e.xfer(load, it.x, vslot(g), wt, sg);
   };
   for (int g = 0; g <= G; ++g) {
@@ -444,7 +446,7 @@ size_t emit_moves(const std::vector<M>& ms, const Window& w, std::ostringstream&
     size_t i = 0, j = 0;
     if (after) {
       for (; j < b; ++j) emit(false, prev, j, g - 1);
-      if (pl.groups[size_t(g - 1)].signal) e.line("dmaout.sync signal=s3");
+      if (pl.groups[size_t(g - 1)].signal) out.dmaout_sync({.signal = s3});
     }
     // Interleave in proportion: loads of g with the stores of g - 1.
     while (i < a || j < b) {
@@ -454,7 +456,7 @@ size_t emit_moves(const std::vector<M>& ms, const Window& w, std::ostringstream&
         emit(false, prev, j++, g - 1);
       }
     }
-    if (!after && g > 0 && pl.groups[size_t(g - 1)].signal) e.line("dmaout.sync signal=s3");
+    if (!after && g > 0 && pl.groups[size_t(g - 1)].signal) out.dmaout_sync({.signal = s3});
     if (g < G) prev = group_items(pl.groups[size_t(g)], false);
   }
   return pl.groups.size();
@@ -521,47 +523,63 @@ std::vector<std::vector<M>> share(const std::vector<M>& phase, int64_t cores) {
 
 }  // namespace
 
-std::string copy_source(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
-                        const std::string& name, int64_t cores) {
+namespace {
+
+// The kernel, and (when `summary` is given) a line that says how it was cut up.
+isa::Program build(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols, uint64_t base_pc,
+                   const std::string& name, int64_t cores, std::string* summary) {
   if (cores < 1) throw std::invalid_argument("copy: cores must be positive (got " + std::to_string(cores) + ")");
   const Window w = window(symbols);
   const std::vector<M> ms = normalise(moves);
-  std::ostringstream os;
+  isa::Emitter e(name, "<copy>/" + name, base_pc);
+  auto say = [&](const std::string& how) {
+    if (summary)
+      *summary = "# " + name + ": " + std::to_string(moves.size()) + " moves, " + std::to_string(ms.size()) +
+                 " after merging, " + how + " slots of " + std::to_string(w.slot) + " bytes at VMEM " +
+                 std::to_string(w.base) + " (tpusim/kernels/copy.h)\n";
+  };
   if (cores == 1) {
-    std::ostringstream body;
-    const size_t groups = emit_moves(ms, w, body);
-    os << "# " << name << ": " << moves.size() << " moves, " << ms.size() << " after merging, " << groups
-       << " groups in " << kSlots << " slots of " << w.slot << " bytes at VMEM " << w.base
-       << " (tpusim/kernels/copy.h)\n";
-    os << ".name \"" << name << "\"\n" << body.str();
-    os << "    halt\n";
-    return os.str();
+    const size_t groups = emit_moves(ms, w, e);
+    e.halt();
+    say(std::to_string(groups) + " groups in " + std::to_string(kSlots));
+    return e.finish();
   }
   const std::vector<std::vector<M>> ph = phases(ms);
-  os << "# " << name << ": " << moves.size() << " moves, " << ms.size() << " after merging, in " << ph.size()
-     << " phases of independent moves shared among " << cores << " cores, each through " << kSlots
-     << " slots of " << w.slot << " bytes at VMEM " << w.base << " (tpusim/kernels/copy.h)\n";
-  os << ".name \"" << name << "\"\n.cores " << cores << "\n";
+  say("in " + std::to_string(ph.size()) + " phases of independent moves shared among " + std::to_string(cores) +
+      " cores, each through " + std::to_string(kSlots));
+  e.set_cores(static_cast<uint32_t>(cores));
+  const isa::Reg id = isa::reg(31), k_reg = isa::reg(30), zero = isa::reg(0);
   for (size_t p = 0; p < ph.size(); ++p) {
-    if (p > 0) os << "    barrier\n";
-    const std::string end = "cp" + std::to_string(p) + "_end";
-    os << "    core.id r31\n";
+    if (p > 0) e.barrier();
+    const isa::Label end = e.label();
+    e.core_id(id);
     const std::vector<std::vector<M>> per = share(ph[p], cores);
     for (int64_t k = 0; k < cores; ++k) {
       if (per[size_t(k)].empty()) continue;
-      const std::string next = "cp" + std::to_string(p) + "_" + std::to_string(k);
+      const isa::Label next = e.label();
       if (k == 0) {
-        os << "    bne r31, r0, " << next << "\n";
+        e.bne(id, zero, next);
       } else {
-        os << "    li r30, " << k << "\n    bne r31, r30, " << next << "\n";
+        e.li(k_reg, k);
+        e.bne(id, k_reg, next);
       }
-      emit_moves(per[size_t(k)], w, os);
-      os << "    jmp " << end << "\n" << next << ":\n";
+      emit_moves(per[size_t(k)], w, e);
+      e.jmp(end);
+      e.bind(next);
     }
-    os << end << ":\n";
+    e.bind(end);
   }
-  os << "    halt\n";
-  return os.str();
+  e.halt();
+  return e.finish();
+}
+
+}  // namespace
+
+std::string copy_source(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
+                        const std::string& name, int64_t cores) {
+  std::string summary;
+  const isa::Program p = build(moves, symbols, 0, name, cores, &summary);
+  return summary + isa::disassemble(p);
 }
 
 double copy_estimate(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols, int64_t cores) {
@@ -579,10 +597,7 @@ double copy_estimate(const std::vector<Move>& moves, const std::map<std::string,
 
 isa::Program copy_kernel(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
                          uint64_t base_pc, const std::string& name, int64_t cores) {
-  isa::AsmOptions opts;
-  opts.defines = symbols;
-  opts.base_pc = base_pc;
-  return isa::assemble(copy_source(moves, symbols, name, cores), "<copy>/" + name + ".s", opts);
+  return build(moves, symbols, base_pc, name, cores, nullptr);
 }
 
 }  // namespace tpusim::kernels

@@ -3,9 +3,10 @@
 //   host_gemm_f32/N        Eigen fp32 GEMM, N^3: counter GFLOPs = 2 N^3 / s
 //   sim_gemm/<kernel>/N    the kernel on the simulated v4-like chip, functional or timing-only: counters
 //                          sim_cycles_per_s (simulated cycles per wall second) and GMACs (N^3 MACs per wall second)
-//   copy_source/N          a copy kernel's code for N one-row moves that never merge (8 and 4 bytes in turn, 16
-//                          apart, as a strided MaxPool's taps make): counter moves_per_s; the ratio to the host's
-//                          GFLOPs says what a pathological model's compile costs on this machine
+//   copy_kernel/N/C        a copy kernel (the encoded program the compiler places) for N one-row moves that never
+//                          merge (8 and 4 bytes in turn, 16 apart, as a strided MaxPool's taps make), on C cores:
+//                          counter moves_per_s; the ratio to the host's GFLOPs says what a pathological model's
+//                          compile costs on this machine
 // The ratio sim GMAC/s / (host GFLOP/s / 2) says how close the functional model runs to the host's GEMM rate.
 #include <benchmark/benchmark.h>
 
@@ -52,12 +53,12 @@ void sim_gemm(benchmark::State& state, const char* kernel, bool functional) {
       benchmark::Counter(static_cast<double>(n * n * n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void copy_source(benchmark::State& state) {
+void copy_kernel(benchmark::State& state) {
   const auto n = static_cast<uint64_t>(state.range(0));
   std::vector<kernels::Move> moves;
   for (uint64_t i = 0; i < n; ++i) moves.push_back({16 * i, (uint64_t{1} << 30) + 16 * i, 1, 8 - 4 * (i % 2)});
   const std::map<std::string, int64_t> symbols{{"VMEM_BYTES", 1 << 20}};
-  for (auto _ : state) benchmark::DoNotOptimize(kernels::copy_source(moves, symbols));
+  for (auto _ : state) benchmark::DoNotOptimize(kernels::copy_kernel(moves, symbols, 0, "copy", state.range(1)));
   state.counters["moves_per_s"] =
       benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -65,7 +66,7 @@ void copy_source(benchmark::State& state) {
 BENCHMARK(host_gemm_f32)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(sim_gemm, bf16_functional, "gemm_bf16.s", true)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(sim_gemm, int8_functional, "gemm_int8.s", true)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
-BENCHMARK(copy_source)->Arg(16384)->Arg(131072)->Unit(benchmark::kMillisecond);
+BENCHMARK(copy_kernel)->Args({16384, 1})->Args({131072, 1})->Args({16384, 8})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(sim_gemm, bf16_timing_only, "gemm_bf16.s", false)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -845,7 +845,7 @@ class UserFacing(Workdir):
                 tpusim("compile", os.path.join(d, onnx), "--config", config, *extra, "-o", self.path("m.tpub"))
                 dis = tpusim("disasm", self.path("m.tpub")).stdout
                 if model == "tinycnn":
-                    self.assertRegex(dis, r"core.id r31 +# pc \d+ \([^)]*<copy>/copy.s")  # a shared copy
+                    self.assertRegex(dis, r"core.id r31 +# pc \d+ \([^)]*<copy>/copy at copy.cpp:\d+")  # a shared copy
                     self.assertRegex(dis, r"core.id r7 +# pc \d+ \(cast\(input\): <builtin>/cast.s")  # a shared cast
                 else:
                     self.assertIn("core.id r8", dis)  # a row-wise kernel whose rows the cores share

@@ -8,6 +8,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "tpusim/isa/assembler.h"
 #include "tpusim/kernels/copy.h"
 #include "tpusim/sim/chip.h"
 #include "tpusim/sim/config.h"
@@ -230,6 +231,35 @@ TEST(Copy, SharedAmongCoresKeepsTheOrderOfDependentMoves) {
   // interior); the taps (they read the padded buffer), independent of each other: 4.
   const std::string src = kernels::copy_source(pad_then_im2col(), c.syms, "copy", 5);
   EXPECT_NE(src.find("in 4 phases"), std::string::npos) << src.substr(0, 200);
+}
+
+// The kernel is built through the typed emitter; copy_source is its text, which the assembler turns back into the
+// same program (code, cores, name), on one core and shared among 5 (with branches); placed at base 100, only the
+// branch targets move, by 100. Each instruction's source line names the generator's line in copy.cpp.
+TEST(Copy, SourceAssemblesBackIntoTheKernel) {
+  const std::map<std::string, int64_t> syms = symbols(sim::load_config("edge", {"vmem.size_kib=2", "chip.cores=7"}));
+  for (int64_t cores : {1, 5}) {
+    const isa::Program p = kernels::copy_kernel(pad_then_im2col(), syms, 0, "im2col", cores);
+    const isa::Program q = isa::assemble(kernels::copy_source(pad_then_im2col(), syms, "im2col", cores), "c.s");
+    EXPECT_EQ(p.code, q.code) << cores;
+    EXPECT_EQ(p.cores, uint32_t(cores));
+    EXPECT_EQ(q.cores, uint32_t(cores));
+    EXPECT_EQ(p.name, "im2col");
+    EXPECT_EQ(q.name, "im2col");
+    ASSERT_FALSE(p.source.empty());
+    EXPECT_EQ(p.source[0].rfind("<copy>/im2col at copy.cpp:", 0), 0u) << p.source[0];
+    const isa::Program at100 = kernels::copy_kernel(pad_then_im2col(), syms, 100, "im2col", cores);
+    ASSERT_EQ(at100.code.size(), p.code.size());
+    size_t branches = 0;
+    for (size_t i = 0; i < p.code.size(); ++i) {
+      isa::Instr a = isa::decode(p.code[i]);
+      const isa::Instr b = isa::decode(at100.code[i]);
+      const int t = a.desc().operand_index("target");
+      if (t >= 0) a.f[size_t(t)] += 100, ++branches;
+      EXPECT_EQ(a, b) << i;
+    }
+    EXPECT_EQ(branches > 0, cores > 1);
+  }
 }
 
 // One large contiguous move on h200-like, whose one core moves 128 bytes per cycle through its VMEM ports (32

@@ -1,12 +1,12 @@
 // copy: a generator of data-movement kernels between HBM tensors (im2col, padding, transposes, concat/split/slice,
 // layout changes), each expressed as a list of strided 2-D moves.
 //
-// Contract. copy_source(moves) is a kernel that leaves HBM as if the moves ran one after the other, each copying
+// Contract. copy_kernel(moves) is a kernel that leaves HBM as if the moves ran one after the other, each copying
 // its rows in order: a later move's writes win where destinations overlap, and a move reads what earlier moves
 // wrote. Within one move, the destination rows must not overlap each other (|dst_stride| >= rowbytes when
 // rows > 1) and the source rows must not overlap the destination rows; src_stride may be 0 (one pattern row
 // repeated, e.g. a zero row filling a padded buffer). Moves with rows == 0 or rowbytes == 0 are skipped.
-// copy_source throws std::invalid_argument on negative or overflowing sizes and addresses (every address and
+// copy_kernel throws std::invalid_argument on negative or overflowing sizes and addresses (every address and
 // stride must fit in 47 bits, every move in 2^62 bytes) and on the overlaps above; nothing is checked against the
 // chip's HBM size (the simulator faults at run time).
 // Chip symbols: VMEM_BYTES (required); optional COPY_VMEM_BASE (default 0) and COPY_VMEM_BYTES (default
@@ -71,21 +71,23 @@ struct Move {
   int64_t src_stride = 0, dst_stride = 0;  // bytes between row starts
 };
 
-// Assembly source (text, for isa::assemble) of a kernel that performs `moves` as if one after the other (a later
-// move's writes win where destinations overlap; a move may read what an earlier one wrote), staging through VMEM,
-// double-buffered so that loads of one chunk overlap stores of the previous. `symbols` are the chip symbols
-// (VMEM_BYTES, ... as for kernels::assemble). `name` becomes the .name of the program.
-// `cores` > 1: shared among that many cores (above).
-std::string copy_source(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
-                        const std::string& name = "copy", int64_t cores = 1);
-
-// copy_source assembled with code starting at base_pc (isa::Error on failure).
+// A kernel that performs `moves` as if one after the other (a later move's writes win where destinations overlap; a
+// move may read what an earlier one wrote), staging through VMEM, double-buffered so that loads of one chunk overlap
+// stores of the previous, with code starting at instruction base_pc. Built through the typed emitter
+// (tpusim/isa/emitter.h), without assembly text; its source lines read "<copy>/NAME at copy.cpp:LINE". `symbols` are
+// the chip symbols (VMEM_BYTES, ... as for kernels::assemble). `name` becomes the program's name. `cores` > 1:
+// shared among that many cores (above).
 isa::Program copy_kernel(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
                          uint64_t base_pc = 0, const std::string& name = "copy", int64_t cores = 1);
 
+// copy_kernel's program (at base 0) as assembly text that assembles back to it (isa::disassemble), after a comment
+// line that says how the moves were cut up ("... in 4 phases ..."): for reading and for tests.
+std::string copy_source(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
+                        const std::string& name = "copy", int64_t cores = 1);
+
 // Estimated cycles of the kernel on `cores` cores (for choosing how many): the larger of 2 * bytes / (cores x
 // VMEM_BYTES_PER_CYCLE) and 2 * bytes / HBM_BYTES_PER_CYCLE, plus a load's and a store's latency per phase and a
-// barrier (SYNC_LATENCY) between phases. Throws as copy_source.
+// barrier (SYNC_LATENCY) between phases. Throws as copy_kernel.
 double copy_estimate(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols, int64_t cores);
 
 }  // namespace tpusim::kernels

@@ -1,0 +1,63 @@
+#include "tpusim/isa/emitter.h"
+
+#include <cstring>
+#include <utility>
+
+namespace tpusim::isa {
+
+EmitterBase::EmitterBase(std::string name, std::string where, uint64_t base_pc)
+    : name_(std::move(name)), where_(std::move(where)), base_pc_(base_pc) {}
+
+Label EmitterBase::label() {
+  labels_.push_back(-1);
+  return Label{static_cast<int64_t>(labels_.size()) - 1};
+}
+
+void EmitterBase::bind(Label l, std::source_location at) {
+  const Emitted here{Instr{}, at.file_name(), at.line()};
+  if (l.id < 0 || l.id >= static_cast<int64_t>(labels_.size()))
+    throw Error(where(here) + ": bind: a label this emitter did not make");
+  if (labels_[size_t(l.id)] >= 0) throw Error(where(here) + ": bind: the label is already bound");
+  labels_[size_t(l.id)] = static_cast<int64_t>(code_.size());
+}
+
+void EmitterBase::append(Op op, std::initializer_list<int64_t> fields, const std::source_location& at) {
+  Emitted e{Instr{op, {}}, at.file_name(), at.line()};
+  size_t i = 0;
+  for (int64_t v : fields) e.in.f[i++] = v;
+  code_.push_back(e);
+}
+
+std::string EmitterBase::where(const Emitted& e) const {
+  const char* slash = std::strrchr(e.file, '/');
+  return where_ + " at " + (slash ? slash + 1 : e.file) + ":" + std::to_string(e.line);
+}
+
+Program EmitterBase::finish() const {
+  Program p;
+  p.name = name_;
+  p.cores = cores_;
+  p.code.reserve(code_.size());
+  p.source.reserve(code_.size());
+  for (const Emitted& e : code_) {
+    Instr in = e.in;
+    const InstrDesc& d = in.desc();
+    for (int i = 0; i < d.num_operands; ++i) {
+      if (d.operands[size_t(i)].kind != OperandKind::Target) continue;
+      const int64_t id = in.f[size_t(i)];
+      if (id < 0 || id >= static_cast<int64_t>(labels_.size()))
+        throw Error(where(e) + ": " + d.mnemonic + ": a label this emitter did not make");
+      if (labels_[size_t(id)] < 0) throw Error(where(e) + ": " + d.mnemonic + " to a label that is never bound");
+      in.f[size_t(i)] = static_cast<int64_t>(base_pc_) + labels_[size_t(id)];
+    }
+    try {
+      p.code.push_back(encode(in));
+    } catch (const Error& err) {
+      throw Error(where(e) + ": " + err.what());
+    }
+    p.source.push_back(where(e));
+  }
+  return p;
+}
+
+}  // namespace tpusim::isa
