@@ -29,7 +29,7 @@ int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
 
 // The chip as the generator sees it.
 struct Chip {
-  int64_t R, C, ACC, VMEM, P, U, width, special, vbpc, latency, mem_bpc;
+  int64_t R, C, ACC, VMEM, P, U, width, special, vbpc, latency, store_latency, mem_bpc;
   int64_t acc_addr;  // the vector unit's address of accumulator row 0 (ACC_ADDR); -1: the chip has none
 };
 
@@ -43,6 +43,7 @@ Chip chip_of(const AttentionChip& a, const std::map<std::string, int64_t>& s) {
   c.special = std::max<int64_t>(1, optional(s, "VPU_SPECIAL", c.width));  // exp's results per cycle (<= width)
   c.vbpc = std::max<int64_t>(1, optional(s, "VMEM_BYTES_PER_CYCLE", 1 << 20));
   c.latency = optional(s, "DMA_LATENCY", 100);
+  c.store_latency = optional(s, "STORE_LATENCY", c.latency);
   c.acc_addr = optional(s, "ACC_ADDR", -1);
   const int64_t cache = optional(s, "CACHE_BYTES_PER_CYCLE", 0);
   c.mem_bpc = std::max<int64_t>(1, cache > 0 ? cache : optional(s, "HBM_BYTES_PER_CYCLE", 64));
@@ -233,7 +234,7 @@ void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
   double fill = 2.0 * static_cast<double>(c.latency) + static_cast<double>(BR * L.D * 2) / share + mxu +
                 static_cast<double>(L.p.strips) * vop(c, BR * c.C, 8 * x) + vop(c, BR * L.Dp, L.regs ? 2 : 6);
   // Items one after the other: the output's store (its latency and bytes) before the next item's loads start.
-  if (!a.overlap_items) fill += static_cast<double>(c.latency) + static_cast<double>(BR * L.D * L.O) / share;
+  if (!a.overlap_items) fill += static_cast<double>(c.store_latency) + static_cast<double>(BR * L.D * L.O) / share;
   std::vector<double> core(static_cast<size_t>(c.P), 0.0);
   int64_t blocks = 0;
   for (int64_t t = 0; t < items; ++t) {

@@ -252,12 +252,13 @@ int64_t multicast_mode(const GemmChip& g, int64_t P, int64_t sk, int64_t nr, int
 // the cores loading at once, and at most what the core's VMEM ports take), its operands' bytes through VMEM's
 // ports (written by the loads, read by the matrix units) and (latency + transfer) / (NSLOT - 1) (NSLOT - 1 chunks
 // in flight); plus the item's first load's latency, and with tiles one at a time (!overlap_tiles) its drain, its
-// stores and their latency; plus, once, the shorter of a chunk's work and transfer: the pipeline's fill and
-// drain. Items run in waves over the cores. Split K adds the reduction: every split's f32 partials written (to
-// HBM: the cache writes through) and read back, the result written, a barrier, and reduction_launch_cycles.
+// stores and their latency (store_latency: the cache's where it writes back, else HBM's); plus, once, the shorter
+// of a chunk's work and transfer: the pipeline's fill and drain. Items run in waves over the cores. Split K adds the reduction: every split's f32 partials written (to
+// HBM, whether the cache writes them through or back) and read back, the result written, a barrier, and
+// reduction_launch_cycles.
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t UMAX,
                       int64_t mem_bpc, int64_t hbm_bpc, int64_t vmem_bpc, int64_t vpu_width, int64_t latency,
-                      int64_t rate) {
+                      int64_t store_latency, int64_t rate) {
   // A core takes its transfers at most at its VMEM ports' rate (vmem_bpc 0: an older caller's map, no limit).
   const int64_t core_bpc = vmem_bpc > 0 ? vmem_bpc : mem_bpc;
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), QO = g.q_scale_bits != 0 ? 1 : 0;
@@ -347,7 +348,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
             // drain; one at a time, also its stores and their latency
             const double item = chunks * chunk + static_cast<double>(latency) +
                                 (abuf == 1 || !g.overlap_tiles ? drain : 0.0) +
-                                (g.overlap_tiles ? 0.0 : stores + static_cast<double>(latency));
+                                (g.overlap_tiles ? 0.0 : stores + static_cast<double>(store_latency));
             double est = waves * item + drain + std::min(work, transfer);
             if (sk > 1)  // partials and results written to HBM, partials read back (from the cache if any)
               est += static_cast<double>(g.m * g.n) *
@@ -387,7 +388,7 @@ TilePlan plan_tiles(const GemmChip& g, const std::map<std::string, int64_t>& s, 
   gc.multicast = g.multicast && optional("CLUSTER", 1) >= 2;  // only where the chip multicasts
   return choose_tiles(gc, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, optional("VMEM_BYTES_PER_CYCLE", 0),
                       std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100),
-                      matrix_rate(g.in, s));
+                      optional("STORE_LATENCY", optional("DMA_LATENCY", 100)), matrix_rate(g.in, s));
 }
 
 // True when the chip has a cache in front of HBM (the strips estimate models HBM alone).

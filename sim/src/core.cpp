@@ -274,6 +274,16 @@ void Core::run_program() {
   }
 halt:
   drain();
+  if (st_.cfg.shared.cache && st_.cfg.shared.write_back) {  // HBM takes the lines the cache wrote back
+    const uint64_t hbm = st_.mem.hbm_channels.busy_until(), t = t_;
+    if (hbm > t_) {
+      t_ = hbm;
+      st_.stats(isa::Unit::Core).stalls.wait_drain += t_ - t;
+      if (st_.keeping_trace())
+        st_.trace(static_cast<int>(isa::Unit::Core), t, t_ - t, pc_, "drain (HBM takes the written-back lines)",
+                  "wait");
+    }
+  }
   ++t_;
   st_.wait_until(t_);
   if (t_ > limit)

@@ -22,8 +22,10 @@
 // With shared.cache = 1 (a GPU's L2), every HBM transfer goes through the cache's tags (CacheTags, memory.h), line
 // by line in issue order: a load's rows whose lines are all held are read from the shared level (its banks, its
 // latency), the others from HBM; a row that is partly held is split into runs of held and missing lines. Runs of
-// consecutive rows with the same outcome are booked as one strided pattern. Stores are booked on HBM as always
-// (write-through) and leave their lines held, so a later kernel's loads of them hit.
+// consecutive rows with the same outcome are booked as one strided pattern. Stores leave their lines held, so a
+// later kernel's loads of them hit; they are booked on HBM as always (write-through), or, with shared.write_back,
+// on the cache's banks from shared.latency, which is when they are done, while their bytes are booked on HBM's
+// channels at once and drain behind them (the core's halt waits for HBM to take them).
 // dma.ld with `mcast` (isa.def): the two cores of a pair (2i, 2i + 1) issue the same load; the first to start
 // books it as any load and queues it on the chip (ChipShared::mcast), the second takes it off the queue, checks
 // that it is the same (HBM address, rows, row bytes, stride; else a run-time error naming both), books nothing on
@@ -193,10 +195,11 @@ uint64_t DmaEngine::book_cached(Transfer& t, uint64_t start) {
   const uint64_t hit_start = start + static_cast<uint64_t>(st_.cfg.shared.latency);
   const uint64_t miss_start = start + static_cast<uint64_t>(st_.cfg.dma.latency);
   uint64_t end = 0, data_start = UINT64_MAX;
+  const bool write_back = st_.cfg.shared.write_back != 0;
   auto book = [&](const Rows& r, bool hit) {
     if (!r.bytes()) return;
     if (hit && t.load) t.hit_bytes += r.bytes();
-    data_start = std::min(data_start, hit && t.load ? hit_start : miss_start);
+    data_start = std::min(data_start, (t.load ? hit : write_back) ? hit_start : miss_start);
     if (hit && t.load) {
       end = std::max(end, st_.mem.shared_channels.transfer(hit_start, r));
     } else if (t.load) {
@@ -207,6 +210,11 @@ uint64_t DmaEngine::book_cached(Transfer& t, uint64_t start) {
       const Rows lines{from, r.rows, to - from, r.stride};
       t.fill_bytes += lines.bytes();
       end = std::max(end, st_.mem.hbm_channels.transfer(miss_start, lines));
+    } else if (write_back) {
+      // Written back: the store is done when the cache has its bytes; HBM takes them behind it (booked now, so
+      // later transfers wait for the channels; the run's end waits for them: Core's halt).
+      st_.mem.hbm_channels.transfer(miss_start, r, true);
+      end = std::max(end, st_.mem.shared_channels.transfer(hit_start, r, true));
     } else {
       end = std::max(end, st_.mem.hbm_channels.transfer(miss_start, r, true));  // a store writes its bytes through
     }

@@ -65,6 +65,13 @@ void declare_shared_params(std::vector<Param>& out) {
            "make room). Not addressable: dma `shared` is an error",
            0, 1)
       .add(&SharedParams::ways, "ways", 16, "ways", "associativity of the cache (shared.cache = 1)", 1, 1024)
+      .add(&SharedParams::write_back, "write_back", 0, "0/1",
+           "with shared.cache = 1: 1, a store completes when its bytes are in the cache (its banks, its latency), "
+           "and their HBM write is booked on the channels at once and drains behind it, taking HBM's time from "
+           "later transfers; a run ends when HBM has taken every write (a GPU's write-back L2 in steady state, "
+           "where every line written is written back to HBM once); 0, a store completes when HBM has its bytes "
+           "(write-through)",
+           0, 1)
       .add(&SharedParams::hash, "hash", 0, "0/1",
            "1: each row of chunks (banks x interleave_bytes) gets a pseudo-random rotation of the banks, as an "
            "address hash (hbm.channel_skew = 2), so that power-of-two strides spread over every bank, and, as a "
@@ -180,7 +187,10 @@ HbmChannels::HbmChannels(const ChannelSpec& cfg)
   }
 }
 
-void HbmChannels::reset() { std::fill(free_.begin(), free_.end(), 0); }  // the pattern cache stays valid
+void HbmChannels::reset() {  // the pattern cache stays valid
+  std::fill(free_.begin(), free_.end(), 0);
+  last_end_ = 0;
+}
 
 uint64_t HbmChannels::channel_cycles(uint64_t bytes, bool write) const {
   uint64_t x;
@@ -251,7 +261,10 @@ uint64_t HbmChannels::transfer(uint64_t data_start, const Rows& row_pattern, boo
     end = std::max({end, free_[c], start + chan_bank_limit_[c]});
     chan_bytes_[c] = chan_bank_limit_[c] = 0;
   }
+  last_end_ = std::max(last_end_, end);
   return end;
 }
+
+uint64_t HbmChannels::busy_until() const { return last_end_; }
 
 }  // namespace tpusim::sim::detail

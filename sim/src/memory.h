@@ -69,6 +69,8 @@ class HbmChannels {
   // write's bytes take 1 / write_efficiency times a read's cycles on a channel.
   uint64_t transfer(uint64_t data_start, const Rows& r, bool write = false);
   void reset();  // all channels free (before a run)
+  // The cycle the last channel is free: every booked transfer done.
+  uint64_t busy_until() const;
 
  private:
   // ceil(bytes / a channel's bytes per cycle), exactly (a write's at write_efficiency)
@@ -79,6 +81,7 @@ class HbmChannels {
   unsigned __int128 per_s_, per_s_write_, khz_;
   uint64_t t_rc_;                  // hbm.t_rc_ns in cycles, rounded up
   std::vector<uint64_t> free_;     // per channel: first free cycle
+  uint64_t last_end_ = 0;          // the latest end of a transfer booked since reset()
   static constexpr uint64_t kHashRows = 256;  // channel_skew 2: rows of chunks per bank in the hash's period
   const uint64_t slots_;             // chunks in the address map's period
   std::vector<uint32_t> slot_unit_;  // per slot: its unit, channel + bank * channels

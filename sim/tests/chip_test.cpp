@@ -414,6 +414,13 @@ std::vector<std::string> cache_config() {
           "shared.banks=4", "shared.interleave_bytes=64"};
 }
 
+// small_config with cache_config() and one setting more.
+ChipConfig cache_config_and(const std::string& set) {
+  std::vector<std::string> sets = cache_config();
+  sets.push_back(set);
+  return small_config(sets);
+}
+
 TEST(WholeChip, CacheServesRepeatedReadsAtItsOwnRate) {
   Chip chip(small_config(cache_config()));
   ProgramBuilder b;
@@ -462,12 +469,7 @@ TEST(WholeChip, CacheMissReadsWholeLines) {
 // its second read (8 + 8 misses, 1024 bytes from HBM); with it, the 8 lines fall in different sets and the second
 // read finds them all (512 bytes from HBM, 512 from the cache).
 TEST(WholeChip, CacheSetHashSpreadsPowerOfTwoStrides) {
-  auto with_hash = [](int hash) {
-    std::vector<std::string> sets = cache_config();
-    sets.push_back("shared.hash=" + std::to_string(hash));
-    return small_config(sets);
-  };
-  Chip plain(with_hash(0)), hashed(with_hash(1));  // both before the first run (SystemC elaborates once)
+  Chip plain(cache_config_and("shared.hash=0")), hashed(cache_config_and("shared.hash=1"));  // both before the first run (SystemC elaborates once)
   ProgramBuilder b;
   b.li(3, 8).li(4, 64).li(5, 16384).li(6, 64);
   b.op(Op::DMALD, {0, 0, 3, 4, 5, 6}).signal(1);
@@ -479,6 +481,40 @@ TEST(WholeChip, CacheSetHashSpreadsPowerOfTwoStrides) {
   r = hashed.run(p);
   EXPECT_EQ(r.stats.hbm_bytes_read, 512u);
   EXPECT_EQ(r.stats.shared_bytes_read, 512u);
+}
+
+// The cache writing back (shared.write_back = 1): a store is done when the cache has its lines, HBM takes them behind
+// it, and the run ends when HBM has. 4 rows of 64 bytes stored (pc 4, starts 5), then loaded again once the store
+// has signalled (pc 5, the lines held either way):
+//  - writing through (0): the store's bytes on HBM [15, 23), done 23; the load from the cache [27, 31), done 31;
+//    halt: 32 cycles.
+//  - writing back (1): the store on the cache's banks [9, 13) (latency 4, 256 bytes at 64 a cycle), done 13, its
+//    HBM write booked [15, 23) behind it; the load [17, 21), done 21; halt waits for HBM until 23: 24 cycles.
+// Then a load of other bytes issued right after a store (pc 5, HBM [16, 24)), without waiting for it (pc 6, starts
+// 7): its data, from 17, waits for the channels the posted write holds: [24, 32), as when writing through; halt: 33
+// cycles either way. A posted write still takes HBM's time from the transfers after it.
+TEST(WholeChip, CacheWritingBackCompletesStoresInTheCache) {
+  Chip through(cache_config_and("shared.write_back=0")), back(cache_config_and("shared.write_back=1"));  // both before the first run (SystemC elaborates once)
+  ProgramBuilder b;
+  b.li(3, 4).li(4, 64).li(5, 64).li(6, 64);
+  b.op(Op::DMAST, {0, 0, 3, 4, 5, 6}).signal(1);  // 4
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6}).wait(1);    // 5
+  const isa::Program dependent = b.build();
+  RunResult r = through.run(dependent);
+  EXPECT_EQ(r.stats.cycles, 32u);
+  EXPECT_EQ(r.stats.hbm_bytes_written, 256u);
+  EXPECT_EQ(r.stats.shared_bytes_read, 256u);
+  r = back.run(dependent);
+  EXPECT_EQ(r.stats.cycles, 24u);
+  EXPECT_EQ(r.stats.hbm_bytes_written, 256u);
+  EXPECT_EQ(r.stats.shared_bytes_read, 256u);
+  EXPECT_EQ(unit(r.stats, isa::Unit::Core).stalls.wait_drain, 15u + 2u);  // halt (dispatched 6): units, then HBM
+  ProgramBuilder c;
+  c.li(3, 4).li(4, 64).li(5, 64).li(6, 64).li(7, 4096);
+  c.op(Op::DMAST, {0, 0, 3, 4, 5, 6});  // 5: starts 6, HBM [16, 24) posted
+  c.op(Op::DMALD, {0, 7, 3, 4, 5, 6});  // 6: starts 7, misses: HBM from 17, after the write: [24, 32)
+  EXPECT_EQ(through.run(c.build()).stats.cycles, 33u);
+  EXPECT_EQ(back.run(c.build()).stats.cycles, 33u);
 }
 
 TEST(WholeChip, CacheIsNotAddressable) {

@@ -85,6 +85,7 @@ struct SharedParams {
   int cache;            // shared.cache: 1 = a cache in front of HBM (a GPU's L2), not addressable
   int ways;             // shared.ways: its associativity (lines of interleave_bytes)
   int hash;             // shared.hash: 1 = addresses hashed over the banks (as hbm.channel_skew = 2)
+  int write_back;       // shared.write_back: 1 = a store completes in the cache; HBM's writes drain behind it
 };
 
 // The energy model's figures (sim/src/energy.cpp, docs/energy.md): picojoules at energy.ref_nm, scaled to
