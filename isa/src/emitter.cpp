@@ -13,16 +13,16 @@ Label EmitterBase::label() {
   return Label{static_cast<int64_t>(labels_.size()) - 1};
 }
 
-void EmitterBase::bind(Label l, std::source_location at) {
-  const Emitted here{Instr{}, at.file_name(), at.line()};
+void EmitterBase::bind(Label l, Where at) {
+  const Emitted here{Instr{}, at.file, at.line};
   if (l.id < 0 || l.id >= static_cast<int64_t>(labels_.size()))
     throw Error(where(here) + ": bind: a label this emitter did not make");
   if (labels_[size_t(l.id)] >= 0) throw Error(where(here) + ": bind: the label is already bound");
   labels_[size_t(l.id)] = static_cast<int64_t>(code_.size());
 }
 
-void EmitterBase::append(Op op, std::initializer_list<int64_t> fields, const std::source_location& at) {
-  Emitted e{Instr{op, {}}, at.file_name(), at.line()};
+void EmitterBase::append(Op op, std::initializer_list<int64_t> fields, const Where& at) {
+  Emitted e{Instr{op, {}}, at.file, at.line};
   size_t i = 0;
   for (int64_t v : fields) e.in.f[i++] = v;
   code_.push_back(e);

@@ -6,7 +6,7 @@
 // int64_t for an immediate), in table order; its flags, keys and (for a unit's instruction) wait and signal are
 // the fields of an options struct named after the instruction (DmaLdOptions), all defaulted, so a call names only
 // those it sets: e.dma_ld(r1, r2, r3, r4, r5, r6, {.mcast = true, .wait = s1}). Every method takes the caller's
-// source location last (defaulted), which the program's source lines and every error name.
+// file and line last (isa::Where, defaulted), which the program's source lines and every error name.
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -153,20 +153,20 @@ int main(int argc, char** argv) {
       values += field(o, identifier(o.name));
     }
     if (has_opts) methods << (first ? "" : ", ") << "const " << oname << "& o = {}", first = false;
-    methods << (first ? "" : ", ") << "std::source_location at = std::source_location::current()) {\n"
+    methods << (first ? "" : ", ") << "Where at = {}) {\n"
             << "    append(static_cast<Op>(" << int(d.opcode) << "), {" << values << "}, at);\n  }\n";
   }
   std::ofstream out(argv[1]);
   out << "// Generated from isa.def by tpusim_isa_emitter_gen (isa/src/emitter_gen.cpp): do not edit.\n"
          "// The typed emitter's instruction methods; see tpusim/isa/emitter.h.\n"
-         "#pragma once\n\n#include <cstdint>\n#include <source_location>\n\n#include \"tpusim/isa/emitter_base.h\"\n\n"
+         "#pragma once\n\n#include <cstdint>\n\n#include \"tpusim/isa/emitter_base.h\"\n\n"
          "namespace tpusim::isa {\n\n"
       << opts.str()
       << "\n// Builds a program instruction by instruction (tpusim/isa/emitter.h).\nclass Emitter : public "
          "EmitterBase {\n public:\n  using EmitterBase::EmitterBase;\n\n"
       << methods.str()
       << "\n  // A decoded instruction, emitted through its typed method above; a branch target's field holds a "
-         "Label's id.\n  void instr(const Instr& in, std::source_location at = std::source_location::current()) {\n"
+         "Label's id.\n  void instr(const Instr& in, Where at = {}) {\n"
          "    switch (static_cast<int>(in.op)) {\n"
       << dispatch.str() << "    }\n    throw Error(\"Emitter::instr: not an instruction of the table\");\n  }\n"
       << "};\n\n}  // namespace tpusim::isa\n";

@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <initializer_list>
-#include <source_location>
 #include <string>
 #include <vector>
 
@@ -24,6 +23,14 @@ struct Sem {
   int index = 0;
 };
 constexpr Sem sem(int i) { return Sem{i}; }
+
+// Where an instruction was emitted: the generator's file and line, taken at the call as a defaulted argument
+// (`Where at = {}`). (Not std::source_location: Debian 12's clang 14 cannot build libstdc++ 12's.)
+struct Where {
+  constexpr Where(const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) : file(file), line(line) {}
+  const char* file;
+  unsigned line;
+};
 
 // A branch target: made by EmitterBase::label(), placed by bind().
 struct Label {
@@ -45,7 +52,7 @@ class EmitterBase {
   // A new label, bound to no instruction yet.
   Label label();
   // Binds `l` to the next instruction emitted (or to the end of the code). Binding a label twice throws.
-  void bind(Label l, std::source_location at = std::source_location::current());
+  void bind(Label l, Where at = {});
   // The absolute index of the next instruction.
   uint64_t pc() const { return base_pc_ + code_.size(); }
   // The cores that run the program (Program::cores; `.cores N` in assembly).
@@ -57,7 +64,7 @@ class EmitterBase {
 
  protected:
   // One instruction: its operands' values in table order (a Label's id for a branch target).
-  void append(Op op, std::initializer_list<int64_t> fields, const std::source_location& at);
+  void append(Op op, std::initializer_list<int64_t> fields, const Where& at);
 
  private:
   struct Emitted {
