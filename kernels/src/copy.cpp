@@ -326,8 +326,6 @@ class Code {
       e_.dma_st(r[0], r[1], r[2], r[3], r[4], r[5], {.wait = wait, .signal = signal});
     }
   }
-  isa::Emitter& e() { return e_; }
-
  private:
   // A register holding v (r0 for 0), loaded with li into the least recently used one if none does.
   isa::Reg reg(int64_t v, uint32_t& pinned) {
