@@ -57,6 +57,12 @@ Program EmitterBase::finish() const {
     }
     p.source.push_back(where(e));
   }
+  p.tensors = tensors_;
+  try {
+    validate_tensors(p);
+  } catch (const Error& err) {
+    throw Error(where_ + ": " + err.what());
+  }
   return p;
 }
 

@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   }
   std::ostringstream opts, methods, dispatch;
   // EmitterBase's own members and Emitter::instr, which no instruction's method may hide.
-  const std::set<std::string> base = {"label", "bind", "pc", "set_cores", "finish", "append", "where", "instr"};
+  const std::set<std::string> base = {"label", "bind", "pc", "set_cores", "declare", "finish", "append", "where", "instr"};
   for (const InstrDesc& d : instructions()) {
     const std::string fn = identifier(d.mnemonic);
     if (base.count(fn)) {

@@ -103,6 +103,27 @@ TEST(Emitter, BuildsWhatTheAssemblerBuildsFromTheSameText) {
   EXPECT_EQ(decode(p.code[5]).f[0], 7 + 1);  // jmp back to `top`, instruction 1
 }
 
+// Tensors are the program's, in declaration order, checked as the assembler checks them.
+TEST(Emitter, DeclaresTensorsAndChecksThem) {
+  Emitter e("k", "<test>/k");
+  e.declare(TensorDecl{"x", TensorKind::Input, DType::BF16, {4, 8}, 4096});
+  e.declare(TensorDecl{"y", TensorKind::Output, DType::F32, {4}, 8192});
+  e.halt();
+  const Program p = e.finish();
+  ASSERT_EQ(p.tensors.size(), 2u);
+  EXPECT_EQ(p.tensors[0].name, "x");
+  EXPECT_EQ(p.tensors[1].bytes(), 16u);
+  EXPECT_EQ(assemble(disassemble(p), "k.s").tensors, p.tensors);
+  e.declare(TensorDecl{"z", TensorKind::Output, DType::F32, {4}, 8200});  // inside y
+  try {
+    e.finish();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& err) {
+    EXPECT_EQ(std::string(err.what()).rfind("<test>/k: output 'z'", 0), 0u) << err.what();
+    EXPECT_NE(std::string(err.what()).find("overlaps"), std::string::npos) << err.what();
+  }
+}
+
 std::string error_of(const Emitter& e) {
   try {
     e.finish();

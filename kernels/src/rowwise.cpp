@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "tpusim/isa/assembler.h"
+#include "tpusim/isa/emitter.h"
 #include "tpusim/isa/numerics.h"
 
 namespace tpusim::kernels::rowwise {
@@ -754,30 +755,172 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
 }
 
 // ---- emission ----------------------------------------------------------------------------------------------
-// Registers: r0 = 0; r1 tile row start; r2 rows in the tile; r3 = r2 * C; r4 slot offset (0 or SLOT); r5 = 1;
-// r6 = C; r7 = C * 4; r9..r11 operand addresses; r12 scale bits; r13 scratch; r20..r22 the next tile's row
-// start, rows and slot offset (loads); r23..r27 load/store scratch; on several cores r8 = core.id, r14 and r15
-// the core's first row and the end of its rows.
+// Through the typed emitter (tpusim/isa/emitter.h). Registers: r0 = 0; r1 tile row start; r2 rows in the tile; r3 =
+// r2 * C; r4 slot offset (0 or SLOT); r5 = 1; r6 = C; r7 = C * 4; r9..r11 operand addresses; r12 scale bits; r13
+// scratch; r20..r22 the next tile's row start, rows and slot offset (loads); r23..r27 load/store scratch; on
+// several cores r8 = core.id, r14 and r15 the core's first row and the end of its rows. Semaphores: s1 input slots
+// free, s2 input slots loaded, s3 output slots free, s4 output slots computed, s5 loop-invariant inputs loaded.
+constexpr isa::Reg r(int i) { return isa::reg(i); }
+constexpr isa::Sem s(int i) { return isa::sem(i); }
+constexpr DType kF32 = DType::F32;
+
 class Emitter {
  public:
-  Emitter(const Program& p, const Built& b, std::ostringstream& o) : p_(p), b_(b), o_(o) {}
+  Emitter(const Program& p, const Built& b, isa::Emitter& e) : p_(p), b_(b), e_(e) {}
 
-  void emit(const std::string& name) {
+  void emit() {
     const Plan& pl = b_.plan;
     const int64_t R = p_.rows, C = p_.cols, T = pl.tile_rows;
-    std::string shown = name;
-    for (char& ch : shown)
-      if (ch == '"' || ch == '\\' || ch == '\n') ch = '_';
-    o_ << ".name \"" << shown << "\"\n";
-    if (p_.cores > 1) o_ << ".cores " << p_.cores << "\n";
-    o_ << "# Fused row-wise kernel (kernels/rowwise.h): [" << R << ", " << C << "], ";
-    if (p_.cores > 1) o_ << pl.core_rows << " rows on each of " << pl.cores_used << " cores, ";
-    o_ << "tiles of " << T << " rows (" << pl.tiles << " tiles), " << pl.vector_ops_per_tile
-       << " vector instructions per tile, " << pl.full_temps
-       << " full temporaries, VMEM [" << b_.base << ", +" << pl.vmem_used << ")\n";
-    // Inputs whose bytes overlap (a window's taps read in place from one padded input, compiler ops_conv.cpp
-    // tap_views) are declared as one tensor over their union, named as the first: a program's tensors may not
-    // overlap (isa::validate_tensors). Others as themselves.
+    if (p_.cores > 1) e_.set_cores(static_cast<uint32_t>(p_.cores));
+    declare_tensors();
+    // Several cores: r14 = this core's first row, r15 = its end; a core past the last row skips the kernel.
+    const bool split = p_.cores > 1;
+    const isa::Label end = e_.label();
+    if (split) {
+      e_.core_id(r(8));
+      e_.li(r(13), pl.core_rows);
+      e_.mul(r(14), r(8), r(13));  // this core's first row
+      e_.li(r(13), R);
+      e_.bge(r(14), r(13), end);  // no rows for this core
+      e_.li(r(13), pl.core_rows);
+      e_.add(r(15), r(14), r(13));
+      e_.li(r(13), R);
+      e_.min(r(15), r(15), r(13));  // the end of its rows
+    }
+    // The end of the rows into r13: R on one core, r15 on several.
+    auto rows_end = [&] {
+      if (split) e_.addi(r(13), r(15), 0);
+      else e_.li(r(13), R);
+    };
+    e_.sem_set(s(1), b_.plan.slots);
+    e_.sem_set(s(2), 0);
+    e_.sem_set(s(3), b_.plan.slots);
+    e_.sem_set(s(4), 0);
+    e_.sem_set(s(5), 0);
+    e_.li(r(5), 1);
+    e_.li(r(6), C);
+    e_.li(r(7), C * 4);
+    // Constant table: 0 = a sum over no columns, 1 = exp(0), c = cast(1 * c).
+    const auto cb = static_cast<int64_t>(b_.const_base);
+    e_.li(r(9), cb);
+    e_.vpu_rsum(r(9), r(0), r(5), r(0), r(0), kF32);
+    e_.li(r(10), cb + 4);
+    e_.vpu_exp(r(10), r(9), r(5), kF32);
+    for (size_t i = 2; i < b_.low.consts.size(); ++i) {
+      e_.li(r(9), cb + 4 * static_cast<int64_t>(i));
+      e_.li(r(12), isa::bits_from_f32(b_.low.consts[i]));
+      e_.vpu_cast(r(9), r(10), r(5), r(12), kF32, kF32, {.scale_en = true});
+    }
+    // Loop-invariant (periodic) inputs: rows 0..T-1 of the pattern, once (copies of its P rows, hstride 0).
+    bool any_inv = false;
+    for (size_t i = 0; i < p_.inputs.size(); ++i) {
+      const int sb = b_.low.in_stage[i];
+      if (sb < 0 || !b_.plan.invariant[i]) continue;
+      any_inv = true;
+      const Input& in = p_.inputs[i];
+      const int64_t P = in.period, rb = width(in) * isa::dtype_size(in.dtype);
+      const auto dst = static_cast<int64_t>(b_.low.bufs[static_cast<size_t>(sb)].off);
+      const int64_t copies = T / P, rest = T % P;
+      e_.li(r(9), dst);
+      e_.li(r(23), static_cast<int64_t>(in.addr));
+      if (copies > 0) {
+        e_.li(r(24), copies);
+        e_.li(r(25), P * rb);
+        e_.dma_ld(r(9), r(23), r(24), r(25), r(0), r(25));
+      }
+      if (rest > 0) {
+        e_.li(r(9), dst + copies * P * rb);
+        e_.li(r(25), rest * rb);
+        e_.dma_ld(r(9), r(23), r(5), r(25), r(25), r(25));
+      }
+    }
+    if (any_inv) {
+      e_.dmain_sync({.signal = s(5)});
+      e_.vpu_sync({.wait = s(5)});
+      for (size_t i = 0; i < p_.inputs.size(); ++i) {
+        const int fb = b_.low.in_inv_f32[i];
+        if (fb < 0) continue;
+        e_.li(r(9), static_cast<int64_t>(b_.low.bufs[static_cast<size_t>(fb)].off));
+        e_.li(r(10), static_cast<int64_t>(b_.low.bufs[static_cast<size_t>(b_.low.in_stage[i])].off));
+        e_.li(r(13), T * width(p_.inputs[i]));
+        e_.vpu_cast(r(9), r(10), r(13), r(0), p_.inputs[i].dtype, kF32);
+      }
+    }
+    // The loop over tiles, software-pipelined: tile 0's loads, then per tile: the next tile's loads, this
+    // tile's vector work, this tile's stores.
+    if (split) {
+      e_.addi(r(1), r(14), 0);
+      e_.li(r(4), 0);
+      e_.addi(r(20), r(14), 0);
+      e_.sub(r(21), r(15), r(14));
+      e_.li(r(13), T);
+      e_.min(r(21), r(21), r(13));
+    } else {
+      e_.li(r(1), 0);
+      e_.li(r(4), 0);
+      e_.li(r(20), 0);
+      e_.li(r(21), std::min(T, R));
+    }
+    e_.li(r(22), 0);
+    loads();
+    // The loads of the tile `ahead` tiles after this one, if it exists, into the slot set_slot puts in r22; then
+    // `skip` is bound.
+    auto load_ahead = [&](int64_t ahead, isa::Label skip, const std::function<void()>& set_slot) {
+      e_.addi(r(20), r(1), ahead * T);
+      rows_end();
+      e_.bge(r(20), r(13), skip);  // no such tile
+      e_.sub(r(21), r(13), r(20));
+      e_.li(r(13), T);
+      e_.min(r(21), r(21), r(13));
+      set_slot();
+      loads();
+      e_.bind(skip);
+    };
+    // With more than two slots, the tiles after the first one (those that exist) load ahead too.
+    for (int j = 1; j + 1 < b_.plan.slots; ++j)
+      load_ahead(j, e_.label(), [&] { e_.li(r(22), static_cast<int64_t>(j * b_.slot_bytes)); });
+    const isa::Label tile = e_.label();
+    e_.bind(tile);
+    rows_end();
+    e_.sub(r(2), r(13), r(1));
+    e_.li(r(13), T);
+    e_.min(r(2), r(2), r(13));  // rows in this tile
+    e_.mul(r(3), r(2), r(6));   // elements in this tile
+    load_ahead(b_.plan.slots - 1, e_.label(), [&] { slot_after(r(22), r(4), b_.plan.slots - 1); });
+    e_.vpu_sync({.wait = s(2)});  // this tile's inputs are in
+    e_.vpu_sync({.wait = s(3)});  // its output slot is free
+    for (const POp& op : b_.low.ops) vector_op(op);
+    e_.vpu_sync({.signal = s(1)});
+    e_.vpu_sync({.signal = s(4)});
+    e_.dmaout_sync({.wait = s(4)});
+    for (size_t i = 0; i < p_.outputs.size(); ++i) {
+      const Output& out = p_.outputs[i];
+      const Buf& ob = b_.low.bufs[static_cast<size_t>(b_.low.out_buf[i])];
+      const int64_t rb = (ob.kind == Kind::Full ? C : 1) * isa::dtype_size(out.dtype);
+      rows_at(static_cast<int64_t>(out.addr), rb, r(1), r(2));
+      e_.addi(r(9), r(4), static_cast<int64_t>(b_.slot_base + ob.off));
+      e_.dma_st(r(23), r(9), r(5), r(24), r(24), r(24));  // output i
+    }
+    e_.dmaout_sync({.signal = s(3)});
+    slot_after(r(4), r(4), 1);
+    e_.addi(r(1), r(1), T);
+    rows_end();
+    e_.blt(r(1), r(13), tile);
+    e_.bind(end);
+  }
+
+ private:
+  const Program& p_;
+  const Built& b_;
+  isa::Emitter& e_;
+
+  int64_t width(const Input& in) const { return in.per_row ? 1 : p_.cols; }
+
+  // The program's tensors. Inputs whose bytes overlap (a window's taps read in place from one padded input,
+  // compiler ops_conv.cpp tap_views) are declared as one tensor over their union, named as the first: a program's
+  // tensors may not overlap (isa::validate_tensors). Others as themselves.
+  void declare_tensors() {
+    const int64_t R = p_.rows, C = p_.cols;
     auto in_bytes = [&](const Input& in) {
       return static_cast<uint64_t>((in.period > 0 ? in.period : R) * (in.per_row ? 1 : C) * isa::dtype_size(in.dtype));
     };
@@ -796,309 +939,161 @@ class Emitter {
       const size_t i =
           *std::min_element(order.begin() + static_cast<int64_t>(g), order.begin() + static_cast<int64_t>(e));
       const Input& in = p_.inputs[i];
-      o_ << ".input \"" << (in.name.empty() ? "in" + std::to_string(i) : in.name) << "\", ";
+      isa::TensorDecl t;
+      t.name = in.name.empty() ? "in" + std::to_string(i) : in.name;
+      t.kind = isa::TensorKind::Input;
+      t.addr = p_.inputs[order[g]].addr;
       if (e == g + 1) {
-        o_ << isa::dtype_name(in.dtype) << ", [" << (in.period > 0 ? in.period : R);
-        if (!in.per_row) o_ << ", " << C;
+        t.dtype = in.dtype;
+        t.shape = {in.period > 0 ? in.period : R};
+        if (!in.per_row) t.shape.push_back(C);
       } else {
         const uint64_t bytes = end - p_.inputs[order[g]].addr;
-        const isa::DType t = one_type && bytes % isa::dtype_size(in.dtype) == 0 ? in.dtype : isa::DType::I8;
-        o_ << isa::dtype_name(t) << ", [" << bytes / isa::dtype_size(t);
+        t.dtype = one_type && bytes % isa::dtype_size(in.dtype) == 0 ? in.dtype : DType::I8;
+        t.shape = {static_cast<int64_t>(bytes / isa::dtype_size(t.dtype))};
       }
-      o_ << "] @ hbm " << p_.inputs[order[g]].addr << "\n";
+      e_.declare(std::move(t));
       g = e;
     }
     for (size_t i = 0; i < p_.outputs.size(); ++i) {
       const Output& out = p_.outputs[i];
-      const bool row = b_.low.bufs[static_cast<size_t>(b_.low.out_buf[i])].kind == Kind::Row;
-      o_ << ".output \"" << (out.name.empty() ? "out" + std::to_string(i) : out.name) << "\", "
-         << isa::dtype_name(out.dtype) << ", [" << R;
-      if (!row) o_ << ", " << C;
-      o_ << "] @ hbm " << out.addr << "\n";
+      isa::TensorDecl t;
+      t.name = out.name.empty() ? "out" + std::to_string(i) : out.name;
+      t.kind = isa::TensorKind::Output;
+      t.dtype = out.dtype;
+      t.shape = {R};
+      if (b_.low.bufs[static_cast<size_t>(b_.low.out_buf[i])].kind != Kind::Row) t.shape.push_back(C);
+      t.addr = out.addr;
+      e_.declare(std::move(t));
     }
-    // Several cores: r14 = this core's first row, r15 = its end; a core past the last row skips the kernel.
-    const bool split = p_.cores > 1;
-    if (split) {
-      line("core.id r8");
-      line("li r13, " + std::to_string(pl.core_rows));
-      line("mul r14, r8, r13", "this core's first row");
-      line("li r13, " + std::to_string(R));
-      line("bge r14, r13, rw_end", "no rows for this core");
-      line("li r13, " + std::to_string(pl.core_rows));
-      line("add r15, r14, r13");
-      line("li r13, " + std::to_string(R));
-      line("min r15, r15, r13", "the end of its rows");
-    }
-    // The end of the rows into r13: R on one core, r15 on several.
-    auto rows_end = [&] {
-      if (split) line("mov r13, r15");
-      else line("li r13, " + std::to_string(R));
-    };
-    const std::string slots = std::to_string(b_.plan.slots);
-    line("sem.set s1, " + slots, "input slots free");
-    line("sem.set s2, 0", "input slots loaded");
-    line("sem.set s3, " + slots, "output slots free");
-    line("sem.set s4, 0", "output slots computed");
-    line("sem.set s5, 0", "loop-invariant inputs loaded");
-    line("li r5, 1");
-    line("li r6, " + std::to_string(C));
-    line("li r7, " + std::to_string(C * 4));
-    // Constant table: 0 = a sum over no columns, 1 = exp(0), c = cast(1 * c).
-    const uint64_t cb = b_.const_base;
-    line("li r9, " + std::to_string(cb));
-    line("vpu.rsum r9, r0, r5, r0, r0, f32", "const 0");
-    line("li r10, " + std::to_string(cb + 4));
-    line("vpu.exp r10, r9, r5, f32", "const 1 = exp(0)");
-    for (size_t i = 2; i < b_.low.consts.size(); ++i) {
-      const float c = b_.low.consts[i];
-      line("li r9, " + std::to_string(cb + 4 * i));
-      line("li r12, " + std::to_string(isa::bits_from_f32(c)));
-      std::ostringstream cm;
-      cm << "const " << c;
-      line("vpu.cast r9, r10, r5, r12, f32, f32, scale_en", cm.str());
-    }
-    // Loop-invariant (periodic) inputs: rows 0..T-1 of the pattern, once.
-    bool any_inv = false;
-    for (size_t i = 0; i < p_.inputs.size(); ++i) {
-      const int sb = b_.low.in_stage[i];
-      if (sb < 0 || !b_.plan.invariant[i]) continue;
-      any_inv = true;
-      const Input& in = p_.inputs[i];
-      const int64_t P = in.period, rb = width(in) * isa::dtype_size(in.dtype);
-      const uint64_t dst = b_.low.bufs[static_cast<size_t>(sb)].off;
-      const int64_t copies = T / P, rest = T % P;
-      line("li r9, " + std::to_string(dst));
-      line("li r23, " + std::to_string(in.addr));
-      if (copies > 0) {
-        line("li r24, " + std::to_string(copies));
-        line("li r25, " + std::to_string(P * rb));
-        line("dma.ld r9, r23, r24, r25, r0, r25", "input " + std::to_string(i) + ": " + std::to_string(copies) +
-                                                       " copies of its " + std::to_string(P) + " rows (hstride 0)");
-      }
-      if (rest > 0) {
-        line("li r9, " + std::to_string(dst + static_cast<uint64_t>(copies * P * rb)));
-        line("li r25, " + std::to_string(rest * rb));
-        line("dma.ld r9, r23, r5, r25, r25, r25");
-      }
-    }
-    if (any_inv) {
-      line("dmain.sync signal=s5");
-      line("vpu.sync wait=s5");
-      for (size_t i = 0; i < p_.inputs.size(); ++i) {
-        const int fb = b_.low.in_inv_f32[i];
-        if (fb < 0) continue;
-        line("li r9, " + std::to_string(b_.low.bufs[static_cast<size_t>(fb)].off));
-        line("li r10, " + std::to_string(b_.low.bufs[static_cast<size_t>(b_.low.in_stage[i])].off));
-        line("li r13, " + std::to_string(T * width(p_.inputs[i])));
-        line(std::string("vpu.cast r9, r10, r13, r0, ") + isa::dtype_name(p_.inputs[i].dtype) + ", f32");
-      }
-    }
-    // The loop over tiles, software-pipelined: tile 0's loads, then per tile: the next tile's loads, this
-    // tile's vector work, this tile's stores.
-    if (split) {
-      line("mov r1, r14");
-      line("li r4, 0");
-      line("mov r20, r14");
-      line("sub r21, r15, r14");
-      line("li r13, " + std::to_string(T));
-      line("min r21, r21, r13");
-    } else {
-      line("li r1, 0");
-      line("li r4, 0");
-      line("li r20, 0");
-      line("li r21, " + std::to_string(std::min(T, R)));
-    }
-    line("li r22, 0");
-    loads();
-    // The loads of the tile `ahead` tiles after this one, if it exists, into the slot set_slot puts in r22; the
-    // label `skip` follows them.
-    auto load_ahead = [&](int64_t ahead, const std::string& skip, const std::string& why,
-                          const std::function<void()>& set_slot) {
-      line("addi r20, r1, " + std::to_string(ahead * T));
-      rows_end();
-      line("bge r20, r13, " + skip, why);
-      line("sub r21, r13, r20");
-      line("li r13, " + std::to_string(T));
-      line("min r21, r21, r13");
-      set_slot();
-      loads();
-      o_ << skip << ":\n";
-    };
-    // With more than two slots, the tiles after the first one (those that exist) load ahead too.
-    for (int j = 1; j + 1 < b_.plan.slots; ++j)
-      load_ahead(j, "rw_ahead" + std::to_string(labels_++), "no tile " + std::to_string(j),
-                 [&] { line("li r22, " + std::to_string(j * b_.slot_bytes)); });
-    o_ << "rw_tile:\n";
-    rows_end();
-    line("sub r2, r13, r1");
-    line("li r13, " + std::to_string(T));
-    line("min r2, r2, r13", "rows in this tile");
-    line("mul r3, r2, r6", "elements in this tile");
-    load_ahead(b_.plan.slots - 1, "rw_compute", "no tile to load ahead",
-               [&] { slot_after("r22", "r4", b_.plan.slots - 1); });
-    line("vpu.sync wait=s2", "this tile's inputs are in");
-    line("vpu.sync wait=s3", "its output slot is free");
-    for (const POp& op : b_.low.ops) vector_op(op);
-    line("vpu.sync signal=s1");
-    line("vpu.sync signal=s4");
-    line("dmaout.sync wait=s4");
-    for (size_t i = 0; i < p_.outputs.size(); ++i) {
-      const Output& out = p_.outputs[i];
-      const Buf& ob = b_.low.bufs[static_cast<size_t>(b_.low.out_buf[i])];
-      const int64_t rb = (ob.kind == Kind::Full ? C : 1) * isa::dtype_size(out.dtype);
-      line("li r13, " + std::to_string(rb));
-      line("mul r23, r1, r13");
-      line("li r13, " + std::to_string(out.addr));
-      line("add r23, r23, r13");
-      line("li r13, " + std::to_string(rb));
-      line("mul r24, r2, r13");
-      line("addi r9, r4, " + std::to_string(b_.slot_base + ob.off));
-      line("dma.st r23, r9, r5, r24, r24, r24", "output " + std::to_string(i));
-    }
-    line("dmaout.sync signal=s3");
-    slot_after("r4", "r4", 1);
-    line("addi r1, r1, " + std::to_string(T));
-    rows_end();
-    line("blt r1, r13, rw_tile");
-    if (split) o_ << "rw_end:\n";
   }
-
- private:
-  const Program& p_;
-  const Built& b_;
-  std::ostringstream& o_;
-  int labels_ = 0;
-
-  int64_t width(const Input& in) const { return in.per_row ? 1 : p_.cols; }
 
   // dst = the offset of the slot k after the one at offset src (slots in a ring; uses r13).
-  void slot_after(const std::string& dst, const std::string& src, int k) {
-    const uint64_t sb = b_.slot_bytes;
+  void slot_after(isa::Reg dst, isa::Reg src, int k) {
+    const auto sb = static_cast<int64_t>(b_.slot_bytes);
     if (b_.plan.slots == 2) {  // k = 1: the other slot
-      line("li r13, " + std::to_string(sb));
-      line("sub " + dst + ", r13, " + src, "the other slot");
+      e_.li(r(13), sb);
+      e_.sub(dst, r(13), src);
       return;
     }
-    const std::string wrapped = "rw_ring" + std::to_string(labels_++);
-    line("addi " + dst + ", " + src + ", " + std::to_string(static_cast<uint64_t>(k) * sb));
-    line("li r13, " + std::to_string(static_cast<uint64_t>(b_.plan.slots) * sb));
-    line("blt " + dst + ", r13, " + wrapped);
-    line("sub " + dst + ", " + dst + ", r13", "around the ring of " + std::to_string(b_.plan.slots) + " slots");
-    o_ << wrapped << ":\n";
+    const isa::Label wrapped = e_.label();
+    e_.addi(dst, src, k * sb);
+    e_.li(r(13), b_.plan.slots * sb);
+    e_.blt(dst, r(13), wrapped);
+    e_.sub(dst, dst, r(13));  // around the ring of slots
+    e_.bind(wrapped);
   }
 
-  void line(const std::string& s, const std::string& comment = "") {
-    o_ << "    " << s;
-    if (!comment.empty()) o_ << "    # " << comment;
-    o_ << "\n";
+  // r23 = the HBM address of row `row` of a tensor at `addr` with rows of `rb` bytes, r24 = the bytes of `count`
+  // such rows (uses r13).
+  void rows_at(int64_t addr, int64_t rb, isa::Reg row, isa::Reg count) {
+    e_.li(r(13), rb);
+    e_.mul(r(23), row, r(13));
+    e_.li(r(13), addr);
+    e_.add(r(23), r(23), r(13));
+    e_.li(r(13), rb);
+    e_.mul(r(24), count, r(13));
   }
 
   // The next tile's loads (rows r20.., r21 of them, into the slot at offset r22).
   void loads() {
-    line("dmain.sync wait=s1");
+    e_.dmain_sync({.wait = s(1)});
     for (size_t i = 0; i < p_.inputs.size(); ++i) {
       const int sb = b_.low.in_stage[i];
       if (sb < 0 || b_.plan.invariant[i]) continue;
       const Input& in = p_.inputs[i];
       const int64_t rb = width(in) * isa::dtype_size(in.dtype);
-      const std::string dst = std::to_string(b_.slot_base + b_.low.bufs[static_cast<size_t>(sb)].off);
+      const auto dst = static_cast<int64_t>(b_.slot_base + b_.low.bufs[static_cast<size_t>(sb)].off);
+      const auto addr = static_cast<int64_t>(in.addr);
       if (!is_periodic(p_, in)) {
-        line("li r13, " + std::to_string(rb));
-        line("mul r23, r20, r13");
-        line("li r13, " + std::to_string(in.addr));
-        line("add r23, r23, r13");
-        line("li r13, " + std::to_string(rb));
-        line("mul r24, r21, r13");
-        line("addi r9, r22, " + dst);
-        line("dma.ld r9, r23, r5, r24, r24, r24", "input " + std::to_string(i));
+        rows_at(addr, rb, r(20), r(21));
+        e_.addi(r(9), r(22), dst);
+        e_.dma_ld(r(9), r(23), r(5), r(24), r(24), r(24));  // input i
         continue;
       }
       // Rows r % P for r in [r20, r20 + r21): contiguous pieces, wrapping around at P.
-      const std::string P = std::to_string(in.period), label = "rw_piece" + std::to_string(labels_++);
-      line("li r13, " + P);
-      line("rem r25, r20, r13", "input " + std::to_string(i) + " (period " + P + "): first pattern row");
-      line("mov r26, r21", "rows left");
-      line("addi r9, r22, " + dst);
-      o_ << label << ":\n";
-      line("li r13, " + P);
-      line("sub r27, r13, r25");
-      line("min r27, r27, r26", "rows in this piece");
-      line("li r13, " + std::to_string(rb));
-      line("mul r23, r25, r13");
-      line("li r13, " + std::to_string(in.addr));
-      line("add r23, r23, r13");
-      line("li r13, " + std::to_string(rb));
-      line("mul r24, r27, r13");
-      line("dma.ld r9, r23, r5, r24, r24, r24");
-      line("add r9, r9, r24");
-      line("sub r26, r26, r27");
-      line("li r25, 0");
-      line("blt r0, r26, " + label);
+      const isa::Label piece = e_.label();
+      e_.li(r(13), in.period);
+      e_.rem(r(25), r(20), r(13));  // the first pattern row
+      e_.addi(r(26), r(21), 0);     // rows left
+      e_.addi(r(9), r(22), dst);
+      e_.bind(piece);
+      e_.li(r(13), in.period);
+      e_.sub(r(27), r(13), r(25));
+      e_.min(r(27), r(27), r(26));  // rows in this piece
+      rows_at(addr, rb, r(25), r(27));
+      e_.dma_ld(r(9), r(23), r(5), r(24), r(24), r(24));
+      e_.add(r(9), r(9), r(24));
+      e_.sub(r(26), r(26), r(27));
+      e_.li(r(25), 0);
+      e_.blt(r(0), r(26), piece);
     }
-    line("dmain.sync signal=s2");
+    e_.dmain_sync({.signal = s(2)});
   }
 
   void addr(int reg, int v) {
     const Buf& b = b_.low.bufs[static_cast<size_t>(b_.low.vr[static_cast<size_t>(v)].buf)];
     if (b.slot())
-      line("addi r" + std::to_string(reg) + ", r4, " + std::to_string(b_.slot_base + b.off));
+      e_.addi(r(reg), r(4), static_cast<int64_t>(b_.slot_base + b.off));
     else
-      line("li r" + std::to_string(reg) + ", " + std::to_string(b.off));
+      e_.li(r(reg), static_cast<int64_t>(b.off));
   }
-  const char* n_reg(int v) const { return b_.low.vr[static_cast<size_t>(v)].k == Kind::Full ? "r3" : "r2"; }
+  int64_t n_reg(int v) const { return b_.low.vr[static_cast<size_t>(v)].k == Kind::Full ? 3 : 2; }
+
+  // The vector instruction `vpu.MN` of the lowering, its operands in table order (wait and signal none).
+  void vop(const std::string& mn, std::initializer_list<int64_t> fields) {
+    const isa::InstrDesc* d = isa::describe_mnemonic("vpu." + mn);
+    if (!d) fail("no vector instruction vpu." + mn);
+    isa::Instr in{d->op, {}};
+    size_t i = 0;
+    for (int64_t f : fields) in.f[i++] = f;
+    e_.instr(in);
+  }
+  static int64_t dt(DType t) { return static_cast<int64_t>(t); }
 
   void vector_op(const POp& op) {
+    const int64_t f32 = dt(kF32);
     switch (op.k) {
       case PK::Bin:
         addr(9, op.d), addr(10, op.a), addr(11, op.b);
-        line("vpu." + op.mn + " r9, r10, r11, " + n_reg(op.d) + ", f32");
-        return;
+        return vop(op.mn, {9, 10, 11, n_reg(op.d), f32});
       case PK::RowB:
         addr(9, op.d), addr(10, op.a), addr(11, op.b);
-        line("vpu." + op.mn + " r9, r10, r11, r2, r6, r7, f32");
-        return;
-      case PK::Bcast1: {
+        return vop(op.mn, {9, 10, 11, 2, 6, 7, f32});
+      case PK::Bcast1:
         addr(9, op.d), addr(10, op.a);
-        const int ci = b_.low.const_index(op.c);
-        line("li r11, " + std::to_string(b_.const_base + 4 * static_cast<uint64_t>(ci)));
-        std::ostringstream cm;
-        cm << "constant " << op.c;
-        line("vpu." + op.mn + " r9, r10, r11, r5, " + n_reg(op.d) + ", r7, f32", cm.str());
-        return;
-      }
+        e_.li(r(11), static_cast<int64_t>(b_.const_base + 4 * static_cast<uint64_t>(b_.low.const_index(op.c))));
+        return vop(op.mn, {9, 10, 11, 5, n_reg(op.d), 7, f32});
       case PK::Un:
         addr(9, op.d), addr(10, op.a);
-        line("vpu." + op.mn + " r9, r10, " + n_reg(op.d) + ", f32");
-        return;
+        return vop(op.mn, {9, 10, n_reg(op.d), f32});
       case PK::Red:
         if (op.chunk > 0) {  // sums of `chunk` columns (rows * C/chunk of them), then a sum of C/chunk per row
           const int64_t m = p_.cols / op.chunk;
           const Buf& sb = b_.low.bufs[static_cast<size_t>(op.scratch)];
-          line("li r9, " + std::to_string(sb.off));
+          e_.li(r(9), static_cast<int64_t>(sb.off));
           addr(10, op.a);
-          line("li r13, " + std::to_string(m));
-          line("mul r24, r2, r13");
-          line("li r25, " + std::to_string(op.chunk));
-          line("li r26, " + std::to_string(op.chunk * 4));
-          line("vpu.rsum r9, r10, r24, r25, r26, f32", "partial sums of " + std::to_string(op.chunk) + " columns");
+          e_.li(r(13), m);
+          e_.mul(r(24), r(2), r(13));
+          e_.li(r(25), op.chunk);
+          e_.li(r(26), op.chunk * 4);
+          e_.vpu_rsum(r(9), r(10), r(24), r(25), r(26), kF32);  // partial sums of `chunk` columns
           addr(9, op.d);
-          line("li r10, " + std::to_string(sb.off));
-          line("li r25, " + std::to_string(m));
-          line("li r26, " + std::to_string(m * 4));
-          line("vpu.rsum r9, r10, r2, r25, r26, f32");
+          e_.li(r(10), static_cast<int64_t>(sb.off));
+          e_.li(r(25), m);
+          e_.li(r(26), m * 4);
+          e_.vpu_rsum(r(9), r(10), r(2), r(25), r(26), kF32);
           return;
         }
         addr(9, op.d), addr(10, op.a);
-        line("vpu." + op.mn + " r9, r10, r2, r6, r7, f32");
-        return;
+        return vop(op.mn, {9, 10, 2, 6, 7, f32});
       case PK::Zero:
         addr(9, op.d);
-        line(std::string("vpu.rsum r9, r0, ") + n_reg(op.d) + ", r0, r0, f32", "zeros: sums over no columns");
+        e_.vpu_rsum(r(9), r(0), r(static_cast<int>(n_reg(op.d))), r(0), r(0), kF32);  // zeros: sums over no columns
         return;
       case PK::Cast:
         addr(9, op.d), addr(10, op.a);
-        line(std::string("vpu.cast r9, r10, ") + n_reg(op.d) + ", r0, " + isa::dtype_name(op.sdt) + ", " +
-             isa::dtype_name(op.ddt));
+        e_.vpu_cast(r(9), r(10), r(static_cast<int>(n_reg(op.d))), r(0), op.sdt, op.ddt);
         return;
     }
   }
@@ -1195,19 +1190,41 @@ std::string Epilogue::apply(const std::string& in, const std::string& out, const
 
 Plan plan(const Program& p, const std::map<std::string, int64_t>& symbols) { return build(p, symbols).plan; }
 
-std::string source(const Program& p, const std::map<std::string, int64_t>& symbols, const std::string& name) {
+namespace {
+
+// The kernel through the typed emitter, and (when `summary` is given) a line that says how it was planned.
+isa::Program emit_kernel(const Program& p, const std::map<std::string, int64_t>& symbols, uint64_t base_pc,
+                         const std::string& name, std::string* summary) {
   const Built b = build(p, symbols);
-  std::ostringstream o;
-  Emitter(p, b, o).emit(name);
-  return o.str();
+  std::string shown = name;
+  for (char& ch : shown)
+    if (ch == '"' || ch == '\\' || ch == '\n') ch = '_';
+  if (summary) {
+    const Plan& pl = b.plan;
+    std::ostringstream o;
+    o << "# Fused row-wise kernel (kernels/rowwise.h): [" << p.rows << ", " << p.cols << "], ";
+    if (p.cores > 1) o << pl.core_rows << " rows on each of " << pl.cores_used << " cores, ";
+    o << "tiles of " << pl.tile_rows << " rows (" << pl.tiles << " tiles), " << pl.vector_ops_per_tile
+      << " vector instructions per tile, " << pl.full_temps << " full temporaries, VMEM [" << b.base << ", +"
+      << pl.vmem_used << ")\n";
+    *summary = o.str();
+  }
+  isa::Emitter e(shown, "<rowwise>/" + shown, base_pc);
+  Emitter(p, b, e).emit();
+  return e.finish();
+}
+
+}  // namespace
+
+std::string source(const Program& p, const std::map<std::string, int64_t>& symbols, const std::string& name) {
+  std::string summary;
+  const isa::Program k = emit_kernel(p, symbols, 0, name, &summary);
+  return summary + isa::disassemble(k);
 }
 
 isa::Program kernel(const Program& p, const std::map<std::string, int64_t>& symbols, uint64_t base_pc,
                     const std::string& name) {
-  isa::AsmOptions opts;
-  opts.defines = symbols;
-  opts.base_pc = base_pc;
-  return isa::assemble(source(p, symbols, name), name + ".s", opts);
+  return emit_kernel(p, symbols, base_pc, name, nullptr);
 }
 
 }  // namespace tpusim::kernels::rowwise

@@ -26,6 +26,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "tpusim/isa/assembler.h"
 #include "tpusim/isa/numerics.h"
 #include "tpusim/kernels/rowwise.h"
 #include "tpusim/sim/chip.h"
@@ -618,6 +619,43 @@ TEST(Rowwise, DivPowAndMiscellaneousOps) {
   h.add_output(p, p.unary(Op::Sqrt, b), DType::BF16);
   h.run_and_check(p, {Tol{1e-6}, Tol{1e-6}, Tol{1e-6}, Tol{1e-6}, Tol{1e-6}, Tol{0}, Tol{1e-6}, Tol{1e-6},
                       Tol{0}, Tol{0}, Tol{1.0 / 256 + 1e-5}});
+}
+
+// The kernel is built through the typed emitter; source() is its text, which the assembler turns back into the same
+// program (code, tensors, cores, name): a softmax times a periodic input over 4 cores (branches, a tensor per input
+// and output). Placed at base 50, only the branch targets move, by 50. Source lines name the generator's lines.
+TEST(Rowwise, SourceAssemblesBackIntoTheKernel) {
+  std::map<std::string, int64_t> syms;
+  for (const auto& [k, v] : sim::kernel_symbols(sim::load_config("v4"))) syms[k] = v;
+  rw::Program p;
+  p.rows = 300, p.cols = 96, p.cores = 4;
+  p.inputs.push_back(rw::Input{1 << 20, DType::BF16, false, 0, "x"});
+  p.inputs.push_back(rw::Input{8 << 20, DType::F32, false, 7, "g"});
+  const int x = p.input(0), e = p.unary(Op::Exp, p.binary(Op::Sub, x, p.unary(Op::RowMax, x)));
+  p.outputs.push_back(rw::Output{p.binary(Op::Mul, p.binary(Op::Div, e, p.unary(Op::RowSum, e)), p.input(1)),
+                                 16 << 20, DType::BF16, "y"});
+  const isa::Program k = rw::kernel(p, syms, 0, "k");
+  const isa::Program a = isa::assemble(rw::source(p, syms, "k"), "k.s");
+  EXPECT_EQ(k.code, a.code);
+  EXPECT_EQ(k.tensors, a.tensors);
+  ASSERT_EQ(k.tensors.size(), 3u);
+  EXPECT_EQ(k.tensors[2].name, "y");
+  EXPECT_EQ(k.cores, 4u);
+  EXPECT_EQ(a.cores, 4u);
+  EXPECT_EQ(k.name, "k");
+  EXPECT_EQ(a.name, "k");
+  ASSERT_FALSE(k.source.empty());
+  EXPECT_EQ(k.source[0].rfind("<rowwise>/k at rowwise.cpp:", 0), 0u) << k.source[0];
+  const isa::Program at50 = rw::kernel(p, syms, 50, "k");
+  ASSERT_EQ(at50.code.size(), k.code.size());
+  size_t branches = 0;
+  for (size_t i = 0; i < k.code.size(); ++i) {
+    isa::Instr in = isa::decode(k.code[i]);
+    const int t = in.desc().operand_index("target");
+    if (t >= 0) in.f[size_t(t)] += 50, ++branches;
+    EXPECT_EQ(in, isa::decode(at50.code[i])) << i;
+  }
+  EXPECT_GT(branches, 2u);
 }
 
 TEST(Rowwise, UnsupportedPowExponentAndOversizedRowsThrow) {

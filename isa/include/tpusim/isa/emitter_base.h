@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tpusim/isa/isa.h"
@@ -57,9 +58,12 @@ class EmitterBase {
   uint64_t pc() const { return base_pc_ + code_.size(); }
   // The cores that run the program (Program::cores; `.cores N` in assembly).
   void set_cores(uint32_t cores) { cores_ = cores; }
+  // A tensor of the program (Program::tensors, in declaration order; `.input`, `.output`, ... in assembly).
+  void declare(TensorDecl t) { tensors_.push_back(std::move(t)); }
 
-  // The program: labels resolved, every instruction encoded. Throws isa::Error naming the generator's line for a
-  // value that does not fit its field, a branch to a label never bound or made by another emitter.
+  // The program: labels resolved, every instruction encoded, the tensors checked as the assembler checks them
+  // (validate_tensors). Throws isa::Error naming the generator's line for a value that does not fit its field, a
+  // branch to a label never bound or made by another emitter; naming `where` for tensors that break a rule.
   Program finish() const;
 
  protected:
@@ -78,6 +82,7 @@ class EmitterBase {
   uint64_t base_pc_;
   uint32_t cores_ = 1;
   std::vector<Emitted> code_;
+  std::vector<TensorDecl> tensors_;
   std::vector<int64_t> labels_;  // per label: the instruction index it is bound to (relative), or -1
 };
 

@@ -172,11 +172,14 @@ Epilogue epilogue(const Program& p, int64_t max_elements, uint64_t base, const s
 // Kernel symbols needed in `symbols`: VMEM_BYTES and VPU_WIDTH (sim::kernel_symbols gives them). Throws
 // std::invalid_argument on a malformed program, an unsupported exponent, or a row that does not fit in VMEM.
 Plan plan(const Program& p, const std::map<std::string, int64_t>& symbols);
-std::string source(const Program& p, const std::map<std::string, int64_t>& symbols,
-                   const std::string& name = "rowwise");
-// The assembled kernel: tensors declared at their given HBM addresses (names from Input/Output::name), code
-// from instruction `base_pc`; it ends by falling off its last instruction (no halt).
+// The kernel: tensors declared at their given HBM addresses (names from Input/Output::name), code from instruction
+// `base_pc`; it ends by falling off its last instruction (no halt). Built through the typed emitter
+// (tpusim/isa/emitter.h), without assembly text; its source lines read "<rowwise>/NAME at rowwise.cpp:LINE".
 isa::Program kernel(const Program& p, const std::map<std::string, int64_t>& symbols, uint64_t base_pc = 0,
                     const std::string& name = "rowwise");
+// kernel()'s program (at base 0) as assembly text that assembles back to it (isa::disassemble), after a comment
+// line that gives the plan (tiles, vector instructions per tile, VMEM): for reading and for tests.
+std::string source(const Program& p, const std::map<std::string, int64_t>& symbols,
+                   const std::string& name = "rowwise");
 
 }  // namespace tpusim::kernels::rowwise
