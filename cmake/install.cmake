@@ -2,7 +2,7 @@
 #   lib/libtpusim.so        the C++ API (runtime.h and the isa/sim/compiler/kernels headers it includes): the
 #                           project's static libraries in one shared library
 #   lib/libtpusim_c.so      the C API (c_api.h)
-#   include/tpusim/...      the public headers of every library folder
+#   include/tpusim/...      the public headers of every library folder (and the emitter's generated one)
 #   bin/tpusim              the command-line program
 #   lib/cmake/tpusim/       find_package(tpusim): imported targets tpusim::tpusim (C++) and tpusim::tpusim_c (C)
 #   lib/pkgconfig/          tpusim.pc (C) and tpusim-cxx.pc (C++), relocatable (paths from ${pcfiledir})
@@ -33,6 +33,9 @@ install(TARGETS tpusim RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 foreach(dir isa sim compiler_backend kernels runtime)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
+# The typed emitter's instruction methods, generated from isa.def (isa/CMakeLists.txt), beside emitter.h.
+install(FILES ${PROJECT_BINARY_DIR}/isa/include/tpusim/isa/emitter_ops.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tpusim/isa)
 
 set(_cmakedir ${CMAKE_INSTALL_LIBDIR}/cmake/tpusim)
 install(EXPORT tpusimTargets NAMESPACE tpusim:: DESTINATION ${_cmakedir})

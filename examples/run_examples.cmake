@@ -9,7 +9,7 @@ set(prefix ${WORK}/prefix)
 file(REMOVE_RECURSE ${WORK})
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 foreach(f lib/libtpusim.so lib/libtpusim_c.so bin/tpusim include/tpusim/runtime/c_api.h
-          include/tpusim/runtime/runtime.h lib/cmake/tpusim/tpusimConfig.cmake lib/pkgconfig/tpusim.pc)
+          include/tpusim/runtime/runtime.h include/tpusim/isa/emitter.h include/tpusim/isa/emitter_ops.h lib/cmake/tpusim/tpusimConfig.cmake lib/pkgconfig/tpusim.pc)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "not installed: ${f}")
   endif()
@@ -22,6 +22,7 @@ run(${CMAKE_COMMAND} --build ${WORK}/build)
 set(ENV{SC_COPYRIGHT_MESSAGE} DISABLE)
 run(${WORK}/build/example_c ${SOURCE_DIR}/examples/matmul.s)
 run(${WORK}/build/example_cpp ${SOURCE_DIR}/examples/matmul.s)
+run(${WORK}/build/example_emit)
 run(${prefix}/bin/tpusim --version)
 
 # pkg-config, the way a Makefile would (the library found at run time through LD_LIBRARY_PATH).
