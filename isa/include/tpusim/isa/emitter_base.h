@@ -41,9 +41,9 @@ struct Label {
 // Builds a Program one instruction at a time, without text: each method of Emitter (emitter_ops.h) is one
 // instruction of isa.def, its operands typed. Values are checked against their fields when the program is
 // finished (finish()), and every error names the line of the generator that emitted the instruction
-// ("copy.cpp:322: dma.ld: operand rows = 33 does not fit in 5 bits"); the program's source lines name it too, so a
-// run-time error of the simulator points back at it. Labels are absolute instruction indices, counted from base_pc,
-// as the assembler's are (AsmOptions::base_pc).
+// ("<copy>/copy at copy.cpp:322: dma.ld: operand rows = 33 does not fit in 5 bits"); the program's source lines
+// name it too, so a run-time error of the simulator points back at it. Labels are absolute instruction indices,
+// counted from base_pc, as the assembler's are (AsmOptions::base_pc).
 class EmitterBase {
  public:
   // `name` is the program's name; `where` starts every source line ("<copy>/copy"), followed by " at FILE:LINE"
