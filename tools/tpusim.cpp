@@ -618,6 +618,13 @@ int cmd_validate(const std::vector<std::string>& args) {
        module_help.str().c_str())
       ("fp8-module-us", po::value(&o.fp8_module_us)->value_name("US"), fp8_help.str().c_str())
       ("fp8-quantise-tbs", po::value(&o.fp8_quantise_tbs)->value_name("TBS"), quantise_help.str().c_str())
+      ("warm-up", po::bool_switch(&o.warm_up),
+       "time each case as the goldens were measured: its kernels once to warm up, then timed on the L2 they left "
+       "(default: each kernel once on an empty L2)")
+      ("weight-copies", po::value(&o.weight_copies)->value_name("N"),
+       "with --warm-up: GEMM layers run one after the other per measurement, each with its own weights and the "
+       "same x (0: as NVIDIA's collector, ceil(L2 bytes / weight bytes) from 1 to 5; default: 0 for the project's "
+       "goldens, 1 for a --goldens folder, as the CUDA runner times one kernel on its own inputs)")
       ("out", po::value(&o.out)->value_name("DIR"), "where cases.csv, summary.csv, summary.md and scatter.svg go");
   po::options_description shown;
   shown.add(what).add(chip_options(o.config, o.sets, "h200-like"));
@@ -626,6 +633,9 @@ int cmd_validate(const std::vector<std::string>& args) {
     return 0;
   if (o.out.empty()) throw UsageError("validate needs --out DIR (see tpusim validate --help)");
   if (o.jobs < 1 || o.jobs > 256) throw UsageError("validate: --jobs must be 1 to 256");
+  if (vm.count("weight-copies") && (o.weight_copies < 0 || o.weight_copies > 5))
+    throw UsageError("validate: --weight-copies must be 0 to 5");
+  if (vm.count("weight-copies") && !o.warm_up) throw UsageError("validate: --weight-copies needs --warm-up");
   o.tty = isatty(fileno(stderr)) != 0;
   try {
     return validate::run(o, std::cerr);

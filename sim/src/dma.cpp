@@ -71,7 +71,7 @@ void DmaEngine::reset() {
   UnitModule::reset();
   inflight_.clear();
   last_done_ = busy_from_ = 0;
-  st_.mem.reset_timing();  // HBM channels and VMEM ports (both queues do it; it is idempotent)
+  st_.mem.reset_timing(st_.run.opts.warm_cache);  // HBM channels, VMEM ports, the cache (both queues: idempotent)
 }
 
 void DmaEngine::execute(const Entry& e) {

@@ -75,8 +75,9 @@ void declare_shared_params(std::vector<Param>& out) {
       .add(&SharedParams::hash, "hash", 0, "0/1",
            "1: each row of chunks (banks x interleave_bytes) gets a pseudo-random rotation of the banks, as an "
            "address hash (hbm.channel_skew = 2), so that power-of-two strides spread over every bank, and, as a "
-           "cache, each line's set is a hash of its address, so that strided rows spread over every set; 0: chunk u "
-           "in bank u % banks, line l in set l % sets",
+           "cache, each block of `sets` consecutive lines is rotated over the sets by a hash of the block, so that a "
+           "stream fills every set evenly and strided rows spread over every set; 0: chunk u in bank u % banks, "
+           "line l in set l % sets",
            0, 1);
 }
 

@@ -74,9 +74,11 @@ bool CacheTags::access(uint64_t l) {
   // the whole line number.
   uint64_t index = l;
   if (hash_) {
-    index ^= index >> 30, index *= 0xbf58476d1ce4e5b9ULL;
-    index ^= index >> 27, index *= 0x94d049bb133111ebULL;
-    index ^= index >> 31;
+    uint64_t h = l / sets_;
+    h ^= h >> 30, h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27, h *= 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+    index = l % sets_ + h % sets_;
   }
   Way* set = ways_of_.data() + (index % sets_) * ways_;
   const uint64_t tag = hash_ ? l : l / sets_;

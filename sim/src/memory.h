@@ -197,10 +197,12 @@ struct Memories {
   } acc;
   uint64_t acc_cols;
   VmemPorts vmem_ports;
-  void reset_timing() {  // before a run: every resource free (the chip's shared ones too: every core resets)
+  // Before a run: every resource free (the chip's shared ones too: every core resets), and the cache empty
+  // unless `warm_cache` (RunOptions::warm_cache) keeps the lines the last run left.
+  void reset_timing(bool warm_cache) {
     hbm_channels.reset();
     shared_channels.reset();
-    cache.reset();
+    if (!warm_cache) cache.reset();
     vmem_ports.reset();
   }
 };

@@ -436,6 +436,30 @@ TEST(WholeChip, CacheServesRepeatedReadsAtItsOwnRate) {
   EXPECT_EQ(r.stats.shared_bytes_read, 256u);
 }
 
+// RunOptions::warm_cache: a run finds the lines the chip's previous run left in the cache (as a kernel finds the L2
+// the kernels before it filled); without it the cache starts empty. One load of 256 bytes (pc 4), starting at 5:
+// from HBM, data [15, 23), halt at 23: 24 cycles; held, data [9, 13) (shared.latency 4, 64 bytes a cycle), halt at
+// 13: 14 cycles.
+TEST(WholeChip, WarmCacheKeepsThePreviousRunsLines) {
+  Chip chip(small_config(cache_config()));
+  ProgramBuilder b;
+  b.li(3, 4).li(4, 64).li(5, 64).li(6, 64);
+  b.op(Op::DMALD, {0, 0, 3, 4, 5, 6});
+  const isa::Program p = b.build();
+  RunOptions warm;
+  warm.warm_cache = true;
+  RunResult r = chip.run(p);  // the first run: an empty cache either way
+  EXPECT_EQ(r.stats.cycles, 24u);
+  EXPECT_EQ(r.stats.hbm_bytes_read, 256u);
+  r = chip.run(p, warm);
+  EXPECT_EQ(r.stats.cycles, 14u);
+  EXPECT_EQ(r.stats.hbm_bytes_read, 0u);
+  EXPECT_EQ(r.stats.shared_bytes_read, 256u);
+  r = chip.run(p);  // emptied again
+  EXPECT_EQ(r.stats.cycles, 24u);
+  EXPECT_EQ(r.stats.hbm_bytes_read, 256u);
+}
+
 TEST(WholeChip, CacheSplitsATransferIntoHeldAndMissingRows) {
   Chip chip(small_config(cache_config()));
   ProgramBuilder b;

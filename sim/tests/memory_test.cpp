@@ -42,6 +42,31 @@ TEST(Memory, CacheTagsKeepTheMostRecentlyUsedLines) {
   EXPECT_FALSE(c.access(1));
 }
 
+// CacheTags with the hash: 16 sets x 4 ways (64 lines). Each block of 16 consecutive lines is rotated over the sets,
+// so a stream of exactly 64 lines puts 4 in every set and is all held when read again; a stream of 80 puts 5 in
+// every set, and reading it again in the same order hits nothing (each set's least recently used line is always
+// the next one wanted), as an L2 that spreads a stream evenly thrashes once the stream exceeds it. (A hash of each
+// line on its own would fill some sets past 4 and leave others short: some of the 64 would miss, some of the 80
+// would hit.) 32 lines 16 apart, one per block, all fall in set 0 without the hash, and reading them again hits
+// none of them; with it their blocks' rotations spread them over the sets, and some are held.
+TEST(Memory, CacheTagsHashSpreadsAStreamEvenlyOverTheSets) {
+  auto hits = [](detail::CacheTags& c, uint64_t lines, uint64_t stride) {
+    int n = 0;
+    for (uint64_t l = 0; l < lines; ++l) n += c.access(l * stride);
+    return n;
+  };
+  detail::CacheTags c(64 * 64, 64, 4, true);
+  EXPECT_EQ(hits(c, 64, 1), 0);
+  EXPECT_EQ(hits(c, 64, 1), 64);
+  c.reset();
+  EXPECT_EQ(hits(c, 80, 1), 0);
+  EXPECT_EQ(hits(c, 80, 1), 0);
+  detail::CacheTags plain(64 * 64, 64, 4, false), hashed(64 * 64, 64, 4, true);
+  hits(plain, 32, 16), hits(hashed, 32, 16);
+  EXPECT_EQ(hits(plain, 32, 16), 0);
+  EXPECT_GT(hits(hashed, 32, 16), 0);
+}
+
 TEST(Memory, SingleTransferUsesEveryChannel) {
   Chip chip(small_config());
   ProgramBuilder b;

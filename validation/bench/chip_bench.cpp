@@ -7,7 +7,10 @@
 //   chip_bench --config v4 [--set k=v]... [--m 4096 --k 4096 --n 4096] [--dtype bf16|i8|fp8] [--cores N] [--mxus N]
 //              [--out f32|bf16|i32|i8] [--schedule auto|strips|tiles] [--split-k N] [--max-split-k N] [--plan]
 //              [--trans-b] [--tiles-one-at-a-time] [--multicast] [--reduction-launch-cycles N] [--functional]
-//              [--stats FILE.json]
+//              [--warm-up] [--stats FILE.json]
+//
+// --warm-up: run the kernel once first and time a second run on the L2 the first left (RunOptions::warm_cache),
+// as a GPU benchmark times a kernel after warm-up launches on the same inputs (shared.cache = 1 presets).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -25,7 +28,7 @@ int main(int argc, char** argv) {
   std::string config = "v4";
   std::vector<std::string> sets;
   kernels::GemmChip g{4096, 4096, 4096, isa::DType::BF16, isa::DType::F32, 0, 0};
-  bool functional = false, plan = false;  // --plan: print the kernel's plan (its first source line)
+  bool functional = false, plan = false, warm_up = false;  // --plan: print the kernel's plan (its first source line)
   std::string stats, out_name;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -50,6 +53,7 @@ int main(int argc, char** argv) {
       g.in = *t;
     }
     else if (a == "--functional") functional = true;
+    else if (a == "--warm-up") warm_up = true;
     else if (a == "--split-k") g.split_k = std::stoi(next());
     else if (a == "--max-split-k") g.max_split_k = std::stoi(next());
     else if (a == "--plan") plan = true;
@@ -92,6 +96,10 @@ int main(int argc, char** argv) {
     sim::Chip chip(cfg);
     sim::RunOptions opts;
     opts.functional = functional;
+    if (warm_up) {
+      chip.run(p, opts);
+      opts.warm_cache = true;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     sim::RunResult r = chip.run(p, opts);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "tpusim/explore/pool.h"
+#include "tpusim/isa/assembler.h"
 #include "tpusim/kernels/attention_chip.h"
 #include "tpusim/kernels/copy.h"
 #include "tpusim/kernels/gemm_chip.h"
@@ -131,16 +132,72 @@ kernels::AttentionChip attention_of(const Case& c) {
   return a;
 }
 
+uint64_t align4k(uint64_t v) { return (v + 4095) / 4096 * 4096; }
+
+// q, k and v of an attention case (bf16, B x S x (H + 2 KVH) x D), as the module's input holds them.
+uint64_t qkv_bytes(const kernels::AttentionChip& a) {
+  return static_cast<uint64_t>(a.batch * a.seq * (a.heads + 2 * a.kv_heads) * a.head_dim) * 2;
+}
+
 // The causal module's QKV preprocessing, before the fused kernel: it reads q, k and v (bf16, B x S x (H + 2 KVH)
-// x D) and writes them back, q with RoPE applied and k and v into the paged KV cache. Its traffic is a copy of
-// those bytes (kernels/copy.h) over every core; its arithmetic (a rotation per pair of elements) is negligible.
+// x D) at address 0 and writes them back after them, q with RoPE applied and k and v into the paged KV cache,
+// where the fused kernel reads them (attention_program). Its traffic is a copy of those bytes (kernels/copy.h)
+// over every core; its arithmetic (a rotation per pair of elements) is negligible.
 isa::Program preprocessing_program(const Case& c, const std::map<std::string, int64_t>& symbols) {
-  const kernels::AttentionChip a = attention_of(c);
-  const uint64_t bytes =
-      static_cast<uint64_t>(a.batch * a.seq * (a.heads + 2 * a.kv_heads) * a.head_dim) * 2;
+  const uint64_t bytes = qkv_bytes(attention_of(c));
   kernels::Move m;
-  m.src = 0, m.dst = (bytes + 4095) / 4096 * 4096, m.rows = 1, m.rowbytes = bytes;
+  m.src = 0, m.dst = static_cast<int64_t>(align4k(bytes)), m.rows = 1, m.rowbytes = static_cast<int64_t>(bytes);
   return kernels::copy_kernel({m}, symbols, 0, "qkv_preprocessing", symbols.at("CORES"));
+}
+
+// The fused kernel with q, k and v where the preprocessing wrote them (one after the other, after the module's
+// input), and o after them: what the preprocessing leaves in the L2 the kernel finds there.
+isa::Program attention_program(const Case& c, const std::map<std::string, int64_t>& symbols) {
+  const kernels::AttentionChip a = attention_of(c);
+  const uint64_t at = align4k(qkv_bytes(a)), q = static_cast<uint64_t>(a.batch * a.seq * a.heads * a.head_dim) * 2,
+                 kv = static_cast<uint64_t>(a.batch * a.seq * a.kv_heads * a.head_dim) * 2;
+  isa::AsmOptions o;
+  o.tensor_addr = {{"q", at}, {"k", at + q}, {"v", at + q + kv}, {"o", align4k(at + q + 2 * kv)}};
+  o.hbm_base = align4k(o.tensor_addr["o"] + q);
+  return isa::assemble(kernels::attention_chip_source(a, symbols), "attention_chip.s", o);
+}
+
+// How a case is timed. By default each kernel on an empty L2, once. With warm_up (--warm-up), as the goldens were
+// measured (docs/validation.md, "How the goldens were measured"): the case's kernels run once to warm up, then
+// once more, timed, on the L2 that the warm-up left (a GPU's L2 is not flushed between launches); and a GEMM
+// golden of NVIDIA's collector runs `copies` Linear layers one after the other, each with its own weights and the
+// same x, and reports their time over `copies`: so the weights come from HBM wherever the copies together exceed
+// the L2, and x from the L2 wherever it fits.
+struct Protocol {
+  bool warm_up = false;
+  int weight_copies = 1;  // with warm_up: 0, NVIDIA's rule (ceil(L2 bytes / weight bytes), 1 to 5); else that many
+  uint64_t l2_bytes = 0;  // the chip's shared cache (0: none)
+  int copies(const Case& c) const {
+    if (!warm_up) return 1;
+    if (weight_copies > 0) return weight_copies;
+    const uint64_t w = static_cast<uint64_t>(get(c, "n") * get(c, "k")) * (c.cls == "gemm_fp8" ? 1 : 2);
+    return static_cast<int>(std::clamp<uint64_t>((l2_bytes + w - 1) / w, 1, 5));
+  }
+};
+
+// The GEMM's kernels, one per weight copy: x (`a`) and y (`c`) at the same addresses in each, the copies' weights
+// (`b`) one after the other. The tensors are in the order the assembler places them (declared: a, b, c, then split
+// K's partials), so that one copy is gemm_chip_kernel's program.
+std::vector<isa::Program> gemm_programs(const kernels::GemmChip& g, int copies,
+                                        const std::map<std::string, int64_t>& symbols) {
+  const uint64_t e = isa::dtype_size(g.in), a = align4k(static_cast<uint64_t>(g.m * g.k) * e),
+                 w = align4k(static_cast<uint64_t>(g.n * g.k) * e),
+                 y = align4k(static_cast<uint64_t>(g.m * g.n) * isa::dtype_size(g.out)),
+                 c = a + static_cast<uint64_t>(copies) * w;
+  const std::string source = kernels::gemm_chip_source(g, symbols);
+  std::vector<isa::Program> out;
+  for (int i = 0; i < copies; ++i) {
+    isa::AsmOptions o;
+    o.tensor_addr = {{"a", 0}, {"b", a + static_cast<uint64_t>(i) * w}, {"c", c}};
+    o.hbm_base = c + y;
+    out.push_back(isa::assemble(source, "gemm_chip.s", o));
+  }
+  return out;
 }
 
 // The measured software's time beyond the simulated kernel: the attention module's other kernels (validate.h; 0
@@ -166,26 +223,42 @@ void fill_roofline(Case& c, const ChipFigures& f) {
   c.regime = t < kFixedUs ? Regime::Launch : (c.bytes / f.hbm >= c.flops / peak ? Regime::Memory : Regime::Compute);
 }
 
-// Runs one case timing-only on `chip`; fills simulated_us (or error) and wall_s.
+// Runs one case timing-only on `chip`, timed as `protocol` says; fills simulated_us (or error) and wall_s.
 void simulate(sim::Chip& chip, Case& c, const std::map<std::string, int64_t>& symbols, double clock_mhz,
-              const Module& module) {
-  sim::RunOptions ro;
-  ro.functional = false;
+              const Module& module, const Protocol& protocol) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    uint64_t cycles = 0;
+    // The kernels of one measurement, in order (the GEMM's copies; the causal module's QKV preprocessing, one
+    // more kernel where the module's time is counted, then the fused kernel), and cycles added (split K's second
+    // launch).
+    std::vector<isa::Program> kernels;
+    double extra = 0;
     if (is_attention(c)) {
-      cycles = chip.run(kernels::attention_chip_kernel(attention_of(c), symbols), ro).stats.cycles;
+      if (c.cls == "attention_causal" && module.causal_us > 0) kernels.push_back(preprocessing_program(c, symbols));
+      kernels.push_back(attention_program(c, symbols));
     } else {
       kernels::GemmChip g = gemm_of(c);
       g.reduction_launch_cycles = module.reduction_launch_cycles;
-      cycles = chip.run(kernels::gemm_chip_kernel(g, symbols), ro).stats.cycles;
-      if (kernels::gemm_chip_splits(g, symbols) > 1) cycles += static_cast<uint64_t>(module.reduction_launch_cycles);
+      kernels = gemm_programs(g, protocol.copies(c), symbols);
+      if (kernels::gemm_chip_splits(g, symbols) > 1) extra = static_cast<double>(module.reduction_launch_cycles);
     }
-    // A module's time (its fixed part > 0): the causal module's QKV preprocessing runs first, one more kernel.
-    if (c.cls == "attention_causal" && module.causal_us > 0)
-      cycles += chip.run(preprocessing_program(c, symbols), ro).stats.cycles;
-    c.simulated_us = static_cast<double>(cycles) / clock_mhz + module.of(c);
+    // With warm_up: the kernels once, the first on an empty L2, each after on the L2 the one before left; then
+    // timed, on the L2 the warm-up left: attention's kernels together, and one of the GEMM's copies, the first,
+    // whose L2 is then as each copy finds it in the timed runs (the copy before it ran last; the others before
+    // that). Without: each kernel timed once on an empty L2.
+    sim::RunOptions ro;
+    ro.functional = false;
+    if (protocol.warm_up) {
+      for (size_t i = 0; i < kernels.size(); ++i) {
+        ro.warm_cache = i > 0;
+        chip.run(kernels[i], ro);
+      }
+      ro.warm_cache = true;
+    }
+    double cycles = extra;
+    for (size_t i = 0; i < (is_attention(c) ? kernels.size() : 1); ++i)
+      cycles += static_cast<double>(chip.run(kernels[i], ro).stats.cycles);
+    c.simulated_us = cycles / clock_mhz + module.of(c);
   } catch (const std::exception& e) {
     c.error = e.what();
     c.simulated_us = std::nan("");
@@ -199,14 +272,14 @@ void simulate(sim::Chip& chip, Case& c, const std::map<std::string, int64_t>& sy
 // cases leaves them failed, with the reason.
 void run_workers(std::vector<Case>& cases, int jobs, const sim::ChipConfig& cfg,
                  const std::map<std::string, int64_t>& symbols, double clock_mhz, const Module& module,
-                 const std::function<void(const Case&)>& finished) {
+                 const Protocol& protocol, const std::function<void(const Case&)>& finished) {
   explore::Pool pool;
   pool.jobs = jobs;
   pool.start = [&]() -> std::function<std::string(size_t)> {
     auto chip = std::make_shared<sim::Chip>(cfg);
     return [&, chip](size_t i) {
       Case c = cases[i];
-      simulate(*chip, c, symbols, clock_mhz, module);
+      simulate(*chip, c, symbols, clock_mhz, module, protocol);
       std::string error = c.error;
       std::replace(error.begin(), error.end(), '\t', ' ');
       char buf[64];
@@ -399,6 +472,12 @@ int run(const Options& opts, std::ostream& log) {
   module.fp8_us = opts.fp8_module_us >= 0 ? opts.fp8_module_us : opts.goldens.empty() ? kFp8ModuleUs : 0.0;
   module.fp8_quantise_tbs =
       opts.fp8_quantise_tbs >= 0 ? opts.fp8_quantise_tbs : opts.goldens.empty() ? kFp8QuantiseTbs : 0.0;
+  if (opts.weight_copies > 5)
+    throw std::invalid_argument("--weight-copies must be 0 to 5, got " + std::to_string(opts.weight_copies));
+  Protocol protocol;
+  protocol.warm_up = opts.warm_up;
+  protocol.weight_copies = opts.weight_copies >= 0 ? opts.weight_copies : opts.goldens.empty() ? 0 : 1;
+  protocol.l2_bytes = cfg.cache_bytes();
 
   std::filesystem::create_directories(opts.out);
   std::ostringstream header;
@@ -406,9 +485,14 @@ int run(const Options& opts, std::ostream& log) {
   for (const std::string& s : opts.sets) header << " --set " << s;
   header << " --sample " << opts.sample << " --part " << opts.part;
   if (opts.max_gflop > 0) header << " --max-gflop " << opts.max_gflop;
+  if (protocol.warm_up) header << " --warm-up --weight-copies " << protocol.weight_copies;
   header << "\n\ngoldens:";
   for (const std::string& f : files) header << " " << f;
-  header << " (" << cases.size() << " cases run). Timing-only; the simulated time includes chip.launch_cycles (twice "
+  header << " (" << cases.size() << " cases run). Timing-only, "
+         << (protocol.warm_up ? "each case's kernels timed after a warm-up run, on the L2 it left (a GEMM as its "
+                                "weight copies: 0, ceil(L2 bytes / weight bytes) from 1 to 5)"
+                              : "each kernel on an empty L2")
+         << "; the simulated time includes chip.launch_cycles (twice "
             "for a GEMM that splits K: cuBLAS reduces in a second kernel), and for attention "
          << module.causal_us << " us (causal) and " << module.encoder_us
          << " us (encoder) of the measured attention module beyond its simulated kernels"
@@ -436,11 +520,11 @@ int run(const Options& opts, std::ostream& log) {
   if (opts.jobs <= 1) {
     sim::Chip chip(cfg);
     for (Case& c : cases) {
-      simulate(chip, c, symbols, fig.clock_mhz, module);
+      simulate(chip, c, symbols, fig.clock_mhz, module, protocol);
       finished(c);
     }
   } else {
-    run_workers(cases, opts.jobs, cfg, symbols, fig.clock_mhz, module, finished);
+    run_workers(cases, opts.jobs, cfg, symbols, fig.clock_mhz, module, protocol, finished);
   }
   progress.finish();
   if (opts.jobs > 1) done = cases;  // every case reported: the sample's order, whatever order they finished in

@@ -72,6 +72,13 @@ struct Options {
   // The fp8 Linear module's fixed time and its quantisation pass's rate over x's bf16 bytes (TB/s; 0: no pass).
   // < 0: kFp8ModuleUs and kFp8QuantiseTbs for the project's goldens, 0 for another `goldens` folder.
   double fp8_module_us = -1, fp8_quantise_tbs = -1;
+  // Time each case as it was measured (validate.cpp, Protocol): its kernels once to warm up, then timed on the L2
+  // they left; false: each kernel once on an empty L2.
+  bool warm_up = false;
+  // With warm_up, how many GEMM layers, each with its own weights and the same x, one measurement runs: 0, NVIDIA's
+  // collector's rule (ceil(L2 bytes / weight bytes), 1 to 5); N, that many. < 0: 0 for the project's goldens, 1
+  // for another `goldens` folder (the CUDA runner times one kernel on the same inputs).
+  int weight_copies = -1;
 };
 
 // The project's own golden folder: validation/goldens/h200 as the build tree holds it (gemm.csv decompressed).

@@ -12,7 +12,8 @@ Checks, each against something computed here independently:
   - --jobs 2 (two worker processes) gives the same rows, simulated times included;
   - the module's part (validate.h): against --attention-module-us 0 (the fused kernel alone), an encoder case
     takes exactly 11.08 us more, a causal case 9.56 us more plus its QKV preprocessing, a copy of q, k and v that
-    reads and writes 2 B S D (H + 2 KVH) bytes: at least twice that over 4.8 TB/s, and at most that plus 10 us.
+    reads and writes 2 B S D (H + 2 KVH) bytes: at least its writes over 4.8 TB/s (HBM must take them; its reads
+    may come from the L2, where the warm-up run left q, k and v), and at most both over 4.8 TB/s plus 10 us.
 usage: validate_attention_sample.py TPUSIM OUT_DIR
 """
 import csv
@@ -83,7 +84,7 @@ def main():
         shape = {k: int(v) for k, v in (kv.split("=") for kv in r["shape"].split())}
         qkv = 2 * shape["batch_size"] * shape["seq_len"] * shape["head_dim"] * (shape["heads"] + 2 * shape["kv_heads"])
         copy_us = extra - CAUSAL_MODULE_US
-        assert 2 * qkv / HBM * 1e6 <= copy_us <= 2 * qkv / HBM * 1e6 + 10, (r["shape"], copy_us)
+        assert qkv / HBM * 1e6 <= copy_us <= 2 * qkv / HBM * 1e6 + 10, (r["shape"], copy_us)
 
 
 if __name__ == "__main__":

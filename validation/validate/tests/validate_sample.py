@@ -4,11 +4,16 @@
 Checks, each against something computed here independently:
   - every case ran (a finite simulated time, no error) and the CSV has the sample's size;
   - the held-out flags follow the documented hash (FNV-1a of "class m=.. n=.. k=..", one in five);
-  - one case's simulated time equals chip_bench's cycles for the same kernel over the preset's clock, for a bf16
-    case and for an fp8 one (chip_bench --dtype fp8: the fp8 goldens run as f8e4m3 at mxu.fp8_rate), the fp8 one
-    plus the fp8 Linear module's time set from the data (validate.h: 9.64 us and x's 2 m k bytes at 0.923 TB/s);
-    a --goldens folder of those fp8 cases gets the kernel alone, and --fp8-module-us / --fp8-quantise-tbs exactly
-    what they give;
+  - three bf16 and three fp8 cases' simulated times equal chip_bench's cycles for the same kernel over the preset's
+    clock (chip_bench --dtype fp8: the fp8 goldens run as f8e4m3 at mxu.fp8_rate), the fp8 ones plus the fp8
+    Linear module's time set from the data (validate.h: 9.64 us and x's 2 m k bytes at 0.923 TB/s); and with
+    --warm-up and one weight copy, chip_bench's after a warm-up run (chip_bench --warm-up: timed on the L2 the
+    first run left); a --goldens folder of those fp8 cases gets the kernel alone, and --fp8-module-us /
+    --fp8-quantise-tbs exactly what they give;
+  - --warm-up's weight copies (the default for the project's goldens, --weight-copies 0: NVIDIA's collector runs
+    ceil(L2 / weight bytes) Linear layers, 1 to 5, with their own weights): where all five copies, x and y fit the
+    L2 with room to spare, the time is exactly one copy's (each finds its weights held, as the one copy does);
+    where four copies of 16.8 MB do not fit, it is longer than one copy's (whose weights stay held);
   - summary.csv's MAPE for gemm_bf16 equals the mean of |simulated - measured| / measured over cases.csv;
   - scatter.svg is well-formed XML with one circle per case;
   - --jobs 2 (two worker processes) gives the same rows, simulated times included;
@@ -60,6 +65,18 @@ RECORDED_FP8_MAPE = 2.1
 FP8_MODULE_US, FP8_QUANTISE_TBS = 9.64, 0.923
 
 
+def golden_folder(path, cases):
+    """A --goldens folder holding `cases` (rows of cases.csv: class, shape, measured_us) as gemm.csv."""
+    os.makedirs(path, exist_ok=True)
+    with open(f"{path}/gemm.csv", "w") as f:
+        f.write("dtype,m,n,k,latency_us\n")
+        for x in cases:
+            shape = dict(kv.split("=") for kv in x["shape"].split())
+            dtype = "fp8" if x["class"] == "gemm_fp8" else "bfloat16"
+            f.write(f"{dtype},{shape['m']},{shape['n']},{shape['k']},{x['measured_us']}\n")
+    return path
+
+
 def main():
     tpusim, chip_bench, out = sys.argv[1:4]
     subprocess.run([tpusim, "validate", "--sample", str(SAMPLE), "--max-gflop", str(MAX_GFLOP), "--out", out],
@@ -74,20 +91,28 @@ def main():
         assert (r["held_out"] in ("1", "true", "yes")) == (fnv1a(key) % 5 == 0), (key, r["held_out"])
         assert float(r["flops"]) == 2 * int(shape["m"]) * int(shape["n"]) * int(shape["k"]), r
 
-    # One case of each class against chip_bench (the same kernel, run by another program), as validate runs it:
-    # tiles one at a time, and where the plan splits K one more launch for the reduction's kernel.
+    # Three cases of each class against chip_bench (the same kernel, run by another program), as validate runs it:
+    # tiles one at a time, and where the plan splits K one more launch for the reduction's kernel; by default on
+    # an empty L2, with --warm-up and one weight copy after a warm-up run.
     launch = next(int(x.split()[1]) for x in subprocess.run([tpusim, "config", "--show", "h200-like"], check=True,
                                                             capture_output=True, text=True).stdout.splitlines()
                   if x.startswith("chip.launch_cycles"))
+    chosen = [x for cls in ("gemm_bf16", "gemm_fp8") for x in [r for r in rows if r["class"] == cls][:3]]
+    one = golden_folder(out + "-one-copy", chosen)
+    subprocess.run([tpusim, "validate", "--goldens", one, "--warm-up", "--weight-copies", "1", "--fp8-module-us",
+                    str(FP8_MODULE_US), "--fp8-quantise-tbs", str(FP8_QUANTISE_TBS), "--out", one + "-out"],
+                   check=True, capture_output=True)
+    warm = {x["shape"]: x for x in csv.DictReader(open(f"{one}-out/cases.csv"))}
     splits = 0
-    fp8_kernel_us = {}  # fp8 shape -> chip_bench's time for its kernel alone
-    for cls, dtype in (("gemm_bf16", []), ("gemm_fp8", ["--dtype", "fp8"])):  # fp8: f8e4m3 inputs, bf16 out
-        for r in [x for x in rows if x["class"] == cls][:3]:
+    fp8_kernel_us = {}  # fp8 shape -> chip_bench's time for its kernel alone, on an empty L2
+    for r in chosen:
+        dtype = ["--dtype", "fp8"] if r["class"] == "gemm_fp8" else []  # fp8: f8e4m3 inputs, bf16 out
+        for warm_up, row in (([], r), (["--warm-up"], warm[r["shape"]])):
             shape = dict(kv.split("=") for kv in r["shape"].split())
             res = subprocess.run([chip_bench, "--config", "h200-like", "--m", shape["m"], "--n", shape["n"], "--k",
                                   shape["k"], *dtype, "--out", "bf16", "--trans-b", "--max-split-k", "16",
                                   "--tiles-one-at-a-time", "--multicast", "--reduction-launch-cycles", str(launch),
-                                  "--plan"],
+                                  *warm_up, "--plan"],
                                  check=True, capture_output=True, text=True).stdout
             plan, line = res.splitlines()[-2:]
             assert (" fp8 " in line) == bool(dtype), line
@@ -95,21 +120,18 @@ def main():
             splits += "splits of" in plan
             us = cycles / 1830.0
             if dtype:
-                fp8_kernel_us[r["shape"]] = us
+                if not warm_up:
+                    fp8_kernel_us[r["shape"]] = us
                 us += FP8_MODULE_US + 2 * int(shape["m"]) * int(shape["k"]) / (FP8_QUANTISE_TBS * 1e6)
-            assert abs(us - float(r["simulated_us"])) < 1e-6 * us, (us, r["simulated_us"], plan)
+            assert abs(us - float(row["simulated_us"])) < 1e-6 * us, (us, row["simulated_us"], plan, warm_up)
     assert splits > 0, "no case of the six splits K: the reduction's launch is not checked"
+    assert any(float(warm[x["shape"]]["simulated_us"]) < float(x["simulated_us"]) for x in chosen), \
+        "no case is faster on the L2 its warm-up left"
 
     # The fp8 module's options: given explicitly, exactly what they say; a --goldens folder (one kernel's timings,
     # as the CUDA runner writes them) gets none of the module by default.
     fp8 = [x for x in rows if x["class"] == "gemm_fp8" and x["shape"] in fp8_kernel_us]
-    folder = out + "-fp8-goldens"
-    os.makedirs(folder, exist_ok=True)
-    with open(f"{folder}/gemm.csv", "w") as f:
-        f.write("dtype,m,n,k,latency_us\n")
-        for x in fp8:
-            shape = dict(kv.split("=") for kv in x["shape"].split())
-            f.write(f"fp8,{shape['m']},{shape['n']},{shape['k']},{x['measured_us']}\n")
+    folder = golden_folder(out + "-fp8-goldens", fp8)
     for extra, module in ((["--goldens", folder], lambda m, k: 0.0),
                           (["--goldens", folder, "--fp8-module-us", "1.5", "--fp8-quantise-tbs", "2"],
                            lambda m, k: 1.5 + 2 * m * k / 2e6)):
@@ -120,6 +142,18 @@ def main():
             d = dict(kv.split("=") for kv in shape.split())
             want = fp8_kernel_us[shape] + module(int(d["m"]), int(d["k"]))
             assert abs(us - want) < 1e-6 * want, (shape, us, want, extra)
+
+    # The weight copies: all five with x and y in 20 MB of the 50 MB L2, and four of 16.8 MB that are not.
+    fits = {"class": "gemm_bf16", "shape": "m=14 n=2560 k=768", "measured_us": "3.8176"}
+    rotated = {"class": "gemm_fp8", "shape": "m=13 n=256 k=65536", "measured_us": "20.9387"}
+    copies = golden_folder(out + "-copies", [fits, rotated])
+    times = {}
+    for n in ("0", "1"):
+        subprocess.run([tpusim, "validate", "--goldens", copies, "--warm-up", "--weight-copies", n, "--out",
+                        f"{copies}-{n}"], check=True, capture_output=True)
+        times[n] = {x["shape"]: float(x["simulated_us"]) for x in csv.DictReader(open(f"{copies}-{n}/cases.csv"))}
+    assert times["0"][fits["shape"]] == times["1"][fits["shape"]], times
+    assert times["0"][rotated["shape"]] > times["1"][rotated["shape"]], times
 
     # summary.csv against cases.csv.
     bf16 = [x for x in rows if x["class"] == "gemm_bf16"]

@@ -28,6 +28,10 @@ struct RunOptions {
   bool trace = false;         // record one TraceEvent per executed unit instruction
   uint64_t max_cycles = 0;    // 0: unlimited; otherwise a run still going after this many cycles is an error
   uint64_t max_trace_events = kDefaultMaxTraceEvents;  // with `trace`: more is an error (0: unlimited)
+  // With shared.cache = 1: the cache's tags as this chip's previous run left them, as a kernel finds the L2 that
+  // the kernels before it on the same GPU filled (timing only: a cache never changes which bytes a run reads).
+  // false: the cache starts empty.
+  bool warm_cache = false;
 };
 
 // Where each cycle of a run went, for one unit: every cycle in exactly one category, so that they add up to
