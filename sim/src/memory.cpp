@@ -69,9 +69,10 @@ CacheTags::CacheTags(uint64_t bytes, uint64_t line, int ways, bool hash)
 }
 
 bool CacheTags::access(uint64_t l) {
-  // With the hash, the set is the line number mixed (splitmix64's finalizer), so that rows a power of two apart
-  // (a transposed operand's, a tile's) spread over every set as a GPU's hashed L2 spreads them; the tag is then
-  // the whole line number.
+  // With the hash, each block of `sets` consecutive lines is rotated over the sets by its block number mixed
+  // (splitmix64's finalizer): a stream fills every set evenly, as a GPU's hashed L2 spreads it, and rows a power of
+  // two apart (a transposed operand's, a tile's), which fall in few sets within a block, land in other sets in
+  // every other block; the tag is then the whole line number.
   uint64_t index = l;
   if (hash_) {
     uint64_t h = l / sets_;

@@ -146,7 +146,8 @@ class LazyBytes {
 };
 
 // The tags of the shared level when it is a cache (shared.cache = 1): `ways`-way set-associative over lines of
-// `line` bytes, least recently used replacement, sets chosen by the line address modulo the set count. Only
+// `line` bytes, least recently used replacement, sets chosen by the line address modulo the set count (or, with
+// the hash, each block of that many lines rotated over the sets by a hash of the block). Only
 // tags: the data stays in HBM (a cache changes when bytes arrive, never which bytes). reset() empties it in O(1)
 // (a generation count), as every core's DMA queues reset the shared timing before a run.
 class CacheTags {
