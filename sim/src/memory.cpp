@@ -73,15 +73,16 @@ bool CacheTags::access(uint64_t l) {
   // (splitmix64's finalizer): a stream fills every set evenly, as a GPU's hashed L2 spreads it, and rows a power of
   // two apart (a transposed operand's, a tile's), which fall in few sets within a block, land in other sets in
   // every other block; the tag is then the whole line number.
-  uint64_t index = l;
+  uint64_t index = l % sets_;
   if (hash_) {
     uint64_t h = l / sets_;
     h ^= h >> 30, h *= 0xbf58476d1ce4e5b9ULL;
     h ^= h >> 27, h *= 0x94d049bb133111ebULL;
     h ^= h >> 31;
-    index = l % sets_ + h % sets_;
+    index += h % sets_;
+    if (index >= sets_) index -= sets_;
   }
-  Way* set = ways_of_.data() + (index % sets_) * ways_;
+  Way* set = ways_of_.data() + index * ways_;
   const uint64_t tag = hash_ ? l : l / sets_;
   Way* victim = set;
   ++clock_;

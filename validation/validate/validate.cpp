@@ -472,7 +472,7 @@ int run(const Options& opts, std::ostream& log) {
   module.fp8_us = opts.fp8_module_us >= 0 ? opts.fp8_module_us : opts.goldens.empty() ? kFp8ModuleUs : 0.0;
   module.fp8_quantise_tbs =
       opts.fp8_quantise_tbs >= 0 ? opts.fp8_quantise_tbs : opts.goldens.empty() ? kFp8QuantiseTbs : 0.0;
-  if (opts.weight_copies > 5)
+  if (opts.weight_copies < -1 || opts.weight_copies > 5)  // (-1: the default, Options)
     throw std::invalid_argument("--weight-copies must be 0 to 5, got " + std::to_string(opts.weight_copies));
   Protocol protocol;
   protocol.warm_up = opts.warm_up;
