@@ -273,9 +273,10 @@ struct OnChip {
   }
 };
 
-// Kernel texts assembled once per compile up to their addresses (isa::prepare) and placed at each call's: a
-// model's whole-chip GEMMs and library kernels repeat (ResNet-50's bottleneck blocks), and placing a prepared
-// text costs a fraction of assembling it. The program is the same either way (isa::Prepared::place); a text that
+// Library kernel texts (kernels/*.s) assembled once per compile up to their addresses (isa::prepare) and placed
+// at each call's: a model's library kernels repeat (ResNet-50's bottleneck blocks), and placing a prepared text
+// costs a fraction of assembling it. (The generators, copy, row-wise, whole-chip GEMM and attention, emit their
+// programs at the call's addresses directly.) The program is the same either way (isa::Prepared::place); a text that
 // cannot be prepared, or a placement that fails, is assembled as before (which reports the error).
 class Fragments {
  public:
@@ -284,13 +285,6 @@ class Fragments {
     auto it = library_.find(key);
     if (it == library_.end()) it = library_.emplace(key, attempt(prepare)).first;
     return it->second ? &*it->second : nullptr;
-  }
-  // A whole-chip GEMM's (the chip's symbols are the compile's), without generating its text again.
-  const isa::Prepared* get(const kernels::GemmChip& g, const std::map<std::string, int64_t>& symbols) {
-    for (const auto& [known, prepared] : gemms_)
-      if (known == g) return prepared ? &*prepared : nullptr;
-    gemms_.emplace_back(g, attempt([&] { return isa::prepare(kernels::gemm_chip_source(g, symbols), "gemm_chip"); }));
-    return gemms_.back().second ? &*gemms_.back().second : nullptr;
   }
 
  private:
@@ -304,7 +298,6 @@ class Fragments {
     }
   }
   std::unordered_map<std::string, std::optional<isa::Prepared>> library_;
-  std::vector<std::pair<kernels::GemmChip, std::optional<isa::Prepared>>> gemms_;  // (a few dozen)
 };
 
 // `p` placed at `addr` and `base_pc`, or nullopt where there is no prepared text or the placement fails.
@@ -419,23 +412,9 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
     addr[tensor] = at(b, off == call.offsets.end() ? 0 : off->second);
   }
   try {
-    if (g) {
-      if (std::optional<isa::Program> frag = placed(fragments.get(*g, symbols), addr, base_pc)) return std::move(*frag);
-      isa::AsmOptions opts;
-      opts.base_pc = base_pc;
-      opts.tensor_addr = addr;
-      return isa::assemble(kernels::gemm_chip_source(*g, symbols), "gemm_chip", opts);
-    }
-    if (call.kind == KernelCall::Kind::Attention) {
-      const std::string src = kernels::attention_chip_source(call.attention, symbols);
-      if (std::optional<isa::Program> frag =
-              placed(fragments.get('\x01' + src, [&] { return isa::prepare(src, "attention_chip"); }), addr, base_pc))
-        return std::move(*frag);
-      isa::AsmOptions opts;
-      opts.base_pc = base_pc;
-      opts.tensor_addr = addr;
-      return isa::assemble(src, "attention_chip", opts);
-    }
+    if (g) return kernels::gemm_chip_kernel(*g, symbols, addr, base_pc);
+    if (call.kind == KernelCall::Kind::Attention)
+      return kernels::attention_chip_kernel(call.attention, symbols, addr, base_pc);
     if (call.kind == KernelCall::Kind::Copy)
       return kernels::copy_kernel(moves_of(plan, call), symbols, base_pc, "copy", chip.copy_cores);
     if (call.kind == KernelCall::Kind::Rowwise) {

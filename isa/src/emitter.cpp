@@ -1,5 +1,6 @@
 #include "tpusim/isa/emitter.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -11,6 +12,23 @@ EmitterBase::EmitterBase(std::string name, std::string where, uint64_t base_pc)
 Label EmitterBase::label() {
   labels_.push_back(-1);
   return Label{static_cast<int64_t>(labels_.size()) - 1};
+}
+
+uint64_t EmitterBase::declare_placed(TensorDecl t, const std::map<std::string, uint64_t>& fixed, uint64_t hbm_base,
+                                     uint64_t align) {
+  t.space = MemSpace::Hbm;
+  if (auto it = fixed.find(t.name); it != fixed.end()) {
+    t.addr = it->second;
+  } else {
+    uint64_t next = hbm_base;
+    for (const TensorDecl& d : tensors_)
+      if (d.space == MemSpace::Hbm) next = std::max(next, d.addr + d.bytes());
+    align = std::max<uint64_t>(align, 1);
+    t.addr = (next + align - 1) / align * align;
+  }
+  const uint64_t addr = t.addr;
+  tensors_.push_back(std::move(t));
+  return addr;
 }
 
 void EmitterBase::bind(Label l, Where at) {

@@ -124,6 +124,34 @@ TEST(Emitter, DeclaresTensorsAndChecksThem) {
   }
 }
 
+// declare_placed puts each tensor where the assembler puts the same declarations with AsmOptions' tensor_addr
+// and hbm_base: given addresses kept (below the base, above it, or overlapping what comes after), the others
+// after the base and after every tensor before them, aligned.
+TEST(Emitter, PlacesTensorsAsTheAssemblerDoes) {
+  const std::map<std::string, uint64_t> fixed = {{"b", 100000}, {"d", 70000}};
+  for (const uint64_t base : {uint64_t{0}, uint64_t{5000}, uint64_t{1} << 30}) {
+    for (const uint64_t align : {uint64_t{4096}, uint64_t{64}, uint64_t{1}}) {
+      Emitter e("k", "<test>/k");
+      const std::vector<std::pair<std::string, std::vector<int64_t>>> decls = {
+          {"a", {3, 5}}, {"b", {1000}}, {"c", {7}}, {"d", {1}}, {"e", {2, 2}}};
+      std::string text;
+      std::vector<uint64_t> placed;
+      for (const auto& [name, shape] : decls) {
+        placed.push_back(e.declare_placed(TensorDecl{name, TensorKind::Input, DType::F32, shape}, fixed, base, align));
+        text += ".input " + name + ", f32, [" + std::to_string(shape[0]) +
+                (shape.size() > 1 ? ", " + std::to_string(shape[1]) : std::string()) + "]\n";
+      }
+      e.halt();
+      AsmOptions o;
+      o.tensor_addr = fixed, o.hbm_base = base, o.hbm_align = align;
+      const Program want = assemble(text + "halt\n", "k.s", o);
+      const Program got = e.finish();
+      EXPECT_EQ(got.tensors, want.tensors) << base << " " << align;
+      for (size_t i = 0; i < placed.size(); ++i) EXPECT_EQ(placed[i], want.tensors[i].addr) << i;
+    }
+  }
+}
+
 std::string error_of(const Emitter& e) {
   try {
     e.finish();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tpusim/isa/assembler.h"
+#include "tpusim/isa/emitter.h"
 #include "tpusim/isa/numerics.h"
 
 namespace tpusim::kernels {
@@ -300,40 +301,66 @@ Layout plan_of(const AttentionChip& a, const Chip& c) {
   return best;
 }
 
-// Emits instructions, keeping track of registers that hold known constants (forgotten at every label).
-class Emitter {
+// The kernel's registers (r0 holds 0).
+namespace regs {
+using isa::Reg;
+constexpr Reg zero{0}, cid{1}, t{2}, qb{3}, h{4}, b{5}, mt{6}, nblk{7}, n{8}, g{9}, qv{10}, kh{11}, vh{12}, oh{13},
+    qh{14}, bias{15}, scl{16}, one{17}, three{18}, t0{19}, t1{20}, t2{21}, t3{22}, t4{23}, t5{24}, kvn{25}, kvm{26},
+    kn{27}, ip{28}, t6{29}, t7{30}, t8{31};
+}  // namespace regs
+
+// The typed emitter, keeping track of registers that hold known constants (forgotten at every label and by every
+// instruction that writes them), so that li() skips a constant the register already holds.
+class Code {
  public:
-  std::ostringstream o;
-  // Any scalar instruction that writes its first operand makes that register unknown.
-  void line(const std::string& s) {
-    o << "    " << s << "\n";
-    const size_t sp = s.find(' ');
-    static const char* writers[] = {"li", "add", "sub", "mul", "div", "rem", "and", "or", "xor", "shl", "shr",
-                                    "min", "max", "addi", "muli", "core.id", "core.count"};
-    const std::string op = s.substr(0, sp);
-    for (const char* w : writers)
-      if (op == w) known_.erase(s.substr(sp + 1, s.find(',') - sp - 1));
-  }
-  void label(const std::string& l) {
-    o << l << ":\n";
-    known_.clear();
-  }
-  // li reg, v unless reg already holds v.
-  void li(const std::string& reg, int64_t v) {
-    auto it = known_.find(reg);
+  explicit Code(isa::Emitter& e) : e(e) {}
+  isa::Emitter& e;  // vector, matrix, DMA and branch instructions go straight to it (they write no register)
+
+  // li rd, v unless rd already holds v.
+  void li(isa::Reg rd, int64_t v, isa::Where at = {}) {
+    auto it = known_.find(rd.index);
     if (it != known_.end() && it->second == v) return;
-    line("li " + reg + ", " + std::to_string(v));
-    known_[reg] = v;  // after line(), which forgets it
+    e.li(rd, v, at);
+    known_[rd.index] = v;
   }
-  void clobber(const std::string& reg) { known_.erase(reg); }
-  std::string fresh() { return "l" + std::to_string(label_++); }
+  // li rd, v, leaving rd unknown (a value the code changes before li() could reuse it).
+  void set(isa::Reg rd, int64_t v, isa::Where at = {}) { e.li(rd, v, at), forget(rd); }
+  void forget(isa::Reg rd) { known_.erase(rd.index); }
+  isa::Label label() { return e.label(); }
+  void bind(isa::Label l, isa::Where at = {}) { e.bind(l, at), known_.clear(); }
+  // The scalar instructions that write their first operand.
+  void add(isa::Reg d, isa::Reg a, isa::Reg b, isa::Where at = {}) { e.add(d, a, b, at), forget(d); }
+  void sub(isa::Reg d, isa::Reg a, isa::Reg b, isa::Where at = {}) { e.sub(d, a, b, at), forget(d); }
+  void mul(isa::Reg d, isa::Reg a, isa::Reg b, isa::Where at = {}) { e.mul(d, a, b, at), forget(d); }
+  void div(isa::Reg d, isa::Reg a, isa::Reg b, isa::Where at = {}) { e.div(d, a, b, at), forget(d); }
+  void rem(isa::Reg d, isa::Reg a, isa::Reg b, isa::Where at = {}) { e.rem(d, a, b, at), forget(d); }
+  void and_(isa::Reg d, isa::Reg a, isa::Reg b, isa::Where at = {}) { e.and_(d, a, b, at), forget(d); }
+  void min(isa::Reg d, isa::Reg a, isa::Reg b, isa::Where at = {}) { e.min(d, a, b, at), forget(d); }
+  void addi(isa::Reg d, isa::Reg a, int64_t v, isa::Where at = {}) { e.addi(d, a, v, at), forget(d); }
+  void muli(isa::Reg d, isa::Reg a, int64_t v, isa::Where at = {}) { e.muli(d, a, v, at), forget(d); }
+  void core_id(isa::Reg d, isa::Where at = {}) { e.core_id(d, at), forget(d); }
 
  private:
-  std::map<std::string, int64_t> known_;
-  int label_ = 0;
+  std::map<int, int64_t> known_;
 };
 
-std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
+// The plan's one-line summary, as the source's first line.
+std::string summary(const AttentionChip& a, const Chip& c, const Layout& L) {
+  const float scale = a.scale > 0 ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(L.D)));
+  std::ostringstream o;
+  o << "# attention_chip: o[" << a.batch << "," << L.SQ << "," << a.heads << "," << L.D << "] = softmax(q k^T * "
+    << scale << (a.causal ? " + causal mask" : "") << ") v, kv heads " << L.KVH << ", on " << c.P << " cores x "
+    << c.U << " matrix units: " << L.plan.items << " items of " << L.HG << " head(s) x " << L.plan.br
+    << " query rows, key blocks of " << L.plan.bc << " (S: " << L.s.groups << " row groups, PV: " << L.p.groups
+    << "; " << L.plan.pv_regions << " PV regions) (kernels/attention_chip.h)\n";
+  return o.str();
+}
+
+isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
+                      const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc, uint64_t hbm_base) {
+  using namespace regs;
+  using isa::DType;
+  using isa::Sem;
   const int64_t BR = L.plan.br, BC = L.plan.bc, D = L.D, H = a.heads, KVH = L.KVH, S = L.SQ, SK = L.SK, U = c.U,
                 R = c.R, C = c.C, O = L.O;
   const int64_t NPV = L.plan.pv_regions;
@@ -352,154 +379,117 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   };
   const int64_t kbs = a.key_bias_stride < 0 ? SK : a.key_bias_stride;
   const float scale = a.scale > 0 ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const char* odt = isa::dtype_name(a.out);
-  auto KVFULL = [](int64_t u) { return "s" + std::to_string(1 + 6 * u); };
-  auto SFULL = [](int64_t u) { return "s" + std::to_string(2 + 6 * u); };
-  auto SFREE = [](int64_t u) { return "s" + std::to_string(3 + 6 * u); };
-  auto PFULL = [](int64_t u) { return "s" + std::to_string(4 + 6 * u); };
-  auto OFULL = [](int64_t u) { return "s" + std::to_string(5 + 6 * u); };
-  auto OFREE = [](int64_t u) { return "s" + std::to_string(6 + 6 * u); };
-  const std::string KVFREE = "s" + std::to_string(6 * U + 1), QFREE = "s" + std::to_string(6 * U + 2),
-                    OUTFULL = "s" + std::to_string(6 * U + 3), KBFULL = "s" + std::to_string(6 * U + 4);
+  auto KVFULL = [](int64_t u) { return Sem{static_cast<int>(1 + 6 * u)}; };
+  auto SFULL = [](int64_t u) { return Sem{static_cast<int>(2 + 6 * u)}; };
+  auto SFREE = [](int64_t u) { return Sem{static_cast<int>(3 + 6 * u)}; };
+  auto PFULL = [](int64_t u) { return Sem{static_cast<int>(4 + 6 * u)}; };
+  auto OFULL = [](int64_t u) { return Sem{static_cast<int>(5 + 6 * u)}; };
+  auto OFREE = [](int64_t u) { return Sem{static_cast<int>(6 + 6 * u)}; };
+  const Sem KVFREE{static_cast<int>(6 * U + 1)}, QFREE{static_cast<int>(6 * U + 2)},
+      OUTFULL{static_cast<int>(6 * U + 3)}, KBFULL{static_cast<int>(6 * U + 4)};
   std::vector<bool> has_s(static_cast<size_t>(U)), has_p(static_cast<size_t>(U));
   for (int64_t u = 0; u < U; ++u) has_s[u] = pieces_on(L.s, U, u) > 0, has_p[u] = pieces_on(L.p, U, u) > 0;
 
-  Emitter e;
-  auto& o = e.o;
-  o << "# attention_chip: o[" << a.batch << "," << S << "," << H << "," << D << "] = softmax(q k^T * " << scale
-    << (a.causal ? " + causal mask" : "") << ") v, kv heads " << KVH << ", on " << c.P << " cores x " << U
-    << " matrix units: " << L.plan.items << " items of " << HG << " head(s) x " << BR
-    << " query rows, key blocks of " << BC
-    << " (S: " << L.s.groups << " row groups, PV: " << L.p.groups << "; " << NPV
-    << " PV regions) (kernels/attention_chip.h)\n";
-  o << ".name \"attention_chip\"\n.cores " << c.P << "\n";
+  isa::Emitter emitter("attention_chip", "<attention_chip>", base_pc);
+  Code k(emitter);
+  isa::Emitter& e = emitter;
+  e.set_cores(static_cast<uint32_t>(c.P));
+  // The tensors, at the addresses given or placed after one another (as the assembler places them).
+  auto declare = [&](const char* name, isa::TensorKind kind, DType dt, std::vector<int64_t> shape) {
+    return static_cast<int64_t>(e.declare_placed(isa::TensorDecl{name, kind, dt, std::move(shape)}, tensor_addr, hbm_base));
+  };
+  using isa::TensorKind;
+  int64_t q_addr, k_addr, v_addr, o_addr, kb_addr = 0;
   if (strided) {
-    o << ".input q, bf16, [" << span(qs, S, H) << "]\n";
-    o << ".input k, bf16, [" << span(ks, SK, KVH) << "]\n";
-    o << ".input v, bf16, [" << span(vs, SK, KVH) << "]\n";
-    o << ".output o, " << odt << ", [" << span(os, S, H) << "]\n";
+    q_addr = declare("q", TensorKind::Input, DType::BF16, {span(qs, S, H)});
+    k_addr = declare("k", TensorKind::Input, DType::BF16, {span(ks, SK, KVH)});
+    v_addr = declare("v", TensorKind::Input, DType::BF16, {span(vs, SK, KVH)});
+    o_addr = declare("o", TensorKind::Output, a.out, {span(os, S, H)});
   } else {
-    o << ".input q, bf16, [" << a.batch << ", " << S << ", " << H << ", " << D << "]\n";
-    o << ".input k, bf16, [" << a.batch << ", " << SK << ", " << KVH << ", " << D << "]\n";
-    o << ".input v, bf16, [" << a.batch << ", " << SK << ", " << KVH << ", " << D << "]\n";
-    o << ".output o, " << odt << ", [" << a.batch << ", " << S << ", " << H << ", " << D << "]\n";
+    q_addr = declare("q", TensorKind::Input, DType::BF16, {a.batch, S, H, D});
+    k_addr = declare("k", TensorKind::Input, DType::BF16, {a.batch, SK, KVH, D});
+    v_addr = declare("v", TensorKind::Input, DType::BF16, {a.batch, SK, KVH, D});
+    o_addr = declare("o", TensorKind::Output, a.out, {a.batch, S, H, D});
   }
-  if (a.key_bias) o << ".input kb, f32, [" << (a.batch - 1) * kbs + SK << "]\n";
-  o << R"(.reg cid, r1
-.reg t, r2
-.reg qb, r3
-.reg h, r4
-.reg b, r5
-.reg mt, r6
-.reg nblk, r7
-.reg n, r8
-.reg g, r9
-.reg qv, r10
-.reg kh, r11
-.reg vh, r12
-.reg oh, r13
-.reg qh, r14
-.reg bias, r15
-.reg scl, r16
-.reg one, r17
-.reg three, r18
-.reg t0, r19
-.reg t1, r20
-.reg t2, r21
-.reg t3, r22
-.reg t4, r23
-.reg t5, r24
-.reg kvn, r25
-.reg kvm, r26
-.reg kn, r27
-.reg ip, r28
-.reg t6, r29
-.reg t7, r30
-.reg t8, r31
-)";
-  for (int64_t u = 0; u < U; ++u)
-    e.line("sem.set " + KVFULL(u) + ", 0"), e.line("sem.set " + SFULL(u) + ", 0"),
-        e.line("sem.set " + SFREE(u) + ", 2"), e.line("sem.set " + PFULL(u) + ", 0"),
-        e.line("sem.set " + OFULL(u) + ", 0"), e.line("sem.set " + OFREE(u) + ", " + std::to_string(NPV));
-  e.line("sem.set " + KVFREE + ", 0");  // the three slots are free once zeroed (below)
-  e.line("sem.set " + QFREE + ", " + std::to_string(a.overlap_items ? L.NQB : 1));  // Q buffers items may load into
-  e.line("sem.set " + OUTFULL + ", 0");
-  if (a.key_bias) e.line("sem.set " + KBFULL + ", 0");
-  e.line("core.id cid");
-  e.li("one", 1), e.li("three", 3), e.li("g", 0), e.li("ip", 0);
-  e.li("scl", isa::bits_from_f32(scale));
+  if (a.key_bias) kb_addr = declare("kb", TensorKind::Input, DType::F32, {(a.batch - 1) * kbs + SK});
+
+  for (int64_t u = 0; u < U; ++u) {
+    e.sem_set(KVFULL(u), 0), e.sem_set(SFULL(u), 0), e.sem_set(SFREE(u), 2), e.sem_set(PFULL(u), 0);
+    e.sem_set(OFULL(u), 0), e.sem_set(OFREE(u), NPV);
+  }
+  e.sem_set(KVFREE, 0);  // the three slots are free once zeroed (below)
+  e.sem_set(QFREE, a.overlap_items ? L.NQB : 1);  // Q buffers items may load into
+  e.sem_set(OUTFULL, 0);
+  if (a.key_bias) e.sem_set(KBFULL, 0);
+  k.core_id(cid);
+  k.li(one, 1), k.li(three, 3), k.li(g, 0), k.li(ip, 0);
+  k.li(scl, isa::bits_from_f32(scale));
   // Constants: Z = Mx zeros then Mx -infs (a sum over no columns is 0; exp(0) = 1; 1 x -inf = -inf).
-  e.li("t0", L.Z), e.li("t1", L.Mx), e.line("vpu.rsum t0, r0, t1, r0, r0, f32");
-  e.li("t2", L.RL), e.li("t3", 1), e.line("vpu.exp t2, t0, t3, f32");
-  e.li("t4", L.RS), e.li("t5", isa::bits_from_f32(-INFINITY)), e.line("vpu.cast t4, t2, t3, t5, f32, f32, scale_en");
-  e.li("t2", L.Z + L.Mx * 4), e.li("t5", L.Mx * 4), e.line("vpu.addrow t2, t0, t4, t3, t1, t5, f32");
+  k.li(t0, L.Z), k.li(t1, L.Mx), e.vpu_rsum(t0, zero, t1, zero, zero, DType::F32);
+  k.li(t2, L.RL), k.li(t3, 1), e.vpu_exp(t2, t0, t3, DType::F32);
+  k.li(t4, L.RS), k.li(t5, isa::bits_from_f32(-INFINITY));
+  e.vpu_cast(t4, t2, t3, t5, DType::F32, DType::F32, {.scale_en = true});
+  k.li(t2, L.Z + L.Mx * 4), k.li(t5, L.Mx * 4), e.vpu_addrow(t2, t0, t4, t3, t1, t5, DType::F32);
   // The K/V slots zeroed (a sum over no columns), so that no key row a product reads is an earlier kernel's bytes.
-  e.li("t0", L.KV0), e.li("t1", 3 * L.KVB / 4), e.line("vpu.rsum t0, r0, t1, r0, r0, f32");
-  for (int s = 0; s < 3; ++s) e.line("vpu.sync signal=" + KVFREE);
+  k.li(t0, L.KV0), k.li(t1, 3 * L.KVB / 4), e.vpu_rsum(t0, zero, t1, zero, zero, DType::F32);
+  for (int s = 0; s < 3; ++s) e.vpu_sync({.signal = KVFREE});
   if (a.key_bias && L.NBK * BC > SK)  // the kb rows' columns past the keys: -inf (+ 0), never loaded over
     for (int64_t r = 0; r < L.NQB; ++r) {
-      e.li("t0", L.KB0 + r * L.KBB + SK * 4), e.li("t1", L.NBK * BC - SK), e.li("t6", L.Z);
-      e.line("vpu.add t0, t2, t6, t1, f32");
+      k.li(t0, L.KB0 + r * L.KBB + SK * 4), k.li(t1, L.NBK * BC - SK), k.li(t6, L.Z);
+      e.vpu_add(t0, t2, t6, t1, DType::F32);
     }
   if (a.causal) {  // the BC x BC triangle: row i = Z[Mx - 1 - i, +BC): 0 for columns j <= i, -inf after
-    const std::string loop = e.fresh();
-    e.li("t0", L.MASK), e.li("t1", L.Z + (L.Mx - 1) * 4), e.li("t2", L.Z), e.li("t3", BC),
-        e.li("t4", L.MASK + BC * BC * 4);
-    e.label(loop);
-    e.line("vpu.add t0, t1, t2, t3, f32");
-    e.line("addi t0, t0, " + std::to_string(BC * 4));
-    e.line("addi t1, t1, -4");
-    e.line("blt t0, t4, " + loop);
+    const isa::Label loop = k.label();
+    k.li(t0, L.MASK), k.li(t1, L.Z + (L.Mx - 1) * 4), k.li(t2, L.Z), k.li(t3, BC), k.li(t4, L.MASK + BC * BC * 4);
+    k.bind(loop);
+    e.vpu_add(t0, t1, t2, t3, DType::F32);
+    k.addi(t0, t0, BC * 4);
+    k.addi(t1, t1, -4);
+    e.blt(t0, t4, loop);
   }
-  e.line("addi t, cid, 0");
+  k.addi(t, cid, 0);
 
   // K_j and V_j (j in register `jr`) of the item's heads into the slot at VMEM address `slot`: head i's keys at
   // i x BC x D elements, its values VOFF bytes after them. kh and vh hold the batch's k and v; head i reads kv head
   // (h + i) / (H / KVH).
-  auto load_kv = [&](const std::string& jr, const std::string& slot) {
+  auto load_kv = [&](isa::Reg jr, isa::Reg slot) {
     if (HG == 1) {  // kh and vh hold the head's own k and v (setup)
-      e.li("t5", BC * ks.seq * 2), e.line("mul t0, " + jr + ", t5"), e.line("add t1, kh, t0");
-      e.line("muli t2, " + jr + ", " + std::to_string(BC)), e.li("t3", SK), e.line("sub t2, t3, t2"), e.li("t3", BC),
-          e.line("min t2, t2, t3"), e.clobber("t2");
-      e.li("t3", D * 2), e.li("t4", ks.seq * 2);
-      e.line("dma.ld " + slot + ", t1, t2, t3, t4, t3, wait=" + KVFREE);
-      e.li("t5", BC * vs.seq * 2), e.line("mul t0, " + jr + ", t5"), e.clobber("t5");
-      e.line("add t1, vh, t0"), e.line("addi t6, " + slot + ", " + std::to_string(L.VOFF)), e.li("t4", vs.seq * 2);
-      e.line("dma.ld t6, t1, t2, t3, t4, t3");
-      e.clobber("t0"), e.clobber("t1"), e.clobber("t6");
+      k.li(t5, BC * ks.seq * 2), k.mul(t0, jr, t5), k.add(t1, kh, t0);
+      k.muli(t2, jr, BC), k.li(t3, SK), k.sub(t2, t3, t2), k.li(t3, BC), k.min(t2, t2, t3);
+      k.li(t3, D * 2), k.li(t4, ks.seq * 2);
+      e.dma_ld(slot, t1, t2, t3, t4, t3, {.wait = KVFREE});
+      k.li(t5, BC * vs.seq * 2), k.mul(t0, jr, t5), k.forget(t5);
+      k.add(t1, vh, t0), k.addi(t6, slot, L.VOFF), k.li(t4, vs.seq * 2);
+      e.dma_ld(t6, t1, t2, t3, t4, t3);
     } else {
-      e.line("muli t2, " + jr + ", " + std::to_string(BC)), e.li("t3", SK), e.line("sub t2, t3, t2"), e.li("t3", BC),
-          e.line("min t2, t2, t3"), e.clobber("t2");
+      k.muli(t2, jr, BC), k.li(t3, SK), k.sub(t2, t3, t2), k.li(t3, BC), k.min(t2, t2, t3);
       for (int64_t i = 0; i < HG; ++i) {
-        e.line("addi t7, h, " + std::to_string(i)), e.li("t3", H / KVH), e.line("div t7, t7, t3");  // its kv head
-        e.line("muli t5, t7, " + std::to_string(ks.head * 2)),
-            e.line("muli t0, " + jr + ", " + std::to_string(BC * ks.seq * 2));
-        e.line("add t0, t0, t5"), e.line("add t1, kh, t0");
-        e.li("t3", D * 2), e.li("t4", ks.seq * 2);
-        e.line("addi t6, " + slot + ", " + std::to_string(i * BC * D * 2));
-        e.line("dma.ld t6, t1, t2, t3, t4, t3" + std::string(i == 0 ? ", wait=" + KVFREE : ""));
-        e.line("muli t5, t7, " + std::to_string(vs.head * 2)),
-            e.line("muli t0, " + jr + ", " + std::to_string(BC * vs.seq * 2));
-        e.line("add t0, t0, t5"), e.line("add t1, vh, t0");
-        e.line("addi t6, " + slot + ", " + std::to_string(L.VOFF + i * BC * D * 2)), e.li("t4", vs.seq * 2);
-        e.line("dma.ld t6, t1, t2, t3, t4, t3");
-        e.clobber("t0"), e.clobber("t1"), e.clobber("t5"), e.clobber("t6"), e.clobber("t7");
+        k.addi(t7, h, i), k.li(t3, H / KVH), k.div(t7, t7, t3);  // its kv head
+        k.muli(t5, t7, ks.head * 2), k.muli(t0, jr, BC * ks.seq * 2);
+        k.add(t0, t0, t5), k.add(t1, kh, t0);
+        k.li(t3, D * 2), k.li(t4, ks.seq * 2);
+        k.addi(t6, slot, i * BC * D * 2);
+        e.dma_ld(t6, t1, t2, t3, t4, t3, {.wait = i == 0 ? KVFREE : Sem{}});
+        k.muli(t5, t7, vs.head * 2), k.muli(t0, jr, BC * vs.seq * 2);
+        k.add(t0, t0, t5), k.add(t1, vh, t0);
+        k.addi(t6, slot, L.VOFF + i * BC * D * 2), k.li(t4, vs.seq * 2);
+        e.dma_ld(t6, t1, t2, t3, t4, t3);
       }
     }
-    for (int64_t u = 0; u < U; ++u) e.line("dmain.sync signal=" + KVFULL(u));
+    for (int64_t u = 0; u < U; ++u) e.dmain_sync({.signal = KVFULL(u)});
   };
   // The slot of block index in register `gr` into `out`: KV0 + (gr % 3) * KVB.
-  auto slot_of = [&](const std::string& gr, const std::string& out) {
-    e.line("rem " + out + ", " + gr + ", three"), e.line("muli " + out + ", " + out + ", " + std::to_string(L.KVB));
-    e.line("addi " + out + ", " + out + ", " + std::to_string(L.KV0));
+  auto slot_of = [&](isa::Reg gr, isa::Reg out) {
+    k.rem(out, gr, three), k.muli(out, out, L.KVB);
+    k.addi(out, out, L.KV0);
   };
   // S = Q K^T of the block in slot `slot`, into the S region of block `gr` (parity). The weight tiles are a whole
   // block wide, also for a last block of fewer keys: a matrix unit writes only its tile's columns, and the drain
   // reads all BC, so a narrower tile would leave an earlier kernel's accumulator bits (an int32 may read as a NaN)
   // under the -inf of the columns past the keys. Their key rows in the slot are finite (zeroed at the start, or
   // an earlier block's keys), so those columns are finite before their -inf.
-  auto s_product = [&](const std::string& slot, const std::string& gr) {
-    e.line("and t0, " + gr + ", one"), e.line("muli t0, t0, " + std::to_string(L.sreg)), e.clobber("t0");
+  auto s_product = [&](isa::Reg slot, isa::Reg gr) {
+    k.and_(t0, gr, one), k.muli(t0, t0, L.sreg);
     for (int64_t u = 0; u < U; ++u) {
       if (!has_s[u]) continue;
       bool first_lw = true, first_mm = true;
@@ -508,35 +498,32 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
         for (int64_t f = 0; f < L.s.folds; ++f) {
           // Folds past D (compute_head_dim) load a tile of no rows (all zero) and stream fold 0's columns.
           const int64_t fr = f * R < D ? f * R : 0;
-          e.line("addi t1, " + slot + ", " + std::to_string((j * BC * D + q * C * D + fr) * 2));
-          e.li("t2", std::clamp<int64_t>(D - f * R, 0, R)), e.li("t3", std::min(C, BC - q * C)), e.li("t4", D * 2);
-          e.line("mxu.lw t1, t2, t3, t4, bf16, trans, mxu=" + std::to_string(u) +
-                 (first_lw ? ", wait=" + KVFULL(u) : ""));
+          k.addi(t1, slot, (j * BC * D + q * C * D + fr) * 2);
+          k.li(t2, std::clamp<int64_t>(D - f * R, 0, R)), k.li(t3, std::min(C, BC - q * C)), k.li(t4, D * 2);
+          e.mxu_lw(t1, t2, t3, t4, DType::BF16, {.trans = true, .mxu = u, .wait = first_lw ? KVFULL(u) : Sem{}});
           first_lw = false;
-          e.line("addi t1, qv, " + std::to_string(((j * BR + r * L.s.rows) * D + fr) * 2));
-          e.line("addi t5, t0, " + std::to_string(idx * L.s.rows)), e.clobber("t5");
-          e.li("t6", L.s.rows);
-          e.line("mxu.mm t1, t6, t5, t4, bf16" + std::string(f ? ", accumulate" : "") + ", mxu=" + std::to_string(u) +
-                 (first_mm ? ", wait=" + SFREE(u) : ""));
+          k.addi(t1, qv, ((j * BR + r * L.s.rows) * D + fr) * 2);
+          k.addi(t5, t0, idx * L.s.rows);
+          k.li(t6, L.s.rows);
+          e.mxu_mm(t1, t6, t5, t4, DType::BF16,
+                   {.accumulate = f > 0, .mxu = u, .wait = first_mm ? SFREE(u) : Sem{}});
           first_mm = false;
-          e.clobber("t1");
         }
       }
-      e.line("mxu.sync mxu=" + std::to_string(u) + ", signal=" + SFULL(u));
+      e.mxu_sync({.mxu = u, .signal = SFULL(u)});
     }
   };
   // O_n = P_n V_n: block `gr`'s P slot and PV region, V in slot `slot`.
-  auto pv_product = [&](const std::string& slot, const std::string& gr, int64_t kt) {
-    e.line("and t7, " + gr + ", one"), e.line("muli t7, t7, " + std::to_string(L.PB)),
-        e.line("addi t7, t7, " + std::to_string(L.P0)), e.clobber("t7");
+  auto pv_product = [&](isa::Reg slot, isa::Reg gr, int64_t kt) {
+    k.and_(t7, gr, one), k.muli(t7, t7, L.PB), k.addi(t7, t7, L.P0);
     if (NPV == 2)
-      e.line("and t0, " + gr + ", one"), e.line("muli t0, t0, " + std::to_string(L.pvreg));
+      k.and_(t0, gr, one), k.muli(t0, t0, L.pvreg);
     else
-      e.line("li t0, 0");
-    e.line("addi t0, t0, " + std::to_string(2 * L.sreg)), e.clobber("t0");
+      k.set(t0, 0);
+    k.addi(t0, t0, 2 * L.sreg);
     for (int64_t u = 0; u < U; ++u) {
       if (!has_p[u]) continue;
-      if (!has_s[u]) e.line("mxu.sync mxu=" + std::to_string(u) + ", wait=" + KVFULL(u));
+      if (!has_s[u]) e.mxu_sync({.mxu = u, .wait = KVFULL(u)});
       bool first_lw = true, first_mm = true;
       for (int64_t p = u; p < L.p.pieces(); p += U) {
         const int64_t j = L.p.head(p), q = L.p.strip(p), r = L.p.group(p), idx = p / U;
@@ -544,261 +531,253 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
           // Strips past D (compute_head_dim) load a tile of no rows (all zero) from strip 0's place: their
           // columns of O are zeros, never stored.
           const bool pad = q * C >= D;
-          e.line("addi t1, " + slot + ", " +
-                 std::to_string(L.VOFF + (j * BC * D + f * R * D + (pad ? 0 : q * C)) * 2));
-          e.li("t2", pad ? 0 : std::clamp<int64_t>(kt - f * R, 0, R));
-          e.li("t3", pad ? std::min(C, L.Dk - q * C) : std::min(C, D - q * C)), e.li("t4", D * 2);
+          k.addi(t1, slot, L.VOFF + (j * BC * D + f * R * D + (pad ? 0 : q * C)) * 2);
+          k.li(t2, pad ? 0 : std::clamp<int64_t>(kt - f * R, 0, R));
+          k.li(t3, pad ? std::min(C, L.Dk - q * C) : std::min(C, D - q * C)), k.li(t4, D * 2);
           // V's tile needs no P: it loads while the vector unit still makes P (the unit's first product waits for it)
-          e.line("mxu.lw t1, t2, t3, t4, bf16, mxu=" + std::to_string(u));
-          if (first_lw) e.line("mxu.sync mxu=" + std::to_string(u) + ", wait=" + PFULL(u));
+          e.mxu_lw(t1, t2, t3, t4, DType::BF16, {.mxu = u});
+          if (first_lw) e.mxu_sync({.mxu = u, .wait = PFULL(u)});
           first_lw = false;
-          e.line("addi t1, t7, " + std::to_string(((j * BR + r * L.p.rows) * BC + f * R) * 2));
-          e.line("addi t5, t0, " + std::to_string(idx * L.p.rows)), e.clobber("t5");
-          e.li("t6", L.p.rows), e.li("t8", BC * 2);
-          e.line("mxu.mm t1, t6, t5, t8, bf16" + std::string(f ? ", accumulate" : "") + ", mxu=" + std::to_string(u) +
-                 (first_mm ? ", wait=" + OFREE(u) : ""));
+          k.addi(t1, t7, ((j * BR + r * L.p.rows) * BC + f * R) * 2);
+          k.addi(t5, t0, idx * L.p.rows);
+          k.li(t6, L.p.rows), k.li(t8, BC * 2);
+          e.mxu_mm(t1, t6, t5, t8, DType::BF16,
+                   {.accumulate = f > 0, .mxu = u, .wait = first_mm ? OFREE(u) : Sem{}});
           first_mm = false;
-          e.clobber("t1");
         }
       }
-      e.line("mxu.sync mxu=" + std::to_string(u) + ", signal=" + OFULL(u));
+      e.mxu_sync({.mxu = u, .signal = OFULL(u)});
     }
   };
   // The online softmax of key block `kr` (block index; global index `gr`).
-  auto soft = [&](const std::string& kr, const std::string& gr) {
-    e.line("and t0, " + gr + ", one"), e.line("muli t0, t0, " + std::to_string(L.sreg)), e.clobber("t0");
+  auto soft = [&](isa::Reg kr, isa::Reg gr) {
+    k.and_(t0, gr, one), k.muli(t0, t0, L.sreg);
     if (a.key_bias) {  // the item's kb row (its parity is its Q buffer's), block kr's columns
-      e.li("t1", L.Q0), e.line("sub t1, qv, t1"), e.li("t2", L.QB), e.line("div t1, t1, t2");
-      e.line("muli t1, t1, " + std::to_string(L.KBB));
-      e.line("muli bias, " + kr + ", " + std::to_string(BC * 4)), e.line("add bias, bias, t1");
-      e.line("addi bias, bias, " + std::to_string(L.KB0));
-      e.clobber("t1"), e.clobber("t2"), e.clobber("bias");
+      k.li(t1, L.Q0), k.sub(t1, qv, t1), k.li(t2, L.QB), k.div(t1, t1, t2);
+      k.muli(t1, t1, L.KBB);
+      k.muli(bias, kr, BC * 4), k.add(bias, bias, t1);
+      k.addi(bias, bias, L.KB0);
+      k.forget(t2);
     } else if (!a.causal && KTL < BC) {  // the last block's columns past the sequence get -inf through the drain's bias
-      const std::string l = e.fresh();
-      e.li("bias", L.Z), e.li("t1", L.NBK - 1);
-      e.line("bne " + kr + ", t1, " + l);
-      e.line("li bias, " + std::to_string(L.Z + (L.Mx - KTL) * 4));
-      e.label(l);
+      const isa::Label l = k.label();
+      k.li(bias, L.Z), k.li(t1, L.NBK - 1);
+      e.bne(kr, t1, l);
+      k.set(bias, L.Z + (L.Mx - KTL) * 4);
+      k.bind(l);
     } else {
-      e.li("bias", L.Z);
+      k.li(bias, L.Z);
     }
     for (int64_t u = 0; u < U; ++u) {
       if (!has_s[u]) continue;
-      e.line("vpu.sync wait=" + SFULL(u));
+      e.vpu_sync({.wait = SFULL(u)});
       for (int64_t p = u; p < L.s.pieces(); p += U) {
         const int64_t j = L.s.head(p), q = L.s.strip(p), r = L.s.group(p), idx = p / U;
-        e.li("t1", L.SB + ((j * BR + r * L.s.rows) * BC + q * C) * 4);
-        e.line("addi t2, t0, " + std::to_string(u * c.ACC + idx * L.s.rows)), e.clobber("t2");
-        e.li("t3", L.s.rows), e.li("t4", std::min(C, BC - q * C)), e.li("t5", BC * 4);
-        e.line("addi t6, bias, " + std::to_string(q * C * 4)), e.clobber("t6");
-        e.line("vpu.acc t1, t2, t3, t4, t5, t6, scl, f32, f32, bias_en, scale_en");
+        k.li(t1, L.SB + ((j * BR + r * L.s.rows) * BC + q * C) * 4);
+        k.addi(t2, t0, u * c.ACC + idx * L.s.rows);
+        k.li(t3, L.s.rows), k.li(t4, std::min(C, BC - q * C)), k.li(t5, BC * 4);
+        k.addi(t6, bias, q * C * 4);
+        e.vpu_acc(t1, t2, t3, t4, t5, t6, scl, DType::F32, DType::F32, {.bias_en = true, .scale_en = true});
       }
-      e.line("vpu.sync signal=" + SFREE(u));
+      e.vpu_sync({.signal = SFREE(u)});
     }
     if (a.causal && BR < BC) {  // only the item's last block, holding its rows' diagonal: triangle rows q0 % BC + [0, BR)
-      const std::string skip = e.fresh();
-      e.line("addi t1, nblk, -1"), e.line("bne " + kr + ", t1, " + skip);
-      e.line("muli t2, qb, " + std::to_string(BR)), e.li("t4", BC), e.line("rem t2, t2, t4");
-      e.line("muli t2, t2, " + std::to_string(BC * 4)), e.line("addi t2, t2, " + std::to_string(L.MASK));
+      const isa::Label skip = k.label();
+      k.addi(t1, nblk, -1), e.bne(kr, t1, skip);
+      k.muli(t2, qb, BR), k.li(t4, BC), k.rem(t2, t2, t4);
+      k.muli(t2, t2, BC * 4), k.addi(t2, t2, L.MASK);
       for (int64_t j = 0; j < HG; ++j) {  // each head's rows
-        e.li("t3", L.SB + j * BR * BC * 4), e.li("t4", BR * BC);
-        e.line("vpu.add t3, t3, t2, t4, f32");
+        k.li(t3, L.SB + j * BR * BC * 4), k.li(t4, BR * BC);
+        e.vpu_add(t3, t3, t2, t4, DType::F32);
       }
-      e.label(skip);
+      k.bind(skip);
     } else if (a.causal) {  // block e = kb - qb * (BR/BC) >= 0 reaches the diagonal: rows above it -inf, then the triangle
-      const std::string skip = e.fresh(), tri = e.fresh();
-      e.line("muli t1, qb, " + std::to_string(L.mul)), e.line("sub t1, " + kr + ", t1");
-      e.line("blt t1, r0, " + skip);
-      e.line("muli t2, t1, " + std::to_string(BC));
-      e.line("beq t2, r0, " + tri);
+      const isa::Label skip = k.label(), tri = k.label();
+      k.muli(t1, qb, L.mul), k.sub(t1, kr, t1);
+      e.blt(t1, zero, skip);
+      k.muli(t2, t1, BC);
+      e.beq(t2, zero, tri);
       for (int64_t j = 0; j < HG; ++j) {  // each head's rows
-        e.li("t3", L.SB + j * BR * BC * 4), e.li("t4", L.Z + L.Mx * 4), e.li("t5", BC), e.li("t6", BC * 4);
-        e.line("vpu.addrow t3, t3, t4, t2, t5, t6, f32");
+        k.li(t3, L.SB + j * BR * BC * 4), k.li(t4, L.Z + L.Mx * 4), k.li(t5, BC), k.li(t6, BC * 4);
+        e.vpu_addrow(t3, t3, t4, t2, t5, t6, DType::F32);
       }
-      e.label(tri);
-      e.line("muli t2, t1, " + std::to_string(BC * BC * 4)), e.line("addi t2, t2, " + std::to_string(L.SB));
-      e.li("t3", L.MASK), e.li("t4", BC * BC);
+      k.bind(tri);
+      k.muli(t2, t1, BC * BC * 4), k.addi(t2, t2, L.SB);
+      k.li(t3, L.MASK), k.li(t4, BC * BC);
       for (int64_t j = 0; j < HG; ++j) {
-        if (j > 0) e.line("addi t2, t2, " + std::to_string(BR * BC * 4));
-        e.line("vpu.add t2, t2, t3, t4, f32");
+        if (j > 0) k.addi(t2, t2, BR * BC * 4);
+        e.vpu_add(t2, t2, t3, t4, DType::F32);
       }
-      e.label(skip);
+      k.bind(skip);
     }
-    e.li("t1", L.MX), e.li("t2", L.SB), e.li("t3", HR), e.li("t4", BC), e.li("t5", BC * 4), e.li("t6", L.M);
-    e.line("vpu.rmax t1, t2, t3, t4, t5, f32");
-    e.line("vpu.max t1, t1, t6, t3, f32");  // m_new
-    e.line("and t7, " + gr + ", one"), e.line("muli t7, t7, " + std::to_string(L.ALB)),
-        e.line("addi t7, t7, " + std::to_string(L.AL0)), e.clobber("t7");
-    e.line("vpu.sub t7, t6, t1, t3, f32");  // m - m_new
-    e.line("vpu.exp t7, t7, t3, f32");      // alpha
-    e.line("vpu.max t6, t6, t1, t3, f32");  // m = m_new
-    e.line("vpu.subrow t2, t2, t1, t3, t4, t5, f32");
-    e.li("t0", HR * BC);  // (gr may be t8: left alone)
-    e.line("vpu.exp t2, t2, t0, f32");
-    e.li("t0", L.RS), e.li("t1", L.L);
-    e.line("vpu.rsum t0, t2, t3, t4, t5, f32");
-    e.line("vpu.mul t1, t1, t7, t3, f32");
-    e.line("vpu.add t1, t1, t0, t3, f32");
-    e.line("and t7, " + gr + ", one"), e.line("muli t7, t7, " + std::to_string(L.PB)),
-        e.line("addi t7, t7, " + std::to_string(L.P0));
-    e.li("t0", HR * BC);
-    e.line("vpu.cast t7, t2, t0, r0, f32, bf16");
+    k.li(t1, L.MX), k.li(t2, L.SB), k.li(t3, HR), k.li(t4, BC), k.li(t5, BC * 4), k.li(t6, L.M);
+    e.vpu_rmax(t1, t2, t3, t4, t5, DType::F32);
+    e.vpu_max(t1, t1, t6, t3, DType::F32);  // m_new
+    k.and_(t7, gr, one), k.muli(t7, t7, L.ALB), k.addi(t7, t7, L.AL0);
+    e.vpu_sub(t7, t6, t1, t3, DType::F32);  // m - m_new
+    e.vpu_exp(t7, t7, t3, DType::F32);      // alpha
+    e.vpu_max(t6, t6, t1, t3, DType::F32);  // m = m_new
+    e.vpu_subrow(t2, t2, t1, t3, t4, t5, DType::F32);
+    k.li(t0, HR * BC);  // (gr may be t8: left alone)
+    e.vpu_exp(t2, t2, t0, DType::F32);
+    k.li(t0, L.RS), k.li(t1, L.L);
+    e.vpu_rsum(t0, t2, t3, t4, t5, DType::F32);
+    e.vpu_mul(t1, t1, t7, t3, DType::F32);
+    e.vpu_add(t1, t1, t0, t3, DType::F32);
+    k.and_(t7, gr, one), k.muli(t7, t7, L.PB), k.addi(t7, t7, L.P0);
+    k.li(t0, HR * BC);
+    e.vpu_cast(t7, t2, t0, zero, DType::F32, DType::BF16);
     for (int64_t u = 0; u < U; ++u)
-      if (has_p[u]) e.line("vpu.sync signal=" + PFULL(u));
+      if (has_p[u]) e.vpu_sync({.signal = PFULL(u)});
   };
   // O = O * alpha + O_n (block n in register n, global index g); the first block drains O_n into O.
   auto oupd = [&]() {
-    e.line("and t7, g, one"), e.line("muli t7, t7, " + std::to_string(L.ALB)),
-        e.line("addi t7, t7, " + std::to_string(L.AL0)), e.clobber("t7");
+    k.and_(t7, g, one), k.muli(t7, t7, L.ALB), k.addi(t7, t7, L.AL0);
     if (NPV == 2)
-      e.line("and t0, g, one"), e.line("muli t0, t0, " + std::to_string(L.pvreg));
+      k.and_(t0, g, one), k.muli(t0, t0, L.pvreg);
     else
-      e.line("li t0, 0");
-    e.line("addi t0, t0, " + std::to_string(2 * L.sreg)), e.clobber("t0");
-    const std::string first = e.fresh(), join = e.fresh();
-    e.line("beq n, r0, " + first);
+      k.set(t0, 0);
+    k.addi(t0, t0, 2 * L.sreg);
+    const isa::Label first = k.label(), join = k.label();
+    e.beq(n, zero, first);
     for (int pass = 0; pass < 2; ++pass) {
-      if (pass == 1) e.label(first);
+      if (pass == 1) k.bind(first);
       for (int64_t u = 0; u < U; ++u) {
         if (!has_p[u]) continue;
-        e.line("vpu.sync wait=" + OFULL(u));
+        e.vpu_sync({.wait = OFULL(u)});
         for (int64_t p = u; p < L.p.pieces(); p += U) {
           const int64_t j = L.p.head(p), q = L.p.strip(p), r = L.p.group(p), idx = p / U;
           const int64_t row = j * BR + r * L.p.rows;  // the piece's first row among the item's HR
           const int64_t opiece = L.OB + (q * HR * C + row * C) * 4;
-          e.line("addi t2, t0, " + std::to_string(u * c.ACC + idx * L.p.rows)), e.clobber("t2");
-          e.li("t3", L.p.rows), e.li("t4", std::min(C, (q * C < D ? D : L.Dk) - q * C)), e.li("t5", C * 4);
+          k.addi(t2, t0, u * c.ACC + idx * L.p.rows);
+          k.li(t3, L.p.rows), k.li(t4, std::min(C, (q * C < D ? D : L.Dk) - q * C)), k.li(t5, C * 4);
           if (pass == 1) {
-            e.li("t1", opiece);
-            e.line("vpu.acc t1, t2, t3, t4, t5, r0, r0, f32, f32");
+            k.li(t1, opiece);
+            e.vpu_acc(t1, t2, t3, t4, t5, zero, zero, DType::F32, DType::F32);
           } else {
-            e.li("t1", L.SB);
-            e.line("vpu.acc t1, t2, t3, t4, t5, r0, r0, f32, f32");
-            e.li("t6", opiece), e.line("addi t8, t7, " + std::to_string(row * 4)), e.clobber("t8");
-            e.li("t4", C);
-            e.line("vpu.mulrow t6, t6, t8, t3, t4, t5, f32");
-            e.li("t8", L.p.rows * C);
-            e.line("vpu.add t6, t6, t1, t8, f32");
+            k.li(t1, L.SB);
+            e.vpu_acc(t1, t2, t3, t4, t5, zero, zero, DType::F32, DType::F32);
+            k.li(t6, opiece), k.addi(t8, t7, row * 4);
+            k.li(t4, C);
+            e.vpu_mulrow(t6, t6, t8, t3, t4, t5, DType::F32);
+            k.li(t8, L.p.rows * C);
+            e.vpu_add(t6, t6, t1, t8, DType::F32);
           }
         }
-        e.line("vpu.sync signal=" + OFREE(u));
+        e.vpu_sync({.signal = OFREE(u)});
       }
-      if (pass == 0) e.line("jmp " + join);
+      if (pass == 0) e.jmp(join);
     }
-    e.label(join);
-    e.line("vpu.sync signal=" + KVFREE);
+    k.bind(join);
+    e.vpu_sync({.signal = KVFREE});
   };
 
   // Item t's registers (qb, h, b, mt, nblk, and the addresses qh, oh, kh, vh, qv of its rows), its Q block's load
   // into the Q buffer of its parity (ip), and with key_bias its batch's kb row, scaled.
   auto setup = [&]() {
-    e.li("t0", L.NQ), e.line("rem t1, t, t0"), e.line("div t2, t, t0");
+    k.li(t0, L.NQ), k.rem(t1, t, t0), k.div(t2, t, t0);
     if (a.causal)
-      e.li("t3", L.NQ - 1), e.line("sub qb, t3, t1");
+      k.li(t3, L.NQ - 1), k.sub(qb, t3, t1);
     else
-      e.line("addi qb, t1, 0");
-    e.li("t0", H / HG), e.line("rem h, t2, t0"), e.line("div b, t2, t0");
-    if (HG > 1) e.line("muli h, h, " + std::to_string(HG));  // the item's first head
-    e.line("muli t0, qb, " + std::to_string(BR)), e.li("t1", S), e.line("sub mt, t1, t0"), e.li("t1", BR),
-        e.line("min mt, mt, t1");
+      k.addi(qb, t1, 0);
+    k.li(t0, H / HG), k.rem(h, t2, t0), k.div(b, t2, t0);
+    if (HG > 1) k.muli(h, h, HG);  // the item's first head
+    k.muli(t0, qb, BR), k.li(t1, S), k.sub(mt, t1, t0), k.li(t1, BR), k.min(mt, mt, t1);
     if (a.causal) {  // the blocks up to the one holding the item's last row: ceil((qb + 1) BR / BC), at most NBK
-      e.line("addi t1, qb, 1"), e.line("muli t1, t1, " + std::to_string(BR));
-      e.line("addi t1, t1, " + std::to_string(BC - 1)), e.li("t2", BC), e.line("div nblk, t1, t2");
-      e.li("t1", L.NBK), e.line("min nblk, nblk, t1");
-      e.clobber("t2");
+      k.addi(t1, qb, 1), k.muli(t1, t1, BR);
+      k.addi(t1, t1, BC - 1), k.li(t2, BC), k.div(nblk, t1, t2);
+      k.li(t1, L.NBK), k.min(nblk, nblk, t1);
+      k.forget(t2);
     } else {
-      e.line("li nblk, " + std::to_string(L.NBK));
+      k.set(nblk, L.NBK);
     }
     // The first query row's element offset b * batch + q0 * seq + h * head (q0 = qb * BR in t0), in bytes, for q
     // and o (head h, the item's first); for k and v, the kv head's, b * batch + (h / (H / KVH)) * head, or with
     // several heads the batch's, b * batch (load_kv adds each head's kv head).
-    auto offset = [&](const std::string& to, const std::string& base, const AttentionStrides& st,
-                      const std::string& row, const std::string& head, int64_t bytes) {
-      e.line("muli t1, b, " + std::to_string(st.batch * bytes));
-      if (!row.empty()) e.line("muli t2, " + row + ", " + std::to_string(st.seq * bytes)), e.line("add t1, t1, t2");
-      e.line("muli t2, " + head + ", " + std::to_string(st.head * bytes)), e.line("add t1, t1, t2");
-      e.line("li " + to + ", " + base), e.line("add " + to + ", " + to + ", t1");
+    auto offset = [&](isa::Reg to, int64_t base, const AttentionStrides& st, const isa::Reg* row, isa::Reg head,
+                      int64_t bytes) {
+      k.muli(t1, b, st.batch * bytes);
+      if (row) k.muli(t2, *row, st.seq * bytes), k.add(t1, t1, t2);
+      k.muli(t2, head, st.head * bytes), k.add(t1, t1, t2);
+      k.set(to, base), k.add(to, to, t1);
     };
-    offset("qh", "q", qs, "t0", "h", 2);
-    offset("oh", "o", os, "t0", "h", O);
+    offset(qh, q_addr, qs, &t0, h, 2);
+    offset(oh, o_addr, os, &t0, h, O);
     if (HG == 1)
-      e.li("t1", H / KVH), e.line("div t0, h, t1"), e.clobber("t0");  // the kv head
+      k.li(t1, H / KVH), k.div(t0, h, t1), k.forget(t0);  // the kv head
     else
-      e.line("li t0, 0"), e.clobber("t0");  // (load_kv adds each head's)
-    offset("kh", "k", ks, "", "t0", 2);
-    offset("vh", "v", vs, "", "t0", 2);
-    e.line("muli qv, ip, " + std::to_string(L.QB)), e.line("addi qv, qv, " + std::to_string(L.Q0));
-    if (a.key_bias) e.line("muli t5, ip, " + std::to_string(L.KBB)), e.line("addi t5, t5, " + std::to_string(L.KB0));
+      k.set(t0, 0);  // (load_kv adds each head's)
+    offset(kh, k_addr, ks, nullptr, t0, 2);
+    offset(vh, v_addr, vs, nullptr, t0, 2);
+    k.muli(qv, ip, L.QB), k.addi(qv, qv, L.Q0);
+    if (a.key_bias) k.muli(t5, ip, L.KBB), k.addi(t5, t5, L.KB0);
     if (L.NQB == 2)
-      e.line("sub ip, one, ip");
+      k.sub(ip, one, ip);
     else
-      e.line("addi ip, ip, 1"), e.line("rem ip, ip, three");
-    e.clobber("t0"), e.clobber("t1"), e.clobber("t2");
-    e.li("t3", D * 2), e.li("t4", qs.seq * 2);
+      k.addi(ip, ip, 1), k.rem(ip, ip, three);
+    k.forget(t0), k.forget(t1), k.forget(t2);
+    k.li(t3, D * 2), k.li(t4, qs.seq * 2);
     for (int64_t j = 0; j < HG; ++j) {  // head j's rows at j x BR of the Q buffer
       if (j == 0) {
-        e.line("dma.ld qv, qh, mt, t3, t4, t3, wait=" + QFREE);
+        e.dma_ld(qv, qh, mt, t3, t4, t3, {.wait = QFREE});
         continue;
       }
-      e.line("addi t1, qv, " + std::to_string(j * BR * D * 2));
-      e.line("addi t2, qh, " + std::to_string(j * qs.head * 2));
-      e.line("dma.ld t1, t2, mt, t3, t4, t3");
-      e.clobber("t1"), e.clobber("t2");
+      k.addi(t1, qv, j * BR * D * 2);
+      k.addi(t2, qh, j * qs.head * 2);
+      e.dma_ld(t1, t2, mt, t3, t4, t3);
     }
     if (a.key_bias) {  // the batch's kb row into the item's bias row (its Q buffer's parity: free when that is)
-      e.line("muli t6, b, " + std::to_string(kbs * 4)), e.line("li t7, kb"), e.line("add t6, t6, t7");
-      e.li("t7", SK * 4);
-      e.line("dma.ld t5, t6, one, t7, t7, t7");
-      e.line("dmain.sync signal=" + KBFULL);
-      e.clobber("t5"), e.clobber("t6"), e.clobber("t7");
+      k.muli(t6, b, kbs * 4), k.set(t7, kb_addr), k.add(t6, t6, t7);
+      k.li(t7, SK * 4);
+      e.dma_ld(t5, t6, one, t7, t7, t7);
+      e.dmain_sync({.signal = KBFULL});
+      k.forget(t5), k.forget(t6), k.forget(t7);
       // the kb row / scale: the drain adds it before its scale (vpu.acc), giving S * scale + kb
-      e.li("t0", L.Q0), e.line("sub t0, qv, t0"), e.li("t1", L.QB), e.line("div t0, t0, t1");
-      e.line("muli t0, t0, " + std::to_string(L.KBB)), e.line("addi t0, t0, " + std::to_string(L.KB0));
-      e.li("t1", SK), e.li("t2", isa::bits_from_f32(1.0f / scale));
-      e.line("vpu.cast t0, t0, t1, t2, f32, f32, scale_en, wait=" + KBFULL);
-      e.clobber("t0"), e.clobber("t1"), e.clobber("t2");
+      k.li(t0, L.Q0), k.sub(t0, qv, t0), k.li(t1, L.QB), k.div(t0, t0, t1);
+      k.muli(t0, t0, L.KBB), k.addi(t0, t0, L.KB0);
+      k.li(t1, SK), k.li(t2, isa::bits_from_f32(1.0f / scale));
+      e.vpu_cast(t0, t0, t1, t2, DType::F32, DType::F32, {.scale_en = true, .wait = KBFULL});
+      k.forget(t0), k.forget(t1), k.forget(t2);
     }
   };
   // m = -inf, l = 0 (after the previous item's O / l has read its l)
   auto init_stats = [&]() {
-    e.li("t0", L.M), e.li("t1", L.Z + L.Mx * 4), e.li("t2", L.Z), e.li("t3", HR);
-    e.line("vpu.add t0, t1, t2, t3, f32");
-    e.li("t0", L.L), e.line("vpu.add t0, t2, t2, t3, f32");
+    k.li(t0, L.M), k.li(t1, L.Z + L.Mx * 4), k.li(t2, L.Z), k.li(t3, HR);
+    e.vpu_add(t0, t1, t2, t3, DType::F32);
+    k.li(t0, L.L), e.vpu_add(t0, t2, t2, t3, DType::F32);
   };
-  // Block kn (register) is the last one: its own tiles (keys KTL), else full blocks.
-  auto by_block = [&](const std::string& kr, const std::function<void(int64_t)>& emit) {
+  // Block kr (register) is the last one: its own tiles (keys KTL), else full blocks.
+  auto by_block = [&](isa::Reg kr, const std::function<void(int64_t)>& emit) {
     if (KTL == BC) return emit(BC);
-    const std::string last = e.fresh(), join = e.fresh();
-    e.li("t8", L.NBK - 1), e.line("beq " + kr + ", t8, " + last);
+    const isa::Label last = k.label(), join = k.label();
+    k.li(t8, L.NBK - 1), e.beq(kr, t8, last);
     emit(BC);
-    e.line("jmp " + join);
-    e.label(last);
+    e.jmp(join);
+    k.bind(last);
     emit(KTL);
-    e.label(join);
+    k.bind(join);
   };
   // O / l, cast into the item's Q buffer (register `qr`), stored strip by strip to `ohr` (its mt rows in `mtr`).
-  auto finish = [&](const std::string& qr, const std::string& ohr, const std::string& mtr) {
-    e.li("t0", L.RL), e.li("t1", L.L), e.li("t2", HR);
-    e.line("vpu.recip t0, t1, t2, f32");
-    e.li("t3", C), e.li("t4", C * 4);
+  auto finish = [&](isa::Reg qr, isa::Reg ohr, isa::Reg mtr) {
+    k.li(t0, L.RL), k.li(t1, L.L), k.li(t2, HR);
+    e.vpu_recip(t0, t1, t2, DType::F32);
+    k.li(t3, C), k.li(t4, C * 4);
     for (int64_t q = 0; q < L.p.strips; ++q) {
-      e.li("t1", L.OB + q * HR * C * 4);
-      e.line("vpu.mulrow t1, t1, t0, t2, t3, t4, f32");
+      k.li(t1, L.OB + q * HR * C * 4);
+      e.vpu_mulrow(t1, t1, t0, t2, t3, t4, DType::F32);
     }
-    e.li("t1", L.OB), e.li("t2", HR * L.Dp);
-    e.line("vpu.cast " + qr + ", t1, t2, r0, f32, " + std::string(odt));
-    e.line("vpu.sync signal=" + OUTFULL);
-    e.li("t4", os.seq * O), e.li("t5", C * O);
+    k.li(t1, L.OB), k.li(t2, HR * L.Dp);
+    e.vpu_cast(qr, t1, t2, zero, DType::F32, a.out);
+    e.vpu_sync({.signal = OUTFULL});
+    k.li(t4, os.seq * O), k.li(t5, C * O);
     bool first = true;
     for (int64_t j = 0; j < HG; ++j)                // each head's rows (j x BR of the strip), to its place in o
       for (int64_t q = 0; q < cdiv(D, C); ++q) {  // the strips of D's columns (not compute_head_dim's)
-        e.line("addi t0, " + ohr + ", " + std::to_string(j * os.head * O + q * C * O)),
-            e.line("addi t1, " + qr + ", " + std::to_string((q * HR + j * BR) * C * O));
-        e.li("t3", std::min(C, D - q * C) * O);
-        e.line("dma.st t0, t1, " + mtr + ", t3, t4, t5" + std::string(first ? ", wait=" + OUTFULL : ""));
+        k.addi(t0, ohr, j * os.head * O + q * C * O), k.addi(t1, qr, (q * HR + j * BR) * C * O);
+        k.li(t3, std::min(C, D - q * C) * O);
+        e.dma_st(t0, t1, mtr, t3, t4, t5, {.wait = first ? OUTFULL : Sem{}});
         first = false;
       }
-    e.line("dmaout.sync signal=" + QFREE);
+    e.dmaout_sync({.signal = QFREE});
   };
 
   // The items, as one stream of key blocks: block n + 1's K/V load and S product are issued before block n's
@@ -807,71 +786,72 @@ std::string generate(const AttentionChip& a, const Chip& c, const Layout& L) {
   // matrix units compute it while the vector unit finishes the item (its O update, O / l and the cast); the next
   // item's softmax follows (its m and l start once O / l has read the last item's l).
   auto first_block = [&]() {  // the item's block 0: its K/V load and S product
-    e.line("li n, 0");
-    slot_of("g", "kvn");
-    load_kv("n", "kvn");
-    s_product("kvn", "g");
+    k.set(n, 0);
+    slot_of(g, kvn);
+    load_kv(n, kvn);
+    s_product(kvn, g);
   };
-  auto next_block = [&](const std::string& jr) {  // block jr (of this item or the next) after block n, global g + 1
-    e.line("addi t8, g, 1");
-    slot_of("t8", "kvm");
-    load_kv(jr, "kvm");
-    e.line("addi t8, g, 1");
-    s_product("kvm", "t8");
+  auto next_block = [&](isa::Reg jr) {  // block jr (of this item or the next) after block n, global g + 1
+    k.addi(t8, g, 1);
+    slot_of(t8, kvm);
+    load_kv(jr, kvm);
+    k.addi(t8, g, 1);
+    s_product(kvm, t8);
   };
   auto pv_and_update = [&]() {  // block n's P V product and O update
-    by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
+    by_block(n, [&](int64_t kt) { pv_product(kvn, g, kt); });
     oupd();
   };
-  e.li("t0", L.plan.items), e.line("bge t, t0, done");
+  const isa::Label item = k.label(), block = k.label(), done = k.label();
+  k.li(t0, L.plan.items), e.bge(t, t0, done);
   setup();
   first_block();
-  e.label("item");
+  k.bind(item);
   init_stats();
-  soft("n", "g");
-  e.label("block");
+  soft(n, g);
+  k.bind(block);
   {
-    const std::string last = e.fresh();
-    e.line("addi kn, n, 1"), e.line("bge kn, nblk, " + last);
-    next_block("kn");
-    by_block("n", [&](int64_t kt) { pv_product("kvn", "g", kt); });
-    e.line("addi kn, n, 1"), e.line("addi t8, g, 1");
-    soft("kn", "t8");
+    const isa::Label last = k.label();
+    k.addi(kn, n, 1), e.bge(kn, nblk, last);
+    next_block(kn);
+    by_block(n, [&](int64_t kt) { pv_product(kvn, g, kt); });
+    k.addi(kn, n, 1), k.addi(t8, g, 1);
+    soft(kn, t8);
     oupd();
-    e.line("addi n, n, 1"), e.line("addi g, g, 1"), e.line("addi kvn, kvm, 0");
-    e.line("jmp block");
+    k.addi(n, n, 1), k.addi(g, g, 1), k.addi(kvn, kvm, 0);
+    e.jmp(block);
     // The item's last block n.
-    e.label(last);
+    k.bind(last);
     if (L.pipe_items) {
-      const std::string alone = e.fresh();
+      const isa::Label alone = k.label();
       // This item's Q buffer, output row address and rows (kn, cid and bias are free from here to its O / l).
-      e.line("addi kn, qv, 0"), e.line("addi cid, oh, 0"), e.line("addi bias, mt, 0");
-      e.line("addi t, t, " + std::to_string(c.P));
-      e.li("t0", L.plan.items), e.line("bge t, t0, " + alone);
+      k.addi(kn, qv, 0), k.addi(cid, oh, 0), k.addi(bias, mt, 0);
+      k.addi(t, t, c.P);
+      k.li(t0, L.plan.items), e.bge(t, t0, alone);
       setup();
-      next_block("r0");
+      next_block(zero);
       pv_and_update();
-      finish("kn", "cid", "bias");
-      e.line("li n, 0"), e.line("addi g, g, 1"), e.line("addi kvn, kvm, 0");
-      e.line("jmp item");
-      e.label(alone);  // no next item on this core
+      finish(kn, cid, bias);
+      k.set(n, 0), k.addi(g, g, 1), k.addi(kvn, kvm, 0);
+      e.jmp(item);
+      k.bind(alone);  // no next item on this core
       pv_and_update();
-      finish("qv", "oh", "mt");
-      e.line("jmp done");
+      finish(qv, oh, mt);
+      e.jmp(done);
     } else {  // the next item's loads after this one's P V product
       pv_and_update();
-      finish("qv", "oh", "mt");
-      e.line("addi g, g, 1");
-      e.line("addi t, t, " + std::to_string(c.P));
-      e.li("t0", L.plan.items), e.line("bge t, t0, done");
+      finish(qv, oh, mt);
+      k.addi(g, g, 1);
+      k.addi(t, t, c.P);
+      k.li(t0, L.plan.items), e.bge(t, t0, done);
       setup();
       first_block();
-      e.line("jmp item");
+      e.jmp(item);
     }
   }
-  e.label("done");
-  e.line("halt");
-  return o.str();
+  k.bind(done);
+  e.halt();
+  return e.finish();
 }
 
 }  // namespace
@@ -885,14 +865,17 @@ double attention_chip_estimate(const AttentionChip& a, const std::map<std::strin
   return attention_chip_plan(a, symbols).estimate;
 }
 
-std::string attention_chip_source(const AttentionChip& a, const std::map<std::string, int64_t>& symbols) {
+isa::Program attention_chip_kernel(const AttentionChip& a, const std::map<std::string, int64_t>& symbols,
+                                   const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc,
+                                   uint64_t hbm_base) {
   const Chip c = chip_of(a, symbols);
-  return generate(a, c, plan_of(a, c));
+  return generate(a, c, plan_of(a, c), tensor_addr, base_pc, hbm_base);
 }
 
-isa::Program attention_chip_kernel(const AttentionChip& a, const std::map<std::string, int64_t>& symbols) {
-  isa::AsmOptions opts;
-  return isa::assemble(attention_chip_source(a, symbols), "attention_chip.s", opts);
+std::string attention_chip_source(const AttentionChip& a, const std::map<std::string, int64_t>& symbols) {
+  const Chip c = chip_of(a, symbols);
+  const Layout L = plan_of(a, c);
+  return summary(a, c, L) + isa::disassemble(generate(a, c, L, {}, 0, 0));
 }
 
 }  // namespace tpusim::kernels

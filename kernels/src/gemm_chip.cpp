@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "tpusim/isa/assembler.h"
+#include "tpusim/isa/emitter.h"
 
 namespace tpusim::kernels {
 namespace {
@@ -19,150 +20,162 @@ int64_t symbol(const std::map<std::string, int64_t>& s, const char* name) {
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
 
+// Where a kernel goes: its tensors at `addr` where given, the others placed from hbm_base up as the assembler
+// places them; its code from instruction base_pc.
+struct Placing {
+  const std::map<std::string, uint64_t>& addr;
+  uint64_t base_pc = 0, hbm_base = 0;
+  int64_t declare(isa::Emitter& e, const char* name, isa::TensorKind kind, isa::DType dt,
+                  std::vector<int64_t> shape) const {
+    return static_cast<int64_t>(e.declare_placed(isa::TensorDecl{name, kind, dt, std::move(shape)}, addr, hbm_base));
+  }
+};
+
 }  // namespace
 
-// The strips schedule (gemm_chip.h); gemm_chip_source has checked the shape, the types, P and U.
-static std::string strips_source(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t U) {
+namespace {
+
+// The strips schedule's registers (r0 holds 0).
+namespace strips_regs {
+using isa::Reg;
+constexpr Reg zero{0}, cid{1}, g{2}, m0{3}, mt{4}, k0{5}, kt{6}, n0{7}, pw{8}, slot{9}, aslot{10}, accslot{11},
+    cslot{12}, abase{13}, va{14}, vb{15}, t0{16}, t1{17}, t2{18}, t3{19}, nt{20}, vc{21}, first{22}, one{23};
+}  // namespace strips_regs
+
+// The strips schedule (gemm_chip.h); resolve() has checked the shape, the types, P and U.
+isa::Program strips_kernel(const GemmChip& gc, const std::map<std::string, int64_t>& s, int64_t P, int64_t U,
+                           const Placing& pl, std::string* summary) {
+  using namespace strips_regs;
+  using isa::DType;
+  using isa::Sem;
   const int64_t R = symbol(s, "MXU_ROWS"), C = symbol(s, "MXU_COLS"), ACC = symbol(s, "ACC_ROWS"),
                 VMEM = symbol(s, "VMEM_BYTES");
-  const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
-  const char* in = isa::dtype_name(g.in);
-  const char* acc_dt = g.in == isa::DType::I8 ? "i32" : "f32";
-  const int64_t NG = cdiv(g.n, U * C);       // strip groups
+  const int64_t E = isa::dtype_size(gc.in), O = isa::dtype_size(gc.out);
+  const DType in = gc.in, acc_dt = gc.in == DType::I8 ? DType::I32 : DType::F32;
+  const int64_t NG = cdiv(gc.n, U * C);       // strip groups
   const int64_t PANEL = align64(R * U * C * E);
-  const int64_t TM_VMEM = (VMEM - 2 * PANEL - 256) / (2 * g.k * E + 2 * C * O);
+  const int64_t TM_VMEM = (VMEM - 2 * PANEL - 256) / (2 * gc.k * E + 2 * C * O);
   const int64_t TM_MAX = std::min(ACC / 2, TM_VMEM);
   if (TM_MAX < 1)
-    throw std::invalid_argument("gemm_chip: a row of a (K = " + std::to_string(g.k) +
+    throw std::invalid_argument("gemm_chip: a row of a (K = " + std::to_string(gc.k) +
                                 ") and the operand tiles do not fit in VMEM (" + std::to_string(VMEM) + " bytes)");
-  const int64_t TM = cdiv(g.m, cdiv(g.m, TM_MAX));
-  const int64_t A_BYTES = align64(TM * g.k * E), C_BYTES = align64(TM * C * O);
+  const int64_t TM = cdiv(gc.m, cdiv(gc.m, TM_MAX));
+  const int64_t A_BYTES = align64(TM * gc.k * E), C_BYTES = align64(TM * C * O);
   const int64_t VA0 = 0, VB0 = VA0 + 2 * A_BYTES, VC0 = VB0 + 2 * PANEL;
-  const int64_t KT = cdiv(g.k, R), PR = cdiv(TM, KT);  // folds; rows of a per piece of the next row tile
+  const int64_t KT = cdiv(gc.k, R), PR = cdiv(TM, KT);  // folds; rows of a per piece of the next row tile
   // Semaphores: unit j uses FREE 1+4j, FULL 2+4j, AFREE 3+4j, AFULL 4+4j; then CFREE, CFULL, AREG.
-  auto FREE = [](int64_t j) { return 1 + 4 * j; };
-  auto FULL = [](int64_t j) { return 2 + 4 * j; };
-  auto AFREE = [](int64_t j) { return 3 + 4 * j; };
-  auto AFULL = [](int64_t j) { return 4 + 4 * j; };
-  const int64_t CFREE = 4 * U + 1, CFULL = 4 * U + 2, AREG = 4 * U + 3;
+  auto FREE = [](int64_t j) { return Sem{static_cast<int>(1 + 4 * j)}; };
+  auto FULL = [](int64_t j) { return Sem{static_cast<int>(2 + 4 * j)}; };
+  auto AFREE = [](int64_t j) { return Sem{static_cast<int>(3 + 4 * j)}; };
+  auto AFULL = [](int64_t j) { return Sem{static_cast<int>(4 + 4 * j)}; };
+  const Sem CFREE{static_cast<int>(4 * U + 1)}, CFULL{static_cast<int>(4 * U + 2)}, AREG{static_cast<int>(4 * U + 3)};
 
-  std::ostringstream o;
-  o << "# gemm_chip: c[" << g.m << "," << g.n << "] = a[" << g.m << "," << g.k << "] @ b[" << g.k << "," << g.n
-    << "] on " << P << " cores x " << U << " matrix units (kernels/gemm_chip.h)\n";
-  o << ".name \"gemm_chip\"\n.cores " << P << "\n";
-  o << ".input a, " << in << ", [" << g.m << ", " << g.k << "]\n";
-  o << ".input b, " << in << ", [" << g.k << ", " << g.n << "]\n";
-  o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.m << ", " << g.n << "]\n";
-  o << R"(.reg cid, r1
-.reg g, r2
-.reg m0, r3
-.reg mt, r4
-.reg k0, r5
-.reg kt, r6
-.reg n0, r7
-.reg pw, r8
-.reg slot, r9
-.reg aslot, r10
-.reg accslot, r11
-.reg cslot, r12
-.reg abase, r13
-.reg va, r14
-.reg vb, r15
-.reg t0, r16
-.reg t1, r17
-.reg t2, r18
-.reg t3, r19
-.reg nt, r20
-.reg vc, r21
-.reg first, r22
-.reg one, r23
-)";
+  if (summary) {
+    std::ostringstream o;
+    o << "# gemm_chip: c[" << gc.m << "," << gc.n << "] = a[" << gc.m << "," << gc.k << "] @ b[" << gc.k << ","
+      << gc.n << "] on " << P << " cores x " << U << " matrix units (kernels/gemm_chip.h)\n";
+    *summary = o.str();
+  }
+  isa::Emitter e("gemm_chip", "<gemm_chip>", pl.base_pc);
+  e.set_cores(static_cast<uint32_t>(P));
+  const int64_t a_addr = pl.declare(e, "a", isa::TensorKind::Input, in, {gc.m, gc.k});
+  const int64_t b_addr = pl.declare(e, "b", isa::TensorKind::Input, in, {gc.k, gc.n});
+  const int64_t c_addr = pl.declare(e, "c", isa::TensorKind::Output, gc.out, {gc.m, gc.n});
+  const isa::Label rowtile = e.label(), group = e.label(), fold = e.label(), panel = e.label(), apiece = e.label(),
+                   rowdone = e.label();
   for (int64_t j = 0; j < U; ++j)
-    o << "    sem.set s" << FREE(j) << ", 2\n    sem.set s" << FULL(j) << ", 0\n    sem.set s" << AFREE(j)
-      << ", 2\n    sem.set s" << AFULL(j) << ", 0\n";
-  o << "    sem.set s" << CFREE << ", 2\n    sem.set s" << CFULL << ", 0\n    sem.set s" << AREG << ", 2\n";
-  o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li aslot, 0\n    li accslot, 0\n    li cslot, 0\n"
-    << "    li m0, 0\n";
+    e.sem_set(FREE(j), 2), e.sem_set(FULL(j), 0), e.sem_set(AFREE(j), 2), e.sem_set(AFULL(j), 0);
+  e.sem_set(CFREE, 2), e.sem_set(CFULL, 0), e.sem_set(AREG, 2);
+  e.core_id(cid), e.li(one, 1), e.li(slot, 0), e.li(aslot, 0), e.li(accslot, 0), e.li(cslot, 0);
+  e.li(m0, 0);
   // Row tile 0's a, whole rows (one contiguous transfer), unless this core has no group.
-  o << "    li t0, " << NG << "\n    bge cid, t0, rowtile\n    li t0, " << std::min(TM, g.m) << "\n    li t1, "
-    << g.k * E << "\n    li t2, a\n    li va, " << VA0 << "\n    dma.ld va, t2, t0, t1, t1, t1, wait=s" << AREG
-    << "\n";
-  o << "rowtile:\n    li t0, " << g.m << "\n    sub mt, t0, m0\n    li t0, " << TM << "\n    min mt, mt, t0\n"
-    << "    muli abase, aslot, " << A_BYTES << "\n    addi abase, abase, " << VA0 << "\n"
-    << "    li first, 1\n    addi g, cid, 0\n";
-  o << "group:\n    li t0, " << NG << "\n    bge g, t0, rowdone\n"
-    << "    muli n0, g, " << U * C << "\n    li t0, " << g.n << "\n    sub pw, t0, n0\n    li t0, " << U * C
-    << "\n    min pw, pw, t0\n    li k0, 0\n";
+  e.li(t0, NG), e.bge(cid, t0, rowtile), e.li(t0, std::min(TM, gc.m)), e.li(t1, gc.k * E), e.li(t2, a_addr);
+  e.li(va, VA0), e.dma_ld(va, t2, t0, t1, t1, t1, {.wait = AREG});
+  e.bind(rowtile);
+  e.li(t0, gc.m), e.sub(mt, t0, m0), e.li(t0, TM), e.min(mt, mt, t0);
+  e.muli(abase, aslot, A_BYTES), e.addi(abase, abase, VA0);
+  e.li(first, 1), e.addi(g, cid, 0);
+  e.bind(group);
+  e.li(t0, NG), e.bge(g, t0, rowdone);
+  e.muli(n0, g, U * C), e.li(t0, gc.n), e.sub(pw, t0, n0), e.li(t0, U * C), e.min(pw, pw, t0), e.li(k0, 0);
   // Strip j exists in this group when j*C < pw.
-  auto skip_unless_strip = [&](int64_t j, const std::string& label) {
+  auto skip_unless_strip = [&](int64_t j, isa::Label skip) {
     if (j == 0) return;
-    o << "    li t0, " << j * C << "\n    bge t0, pw, " << label << "\n";
+    e.li(t0, j * C), e.bge(t0, pw, skip);
   };
-  o << "fold:\n    li t0, " << g.k << "\n    sub kt, t0, k0\n    li t0, " << R << "\n    min kt, kt, t0\n"
-    << "    muli va, k0, " << E << "\n    add va, va, abase\n    li t3, " << g.k * E << "\n";
+  e.bind(fold);
+  e.li(t0, gc.k), e.sub(kt, t0, k0), e.li(t0, R), e.min(kt, kt, t0);
+  e.muli(va, k0, E), e.add(va, va, abase), e.li(t3, gc.k * E);
   // In the row tile's first group, fold f also loads piece f of the next row tile's a (PR whole rows,
   // contiguous) into the other A region: the next row tile's a streams in while this one computes, and whole
   // rows read HBM sequentially. The first piece waits `a region free` (the row tile before this one is done).
-  o << "    beq first, r0, panel\n    addi t0, m0, " << TM << "\n    li t1, " << g.m << "\n    bge t0, t1, panel\n"
-    << "    sub t1, t1, t0\n    li t2, " << TM << "\n    min t1, t1, t2\n"      // t1 = rows of the next tile
-    << "    li t2, " << R << "\n    div t2, k0, t2\n    muli t2, t2, " << PR << "\n"  // t2 = first row of piece
-    << "    bge t2, t1, panel\n    sub t1, t1, t2\n    li vc, " << PR << "\n    min t1, t1, vc\n"  // t1 = its rows
-    << "    add t0, t0, t2\n    muli t0, t0, " << g.k * E << "\n    li vc, a\n    add t0, t0, vc\n"
-    << "    sub vc, one, aslot\n    muli vc, vc, " << A_BYTES << "\n    addi vc, vc, " << VA0 << "\n"
-    << "    muli t2, t2, " << g.k * E << "\n    add vc, vc, t2\n    li t2, " << g.k * E << "\n"
-    << "    bne k0, r0, apiece\n    dma.ld vc, t0, t1, t2, t2, t2, wait=s" << AREG << "\n    jmp panel\n"
-    << "apiece:\n    dma.ld vc, t0, t1, t2, t2, t2\n";
-  o << "panel:\n    muli vb, slot, " << PANEL << "\n    addi vb, vb, " << VB0 << "\n";
+  e.beq(first, zero, panel), e.addi(t0, m0, TM), e.li(t1, gc.m), e.bge(t0, t1, panel);
+  e.sub(t1, t1, t0), e.li(t2, TM), e.min(t1, t1, t2);                       // t1 = rows of the next tile
+  e.li(t2, R), e.div(t2, k0, t2), e.muli(t2, t2, PR);                       // t2 = first row of piece
+  e.bge(t2, t1, panel), e.sub(t1, t1, t2), e.li(vc, PR), e.min(t1, t1, vc);  // t1 = its rows
+  e.add(t0, t0, t2), e.muli(t0, t0, gc.k * E), e.li(vc, a_addr), e.add(t0, t0, vc);
+  e.sub(vc, one, aslot), e.muli(vc, vc, A_BYTES), e.addi(vc, vc, VA0);
+  e.muli(t2, t2, gc.k * E), e.add(vc, vc, t2), e.li(t2, gc.k * E);
+  e.bne(k0, zero, apiece), e.dma_ld(vc, t0, t1, t2, t2, t2, {.wait = AREG}), e.jmp(panel);
+  e.bind(apiece);
+  e.dma_ld(vc, t0, t1, t2, t2, t2);
+  e.bind(panel);
+  e.muli(vb, slot, PANEL), e.addi(vb, vb, VB0);
   for (int64_t j = 1; j < U; ++j) {
-    const std::string l = "free" + std::to_string(j);
+    const isa::Label l = e.label();
     skip_unless_strip(j, l);
-    o << "    dmain.sync wait=s" << FREE(j) << "\n" << l << ":\n";
+    e.dmain_sync({.wait = FREE(j)});
+    e.bind(l);
   }
-  o << "    muli t0, k0, " << g.n << "\n    add t0, t0, n0\n    muli t0, t0, " << E
-    << "\n    li t1, b\n    add t0, t0, t1\n    muli t1, pw, " << E << "\n    li t2, " << g.n * E
-    << "\n    li vc, " << U * C * E << "\n    dma.ld vb, t0, kt, t1, t2, vc, wait=s" << FREE(0) << ", signal=s"
-    << FULL(0) << "\n";
+  e.muli(t0, k0, gc.n), e.add(t0, t0, n0), e.muli(t0, t0, E), e.li(t1, b_addr), e.add(t0, t0, t1);
+  e.muli(t1, pw, E), e.li(t2, gc.n * E), e.li(vc, U * C * E);
+  e.dma_ld(vb, t0, kt, t1, t2, vc, {.wait = FREE(0), .signal = FULL(0)});
   for (int64_t j = 1; j < U; ++j) {
-    const std::string l = "full" + std::to_string(j);
+    const isa::Label l = e.label();
     skip_unless_strip(j, l);
-    o << "    dmain.sync signal=s" << FULL(j) << "\n" << l << ":\n";
+    e.dmain_sync({.signal = FULL(j)});
+    e.bind(l);
   }
   for (int64_t j = 0; j < U; ++j) {
-    const std::string l = "mm" + std::to_string(j);
+    const isa::Label l = e.label(), first_fold = e.label();
     skip_unless_strip(j, l);
-    o << "    li t0, " << j * C << "\n    sub nt, pw, t0\n    li t0, " << C << "\n    min nt, nt, t0\n"
-      << "    addi t0, vb, " << j * C * E << "\n    li t2, " << U * C * E << "\n"
-      << "    mxu.lw t0, kt, nt, t2, " << in << ", mxu=" << j << ", wait=s" << FULL(j) << ", signal=s" << FREE(j)
-      << "\n    muli t1, accslot, " << TM << "\n"
-      << "    beq k0, r0, first" << j << "\n"
-      << "    mxu.mm va, mt, t1, t3, " << in << ", accumulate, mxu=" << j << "\n    jmp " << l << "\n"
-      << "first" << j << ":\n    mxu.mm va, mt, t1, t3, " << in << ", mxu=" << j << ", wait=s" << AFREE(j) << "\n"
-      << l << ":\n";
+    e.li(t0, j * C), e.sub(nt, pw, t0), e.li(t0, C), e.min(nt, nt, t0);
+    e.addi(t0, vb, j * C * E), e.li(t2, U * C * E);
+    e.mxu_lw(t0, kt, nt, t2, in, {.mxu = j, .wait = FULL(j), .signal = FREE(j)});
+    e.muli(t1, accslot, TM);
+    e.beq(k0, zero, first_fold);
+    e.mxu_mm(va, mt, t1, t3, in, {.accumulate = true, .mxu = j}), e.jmp(l);
+    e.bind(first_fold);
+    e.mxu_mm(va, mt, t1, t3, in, {.mxu = j, .wait = AFREE(j)});
+    e.bind(l);
   }
-  o << "    sub slot, one, slot\n    addi k0, k0, " << R << "\n    li t0, " << g.k << "\n    blt k0, t0, fold\n"
-    << "    li first, 0\n";
+  e.sub(slot, one, slot), e.addi(k0, k0, R), e.li(t0, gc.k), e.blt(k0, t0, fold);
+  e.li(first, 0);
   // Drain every strip of the group.
   for (int64_t j = 0; j < U; ++j) {
-    const std::string l = "drained" + std::to_string(j);
+    const isa::Label l = e.label();
     skip_unless_strip(j, l);
-    o << "    mxu.sync mxu=" << j << ", signal=s" << AFULL(j) << "\n"
-      << "    li t0, " << j * C << "\n    sub nt, pw, t0\n    li t0, " << C << "\n    min nt, nt, t0\n"
-      << "    muli vc, cslot, " << C_BYTES << "\n    addi vc, vc, " << VC0 << "\n"
-      << "    muli t0, accslot, " << TM << "\n    addi t0, t0, " << j * ACC << "\n    muli t1, nt, " << O << "\n"
-      << "    vpu.sync wait=s" << CFREE << "\n"
-      << "    vpu.acc vc, t0, mt, nt, t1, r0, r0, " << acc_dt << ", " << isa::dtype_name(g.out) << ", wait=s"
-      << AFULL(j) << ", signal=s" << AFREE(j) << "\n"
-      << "    vpu.sync signal=s" << CFULL << "\n"
-      << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << j * C << "\n    muli t0, t0, " << O
-      << "\n    li t2, c\n    add t0, t0, t2\n    li t2, " << g.n * O << "\n"
-      << "    dma.st t0, vc, mt, t1, t2, t1, wait=s" << CFULL << ", signal=s" << CFREE << "\n"
-      << "    sub cslot, one, cslot\n" << l << ":\n";
+    e.mxu_sync({.mxu = j, .signal = AFULL(j)});
+    e.li(t0, j * C), e.sub(nt, pw, t0), e.li(t0, C), e.min(nt, nt, t0);
+    e.muli(vc, cslot, C_BYTES), e.addi(vc, vc, VC0);
+    e.muli(t0, accslot, TM), e.addi(t0, t0, j * ACC), e.muli(t1, nt, O);
+    e.vpu_sync({.wait = CFREE});
+    e.vpu_acc(vc, t0, mt, nt, t1, zero, zero, acc_dt, gc.out, {.wait = AFULL(j), .signal = AFREE(j)});
+    e.vpu_sync({.signal = CFULL});
+    e.muli(t0, m0, gc.n), e.add(t0, t0, n0), e.addi(t0, t0, j * C), e.muli(t0, t0, O);
+    e.li(t2, c_addr), e.add(t0, t0, t2), e.li(t2, gc.n * O);
+    e.dma_st(t0, vc, mt, t1, t2, t1, {.wait = CFULL, .signal = CFREE});
+    e.sub(cslot, one, cslot);
+    e.bind(l);
   }
-  o << "    sub accslot, one, accslot\n    addi g, g, " << P << "\n    jmp group\n";
-  o << "rowdone:\n    vpu.sync signal=s" << AREG << "\n    sub aslot, one, aslot\n    addi m0, m0, " << TM
-    << "\n    li t0, " << g.m << "\n    blt m0, t0, rowtile\n";
-  return o.str();
+  e.sub(accslot, one, accslot), e.addi(g, g, P), e.jmp(group);
+  e.bind(rowdone);
+  e.vpu_sync({.signal = AREG}), e.sub(aslot, one, aslot), e.addi(m0, m0, TM);
+  e.li(t0, gc.m), e.blt(m0, t0, rowtile);
+  return e.finish();
 }
+
+}  // namespace
 
 namespace {
 
@@ -270,10 +283,10 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
   auto act_vmem = [&](int64_t n) {
     auto it = act_bytes.find(n);
     if (it == act_bytes.end())
-      it = act_bytes.emplace(n, static_cast<int64_t>(rowwise::epilogue(*g.act, n, 0, "r0", "r0", "r0", "r0").bytes)).first;
+      it = act_bytes.emplace(n, static_cast<int64_t>(rowwise::epilogue(*g.act, n, 0).bytes)).first;
     return it->second;
   };
-  const int64_t act_passes = g.act ? rowwise::epilogue(*g.act, 1, 0, "r0", "r0", "r0", "r0").vector_ops : 0;
+  const int64_t act_passes = g.act ? rowwise::epilogue(*g.act, 1, 0).vector_ops : 0;
   TilePlan best;
   for (int64_t U = UMAX; U >= (P > 1 ? 1 : UMAX); --U)  // fewer units only to spread narrower tiles over cores
   for (int64_t rb = 1; rb <= U; rb = rb == 1 && U > 1 ? U : U + 1)
@@ -402,39 +415,52 @@ double strips_estimate_of(const GemmChip& g, const std::map<std::string, int64_t
                          matrix_rate(g.in, s));
 }
 
+// The tiled schedule's registers (r0 holds 0; r29..r31 are scratch without names).
+namespace tile_regs {
+using isa::Reg;
+constexpr Reg zero{0}, cid{1}, t{2}, m0{3}, mt{4}, k0{5}, kt{6}, n0{7}, pw{8}, slot{9}, accslot{10}, cslot{11},
+    ah{12}, bh{13}, va{14}, vb{15}, t0{16}, t1{17}, t2{18}, nt{19}, one{20}, ar{21}, astr{22}, wstr{23}, vc{24},
+    split{25}, kb{26}, t3{27}, vq{28}, r29{29}, r30{30}, r31{31};
+}  // namespace tile_regs
+
 // The A block of a chunk read as a convolution's taps (ConvTaps): columns [k0, k0 + kc) of rows m0 .. m0 + mt
 // into VMEM at va (row pitch astr), one DMA per tap the columns cover (rows of at most cin elements, read at
-// pitch cin from the tap's rows of a); the first waits `wait`. Scratch: t0..t3, kt, vc, r29..r31.
-void tap_loads(std::ostringstream& o, const ConvTaps& x, int64_t E, int64_t kc, const std::string& wait,
-               const std::string& loop) {
-  o << "    dmain.sync wait=" << wait << "\n    addi r29, k0, 0\n    addi r30, k0, " << kc << "\n" << loop << ":\n"
-    << "    li t0, " << x.cin << "\n    div t1, r29, t0\n    rem t2, r29, t0\n"   // tap t1, channel t2
-    << "    sub r31, t0, t2\n    sub t3, r30, r29\n    min r31, r31, t3\n"         // r31 = elements of this tap
-    << "    li t0, " << x.kw << "\n    div t3, t1, t0\n    rem t1, t1, t0\n"       // (i, j) = (t3, t1)
-    << "    muli t3, t3, " << x.dh << "\n    muli t1, t1, " << x.dw << "\n";         // (ih, jw)
+// pitch cin from the tap's rows of a, at a_addr); the first waits `wait`. Scratch: t0..t3, kt, vc, r29..r31.
+void tap_loads(isa::Emitter& e, const ConvTaps& x, int64_t E, int64_t kc, isa::Sem wait, int64_t a_addr) {
+  using namespace tile_regs;
+  const isa::Label loop = e.label();
+  e.dmain_sync({.wait = wait}), e.addi(r29, k0, 0), e.addi(r30, k0, kc);
+  e.bind(loop);
+  e.li(t0, x.cin), e.div(t1, r29, t0), e.rem(t2, r29, t0);       // tap t1, channel t2
+  e.sub(r31, t0, t2), e.sub(t3, r30, r29), e.min(r31, r31, t3);  // r31 = elements of this tap
+  e.li(t0, x.kw), e.div(t3, t1, t0), e.rem(t1, t1, t0);          // (i, j) = (t3, t1)
+  e.muli(t3, t3, x.dh), e.muli(t1, t1, x.dw);                    // (ih, jw)
   if (x.sh == 1 && x.sw == 1) {
-    o << "    muli t3, t3, " << x.wq << "\n    add t3, t3, t1\n";
+    e.muli(t3, t3, x.wq), e.add(t3, t3, t1);
   } else {
-    o << "    li t0, " << x.sh << "\n    rem kt, t3, t0\n    div t3, t3, t0\n    muli t3, t3, " << x.wq << "\n"
-      << "    li t0, " << x.sw << "\n    rem vc, t1, t0\n    div t1, t1, t0\n    add t3, t3, t1\n"
-      << "    muli kt, kt, " << x.sw << "\n    add kt, kt, vc\n    muli kt, kt, " << x.phase_rows
-      << "\n    add t3, t3, kt\n";
+    e.li(t0, x.sh), e.rem(kt, t3, t0), e.div(t3, t3, t0), e.muli(t3, t3, x.wq);
+    e.li(t0, x.sw), e.rem(vc, t1, t0), e.div(t1, t1, t0), e.add(t3, t3, t1);
+    e.muli(kt, kt, x.sw), e.add(kt, kt, vc), e.muli(kt, kt, x.phase_rows), e.add(t3, t3, kt);
   }
-  o << "    add t3, t3, m0\n    muli t3, t3, " << x.cin << "\n    add t3, t3, t2\n    muli t3, t3, " << E
-    << "\n    li t0, a\n    add t3, t3, t0\n"                                         // source address
-    << "    sub t1, r29, k0\n    muli t1, t1, " << E << "\n    add t1, t1, va\n"   // VMEM address
-    << "    muli t2, r31, " << E << "\n    li t0, " << x.cin * E << "\n    dma.ld t1, t3, mt, t2, t0, astr\n"
-    << "    add r29, r29, r31\n    blt r29, r30, " << loop << "\n";
+  e.add(t3, t3, m0), e.muli(t3, t3, x.cin), e.add(t3, t3, t2), e.muli(t3, t3, E);
+  e.li(t0, a_addr), e.add(t3, t3, t0);                           // source address
+  e.sub(t1, r29, k0), e.muli(t1, t1, E), e.add(t1, t1, va);      // VMEM address
+  e.muli(t2, r31, E), e.li(t0, x.cin * E), e.dma_ld(t1, t3, mt, t2, t0, astr);
+  e.add(r29, r29, r31), e.blt(r29, r30, loop);
 }
 
-std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t UMAX) {
+isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t UMAX,
+                          const Placing& pl, std::string* summary) {
+  using namespace tile_regs;
+  using isa::DType;
+  using isa::Label;
+  using isa::Sem;
   const int64_t R = symbol(s, "MXU_ROWS"), C = symbol(s, "MXU_COLS"), ACC = symbol(s, "ACC_ROWS"),
                 VMEM = symbol(s, "VMEM_BYTES");
   const TilePlan plan = plan_tiles(g, s, P, UMAX);
   const int64_t U = plan.u;  // the units the plan uses
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
-  const char* in = isa::dtype_name(g.in);
-  const char* acc_dt = g.in == isa::DType::I8 ? "i32" : "f32";
+  const DType in = g.in, acc_dt = g.in == DType::I8 ? DType::I32 : DType::F32;
   // RB > 1: row blocks, unit j computes rows [j*TMU, (j+1)*TMU) of the tile (C columns, one strip per unit)
   const int64_t RB = plan.rb, TM = plan.tm, TMU = cdiv(TM, RB), S = plan.s, KC = plan.kc, ABUF = plan.abuf;
   const int64_t W = RB > 1 ? C : U * S * C;
@@ -458,16 +484,18 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t NCBUF = std::min(U * S, kMaxCBuffers);
   const int64_t VA0 = 0, VC0 = NSLOT * SLOT;  // then NCBUF C buffers
   const bool partial = g.n % W != 0;  // the last column tile lacks some strips
-  auto FREE = [](int64_t j) { return 1 + 4 * j; };
-  auto FULL = [](int64_t j) { return 2 + 4 * j; };
-  auto AFREE = [](int64_t j) { return 3 + 4 * j; };
-  auto AFULL = [](int64_t j) { return 4 + 4 * j; };
-  const int64_t CFREE = 4 * U + 1, CFULL = 4 * U + 2, BFREE = 4 * U + 3, BFULL = 4 * U + 4;
+  auto sem = [](int64_t i) { return Sem{static_cast<int>(i)}; };
+  auto FREE = [&](int64_t j) { return sem(1 + 4 * j); };
+  auto FULL = [&](int64_t j) { return sem(2 + 4 * j); };
+  auto AFREE = [&](int64_t j) { return sem(3 + 4 * j); };
+  auto AFULL = [&](int64_t j) { return sem(4 + 4 * j); };
+  const Sem CFREE = sem(4 * U + 1), CFULL = sem(4 * U + 2), BFREE = sem(4 * U + 3), BFULL = sem(4 * U + 4);
   // residual: NSLOT + 1 slots of a tile of r, strip by strip packed as the C buffers are, RP bytes apart;
   // dmain loads a tile's after its operands (waits RFREE, signals RFULL), the drain adds it and frees the slot.
   // dmain runs up to NSLOT tiles ahead of the matrix units and the drain one behind them: with fewer slots the
   // wait for a free one would hold back the operand loads behind it.
-  const int64_t RFREE = 4 * U + 5, RFULL = 4 * U + 6, RP = C_BYTES, RSLOTS = NSLOT + 1;
+  const Sem RFREE = sem(4 * U + 5), RFULL = sem(4 * U + 6);
+  const int64_t RP = C_BYTES, RSLOTS = NSLOT + 1;
   const int64_t NTB = cdiv(g.n, C);                   // b_tiled: weight tiles per row of tiles
   const int64_t VBIAS = VC0 + NCBUF * CQ_BYTES;       // bias: the tile's W columns (f32 or i32; dequant: pairs)
   // Two bias tables, by tile parity ((t - cid) / P) % 2, so that the next tile's bias load does not wait for this
@@ -480,217 +508,187 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   const int64_t AE = U * S * TMU * C;  // elements of a tile's pieces
   const int64_t VE0 = VR0 + (g.residual ? RSLOTS * U * S * RP : 0);  // then act's constants and temporaries
   const std::optional<rowwise::Epilogue> act =
-      g.act ? std::optional(rowwise::epilogue(*g.act, AE, static_cast<uint64_t>(VE0), "one", "t0", "t1", "t2"))
-            : std::nullopt;
+      g.act ? std::optional(rowwise::epilogue(*g.act, AE, static_cast<uint64_t>(VE0))) : std::nullopt;
   const int64_t VAF = align64(VE0 + (act ? act->bytes : 0)), VAO = VAF + align64(AE * 4), AOB = align64(AE * O);
-  const int64_t AOFREE = 4 * U + 5;
+  const Sem AOFREE = sem(4 * U + 5);
   // Without overlap_tiles: TDONE, the core's previous tile stored (dmaout signals it after the tile's last store;
   // dmain waits for it before the tile's first load).
-  const int64_t TDONE = 4 * U + 7;
-  int label = 0;
-  auto fresh = [&label]() { return "l" + std::to_string(label++); };
-
-  std::ostringstream o;
-  // reg = base + slot * bytes, the slot of tile `tile` (register) among n: this core's ((tile - cid) / P) % n (no
-  // register is free to hold a slot: the taps' loads take r29 and r30); clobbers tmp
-  auto tile_slot = [&](const std::string& reg, const std::string& tmp, const std::string& tile, int64_t n,
-                       int64_t bytes, int64_t base) {
-    o << "    sub " << reg << ", " << tile << ", cid\n    li " << tmp << ", " << P << "\n    div " << reg << ", " << reg
-      << ", " << tmp << "\n    li " << tmp << ", " << n << "\n    rem " << reg << ", " << reg << ", " << tmp << "\n    muli "
-      << reg << ", " << reg << ", " << bytes << "\n    addi " << reg << ", " << reg << ", " << base << "\n";
-  };
-  auto bias_slot = [&](const std::string& reg, const std::string& tmp) { tile_slot(reg, tmp, "t", 2, BTB, VBIAS); };
-  o << "# gemm_chip (tiles): c[" << g.m << "," << g.n << "] = a[" << g.m << "," << g.k << "] @ b[" << g.k << ","
-    << g.n << "] on " << P << " cores x " << U << " matrix units: " << T << " tiles of " << TM << " x " << W
-    << (RB > 1 ? " (row blocks: unit j takes rows j*" + std::to_string(TMU) + ".. of a tile, "
-                 : " (" + std::to_string(S) + " strips per unit, ")
-    << ABUF << " accumulator regions), K in chunks of " << KC << " (" << NSLOT
-    << " slots)";
-  if (SK > 1) o << " and " << SK << " splits of " << KS << " (f32 partials in ws, reduced after a barrier)";
-  if (MC)
-    o << ", pairs of cores multicast "
-      << (MC == 1 ? "a's rows (tiles row by row)" : "b's columns (tiles column by column)");
-  o << " (kernels/gemm_chip.h)\n";
-  o << ".name \"gemm_chip\"\n.cores " << P << "\n";
-  if (g.taps.cin > 0)
-    o << ".input a, " << in << ", [" << g.taps.rows << ", " << g.taps.cin << "]\n";
-  else
-    o << ".input a, " << in << ", [" << g.m << ", " << g.k << "]\n";
-  if (g.trans_b)
-    o << ".input b, " << in << ", [" << g.n << ", " << g.k << "]\n";
-  else if (g.b_tiled)
-    o << ".input b, " << in << ", [" << cdiv(g.k, R) << ", " << cdiv(g.n, C) << ", " << R << ", " << C << "]\n";
-  else
-    o << ".input b, " << in << ", [" << g.k << ", " << g.n << "]\n";
-  if (g.dequant)
-    o << ".input dq, f32, [" << g.n << ", 2]\n";
-  else if (g.bias)
-    o << ".input bias, " << acc_dt << ", [" << g.n << "]\n";
-  if (g.residual) o << ".input r, " << isa::dtype_name(g.out) << ", [" << g.m << ", " << g.n << "]\n";
-  if (g.group_n > 0)
-    o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.n / g.group_n << ", " << g.m << ", " << g.group_n
-      << "]\n";
-  else if (!g.q_only)
-    o << ".output c, " << isa::dtype_name(g.out) << ", [" << g.m << ", " << g.n << "]\n";
-  if (Q) o << ".output q, i8, [" << g.m << ", " << g.n << "]\n";
-  if (SK > 1) o << ".output ws, f32, [" << SK << ", " << g.m << ", " << g.n << "]\n";
-  o << R"(.reg split, r25
-.reg kb, r26
-.reg cid, r1
-.reg t, r2
-.reg m0, r3
-.reg mt, r4
-.reg k0, r5
-.reg kt, r6
-.reg n0, r7
-.reg pw, r8
-.reg slot, r9
-.reg accslot, r10
-.reg cslot, r11
-.reg ah, r12
-.reg bh, r13
-.reg va, r14
-.reg vb, r15
-.reg t0, r16
-.reg t1, r17
-.reg t2, r18
-.reg nt, r19
-.reg one, r20
-.reg t3, r27
-.reg ar, r21
-.reg astr, r22
-.reg wstr, r23
-.reg vc, r24
-.reg vq, r28
-)";
-  for (int64_t j = 0; j < U; ++j)
-    o << "    sem.set s" << FREE(j) << ", " << NSLOT << "\n    sem.set s" << FULL(j) << ", 0\n    sem.set s" << AFREE(j)
-      << ", " << ABUF << "\n    sem.set s" << AFULL(j) << ", 0\n";
-  o << "    sem.set s" << CFREE << ", " << NCBUF << "\n    sem.set s" << CFULL << ", 0\n";
-  if (TABLE) o << "    sem.set s" << BFREE << ", 2\n    sem.set s" << BFULL << ", 0\n";
-  if (g.residual) o << "    sem.set s" << RFREE << ", " << RSLOTS << "\n    sem.set s" << RFULL << ", 0\n";
-  if (!g.overlap_tiles) o << "    sem.set s" << TDONE << ", 1\n";
-  // dst = the VMEM address of piece p of this tile's r slot, clobbering tmp
-  auto r_piece = [&](const char* dst, const char* tmp, int64_t p) { tile_slot(dst, tmp, "t", RSLOTS, U * S * RP, VR0 + p * RP); };
-  o << "    core.id cid\n    li one, 1\n    li slot, 0\n    li accslot, 0\n    li cslot, 0\n    li astr, " << KC * E
-    << "\n    li wstr, " << W * E << "\n    addi t, cid, 0\n    li nt, " << C << "\n";
-  if (act) o << act->init << "    sem.set s" << AOFREE << ", 2\n";
-  // Strip q (of U*S) of the tile: skipped where the last column tile lacks it; nt = its columns.
-  auto strip_guard = [&](int64_t q, const std::string& skip) {
-    if (!partial) return;  // nt = C, set once
-    o << "    li t0, " << q * C << "\n    bge t0, pw, " << skip << "\n    sub nt, pw, t0\n    li t0, " << C
-      << "\n    min nt, nt, t0\n";
-  };
-  auto unit_guard = [&](int64_t j, const std::string& skip) {  // unit j has at least one strip (rows) in this tile
-    if (RB > 1 && j > 0)
-      o << "    li t0, " << j * TMU << "\n    bge t0, mt, " << skip << "\n";
-    else if (partial && j > 0)
-      o << "    li t0, " << j * S * C << "\n    bge t0, pw, " << skip << "\n";
-  };
-  // The rows unit j streams: mt, or with row blocks its block's (r31)
-  auto unit_rows = [&](int64_t j) -> std::string {
-    if (RB == 1) return "mt";
-    o << "    li t0, " << j * TMU << "\n    sub r31, mt, t0\n    li t0, " << TMU << "\n    min r31, r31, t0\n";
-    return "r31";
-  };
-  // One chunk of kc elements of K at k0 (register), the first of the tile or not.
-  auto chunk = [&](int64_t kc, bool first) {
-    if (first && !g.overlap_tiles) o << "    dmain.sync wait=s" << TDONE << "    # the previous tile is stored\n";
-    o << "    muli va, slot, " << SLOT << "\n    addi va, va, " << VA0 << "\n    addi vb, va, " << A_SLOT << "\n";
-    for (int64_t j = 1; j < U; ++j) {
-      const std::string l = fresh();
-      unit_guard(j, l);
-      o << "    dmain.sync wait=s" << FREE(j) << "\n" << l << ":\n";
-    }
-    if (g.taps.cin > 0)
-      tap_loads(o, g.taps, E, kc, "s" + std::to_string(FREE(0)), fresh());
-    else
-      o << "    muli t0, k0, " << E << "\n    add t0, t0, ah\n    li t1, " << kc * E << "\n    li t2, " << g.k * E
-        << "\n    dma.ld va, t0, mt, t1, t2, astr" << (MC == 1 ? ", mcast" : "") << ", wait=s" << FREE(0) << "\n";
-    const char* bmc = MC == 2 ? ", mcast" : "";  // b's chunk, read once for the pair
-    if (g.trans_b)  // pw rows of b (output columns), kc elements of K each, KC apart in VMEM
-      o << "    muli t0, k0, " << E << "\n    add t0, t0, bh\n    li t1, " << kc * E << "\n    li t2, " << g.k * E
-        << "\n    dma.ld vb, t0, pw, t1, t2, astr" << bmc << ", signal=s" << FULL(0) << "\n";
-    else if (g.b_tiled)  // per fold, the tile's ceil(pw / C) weight tiles are contiguous: one row per fold
-      o << "    muli t0, k0, " << NTB * C * E << "\n    add t0, t0, bh\n    li kt, " << cdiv(kc, R) << "\n    addi t1, pw, "
-        << C - 1 << "\n    li t2, " << C << "\n    div t1, t1, t2\n    muli t1, t1, " << R * C * E << "\n    li t2, "
-        << NTB * R * C * E << "\n    li vc, " << W * R * E << "\n    dma.ld vb, t0, kt, t1, t2, vc" << bmc
-        << ", signal=s" << FULL(0) << "\n";
-    else
-      o << "    muli t0, k0, " << g.n * E << "\n    add t0, t0, bh\n    li kt, " << kc << "\n    muli t1, pw, " << E
-        << "\n    li t2, " << g.n * E << "\n    dma.ld vb, t0, kt, t1, t2, wstr" << bmc << ", signal=s" << FULL(0)
-        << "\n";
-    for (int64_t j = 1; j < U; ++j) {
-      const std::string l = fresh();
-      unit_guard(j, l);
-      o << "    dmain.sync signal=s" << FULL(j) << "\n" << l << ":\n";
-    }
-    const int64_t folds = cdiv(kc, R);
-    for (int64_t f = 0; f < folds; ++f) {
-      o << "    li kt, " << std::min(R, kc - f * R) << "\n";
-      for (int64_t j = 0; j < U; ++j)
-        for (int64_t sidx = 0; sidx < S; ++sidx) {
-          const int64_t q = RB > 1 ? 0 : j * S + sidx;  // the strip of columns
-          const std::string l = fresh();
-          if (RB > 1) unit_guard(j, l);
-          strip_guard(q, l);
-          const std::string rows = unit_rows(j);
-          if (g.trans_b)  // the strip's C rows of the panel, from element f*R of each
-            o << "    addi t1, vb, " << (q * C * KC + f * R) * E << "\n    mxu.lw t1, kt, nt, astr, " << in
-              << ", trans, mxu=" << j;
-          else if (g.b_tiled)  // fold f's tile q: R x C contiguous
-            o << "    addi t1, vb, " << (f * W * R + q * R * C) * E << "\n    li t2, " << C * E << "\n    mxu.lw t1, kt, nt, t2, "
-              << in << ", mxu=" << j;
-          else
-            o << "    addi t1, vb, " << (f * R * W + q * C) * E << "\n    mxu.lw t1, kt, nt, wstr, " << in
-              << ", mxu=" << j;
-          if (f == 0 && sidx == 0) o << ", wait=s" << FULL(j);
-          o << "\n    addi t1, va, " << ((RB > 1 ? j * TMU * KC : 0) + f * R) * E << "\n    addi t2, ar, " << sidx * TMU
-            << "\n    mxu.mm t1, " << rows << ", t2, astr, " << in << (first && f == 0 ? "" : ", accumulate")
-            << ", mxu=" << j;
-          if (first && f == 0 && sidx == 0) o << ", wait=s" << AFREE(j);
-          // The unit's last read of the slot frees it. With a partial tile, the unit's last present strip
-          // may come before S - 1: the signal then goes on a sync after the strips (below).
-          if (f == folds - 1 && sidx == S - 1) o << ", signal=s" << FREE(j);
-          o << "\n" << l << ":\n";
-        }
-      if (partial && RB == 1 && f == folds - 1)
-        for (int64_t j = 0; j < U; ++j) {  // units whose last strip is missing free the slot here
-          const std::string l = fresh();
-          if (j > 0) o << "    li t0, " << j * S * C << "\n    bge t0, pw, " << l << "\n";
-          o << "    li t0, " << (j * S + S - 1) * C << "\n    blt t0, pw, " << l << "\n    mxu.sync mxu=" << j
-            << ", signal=s" << FREE(j) << "\n" << l << ":\n";
-        }
-    }
-    if (NSLOT == 2) {
-      o << "    sub slot, one, slot\n";
-    } else {
-      const std::string l = fresh();
-      o << "    addi slot, slot, 1\n    li t0, " << NSLOT << "\n    blt slot, t0, " << l << "\n    li slot, 0\n" << l << ":\n";
-    }
-  };
-
-  o << "tile:\n    li t0, " << T * SK << "\n    bge t, t0, done\n"
-    << "    li t0, " << SK << "\n    div t1, t, t0\n    muli t2, t1, " << SK << "\n    sub split, t, t2\n"  // tile, split
-    << "    muli kb, split, " << KS << "\n";
-  if (MC == 2)  // column-major: t2 = tile / NR, t1 = tile % NR
-    o << "    li t0, " << NR << "\n    div t2, t1, t0\n    muli t0, t2, " << NR << "\n    sub t1, t1, t0\n";
-  else
-    o << "    li t0, " << NC << "\n    div t2, t1, t0\n    muli t0, t2, " << NC << "\n    sub t2, t1, t0\n"
-      << "    li t0, " << NC << "\n    div t1, t1, t0\n";  // t1 = row tile, t2 = column tile
-  o << "    muli m0, t1, " << TM << "\n    li t0, " << g.m << "\n    sub mt, t0, m0\n    li t0, " << TM
-    << "\n    min mt, mt, t0\n"
-    << "    muli n0, t2, " << W << "\n    li t0, " << g.n << "\n    sub pw, t0, n0\n    li t0, " << W
-    << "\n    min pw, pw, t0\n"
-    << "    muli ah, m0, " << g.k * E << "\n    li t0, a\n    add ah, ah, t0\n"
-    << "    muli bh, n0, " << (g.trans_b ? g.k * E : g.b_tiled ? R * E : E) << "\n    li t0, b\n    add bh, bh, t0\n"
-    << "    muli ar, accslot, " << S * TMU << "\n";
+  const Sem TDONE = sem(4 * U + 7);
   // Worth it where the matrix work it takes out of the tail, the last chunk's folds but one, exceeds what the
   // extra chunks add: about a transfer's latency.
   const int64_t tail_lead = (KLAST - 1) / R * R;  // the last chunk's rows of K before its last fold
   const bool split_tail = g.split_last_fold && SK == 1 &&
                           tail_lead / R * S * std::max(cdiv(TMU, matrix_rate(g.in, s)), R) >
                               optional_symbol(s, "DMA_LATENCY", 100);
+
+  if (summary) {
+    std::ostringstream o;
+    o << "# gemm_chip (tiles): c[" << g.m << "," << g.n << "] = a[" << g.m << "," << g.k << "] @ b[" << g.k << ","
+      << g.n << "] on " << P << " cores x " << U << " matrix units: " << T << " tiles of " << TM << " x " << W
+      << (RB > 1 ? " (row blocks: unit j takes rows j*" + std::to_string(TMU) + ".. of a tile, "
+                 : " (" + std::to_string(S) + " strips per unit, ")
+      << ABUF << " accumulator regions), K in chunks of " << KC << " (" << NSLOT << " slots)";
+    if (SK > 1) o << " and " << SK << " splits of " << KS << " (f32 partials in ws, reduced after a barrier)";
+    if (MC)
+      o << ", pairs of cores multicast "
+        << (MC == 1 ? "a's rows (tiles row by row)" : "b's columns (tiles column by column)");
+    if (!g.overlap_tiles) o << ", one tile at a time per core (the previous tile is stored before the next loads)";
+    if (split_tail) o << ", the core's last tile loads its last chunk's last fold as a chunk of its own";
+    o << " (kernels/gemm_chip.h)\n";
+    *summary = o.str();
+  }
+  isa::Emitter e("gemm_chip", "<gemm_chip>", pl.base_pc);
+  e.set_cores(static_cast<uint32_t>(P));
+  using isa::TensorKind;
+  const int64_t a_addr = g.taps.cin > 0 ? pl.declare(e, "a", TensorKind::Input, in, {g.taps.rows, g.taps.cin})
+                                        : pl.declare(e, "a", TensorKind::Input, in, {g.m, g.k});
+  const int64_t b_addr =
+      g.trans_b   ? pl.declare(e, "b", TensorKind::Input, in, {g.n, g.k})
+      : g.b_tiled ? pl.declare(e, "b", TensorKind::Input, in, {cdiv(g.k, R), cdiv(g.n, C), R, C})
+                  : pl.declare(e, "b", TensorKind::Input, in, {g.k, g.n});
+  int64_t table_addr = 0, r_addr = 0, c_addr = 0, q_addr = 0, ws_addr = 0;
+  if (g.dequant)
+    table_addr = pl.declare(e, "dq", TensorKind::Input, DType::F32, {g.n, 2});
+  else if (g.bias)
+    table_addr = pl.declare(e, "bias", TensorKind::Input, acc_dt, {g.n});
+  if (g.residual) r_addr = pl.declare(e, "r", TensorKind::Input, g.out, {g.m, g.n});
+  if (g.group_n > 0)
+    c_addr = pl.declare(e, "c", TensorKind::Output, g.out, {g.n / g.group_n, g.m, g.group_n});
+  else if (!g.q_only)
+    c_addr = pl.declare(e, "c", TensorKind::Output, g.out, {g.m, g.n});
+  if (Q) q_addr = pl.declare(e, "q", TensorKind::Output, DType::I8, {g.m, g.n});
+  if (SK > 1) ws_addr = pl.declare(e, "ws", TensorKind::Output, DType::F32, {SK, g.m, g.n});
+
+  // reg = base + slot * bytes, the slot of tile `tile` (register) among n: this core's ((tile - cid) / P) % n (no
+  // register is free to hold a slot: the taps' loads take r29 and r30); clobbers tmp
+  auto tile_slot = [&](isa::Reg reg, isa::Reg tmp, isa::Reg tile, int64_t n, int64_t bytes, int64_t base) {
+    e.sub(reg, tile, cid), e.li(tmp, P), e.div(reg, reg, tmp), e.li(tmp, n), e.rem(reg, reg, tmp);
+    e.muli(reg, reg, bytes), e.addi(reg, reg, base);
+  };
+  auto bias_slot = [&](isa::Reg reg, isa::Reg tmp) { tile_slot(reg, tmp, t, 2, BTB, VBIAS); };
+  for (int64_t j = 0; j < U; ++j)
+    e.sem_set(FREE(j), NSLOT), e.sem_set(FULL(j), 0), e.sem_set(AFREE(j), ABUF), e.sem_set(AFULL(j), 0);
+  e.sem_set(CFREE, NCBUF), e.sem_set(CFULL, 0);
+  if (TABLE) e.sem_set(BFREE, 2), e.sem_set(BFULL, 0);
+  if (g.residual) e.sem_set(RFREE, RSLOTS), e.sem_set(RFULL, 0);
+  if (!g.overlap_tiles) e.sem_set(TDONE, 1);
+  // dst = the VMEM address of piece p of this tile's r slot, clobbering tmp
+  auto r_piece = [&](isa::Reg dst, isa::Reg tmp, int64_t p) { tile_slot(dst, tmp, t, RSLOTS, U * S * RP, VR0 + p * RP); };
+  e.core_id(cid), e.li(one, 1), e.li(slot, 0), e.li(accslot, 0), e.li(cslot, 0), e.li(astr, KC * E);
+  e.li(wstr, W * E), e.addi(t, cid, 0), e.li(nt, C);
+  if (act) act->init(e, one, t0, t1, t2), e.sem_set(AOFREE, 2);
+  // Strip q (of U*S) of the tile: skipped where the last column tile lacks it; nt = its columns.
+  auto strip_guard = [&](int64_t q, Label skip) {
+    if (!partial) return;  // nt = C, set once
+    e.li(t0, q * C), e.bge(t0, pw, skip), e.sub(nt, pw, t0), e.li(t0, C), e.min(nt, nt, t0);
+  };
+  auto unit_guard = [&](int64_t j, Label skip) {  // unit j has at least one strip (rows) in this tile
+    if (RB > 1 && j > 0)
+      e.li(t0, j * TMU), e.bge(t0, mt, skip);
+    else if (partial && j > 0)
+      e.li(t0, j * S * C), e.bge(t0, pw, skip);
+  };
+  // The rows unit j streams: mt, or with row blocks its block's (r31)
+  auto unit_rows = [&](int64_t j) -> isa::Reg {
+    if (RB == 1) return mt;
+    e.li(t0, j * TMU), e.sub(r31, mt, t0), e.li(t0, TMU), e.min(r31, r31, t0);
+    return r31;
+  };
+  // One chunk of kc elements of K at k0 (register), the first of the tile or not.
+  auto chunk = [&](int64_t kc, bool first) {
+    if (first && !g.overlap_tiles) e.dmain_sync({.wait = TDONE});  // the previous tile is stored
+    e.muli(va, slot, SLOT), e.addi(va, va, VA0), e.addi(vb, va, A_SLOT);
+    for (int64_t j = 1; j < U; ++j) {
+      const Label l = e.label();
+      unit_guard(j, l);
+      e.dmain_sync({.wait = FREE(j)});
+      e.bind(l);
+    }
+    if (g.taps.cin > 0) {
+      tap_loads(e, g.taps, E, kc, FREE(0), a_addr);
+    } else {
+      e.muli(t0, k0, E), e.add(t0, t0, ah), e.li(t1, kc * E), e.li(t2, g.k * E);
+      e.dma_ld(va, t0, mt, t1, t2, astr, {.mcast = MC == 1, .wait = FREE(0)});
+    }
+    const bool bmc = MC == 2;  // b's chunk, read once for the pair
+    if (g.trans_b) {  // pw rows of b (output columns), kc elements of K each, KC apart in VMEM
+      e.muli(t0, k0, E), e.add(t0, t0, bh), e.li(t1, kc * E), e.li(t2, g.k * E);
+      e.dma_ld(vb, t0, pw, t1, t2, astr, {.mcast = bmc, .signal = FULL(0)});
+    } else if (g.b_tiled) {  // per fold, the tile's ceil(pw / C) weight tiles are contiguous: one row per fold
+      e.muli(t0, k0, NTB * C * E), e.add(t0, t0, bh), e.li(kt, cdiv(kc, R)), e.addi(t1, pw, C - 1), e.li(t2, C);
+      e.div(t1, t1, t2), e.muli(t1, t1, R * C * E), e.li(t2, NTB * R * C * E), e.li(vc, W * R * E);
+      e.dma_ld(vb, t0, kt, t1, t2, vc, {.mcast = bmc, .signal = FULL(0)});
+    } else {
+      e.muli(t0, k0, g.n * E), e.add(t0, t0, bh), e.li(kt, kc), e.muli(t1, pw, E), e.li(t2, g.n * E);
+      e.dma_ld(vb, t0, kt, t1, t2, wstr, {.mcast = bmc, .signal = FULL(0)});
+    }
+    for (int64_t j = 1; j < U; ++j) {
+      const Label l = e.label();
+      unit_guard(j, l);
+      e.dmain_sync({.signal = FULL(j)});
+      e.bind(l);
+    }
+    const int64_t folds = cdiv(kc, R);
+    for (int64_t f = 0; f < folds; ++f) {
+      e.li(kt, std::min(R, kc - f * R));
+      for (int64_t j = 0; j < U; ++j)
+        for (int64_t sidx = 0; sidx < S; ++sidx) {
+          const int64_t q = RB > 1 ? 0 : j * S + sidx;  // the strip of columns
+          const Label l = e.label();
+          if (RB > 1) unit_guard(j, l);
+          strip_guard(q, l);
+          const isa::Reg rows = unit_rows(j);
+          const Sem wait_full = f == 0 && sidx == 0 ? FULL(j) : Sem{};
+          if (g.trans_b) {  // the strip's C rows of the panel, from element f*R of each
+            e.addi(t1, vb, (q * C * KC + f * R) * E);
+            e.mxu_lw(t1, kt, nt, astr, in, {.trans = true, .mxu = j, .wait = wait_full});
+          } else if (g.b_tiled) {  // fold f's tile q: R x C contiguous
+            e.addi(t1, vb, (f * W * R + q * R * C) * E), e.li(t2, C * E);
+            e.mxu_lw(t1, kt, nt, t2, in, {.mxu = j, .wait = wait_full});
+          } else {
+            e.addi(t1, vb, (f * R * W + q * C) * E);
+            e.mxu_lw(t1, kt, nt, wstr, in, {.mxu = j, .wait = wait_full});
+          }
+          e.addi(t1, va, ((RB > 1 ? j * TMU * KC : 0) + f * R) * E), e.addi(t2, ar, sidx * TMU);
+          // The unit's last read of the slot frees it. With a partial tile, the unit's last present strip
+          // may come before S - 1: the signal then goes on a sync after the strips (below).
+          e.mxu_mm(t1, rows, t2, astr, in,
+                   {.accumulate = !(first && f == 0), .mxu = j,
+                    .wait = first && f == 0 && sidx == 0 ? AFREE(j) : Sem{},
+                    .signal = f == folds - 1 && sidx == S - 1 ? FREE(j) : Sem{}});
+          e.bind(l);
+        }
+      if (partial && RB == 1 && f == folds - 1)
+        for (int64_t j = 0; j < U; ++j) {  // units whose last strip is missing free the slot here
+          const Label l = e.label();
+          if (j > 0) e.li(t0, j * S * C), e.bge(t0, pw, l);
+          e.li(t0, (j * S + S - 1) * C), e.blt(t0, pw, l), e.mxu_sync({.mxu = j, .signal = FREE(j)});
+          e.bind(l);
+        }
+    }
+    if (NSLOT == 2) {
+      e.sub(slot, one, slot);
+    } else {
+      const Label l = e.label();
+      e.addi(slot, slot, 1), e.li(t0, NSLOT), e.blt(slot, t0, l), e.li(slot, 0);
+      e.bind(l);
+    }
+  };
+
+  const Label tile = e.label(), done = e.label();
+  e.bind(tile);
+  e.li(t0, T * SK), e.bge(t, t0, done);
+  e.li(t0, SK), e.div(t1, t, t0), e.muli(t2, t1, SK), e.sub(split, t, t2);  // tile, split
+  e.muli(kb, split, KS);
+  if (MC == 2)  // column-major: t2 = tile / NR, t1 = tile % NR
+    e.li(t0, NR), e.div(t2, t1, t0), e.muli(t0, t2, NR), e.sub(t1, t1, t0);
+  else
+    e.li(t0, NC), e.div(t2, t1, t0), e.muli(t0, t2, NC), e.sub(t2, t1, t0), e.li(t0, NC), e.div(t1, t1, t0);
+  e.muli(m0, t1, TM), e.li(t0, g.m), e.sub(mt, t0, m0), e.li(t0, TM), e.min(mt, mt, t0);
+  e.muli(n0, t2, W), e.li(t0, g.n), e.sub(pw, t0, n0), e.li(t0, W), e.min(pw, pw, t0);
+  e.muli(ah, m0, g.k * E), e.li(t0, a_addr), e.add(ah, ah, t0);
+  e.muli(bh, n0, g.trans_b ? g.k * E : g.b_tiled ? R * E : E), e.li(t0, b_addr), e.add(bh, bh, t0);
+  e.muli(ar, accslot, S * TMU);
   // The K range [kb, kb + (nk - 1) * KC + klast): the first chunk, the middle ones in a loop, the last. With
   // `split`, the last chunk's last fold is a chunk of its own: the rest of the chunk, smaller, arrives sooner and
   // its matrix work runs while that fold loads, where the whole chunk's came after its load. The folds are those
@@ -698,200 +696,201 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
   // tile's loads hide the other tiles' last chunks). (A chunk a fold for the whole last chunk leaves one fold
   // after the last load, but small transfers cost more than that saves: v6e 128 x 3072 x 768 9,428 cycles against
   // 8,566.)
-  auto krange = [&](int64_t nk, int64_t klast, bool split) {
-    const int64_t lead = split ? tail_lead : 0;  // (split only for the K range that ends in KLAST)
+  auto krange = [&](int64_t nk, int64_t klast, bool split_last) {
+    const int64_t lead = split_last ? tail_lead : 0;  // (split only for the K range that ends in KLAST)
     auto last = [&](int64_t at, bool first) {
       if (lead > 0) {
         chunk(lead, first);
-        o << "    addi k0, kb, " << at + lead << "\n";
+        e.addi(k0, kb, at + lead);
       }
       chunk(klast - lead, first && lead == 0);
     };
-    o << "    addi k0, kb, 0\n";
+    e.addi(k0, kb, 0);
     if (nk == 1) return last(0, true);
     chunk(KC, true);
     if (nk > 2) {
-      const std::string mid = fresh();
-      o << "    addi k0, kb, " << KC << "\n" << mid << ":\n";
+      const Label mid = e.label();
+      e.addi(k0, kb, KC);
+      e.bind(mid);
       chunk(KC, false);
-      o << "    addi k0, k0, " << KC << "\n    addi t0, kb, " << (nk - 1) * KC << "\n    blt k0, t0, " << mid << "\n";
+      e.addi(k0, k0, KC), e.addi(t0, kb, (nk - 1) * KC), e.blt(k0, t0, mid);
     }
-    o << "    addi k0, kb, " << (nk - 1) * KC << "\n";
+    e.addi(k0, kb, (nk - 1) * KC);
     last((nk - 1) * KC, false);
   };
   if (SK > 1) {
-    const std::string last = fresh(), drain = fresh();
-    o << "    li t0, " << SK - 1 << "\n    beq split, t0, " << last << "\n";
+    const Label last = e.label(), drain = e.label();
+    e.li(t0, SK - 1), e.beq(split, t0, last);
     krange(NKS, KC, false);
-    o << "    jmp " << drain << "\n" << last << ":\n";
+    e.jmp(drain);
+    e.bind(last);
     krange(NKL, KLAST, false);
-    o << drain << ":\n";
+    e.bind(drain);
   } else if (split_tail) {  // this core's last tile (none follows at t + P) splits its last chunk
-    const std::string other = fresh(), ranged = fresh();
-    o << "    # the core's last tile: its last chunk's last fold is a chunk of its own\n"
-      << "    addi t0, t, " << P << "\n    li t1, " << T << "\n    blt t0, t1, " << other << "\n";
+    const Label other = e.label(), ranged = e.label();
+    e.addi(t0, t, P), e.li(t1, T), e.blt(t0, t1, other);
     krange(NKL, KLAST, true);
-    o << "    jmp " << ranged << "\n" << other << ":\n";
+    e.jmp(ranged);
+    e.bind(other);
     krange(NKL, KLAST, false);
-    o << ranged << ":\n";
+    e.bind(ranged);
   } else {
     krange(NKL, KLAST, false);
   }
   if (g.residual) {  // the tile's r into its slot, strip by strip: r[m0 + r0.., n0 + q*C..] (row pitch N)
-    o << "    dmain.sync wait=s" << RFREE << "\n";
+    e.dmain_sync({.wait = RFREE});
     for (int64_t j = 0; j < U; ++j)
       for (int64_t sidx = 0; sidx < S; ++sidx) {
         const int64_t q = RB > 1 ? 0 : j * S + sidx, r0 = RB > 1 ? j * TMU : 0;
-        const std::string l = fresh();
+        const Label l = e.label();
         if (RB > 1) unit_guard(j, l);
         strip_guard(q, l);
-        const std::string rows = unit_rows(j);
-        r_piece("t0", "t1", j * S + sidx);
-        o << "    muli t2, m0, " << g.n << "\n    add t2, t2, n0\n    addi t2, t2, " << r0 * g.n + q * C
-          << "\n    muli t2, t2, " << O << "\n    li t3, r\n    add t2, t2, t3\n    muli t1, nt, " << O
-          << "\n    li t3, " << g.n * O << "\n    dma.ld t0, t2, " << rows << ", t1, t3, t1\n" << l << ":\n";
+        const isa::Reg rows = unit_rows(j);
+        r_piece(t0, t1, j * S + sidx);
+        e.muli(t2, m0, g.n), e.add(t2, t2, n0), e.addi(t2, t2, r0 * g.n + q * C), e.muli(t2, t2, O);
+        e.li(t3, r_addr), e.add(t2, t2, t3), e.muli(t1, nt, O), e.li(t3, g.n * O);
+        e.dma_ld(t0, t2, rows, t1, t3, t1);
+        e.bind(l);
       }
-    o << "    dmain.sync signal=s" << RFULL << "\n";
+    e.dmain_sync({.signal = RFULL});
   }
   if (TABLE) {  // the tile's bias columns into its table, once the drain two tiles back is done with it
-    o << "    muli t0, n0, " << TB << "\n    li t2, " << (g.dequant ? "dq" : "bias") << "\n    add t0, t0, t2\n";
-    bias_slot("vc", "t1");
-    o << "    muli t1, pw, " << TB << "\n"
-      << "    dma.ld vc, t0, one, t1, r0, r0, wait=s" << BFREE << ", signal=s" << BFULL << "\n";
+    e.muli(t0, n0, TB), e.li(t2, table_addr), e.add(t0, t0, t2);
+    bias_slot(vc, t1);
+    e.muli(t1, pw, TB);
+    e.dma_ld(vc, t0, one, t1, zero, zero, {.wait = BFREE, .signal = BFULL});
   }
   // Before the drain (after act's deferred work): the bias is in; r30 = its table.
   auto bias_ready = [&] {
     if (!TABLE) return;
-    o << "    vpu.sync wait=s" << BFULL << "\n";
-    bias_slot("r30", "t0");
+    e.vpu_sync({.wait = BFULL});
+    bias_slot(r30, t0);
   };
   // Drain: every strip of every unit into a C buffer, stored into c.
-  if (g.residual) o << "    vpu.sync wait=s" << RFULL << "\n";
+  if (g.residual) e.vpu_sync({.wait = RFULL});
   // act, software-pipelined over this core's tiles: the activation and the stores of the previous tile come after
   // this tile's loads and matrix work are issued (so that the vector unit's long activation does not hold them
   // back in the core's in-order issue), then this tile's strips are drained in f32 into the pieces; after the
   // loop, the last tile's activation and stores.
-  auto act_coords = [&](const std::string& tile) {  // m0, mt, n0, pw of tile `tile` (K whole: one split)
+  auto act_coords = [&](isa::Reg tl) {  // m0, mt, n0, pw of tile `tl` (K whole: one split)
     if (MC == 2)  // column-major
-      o << "    li t0, " << NR << "\n    div t2, " << tile << ", t0\n    muli t1, t2, " << NR << "\n    sub t1, "
-        << tile << ", t1\n";
+      e.li(t0, NR), e.div(t2, tl, t0), e.muli(t1, t2, NR), e.sub(t1, tl, t1);
     else
-      o << "    li t0, " << NC << "\n    div t1, " << tile << ", t0\n    muli t2, t1, " << NC << "\n    sub t2, "
-        << tile << ", t2\n";
-    o << "    muli m0, t1, " << TM << "\n    li t0, " << g.m << "\n    sub mt, t0, m0\n    li t0, " << TM
-      << "\n    min mt, mt, t0\n    muli n0, t2, " << W << "\n    li t0, " << g.n << "\n    sub pw, t0, n0\n    li t0, " << W
-      << "\n    min pw, pw, t0\n";
+      e.li(t0, NC), e.div(t1, tl, t0), e.muli(t2, t1, NC), e.sub(t2, tl, t2);
+    e.muli(m0, t1, TM), e.li(t0, g.m), e.sub(mt, t0, m0), e.li(t0, TM), e.min(mt, mt, t0);
+    e.muli(n0, t2, W), e.li(t0, g.n), e.sub(pw, t0, n0), e.li(t0, W), e.min(pw, pw, t0);
   };
   // The activation over the pieces of tile t - P (this core's previous) into its out slot, and its stores.
   auto act_and_store = [&] {
-    o << "    addi t3, t, " << -P << "\n";
-    act_coords("t3");
-    tile_slot("r30", "t0", "t3", 2, AOB, VAO);
-    o << "    vpu.sync wait=s" << AOFREE
-      << "\n    li vc, " << VAF << "\n    li t3, " << AE << "\n"
-      << act->apply("vc", "r30", "t3", "one", "t0", "t2", "r29") << "    vpu.sync signal=s" << CFULL << "\n";
+    e.addi(t3, t, -P);
+    act_coords(t3);
+    tile_slot(r30, t0, t3, 2, AOB, VAO);
+    e.vpu_sync({.wait = AOFREE}), e.li(vc, VAF), e.li(t3, AE);
+    act->apply(e, vc, r30, t3, one, t0, t2, r29);
+    e.vpu_sync({.signal = CFULL});
     for (int64_t j = 0; j < U; ++j)
       for (int64_t sidx = 0; sidx < S; ++sidx) {
         const int64_t q = RB > 1 ? 0 : j * S + sidx, r0 = RB > 1 ? j * TMU : 0;
-        const std::string l = fresh();
+        const Label l = e.label();
         unit_guard(j, l);
         strip_guard(q, l);
-        const std::string rows = unit_rows(j);
-        o << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << r0 * g.n + q * C
-          << "\n    muli t0, t0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    li t2, " << g.n * O
-          << "\n    muli t1, nt, " << O << "\n    addi vc, r30, " << (j * S + sidx) * TMU * C * O
-          << "\n    dma.st t0, vc, " << rows << ", t1, t2, t1" << (j == 0 && sidx == 0 ? ", wait=s" + std::to_string(CFULL) : "")
-          << "\n" << l << ":\n";
+        const isa::Reg rows = unit_rows(j);
+        e.muli(t0, m0, g.n), e.add(t0, t0, n0), e.addi(t0, t0, r0 * g.n + q * C), e.muli(t0, t0, O);
+        e.li(t2, c_addr), e.add(t0, t0, t2), e.li(t2, g.n * O), e.muli(t1, nt, O);
+        e.addi(vc, r30, (j * S + sidx) * TMU * C * O);
+        e.dma_st(t0, vc, rows, t1, t2, t1, {.wait = j == 0 && sidx == 0 ? CFULL : Sem{}});
+        e.bind(l);
       }
-    o << "    dmaout.sync signal=s" << AOFREE << "\n";
+    e.dmaout_sync({.signal = AOFREE});
   };
   if (act) {
-    const std::string first = fresh();
-    o << "    sub t0, t, cid\n    beq t0, r0, " << first << "\n";
+    const Label first = e.label();
+    e.sub(t0, t, cid), e.beq(t0, zero, first);
     act_and_store();
-    act_coords("t");  // back to this tile
-    o << first << ":\n";
+    act_coords(t);  // back to this tile
+    e.bind(first);
     bias_ready();
-    const std::string flags = std::string(g.bias ? ", bias_en" : "") + (g.relu ? ", relu" : "") +
-                              (g.dequant ? ", dequant" : "") + (g.scale_bits ? ", scale_en" : "");
     for (int64_t j = 0; j < U; ++j) {
-      const std::string lu = fresh();
+      const Label lu = e.label();
       unit_guard(j, lu);
-      o << "    mxu.sync mxu=" << j << ", signal=s" << AFULL(j) << "\n    vpu.sync wait=s" << AFULL(j) << "\n";
+      e.mxu_sync({.mxu = j, .signal = AFULL(j)}), e.vpu_sync({.wait = AFULL(j)});
       for (int64_t sidx = 0; sidx < S; ++sidx) {
         const int64_t q = RB > 1 ? 0 : j * S + sidx;
-        const std::string l = fresh();
+        const Label l = e.label();
         strip_guard(q, l);
-        const std::string rows = unit_rows(j);
-        o << "    li vc, " << VAF + (j * S + sidx) * TMU * C * 4 << "\n    addi t0, ar, " << j * ACC + sidx * TMU
-          << "\n    muli t1, nt, 4\n    addi t2, r30, " << q * C * TB << "\n    li t3, " << g.scale_bits
-          << "\n    vpu.acc vc, t0, " << rows << ", nt, t1, t2, t3, " << acc_dt << ", f32" << flags << "\n" << l << ":\n";
+        const isa::Reg rows = unit_rows(j);
+        e.li(vc, VAF + (j * S + sidx) * TMU * C * 4), e.addi(t0, ar, j * ACC + sidx * TMU);
+        e.muli(t1, nt, 4), e.addi(t2, r30, q * C * TB), e.li(t3, g.scale_bits);
+        e.vpu_acc(vc, t0, rows, nt, t1, t2, t3, acc_dt, DType::F32,
+                  {.bias_en = g.bias, .relu = g.relu, .scale_en = g.scale_bits != 0, .dequant = g.dequant});
+        e.bind(l);
       }
-      o << "    vpu.sync signal=s" << AFREE(j) << "\n" << lu << ":\n";
+      e.vpu_sync({.signal = AFREE(j)});
+      e.bind(lu);
     }
   }
   if (!act) bias_ready();
   for (int64_t j = 0; j < U && !act; ++j) {
-    const std::string lu = fresh();
+    const Label lu = e.label();
     unit_guard(j, lu);
-    o << "    mxu.sync mxu=" << j << ", signal=s" << AFULL(j) << "\n    vpu.sync wait=s" << AFULL(j) << "\n";
+    e.mxu_sync({.mxu = j, .signal = AFULL(j)}), e.vpu_sync({.wait = AFULL(j)});
     for (int64_t sidx = 0; sidx < S; ++sidx) {
       const int64_t q = RB > 1 ? 0 : j * S + sidx;  // the strip of columns
-      const std::string l = fresh();
+      const Label l = e.label();
       strip_guard(q, l);
-      const std::string rows = unit_rows(j);
+      const isa::Reg rows = unit_rows(j);
       const int64_t r0 = RB > 1 ? j * TMU : 0;  // the block's first row in the tile
-      const std::string flags = std::string(g.bias ? ", bias_en" : "") + (g.relu ? ", relu" : "") +
-                                (g.dequant ? ", dequant" : "");
-      o << "    muli vc, cslot, " << CQ_BYTES << "\n    addi vc, vc, " << VC0 << "\n"
-        << "    addi t0, ar, " << j * ACC + sidx * TMU << "\n    muli t1, nt, " << OD << "\n";
-      o << "    vpu.sync wait=s" << CFREE << "\n    addi t2, r30, " << q * C * TB << "\n    li t3, " << g.scale_bits << "\n";
+      e.muli(vc, cslot, CQ_BYTES), e.addi(vc, vc, VC0), e.addi(t0, ar, j * ACC + sidx * TMU), e.muli(t1, nt, OD);
+      e.vpu_sync({.wait = CFREE}), e.addi(t2, r30, q * C * TB), e.li(t3, g.scale_bits);
       if (!g.q_only)
-        o << "    vpu.acc vc, t0, " << rows << ", nt, t1, t2, t3, " << acc_dt << ", "
-          << isa::dtype_name(SK > 1 ? isa::DType::F32 : g.out) << flags << (g.scale_bits ? ", scale_en" : "") << "\n";
-      if (Q)  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
-        o << "    addi vq, vc, " << C_BYTES << "\n    li t3, " << g.q_scale_bits << "\n"
-          << "    vpu.acc vq, t0, " << rows << ", nt, nt, t2, t3, " << acc_dt << ", i8" << flags << ", scale_en\n";
-      if (g.residual) {  // c + r over the packed strip (row pitch nt*O both), then the ReLU
-        r_piece("t2", "t3", j * S + sidx);
-        o << "    mul t3, " << rows << ", nt\n    vpu.add vc, vc, t2, t3, " << isa::dtype_name(g.out) << "\n";
-        if (g.residual_relu) o << "    vpu.relu vc, vc, t3, " << isa::dtype_name(g.out) << "\n";
+        e.vpu_acc(vc, t0, rows, nt, t1, t2, t3, acc_dt, SK > 1 ? DType::F32 : g.out,
+                  {.bias_en = g.bias, .relu = g.relu, .scale_en = g.scale_bits != 0, .dequant = g.dequant});
+      if (Q) {  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
+        e.addi(vq, vc, C_BYTES), e.li(t3, g.q_scale_bits);
+        e.vpu_acc(vq, t0, rows, nt, nt, t2, t3, acc_dt, DType::I8,
+                  {.bias_en = g.bias, .relu = g.relu, .scale_en = true, .dequant = g.dequant});
       }
-      o << "    vpu.sync signal=s" << CFULL << "\n";
-      if (g.group_n > 0)  // c's element (m0 + r0, n) in its group: (n / group_n, m0 + r0, n % group_n)
-        o << "    addi t0, n0, " << q * C << "\n    li t2, " << g.group_n << "\n    div t3, t0, t2\n"
-          << "    mul t2, t3, t2\n    sub t0, t0, t2\n    muli t3, t3, " << g.m << "\n    add t3, t3, m0\n    addi t3, t3, " << r0
-          << "\n    muli t3, t3, " << g.group_n << "\n    add t0, t0, t3\n";
-      else
-        o << "    muli t0, m0, " << g.n << "\n    add t0, t0, n0\n    addi t0, t0, " << r0 * g.n + q * C << "\n";
-      if (Q)  // q's rows first (row pitch N); the stores complete in order, so c's store frees the buffer
-        o << "    li t2, q\n    add t2, t2, t0\n    li t3, " << g.n << "\n"
-          << "    dma.st t2, vq, " << rows << ", nt, t3, nt, wait=s" << CFULL
-          << (g.q_only ? ", signal=s" + std::to_string(CFREE) : "") << "\n";
-      if (SK > 1)  // the split's partial tile: ws[split, m0:, n0:] in f32
-        o << "    muli t2, split, " << g.m * g.n << "\n    add t0, t0, t2\n    muli t0, t0, 4\n    li t2, ws\n"
-          << "    add t0, t0, t2\n    li t2, " << g.n * 4 << "\n";
-      else if (!g.q_only)
-        o << "    muli t0, t0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    li t2, "
-          << (g.group_n > 0 ? g.group_n : g.n) * O << "\n";
+      if (g.residual) {  // c + r over the packed strip (row pitch nt*O both), then the ReLU
+        r_piece(t2, t3, j * S + sidx);
+        e.mul(t3, rows, nt), e.vpu_add(vc, vc, t2, t3, g.out);
+        if (g.residual_relu) e.vpu_relu(vc, vc, t3, g.out);
+      }
+      e.vpu_sync({.signal = CFULL});
+      if (g.group_n > 0) {  // c's element (m0 + r0, n) in its group: (n / group_n, m0 + r0, n % group_n)
+        e.addi(t0, n0, q * C), e.li(t2, g.group_n), e.div(t3, t0, t2), e.mul(t2, t3, t2), e.sub(t0, t0, t2);
+        e.muli(t3, t3, g.m), e.add(t3, t3, m0), e.addi(t3, t3, r0), e.muli(t3, t3, g.group_n), e.add(t0, t0, t3);
+      } else {
+        e.muli(t0, m0, g.n), e.add(t0, t0, n0), e.addi(t0, t0, r0 * g.n + q * C);
+      }
+      if (Q) {  // q's rows first (row pitch N); the stores complete in order, so c's store frees the buffer
+        e.li(t2, q_addr), e.add(t2, t2, t0), e.li(t3, g.n);
+        e.dma_st(t2, vq, rows, nt, t3, nt, {.wait = CFULL, .signal = g.q_only ? CFREE : Sem{}});
+      }
+      if (SK > 1) {  // the split's partial tile: ws[split, m0:, n0:] in f32
+        e.muli(t2, split, g.m * g.n), e.add(t0, t0, t2), e.muli(t0, t0, 4), e.li(t2, ws_addr);
+        e.add(t0, t0, t2), e.li(t2, g.n * 4);
+      } else if (!g.q_only) {
+        e.muli(t0, t0, O), e.li(t2, c_addr), e.add(t0, t0, t2), e.li(t2, (g.group_n > 0 ? g.group_n : g.n) * O);
+      }
       if (!g.q_only)  // (with q_only, q's store freed the buffer)
-        o << "    dma.st t0, vc, " << rows << ", t1, t2, t1" << (Q ? "" : ", wait=s" + std::to_string(CFULL))
-          << ", signal=s" << CFREE << "\n";
-      o << "    addi cslot, cslot, 1\n    li t0, " << NCBUF << "\n    blt cslot, t0, " << l << "\n    li cslot, 0\n"
-        << l << ":\n";
+        e.dma_st(t0, vc, rows, t1, t2, t1, {.wait = Q ? Sem{} : CFULL, .signal = CFREE});
+      e.addi(cslot, cslot, 1), e.li(t0, NCBUF), e.blt(cslot, t0, l), e.li(cslot, 0);
+      e.bind(l);
     }
-    o << "    vpu.sync signal=s" << AFREE(j) << "\n" << lu << ":\n";
+    e.vpu_sync({.signal = AFREE(j)});
+    e.bind(lu);
   }
-  if (TABLE) o << "    vpu.sync signal=s" << BFREE << "\n";
-  if (g.residual) o << "    vpu.sync signal=s" << RFREE << "\n";
-  if (!g.overlap_tiles) o << "    dmaout.sync signal=s" << TDONE << "    # this tile is stored\n";
-  if (ABUF == 2) o << "    sub accslot, one, accslot\n";
-  o << "    addi t, t, " << P << "\n    jmp tile\ndone:\n";
+  if (TABLE) e.vpu_sync({.signal = BFREE});
+  if (g.residual) e.vpu_sync({.signal = RFREE});
+  if (!g.overlap_tiles) e.dmaout_sync({.signal = TDONE});  // this tile is stored
+  if (ABUF == 2) e.sub(accslot, one, accslot);
+  e.addi(t, t, P), e.jmp(tile);
+  e.bind(done);
   if (act) {  // this core's last tile, if it had any
-    const std::string none = fresh();
-    o << "    sub t0, t, cid\n    beq t0, r0, " << none << "\n";
+    const Label none = e.label();
+    e.sub(t0, t, cid), e.beq(t0, zero, none);
     act_and_store();
-    o << none << ":\n";
+    e.bind(none);
   }
   if (SK > 1) {
     // Reduction, after every core's partials are in ws: the M*N results in chunks of EL elements dealt over the
@@ -902,27 +901,27 @@ std::string tiles_source(const GemmChip& g, const std::map<std::string, int64_t>
     const int64_t MN = g.m * g.n;
     const int64_t EL = reduce_chunk(MN, SK, O, VMEM, P), NCH = cdiv(MN, EL);
     const int64_t RS = align64(EL * 4), XB = SK * RS, VO = 2 * XB;
-    const int XFULL = 1, XFREE = 2, OFREE = 3;
-    o << "    barrier\n    sem.set s" << XFULL << ", 0\n    sem.set s" << XFREE << ", 2\n    sem.set s" << OFREE
-      << ", 1\n    sem.set s" << CFULL << ", 0\n    addi t, cid, 0\n    li slot, 0\n    li one, 1\n    li ar, " << SK
-      << "\n    li t3, " << RS << "\n"
-      << "reduce:\n    li t0, " << NCH << "\n    bge t, t0, end\n"
-      << "    muli k0, t, " << EL << "\n    li t0, " << MN << "\n    sub nt, t0, k0\n    li t0, " << EL
-      << "\n    min nt, nt, t0\n    muli t1, nt, 4\n"
-      << "    muli t0, k0, 4\n    li t2, ws\n    add t0, t0, t2\n    li t2, " << MN * 4 << "\n    addi va, slot, 0\n"
-      << "    dma.ld va, t0, ar, t1, t2, t3, wait=s" << XFREE << ", signal=s" << XFULL << "\n"
-      << "    vpu.sync wait=s" << XFULL << "\n";
-    for (int64_t sp = 1; sp < SK; ++sp)
-      o << "    addi vb, va, " << sp * RS << "\n    vpu.add va, va, vb, nt, f32\n";
-    o << "    li vc, " << VO << "\n    vpu.cast vc, va, nt, r0, f32, " << isa::dtype_name(g.out) << ", wait=s" << OFREE
-      << "\n    vpu.sync signal=s" << XFREE << "\n    vpu.sync signal=s" << CFULL << "\n"
-      << "    muli t0, k0, " << O << "\n    li t2, c\n    add t0, t0, t2\n    muli t1, nt, " << O << "\n"
-      << "    dma.st t0, vc, one, t1, r0, r0, wait=s" << CFULL << ", signal=s" << OFREE << "\n"
-      << "    li t0, " << XB << "\n    sub slot, t0, slot\n"
-      << "    addi t, t, " << P << "\n    jmp reduce\nend:\n";
+    const Sem XFULL = sem(1), XFREE = sem(2), OFREE = sem(3);
+    const Label reduce = e.label(), end = e.label();
+    e.barrier(), e.sem_set(XFULL, 0), e.sem_set(XFREE, 2), e.sem_set(OFREE, 1), e.sem_set(CFULL, 0);
+    e.addi(t, cid, 0), e.li(slot, 0), e.li(one, 1), e.li(ar, SK), e.li(t3, RS);
+    e.bind(reduce);
+    e.li(t0, NCH), e.bge(t, t0, end);
+    e.muli(k0, t, EL), e.li(t0, MN), e.sub(nt, t0, k0), e.li(t0, EL), e.min(nt, nt, t0), e.muli(t1, nt, 4);
+    e.muli(t0, k0, 4), e.li(t2, ws_addr), e.add(t0, t0, t2), e.li(t2, MN * 4), e.addi(va, slot, 0);
+    e.dma_ld(va, t0, ar, t1, t2, t3, {.wait = XFREE, .signal = XFULL});
+    e.vpu_sync({.wait = XFULL});
+    for (int64_t sp = 1; sp < SK; ++sp) e.addi(vb, va, sp * RS), e.vpu_add(va, va, vb, nt, DType::F32);
+    e.li(vc, VO), e.vpu_cast(vc, va, nt, zero, DType::F32, g.out, {.wait = OFREE});
+    e.vpu_sync({.signal = XFREE}), e.vpu_sync({.signal = CFULL});
+    e.muli(t0, k0, O), e.li(t2, c_addr), e.add(t0, t0, t2), e.muli(t1, nt, O);
+    e.dma_st(t0, vc, one, t1, zero, zero, {.wait = CFULL, .signal = OFREE});
+    e.li(t0, XB), e.sub(slot, t0, slot);
+    e.addi(t, t, P), e.jmp(reduce);
+    e.bind(end);
   }
-  o << "    halt\n";
-  return o.str();
+  e.halt();
+  return e.finish();
 }
 
 }  // namespace
@@ -1024,10 +1023,27 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
 
 }  // namespace
 
-std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int64_t>& s) {
+namespace {
+
+isa::Program kernel_of(const GemmChip& g, const std::map<std::string, int64_t>& s, const Placing& pl,
+                       std::string* summary) {
   const Resolved r = resolve(g, s);
-  if (r.schedule == GemmSchedule::Strips) return strips_source(g, s, r.P, r.U);
-  return tiles_source(g, s, r.P, r.U);
+  if (r.schedule == GemmSchedule::Strips) return strips_kernel(g, s, r.P, r.U, pl, summary);
+  return tiles_kernel(g, s, r.P, r.U, pl, summary);
+}
+
+}  // namespace
+
+isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int64_t>& symbols,
+                              const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc,
+                              uint64_t hbm_base) {
+  return kernel_of(g, symbols, Placing{tensor_addr, base_pc, hbm_base}, nullptr);
+}
+
+std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
+  std::string summary;
+  const isa::Program p = kernel_of(g, symbols, Placing{{}, 0, 0}, &summary);
+  return summary + isa::disassemble(p);
 }
 
 int64_t tap_row_offset(const ConvTaps& x, int64_t t) {
@@ -1050,11 +1066,6 @@ double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t
 int64_t gemm_chip_splits(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
   const Resolved r = resolve(g, symbols);
   return r.schedule == GemmSchedule::Strips ? 1 : plan_tiles(g, symbols, r.P, r.U).sk;
-}
-
-isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
-  isa::AsmOptions opts;
-  return isa::assemble(gemm_chip_source(g, symbols), "gemm_chip.s", opts);
 }
 
 }  // namespace tpusim::kernels

@@ -180,6 +180,17 @@ struct Lowered {
   }
 };
 
+// The vector instruction `vpu.MN` of a lowering, its operands in table order (wait and signal none).
+void vector_instr(isa::Emitter& e, const std::string& mn, std::initializer_list<int64_t> fields,
+                  isa::Where at = {}) {
+  const isa::InstrDesc* d = isa::describe_mnemonic("vpu." + mn);
+  if (!d) fail("no vector instruction vpu." + mn);
+  isa::Instr in{d->op, {}};
+  size_t i = 0;
+  for (int64_t f : fields) in.f[i++] = f;
+  e.instr(in, at);
+}
+
 bool is_periodic(const Program& p, const Input& in) { return in.period > 0 && in.period < p.rows; }
 
 class Lowerer {
@@ -1040,15 +1051,7 @@ class Emitter {
   }
   int64_t n_reg(int v) const { return b_.low.vr[static_cast<size_t>(v)].k == Kind::Full ? 3 : 2; }
 
-  // The vector instruction `vpu.MN` of the lowering, its operands in table order (wait and signal none).
-  void vop(const std::string& mn, std::initializer_list<int64_t> fields) {
-    const isa::InstrDesc* d = isa::describe_mnemonic("vpu." + mn);
-    if (!d) fail("no vector instruction vpu." + mn);
-    isa::Instr in{d->op, {}};
-    size_t i = 0;
-    for (int64_t f : fields) in.f[i++] = f;
-    e_.instr(in);
-  }
+  void vop(const std::string& mn, std::initializer_list<int64_t> fields) { vector_instr(e_, mn, fields); }
   static int64_t dt(DType t) { return static_cast<int64_t>(t); }
 
   void vector_op(const POp& op) {
@@ -1111,8 +1114,7 @@ bool is_elementwise(const Program& p) {
 
 // The lowering of an epilogue: the input's staging buffer is the caller's `in`, the output's its `out`, the pool
 // buffers (temporaries) lie after the constant table; every value is Full (no reductions), counted in n elements.
-Epilogue epilogue(const Program& given, int64_t max_elements, uint64_t base, const std::string& one,
-                  const std::string& s0, const std::string& s1, const std::string& s2) {
+Epilogue epilogue(const Program& given, int64_t max_elements, uint64_t base) {
   if (!is_elementwise(given)) fail("an epilogue takes one f32 input, one output and no reductions");
   Program p = given;
   p.rows = std::max<int64_t>(1, max_elements), p.cols = 1, p.cores = 1;
@@ -1122,7 +1124,8 @@ Epilogue epilogue(const Program& given, int64_t max_elements, uint64_t base, con
   Lowered low = Lowerer(p, inv).run();
   Epilogue e;
   base = align64(base);
-  const uint64_t const_base = base;
+  e.const_base = base;
+  e.consts = low.consts;
   uint64_t at = base + align64(4 * low.consts.size());
   for (Buf& b : low.bufs)
     if (b.space == Buf::Pool) {
@@ -1131,42 +1134,23 @@ Epilogue epilogue(const Program& given, int64_t max_elements, uint64_t base, con
       at += b.bytes(p.rows, 1);
     }
   e.bytes = at - base;
-  std::ostringstream init;
-  init << "    li " << s0 << ", " << const_base << "\n    vpu.rsum " << s0 << ", r0, " << one << ", r0, r0, f32\n    li " << s1
-       << ", " << const_base + 4 << "\n    vpu.exp " << s1 << ", " << s0 << ", " << one << ", f32\n";
-  for (size_t i = 2; i < low.consts.size(); ++i)
-    init << "    li " << s0 << ", " << const_base + 4 * i << "\n    li " << s2 << ", " << isa::bits_from_f32(low.consts[i])
-         << "\n    vpu.cast " << s0 << ", " << s1 << ", " << one << ", " << s2 << ", f32, f32, scale_en\n";
-  e.init = init.str();
-  // The body, with {in} {out} {n} {one} {s0} {s1} {s2} for the registers apply names.
-  auto addr = [&](const char* reg, int v) {
+  auto addr = [&](int v) -> int64_t {
     const Buf& b = low.bufs[static_cast<size_t>(low.vr[static_cast<size_t>(v)].buf)];
-    if (b.space == Buf::SlotIn) return std::string("    addi ") + reg + ", {in}, 0";
-    if (b.space == Buf::SlotOut) return std::string("    addi ") + reg + ", {out}, 0";
-    return std::string("    li ") + reg + ", " + std::to_string(b.off);
+    if (b.space == Buf::SlotIn) return Epilogue::kIn;
+    if (b.space == Buf::SlotOut) return Epilogue::kOut;
+    return static_cast<int64_t>(b.off);
   };
+  using Step = Epilogue::Step;
   for (const POp& op : low.ops) {
     switch (op.k) {
-      case PK::Bin:
-        e.body.insert(e.body.end(), {addr("{s0}", op.d), addr("{s1}", op.a), addr("{s2}", op.b),
-                                     "    vpu." + op.mn + " {s0}, {s1}, {s2}, {n}, f32"});
-        break;
+      case PK::Bin: e.steps.push_back(Step{Step::Bin, op.mn, addr(op.d), addr(op.a), addr(op.b)}); break;
       case PK::Bcast1:
-        e.body.insert(e.body.end(), {addr("{s0}", op.d), addr("{s1}", op.a),
-                                     "    li {s2}, " + std::to_string(const_base + 4 * static_cast<uint64_t>(low.const_index(op.c))),
-                                     "    vpu." + op.mn + " {s0}, {s1}, {s2}, {one}, {n}, {one}, f32"});
+        e.steps.push_back(Step{Step::Bcast1, op.mn, addr(op.d), addr(op.a),
+                               static_cast<int64_t>(base + 4 * static_cast<uint64_t>(low.const_index(op.c)))});
         break;
-      case PK::Un:
-        e.body.insert(e.body.end(), {addr("{s0}", op.d), addr("{s1}", op.a), "    vpu." + op.mn + " {s0}, {s1}, {n}, f32"});
-        break;
-      case PK::Zero:
-        e.body.insert(e.body.end(), {addr("{s0}", op.d), "    vpu.rsum {s0}, r0, {n}, r0, r0, f32"});
-        break;
-      case PK::Cast:
-        e.body.insert(e.body.end(), {addr("{s0}", op.d), addr("{s1}", op.a),
-                                     std::string("    vpu.cast {s0}, {s1}, {n}, r0, ") + isa::dtype_name(op.sdt) + ", " +
-                                         isa::dtype_name(op.ddt)});
-        break;
+      case PK::Un: e.steps.push_back(Step{Step::Un, op.mn, addr(op.d), addr(op.a)}); break;
+      case PK::Zero: e.steps.push_back(Step{Step::Zero, "rsum", addr(op.d)}); break;
+      case PK::Cast: e.steps.push_back(Step{Step::Cast, "cast", addr(op.d), addr(op.a), 0, op.sdt, op.ddt}); break;
       case PK::RowB:
       case PK::Red: fail("an epilogue's values are per element");
     }
@@ -1175,17 +1159,47 @@ Epilogue epilogue(const Program& given, int64_t max_elements, uint64_t base, con
   return e;
 }
 
-std::string Epilogue::apply(const std::string& in, const std::string& out, const std::string& n, const std::string& one,
-                            const std::string& s0, const std::string& s1, const std::string& s2) const {
-  std::string code;
-  for (std::string line : body) {
-    for (const auto& [key, reg] : {std::pair<std::string, std::string>{"{in}", in}, {"{out}", out}, {"{n}", n},
-                                   {"{one}", one}, {"{s0}", s0}, {"{s1}", s1}, {"{s2}", s2}})
-      for (size_t at = line.find(key); at != std::string::npos; at = line.find(key, at + reg.size()))
-        line.replace(at, key.size(), reg);
-    code += line + "\n";
+void Epilogue::init(isa::Emitter& e, isa::Reg one, isa::Reg s0, isa::Reg s1, isa::Reg s2) const {
+  const isa::Reg zero = isa::reg(0);
+  e.li(s0, static_cast<int64_t>(const_base)), e.vpu_rsum(s0, zero, one, zero, zero, DType::F32);  // 0
+  e.li(s1, static_cast<int64_t>(const_base + 4)), e.vpu_exp(s1, s0, one, DType::F32);             // 1 = exp(0)
+  for (size_t i = 2; i < consts.size(); ++i) {  // 1 x the constant
+    e.li(s0, static_cast<int64_t>(const_base + 4 * i)), e.li(s2, isa::bits_from_f32(consts[i]));
+    e.vpu_cast(s0, s1, one, s2, DType::F32, DType::F32, {.scale_en = true});
   }
-  return code;
+}
+
+void Epilogue::apply(isa::Emitter& e, isa::Reg in, isa::Reg out, isa::Reg n, isa::Reg one, isa::Reg s0,
+                     isa::Reg s1, isa::Reg s2) const {
+  const isa::Reg zero = isa::reg(0);
+  auto addr = [&](isa::Reg reg, int64_t at) {
+    if (at == kIn)
+      e.addi(reg, in, 0);
+    else if (at == kOut)
+      e.addi(reg, out, 0);
+    else
+      e.li(reg, at);
+  };
+  for (const Step& st : steps) {
+    addr(s0, st.d);
+    switch (st.kind) {
+      case Step::Bin:
+        addr(s1, st.a), addr(s2, st.b);
+        vector_instr(e, st.mn, {s0.index, s1.index, s2.index, n.index, static_cast<int64_t>(DType::F32)});
+        break;
+      case Step::Bcast1:
+        addr(s1, st.a), e.li(s2, st.b);
+        vector_instr(e, st.mn, {s0.index, s1.index, s2.index, one.index, n.index, one.index,
+                                static_cast<int64_t>(DType::F32)});
+        break;
+      case Step::Un:
+        addr(s1, st.a);
+        vector_instr(e, st.mn, {s0.index, s1.index, n.index, static_cast<int64_t>(DType::F32)});
+        break;
+      case Step::Zero: e.vpu_rsum(s0, zero, n, zero, zero, DType::F32); break;
+      case Step::Cast: addr(s1, st.a), e.vpu_cast(s0, s1, n, zero, st.sdt, st.ddt); break;
+    }
+  }
 }
 
 Plan plan(const Program& p, const std::map<std::string, int64_t>& symbols) { return build(p, symbols).plan; }

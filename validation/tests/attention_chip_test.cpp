@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 
+#include "tpusim/isa/assembler.h"
 #include "tpusim/isa/numerics.h"
 #include "tpusim/kernels/attention_chip.h"
 #include "tpusim/sim/chip.h"
@@ -506,6 +507,48 @@ TEST(AttentionChip, PaddedHeadDimTakesThePaddedMatrixTime) {
   const uint64_t d80 = cycles(80, 0), d80as128 = cycles(80, 128), d128 = cycles(128, 0);
   EXPECT_GT(d80as128, d80);
   EXPECT_LE(d80as128, d128);
+}
+
+// The kernel is built through the typed emitter; its source is the kernel's disassembly, which assembles back
+// into it. Given addresses and an HBM base, the tensors are placed as the assembler places them (q and o given, k
+// at the base, v and kb after it), and a kernel placed at instruction 70 differs only in its branch targets.
+TEST(AttentionChip, SourceAssemblesBackIntoTheKernel) {
+  const sim::ChipConfig cfg = sim::load_config("v4", {});
+  const auto s = symbols_of(cfg);
+  AttentionChip a = shape(2, 40, 4, 2, 64, false);
+  a.seq_k = 300, a.key_bias = true, a.block_k = 128;  // three key blocks, the last of 44 keys
+  const isa::Program k = kernels::attention_chip_kernel(a, s);
+  const std::string src = kernels::attention_chip_source(a, s);
+  const isa::Program as = isa::assemble(src, "attention_chip.s");
+  EXPECT_EQ(k.code, as.code);
+  EXPECT_EQ(k.tensors, as.tensors);
+  EXPECT_EQ(k.cores, 2u);
+  EXPECT_EQ(as.cores, 2u);
+  EXPECT_EQ(k.name, "attention_chip");
+  EXPECT_EQ(src.rfind("# attention_chip: o[2,40,4,64]", 0), 0u) << src.substr(0, 200);
+  ASSERT_FALSE(k.source.empty());
+  EXPECT_EQ(k.source[0].rfind("<attention_chip> at attention_chip.cpp:", 0), 0u) << k.source[0];
+
+  const std::map<std::string, uint64_t> addr = {{"q", 1 << 20}, {"o", 1 << 16}};
+  const uint64_t base = 8 << 20, kv = 2 * 300 * 2 * 64 * 2;  // k's and v's bytes
+  const isa::Program placed = kernels::attention_chip_kernel(a, s, addr, 70, base);
+  ASSERT_EQ(placed.tensors.size(), 5u);
+  EXPECT_EQ(placed.find("q")->addr, 1u << 20);
+  EXPECT_EQ(placed.find("o")->addr, 1u << 16);
+  EXPECT_EQ(placed.find("k")->addr, base);  // (q ends below the base)
+  EXPECT_EQ(placed.find("v")->addr, (base + kv + 4095) / 4096 * 4096);
+  EXPECT_EQ(placed.find("kb")->addr, (placed.find("v")->addr + kv + 4095) / 4096 * 4096);
+  EXPECT_NE(placed.code, k.code);  // the addresses the code loads
+  const isa::Program at0 = kernels::attention_chip_kernel(a, s, addr, 0, base);
+  ASSERT_EQ(at0.code.size(), placed.code.size());
+  size_t branches = 0;
+  for (size_t i = 0; i < placed.code.size(); ++i) {
+    isa::Instr in = isa::decode(at0.code[i]);
+    const int t = in.desc().operand_index("target");
+    if (t >= 0) in.f[size_t(t)] += 70, ++branches;
+    EXPECT_EQ(in, isa::decode(placed.code[i])) << i;
+  }
+  EXPECT_GT(branches, 4u);
 }
 
 TEST(AttentionChip, ShapesThatCannotRunSaySo) {

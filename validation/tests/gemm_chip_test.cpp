@@ -8,6 +8,7 @@
 #include <map>
 
 #include "reference_harness.h"
+#include "tpusim/isa/assembler.h"
 #include "tpusim/kernels/gemm_chip.h"
 #include "tpusim/isa/numerics.h"
 #include "tpusim/kernels/kernels.h"
@@ -15,6 +16,11 @@
 
 namespace tpusim::reftest {
 namespace {
+
+// What the source's summary line says of a kernel whose last tile loads its last fold alone, and of one that runs
+// its tiles one at a time per core.
+constexpr const char* kLastFoldAlone = "the core's last tile loads its last chunk's last fold as a chunk of its own";
+constexpr const char* kOneAtATime = "one tile at a time per core (the previous tile is stored before the next loads)";
 
 const std::vector<std::string>& chip_sets() {
   static const std::vector<std::string> s{"mxu.rows=8", "mxu.cols=8", "mxu.acc_rows=32", "chip.cores=2",
@@ -389,12 +395,12 @@ TEST(GemmChip, LastTilesLastFoldAloneShortensTheTail) {
   kernels::GemmChip g{128, 3072, 768, DType::BF16, DType::F32, 1, 4, kernels::GemmSchedule::Tiles};
   const std::string src = kernels::gemm_chip_source(g, symbols);
   ASSERT_NE(src.find("K in chunks of 1536"), std::string::npos) << src.substr(0, 300);
-  EXPECT_NE(src.find("# the core's last tile"), std::string::npos);
+  EXPECT_NE(src.find(kLastFoldAlone), std::string::npos);
   sim::Chip chip(cfg);
   const sim::RunOptions timing = timing_only();
   const uint64_t split = chip.run(kernels::gemm_chip_kernel(g, symbols), timing).stats.cycles;
   g.split_last_fold = false;
-  EXPECT_EQ(kernels::gemm_chip_source(g, symbols).find("# the core's last tile"), std::string::npos);
+  EXPECT_EQ(kernels::gemm_chip_source(g, symbols).find(kLastFoldAlone), std::string::npos);
   const uint64_t whole = chip.run(kernels::gemm_chip_kernel(g, symbols), timing).stats.cycles;
   EXPECT_LT(split, whole);
   std::printf("last fold alone %llu cycles, whole last chunk %llu\n", static_cast<unsigned long long>(split),
@@ -424,7 +430,7 @@ TEST(GemmChip, LastTilesLastFoldAloneSameBits) {
   TPUSIM_MACHINES(m, chip_sets());
   const std::map<std::string, int64_t> symbols = symbols_of(*m);
   const kernels::GemmChip g{160, 640, 24, DType::BF16, DType::F32, 2, 3, kernels::GemmSchedule::Tiles};
-  ASSERT_NE(kernels::gemm_chip_source(g, symbols).find("# the core's last tile"), std::string::npos)
+  ASSERT_NE(kernels::gemm_chip_source(g, symbols).find(kLastFoldAlone), std::string::npos)
       << kernels::gemm_chip_source(g, symbols).substr(0, 300);
   same_bits_as_variant(*m, g, [](kernels::GemmChip& v) { v.split_last_fold = false; }, "last fold alone",
                        "whole last chunk", 961);
@@ -438,11 +444,11 @@ TEST(GemmChip, TilesOneAtATimeSameBits) {
   kernels::GemmChip g{160, 40, 72, DType::BF16, DType::BF16, 2, 3, kernels::GemmSchedule::Tiles};
   g.trans_b = true;
   g.overlap_tiles = false;
-  ASSERT_NE(kernels::gemm_chip_source(g, symbols).find("# the previous tile is stored"), std::string::npos)
+  ASSERT_NE(kernels::gemm_chip_source(g, symbols).find(kOneAtATime), std::string::npos)
       << kernels::gemm_chip_source(g, symbols).substr(0, 300);
   kernels::GemmChip overlapped = g;
   overlapped.overlap_tiles = true;
-  EXPECT_EQ(kernels::gemm_chip_source(overlapped, symbols).find("# the previous tile is stored"), std::string::npos);
+  EXPECT_EQ(kernels::gemm_chip_source(overlapped, symbols).find(kOneAtATime), std::string::npos);
   same_bits_as_variant(*m, g, [](kernels::GemmChip& v) { v.overlap_tiles = true; }, "one at a time", "overlapped",
                        962);
 }
@@ -900,6 +906,55 @@ TEST(GemmChip, ShapesThatCannotRunSaySo) {
   g.act->nodes.push_back({kernels::rowwise::Op::RowSum, {1}});  // a reduction is not elementwise
   g.act->outputs[0].node = 2;
   EXPECT_EQ(message(g).rfind("gemm_chip: act is an elementwise program", 0), 0u);
+}
+
+// The kernels are built through the typed emitter; the source is the kernel's disassembly after the plan's line,
+// and assembles back into it: the strips schedule, and the tiled one with a bias and an activation epilogue (the
+// row-wise kernel's instructions, emitted into the GEMM). Placed: b where given, the others from the HBM base on,
+// as the assembler places them; at instruction 70 only the branch targets move.
+TEST(GemmChip, SourceAssemblesBackIntoTheKernel) {
+  const sim::ChipConfig cfg = sim::load_config("v4");
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  kernels::rowwise::Program act;
+  act.rows = 1, act.cols = 1;
+  act.inputs.push_back({});
+  const int x = act.input(0);
+  act.outputs.push_back({act.binary(kernels::rowwise::Op::Add, act.unary(kernels::rowwise::Op::Gelu, x),
+                                    act.constant(0.5f)), 0, DType::BF16});
+  kernels::GemmChip strips{512, 300, 1024, DType::BF16, DType::F32, 0, 0, kernels::GemmSchedule::Strips};
+  kernels::GemmChip tiles{200, 300, 260, DType::BF16, DType::BF16, 0, 0, kernels::GemmSchedule::Tiles};
+  tiles.bias = true, tiles.act = act;
+  for (const kernels::GemmChip& g : {strips, tiles}) {
+    const isa::Program k = kernels::gemm_chip_kernel(g, symbols);
+    const std::string src = kernels::gemm_chip_source(g, symbols);
+    const isa::Program as = isa::assemble(src, "gemm_chip.s");
+    EXPECT_EQ(k.code, as.code);
+    EXPECT_EQ(k.tensors, as.tensors);
+    EXPECT_EQ(k.cores, 2u);
+    EXPECT_EQ(as.cores, 2u);
+    EXPECT_EQ(src.rfind(g.act ? "# gemm_chip (tiles): c[200,260]" : "# gemm_chip: c[512,1024]", 0), 0u)
+        << src.substr(0, 200);
+    ASSERT_FALSE(k.source.empty());
+    EXPECT_EQ(k.source[0].rfind("<gemm_chip> at gemm_chip.cpp:", 0), 0u) << k.source[0];
+    const std::map<std::string, uint64_t> addr = {{"b", 1 << 20}};
+    const uint64_t base = 16 << 20;
+    const isa::Program placed = kernels::gemm_chip_kernel(g, symbols, addr, 70, base);
+    EXPECT_EQ(placed.find("a")->addr, base);
+    EXPECT_EQ(placed.find("b")->addr, 1u << 20);
+    EXPECT_EQ(placed.find("c")->addr, (base + placed.find("a")->bytes() + (g.act ? 4096 : 0) + 4095) / 4096 * 4096)
+        << "c after a (and the bias)";
+    EXPECT_NE(placed.code, k.code);  // the addresses the code loads
+    const isa::Program at0 = kernels::gemm_chip_kernel(g, symbols, addr, 0, base);
+    ASSERT_EQ(at0.code.size(), placed.code.size());
+    size_t branches = 0;
+    for (size_t i = 0; i < placed.code.size(); ++i) {
+      isa::Instr in = isa::decode(at0.code[i]);
+      const int t = in.desc().operand_index("target");
+      if (t >= 0) in.f[size_t(t)] += 70, ++branches;
+      EXPECT_EQ(in, isa::decode(placed.code[i])) << i;
+    }
+    EXPECT_GT(branches, 4u);
+  }
 }
 
 }  // namespace

@@ -156,10 +156,9 @@ isa::Program attention_program(const Case& c, const std::map<std::string, int64_
   const kernels::AttentionChip a = attention_of(c);
   const uint64_t at = align4k(qkv_bytes(a)), q = static_cast<uint64_t>(a.batch * a.seq * a.heads * a.head_dim) * 2,
                  kv = static_cast<uint64_t>(a.batch * a.seq * a.kv_heads * a.head_dim) * 2;
-  isa::AsmOptions o;
-  o.tensor_addr = {{"q", at}, {"k", at + q}, {"v", at + q + kv}, {"o", align4k(at + q + 2 * kv)}};
-  o.hbm_base = align4k(o.tensor_addr["o"] + q);
-  return isa::assemble(kernels::attention_chip_source(a, symbols), "attention_chip.s", o);
+  const uint64_t o = align4k(at + q + 2 * kv);
+  return kernels::attention_chip_kernel(a, symbols, {{"q", at}, {"k", at + q}, {"v", at + q + kv}, {"o", o}}, 0,
+                                        align4k(o + q));
 }
 
 // How a case is timed. By default each kernel on an empty L2, once. With warm_up (--warm-up), as the goldens were
@@ -189,14 +188,10 @@ std::vector<isa::Program> gemm_programs(const kernels::GemmChip& g, int copies,
                  w = align4k(static_cast<uint64_t>(g.n * g.k) * e),
                  y = align4k(static_cast<uint64_t>(g.m * g.n) * isa::dtype_size(g.out)),
                  c = a + static_cast<uint64_t>(copies) * w;
-  const std::string source = kernels::gemm_chip_source(g, symbols);
   std::vector<isa::Program> out;
-  for (int i = 0; i < copies; ++i) {
-    isa::AsmOptions o;
-    o.tensor_addr = {{"a", 0}, {"b", a + static_cast<uint64_t>(i) * w}, {"c", c}};
-    o.hbm_base = c + y;
-    out.push_back(isa::assemble(source, "gemm_chip.s", o));
-  }
+  for (int i = 0; i < copies; ++i)
+    out.push_back(kernels::gemm_chip_kernel(g, symbols, {{"a", 0}, {"b", a + static_cast<uint64_t>(i) * w}, {"c", c}},
+                                            0, c + y));
   return out;
 }
 

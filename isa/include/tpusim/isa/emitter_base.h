@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,6 +61,11 @@ class EmitterBase {
   void set_cores(uint32_t cores) { cores_ = cores; }
   // A tensor of the program (Program::tensors, in declaration order; `.input`, `.output`, ... in assembly).
   void declare(TensorDecl t) { tensors_.push_back(std::move(t)); }
+  // Declares `t` in HBM where the assembler would place it (AsmOptions): at fixed[t.name] where given, else at
+  // the next free address from `hbm_base`, aligned to `align`, past every HBM tensor declared before it. Returns
+  // the address, for the code that reads the tensor.
+  uint64_t declare_placed(TensorDecl t, const std::map<std::string, uint64_t>& fixed, uint64_t hbm_base = 0,
+                          uint64_t align = 4096);
 
   // The program: labels resolved, every instruction encoded, the tensors checked as the assembler checks them
   // (validate_tensors). Throws isa::Error naming the generator's line for a value that does not fit its field, a

@@ -126,16 +126,22 @@ struct AttentionPlan {
   double estimate = 0;         // cycles
 };
 
-// Assembly source of the kernel for the chip described by `symbols` (sim::kernel_symbols). Throws
-// std::invalid_argument when the shape or the chip cannot run it (the message says why).
+// The kernel for the chip described by `symbols` (sim::kernel_symbols), built through the typed emitter
+// (tpusim/isa/emitter.h): its tensors q, k, v, o (and kb) at `tensor_addr` where given, the others placed from
+// `hbm_base` up as the assembler places them (aligned to 4096 bytes, in that order); code from instruction
+// `base_pc`; source lines "<attention_chip> at attention_chip.cpp:LINE". Throws std::invalid_argument when the
+// shape or the chip cannot run it (the message says why), isa::Error where an address does not fit.
+isa::Program attention_chip_kernel(const AttentionChip& a, const std::map<std::string, int64_t>& symbols,
+                                   const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
+                                   uint64_t hbm_base = 0);
+
+// The kernel (at base 0) as assembly text that assembles back to it, after a comment line that gives the plan:
+// for reading and for tests.
 std::string attention_chip_source(const AttentionChip& a, const std::map<std::string, int64_t>& symbols);
 
 // The plan and its estimated cycles (attention_chip.cpp: per core, its items' key blocks, each the longest of
-// its matrix work, vector work and K/V transfer, plus per item overheads). Throws as attention_chip_source.
+// its matrix work, vector work and K/V transfer, plus per item overheads). Throws as attention_chip_kernel.
 AttentionPlan attention_chip_plan(const AttentionChip& a, const std::map<std::string, int64_t>& symbols);
 double attention_chip_estimate(const AttentionChip& a, const std::map<std::string, int64_t>& symbols);
-
-// attention_chip_source assembled (isa::Error on failure).
-isa::Program attention_chip_kernel(const AttentionChip& a, const std::map<std::string, int64_t>& symbols);
 
 }  // namespace tpusim::kernels

@@ -143,13 +143,22 @@ struct GemmChip {
   bool operator==(const GemmChip&) const = default;  // the same kernel on the same chip
 };
 
-// Assembly source of the kernel for the chip described by `symbols` (sim::kernel_symbols: MXU_ROWS, MXU_COLS,
-// ACC_ROWS, VMEM_BYTES, MXUS, CORES). Tensors: inputs a [M, K], b [K, N] (g.in); output c [M, N] (g.out).
-// Throws std::invalid_argument when the shape or the chip cannot run it (the message says why).
+// The kernel for the chip described by `symbols` (sim::kernel_symbols: MXU_ROWS, MXU_COLS, ACC_ROWS, VMEM_BYTES,
+// MXUS, CORES), built through the typed emitter (tpusim/isa/emitter.h). Tensors: inputs a [M, K], b [K, N] (g.in);
+// output c [M, N] (g.out); and those the options add (above), in that order: at `tensor_addr` where given, the
+// others placed from `hbm_base` up as the assembler places them (aligned to 4096 bytes). Code from instruction
+// `base_pc`; source lines "<gemm_chip> at gemm_chip.cpp:LINE". Throws std::invalid_argument when the shape or
+// the chip cannot run it (the message says why), isa::Error where an address does not fit.
+isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int64_t>& symbols,
+                              const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
+                              uint64_t hbm_base = 0);
+
+// The kernel (at base 0) as assembly text that assembles back to it, after a comment line that gives the plan
+// (the schedule, tiles, chunks and slots): for reading and for tests.
 std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
 
 // The kernel's estimated cycles (the tiled schedule's plan estimate, gemm_chip.cpp: waves, chunk pipeline,
-// bandwidth), for choosing between it and a one-unit kernel. Throws as gemm_chip_source.
+// bandwidth), for choosing between it and a one-unit kernel. Throws as gemm_chip_kernel.
 double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
 
 // Rows of a a matrix unit streams per cycle for input type `in`: the chip's MXU_I8_RATE or MXU_FP8_RATE symbol
@@ -157,10 +166,7 @@ double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t
 int64_t matrix_rate(isa::DType in, const std::map<std::string, int64_t>& symbols);
 
 // The splits of K the kernel makes (its plan's; 1 without split K or with the strips schedule). Throws as
-// gemm_chip_source.
+// gemm_chip_kernel.
 int64_t gemm_chip_splits(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
-
-// gemm_chip_source assembled (isa::Error on failure).
-isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
 
 }  // namespace tpusim::kernels

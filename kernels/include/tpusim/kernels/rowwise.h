@@ -64,6 +64,11 @@
 #include "tpusim/isa/isa.h"
 #include "tpusim/isa/program.h"
 
+namespace tpusim::isa {
+class Emitter;  // tpusim/isa/emitter.h
+struct Reg;
+}  // namespace tpusim::isa
+
 namespace tpusim::kernels::rowwise {
 
 enum class Op {
@@ -155,19 +160,31 @@ struct Plan {
 bool is_elementwise(const Program& p);
 struct Epilogue {
   uint64_t bytes = 0;     // VMEM it takes from its base: the constant table and the temporaries
-  std::string init;       // builds the constant table: run once, before any apply
   int vector_ops = 0;     // vector-unit instructions per apply (each a pass over the n elements)
-  std::vector<std::string> body;  // the apply code, with placeholders (below)
+  // Builds the constant table: run once, before any apply. Scratch registers s0..s2; `one` must hold 1.
+  void init(isa::Emitter& e, isa::Reg one, isa::Reg s0, isa::Reg s1, isa::Reg s2) const;
   // out[i] = f(in[i]) for i < n (at most the elements the epilogue was made for): `in` and `out` registers holding
   // VMEM addresses (in: f32, used as scratch; out: the output's type), `n` the element count, `one` holding 1,
   // and three scratch registers.
-  std::string apply(const std::string& in, const std::string& out, const std::string& n, const std::string& one,
-                    const std::string& s0, const std::string& s1, const std::string& s2) const;
+  void apply(isa::Emitter& e, isa::Reg in, isa::Reg out, isa::Reg n, isa::Reg one, isa::Reg s0, isa::Reg s1,
+             isa::Reg s2) const;
+
+  // The code epilogue() made, which init and apply emit: the constant table (values from const_base, 4 bytes
+  // apart) and one step per vector instruction, its operands VMEM addresses or kIn / kOut (the registers apply is
+  // given).
+  static constexpr int64_t kIn = -1, kOut = -2;
+  struct Step {
+    enum Kind { Bin, Bcast1, Un, Zero, Cast } kind = Bin;
+    std::string mn;                // the vector instruction, vpu.<mn> (Bin, Bcast1, Un)
+    int64_t d = 0, a = 0, b = 0;   // destination and sources (Bcast1: b is the constant's address)
+    isa::DType sdt = isa::DType::F32, ddt = isa::DType::F32;  // Cast's types
+  };
+  uint64_t const_base = 0;
+  std::vector<float> consts;
+  std::vector<Step> steps;
 };
-// Throws std::invalid_argument unless is_elementwise(p). `init` uses the scratch registers s0..s2 and `one`
-// (which must hold 1 when it runs).
-Epilogue epilogue(const Program& p, int64_t max_elements, uint64_t base, const std::string& one,
-                  const std::string& s0, const std::string& s1, const std::string& s2);
+// Throws std::invalid_argument unless is_elementwise(p). Its VMEM from `base` (rounded up to 64 bytes).
+Epilogue epilogue(const Program& p, int64_t max_elements, uint64_t base);
 
 // Kernel symbols needed in `symbols`: VMEM_BYTES and VPU_WIDTH (sim::kernel_symbols gives them). Throws
 // std::invalid_argument on a malformed program, an unsupported exponent, or a row that does not fit in VMEM.
