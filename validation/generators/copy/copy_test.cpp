@@ -8,7 +8,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "tests/moved_code.h"
+#include "tests/generated_kernel.h"
 #include "tpusim/isa/assembler.h"
 #include "tpusim/kernels/copy.h"
 #include "tpusim/sim/chip.h"

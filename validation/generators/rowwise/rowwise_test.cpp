@@ -26,7 +26,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "tests/moved_code.h"
+#include "tests/generated_kernel.h"
 #include "tpusim/isa/assembler.h"
 #include "tpusim/isa/numerics.h"
 #include "tpusim/kernels/rowwise.h"

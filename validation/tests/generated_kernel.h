@@ -1,12 +1,15 @@
-// A test helper for kernel generators that take the first instruction's index (base_pc): the same kernel made at
-// two bases differs only in its branch targets, which are absolute instruction indices.
+// Test helpers for the kernel generators built through the typed emitter (copy, row-wise, GEMM, attention): their
+// source text assembles back into the kernel, and the same kernel made at two first instructions (base_pc) differs
+// only in its branch targets, which are absolute instruction indices.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
+#include "tpusim/isa/assembler.h"
 #include "tpusim/isa/isa.h"
 #include "tpusim/isa/program.h"
 
@@ -24,6 +27,15 @@ inline size_t expect_moved_by(const isa::Program& at0, const isa::Program& moved
     EXPECT_EQ(in, isa::decode(moved.code[i])) << "instruction " << i;
   }
   return branches;
+}
+
+// Expects the generator's source text to assemble into `kernel` (its code, tensors and cores), on `cores` cores.
+inline void expect_source_is(const isa::Program& kernel, const std::string& source, uint32_t cores) {
+  const isa::Program as = isa::assemble(source, "source.s");
+  EXPECT_EQ(kernel.code, as.code);
+  EXPECT_EQ(kernel.tensors, as.tensors);
+  EXPECT_EQ(kernel.cores, cores);
+  EXPECT_EQ(as.cores, cores);
 }
 
 }  // namespace tpusim::testing
