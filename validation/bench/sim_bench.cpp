@@ -7,13 +7,22 @@
 //                          merge (8 and 4 bytes in turn, 16 apart, as a strided MaxPool's taps make), on C cores:
 //                          counter moves_per_s; the ratio to the host's GFLOPs says what a pathological model's
 //                          compile costs on this machine
+//   generate/gemm_chip     the whole-chip GEMM of a BERT-base FFN layer (128 x 768 x 3072, transposed weights, bf16
+//                          out) generated for h200-like, as codegen makes each call: counters kernels_per_s and
+//                          instructions_per_s (built through the typed emitter; before it, the text and its assembly)
+//   generate/attention_chip  BERT-base's fused attention (1 x 128 tokens x 12 heads of 64) for h200-like: the same
 // The ratio sim GMAC/s / (host GFLOP/s / 2) says how close the functional model runs to the host's GEMM rate.
 #include <benchmark/benchmark.h>
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "host_gemm.h"
+#include "tpusim/kernels/attention_chip.h"
 #include "tpusim/kernels/copy.h"
+#include "tpusim/kernels/gemm_chip.h"
 #include "tpusim/kernels/kernels.h"
 #include "tpusim/runtime/runtime.h"
 
@@ -63,10 +72,46 @@ void copy_kernel(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+const std::map<std::string, int64_t>& h200_symbols() {
+  static const std::map<std::string, int64_t> s = [] {
+    std::map<std::string, int64_t> m;
+    for (const auto& [name, v] : sim::kernel_symbols(sim::load_config("h200-like"))) m[name] = v;
+    return m;
+  }();
+  return s;
+}
+
+// A generator's kernel, made again each iteration: kernels and instructions per second.
+void generate(benchmark::State& state, const std::function<isa::Program()>& make) {
+  size_t words = 0;
+  for (auto _ : state) {
+    const isa::Program p = make();
+    words = p.code.size();
+    benchmark::DoNotOptimize(p.code.data());
+  }
+  state.counters["kernels_per_s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["instructions_per_s"] =
+      benchmark::Counter(static_cast<double>(words), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void generate_gemm_chip(benchmark::State& state) {
+  kernels::GemmChip g;
+  g.m = 128, g.k = 768, g.n = 3072, g.trans_b = true, g.out = isa::DType::BF16;
+  generate(state, [&] { return kernels::gemm_chip_kernel(g, h200_symbols()); });
+}
+
+void generate_attention_chip(benchmark::State& state) {
+  kernels::AttentionChip a;
+  a.batch = 1, a.seq = 128, a.heads = 12, a.head_dim = 64;
+  generate(state, [&] { return kernels::attention_chip_kernel(a, h200_symbols()); });
+}
+
 BENCHMARK(host_gemm_f32)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(sim_gemm, bf16_functional, "gemm_bf16.s", true)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(sim_gemm, int8_functional, "gemm_int8.s", true)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK(copy_kernel)->Args({16384, 1})->Args({131072, 1})->Args({16384, 8})->Unit(benchmark::kMillisecond);
+BENCHMARK(generate_gemm_chip)->Name("generate/gemm_chip")->Unit(benchmark::kMicrosecond);
+BENCHMARK(generate_attention_chip)->Name("generate/attention_chip")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(sim_gemm, bf16_timing_only, "gemm_bf16.s", false)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
 
 }  // namespace
