@@ -2,7 +2,7 @@
 """Derives again every number that `h200-like` and `tpusim validate` take from the H200 goldens, by the procedures
 docs/validation.md gives, and prints each from the tuning part beside the held-out part's and the value in use.
 
-  derive.py TPUSIM GOLDENS_DIR OUT_DIR [--jobs N] [--quick] [--only NAME,...]
+  derive.py TPUSIM GOLDENS_DIR OUT_DIR [--jobs N] [--quick] [--only NAME,...] [--warm-up]
 
 GOLDENS_DIR is the goldens as validate reads them (gemm.csv uncompressed: the build's goldens/h200). OUT_DIR gets
 a folder of filtered golden CSVs per procedure (what `tpusim validate --goldens` reads) and validate's output for
@@ -21,7 +21,8 @@ say) run it again and the later numbers follow. NAME is one of:
               (measured - simulated - kFp8ModuleUs)) (every case of each part)
   attention   kCausalModuleUs, kEncoderModuleUs: one-token cases small enough for one wave (seq_len 1, batch x heads
               <= 132), run with --attention-module-us 1: median(measured - simulated) + 1 (every case)
---quick takes a few cases of each (a check that the procedures run; attention still takes every case).
+--quick takes a few cases of each (a check that the procedures run; attention still takes every case). --warm-up
+times every case as `tpusim validate --warm-up` does (the goldens' measurement protocol: warm L2, weight copies).
 Took 16 minutes on 2 cores with --jobs 2 (fp8's 8,173 cases most of it; it printed every value in use).
 """
 import argparse
@@ -69,7 +70,7 @@ def gemm_folder(path, goldens):
 def validate(args, suite, folder, part, sample, extra):
     out = os.path.join(folder, "out-" + part)
     cmd = [args.tpusim, "validate", "--suite", suite, "--goldens", folder, "--part", part, "--jobs", str(args.jobs),
-           "--out", out] + (["--sample", str(sample)] if sample else []) + extra
+           "--out", out] + (["--sample", str(sample)] if sample else []) + (["--warm-up"] if args.warm_up else []) + extra
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode:
         sys.exit(f"derive.py: {' '.join(cmd)} failed ({run.returncode}):\n{run.stderr}")
@@ -181,6 +182,7 @@ def main():
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--only", default=",".join(PROCEDURES))
+    p.add_argument("--warm-up", action="store_true")
     args = p.parse_args()
     names = args.only.split(",")
     unknown = [n for n in names if n not in PROCEDURES]
