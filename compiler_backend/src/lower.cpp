@@ -33,7 +33,7 @@ std::vector<uint8_t> bf16_bytes(const std::vector<float>& v) {
 
 std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
   std::vector<uint8_t> out(v.size() * 4);
-  std::memcpy(out.data(), v.data(), out.size());
+  if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());  // (no null pointers, even for 0 bytes)
   return out;
 }
 
@@ -118,6 +118,14 @@ void Lowering::lower_node(int i) {
   const OpDef* def = find_op(n.op);
   try {
     if (!def) fail(n, "unsupported operator");  // shape inference admits registered operators only
+    // A result of no elements (a size 0 in its shape, from a constant or an input of such a shape): no kernel
+    // computes over nothing; refused here, at the node, rather than by the kernel generator it would reach.
+    for (int o : n.outputs)
+      if (o >= 0 && val(o).has_shape)
+        for (const ir::Dim& d : val(o).dims)
+          if (d.size == 0)
+            fail(n, "its result '" + val(o).name + "' " + ir::shape_str(val(o)) +
+                        " has no elements (tensors with a size of 0 are not supported)");
     if (auto it = attention_.find(i); it != attention_.end()) return lower_attention(*this, *it->second);
     if (rowwise_op(n)) return lower_rowwise(i);
     if (def->lower) return def->lower(*this, n);

@@ -477,7 +477,7 @@ ir::Graph import_onnx(std::string_view bytes, const std::string& model_name, boo
     if (weights_only) continue;
     const auto& [offset, size] = cut.at(v.name);
     v.data.resize(size / 4);
-    std::memcpy(v.data.data(), bytes.data() + offset, size);
+    if (size > 0) std::memcpy(v.data.data(), bytes.data() + offset, size);
   }
   return graph;
 }

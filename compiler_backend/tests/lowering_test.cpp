@@ -396,5 +396,27 @@ TEST(LowerErrors, GatherOfAnActivationByRunTimeIndices) {
             "time is supported");
 }
 
+// A result with a size of 0 in its shape (fuzz_onnx: a constant [0, 0, 0, 63] multiplied into a chain) is refused
+// at its node, in the shape of every compiler error; it reached the row-wise generator before ("rows and cols must
+// be positive"), having copied the empty constant's bytes through a null pointer on the way (UBSan, lower.cpp).
+// Empty constants a node only reads for its attributes (Resize's roi) are not results, and still compile.
+TEST(LowerErrors, ResultsWithNoElementsAreRefusedAtTheirNode) {
+  ModelBuilder b;
+  b.input("x", {1}).output("y");
+  b.constant("half", {0, 0, 0, 63}, {});
+  b.node("Mul", "mul", {"x", "half"}, {"h"});
+  b.node("Relu", "relu", {"h"}, {"y"});
+  EXPECT_EQ(error_of(b),
+            "m.onnx: node 'mul' (Mul): its result 'h' [0,0,0,63] has no elements (tensors with a size of 0 are not "
+            "supported)");
+  ModelBuilder r;
+  r.input("x", {1, 2, 4, 4}).output("y");
+  r.constant("roi", {0}, {});
+  r.constant("scales", {4}, {1, 1, 2, 2});
+  r.node("Resize", "up", {"x", "roi", "scales"}, {"y"});
+  test::set_string(r.proto().mutable_graph()->mutable_node(0), "mode", "nearest");
+  EXPECT_EQ(error_of(r), "(no error)");
+}
+
 }  // namespace
 }  // namespace tpusim::compiler

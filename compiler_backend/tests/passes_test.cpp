@@ -849,8 +849,8 @@ TEST(ConstFold, FunctionsTilesAndBatchedMatMulOfConstants) {
 // ArgMax/ArgMin (select_last_index), CumSum (exclusive, reverse), DepthToSpace (DCR, CRD) and SpaceToDepth of
 // constants fold on the host; the expected values are worked out by hand.
 // Integer arithmetic of constants past int64 is an error naming the node and the operands, not undefined
-// behaviour (fuzz_onnx found 7596446671467184128 * 7596446671467184128 in a shape subgraph; its reproducer is
-// validation/fuzz/corpus/onnx/regress-int64-mul-overflow-in-folding.onnx). In range, the results are exact, also
+// behaviour (fuzz_onnx found 7596446671467184128 * 7596446671467184128 in a shape subgraph; a reproducer is
+// make_onnx_seeds.py's regress_int64_mul_overflow_in_folding seed). In range, the results are exact, also
 // where a double would round (2^62 + 1).
 TEST(ConstFold, IntegerOverflowIsAnErrorNotUndefinedBehaviour) {
   const int64_t big = int64_t{1} << 62, min = std::numeric_limits<int64_t>::min();

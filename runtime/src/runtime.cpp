@@ -269,7 +269,7 @@ void copy_out(const std::shared_ptr<detail::BufferState>& s, void* dst, std::fun
   if (!st) return done(invalid("to_host of a deleted buffer"));
   if (st->kind == MemoryKind::kHost) {
     const StatusOr<Done>& r = s->ready.await();
-    if (r.ok()) std::memcpy(dst, st->host_data(), st->bytes);
+    if (r.ok() && st->bytes > 0) std::memcpy(dst, st->host_data(), st->bytes);
     return done(r.status());
   }
   std::shared_ptr<ClientCore> core = s->client.lock();

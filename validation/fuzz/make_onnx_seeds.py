@@ -67,6 +67,16 @@ SEEDS = {
                        [("x", F, [2, 4])], [("y", F, [2, 4])],
                        [scalar("half", 0.5), scalar("three", 3.0), scalar("c", 0.044715), scalar("k", 0.7978846),
                         scalar("one", 1.0)]),
+    # Findings' reproducers (validation/fuzz/README.md, "Findings fixed"): int64 shape arithmetic past the range in
+    # constant folding; a result of no elements (a constant of shape [0, 0, 0, 63] in the tanh GELU chain)
+    "regress_int64_mul_overflow_in_folding": model(
+        [N("Mul", ["a", "b"], ["n"]), N("Reshape", ["x", "n"], ["y"])], [("x", F, [4])], [("y", F, [4])],
+        [init("a", values=[1 << 62]), init("b", values=[4])]),
+    "regress_zero_element_result": model(
+        [N("Mul", ["x", "half"], ["h"]), N("Tanh", ["x"], ["e"]), N("Add", ["e", "one"], ["a"]),
+         N("Mul", ["h", "a"], ["y"])],
+        [("x", F, [])], [("y", F, [0, 0, 0, 63])],
+        [numpy_helper.from_array(np.zeros((0, 0, 0, 63), np.float32), "half"), scalar("one", 1.0)]),
 }
 
 if __name__ == "__main__":

@@ -152,6 +152,13 @@ class ErrorsBase(Workdir):
             m = onnx_model([helper.make_node("Pad", ["x", "pads"], ["y"], name="pad", mode="reflect")],
                            [f32("x", [4])], [f32("y", None)], [pads])
             return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
+        if name == "onnx-zero-elements":
+            # a result of no elements (fuzz_onnx's finding: it reached the row-wise generator, copying an empty
+            # constant through a null pointer on the way)
+            empty = helper.make_tensor("e", TensorProto.FLOAT, [0, 63], [])
+            m = onnx_model([helper.make_node("Mul", ["x", "e"], ["y"], name="mul")], [f32("x", [1])], [f32("y", None)],
+                           [empty])
+            return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
         if name == "onnx-unsupported-operators":
             m = onnx_model([helper.make_node("Range", ["x", "x", "x"], ["t"], name="range"),
                             helper.make_node("NonZero", ["t"], ["y"], name="nz"),
