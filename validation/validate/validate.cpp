@@ -18,7 +18,6 @@
 #include <memory>
 
 #include "tpusim/explore/pool.h"
-#include "tpusim/isa/assembler.h"
 #include "tpusim/kernels/attention_chip.h"
 #include "tpusim/kernels/copy.h"
 #include "tpusim/kernels/gemm_chip.h"
