@@ -111,6 +111,12 @@ void declare_mxu_params(std::vector<Param>& out) {
     if (std::string e = range(c); !e.empty()) return e;
     return c.mxu.fp8_rate <= 1 || c.mxu.dataflow == "ws" ? "" : "must be 0 or 1 unless mxu.dataflow = ws";
   };
+  ParamSection<MxuParams>(out, "mxu", &ChipConfig::mxu)
+      .add(&MxuParams::efficiency, "efficiency", 1.0, "fraction",
+           "the array streams at this fraction of its rate (a stream of m rows takes m / efficiency cycles, "
+           "carried over so that a run of streams averages it): what a chip sustains of its matrix rate under "
+           "dense load, measured rather than simulated (a GPU lowers its clock to stay within its power limit)",
+           0.01, 1.0);
 }
 
 namespace {
@@ -132,7 +138,8 @@ Mxu::Mxu(const sc_core::sc_module_name& name, ChipState& st, int index)
     : UnitModule(name, st, isa::Unit::Mxu, index), R_(st.cfg.mxu.rows), C_(st.cfg.mxu.cols),
       df_(dataflow_of(st.cfg.mxu.dataflow)), index_(index),
       acc_base_(static_cast<int64_t>(index) * st.cfg.mxu.acc_rows),
-      i8_rate_(static_cast<uint64_t>(st.cfg.mxu.i8_rate)), fp8_rate_(static_cast<uint64_t>(st.cfg.mxu.fp8_rate)) {
+      i8_rate_(static_cast<uint64_t>(st.cfg.mxu.i8_rate)), fp8_rate_(static_cast<uint64_t>(st.cfg.mxu.fp8_rate)),
+      efficiency_(st.cfg.mxu.efficiency) {
   st.events.push_back(&pending_changed_);
   SC_THREAD(retire_thread);
 }
@@ -141,6 +148,7 @@ void Mxu::reset() {
   UnitModule::reset();
   pending_ = {};
   stream_free_ = shadow_free_ = shadow_ready_ = last_completion_ = out_free_ = a_shadow_free_ = 0;
+  carry_ = 0;
   shadow_.reset();
   active_.reset();
 }
@@ -231,13 +239,13 @@ void Mxu::matmul(const Entry& e) {
   if (df_ == Dataflow::WS) {
     // i8 at mxu.i8_rate, f8e4m3 at mxu.fp8_rate rows per cycle: the stream takes ceil(m / rate) cycles.
     const uint64_t rate = rate_of(dt);
-    len = (um + rate - 1) / rate;
+    len = sustained((um + rate - 1) / rate);
     const uint64_t s = std::max({f, stream_free_, swap});
     folds.push_back(s);
     stream_free_ = s + len;
     done = s + len + R_ + C_ - 2;
   } else if (df_ == Dataflow::OS) {
-    len = std::max<uint64_t>(active_->k, 1);
+    len = sustained(std::max<uint64_t>(active_->k, 1));
     uint64_t t = std::max({f, swap, stream_free_, sub_sat(out_free_, len)});
     for (uint64_t i = 0; i < (um + R_ - 1) / R_; ++i) {
       if (i) t = std::max(stream_free_, sub_sat(out_free_, len));
@@ -247,7 +255,7 @@ void Mxu::matmul(const Entry& e) {
     }
     done = folds.back() + len + 2 * R_ + C_ - 2;
   } else {
-    len = std::max<uint64_t>(active_->n, 1);
+    len = sustained(std::max<uint64_t>(active_->n, 1));
     uint64_t load = std::max(f, a_shadow_free_), t = std::max({load + R_, stream_free_, swap});
     for (uint64_t i = 0; i < (um + C_ - 1) / C_; ++i) {
       if (i) load = std::max(load + R_, a_shadow_free_), t = std::max(load + R_, stream_free_);
@@ -288,6 +296,14 @@ void Mxu::check_fp8(uint64_t pc, isa::DType dt) {
   if (dt == isa::DType::F8E4M3 && fp8_rate_ == 0)
     st_.fail(pc, "f8e4m3 (fp8) operands, but this chip (" + st_.cfg.chip.name +
                      ") has no fp8 matrix rate (mxu.fp8_rate = 0)");
+}
+
+uint64_t Mxu::sustained(uint64_t cycles) {
+  if (efficiency_ >= 1.0) return cycles;
+  const double exact = static_cast<double>(cycles) / efficiency_ + carry_;
+  const auto taken = static_cast<uint64_t>(exact);
+  carry_ = exact - static_cast<double>(taken);
+  return taken;
 }
 
 uint64_t Mxu::rate_of(isa::DType dt) const {

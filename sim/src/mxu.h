@@ -48,6 +48,9 @@ class Mxu : public UnitModule {
   void compute(const Entry& e, const Tile& t);
   void check_fp8(uint64_t pc, isa::DType dt);  // fails an f8e4m3 instruction on a chip without an fp8 rate
   uint64_t rate_of(isa::DType dt) const;       // input rows per stream cycle (mxu.i8_rate, mxu.fp8_rate or 1)
+  // A stream of `cycles` at the array's rate, taken at mxu.efficiency of it: cycles / efficiency, the fraction
+  // carried to the next stream so that a run of streams averages exactly that rate (cycles itself at 1).
+  uint64_t sustained(uint64_t cycles);
 
   const uint64_t R_, C_;
   const Dataflow df_;
@@ -55,6 +58,8 @@ class Mxu : public UnitModule {
   const int64_t acc_base_;    // its first row in the core's accumulator memory (index * mxu.acc_rows)
   const uint64_t i8_rate_;    // mxu.i8_rate
   const uint64_t fp8_rate_;   // mxu.fp8_rate (0: no fp8)
+  const double efficiency_;   // mxu.efficiency
+  double carry_ = 0;          // the fraction of a cycle the streams so far have not yet taken (sustained)
   std::priority_queue<Completion, std::vector<Completion>, std::greater<>> pending_;
   sc_core::sc_event pending_changed_;
   uint64_t seq_ = 0;

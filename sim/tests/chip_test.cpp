@@ -279,6 +279,37 @@ TEST(WholeChip, Int8StreamsAtTheI8Rate) {
   }
 }
 
+// mxu.efficiency: a stream of m rows takes m / efficiency cycles, the fraction carried to the next stream. The
+// isolated fold of Timing.IsolatedFoldIsScaleSims2RPlusCPlusMMinus2 (m = 8: the stream [8, 16), results at 16 + 6,
+// 23 cycles) at 0.8 streams 10 cycles, [8, 18): 25 cycles; at 0.5, 16: 31. Two back-to-back streams of m = 3 at
+// 0.8: 3.75 cycles -> 3 (0.75 carried), then 3.75 + 0.75 = 4.5 -> 4 (0.5 carried): 7 busy cycles where 1 gives 6,
+// and the second's results at 8 + 7 + 6 = 21, 22 cycles (21 at 1); the MACs are the same.
+TEST(WholeChip, MatrixUnitStreamsAtItsEfficiency) {
+  struct Case {
+    int chip, mms, m;
+    uint64_t cycles, busy;
+  };
+  // (every Chip is made before the first run: SystemC elaborates once per process)
+  Chip at1(small_config()), at08(small_config({"mxu.efficiency=0.8"})), at05(small_config({"mxu.efficiency=0.5"}));
+  Chip* chips[] = {&at1, &at08, &at05};
+  const char* names[] = {"1", "0.8", "0.5"};
+  for (const Case& k : {Case{0, 1, 8, 23, 8}, Case{1, 1, 8, 25, 10}, Case{2, 1, 8, 31, 16}, Case{0, 2, 3, 21, 6},
+                        Case{1, 2, 3, 22, 7}}) {
+    ProgramBuilder b;
+    b.li(1, 4).li(2, 64).li(3, k.m);
+    b.op(Op::MXULW, {0, 1, 1, 1, kI8});
+    for (int i = 0; i < k.mms; ++i) b.op(Op::MXUMM, {2, 3, 0, 1, kI8});
+    const std::string what = std::string("efficiency ") + names[k.chip] + ", " + std::to_string(k.mms) +
+                             " x m=" + std::to_string(k.m);
+    RunResult r = chips[k.chip]->run(b.build());
+    EXPECT_EQ(r.stats.cycles, k.cycles) << what;
+    EXPECT_EQ(unit(r.stats, isa::Unit::Mxu).busy_cycles, k.busy) << what;
+    EXPECT_EQ(r.stats.mxu_macs, uint64_t(k.mms) * k.m * 4 * 4) << what;
+    // A second run of the same chip starts with nothing carried (the same cycles again).
+    EXPECT_EQ(chips[k.chip]->run(b.build()).stats.cycles, k.cycles) << what;
+  }
+}
+
 // h200-like's matrix unit (an SM's tensor cores as one unit of 16 x 128, mxu.fp8_rate = 2: Hopper's fp8 at twice
 // bf16) on one core, no launch: one isolated fold of m = 64 input rows. 4 li (cycles 0-3), the lw dispatched at 4
 // loads the tile in [5, 21) (R = 16 rows, one per cycle); the mm swaps it in at 21 and streams m rows: bf16 one per
@@ -583,6 +614,7 @@ TEST(WholeChip, InvalidChipShapesAreRefused) {
   EXPECT_EQ(error({"mxu.fp8_rate=5"}), "mxu.fp8_rate = 5 must be in [0, 4] (in --set mxu.fp8_rate=5)");
   EXPECT_EQ(error({"mxu.fp8_rate=2", "mxu.dataflow=is"}),
             "mxu.fp8_rate = 2 must be 0 or 1 unless mxu.dataflow = ws (in --set mxu.fp8_rate=2)");
+  EXPECT_EQ(error({"mxu.efficiency=0"}), "mxu.efficiency = 0 must be in [0.01, 1] (in --set mxu.efficiency=0)");
 }
 
 }  // namespace

@@ -111,8 +111,8 @@ TEST(Config, WholeChipPresetsMatchPublishedFigures) {
 
 TEST(Config, DescribeListsEveryParameterWithHelp) {
   auto params = describe(load_config("edge", {"mxu.rows=8"}));
-  // 43 of the chip's units (hbm.efficiency the newest), 17 of [energy], 12 of [area]
-  ASSERT_EQ(params.size(), 73u);
+  // 44 of the chip's units (mxu.efficiency the newest), 17 of [energy], 12 of [area]
+  ASSERT_EQ(params.size(), 74u);
   for (const ParamInfo& p : params) EXPECT_FALSE(p.help.empty()) << p.key;
   auto rows = std::find_if(params.begin(), params.end(), [](const ParamInfo& p) { return p.key == "mxu.rows"; });
   ASSERT_NE(rows, params.end());

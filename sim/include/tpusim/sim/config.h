@@ -44,6 +44,7 @@ struct MxuParams {
   std::string dataflow; // mxu.dataflow: ws, os or is (sim/src/mxu.cpp, docs/dataflows.md)
   int i8_rate;          // mxu.i8_rate: input rows an i8 mxu.mm streams per cycle (bf16: 1), ws only
   int fp8_rate;         // mxu.fp8_rate: the same for f8e4m3; 0 = no fp8 on this chip
+  double efficiency;    // mxu.efficiency: the array streams at this fraction of its rate (sustained, measured)
 };
 struct VpuParams {
   int lanes;            // vpu.lanes
