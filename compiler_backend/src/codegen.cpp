@@ -87,7 +87,8 @@ double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, 
                              static_cast<isa::DType>(param_or(call, "OUT_DT", static_cast<int64_t>(isa::DType::F32)))));
   const double b_tile = static_cast<double>(std::min(R, k) * std::min(C, n)) * E / bpc;
   const int64_t rate = kernels::matrix_rate(in, symbols);  // the stream of tm rows at the input type's rate
-  const double fold = std::max({static_cast<double>(std::max(cdiv(tm, rate), R)), b_tile, latency + b_tile});
+  const double fold = std::max({static_cast<double>(std::max(cdiv(tm, rate), R)) * kernels::matrix_stretch(symbols),
+                                b_tile, latency + b_tile});
   const double folds = static_cast<double>(cdiv(m, tm) * cdiv(n, C) * cdiv(k, R));
   const double Q = param_or(call, "Q_SCALE", 0) != 0 ? 1.0 : 0.0;  // the int8 copy of c (gemm.s's q)
   const double Rd = param_or(call, "RESIDUAL", 0) != 0 ? O : 0.0;  // the residual r read (gemm.s's RESIDUAL)

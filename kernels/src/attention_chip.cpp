@@ -12,6 +12,7 @@
 #include "tpusim/isa/assembler.h"
 #include "tpusim/isa/emitter.h"
 #include "tpusim/isa/numerics.h"
+#include "tpusim/kernels/gemm_chip.h"
 
 namespace tpusim::kernels {
 namespace {
@@ -32,6 +33,7 @@ int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
 struct Chip {
   int64_t R, C, ACC, VMEM, P, U, width, special, vbpc, latency, store_latency, mem_bpc;
   int64_t acc_addr;  // the vector unit's address of accumulator row 0 (ACC_ADDR); -1: the chip has none
+  double stretch;    // cycles per cycle of a stream at the matrix units' full rate (matrix_stretch)
 };
 
 Chip chip_of(const AttentionChip& a, const std::map<std::string, int64_t>& s) {
@@ -46,6 +48,7 @@ Chip chip_of(const AttentionChip& a, const std::map<std::string, int64_t>& s) {
   c.latency = optional(s, "DMA_LATENCY", 100);
   c.store_latency = optional(s, "STORE_LATENCY", c.latency);
   c.acc_addr = optional(s, "ACC_ADDR", -1);
+  c.stretch = matrix_stretch(s);
   const int64_t cache = optional(s, "CACHE_BYTES_PER_CYCLE", 0);
   c.mem_bpc = std::max<int64_t>(1, cache > 0 ? cache : optional(s, "HBM_BYTES_PER_CYCLE", 64));
   if (a.batch < 1 || a.seq < 1 || a.heads < 1 || a.head_dim < 1 || a.seq_k < 0)
@@ -212,14 +215,16 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, int6
   return true;
 }
 
-// The estimate of a layout (attention_chip.h): per key block the longest of the units' matrix cycles, the vector
-// unit's cycles and the K/V transfer at this core's share of the memory bandwidth; per item a fill (the Q and the
-// first K/V load's latency, one block's S product) and the final O / l; items dealt round-robin over the cores.
+// The estimate of a layout (attention_chip.h): per key block the longest of the units' matrix cycles (at the rate
+// they sustain: matrix_stretch), the vector unit's cycles and the K/V transfer at this core's share of the memory
+// bandwidth; per item a fill (the Q and the first K/V load's latency, one block's S product) and the final O / l;
+// items dealt round-robin over the cores.
 // An item of HG heads counts all their pieces and rows.
 void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
   const int64_t BR = L.HR, BC = L.plan.bc;  // (an item's rows: its heads' query rows)
   const double mxu = static_cast<double>(cdiv(L.s.pieces(), c.U) * L.s.folds * std::max(L.s.rows, c.R) +
-                                         cdiv(L.p.pieces(), c.U) * L.p.folds * std::max(L.p.rows, c.R));
+                                         cdiv(L.p.pieces(), c.U) * L.p.folds * std::max(L.p.rows, c.R)) *
+                     c.stretch;
   const int64_t sb = BR * BC;
   const int64_t x = L.regs ? 0 : 1;  // VMEM bytes per byte of S, P, O and the row vectors (0: in the accumulators)
   // The drains, rmax, subrow, exp (at the special functions' rate), rsum, the cast to P and the row vectors' six.

@@ -210,14 +210,14 @@ int64_t strips_tm_max(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
 // row tile's first group, a K/R-th of the next row tile's a. Plus the first row tile's a (before any fold), one
 // latency and the last drain.
 double strips_estimate(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t U,
-                       int64_t hbm_bpc, int64_t vpu_width, int64_t latency, int64_t rate) {
+                       int64_t hbm_bpc, int64_t vpu_width, int64_t latency, int64_t rate, double stretch) {
   const double E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const int64_t TM_MAX = strips_tm_max(g, R, C, ACC, VMEM, U);
   const int64_t TM = cdiv(g.m, cdiv(g.m, TM_MAX)), MT = cdiv(g.m, TM), KT = cdiv(g.k, R);
   const int64_t GC = cdiv(cdiv(g.n, U * C), P);  // column groups per core (the busiest)
   const double share = static_cast<double>(hbm_bpc) / static_cast<double>(std::min(P, cdiv(g.n, U * C)));
   const double W = static_cast<double>(std::min(U * C, g.n)), tm = static_cast<double>(TM);
-  const double work = static_cast<double>(std::max(cdiv(TM, rate), R));
+  const double work = static_cast<double>(std::max(cdiv(TM, rate), R)) * stretch;
   auto fold = [&](double bytes) {
     const double transfer = bytes / share;
     return std::max({work, transfer, static_cast<double>(latency) + transfer});
@@ -260,7 +260,7 @@ int64_t multicast_mode(const GemmChip& g, int64_t P, int64_t sk, int64_t nr, int
 // chunk fills the pipeline sooner); and, with max_split_k > 1, SK splits of K.
 // Estimate, per work item (a tile, or a split of one): its chunks, each taking the longest of its matrix work
 // (KC/R folds x S strips x max(TM / rate, R) cycles: a weight load, R cycles, hides behind a stream of at least R
-// rows; matrix_rate), its transfer (its operands and its share of the tile's stores) at this core's share of the
+// rows; matrix_rate; at the rate the unit sustains, matrix_stretch), its transfer (its operands and its share of the tile's stores) at this core's share of the
 // bandwidth (the cache's when the chip has one, since tiles re-read their operands from it, else HBM's; shared by
 // the cores loading at once, and at most what the core's VMEM ports take), its operands' bytes through VMEM's
 // ports (written by the loads, read by the matrix units) and (latency + transfer) / (NSLOT - 1) (NSLOT - 1 chunks
@@ -271,7 +271,7 @@ int64_t multicast_mode(const GemmChip& g, int64_t P, int64_t sk, int64_t nr, int
 // reduction_launch_cycles.
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t UMAX,
                       int64_t mem_bpc, int64_t hbm_bpc, int64_t vmem_bpc, int64_t vpu_width, int64_t latency,
-                      int64_t store_latency, int64_t rate) {
+                      int64_t store_latency, int64_t rate, double stretch) {
   // A core takes its transfers at most at its VMEM ports' rate (vmem_bpc 0: an older caller's map, no limit).
   const int64_t core_bpc = vmem_bpc > 0 ? vmem_bpc : mem_bpc;
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), QO = g.q_scale_bits != 0 ? 1 : 0;
@@ -339,7 +339,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
             const double share = std::min(static_cast<double>(mem_bpc) / std::min(items, static_cast<double>(P)),
                                           static_cast<double>(core_bpc));
             const double chunks = static_cast<double>(cdiv(ks, kc));
-            const double work = static_cast<double>(cdiv(kc, R) * S * std::max(cdiv(tmu, rate), R));
+            const double work = static_cast<double>(cdiv(kc, R) * S * std::max(cdiv(tmu, rate), R)) * stretch;
             // The tile's stores: a share of every chunk's transfer, or after the tile with !overlap_tiles
             const double stores = static_cast<double>(tm * std::min(W, g.n) * (OW + QO)) / share;
             // Multicast: the pair reads the shared operand once, half of it per core
@@ -401,7 +401,8 @@ TilePlan plan_tiles(const GemmChip& g, const std::map<std::string, int64_t>& s, 
   gc.multicast = g.multicast && optional("CLUSTER", 1) >= 2;  // only where the chip multicasts
   return choose_tiles(gc, R, C, ACC, VMEM, P, U, mem_bpc, hbm_bpc, optional("VMEM_BYTES_PER_CYCLE", 0),
                       std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100),
-                      optional("STORE_LATENCY", optional("DMA_LATENCY", 100)), matrix_rate(g.in, s));
+                      optional("STORE_LATENCY", optional("DMA_LATENCY", 100)), matrix_rate(g.in, s),
+                      matrix_stretch(s));
 }
 
 // True when the chip has a cache in front of HBM (the strips estimate models HBM alone).
@@ -412,7 +413,7 @@ double strips_estimate_of(const GemmChip& g, const std::map<std::string, int64_t
   return strips_estimate(g, symbol(s, "MXU_ROWS"), symbol(s, "MXU_COLS"), symbol(s, "ACC_ROWS"), symbol(s, "VMEM_BYTES"),
                          P, U, std::max<int64_t>(1, optional("HBM_BYTES_PER_CYCLE", 64)),
                          std::max<int64_t>(1, optional("VPU_WIDTH", 128)), optional("DMA_LATENCY", 100),
-                         matrix_rate(g.in, s));
+                         matrix_rate(g.in, s), matrix_stretch(s));
 }
 
 // The tiled schedule's registers (r0 holds 0; r29..r31 are scratch without names).
@@ -518,8 +519,9 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   // extra chunks add: about a transfer's latency.
   const int64_t tail_lead = (KLAST - 1) / R * R;  // the last chunk's rows of K before its last fold
   const bool split_tail = g.split_last_fold && SK == 1 &&
-                          tail_lead / R * S * std::max(cdiv(TMU, matrix_rate(g.in, s)), R) >
-                              optional_symbol(s, "DMA_LATENCY", 100);
+                          static_cast<double>(tail_lead / R * S * std::max(cdiv(TMU, matrix_rate(g.in, s)), R)) *
+                                  matrix_stretch(s) >
+                              static_cast<double>(optional_symbol(s, "DMA_LATENCY", 100));
 
   if (summary) {
     std::ostringstream o;
@@ -1055,6 +1057,10 @@ int64_t matrix_rate(isa::DType in, const std::map<std::string, int64_t>& symbols
   const char* name = in == isa::DType::I8 ? "MXU_I8_RATE" : in == isa::DType::F8E4M3 ? "MXU_FP8_RATE" : nullptr;
   auto it = name ? symbols.find(name) : symbols.end();
   return it == symbols.end() ? 1 : std::max<int64_t>(1, it->second);
+}
+
+double matrix_stretch(const std::map<std::string, int64_t>& symbols) {
+  return 1000.0 / static_cast<double>(std::max<int64_t>(1, optional_symbol(symbols, "MXU_EFFICIENCY_PERMILLE", 1000)));
 }
 
 double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {

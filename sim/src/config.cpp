@@ -1,6 +1,7 @@
 // Loading a ChipConfig: a preset or INI file, then `--set section.key=value` overrides, all through the
 // parameter declarations of params.h and Boost.Program_options.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -188,6 +189,9 @@ std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cf
       // as ceil(m / rate) cycles, as the matrix unit takes it
       {"MXU_I8_RATE", cfg.mxu.i8_rate},
       {"MXU_FP8_RATE", cfg.mxu.fp8_rate},
+      // the fraction of its rate the matrix unit sustains (mxu.efficiency), in thousandths: estimates count a
+      // stream of c cycles at that rate as c x 1000 / MXU_EFFICIENCY_PERMILLE
+      {"MXU_EFFICIENCY_PERMILLE", std::max<int64_t>(1, std::llround(cfg.mxu.efficiency * 1000))},
       {"CORES", cfg.chip.cores},
       {"SHARED_BYTES", static_cast<int64_t>(cfg.shared_bytes())},
       {"VMEM_BYTES", static_cast<int64_t>(cfg.vmem_bytes())},

@@ -318,7 +318,8 @@ TEST(WholeChip, MatrixUnitStreamsAtItsEfficiency) {
 // 64 -> 32, and everything else (load, skew, drain) is the same. m = 7 (odd): 7 and ceil(7 / 2) = 4 stream
 // cycles, 171 and 168 in all.
 TEST(WholeChip, Fp8StreamsAtTwiceTheBf16RateOnH200Like) {
-  Chip chip(load_config("h200-like", {"chip.cores=1", "chip.launch_cycles=0"}));
+  // (at the array's full rate: mxu.efficiency is WholeChip.MatrixUnitStreamsAtItsEfficiency's)
+  Chip chip(load_config("h200-like", {"chip.cores=1", "chip.launch_cycles=0", "mxu.efficiency=1"}));
   const ChipConfig& c = chip.config();
   ASSERT_EQ(c.mxu.fp8_rate, 2);
   ASSERT_EQ(c.mxu.rows, 16);  // the arithmetic above is for this shape

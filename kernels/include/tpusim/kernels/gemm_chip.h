@@ -165,6 +165,10 @@ double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t
 // (bf16: 1). Estimates count a stream of m rows as max(ceil(m / rate), MXU_ROWS) cycles.
 int64_t matrix_rate(isa::DType in, const std::map<std::string, int64_t>& symbols);
 
+// The cycles a matrix unit takes for each cycle of a stream at its full rate: 1000 / MXU_EFFICIENCY_PERMILLE (the
+// rate it sustains, mxu.efficiency; 1 without the symbol). Estimates multiply the streams above by it.
+double matrix_stretch(const std::map<std::string, int64_t>& symbols);
+
 // The splits of K the kernel makes (its plan's; 1 without split K or with the strips schedule). Throws as
 // gemm_chip_kernel.
 int64_t gemm_chip_splits(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
