@@ -16,6 +16,11 @@ say) run it again and the later numbers follow. NAME is one of:
   efficiency  hbm.efficiency: bf16 above 20 us that read more than 90% of their bytes, at most 150 flops a byte and
               100 GFLOP, simulated at hbm.efficiency 1: 1 / median(measured / simulated) (a fixed sample of 600 of
               the tuning part, 300 of the held-out part)
+  mxu         mxu.efficiency: bf16 compute-bound by the plain roofline, above 20 us and at most 100 GFLOP, whose
+              output tiles of 128 x 256 fill at least two waves of 132 (neither split K nor a last wave decides):
+              the efficiency at which median(simulated / measured) is 1, found from 1 by e <- e x median(simulated
+              / measured) until it moves by less than 0.002 (a fixed sample of 150 of the tuning part, 75 of the
+              held-out part)
   fp8         kFp8ModuleUs: fp8 cases whose x (2 m k bytes) is at most 256 KiB, without the module: median(measured -
               simulated); kFp8QuantiseTbs: those whose x is at least 64 MiB, at most 100 GFLOP: median(2 m k /
               (measured - simulated - kFp8ModuleUs)) (every case of each part)
@@ -23,7 +28,8 @@ say) run it again and the later numbers follow. NAME is one of:
               <= 132), run with --attention-module-us 1: median(measured - simulated) + 1 (every case)
 --quick takes a few cases of each (a check that the procedures run; attention still takes every case). --warm-up
 times every case as `tpusim validate --warm-up` does (the goldens' measurement protocol: warm L2, weight copies).
-Took 16 minutes on 2 cores with --jobs 2 (fp8's 8,173 cases most of it; it printed every value in use).
+Took 26 minutes on 2 cores with --jobs 2 beside a fuzzing campaign (fp8's 8,173 cases most of it, mxu 5 of them); it
+printed the values now in use.
 """
 import argparse
 import csv
@@ -134,6 +140,25 @@ def derive_efficiency(args, report):
     report.append(("hbm.efficiency", "in use", "", in_use(args, "hbm.efficiency"), ""))
 
 
+def derive_mxu(args, report):
+    folder = os.path.join(args.out, "mxu")
+    count = gemm_folder(folder, ((r, m, n, k, t, b, f) for r, m, n, k, t, b, f in gemm_rows(args.goldens)
+                                 if r["dtype"] == "bfloat16" and t > 20 and f <= 100e9 and f / BF16_PEAK > b / HBM_BYTES_PER_S
+                                 and -(-m // 128) * -(-n // 256) >= 2 * 132))
+    for part, sample in (("tune", 20 if args.quick else 150), ("held-out", 10 if args.quick else 75)):
+        e, steps = 1.0, []
+        for _ in range(6):
+            cases = validate(args, "gemm", folder, part, sample, ["--set", f"mxu.efficiency={e:.4f}"])
+            ratio = statistics.median(float(c["simulated_us"]) / float(c["measured_us"]) for c in cases)
+            steps.append(f"{e:.4f}: {ratio:.4f}")
+            if abs(e * ratio - e) < 0.002:
+                break
+            e = min(1.0, e * ratio)
+        report.append(("mxu.efficiency", part, len(cases), f"{e:.3f}",
+                       f"median simulated / measured at each efficiency tried ({'; '.join(steps)}), of {count} such cases"))
+    report.append(("mxu.efficiency", "in use", "", in_use(args, "mxu.efficiency"), ""))
+
+
 def derive_fp8(args, report):
     small, large = os.path.join(args.out, "fp8-module"), os.path.join(args.out, "fp8-quantise")
     fp8 = [g for g in gemm_rows(args.goldens) if g[0]["dtype"] != "bfloat16"]
@@ -170,7 +195,8 @@ def derive_attention(args, report):
             report.append((key, part, len(c), f"{a:.2f}", f"the kernels {kernels:.2f} us"))
 
 
-PROCEDURES = {"launch": derive_launch, "write": derive_write, "efficiency": derive_efficiency, "fp8": derive_fp8,
+PROCEDURES = {"launch": derive_launch, "write": derive_write, "efficiency": derive_efficiency, "mxu": derive_mxu,
+              "fp8": derive_fp8,
               "attention": derive_attention}
 
 

@@ -25,15 +25,16 @@ namespace tpusim::validate {
 // tuning part's one-token cases small enough for one wave (seq_len 1, batch_size x heads <= 132), of the measured
 // time less the simulated kernels (h200-like, chip.launch_cycles included; run with --attention-module-us 1 on a
 // folder of those cases, less the 1):
-// - causal: 315 cases, 9.56 us (the kernels 6.65 us: the preprocessing and the fused kernel); the held-out
-//   part's 77, 9.54 us;
-// - encoder: 92 cases, 11.08 us (the fused kernel 3.76 us); the held-out part's 22, 11.00 us.
+// - causal: 315 cases, 9.49 us (the kernels 6.73 us: the preprocessing and the fused kernel); the held-out
+//   part's 77, 9.47 us;
+// - encoder: 92 cases, 11.01 us (the fused kernel 3.83 us); the held-out part's 22, 10.92 us.
 // (Re-derived on 2026-12-05 after h200-like's queues and HBM writes changed the kernels, 9.41 and 11.08 before,
-// and again after its reads moved at hbm.efficiency: 9.57 and 11.09 before.)
+// again after its reads moved at hbm.efficiency: 9.57 and 11.09 before, and again after its matrix unit ran at
+// mxu.efficiency 0.85: 9.56 and 11.08 before.)
 // The data show that it adds rather than overlaps (one head, causal, seq_len 2048 to 16384: 14.5 us, this and
 // the kernel's own fixed part, plus a part proportional to seq_len). docs/validation.md ("Attention").
-inline constexpr double kCausalModuleUs = 9.56;
-inline constexpr double kEncoderModuleUs = 11.08;
+inline constexpr double kCausalModuleUs = 9.49;
+inline constexpr double kEncoderModuleUs = 11.01;
 
 // An fp8 GEMM golden times TensorRT-LLM's fp8 Linear, which before its GEMM quantises the bf16 activations x [m, k]
 // to fp8 with their per-tensor scale, in a kernel of its own, and has a fixed time of its own beyond the GEMM's
@@ -41,17 +42,18 @@ inline constexpr double kEncoderModuleUs = 11.08;
 // an fp8 case is kFp8ModuleUs plus x's bf16 bytes (2 m k) at kFp8QuantiseTbs. Both set from the data's tuning
 // part (h200-like, run with --fp8-module-us 0 --fp8-quantise-tbs 0, docs/validation.md "The fp8 Linear module"):
 // - kFp8ModuleUs: the median of measured - simulated over the fp8 cases whose x is at most 256 KiB (its pass then
-//   takes under 0.3 us): 6,537 cases, 9.64 us (the simulated kernels 4.78 us at the median); the held-out part's
-//   1,636, 9.65 us;
+//   takes under 0.3 us): 6,537 cases, 9.63 us (the simulated kernels 4.78 us at the median); the held-out part's
+//   1,636, 9.64 us;
 // - kFp8QuantiseTbs: the median of 2 m k / (measured - simulated - kFp8ModuleUs) over the fp8 cases whose x is at
-//   least 64 MiB, of at most 100 GFLOP (the pass then takes most of the time): 419 cases, 0.923 TB/s (10% of
-//   them below 0.872, 10% above 0.948); the held-out part's 98, 0.929 TB/s. About a fifth of HBM's bandwidth:
+//   least 64 MiB, of at most 100 GFLOP (the pass then takes most of the time): 419 cases, 0.925 TB/s (10% of
+//   them below 0.897, 10% above 0.949); the held-out part's 98, 0.930 TB/s. About a fifth of HBM's bandwidth:
 //   the measured pass does not run at the memory's rate, for reasons the goldens do not show.
-// (Derived with h200-like's L2 writing back and its reads at hbm.efficiency 0.88; with the L2 writing through
+// (Derived with h200-like's L2 writing back, its reads at hbm.efficiency 0.88 and its matrix unit at
+// mxu.efficiency 0.85; before the last, 9.64 us and 0.923 TB/s; with the L2 writing through
 // and reads at 0.89, 9.62 us and 0.927 TB/s; before that, 9.80 us and 0.916 TB/s, and before the GEMM kernels of
 // pairs multicast, 9.82 us and 0.924 TB/s.)
-inline constexpr double kFp8ModuleUs = 9.64;
-inline constexpr double kFp8QuantiseTbs = 0.923;
+inline constexpr double kFp8ModuleUs = 9.63;
+inline constexpr double kFp8QuantiseTbs = 0.925;
 
 struct Options {
   std::string suite = "gemm";       // gemm | attention | all

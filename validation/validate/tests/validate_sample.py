@@ -6,7 +6,7 @@ Checks, each against something computed here independently:
   - the held-out flags follow the documented hash (FNV-1a of "class m=.. n=.. k=..", one in five);
   - three bf16 and three fp8 cases' simulated times equal chip_bench's cycles for the same kernel over the preset's
     clock (chip_bench --dtype fp8: the fp8 goldens run as f8e4m3 at mxu.fp8_rate), the fp8 ones plus the fp8
-    Linear module's time set from the data (validate.h: 9.64 us and x's 2 m k bytes at 0.923 TB/s); and with
+    Linear module's time set from the data (validate.h: 9.63 us and x's 2 m k bytes at 0.925 TB/s); and with
     --warm-up and one weight copy, chip_bench's after a warm-up run (chip_bench --warm-up: timed on the L2 the
     first run left); a --goldens folder of those fp8 cases gets the kernel alone, and --fp8-module-us /
     --fp8-quantise-tbs exactly what they give;
@@ -47,8 +47,9 @@ SAMPLE, MAX_GFLOP = 16, 20
 # -> +3.6%), while on 500 bf16 cases (`--sample 1000 --max-gflop 100`) MAPE went from 10.6% to 10.2%; 9.3 when
 # pairs of cores multicast their tiles' shared operand (500 bf16 cases: 10.2% -> 9.7%); 7.5 when h200-like's reads
 # moved at hbm.efficiency 0.89 (500 bf16 cases: 9.7% -> 8.7%); still 7.5 with h200-like's L2 writing back and its
-# reads at 0.88 (500 bf16 cases: 8.7% -> 8.1%).
-RECORDED_BF16_MAPE = 7.5
+# reads at 0.88 (500 bf16 cases: 8.7% -> 8.1%); 7.6 with h200-like's matrix unit at mxu.efficiency 0.85 (500 bf16
+# cases: 8.0% -> 7.5%).
+RECORDED_BF16_MAPE = 7.6
 # 52.9 measured 2026-12-03 (h200-like's 16 x 128 matrix unit) when the fp8 goldens began to run as f8e4m3 at
 # mxu.fp8_rate (2 on h200-like); before, as int8 at mxu.i8_rate (also 2): the same simulated times case for case,
 # so the same 52.9 (and 55.7% on `tpusim validate --sample 40 --max-gflop 20`, unchanged too). 57.1 on 2026-12-05:
@@ -59,10 +60,13 @@ RECORDED_BF16_MAPE = 7.5
 # cases of `--sample 1000 --max-gflop 100`, 56.5% -> 6.9%); 4.9 with multicast and the module's two numbers derived
 # again (9.80 us, 0.916 TB/s; the 500 fp8 cases: 6.7%); 2.4 with h200-like's reads at hbm.efficiency 0.89 and the
 # two numbers derived again (9.62 us, 0.927 TB/s; the 500 fp8 cases: 6.7% -> 5.7%); 2.1 with the L2 writing back,
-# reads at 0.88 and the two numbers derived again (9.64 us, 0.923 TB/s; the 500 fp8 cases: 5.7% -> 5.6%).
-RECORDED_FP8_MAPE = 2.1
+# reads at 0.88 and the two numbers derived again (9.64 us, 0.923 TB/s; the 500 fp8 cases: 5.7% -> 5.6%); 2.9
+# with the matrix unit at mxu.efficiency 0.85 and the two derived again (9.63 us, 0.925 TB/s): the kernel's
+# estimate of slower matrix work chose another plan for one launch-bound case, 13 x 64 x 6144 (15.87 -> 14.91 us
+# against 15.88 measured), while the 500 fp8 cases of `--sample 1000 --max-gflop 100` went from 5.7% to 5.3%.
+RECORDED_FP8_MAPE = 2.9
 # The fp8 Linear module beyond its GEMM (validate.h, kFp8ModuleUs and kFp8QuantiseTbs).
-FP8_MODULE_US, FP8_QUANTISE_TBS = 9.64, 0.923
+FP8_MODULE_US, FP8_QUANTISE_TBS = 9.63, 0.925
 
 
 def golden_folder(path, cases):
