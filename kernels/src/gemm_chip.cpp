@@ -258,17 +258,17 @@ int64_t multicast_mode(const GemmChip& g, int64_t P, int64_t sk, int64_t nr, int
 // chunk's transfer latency exceeds its matrix work, as a GPU kernel's multi-stage pipeline does); KC = the
 // largest multiple of R whose NSLOT slots and two C buffers fit VMEM, and its halves down to 4 folds (a smaller
 // chunk fills the pipeline sooner); and, with max_split_k > 1, SK splits of K.
-// Estimate, per work item (a tile, or a split of one): its chunks, each taking the longest of its matrix work
-// (KC/R folds x S strips x max(TM / rate, R) cycles: a weight load, R cycles, hides behind a stream of at least R
-// rows; matrix_rate; at the rate the unit sustains, matrix_stretch), its transfer (its operands and its share of the tile's stores) at this core's share of the
-// bandwidth (the cache's when the chip has one, since tiles re-read their operands from it, else HBM's; shared by
-// the cores loading at once, and at most what the core's VMEM ports take), its operands' bytes through VMEM's
-// ports (written by the loads, read by the matrix units) and (latency + transfer) / (NSLOT - 1) (NSLOT - 1 chunks
-// in flight); plus the item's first load's latency, and with tiles one at a time (!overlap_tiles) its drain, its
-// stores and their latency (store_latency: the cache's where it writes back, else HBM's); plus, once, the shorter
-// of a chunk's work and transfer: the pipeline's fill and drain. Items run in waves over the cores. Split K adds the reduction: every split's f32 partials written (to
-// HBM, whether the cache writes them through or back) and read back, the result written, a barrier, and
-// reduction_launch_cycles.
+// Estimate, per work item (a tile, or a split of one): its chunks, each taking the longest of its matrix work (KC/R
+// folds x S strips x max(TM / rate, R) cycles: a weight load, R cycles, hides behind a stream of at least R rows;
+// matrix_rate; times matrix_stretch, the rate the unit sustains), its transfer (its operands and its share of the
+// tile's stores) at this core's share of the bandwidth (the cache's when the chip has one, since tiles re-read their
+// operands from it, else HBM's; shared by the cores loading at once, and at most what the core's VMEM ports take),
+// its operands' bytes through VMEM's ports (written by the loads, read by the matrix units) and (latency + transfer)
+// / (NSLOT - 1) (NSLOT - 1 chunks in flight); plus the item's first load's latency, and with tiles one at a time
+// (!overlap_tiles) its drain, its stores and their latency (store_latency: the cache's where it writes back, else
+// HBM's); plus, once, the shorter of a chunk's work and transfer: the pipeline's fill and drain. Items run in waves
+// over the cores. Split K adds the reduction: every split's f32 partials written (to HBM, whether the cache writes
+// them through or back) and read back, the result written, a barrier, and reduction_launch_cycles.
 TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int64_t VMEM, int64_t P, int64_t UMAX,
                       int64_t mem_bpc, int64_t hbm_bpc, int64_t vmem_bpc, int64_t vpu_width, int64_t latency,
                       int64_t store_latency, int64_t rate, double stretch) {

@@ -50,6 +50,9 @@
 // (ceil(m / fp8_rate); 2 on h200-like, as Hopper's tensor cores do fp8 at twice bf16); 0 = the chip has no fp8
 // rate (TPU v1 to v6e): an f8e4m3 mxu.lw or mxu.mm is then a run-time error naming it. Only the stream's length
 // depends on the type: loads, skew and drain are the same.
+// mxu.efficiency (1 on every preset but h200-like): every stream above, whatever its dataflow and type, takes
+// its length / efficiency cycles, the fraction of a cycle carried to the unit's next stream (Mxu::sustained), so
+// that a run of streams averages exactly that fraction of the rate; loads, skew and drain are the same.
 // A core has core.mxus matrix units, each with all of the above of its own (queue, front-end, weight buffers,
 // array, accumulator rows [index * acc_rows, (index + 1) * acc_rows) of the core's accumulator memory); they share
 // the core's VMEM ports.
