@@ -143,8 +143,9 @@ def derive_efficiency(args, report):
 def derive_mxu(args, report):
     folder = os.path.join(args.out, "mxu")
     count = gemm_folder(folder, ((r, m, n, k, t, b, f) for r, m, n, k, t, b, f in gemm_rows(args.goldens)
-                                 if r["dtype"] == "bfloat16" and t > 20 and f <= 100e9 and f / BF16_PEAK > b / HBM_BYTES_PER_S
-                                 and -(-m // 128) * -(-n // 256) >= 2 * 132))
+                                 if r["dtype"] == "bfloat16" and t > 20 and f <= 100e9
+                                 and f / BF16_PEAK > b / HBM_BYTES_PER_S  # compute-bound by the plain roofline
+                                 and -(-m // 128) * -(-n // 256) >= 2 * 132))  # tiles of 128 x 256: two waves
     for part, sample in (("tune", 20 if args.quick else 150), ("held-out", 10 if args.quick else 75)):
         e, steps = 1.0, []
         for _ in range(6):
@@ -154,8 +155,8 @@ def derive_mxu(args, report):
             if abs(e * ratio - e) < 0.002:
                 break
             e = min(1.0, e * ratio)
-        report.append(("mxu.efficiency", part, len(cases), f"{e:.3f}",
-                       f"median simulated / measured at each efficiency tried ({'; '.join(steps)}), of {count} such cases"))
+        report.append(("mxu.efficiency", part, len(cases), f"{e:.3f}", "median simulated / measured at each "
+                       f"efficiency tried ({'; '.join(steps)}), of {count} such cases"))
     report.append(("mxu.efficiency", "in use", "", in_use(args, "mxu.efficiency"), ""))
 
 
@@ -196,8 +197,7 @@ def derive_attention(args, report):
 
 
 PROCEDURES = {"launch": derive_launch, "write": derive_write, "efficiency": derive_efficiency, "mxu": derive_mxu,
-              "fp8": derive_fp8,
-              "attention": derive_attention}
+              "fp8": derive_fp8, "attention": derive_attention}
 
 
 def main():
