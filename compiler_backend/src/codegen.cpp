@@ -245,7 +245,7 @@ int64_t library_cores(const KernelCall& call, const std::map<std::string, int64_
   const int64_t width = std::max<int64_t>(1, symbol_or(symbols, "VPU_WIDTH", 1));
   // The cores that get a chunk: cast.s's chunks are whole passes of the vector unit, gather.s's whole rows.
   const int64_t n = std::min(cores, gather ? param_or(call, "M", 1) : (param_or(call, "N", 1) + width - 1) / width);
-  const double one = call.bytes / std::min(ports, hbm) + latency;
+  const double one = call.bytes / std::min(ports, hbm) + latency;  // (as one_core_cycles)
   const double all = call.bytes / std::min(static_cast<double>(n) * ports, hbm) + latency + sync;
   if (n > 1 && all < 0.75 * one) return cores;
   why = "every core's estimate, " + std::to_string(static_cast<int64_t>(all)) + " cycles with its barriers, does not "
@@ -326,13 +326,26 @@ std::vector<kernels::Move> moves_of(const KernelPlan& plan, const KernelCall& ca
   return moves;
 }
 
-// The HBM byte ranges [lo, hi) a library call reads and writes, from its kernel's tensor declarations.
+// The HBM byte ranges [lo, hi) a library call reads and writes, from its kernel's tensor declarations; a copy's,
+// from its moves (each the span from its first row to the end of its last).
 struct Touches {
   std::vector<std::pair<uint64_t, uint64_t>> reads, writes;
 };
 Touches touches(const KernelPlan& plan, const KernelCall& call, const std::map<std::string, int64_t>& symbols,
                 Fragments& fragments) {
   Touches t;
+  if (call.kind == KernelCall::Kind::Copy) {
+    auto span = [](uint64_t at, uint64_t rows, uint64_t rowbytes, int64_t stride) {
+      const int64_t reach = static_cast<int64_t>(rows > 0 ? rows - 1 : 0) * stride;
+      const uint64_t lo = reach < 0 ? at - static_cast<uint64_t>(-reach) : at;
+      return std::make_pair(lo, lo + static_cast<uint64_t>(reach < 0 ? -reach : reach) + rowbytes);
+    };
+    for (const kernels::Move& m : moves_of(plan, call)) {
+      t.reads.push_back(span(m.src, m.rows, m.rowbytes, m.src_stride));
+      t.writes.push_back(span(m.dst, m.rows, m.rowbytes, m.dst_stride));
+    }
+    return t;
+  }
   for (const isa::TensorDecl& d : assemble_call(plan, call, symbols, 0, {}, fragments).tensors) {
     if (d.space != isa::MemSpace::Hbm) continue;
     (d.kind == isa::TensorKind::Output ? t.writes : t.reads).emplace_back(d.addr, d.addr + d.bytes());
@@ -346,35 +359,69 @@ bool overlap(const std::vector<std::pair<uint64_t, uint64_t>>& a, const std::vec
   return false;
 }
 
-// Independent calls of one node run side by side on the cores: a run of consecutive gemm.s calls with the same
-// label (the per-head or per-batch GEMMs of a batched MatMul) where no call writes bytes another reads or writes.
+double call_bytes(const KernelPlan& plan, const KernelCall& call, bool hbm_only = false);
+
+// A copy, or a cast.s or gather.s call, left on one core: its estimated cycles there (a copy's copy_estimate; a
+// library kernel's bytes at the lesser of VMEM's ports and HBM, and a load's and a store's latency, as
+// library_cores counts one core's); nullopt for any other call.
+std::optional<double> one_core_cycles(const KernelPlan& plan, const KernelCall& call, const OnChip& on_chip,
+                                      const std::map<std::string, int64_t>& symbols) {
+  if (on_chip.every_core()) return std::nullopt;
+  if (call.kind == KernelCall::Kind::Copy) {
+    try {
+      return kernels::copy_estimate(moves_of(plan, call), symbols, 1);
+    } catch (const std::invalid_argument&) {
+      return std::nullopt;  // the kernel reports its own error where it is assembled
+    }
+  }
+  if (call.kind != KernelCall::Kind::Library || (call.kernel != "cast.s" && call.kernel != "gather.s"))
+    return std::nullopt;
+  const double ports = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
+  const double hbm = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1)));
+  return call.bytes / std::min(ports, hbm) + 2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
+}
+
+// Independent calls run side by side on the cores, where no call of a run writes bytes another reads or writes:
+// - a run of consecutive gemm.s calls with the same label (the per-head or per-batch GEMMs of a batched MatMul),
+//   chosen where ceil(G / CORES) x one unit's estimate + 2 x SYNC_LATENCY beats running them one after the other,
+//   each as decided alone (the whole-chip GEMM or one unit, with its barriers);
+// - a run of consecutive copies and cast.s or gather.s calls that each stay on one core (one_core_cycles), of any
+//   node (a decoder's KV-cache casts, its present K and V copied out at the end), chosen where the busiest core's
+//   sum of estimates (or all their bytes at HBM's rate and a latency each way, if more) + 2 x SYNC_LATENCY beats
+//   their sum on one core.
 // Call i of the run goes to core i % CORES, alone on it as on one core (a fence between two calls on one core),
-// with no barrier between them; the run meets at a barrier before and after. Chosen where that beats running
-// them one after the other, each as decided alone (the whole-chip GEMM or one unit, with its barriers):
-// ceil(G / CORES) x one unit's estimate + 2 x SYNC_LATENCY against their sum.
+// with no barrier between them; the run meets at a barrier before and after.
 void group_independent_calls(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
                              std::vector<OnChip>& on_chip, Fragments& fragments) {
   const int64_t cores = symbol_or(symbols, "CORES", 1);
   if (cores <= 1) return;
   const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
-  auto candidate = [&](size_t c) {
+  const double hbm = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1)));
+  const double latency = 2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
+  auto gemm = [&](size_t c) {
     const KernelCall& k = plan.calls[c];
     return k.kind == KernelCall::Kind::Library && k.kernel == "gemm.s" && param_or(k, "ACT_RESIDENT", 0) == 0 &&
            param_or(k, "ACT", 0) == 0;  // (an activation runs only in gemm_chip)
   };
+  std::vector<std::optional<double>> small(plan.calls.size());
+  for (size_t c = 0; c < plan.calls.size(); ++c) small[c] = one_core_cycles(plan, plan.calls[c], on_chip[c], symbols);
   int groups = 0;
   for (size_t c = 0; c < plan.calls.size();) {
-    if (!candidate(c)) {
+    const bool is_gemm = gemm(c);
+    if (!is_gemm && !small[c]) {
       ++c;
       continue;
     }
+    auto joins = [&](size_t e) {
+      return is_gemm ? gemm(e) && plan.calls[e].label == plan.calls[c].label : small[e].has_value();
+    };
     size_t e = c + 1;
-    if (e == plan.calls.size() || !candidate(e) || plan.calls[e].label != plan.calls[c].label) {
+    if (e == plan.calls.size() || !joins(e)) {
       c = e;  // a run of one call (its byte ranges are not needed)
       continue;
     }
     std::vector<Touches> run{touches(plan, plan.calls[c], symbols, fragments)};
-    for (; e < plan.calls.size() && candidate(e) && plan.calls[e].label == plan.calls[c].label; ++e) {
+    for (; e < plan.calls.size() && joins(e); ++e) {
       Touches t = touches(plan, plan.calls[e], symbols, fragments);
       bool independent = true;
       for (const Touches& u : run)
@@ -385,13 +432,25 @@ void group_independent_calls(const KernelPlan& plan, const std::map<std::string,
     }
     const auto G = static_cast<int64_t>(e - c);
     if (G >= 2) {
-      double alone = 0, slowest = 0;
-      for (size_t i = c; i < e; ++i) {
-        const double one = one_unit_gemm_cycles(plan.calls[i], symbols);
-        slowest = std::max(slowest, one);
-        alone += on_chip[i].gemm ? kernels::gemm_chip_estimate(*on_chip[i].gemm, symbols) + sync : one;
+      double alone = 0, side_by_side = 0;
+      if (is_gemm) {
+        double slowest = 0;
+        for (size_t i = c; i < e; ++i) {
+          const double one = one_unit_gemm_cycles(plan.calls[i], symbols);
+          slowest = std::max(slowest, one);
+          alone += on_chip[i].gemm ? kernels::gemm_chip_estimate(*on_chip[i].gemm, symbols) + sync : one;
+        }
+        side_by_side = static_cast<double>((G + cores - 1) / cores) * slowest + sync;
+      } else {
+        std::vector<double> busy(static_cast<size_t>(cores), 0.0);
+        double bytes = 0;
+        for (size_t i = c; i < e; ++i) {
+          alone += *small[i];
+          busy[(i - c) % static_cast<size_t>(cores)] += *small[i];
+          bytes += call_bytes(plan, plan.calls[i], true);
+        }
+        side_by_side = std::max(*std::max_element(busy.begin(), busy.end()), bytes / hbm + latency) + sync;
       }
-      const double side_by_side = static_cast<double>((G + cores - 1) / cores) * slowest + sync;
       if (side_by_side < alone) {
         for (size_t i = c; i < e; ++i)
           on_chip[i] = OnChip{}, on_chip[i].group = groups, on_chip[i].core = static_cast<int64_t>(i - c) % cores;
@@ -451,7 +510,7 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
 // only those of buffers in HBM: exact for generated calls; a Library call's count less each on-chip buffer's bytes
 // once (it reads or writes each of its intermediates once, or more where it re-reads its inputs: then an upper
 // bound).
-double call_bytes(const KernelPlan& plan, const KernelCall& call, bool hbm_only = false) {
+double call_bytes(const KernelPlan& plan, const KernelCall& call, bool hbm_only) {
   auto counted = [&](int buf) {
     return !hbm_only || isa::far_memory(static_cast<int64_t>(plan.buffers[static_cast<size_t>(buf)].addr)) ==
                             isa::FarMemory::Hbm;

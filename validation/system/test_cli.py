@@ -910,6 +910,50 @@ class UserFacing(Workdir):
                 self.assertLess(runs["132"][0], runs["1"][0])
             else:
                 self.assertNotRegex(dis, r"core.id r8 ")
+    def test_independent_small_kernels_run_side_by_side(self):
+        # Four Transposes of four inputs (each a copy too small to share among v4's 2 cores: a load's and a store's
+        # latency more than its bytes take) run side by side, calls 0 and 2 on core 0, 1 and 3 on core 1 ("runs on
+        # core 1"), between two barriers: faster than the same chip running them one after the other (a third
+        # core makes no difference to a chip of one core's kernels, so chip.cores=1 is that), with the same
+        # outputs, which are numpy's. A chain of Transposes (each reads the last one's output, the last one's the
+        # model's) stays on core 0.
+        from onnx import helper, save, TensorProto
+        rng = np.random.default_rng(11)
+        value = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [16, 48])
+        tvalue = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [48, 16])
+        names = ["a", "b", "c", "d"]
+        apart = [helper.make_node("Transpose", [n], ["y" + n], name="t" + n, perm=[1, 0]) for n in names]
+        chain = [helper.make_node("Transpose", ["a"], ["ya"], name="ta", perm=[1, 0]),
+                 helper.make_node("Transpose", ["ya"], ["yb"], name="tb", perm=[1, 0]),
+                 helper.make_node("Transpose", ["yb"], ["yc"], name="tc", perm=[1, 0])]
+        inputs = []
+        for n in names:
+            np.save(self.path(n + ".npy"), rng.standard_normal((16, 48)).astype(np.float32))
+            inputs += ["--input", n + "=" + self.path(n + ".npy")]
+        for case, nodes, outs in (("apart", apart, [tvalue("y" + n) for n in names]),
+                                  ("chain", chain, [tvalue("yc")])):
+            graph = helper.make_graph(nodes, case, [value(n) for n in names if case == "apart" or n == "a"], outs)
+            model = self.path(case + ".onnx")
+            save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+            tpusim("compile", model, "--config", "v4", "-o", self.path(case + ".tpub"))
+            dis = tpusim("disasm", self.path(case + ".tpub")).stdout
+            if case == "chain":
+                self.assertNotIn("runs on core 1", dis)
+                continue
+            self.assertRegex(dis, r"tb: core.id \(copy runs on core 1\)")
+            self.assertRegex(dis, r"td: core.id \(copy runs on core 1\)")
+            self.assertNotRegex(dis, r"t[ac]: core.id \(copy runs on core 1\)")
+            runs = {}
+            for cores in ("2", "1"):
+                out, stats = self.path(f"{case}.{cores}"), self.path(f"{case}.{cores}.json")
+                tpusim("run", model, *inputs, "--config", "v4", "--set", "chip.cores=" + cores, "--output-dir", out,
+                       "--stats", stats)
+                runs[cores] = json.loads(read(stats))["cycles"]
+                for n in names:
+                    np.testing.assert_array_equal(np.load(os.path.join(out, "y" + n + ".npy")),
+                                                  np.load(self.path(n + ".npy")).T)
+            self.assertLess(runs["2"], runs["1"])
+
 
     def test_random_index_inputs_are_valid_indices(self):
         # i32 inputs are usually indices: --random-inputs makes them 0..15, so an embedding lookup of a 16-row
