@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <set>
@@ -620,20 +621,60 @@ kernels::GemmChip gemm_chip_of(const KernelCall& call, const std::map<std::strin
   return g;
 }
 
+// A constant weight the lowering stored tile by tile for gemm.s (B_TILED: [cdiv(K, R), cdiv(N, C), R, C],
+// zero-padded) that the program holds as [K, N] instead, where its call runs as the whole-chip GEMM.
+struct Untiled {
+  int64_t k = 0, n = 0;
+};
+
+// The whole-chip GEMMs whose tiled weights go as [K, N]: a constant read by its call alone, where the plan for that
+// layout beats the tiled one's estimate. The layouts differ in what the plan may take: narrow strips (tiles of
+// fewer than C columns, GemmChip::narrow_strips) only with b as rows, so that a GEMM of few output columns spreads
+// over more cores (BERT-base's 128 x 3072 x 768 on h200-like in tiles of 32 x 32, not 8 x 128). The call's GEMM
+// (on_chip) takes the layout; the results are the same bits.
+std::map<int, Untiled> untile_weights(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
+                                      std::vector<OnChip>& on_chip) {
+  std::map<int, Untiled> untiled;
+  const BufferUse use = buffer_use(plan);
+  for (size_t c = 0; c < plan.calls.size(); ++c) {
+    std::optional<kernels::GemmChip>& g = on_chip[c].gemm;
+    if (!g || !g->b_tiled) continue;
+    const KernelCall& call = plan.calls[c];
+    const auto b = call.tensors.find("b");
+    if (b == call.tensors.end() || plan.buffers[b->second].kind != Buffer::Kind::Const) continue;
+    const auto off = call.offsets.find("b");
+    if ((off != call.offsets.end() && off->second != 0) || use.first[b->second] != use.last[b->second]) continue;
+    kernels::GemmChip rows = *g;
+    rows.b_tiled = false;
+    try {
+      if (kernels::gemm_chip_estimate(rows, symbols) >= kernels::gemm_chip_estimate(*g, symbols)) continue;
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    g = rows;
+    untiled[b->second] = Untiled{rows.k, rows.n};
+  }
+  return untiled;
+}
+
+// The bytes of tiled weight `b` as [K, N] (none where it has no values: a timing-only compile).
+std::vector<uint8_t> untile(const Buffer& b, const Untiled& u, const std::map<std::string, int64_t>& symbols) {
+  if (b.data.empty()) return {};
+  const int64_t R = symbol_or(symbols, "MXU_ROWS", 1), C = symbol_or(symbols, "MXU_COLS", 1);
+  const int64_t nt = (u.n + C - 1) / C;
+  const auto es = static_cast<size_t>(isa::dtype_size(b.dtype));
+  std::vector<uint8_t> plain(static_cast<size_t>(u.k * u.n) * es);
+  for (int64_t i = 0; i < u.k; ++i)
+    for (int64_t j = 0; j < u.n; ++j)
+      std::memcpy(&plain[static_cast<size_t>(i * u.n + j) * es],
+                  &b.data[static_cast<size_t>((((i / R) * nt + j / C) * R + i % R) * C + j % C) * es], es);
+  return plain;
+}
+
 isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
                           const std::string& program_name) {
   isa::Program p;
   p.name = program_name;
-  for (Buffer::Kind kind : {Buffer::Kind::Input, Buffer::Kind::Output, Buffer::Kind::Const})
-    for (const Buffer& b : plan.buffers) {
-      if (b.kind != kind) continue;
-      isa::TensorDecl t{.name = b.name, .kind = kind_of(kind), .dtype = b.dtype, .shape = b.shape, .addr = b.addr};
-      if (kind == Buffer::Kind::Const) {
-        t.const_offset = p.const_data.size();
-        p.const_data.insert(p.const_data.end(), b.data.begin(), b.data.end());
-      }
-      p.tensors.push_back(std::move(t));
-    }
 
   // On a chip of several cores where some kernel is spread (a whole-chip GEMM, a row-wise kernel whose rows the
   // cores share), the program runs on all of them (SPMD): spread kernels share the work, every other kernel runs
@@ -659,6 +700,25 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     if (o.why.empty()) o.why = "there is no whole-chip version of " + call.kernel;
     on_chip.push_back(std::move(o));
   }
+  const std::map<int, Untiled> untiled = untile_weights(plan, symbols, on_chip);
+  for (Buffer::Kind kind : {Buffer::Kind::Input, Buffer::Kind::Output, Buffer::Kind::Const})
+    for (size_t i = 0; i < plan.buffers.size(); ++i) {
+      const Buffer& b = plan.buffers[i];
+      if (b.kind != kind) continue;
+      isa::TensorDecl t{.name = b.name, .kind = kind_of(kind), .dtype = b.dtype, .shape = b.shape, .addr = b.addr};
+      if (kind == Buffer::Kind::Const) {
+        t.const_offset = p.const_data.size();
+        const auto u = untiled.find(static_cast<int>(i));
+        if (u == untiled.end()) {
+          p.const_data.insert(p.const_data.end(), b.data.begin(), b.data.end());
+        } else {
+          t.shape = {u->second.k, u->second.n};
+          const std::vector<uint8_t> plain = untile(b, u->second, symbols);
+          p.const_data.insert(p.const_data.end(), plain.begin(), plain.end());
+        }
+      }
+      p.tensors.push_back(std::move(t));
+    }
   Fragments fragments;
   group_independent_calls(plan, symbols, on_chip, fragments);
   for (const OnChip& o : on_chip) spread = spread || o.every_core() || o.group >= 0;

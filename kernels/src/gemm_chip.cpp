@@ -182,7 +182,7 @@ namespace {
 // The tiled schedule's C buffers: one per strip of a tile, up to this many (tiles_source).
 constexpr int64_t kMaxCBuffers = 8;
 
-// The tiled schedule's shape: TM rows x W = U*S*C columns per tile, K in chunks of KC.
+// The tiled schedule's shape: TM rows x W = U*S*SC columns per tile (SC = C, or narrower), K in chunks of KC.
 struct TilePlan {
   int64_t tm = 0, s = 0, kc = 0;
   int64_t u = 1;        // matrix units per core used (at most the request's: fewer make narrower tiles, more of them)
@@ -192,6 +192,7 @@ struct TilePlan {
   int64_t nslot = 2;       // operand slots (chunks in flight)
   int64_t mcast = 0;       // multicast (GemmChip::multicast): 0 none, 1 pairs share a's rows, 2 b's columns
   double estimate = 0;  // cycles (see choose_tiles)
+  int64_t sc = 0;       // a strip's columns: C, or C/2, C/4, ... (narrow strips: more tiles over more cores)
 };
 
 // The strips schedule's row tile bound (0: a row of a does not fit).
@@ -288,18 +289,29 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
   };
   const int64_t act_passes = g.act ? rowwise::epilogue(*g.act, 1, 0).vector_ops : 0;
   TilePlan best;
+  // Narrow strips (fewer than C columns, the matrix unit's others idle) spread a GEMM of few output columns over
+  // more cores: a decoder's weight-streaming GEMV on h200-like, 1 x 768 x 768, is 6 tiles of 128 columns (6 of
+  // 132 cores streaming the weights) where strips of 16 make 48 (C/8 the narrowest, 4 at least). A narrow tile
+  // is at most half of C wide and divides it. Not with the layouts and epilogues that take whole strips of C
+  // (b_tiled's weight tiles, group_n's groups, act's pieces, convolution taps), nor with row blocks. (Loading
+  // b_tiled's narrow tiles fold by fold, R rows of a weight tile's columns, was tried: that many transfers fill
+  // the load queue's engines, and on h200-like 128 x 3072 x 768 took 16,672 cycles where b as [K, N] takes
+  // 12,185.)
+  const bool narrow = g.narrow_strips && P > 1 && !g.b_tiled && g.group_n == 0 && !g.act && g.taps.cin == 0;
+  for (int64_t sc = C; sc >= (narrow ? std::max<int64_t>(C / 8, 4) : C); sc /= 2)
   for (int64_t U = UMAX; U >= (P > 1 ? 1 : UMAX); --U)  // fewer units only to spread narrower tiles over cores
-  for (int64_t rb = 1; rb <= U; rb = rb == 1 && U > 1 ? U : U + 1)
+  for (int64_t rb = 1; rb <= (sc < C ? 1 : U); rb = rb == 1 && U > 1 ? U : U + 1)
   for (int64_t abuf = 2; abuf >= 1; --abuf)
     for (int64_t S = 1; S <= (rb > 1 ? 1 : 8); S *= 2) {
-      if (S > 1 && (S / 2) * U * C >= g.n) break;  // the tile would be wider than the whole of N
+      if (sc < C && (U * S * sc * 2 > C || C % (U * S * sc) != 0)) continue;  // narrow: half of C at most
+      if (S > 1 && (S / 2) * U * sc >= g.n) break;  // the tile would be wider than the whole of N
       // More strips than C buffers (kMaxCBuffers): the drain reuses a buffer only once its last store is done,
       // and that store waits behind the operand loads queued before it (HBM serves transfers in order); the
       // estimate does not count those waits, so such tiles are left out. GPT-2's vocabulary projection on v5e, 128 x 768 x 50257:
       // 271,337 cycles in tiles of 16 strips (4 per unit), 207,955 in tiles of 8.
       if (!g.act && S > 1 && U * S > kMaxCBuffers) break;
       // cap: a unit's rows (its accumulators); with row blocks the tile is rb units' blocks high, C wide
-      const int64_t cap = ACC / (abuf * S), W = rb > 1 ? C : U * S * C;
+      const int64_t cap = ACC / (abuf * S), W = rb > 1 ? C : U * S * sc;
       // Tile heights: the even splits of M into row tiles of at most rb x cap, cap/2, ... rows, and of at most
       // each multiple of 16 between cap/8 and cap (x rb), so that the tile count can fill the last wave.
       std::vector<int64_t> heights;
@@ -355,7 +367,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                 vmem_bpc > 0 ? static_cast<double>(port_bytes) / static_cast<double>(vmem_bpc) : 0.0;
             const double chunk =
                 std::max({work, transfer, ports, (static_cast<double>(latency) + transfer) / (nslot - 1)});
-            const double drain = static_cast<double>((rb > 1 ? rb : U * S) * tmu * C * (1 + act_passes)) /
+            const double drain = static_cast<double>((rb > 1 ? rb : U * S) * tmu * sc * (1 + act_passes)) /
                                  static_cast<double>(vpu_width);
             // per item: its chunks, its first load's latency and, with abuf == 1 or tiles one at a time, its
             // drain; one at a time, also its stores and their latency
@@ -368,7 +380,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                          ((4.0 * static_cast<double>(sk) + O) / static_cast<double>(hbm_bpc) +
                           4.0 * static_cast<double>(sk) / static_cast<double>(mem_bpc)) +
                      4.0 * static_cast<double>(latency) + static_cast<double>(g.reduction_launch_cycles);
-            if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, U, rb, abuf, sk, ks, nslot, mcast, est};
+            if (best.tm == 0 || est < best.estimate) best = TilePlan{tm, S, kc, U, rb, abuf, sk, ks, nslot, mcast, est, sc};
           }
           }
           }
@@ -464,7 +476,8 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   const DType in = g.in, acc_dt = g.in == DType::I8 ? DType::I32 : DType::F32;
   // RB > 1: row blocks, unit j computes rows [j*TMU, (j+1)*TMU) of the tile (C columns, one strip per unit)
   const int64_t RB = plan.rb, TM = plan.tm, TMU = cdiv(TM, RB), S = plan.s, KC = plan.kc, ABUF = plan.abuf;
-  const int64_t W = RB > 1 ? C : U * S * C;
+  const int64_t SC = plan.sc;  // a strip's columns: C, or fewer (narrow strips)
+  const int64_t W = RB > 1 ? C : U * S * SC;
   const int64_t SK = plan.sk, KS = plan.ks;                 // splits of K, elements per split
   const int64_t NSLOT = plan.nslot;
   const int64_t NC = cdiv(g.n, W), NR = cdiv(g.m, TM), T = NR * NC;  // column tiles, row tiles, tiles
@@ -527,8 +540,9 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     std::ostringstream o;
     o << "# gemm_chip (tiles): c[" << g.m << "," << g.n << "] = a[" << g.m << "," << g.k << "] @ b[" << g.k << ","
       << g.n << "] on " << P << " cores x " << U << " matrix units: " << T << " tiles of " << TM << " x " << W
-      << (RB > 1 ? " (row blocks: unit j takes rows j*" + std::to_string(TMU) + ".. of a tile, "
-                 : " (" + std::to_string(S) + " strips per unit, ")
+      << (RB > 1   ? " (row blocks: unit j takes rows j*" + std::to_string(TMU) + ".. of a tile, "
+          : SC < C ? " (" + std::to_string(S) + " strips of " + std::to_string(SC) + " columns per unit, "
+                   : " (" + std::to_string(S) + " strips per unit, ")
       << ABUF << " accumulator regions), K in chunks of " << KC << " (" << NSLOT << " slots)";
     if (SK > 1) o << " and " << SK << " splits of " << KS << " (f32 partials in ws, reduced after a barrier)";
     if (MC)
@@ -577,18 +591,18 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   // dst = the VMEM address of piece p of this tile's r slot, clobbering tmp
   auto r_piece = [&](isa::Reg dst, isa::Reg tmp, int64_t p) { tile_slot(dst, tmp, t, RSLOTS, U * S * RP, VR0 + p * RP); };
   e.core_id(cid), e.li(one, 1), e.li(slot, 0), e.li(accslot, 0), e.li(cslot, 0), e.li(astr, KC * E);
-  e.li(wstr, W * E), e.addi(t, cid, 0), e.li(nt, C);
+  e.li(wstr, W * E), e.addi(t, cid, 0), e.li(nt, SC);
   if (act) act->init(e, one, t0, t1, t2), e.sem_set(AOFREE, 2);
   // Strip q (of U*S) of the tile: skipped where the last column tile lacks it; nt = its columns.
   auto strip_guard = [&](int64_t q, Label skip) {
-    if (!partial) return;  // nt = C, set once
-    e.li(t0, q * C), e.bge(t0, pw, skip), e.sub(nt, pw, t0), e.li(t0, C), e.min(nt, nt, t0);
+    if (!partial) return;  // nt = SC, set once
+    e.li(t0, q * SC), e.bge(t0, pw, skip), e.sub(nt, pw, t0), e.li(t0, SC), e.min(nt, nt, t0);
   };
   auto unit_guard = [&](int64_t j, Label skip) {  // unit j has at least one strip (rows) in this tile
     if (RB > 1 && j > 0)
       e.li(t0, j * TMU), e.bge(t0, mt, skip);
     else if (partial && j > 0)
-      e.li(t0, j * S * C), e.bge(t0, pw, skip);
+      e.li(t0, j * S * SC), e.bge(t0, pw, skip);
   };
   // The rows unit j streams: mt, or with row blocks its block's (r31)
   auto unit_rows = [&](int64_t j) -> isa::Reg {
@@ -641,14 +655,14 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
           strip_guard(q, l);
           const isa::Reg rows = unit_rows(j);
           const Sem wait_full = f == 0 && sidx == 0 ? FULL(j) : Sem{};
-          if (g.trans_b) {  // the strip's C rows of the panel, from element f*R of each
-            e.addi(t1, vb, (q * C * KC + f * R) * E);
+          if (g.trans_b) {  // the strip's SC rows of the panel, from element f*R of each
+            e.addi(t1, vb, (q * SC * KC + f * R) * E);
             e.mxu_lw(t1, kt, nt, astr, in, {.trans = true, .mxu = j, .wait = wait_full});
           } else if (g.b_tiled) {  // fold f's tile q: R x C contiguous
             e.addi(t1, vb, (f * W * R + q * R * C) * E), e.li(t2, C * E);
             e.mxu_lw(t1, kt, nt, t2, in, {.mxu = j, .wait = wait_full});
           } else {
-            e.addi(t1, vb, (f * R * W + q * C) * E);
+            e.addi(t1, vb, (f * R * W + q * SC) * E);
             e.mxu_lw(t1, kt, nt, wstr, in, {.mxu = j, .wait = wait_full});
           }
           e.addi(t1, va, ((RB > 1 ? j * TMU * KC : 0) + f * R) * E), e.addi(t2, ar, sidx * TMU);
@@ -663,8 +677,8 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       if (partial && RB == 1 && f == folds - 1)
         for (int64_t j = 0; j < U; ++j) {  // units whose last strip is missing free the slot here
           const Label l = e.label();
-          if (j > 0) e.li(t0, j * S * C), e.bge(t0, pw, l);
-          e.li(t0, (j * S + S - 1) * C), e.blt(t0, pw, l), e.mxu_sync({.mxu = j, .signal = FREE(j)});
+          if (j > 0) e.li(t0, j * S * SC), e.bge(t0, pw, l);
+          e.li(t0, (j * S + S - 1) * SC), e.blt(t0, pw, l), e.mxu_sync({.mxu = j, .signal = FREE(j)});
           e.bind(l);
         }
     }
@@ -739,7 +753,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   } else {
     krange(NKL, KLAST, false);
   }
-  if (g.residual) {  // the tile's r into its slot, strip by strip: r[m0 + r0.., n0 + q*C..] (row pitch N)
+  if (g.residual) {  // the tile's r into its slot, strip by strip: r[m0 + r0.., n0 + q*SC..] (row pitch N)
     e.dmain_sync({.wait = RFREE});
     for (int64_t j = 0; j < U; ++j)
       for (int64_t sidx = 0; sidx < S; ++sidx) {
@@ -749,7 +763,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
         strip_guard(q, l);
         const isa::Reg rows = unit_rows(j);
         r_piece(t0, t1, j * S + sidx);
-        e.muli(t2, m0, g.n), e.add(t2, t2, n0), e.addi(t2, t2, r0 * g.n + q * C), e.muli(t2, t2, O);
+        e.muli(t2, m0, g.n), e.add(t2, t2, n0), e.addi(t2, t2, r0 * g.n + q * SC), e.muli(t2, t2, O);
         e.li(t3, r_addr), e.add(t2, t2, t3), e.muli(t1, nt, O), e.li(t3, g.n * O);
         e.dma_ld(t0, t2, rows, t1, t3, t1);
         e.bind(l);
@@ -797,7 +811,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
         unit_guard(j, l);
         strip_guard(q, l);
         const isa::Reg rows = unit_rows(j);
-        e.muli(t0, m0, g.n), e.add(t0, t0, n0), e.addi(t0, t0, r0 * g.n + q * C), e.muli(t0, t0, O);
+        e.muli(t0, m0, g.n), e.add(t0, t0, n0), e.addi(t0, t0, r0 * g.n + q * SC), e.muli(t0, t0, O);
         e.li(t2, c_addr), e.add(t0, t0, t2), e.li(t2, g.n * O), e.muli(t1, nt, O);
         e.addi(vc, r30, (j * S + sidx) * TMU * C * O);
         e.dma_st(t0, vc, rows, t1, t2, t1, {.wait = j == 0 && sidx == 0 ? CFULL : Sem{}});
@@ -822,7 +836,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
         strip_guard(q, l);
         const isa::Reg rows = unit_rows(j);
         e.li(vc, VAF + (j * S + sidx) * TMU * C * 4), e.addi(t0, ar, j * ACC + sidx * TMU);
-        e.muli(t1, nt, 4), e.addi(t2, r30, q * C * TB), e.li(t3, g.scale_bits);
+        e.muli(t1, nt, 4), e.addi(t2, r30, q * SC * TB), e.li(t3, g.scale_bits);
         e.vpu_acc(vc, t0, rows, nt, t1, t2, t3, acc_dt, DType::F32,
                   {.bias_en = g.bias, .relu = g.relu, .scale_en = g.scale_bits != 0, .dequant = g.dequant});
         e.bind(l);
@@ -843,7 +857,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       const isa::Reg rows = unit_rows(j);
       const int64_t r0 = RB > 1 ? j * TMU : 0;  // the block's first row in the tile
       e.muli(vc, cslot, CQ_BYTES), e.addi(vc, vc, VC0), e.addi(t0, ar, j * ACC + sidx * TMU), e.muli(t1, nt, OD);
-      e.vpu_sync({.wait = CFREE}), e.addi(t2, r30, q * C * TB), e.li(t3, g.scale_bits);
+      e.vpu_sync({.wait = CFREE}), e.addi(t2, r30, q * SC * TB), e.li(t3, g.scale_bits);
       if (!g.q_only)
         e.vpu_acc(vc, t0, rows, nt, t1, t2, t3, acc_dt, SK > 1 ? DType::F32 : g.out,
                   {.bias_en = g.bias, .relu = g.relu, .scale_en = g.scale_bits != 0, .dequant = g.dequant});
@@ -859,10 +873,10 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       }
       e.vpu_sync({.signal = CFULL});
       if (g.group_n > 0) {  // c's element (m0 + r0, n) in its group: (n / group_n, m0 + r0, n % group_n)
-        e.addi(t0, n0, q * C), e.li(t2, g.group_n), e.div(t3, t0, t2), e.mul(t2, t3, t2), e.sub(t0, t0, t2);
+        e.addi(t0, n0, q * SC), e.li(t2, g.group_n), e.div(t3, t0, t2), e.mul(t2, t3, t2), e.sub(t0, t0, t2);
         e.muli(t3, t3, g.m), e.add(t3, t3, m0), e.addi(t3, t3, r0), e.muli(t3, t3, g.group_n), e.add(t0, t0, t3);
       } else {
-        e.muli(t0, m0, g.n), e.add(t0, t0, n0), e.addi(t0, t0, r0 * g.n + q * C);
+        e.muli(t0, m0, g.n), e.add(t0, t0, n0), e.addi(t0, t0, r0 * g.n + q * SC);
       }
       if (Q) {  // q's rows first (row pitch N); the stores complete in order, so c's store frees the buffer
         e.li(t2, q_addr), e.add(t2, t2, t0), e.li(t3, g.n);

@@ -6,7 +6,8 @@
 //
 //   chip_bench --config v4 [--set k=v]... [--m 4096 --k 4096 --n 4096] [--dtype bf16|i8|fp8] [--cores N] [--mxus N]
 //              [--out f32|bf16|i32|i8] [--schedule auto|strips|tiles] [--split-k N] [--max-split-k N] [--plan]
-//              [--trans-b] [--tiles-one-at-a-time] [--multicast] [--reduction-launch-cycles N] [--functional]
+//              [--trans-b] [--b-tiled] [--tiles-one-at-a-time] [--multicast] [--no-narrow-strips]
+//              [--reduction-launch-cycles N] [--functional]
 //              [--warm-up] [--stats FILE.json]
 //
 // --warm-up: run the kernel once first and time a second run on the L2 the first left (RunOptions::warm_cache),
@@ -60,6 +61,8 @@ int main(int argc, char** argv) {
     else if (a == "--trans-b") g.trans_b = true;
     else if (a == "--tiles-one-at-a-time") g.overlap_tiles = false;  // as tpusim validate runs GEMMs
     else if (a == "--multicast") g.multicast = true;                 // (so does this)
+    else if (a == "--no-narrow-strips") g.narrow_strips = false;     // strips of C columns only
+    else if (a == "--b-tiled") g.b_tiled = true;                      // b as the compiler stores weights
     else if (a == "--reduction-launch-cycles") g.reduction_launch_cycles = std::stoll(next());  // (in the plan only)
     else if (a == "--schedule") {
       const std::string v = next();

@@ -882,6 +882,39 @@ class UserFacing(Workdir):
         self.assertNotIn("core.id", dis)
         self.assertNotIn(".cores", dis)
 
+    def test_whole_chip_gemm_takes_its_weights_as_rows_for_narrow_tiles(self):
+        # A Linear layer of few output columns, x [128, 3072] @ W [3072, 768] + b (BERT-base's second FFN
+        # matmul), on h200-like: the whole-chip GEMM's plan with W as [K, N] rows (tiles of 32 x 32, strips
+        # narrower than the matrix unit's 128 columns) beats its plan with W tile by tile (8 x 128, the layout the
+        # lowering gives weights for gemm.s), so the program holds W as [3072, 768], where the same model on one
+        # core of one unit (gemm.s) holds it tile by tile, [192, 6, 16, 128]. The outputs are the same bits, and
+        # numpy's product within bf16's rounding.
+        from onnx import helper, numpy_helper, save, TensorProto
+        rng = np.random.default_rng(17)
+        w = rng.standard_normal((3072, 768)).astype(np.float32) / 32
+        bias = rng.standard_normal(768).astype(np.float32)
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["xw"], name="mm"), helper.make_node("Add", ["xw", "b"], ["y"], name="add")],
+            "ffn_out", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [128, 3072])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [128, 768])],
+            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b")])
+        model = self.path("ffn_out.onnx")
+        save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+        x = rng.standard_normal((128, 3072)).astype(np.float32)
+        np.save(self.path("x.npy"), x)
+        outs = {}
+        for name, sets in (("whole", []), ("one", ["--set", "chip.cores=1", "--set", "core.mxus=1"])):
+            tpusim("compile", model, "--config", "h200-like", *sets, "-o", self.path(name + ".tpub"))
+            dis = tpusim("disasm", self.path(name + ".tpub")).stdout
+            shape = "[3072, 768]" if name == "whole" else "[192, 6, 16, 128]"
+            self.assertRegex(dis, r"\.const w, bf16, " + re.escape(shape))
+            tpusim("run", self.path(name + ".tpub"), "--input", "x=" + self.path("x.npy"), "--config", "h200-like",
+                   *sets, "--output-dir", self.path(name))
+            outs[name] = np.load(os.path.join(self.path(name), "y.npy"))
+        np.testing.assert_array_equal(outs["whole"], outs["one"])
+        ref = x.astype(np.float64) @ w.astype(np.float64) + bias
+        self.assertLess(np.linalg.norm(outs["whole"] - ref) / np.linalg.norm(ref), 1e-2)
+
     def test_one_row_elementwise_kernel_is_cut_for_the_cores(self):
         # A decoded token's activation, tanh(x) * x over [1, 3072], on h200-like: one row makes one core's share, so
         # the compiler cuts the purely elementwise kernel into 24 rows of the vector unit's 128 lanes and the cores

@@ -541,6 +541,7 @@ TEST(GemmChip, PlanCountsTheOperandsThroughVmemPorts) {
   const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
   kernels::GemmChip g = linear(193, 3072, 512);
   g.overlap_tiles = false;
+  g.narrow_strips = false;  // (strips of C columns: the ports' count is what is checked)
   const std::string src = kernels::gemm_chip_source(g, symbols);
   ASSERT_NE(src.find("splits of"), std::string::npos) << src.substr(0, 300);
   sim::Chip chip(cfg);
@@ -562,6 +563,7 @@ TEST(GemmChip, ReductionLaunchCountsAgainstSplitK) {
   const sim::ChipConfig cfg = sim::load_config("h200-like");
   const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
   kernels::GemmChip g = linear(13, 3072, 32);
+  g.narrow_strips = false;  // (one tile of 32 columns: K's splits are what is checked)
   EXPECT_GT(kernels::gemm_chip_splits(g, symbols), 1);
   g.split_k = 4;
   const double free_reduction = kernels::gemm_chip_estimate(g, symbols);
@@ -580,6 +582,48 @@ TEST(GemmChip, ReductionLaunchCountsAgainstSplitK) {
 // core. The plan takes 3 (its source says so), gives the bits of one unit, and runs faster than the same
 // product on one core, which can only use all 4 units (before the plan chose among unit counts, the 2-core run
 // was that 1-core run: one tile on one core).
+// Narrow strips (GemmChip::narrow_strips): GEMMs of few rows and output columns on 8 cores of 3 units of 8 x 8
+// whose VMEM ports take 4 bytes a cycle (so that one core cannot stream the weights alone) take tiles of 4
+// columns, half a unit's: more tiles over more cores than strips of 8 would make. Their plan says so, their
+// results are those of the plan of whole strips bit for bit, with b as [K, N] and as [N, K] (for int8, the host's
+// exact products too), and each narrow kernel is faster than the whole-strip one.
+TEST(GemmChip, NarrowStripsSpreadFewColumnsOverMoreCoresSameBits) {
+  std::vector<std::string> sets = chip_sets();
+  sets.insert(sets.end(), {"chip.cores=8", "vmem.banks=2", "vmem.port_bytes_per_cycle=2"});
+  TPUSIM_MACHINES(m, sets);
+  const std::map<std::string, int64_t> symbols = symbols_of(*m);
+  Random r(919);
+  for (const DType in : {DType::I8, DType::BF16})
+    for (const Shape& s : std::vector<Shape>{{1, 4000, 24}, {2, 3000, 32}})
+      for (const bool trans_b : {false, true}) {
+        const DType out = in == DType::I8 ? DType::I32 : DType::F32;
+        const std::vector<double> a = r.values(in, s.m * s.k, -3, 3), b = r.values(in, s.k * s.n, -3, 3);
+        kernels::GemmChip g{s.m, s.k, s.n, in, out, 8, 3, kernels::GemmSchedule::Tiles, trans_b};
+        const std::string what = "M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) + " N=" +
+                                 std::to_string(s.n) + (trans_b ? " b [N, K]" : " b [K, N]");
+        const std::string src = kernels::gemm_chip_source(g, symbols);
+        EXPECT_NE(src.find("strips of 4 columns"), std::string::npos) << what << ": " << src.substr(0, 300);
+        kernels::GemmChip wide = g;
+        wide.narrow_strips = false;
+        const std::vector<double> narrow = run_gemm(*m, g, a, b), whole = run_gemm(*m, wide, a, b);
+        expect_all(what + ": narrow strips vs whole strips, bit for bit", narrow.size(),
+                   [&](size_t i) { return same(narrow[i], whole[i]); },
+                   [&](size_t i) { return "narrow " + num(narrow[i]) + ", whole " + num(whole[i]); });
+        if (in == DType::I8)
+          for (int64_t i = 0; i < s.m; ++i)
+            for (int64_t j = 0; j < s.n; ++j) {
+              double exact = 0;
+              for (int64_t l = 0; l < s.k; ++l) exact += a[i * s.k + l] * b[l * s.n + j];
+              EXPECT_EQ(narrow[i * s.n + j], exact) << what << " at (" << i << ", " << j << ")";
+            }
+        const uint64_t narrow_cycles = m->chip->run(kernels::gemm_chip_kernel(g, symbols), timing_only()).stats.cycles;
+        const uint64_t whole_cycles = m->chip->run(kernels::gemm_chip_kernel(wide, symbols), timing_only()).stats.cycles;
+        EXPECT_LT(narrow_cycles, whole_cycles) << what;
+        std::printf("%s %s: narrow %llu cycles, whole strips %llu\n", what.c_str(), in == DType::I8 ? "i8" : "bf16",
+                    static_cast<unsigned long long>(narrow_cycles), static_cast<unsigned long long>(whole_cycles));
+      }
+}
+
 TEST(GemmChip, FewerUnitsPerCoreSpreadNarrowTilesOverTheCores) {
   std::vector<std::string> sets = chip_sets();
   sets.push_back("core.mxus=4");

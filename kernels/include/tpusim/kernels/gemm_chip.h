@@ -116,6 +116,11 @@ struct GemmChip {
   // chip has clusters (CLUSTER >= 2, chip.cluster) and the pairs can match (an even number of cores, of column or
   // of row tiles; no split K, no taps); the same results either way.
   bool multicast = false;
+  // Tiled schedule on several cores: the plan may take strips narrower than a matrix unit's C columns (C/2, C/4,
+  // ... down to C/8; not with b_tiled, act, group_n or taps), so that a GEMM of few output columns spreads over
+  // more cores (each unit's other columns idle): 1 x 768 x 768 on h200-like in 48 tiles of 16 columns rather than
+  // 6 of 128, 128 x 3072 x 768 in 96 tiles of 32 x 32 rather than of 8 x 128. The same results either way.
+  bool narrow_strips = true;
   // The epilogue and layouts gemm.s has, for the compiler (tiled schedule only, no split K, at most 6 units):
   bool bias = false;        // input `bias` [N] (i32 for i8 inputs, f32 for bf16 and f8e4m3) added to the accumulators
   bool relu = false;        // max(x, 0) after the bias
