@@ -735,15 +735,34 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
   // tiles ahead, so a transfer starts while the one before it is still in flight, instead of waiting for the
   // vector unit to free the other slot (decode's matrix-vector products, bound by HBM).
   b.plan.slots = p.slots ? p.slots : (S + T - 1) / T >= 3 && b.low.bytes(T, C, 3) <= budget ? 3 : 2;
-  // Layout: constant table, invariant and pool buffers, then the slots.
+  // The vector unit's own values (Program::accumulators): the pool's temporaries and the f32 copies of invariant
+  // inputs (transfers reach neither), with the constant table, in the accumulators where they all fit.
+  std::vector<bool> own(b.low.bufs.size(), false);
+  for (size_t i = 0; i < b.low.bufs.size(); ++i) own[i] = b.low.bufs[i].space == Buf::Pool;
+  for (int f : b.low.in_inv_f32)
+    if (f >= 0) own[static_cast<size_t>(f)] = true;
+  const int64_t acc_addr = symbols.count("ACC_ADDR") ? symbols.at("ACC_ADDR") : -1;
+  const int64_t acc_bytes = acc_addr < 0 ? 0
+                                         : symbol(symbols, "MXUS") * symbol(symbols, "ACC_ROWS") *
+                                               symbol(symbols, "MXU_COLS") * 4;
+  uint64_t own_bytes = align64(4 * b.low.consts.size());
+  for (size_t i = 0; i < b.low.bufs.size(); ++i)
+    if (own[i]) own_bytes += b.low.bufs[i].bytes(T, C);
+  b.plan.in_accumulators = p.accumulators && acc_addr >= 0 && own_bytes <= static_cast<uint64_t>(acc_bytes);
+  // Layout: constant table, invariant and pool buffers, then the slots (the vector unit's own values in the
+  // accumulators, from their row 0, when they go there).
   b.base = p.vmem_base;
-  b.const_base = p.vmem_base;
-  uint64_t at = p.vmem_base + align64(4 * b.low.consts.size());
-  for (Buf& buf : b.low.bufs)
-    if (!buf.slot()) {
-      buf.off = at;
-      at += buf.bytes(T, C);
-    }
+  uint64_t at = p.vmem_base, acc_at = static_cast<uint64_t>(std::max<int64_t>(acc_addr, 0));
+  uint64_t& table_at = b.plan.in_accumulators ? acc_at : at;
+  b.const_base = table_at;
+  table_at += align64(4 * b.low.consts.size());
+  for (size_t i = 0; i < b.low.bufs.size(); ++i) {
+    Buf& buf = b.low.bufs[i];
+    if (buf.slot()) continue;
+    uint64_t& place = b.plan.in_accumulators && own[i] ? acc_at : at;
+    buf.off = place;
+    place += buf.bytes(T, C);
+  }
   b.slot_base = at;
   uint64_t s = 0;
   for (Buf& buf : b.low.bufs)
@@ -1219,8 +1238,9 @@ isa::Program emit_kernel(const Program& p, const std::map<std::string, int64_t>&
     o << "# Fused row-wise kernel (kernels/rowwise.h): [" << p.rows << ", " << p.cols << "], ";
     if (p.cores > 1) o << pl.core_rows << " rows on each of " << pl.cores_used << " cores, ";
     o << "tiles of " << pl.tile_rows << " rows (" << pl.tiles << " tiles), " << pl.vector_ops_per_tile
-      << " vector instructions per tile, " << pl.full_temps << " full temporaries, VMEM [" << b.base << ", +"
-      << pl.vmem_used << ")\n";
+      << " vector instructions per tile, " << pl.full_temps << " full temporaries"
+      << (pl.in_accumulators ? " (in the accumulators)" : "") << ", VMEM [" << b.base << ", +" << pl.vmem_used
+      << ")\n";
     *summary = o.str();
   }
   isa::Emitter e(shown, "<rowwise>/" + shown, base_pc);

@@ -126,6 +126,11 @@ struct Program {
   // Input and output staging slots: 2 or 3 (the loads run one or two tiles ahead), or 0 for the generator's choice
   // (3 where they fit beside the largest tiles that fit with 2, and there are 3 tiles or more).
   int slots = 0;
+  // The vector unit's own values (the temporaries, the f32 copies of loop-invariant inputs, the constant table) in
+  // the accumulators (isa.def: ACC_ADDR) where they fit, read and written at the lanes' rate without VMEM's ports,
+  // as a GPU keeps them in its register file; the staging slots, which transfers reach, stay in VMEM. false: all
+  // in VMEM. The same instructions on the same values either way: the same results.
+  bool accumulators = true;
 
   // Builders: each appends a node and returns its index.
   int input(int index);
@@ -150,6 +155,7 @@ struct Plan {
   uint64_t vmem_used = 0;          // bytes of the VMEM region in use
   int slots = 2;                   // input and output staging slots (loads run slots - 1 tiles ahead)
   std::vector<bool> invariant;     // per input: loaded once at the start (periodic pattern equal in every tile)
+  bool in_accumulators = false;    // the vector unit's own values in the accumulators (Program::accumulators)
 };
 
 // An elementwise program applied by another kernel to f32 values it already holds in VMEM, as an epilogue
