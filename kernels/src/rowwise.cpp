@@ -126,7 +126,8 @@ enum class PK {
   Un,      // vpu.<mn> d, a, n
   Red,     // vpu.rsum/rmax d (Row), a (Full)
   Zero,    // vpu.rsum over zero columns: d = 0
-  Cast     // vpu.cast d (ddt), a (sdt)
+  Cast,    // vpu.cast d (ddt), a (sdt)
+  Dot      // vpu.rdot d (Row), a (Full, sdt), b (Full, f32): rsum(mul(a, b)) in one pass (fold_dots)
 };
 struct POp {
   PK k = PK::Bin;
@@ -134,7 +135,7 @@ struct POp {
   int d = -1, a = -1, b = -1;
   float c = 0;
   DType sdt = DType::F32, ddt = DType::F32;
-  int64_t chunk = 0;  // Red rsum in two steps: sums of `chunk` columns into buffer `scratch`, then their sum
+  int64_t chunk = 0;  // Red rsum or Dot in two steps: sums of `chunk` columns into buffer `scratch`, then their sum
   int scratch = -1;
 };
 
@@ -212,6 +213,7 @@ class Lowerer {
     std::vector<V> val(p_.nodes.size());
     for (size_t i = 0; i < p_.nodes.size(); ++i)
       if (need[i]) val[i] = node(p_.nodes[i], val);
+    std::vector<int> direct;  // values computed directly into an output's staging buffer
     for (const Output& o : p_.outputs) {
       V v = val[static_cast<size_t>(o.node)];
       if (v.k == Kind::Scalar) v = bcast(v, Kind::Full);
@@ -223,6 +225,7 @@ class Lowerer {
       L_.out_buf.push_back(ob);
       if (o.dtype == DType::F32 && L_.vr[static_cast<size_t>(v.r)].buf < 0) {
         L_.vr[static_cast<size_t>(v.r)].buf = ob;  // computed directly into its staging buffer
+        direct.push_back(v.r);
       } else {
         POp c;
         c.k = PK::Cast;
@@ -234,10 +237,53 @@ class Lowerer {
         L_.ops.push_back(c);
       }
     }
+    fold_dots(direct);
     for (const POp& o : L_.ops)
       if (o.k == PK::Bcast1 && L_.const_index(o.c) < 0) L_.consts.push_back(o.c);
     allocate();
     return std::move(L_);
+  }
+
+  // A row sum of products, rsum(mul(x, y)), whose product nothing else reads, is one vpu.rdot: one pass of the
+  // vector unit where there were two (a matrix-vector product's rows, a variance's squares). So is, with it, the
+  // cast to f32 of a loaded operand (bf16 or i8) that only the product reads: three passes to one. vpu.rdot is
+  // defined as vpu.cast, vpu.mul and vpu.rsum in turn (isa.def), so the bits are the same.
+  void fold_dots(const std::vector<int>& direct) {
+    std::vector<int> uses(L_.vr.size(), 0), def(L_.vr.size(), -1);
+    for (int v : direct) ++uses[static_cast<size_t>(v)];  // read by the output: never folded away
+    for (size_t k = 0; k < L_.ops.size(); ++k) {
+      def[static_cast<size_t>(L_.ops[k].d)] = static_cast<int>(k);
+      for (int a : {L_.ops[k].a, L_.ops[k].b})
+        if (a >= 0) ++uses[static_cast<size_t>(a)];
+    }
+    std::vector<bool> dead(L_.ops.size(), false);
+    for (POp& r : L_.ops) {
+      if (r.k != PK::Red || r.mn != "rsum" || uses[static_cast<size_t>(r.a)] != 1) continue;
+      const int m = def[static_cast<size_t>(r.a)];
+      if (m < 0 || L_.ops[static_cast<size_t>(m)].k != PK::Bin || L_.ops[static_cast<size_t>(m)].mn != "mul") continue;
+      const POp& mul = L_.ops[static_cast<size_t>(m)];
+      POp dot = r;
+      dot.k = PK::Dot;
+      dot.mn = "rdot";
+      dot.a = mul.a, dot.b = mul.b, dot.sdt = DType::F32;
+      for (int side = 0; side < 2 && dot.a != dot.b; ++side) {  // a cast folded in, on either side
+        const int v = side == 0 ? dot.a : dot.b, c = def[static_cast<size_t>(v)];
+        if (c < 0 || uses[static_cast<size_t>(v)] != 1) continue;
+        const POp& cast = L_.ops[static_cast<size_t>(c)];
+        if (cast.k != PK::Cast || cast.ddt != DType::F32 || (cast.sdt != DType::BF16 && cast.sdt != DType::I8))
+          continue;
+        if (side == 1) std::swap(dot.a, dot.b);
+        dot.a = cast.a, dot.sdt = cast.sdt;
+        dead[static_cast<size_t>(c)] = true;
+        break;
+      }
+      dead[static_cast<size_t>(m)] = true;
+      r = dot;
+    }
+    std::vector<POp> kept;
+    for (size_t k = 0; k < L_.ops.size(); ++k)
+      if (!dead[k]) kept.push_back(std::move(L_.ops[k]));
+    L_.ops = std::move(kept);
   }
 
  private:
@@ -1109,6 +1155,31 @@ class Emitter {
         }
         addr(9, op.d), addr(10, op.a);
         return vop(op.mn, {9, 10, 2, 6, 7, f32});
+      case PK::Dot: {  // rows of C elements: a's (of sdt) C x its size apart, b's (f32) C x 4 (r7)
+        const int64_t asz = isa::dtype_size(op.sdt);
+        addr(10, op.a), addr(11, op.b);
+        if (op.chunk > 0) {  // as Red's two steps: the partial dot products of `chunk` columns, then their sum
+          const int64_t m = p_.cols / op.chunk;
+          const Buf& sb = b_.low.bufs[static_cast<size_t>(op.scratch)];
+          e_.li(r(9), static_cast<int64_t>(sb.off));
+          e_.li(r(13), m);
+          e_.mul(r(24), r(2), r(13));
+          e_.li(r(25), op.chunk);
+          e_.li(r(26), op.chunk * asz);
+          e_.li(r(27), op.chunk * 4);
+          e_.vpu_rdot(r(9), r(10), r(11), r(24), r(25), r(26), r(27), op.sdt);
+          addr(9, op.d);
+          e_.li(r(10), static_cast<int64_t>(sb.off));
+          e_.li(r(25), m);
+          e_.li(r(26), m * 4);
+          e_.vpu_rsum(r(9), r(10), r(2), r(25), r(26), kF32);
+          return;
+        }
+        addr(9, op.d);
+        e_.li(r(24), p_.cols * asz);
+        e_.vpu_rdot(r(9), r(10), r(11), r(2), r(6), r(24), r(7), op.sdt);
+        return;
+      }
       case PK::Zero:
         addr(9, op.d);
         e_.vpu_rsum(r(9), r(0), r(static_cast<int>(n_reg(op.d))), r(0), r(0), kF32);  // zeros: sums over no columns
@@ -1171,6 +1242,7 @@ Epilogue epilogue(const Program& given, int64_t max_elements, uint64_t base) {
       case PK::Zero: e.steps.push_back(Step{Step::Zero, "rsum", addr(op.d)}); break;
       case PK::Cast: e.steps.push_back(Step{Step::Cast, "cast", addr(op.d), addr(op.a), 0, op.sdt, op.ddt}); break;
       case PK::RowB:
+      case PK::Dot:
       case PK::Red: fail("an epilogue's values are per element");
     }
     ++e.vector_ops;

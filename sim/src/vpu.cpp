@@ -269,6 +269,11 @@ void vmem_accesses(const Entry& e, Add add) {
       wr(e.arg("vd"), e.arg("rows"), e.arg("cols") * size, e.arg("stride"));
       break;
     }
+    case Op::VRDOT:
+      rd(e.arg("va"), e.arg("rows"), e.arg("cols") * isa::dtype_size(e.dtype("adt")), e.arg("astride"));
+      rd(e.arg("vb"), e.arg("rows"), e.arg("cols") * 4, e.arg("bstride"));
+      wr(e.arg("vd"), 1, e.arg("rows") * 4, 0);
+      break;
     default: break;
   }
 }
@@ -290,6 +295,7 @@ Action element_action(const Entry& e) {
   switch (e.in.op) {
     case Op::VACC: flt = e.dtype("adt") == DType::F32 || e.arg("dequant"); mul = e.arg("dequant"); break;
     case Op::VCAST: flt = is_floating(e.dtype("sdt")) || is_floating(e.dtype("ddt")); break;
+    case Op::VRDOT: flt = true; mul = true; break;
     case Op::VMUL:
     case Op::VMULROW:
     case Op::VEXP:
@@ -427,6 +433,15 @@ uint64_t Vpu::check(const Entry& e) {
       range("VMEM write", e.arg("vd"), 1, rows * isa::dtype_size(t), 0);
       return count(rows, cols);
     }
+    case Op::VRDOT: {
+      const int64_t rows = nonneg("rows"), cols = nonneg("cols");
+      const DType t = e.dtype("adt");
+      allow(t, true, false);
+      range("VMEM read", e.arg("va"), rows, cols * isa::dtype_size(t), e.arg("astride"));
+      range("VMEM read", e.arg("vb"), rows, cols * 4, e.arg("bstride"));
+      range("VMEM write", e.arg("vd"), 1, rows * 4, 0);
+      return count(rows, cols);
+    }
     case Op::VADDROW:
     case Op::VSUBROW:
     case Op::VMULROW: {
@@ -526,6 +541,22 @@ void Vpu::compute(const Entry& e) {
     case Op::VRMAX:
       return reduce(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("rows"), e.arg("cols"), e.arg("stride"),
                     RMax{});
+    case Op::VRDOT: {  // vpu.cast, vpu.mul and vpu.rsum's roundings: each product to f32, then the f32 sum in order
+      const DType adt = e.dtype("adt");
+      const int asz = isa::dtype_size(adt);
+      const int64_t rows = e.arg("rows"), cols = e.arg("cols"), as = e.arg("astride"), bs = e.arg("bstride");
+      for (int64_t i = 0; i < rows; ++i) {
+        const uint8_t* a = vm + e.arg("va") + i * as;
+        const uint8_t* b = vm + e.arg("vb") + i * bs;
+        float x = Sum{}.identity<float>();
+        for (int64_t j = 0; j < cols; ++j) {
+          const float av = is_float(adt) ? load_float(adt, a + j * asz) : static_cast<float>(load_int(adt, a + j * asz));
+          x = Sum{}(x, Mul{}(av, load_float(DType::F32, b + j * 4)));
+        }
+        store_float(DType::F32, vm + e.arg("vd") + i * 4, x);
+      }
+      return;
+    }
     case Op::VADDROW:
       return rowwise(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("rows"), e.arg("cols"),
                      e.arg("stride"), Add{});

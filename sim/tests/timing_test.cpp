@@ -253,6 +253,19 @@ TEST(Timing, RowBroadcastInstruction) {
   EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, 5u);
 }
 
+TEST(Timing, RowDotProductInOnePass) {
+  // vpu.rdot of 3 rows x 7 columns (a bf16 at 256, b f32 at 512, row strides 32 and 64 bytes, the sums to 0):
+  // one pass over the 21 products (isa.def), dispatched 6, starts 7, latency 2 + ceil(21 / 8) = 5: done at 12,
+  // the program 13; vpu.cast, vpu.mul and vpu.rsum over the same elements take a pass each.
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.li(1, 256).li(2, 512).li(3, 3).li(4, 7).li(5, 32).li(6, 64);
+  b.op(Op::VRDOT, {0, 1, 2, 3, 4, 5, 6, static_cast<int64_t>(isa::DType::BF16)});
+  RunResult r = chip.run(b.build());
+  EXPECT_EQ(r.stats.cycles, 13u);
+  EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, 5u);
+}
+
 TEST(Timing, SemaphoreMakesTheVectorUnitWaitForTheDma) {
   Chip chip(small_config());
   ProgramBuilder b = dma_registers();

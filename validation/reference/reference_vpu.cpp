@@ -29,6 +29,7 @@ void Reference::vpu(const isa::Instr& in) {
     case Op::VCAST: return vpu_cast(in);
     case Op::VRSUM:
     case Op::VRMAX: return vpu_reduce(in);
+    case Op::VRDOT: return vpu_rdot(in);
     case Op::VADDROW:
     case Op::VSUBROW:
     case Op::VMULROW: return vpu_rowwise(in);
@@ -74,6 +75,24 @@ void Reference::vpu_elementwise(const isa::Instr& in) {
       default: fail("not a vector instruction");
     }
     vmem_store(vd + i * size, dt, is_int(dt) ? static_cast<double>(wrap_to(static_cast<int64_t>(r), dt)) : float_result(dt, r));
+  }
+}
+
+// vpu.rdot: vd[i] = sum in order over j < cols of a[i, j] * b[i, j] (a of adt at va + i*astride, b f32 at vb +
+// i*bstride), each product rounded to f32; the sum in fp64 (the fp64 reference) or in f32 in the ISA's order.
+void Reference::vpu_rdot(const isa::Instr& in) {
+  const DType adt = dtype(in, "adt");
+  if (adt != DType::F32 && adt != DType::BF16 && adt != DType::I8) fail("vpu.rdot takes a as f32, bf16 or i8");
+  const int64_t vd = value(in, "vd"), va = value(in, "va"), vb = value(in, "vb"), rows = value(in, "rows"),
+                cols = value(in, "cols"), as = value(in, "astride"), bs = value(in, "bstride");
+  const int size = size_of(adt);
+  for (int64_t i = 0; i < rows; ++i) {
+    double r = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      const double p = to_f32(vmem_load(va + i * as + j * size, adt) * vmem_load(vb + i * bs + j * 4, DType::F32));
+      r = opts_.sums == FloatSums::Fp64 ? r + p : to_f32(r + p);
+    }
+    vmem_store(vd + i * 4, DType::F32, float_result(DType::F32, r));
   }
 }
 

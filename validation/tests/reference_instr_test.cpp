@@ -265,6 +265,55 @@ TEST(ReferenceVpu, RsumRmaxEveryType) {
     }
 }
 
+// vpu.rdot: each row's products with a row of f32, summed in order. a as i8, bf16 and f32 (rows of `cols` and 3
+// elements of padding), b f32 with its own row pitch; values that overflow, a NaN, infinities and a signed zero
+// among them. The simulator's result is that of vpu.cast, vpu.mul and vpu.rsum in turn (the same machine, bit for
+// bit), the reference machine's in the ISA's order (bit for bit), and the fp64 sum's within its bound.
+TEST(ReferenceVpu, RdotIsCastMulRsumInOnePass) {
+  TPUSIM_MACHINES(m);
+  Random r(16);
+  const int64_t rows = 6, cols = 11, pitch = cols + 3, bpitch = cols + 1;
+  for (DType t : {DType::I8, DType::BF16, DType::F32}) {
+    std::vector<double> a = r.values(t, rows * pitch, -6, 6), b = r.values(DType::F32, rows * bpitch, -6, 6);
+    if (t != DType::I8) a[0] = kInf, a[pitch] = 1e30;      // row 0: inf * b; row 1: an f32 overflow with b's 1e30
+    b[bpitch] = 1e30, b[2 * bpitch] = kNaN, b[3 * bpitch + 1] = -0.0;
+    if (t != DType::I8) a[3 * pitch + 1] = -0.0;
+    const int asz = ref::size_of(t);
+    Results dot = run_vector(*m, {{a, t}, {b, DType::F32}}, [&](Builder& p) {
+      p.li(1, kOut).li(2, kIn[0]).li(3, kIn[1]).li(4, rows).li(5, cols).li(6, pitch * asz).li(7, bpitch * 4);
+      p.emit(Op::VRDOT, {{"vd", 1}, {"va", 2}, {"vb", 3}, {"rows", 4}, {"cols", 5}, {"astride", 6}, {"bstride", 7},
+                         {"adt", int64_t(t)}});
+    }, rows, DType::F32);
+    // The three instructions, row by row: a's row cast to f32 at kIn[2], times b's row in place, summed to kOut[i].
+    Results three = run_vector(*m, {{a, t}, {b, DType::F32}}, [&](Builder& p) {
+      for (int64_t i = 0; i < rows; ++i) {
+        p.li(1, static_cast<int64_t>(kIn[2])).li(2, static_cast<int64_t>(kIn[0]) + i * pitch * asz).li(3, cols);
+        p.emit(Op::VCAST, {{"vd", 1}, {"va", 2}, {"n", 3}, {"scale", 0}, {"sdt", int64_t(t)}, {"ddt", int64_t(DType::F32)}});
+        p.li(2, static_cast<int64_t>(kIn[1]) + i * bpitch * 4);
+        p.emit(Op::VMUL, {{"vd", 1}, {"va", 1}, {"vb", 2}, {"n", 3}, {"dtype", int64_t(DType::F32)}});
+        p.li(4, static_cast<int64_t>(kOut) + i * 4).li(5, 1);
+        p.emit(Op::VRSUM, {{"vd", 4}, {"va", 1}, {"rows", 5}, {"cols", 3}, {"stride", 0}, {"dtype", int64_t(DType::F32)}});
+      }
+    }, rows, DType::F32);
+    auto magnitude = [&](size_t i) {
+      double s = 0;
+      for (int64_t j = 0; j < cols; ++j) s += std::fabs(a[i * pitch + j] * b[i * bpitch + j]);
+      return s;
+    };
+    const std::string what = name(Op::VRDOT, t);
+    expect_all(what + " vs vpu.cast, vpu.mul, vpu.rsum", rows, [&](size_t i) { return same(dot.sim[i], three.sim[i]); },
+               [&](size_t i) { return "row: rdot " + num(dot.sim[i]) + ", three instructions " + num(three.sim[i]); });
+    expect_all(what + " in the ISA's order", rows, [&](size_t i) { return same(dot.sim[i], dot.isaf32[i]); },
+               [&](size_t i) { return "row: sim " + num(dot.sim[i]) + ", ISA order " + num(dot.isaf32[i]); });
+    expect_all(what + " vs fp64", rows, [&](size_t i) {
+      return (std::isnan(dot.sim[i]) && std::isnan(dot.fp64[i])) || dot.sim[i] == dot.fp64[i] ||
+             ref::within_sum_bound(DType::F32, dot.sim[i], dot.fp64[i], ref::sum_error_bound(cols, magnitude(i)));
+    }, [&](size_t i) { return "row: sim " + num(dot.sim[i]) + ", fp64 " + num(dot.fp64[i]); });
+    EXPECT_TRUE(t == DType::I8 || std::isinf(dot.sim[0]));  // inf * b
+    EXPECT_TRUE(std::isnan(dot.sim[2]));                     // a NaN in b
+  }
+}
+
 // ---- row broadcast ---------------------------------------------------------------------------------------------
 
 TEST(ReferenceVpu, RowBroadcastEveryType) {
