@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -382,80 +383,121 @@ std::optional<double> one_core_cycles(const KernelPlan& plan, const KernelCall& 
   return call.bytes / std::min(ports, hbm) + 2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
 }
 
-// Independent calls run side by side on the cores, where no call of a run writes bytes another reads or writes:
-// - a run of consecutive gemm.s calls with the same label (the per-head or per-batch GEMMs of a batched MatMul),
-//   chosen where ceil(G / CORES) x one unit's estimate + 2 x SYNC_LATENCY beats running them one after the other,
-//   each as decided alone (the whole-chip GEMM or one unit, with its barriers);
-// - a run of consecutive copies and cast.s or gather.s calls that each stay on one core (one_core_cycles), of any
-//   node (a decoder's KV-cache casts, its present K and V copied out at the end), chosen where the busiest core's
-//   sum of estimates (or all their bytes at HBM's rate and a latency each way, if more) + 2 x SYNC_LATENCY beats
-//   their sum on one core.
-// Call i of the run goes to core i % CORES, alone on it as on one core (a fence between two calls on one core),
-// with no barrier between them; the run meets at a barrier before and after.
+// Whether `b` must come after `a`: one writes bytes the other reads or writes.
+bool depends(const Touches& a, const Touches& b) {
+  return overlap(a.writes, b.reads) || overlap(a.writes, b.writes) || overlap(a.reads, b.writes);
+}
+
+// Independent calls run side by side on the cores, one call per core, call i of a group on core i % CORES
+// (alone on it as on one core: a fence between two calls on one core), with no barrier between them; the group
+// meets at a barrier before and after.
+// - A run of consecutive gemm.s calls with the same label (the per-head or per-batch GEMMs of a batched MatMul)
+//   where no call writes bytes another reads or writes, grouped where ceil(G / CORES) x one unit's estimate +
+//   2 x SYNC_LATENCY beats running them one after the other, each as decided alone (the whole-chip GEMM or one
+//   unit, with its barriers).
+// - A window of consecutive copies and cast.s or gather.s calls that each stay on one core (one_core_cycles),
+//   each of a node of its own, is scheduled by levels: a call's level is one more than the highest of the calls
+//   before it in the window whose bytes it reads or writes, or that read bytes it writes (depends); the window
+//   runs level by level (`order`, the program order of the calls: within a level, in their order before), and
+//   each level of several calls is a group where the busiest core's sum of estimates (or all their bytes at
+//   HBM's rate and a latency each way, if more) + 2 x SYNC_LATENCY beats their sum on one core. A decoder layer's
+//   KV-cache casts and concatenations, cast k, concat k, cast v, concat v, run as two groups: the casts, then
+//   the concatenations.
 void group_independent_calls(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
-                             std::vector<OnChip>& on_chip, Fragments& fragments) {
+                             std::vector<OnChip>& on_chip, std::vector<size_t>& order, Fragments& fragments) {
   const int64_t cores = symbol_or(symbols, "CORES", 1);
   if (cores <= 1) return;
   const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
   const double hbm = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1)));
   const double latency = 2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
+  const size_t n = plan.calls.size();
   auto gemm = [&](size_t c) {
     const KernelCall& k = plan.calls[c];
     return k.kind == KernelCall::Kind::Library && k.kernel == "gemm.s" && param_or(k, "ACT_RESIDENT", 0) == 0 &&
            param_or(k, "ACT", 0) == 0;  // (an activation runs only in gemm_chip)
   };
-  std::vector<std::optional<double>> small(plan.calls.size());
-  for (size_t c = 0; c < plan.calls.size(); ++c) small[c] = one_core_cycles(plan, plan.calls[c], on_chip[c], symbols);
+  auto own_node = [&](size_t c) {  // the only call of its node
+    return (c == 0 || plan.calls[c - 1].label != plan.calls[c].label) &&
+           (c + 1 == n || plan.calls[c + 1].label != plan.calls[c].label);
+  };
+  std::vector<std::optional<double>> small(n);
+  for (size_t c = 0; c < n; ++c)
+    if (own_node(c)) small[c] = one_core_cycles(plan, plan.calls[c], on_chip[c], symbols);
   int groups = 0;
-  for (size_t c = 0; c < plan.calls.size();) {
-    const bool is_gemm = gemm(c);
-    if (!is_gemm && !small[c]) {
+  auto group = [&](const std::vector<size_t>& calls) {
+    for (size_t i = 0; i < calls.size(); ++i)
+      on_chip[calls[i]] = OnChip{}, on_chip[calls[i]].group = groups,
+      on_chip[calls[i]].core = static_cast<int64_t>(i) % cores;
+    ++groups;
+  };
+  for (size_t c = 0; c < n;) {
+    if (small[c]) {  // a window of small calls, scheduled by levels
+      size_t e = c + 1;
+      while (e < n && small[e]) ++e;
+      if (e - c >= 2) {
+        std::vector<Touches> t;
+        std::vector<int> level(e - c, 0);
+        for (size_t i = c; i < e; ++i) {
+          t.push_back(touches(plan, plan.calls[i], symbols, fragments));
+          for (size_t j = c; j < i; ++j)
+            if (depends(t[j - c], t[i - c])) level[i - c] = std::max(level[i - c], level[j - c] + 1);
+        }
+        std::vector<size_t> by_level(e - c);
+        std::iota(by_level.begin(), by_level.end(), c);
+        std::stable_sort(by_level.begin(), by_level.end(),
+                         [&](size_t a, size_t b) { return level[a - c] < level[b - c]; });
+        std::copy(by_level.begin(), by_level.end(), order.begin() + static_cast<std::ptrdiff_t>(c));
+        for (size_t i = 0; i < by_level.size();) {
+          size_t j = i;
+          std::vector<size_t> same;
+          while (j < by_level.size() && level[by_level[j] - c] == level[by_level[i] - c]) same.push_back(by_level[j++]);
+          if (same.size() >= 2) {
+            std::vector<double> busy(static_cast<size_t>(cores), 0.0);
+            double alone = 0, bytes = 0;
+            for (size_t k = 0; k < same.size(); ++k) {
+              alone += *small[same[k]];
+              busy[k % static_cast<size_t>(cores)] += *small[same[k]];
+              bytes += call_bytes(plan, plan.calls[same[k]], true);
+            }
+            if (std::max(*std::max_element(busy.begin(), busy.end()), bytes / hbm + latency) + sync < alone)
+              group(same);
+          }
+          i = j;
+        }
+      }
+      c = e;
+      continue;
+    }
+    if (!gemm(c)) {
       ++c;
       continue;
     }
-    auto joins = [&](size_t e) {
-      return is_gemm ? gemm(e) && plan.calls[e].label == plan.calls[c].label : small[e].has_value();
-    };
     size_t e = c + 1;
-    if (e == plan.calls.size() || !joins(e)) {
+    auto joins = [&](size_t k) { return gemm(k) && plan.calls[k].label == plan.calls[c].label; };
+    if (e == n || !joins(e)) {
       c = e;  // a run of one call (its byte ranges are not needed)
       continue;
     }
     std::vector<Touches> run{touches(plan, plan.calls[c], symbols, fragments)};
-    for (; e < plan.calls.size() && joins(e); ++e) {
+    for (; e < n && joins(e); ++e) {
       Touches t = touches(plan, plan.calls[e], symbols, fragments);
       bool independent = true;
-      for (const Touches& u : run)
-        independent = independent && !overlap(t.writes, u.reads) && !overlap(t.writes, u.writes) &&
-                      !overlap(u.writes, t.reads);
+      for (const Touches& u : run) independent = independent && !depends(u, t);
       if (!independent) break;
       run.push_back(std::move(t));
     }
     const auto G = static_cast<int64_t>(e - c);
     if (G >= 2) {
-      double alone = 0, side_by_side = 0;
-      if (is_gemm) {
-        double slowest = 0;
-        for (size_t i = c; i < e; ++i) {
-          const double one = one_unit_gemm_cycles(plan.calls[i], symbols);
-          slowest = std::max(slowest, one);
-          alone += on_chip[i].gemm ? kernels::gemm_chip_estimate(*on_chip[i].gemm, symbols) + sync : one;
-        }
-        side_by_side = static_cast<double>((G + cores - 1) / cores) * slowest + sync;
-      } else {
-        std::vector<double> busy(static_cast<size_t>(cores), 0.0);
-        double bytes = 0;
-        for (size_t i = c; i < e; ++i) {
-          alone += *small[i];
-          busy[(i - c) % static_cast<size_t>(cores)] += *small[i];
-          bytes += call_bytes(plan, plan.calls[i], true);
-        }
-        side_by_side = std::max(*std::max_element(busy.begin(), busy.end()), bytes / hbm + latency) + sync;
+      double alone = 0, slowest = 0;
+      for (size_t i = c; i < e; ++i) {
+        const double one = one_unit_gemm_cycles(plan.calls[i], symbols);
+        slowest = std::max(slowest, one);
+        alone += on_chip[i].gemm ? kernels::gemm_chip_estimate(*on_chip[i].gemm, symbols) + sync : one;
       }
-      if (side_by_side < alone) {
-        for (size_t i = c; i < e; ++i)
-          on_chip[i] = OnChip{}, on_chip[i].group = groups, on_chip[i].core = static_cast<int64_t>(i - c) % cores;
-        ++groups;
+      if (static_cast<double>((G + cores - 1) / cores) * slowest + sync < alone) {
+        std::vector<size_t> calls(e - c);
+        std::iota(calls.begin(), calls.end(), c);
+        group(calls);
       }
     }
     c = e;
@@ -720,7 +762,9 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
       p.tensors.push_back(std::move(t));
     }
   Fragments fragments;
-  group_independent_calls(plan, symbols, on_chip, fragments);
+  std::vector<size_t> order(plan.calls.size());  // the calls in program order (group_independent_calls may reorder)
+  std::iota(order.begin(), order.end(), size_t{0});
+  group_independent_calls(plan, symbols, on_chip, order, fragments);
   for (const OnChip& o : on_chip) spread = spread || o.every_core() || o.group >= 0;
   const bool spmd = spread && chip_cores > 1;
   if (spmd) p.cores = static_cast<uint32_t>(chip_cores);
@@ -731,14 +775,15 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   int node = -1;  // the "node" region of the previous call, which a call with the same label extends
   const BufferUse use = buffer_use(plan);
   p.ideal_bytes = program_ideal_bytes(plan, use);
-  for (size_t c = 0; c < plan.calls.size(); ++c) {
+  for (size_t at = 0; at < order.size(); ++at) {
+    const size_t c = order[at];
     const KernelCall& call = plan.calls[c];
     const auto call_begin = static_cast<uint32_t>(p.code.size());
     const bool whole = on_chip[c].every_core();
     // Cores meet at a barrier around each whole-chip kernel and each group; between two kernels of one core
     // (core 0's, or a group's on one core) that core fences alone.
     const int group = on_chip[c].group;
-    const bool meet = spmd && c > 0 && (whole || prev_whole || (group != prev_group && (group >= 0 || prev_group >= 0)));
+    const bool meet = spmd && at > 0 && (whole || prev_whole || (group != prev_group && (group >= 0 || prev_group >= 0)));
     if (meet) {
       p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::BARRIER}));
       p.source.push_back(call.label + ": barrier before " + call.kernel);
@@ -749,7 +794,7 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     const uint64_t guard_len = guard ? (core == 0 ? 2 : 3) : 0;
     const uint64_t base = p.code.size() + guard_len;
     isa::Program frag = assemble_call(plan, call, symbols, base, on_chip[c], fragments);
-    if (!meet && c > 0 && !starts_with_sync(frag)) {
+    if (!meet && at > 0 && !starts_with_sync(frag)) {
       p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::FENCE}));
       p.source.push_back(call.label + ": fence before " + call.kernel);
       relocate(frag, 1);  // it now starts one instruction later
@@ -798,7 +843,7 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     }
     for (size_t i = 0; i < frag.code.size(); ++i) {
       isa::Word w = frag.code[i];
-      if ((c + 1 < plan.calls.size() || guard) && isa::decode(w).op == isa::Op::HALT) {
+      if ((at + 1 < order.size() || guard) && isa::decode(w).op == isa::Op::HALT) {
         isa::Instr jump{.op = isa::Op::JMP};
         jump.f[0] = static_cast<int64_t>(end);
         w = isa::encode(jump);

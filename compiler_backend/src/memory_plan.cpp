@@ -54,7 +54,8 @@ class Allocator {
 
 }  // namespace
 
-uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, MemoryRegion local, MemoryRegion shared, const std::string& model_name) {
+uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, MemoryRegion local, MemoryRegion shared,
+                     const std::string& model_name, int reuse_after) {
   uint64_t next = 0;
   for (Buffer::Kind kind : {Buffer::Kind::Input, Buffer::Kind::Output, Buffer::Kind::Const})
     for (Buffer& b : plan.buffers)
@@ -80,6 +81,14 @@ uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, MemoryRegion local, M
     if (r.bytes > 0) places.push_back(Place{r, Allocator(0)});
   places.push_back(Place{MemoryRegion{0, std::numeric_limits<uint64_t>::max()}, Allocator(next)});
   std::vector<size_t> where(plan.buffers.size(), places.size() - 1);
+  // A buffer whose last call is c is released after call c + reuse_after's buffers are placed (memory_plan.h).
+  auto release = [&](int c) {
+    for (size_t b = 0; b < plan.buffers.size(); ++b) {
+      const Buffer& buf = plan.buffers[b];
+      if (buf.kind == Buffer::Kind::Temp && last[b] == c)
+        places[where[b]].heap.release(buf.addr - places[where[b]].region.base, buf.bytes());
+    }
+  };
   for (int c = 0; c < static_cast<int>(plan.calls.size()); ++c) {
     for (size_t b = 0; b < plan.buffers.size(); ++b) {
       Buffer& buf = plan.buffers[b];
@@ -91,11 +100,7 @@ uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, MemoryRegion local, M
           break;
         }
     }
-    for (size_t b = 0; b < plan.buffers.size(); ++b) {
-      const Buffer& buf = plan.buffers[b];
-      if (buf.kind == Buffer::Kind::Temp && last[b] == c)
-        places[where[b]].heap.release(buf.addr - places[where[b]].region.base, buf.bytes());
-    }
+    if (c >= reuse_after) release(c - reuse_after);
   }
   uint64_t total = 0;
   for (size_t b = 0; b < plan.buffers.size(); ++b)

@@ -22,7 +22,12 @@ struct MemoryRegion {
 // `local` (VMEM kept from the kernels), `shared` (the chip's [shared] memory, not a cache: TPU v4's CMEM) and HBM
 // where it fits beside those live at the same time (first fit): the kernels reach the on-chip ones with the same
 // instructions, through the windows, and their traffic leaves HBM's bandwidth to the weights.
+// An intermediate's bytes are placed again only from the `reuse_after`-th call after its last one on (0: from the
+// next call's): on a chip of several cores, where codegen runs independent small kernels side by side and
+// reorders them by their dependences (group_independent_calls), the compiler keeps 2, so that an immediate reuse
+// of a freed buffer does not order two calls that touch nothing else in common.
 // Throws Error "<model>: model needs N bytes of HBM, the chip has M" when that exceeds `hbm_bytes`.
-uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, MemoryRegion local, MemoryRegion shared, const std::string& model_name);
+uint64_t plan_memory(KernelPlan& plan, uint64_t hbm_bytes, MemoryRegion local, MemoryRegion shared,
+                     const std::string& model_name, int reuse_after = 0);
 
 }  // namespace tpusim::compiler

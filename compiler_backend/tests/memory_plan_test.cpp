@@ -49,6 +49,31 @@ TEST(MemoryPlan, DeclaredTensorsFirstThenTempsReusedAfterTheirLastReader) {
   EXPECT_EQ(total, 48672u);
 }
 
+// The same plan with reuse_after = 2 (a chip of several cores): a buffer's bytes are placed again only from the
+// second call after its last one. a (last call 1) is free only from call 4 on (after call 3's buffers are
+// placed): c (first named by call 2) goes above b, at 32768 (b: [28672, 32768)), and d (call 3) past c, at
+// 32768 + 12288 = 45056, ending at 65056.
+TEST(MemoryPlan, ReuseAfterKeepsFreedBytesFromTheNextCalls) {
+  KernelPlan p;
+  p.buffers = {buffer("x", Buffer::Kind::Input, 100),     buffer("y", Buffer::Kind::Output, 5000),
+               buffer("w", Buffer::Kind::Const, 4096),    buffer("a", Buffer::Kind::Temp, 10000),
+               buffer("b", Buffer::Kind::Temp, 3000),     buffer("c", Buffer::Kind::Temp, 9000),
+               buffer("d", Buffer::Kind::Temp, 20000)};
+  p.calls = {call({0, 3}), call({3, 4, 2}), call({4, 5}), call({5, 6, 1})};
+  const uint64_t total = plan_memory(p, 1 << 20, {}, {}, "m", 2);
+  EXPECT_EQ(p.buffers[3].addr, 16384u);
+  EXPECT_EQ(p.buffers[4].addr, 28672u);
+  EXPECT_EQ(p.buffers[5].addr, 32768u);  // not a's: a's last reader is call 1, and call 2 comes right after it
+  EXPECT_EQ(p.buffers[6].addr, 45056u);
+  EXPECT_EQ(total, 65056u);
+  // no two buffers alive at once, or within two calls of one another's lives, share a byte
+  for (size_t i = 3; i < p.buffers.size(); ++i)
+    for (size_t j = i + 1; j < p.buffers.size(); ++j) {
+      const Buffer &u = p.buffers[i], &v = p.buffers[j];
+      EXPECT_TRUE(u.addr + u.bytes() <= v.addr || v.addr + v.bytes() <= u.addr) << u.name << " " << v.name;
+    }
+}
+
 TEST(MemoryPlan, TempsAliveTogetherNeverOverlap) {
   // Random plans: every pair of intermediates whose live ranges share a call must have disjoint bytes, every
   // address is aligned and above the declared tensors, and the total is the end of the highest buffer.

@@ -882,6 +882,41 @@ class UserFacing(Workdir):
         self.assertNotIn("core.id", dis)
         self.assertNotIn(".cores", dis)
 
+    def test_small_kernels_run_level_by_level(self):
+        # Two chains of Transposes, a -> ya1 -> ya2 and b -> yb1 -> yb2, the nodes in the order ta1, ta2, tb1, tb2:
+        # on v4 the program runs the first of each chain side by side (ta1 on core 0, tb1 on core 1), then the
+        # second of each (ta2, tb2), where the order given would have ta2 wait for ta1 first. The outputs are
+        # numpy's.
+        from onnx import helper, save, TensorProto
+        rng = np.random.default_rng(12)
+        sq = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [32, 48])
+        tr = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [48, 32])
+        nodes = [helper.make_node("Transpose", ["a"], ["ya1"], name="ta1", perm=[1, 0]),
+                 helper.make_node("Transpose", ["ya1"], ["ya2"], name="ta2", perm=[1, 0]),
+                 helper.make_node("Transpose", ["b"], ["yb1"], name="tb1", perm=[1, 0]),
+                 helper.make_node("Transpose", ["yb1"], ["yb2"], name="tb2", perm=[1, 0])]
+        graph = helper.make_graph(nodes, "chains", [sq("a"), sq("b")], [sq("ya2"), sq("yb2")])
+        model = self.path("chains.onnx")
+        save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+        tpusim("compile", model, "--config", "v4", "-o", self.path("chains.tpub"))
+        dis = tpusim("disasm", self.path("chains.tpub")).stdout
+        at = {}
+        for name in ("ta1", "ta2", "tb1", "tb2"):
+            m = re.search(r"# pc (\d+) \(" + name + r": core\.id \(copy runs on core (\d)\)", dis)
+            self.assertTrue(m, name)
+            at[name] = (int(m.group(1)), int(m.group(2)))
+        self.assertLess(at["tb1"][0], at["ta2"][0])  # level by level
+        self.assertEqual((at["ta1"][1], at["tb1"][1]), (0, 1))
+        self.assertEqual((at["ta2"][1], at["tb2"][1]), (0, 1))
+        inputs = []
+        for n in ("a", "b"):
+            np.save(self.path(n + ".npy"), rng.standard_normal((32, 48)).astype(np.float32))
+            inputs += ["--input", n + "=" + self.path(n + ".npy")]
+        tpusim("run", self.path("chains.tpub"), *inputs, "--config", "v4", "--output-dir", self.path("out"))
+        for n in ("a", "b"):
+            np.testing.assert_array_equal(np.load(os.path.join(self.path("out"), "y" + n + "2.npy")),
+                                          np.load(self.path(n + ".npy")))
+
     def test_whole_chip_gemm_takes_its_weights_as_rows_for_narrow_tiles(self):
         # A Linear layer of few output columns, x [128, 3072] @ W [3072, 768] + b (BERT-base's second FFN
         # matmul), on h200-like: the whole-chip GEMM's plan with W as [K, N] rows (tiles of 32 x 32, strips
