@@ -24,14 +24,19 @@ KernelCall call(std::initializer_list<int> bufs) {
   return c;
 }
 
-TEST(MemoryPlan, DeclaredTensorsFirstThenTempsReusedAfterTheirLastReader) {
+// Three declared tensors and four intermediates: a lives in calls 0..1, b in 1..2, c in 2..3, d in 3..3.
+KernelPlan four_calls() {
   KernelPlan p;
   p.buffers = {buffer("x", Buffer::Kind::Input, 100),     buffer("y", Buffer::Kind::Output, 5000),
                buffer("w", Buffer::Kind::Const, 4096),    buffer("a", Buffer::Kind::Temp, 10000),
                buffer("b", Buffer::Kind::Temp, 3000),     buffer("c", Buffer::Kind::Temp, 9000),
                buffer("d", Buffer::Kind::Temp, 20000)};
-  // a lives in calls 0..1, b in 1..2, c in 2..3, d in 3..3.
   p.calls = {call({0, 3}), call({3, 4, 2}), call({4, 5}), call({5, 6, 1})};
+  return p;
+}
+
+TEST(MemoryPlan, DeclaredTensorsFirstThenTempsReusedAfterTheirLastReader) {
+  KernelPlan p = four_calls();
   const uint64_t total = plan_memory(p, 1 << 20, {}, {}, "m");
   // Declared, in kind order (inputs, outputs, constants), each on a 4096-byte boundary: x [0, 100), y at 4096
   // (5000 bytes, next at 12288), w at 12288 (ends 16384). Temps from 16384, sizes rounded up to 4096:
@@ -54,12 +59,7 @@ TEST(MemoryPlan, DeclaredTensorsFirstThenTempsReusedAfterTheirLastReader) {
 // placed): c (first named by call 2) goes above b, at 32768 (b: [28672, 32768)), and d (call 3) past c, at
 // 32768 + 12288 = 45056, ending at 65056.
 TEST(MemoryPlan, ReuseAfterKeepsFreedBytesFromTheNextCalls) {
-  KernelPlan p;
-  p.buffers = {buffer("x", Buffer::Kind::Input, 100),     buffer("y", Buffer::Kind::Output, 5000),
-               buffer("w", Buffer::Kind::Const, 4096),    buffer("a", Buffer::Kind::Temp, 10000),
-               buffer("b", Buffer::Kind::Temp, 3000),     buffer("c", Buffer::Kind::Temp, 9000),
-               buffer("d", Buffer::Kind::Temp, 20000)};
-  p.calls = {call({0, 3}), call({3, 4, 2}), call({4, 5}), call({5, 6, 1})};
+  KernelPlan p = four_calls();
   const uint64_t total = plan_memory(p, 1 << 20, {}, {}, "m", 2);
   EXPECT_EQ(p.buffers[3].addr, 16384u);
   EXPECT_EQ(p.buffers[4].addr, 28672u);

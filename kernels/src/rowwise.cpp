@@ -1119,6 +1119,23 @@ class Emitter {
   void vop(const std::string& mn, std::initializer_list<int64_t> fields) { vector_instr(e_, mn, fields); }
   static int64_t dt(DType t) { return static_cast<int64_t>(t); }
 
+  // A two-step row sum (Red, Dot with a chunk), its first step: r24 = the tile's rows x C / chunk pieces of r25 =
+  // `chunk` columns.
+  void partial_rows(const POp& op) {
+    e_.li(r(13), p_.cols / op.chunk);
+    e_.mul(r(24), r(2), r(13));
+    e_.li(r(25), op.chunk);
+  }
+  // Its second step: each row's C / chunk partial sums, in `scratch`, summed into op.d.
+  void sum_partials(const POp& op) {
+    const int64_t m = p_.cols / op.chunk;
+    addr(9, op.d);
+    e_.li(r(10), static_cast<int64_t>(b_.low.bufs[static_cast<size_t>(op.scratch)].off));
+    e_.li(r(25), m);
+    e_.li(r(26), m * 4);
+    e_.vpu_rsum(r(9), r(10), r(2), r(25), r(26), kF32);
+  }
+
   void vector_op(const POp& op) {
     const int64_t f32 = dt(kF32);
     switch (op.k) {
@@ -1137,21 +1154,12 @@ class Emitter {
         return vop(op.mn, {9, 10, n_reg(op.d), f32});
       case PK::Red:
         if (op.chunk > 0) {  // sums of `chunk` columns (rows * C/chunk of them), then a sum of C/chunk per row
-          const int64_t m = p_.cols / op.chunk;
-          const Buf& sb = b_.low.bufs[static_cast<size_t>(op.scratch)];
-          e_.li(r(9), static_cast<int64_t>(sb.off));
+          e_.li(r(9), static_cast<int64_t>(b_.low.bufs[static_cast<size_t>(op.scratch)].off));
           addr(10, op.a);
-          e_.li(r(13), m);
-          e_.mul(r(24), r(2), r(13));
-          e_.li(r(25), op.chunk);
+          partial_rows(op);
           e_.li(r(26), op.chunk * 4);
           e_.vpu_rsum(r(9), r(10), r(24), r(25), r(26), kF32);  // partial sums of `chunk` columns
-          addr(9, op.d);
-          e_.li(r(10), static_cast<int64_t>(sb.off));
-          e_.li(r(25), m);
-          e_.li(r(26), m * 4);
-          e_.vpu_rsum(r(9), r(10), r(2), r(25), r(26), kF32);
-          return;
+          return sum_partials(op);
         }
         addr(9, op.d), addr(10, op.a);
         return vop(op.mn, {9, 10, 2, 6, 7, f32});
@@ -1159,21 +1167,12 @@ class Emitter {
         const int64_t asz = isa::dtype_size(op.sdt);
         addr(10, op.a), addr(11, op.b);
         if (op.chunk > 0) {  // as Red's two steps: the partial dot products of `chunk` columns, then their sum
-          const int64_t m = p_.cols / op.chunk;
-          const Buf& sb = b_.low.bufs[static_cast<size_t>(op.scratch)];
-          e_.li(r(9), static_cast<int64_t>(sb.off));
-          e_.li(r(13), m);
-          e_.mul(r(24), r(2), r(13));
-          e_.li(r(25), op.chunk);
+          e_.li(r(9), static_cast<int64_t>(b_.low.bufs[static_cast<size_t>(op.scratch)].off));
+          partial_rows(op);
           e_.li(r(26), op.chunk * asz);
           e_.li(r(27), op.chunk * 4);
           e_.vpu_rdot(r(9), r(10), r(11), r(24), r(25), r(26), r(27), op.sdt);
-          addr(9, op.d);
-          e_.li(r(10), static_cast<int64_t>(sb.off));
-          e_.li(r(25), m);
-          e_.li(r(26), m * 4);
-          e_.vpu_rsum(r(9), r(10), r(2), r(25), r(26), kF32);
-          return;
+          return sum_partials(op);
         }
         addr(9, op.d);
         e_.li(r(24), p_.cols * asz);
