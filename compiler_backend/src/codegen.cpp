@@ -236,19 +236,25 @@ int64_t copy_cores(const std::vector<kernels::Move>& moves, const KernelCall& ca
 // its estimate on every core, with the two barriers around it, beats one core's by a quarter. A core moves at most
 // its VMEM ports' bytes per cycle, the chip at most HBM's: one core takes bytes / min(ports, HBM) and a latency
 // each way; n cores, bytes / min(n x ports, HBM), the latencies and the barriers (n: the cores that get a chunk).
+// A cast.s or gather.s call's estimated cycles on n cores: its bytes at the lesser of n cores' VMEM ports and
+// HBM, and a load's and a store's latency.
+double library_cycles(const KernelCall& call, const std::map<std::string, int64_t>& symbols, int64_t n) {
+  const double ports = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
+  const double hbm = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1)));
+  return call.bytes / std::min(static_cast<double>(n) * ports, hbm) +
+         2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
+}
+
 int64_t library_cores(const KernelCall& call, const std::map<std::string, int64_t>& symbols, std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1);
   const bool gather = call.kernel == "gather.s";
   if (call.kind != KernelCall::Kind::Library || (call.kernel != "cast.s" && !gather) || cores <= 1) return 1;
-  const double ports = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
-  const double hbm = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1)));
-  const double latency = 2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
   const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
   const int64_t width = std::max<int64_t>(1, symbol_or(symbols, "VPU_WIDTH", 1));
   // The cores that get a chunk: cast.s's chunks are whole passes of the vector unit, gather.s's whole rows.
   const int64_t n = std::min(cores, gather ? param_or(call, "M", 1) : (param_or(call, "N", 1) + width - 1) / width);
-  const double one = call.bytes / std::min(ports, hbm) + latency;  // (as one_core_cycles)
-  const double all = call.bytes / std::min(static_cast<double>(n) * ports, hbm) + latency + sync;
+  const double one = library_cycles(call, symbols, 1);
+  const double all = library_cycles(call, symbols, n) + sync;
   if (n > 1 && all < 0.75 * one) return cores;
   why = "every core's estimate, " + std::to_string(static_cast<int64_t>(all)) + " cycles with its barriers, does not "
         "beat one core's " + std::to_string(static_cast<int64_t>(one)) + " by a quarter";
@@ -364,8 +370,7 @@ bool overlap(const std::vector<std::pair<uint64_t, uint64_t>>& a, const std::vec
 double call_bytes(const KernelPlan& plan, const KernelCall& call, bool hbm_only = false);
 
 // A copy, or a cast.s or gather.s call, left on one core: its estimated cycles there (a copy's copy_estimate; a
-// library kernel's bytes at the lesser of VMEM's ports and HBM, and a load's and a store's latency, as
-// library_cores counts one core's); nullopt for any other call.
+// library kernel's library_cycles); nullopt for any other call.
 std::optional<double> one_core_cycles(const KernelPlan& plan, const KernelCall& call, const OnChip& on_chip,
                                       const std::map<std::string, int64_t>& symbols) {
   if (on_chip.every_core()) return std::nullopt;
@@ -378,9 +383,7 @@ std::optional<double> one_core_cycles(const KernelPlan& plan, const KernelCall& 
   }
   if (call.kind != KernelCall::Kind::Library || (call.kernel != "cast.s" && call.kernel != "gather.s"))
     return std::nullopt;
-  const double ports = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
-  const double hbm = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1)));
-  return call.bytes / std::min(ports, hbm) + 2.0 * static_cast<double>(symbol_or(symbols, "DMA_LATENCY", 0));
+  return library_cycles(call, symbols, 1);
 }
 
 // Whether `b` must come after `a`: one writes bytes the other reads or writes.

@@ -545,15 +545,17 @@ void Vpu::compute(const Entry& e) {
       const DType adt = e.dtype("adt");
       const int asz = isa::dtype_size(adt);
       const int64_t rows = e.arg("rows"), cols = e.arg("cols"), as = e.arg("astride"), bs = e.arg("bstride");
+      const int64_t va = e.arg("va"), vb = e.arg("vb"), vd = e.arg("vd");
+      const bool fa = is_float(adt);
       for (int64_t i = 0; i < rows; ++i) {
-        const uint8_t* a = vm + e.arg("va") + i * as;
-        const uint8_t* b = vm + e.arg("vb") + i * bs;
+        const uint8_t* a = vm + va + i * as;
+        const uint8_t* b = vm + vb + i * bs;
         float x = Sum{}.identity<float>();
         for (int64_t j = 0; j < cols; ++j) {
-          const float av = is_float(adt) ? load_float(adt, a + j * asz) : static_cast<float>(load_int(adt, a + j * asz));
+          const float av = fa ? load_float(adt, a + j * asz) : static_cast<float>(load_int(adt, a + j * asz));
           x = Sum{}(x, Mul{}(av, load_float(DType::F32, b + j * 4)));
         }
-        store_float(DType::F32, vm + e.arg("vd") + i * 4, x);
+        store_float(DType::F32, vm + vd + i * 4, x);
       }
       return;
     }
