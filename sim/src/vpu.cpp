@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "params.h"
 #include "tpusim/isa/numerics.h"
@@ -274,6 +275,11 @@ void vmem_accesses(const Entry& e, Add add) {
       rd(e.arg("vb"), e.arg("rows"), e.arg("cols") * 4, e.arg("bstride"));
       wr(e.arg("vd"), 1, e.arg("rows") * 4, 0);
       break;
+    case Op::VCDOT:
+      rd(e.arg("va"), e.arg("rows"), e.arg("cols") * isa::dtype_size(e.dtype("adt")), e.arg("astride"));
+      rd(e.arg("vb"), e.arg("rows"), 4, e.arg("bstride"));
+      wr(e.arg("vd"), 1, e.arg("cols") * 4, 0);
+      break;
     default: break;
   }
 }
@@ -295,7 +301,8 @@ Action element_action(const Entry& e) {
   switch (e.in.op) {
     case Op::VACC: flt = e.dtype("adt") == DType::F32 || e.arg("dequant"); mul = e.arg("dequant"); break;
     case Op::VCAST: flt = is_floating(e.dtype("sdt")) || is_floating(e.dtype("ddt")); break;
-    case Op::VRDOT: flt = true; mul = true; break;
+    case Op::VRDOT:
+    case Op::VCDOT: flt = true; mul = true; break;
     case Op::VMUL:
     case Op::VMULROW:
     case Op::VEXP:
@@ -442,6 +449,15 @@ uint64_t Vpu::check(const Entry& e) {
       range("VMEM write", e.arg("vd"), 1, rows * 4, 0);
       return count(rows, cols);
     }
+    case Op::VCDOT: {
+      const int64_t rows = nonneg("rows"), cols = nonneg("cols");
+      const DType t = e.dtype("adt");
+      allow(t, true, false);
+      range("VMEM read", e.arg("va"), rows, cols * isa::dtype_size(t), e.arg("astride"));
+      range("VMEM read", e.arg("vb"), rows, 4, e.arg("bstride"));
+      range("VMEM write", e.arg("vd"), 1, cols * 4, 0);
+      return count(rows, cols);
+    }
     case Op::VADDROW:
     case Op::VSUBROW:
     case Op::VMULROW: {
@@ -557,6 +573,23 @@ void Vpu::compute(const Entry& e) {
         }
         store_float(DType::F32, vm + vd + i * 4, x);
       }
+      return;
+    }
+    case Op::VCDOT: {  // vpu.cast, vpu.mulrow and vpu.add's roundings: each product to f32, each column's f32 sum
+      // over the rows in order; every operand read before the results are written
+      const DType adt = e.dtype("adt");
+      const int asz = isa::dtype_size(adt);
+      const int64_t rows = e.arg("rows"), cols = e.arg("cols"), as = e.arg("astride"), bs = e.arg("bstride");
+      std::vector<float> x(static_cast<size_t>(cols), Sum{}.identity<float>());
+      for (int64_t i = 0; i < rows; ++i) {
+        const uint8_t* a = vm + e.arg("va") + i * as;
+        const float b = load_float(DType::F32, vm + e.arg("vb") + i * bs);
+        for (int64_t j = 0; j < cols; ++j) {
+          const float av = is_float(adt) ? load_float(adt, a + j * asz) : static_cast<float>(load_int(adt, a + j * asz));
+          x[static_cast<size_t>(j)] = Sum{}(x[static_cast<size_t>(j)], Mul{}(av, b));
+        }
+      }
+      for (int64_t j = 0; j < cols; ++j) store_float(DType::F32, vm + e.arg("vd") + j * 4, x[static_cast<size_t>(j)]);
       return;
     }
     case Op::VADDROW:

@@ -266,6 +266,19 @@ TEST(Timing, RowDotProductInOnePass) {
   EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, 5u);
 }
 
+TEST(Timing, ColumnDotProductInOnePass) {
+  // vpu.cdot of 5 rows x 6 columns (a bf16 at 256, row stride 32 bytes; b f32 at 512, one per row 8 bytes apart;
+  // the sums to 0): one pass over the 30 products (isa.def), dispatched 6, starts 7, latency 2 + ceil(30 / 8) = 6:
+  // done at 13, the program 14.
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.li(1, 256).li(2, 512).li(3, 5).li(4, 6).li(5, 32).li(6, 8);
+  b.op(Op::VCDOT, {0, 1, 2, 3, 4, 5, 6, static_cast<int64_t>(isa::DType::BF16)});
+  RunResult r = chip.run(b.build());
+  EXPECT_EQ(r.stats.cycles, 14u);
+  EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, 6u);
+}
+
 TEST(Timing, SemaphoreMakesTheVectorUnitWaitForTheDma) {
   Chip chip(small_config());
   ProgramBuilder b = dma_registers();

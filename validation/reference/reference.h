@@ -114,6 +114,7 @@ class Reference {
   void vpu_elementwise(const isa::Instr& in);
   void vpu_reduce(const isa::Instr& in);
   void vpu_rdot(const isa::Instr& in);
+  void vpu_cdot(const isa::Instr& in);
   void vpu_rowwise(const isa::Instr& in);
   void vpu_acc(const isa::Instr& in);
   void vpu_cast(const isa::Instr& in);

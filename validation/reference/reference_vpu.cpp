@@ -30,6 +30,7 @@ void Reference::vpu(const isa::Instr& in) {
     case Op::VRSUM:
     case Op::VRMAX: return vpu_reduce(in);
     case Op::VRDOT: return vpu_rdot(in);
+    case Op::VCDOT: return vpu_cdot(in);
     case Op::VADDROW:
     case Op::VSUBROW:
     case Op::VMULROW: return vpu_rowwise(in);
@@ -94,6 +95,26 @@ void Reference::vpu_rdot(const isa::Instr& in) {
     }
     vmem_store(vd + i * 4, DType::F32, float_result(DType::F32, r));
   }
+}
+
+// vpu.cdot: vd[j] = sum in order over i < rows of a[i, j] * b[i] (a of adt at va + i*astride, b f32 at vb +
+// i*bstride), each product rounded to f32; the sums in fp64 or in f32 in the ISA's order, stored once all are made.
+void Reference::vpu_cdot(const isa::Instr& in) {
+  const DType adt = dtype(in, "adt");
+  if (adt != DType::F32 && adt != DType::BF16 && adt != DType::I8) fail("vpu.cdot takes a as f32, bf16 or i8");
+  const int64_t vd = value(in, "vd"), va = value(in, "va"), vb = value(in, "vb"), rows = value(in, "rows"),
+                cols = value(in, "cols"), as = value(in, "astride"), bs = value(in, "bstride");
+  const int size = size_of(adt);
+  std::vector<double> sums(static_cast<size_t>(std::max<int64_t>(cols, 0)), 0.0);
+  for (int64_t j = 0; j < cols; ++j) {
+    double r = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      const double p = to_f32(vmem_load(va + i * as + j * size, adt) * vmem_load(vb + i * bs, DType::F32));
+      r = opts_.sums == FloatSums::Fp64 ? r + p : to_f32(r + p);
+    }
+    sums[static_cast<size_t>(j)] = r;
+  }
+  for (int64_t j = 0; j < cols; ++j) vmem_store(vd + j * 4, DType::F32, float_result(DType::F32, sums[static_cast<size_t>(j)]));
 }
 
 // vpu.rsum / vpu.rmax: vd[i] = sum (in order j = 0..cols-1) or max over j < cols of elem(va + i*stride + j*size).

@@ -314,6 +314,60 @@ TEST(ReferenceVpu, RdotIsCastMulRsumInOnePass) {
   }
 }
 
+// vpu.cdot: each column's products with one f32 per row, summed over the rows in order (a vector-matrix
+// product). a as i8, bf16 and f32 (rows of `cols` and 3 elements of padding), b every other f32 (bstride 8);
+// values that overflow, a NaN, infinities and a signed zero among them. The simulator's result is that of
+// vpu.cast, vpu.mulrow and a chain of vpu.add over the rows (the same machine, bit for bit), the reference
+// machine's in the ISA's order (bit for bit), and the fp64 sum's within its bound.
+TEST(ReferenceVpu, CdotIsCastMulrowAndAddsInOnePass) {
+  TPUSIM_MACHINES(m);
+  Random r(18);
+  const int64_t rows = 7, cols = 10, pitch = cols + 3;
+  for (DType t : {DType::I8, DType::BF16, DType::F32}) {
+    std::vector<double> a = r.values(t, rows * pitch, -6, 6), b = r.values(DType::F32, 2 * rows, -6, 6);
+    // column 0: inf; column 1: an f32 overflow (a's 1e30 times row 1's b, 1e30); column 2: a NaN in a;
+    // column 4: a -0 in a, and row 4's b is -0
+    if (t != DType::I8) a[0] = kInf, a[pitch + 1] = 1e30, a[5 * pitch + 2] = kNaN, a[3 * pitch + 4] = -0.0;
+    b[2] = 1e30, b[2 * 4] = -0.0;
+    const int asz = ref::size_of(t);
+    Results dot = run_vector(*m, {{a, t}, {b, DType::F32}}, [&](Builder& p) {
+      p.li(1, kOut).li(2, kIn[0]).li(3, kIn[1]).li(4, rows).li(5, cols).li(6, pitch * asz).li(7, 8);
+      p.emit(Op::VCDOT, {{"vd", 1}, {"va", 2}, {"vb", 3}, {"rows", 4}, {"cols", 5}, {"astride", 6}, {"bstride", 7},
+                         {"adt", int64_t(t)}});
+    }, cols, DType::F32);
+    // Row by row: a's row cast to f32 at kIn[2], times its b (vpu.mulrow of one row), added to the sums at kOut
+    // (row 0's products are the sums' start).
+    Results chain = run_vector(*m, {{a, t}, {b, DType::F32}}, [&](Builder& p) {
+      for (int64_t i = 0; i < rows; ++i) {
+        p.li(1, static_cast<int64_t>(kIn[2])).li(2, static_cast<int64_t>(kIn[0]) + i * pitch * asz).li(3, cols);
+        p.emit(Op::VCAST, {{"vd", 1}, {"va", 2}, {"n", 3}, {"scale", 0}, {"sdt", int64_t(t)}, {"ddt", int64_t(DType::F32)}});
+        p.li(2, static_cast<int64_t>(kIn[1]) + i * 8).li(4, 1).li(5, 0).li(6, static_cast<int64_t>(kOut));
+        p.emit(Op::VMULROW, {{"vd", i == 0 ? 6 : 1}, {"va", 1}, {"vb", 2}, {"rows", 4}, {"cols", 3}, {"stride", 5},
+                             {"dtype", int64_t(DType::F32)}});
+        if (i > 0) p.emit(Op::VADD, {{"vd", 6}, {"va", 6}, {"vb", 1}, {"n", 3}, {"dtype", int64_t(DType::F32)}});
+      }
+    }, cols, DType::F32);
+    auto magnitude = [&](size_t j) {
+      double s = 0;
+      for (int64_t i = 0; i < rows; ++i) s += std::fabs(a[i * pitch + j] * b[2 * i]);
+      return s;
+    };
+    const std::string what = name(Op::VCDOT, t);
+    expect_all(what + " vs vpu.cast, vpu.mulrow, vpu.add", cols, [&](size_t j) { return same(dot.sim[j], chain.sim[j]); },
+               [&](size_t j) { return "column: cdot " + num(dot.sim[j]) + ", the chain " + num(chain.sim[j]); });
+    expect_all(what + " in the ISA's order", cols, [&](size_t j) { return same(dot.sim[j], dot.isaf32[j]); },
+               [&](size_t j) { return "column: sim " + num(dot.sim[j]) + ", ISA order " + num(dot.isaf32[j]); });
+    expect_all(what + " vs fp64", cols, [&](size_t j) {
+      return (std::isnan(dot.sim[j]) && std::isnan(dot.fp64[j])) || dot.sim[j] == dot.fp64[j] ||
+             ref::within_sum_bound(DType::F32, dot.sim[j], dot.fp64[j], ref::sum_error_bound(rows, magnitude(j)));
+    }, [&](size_t j) { return "column: sim " + num(dot.sim[j]) + ", fp64 " + num(dot.fp64[j]); });
+    if (t != DType::I8) {
+      EXPECT_TRUE(std::isinf(dot.sim[0]) || std::isnan(dot.sim[0]));  // inf * b (NaN where another inf meets it)
+      EXPECT_TRUE(std::isnan(dot.sim[2]));                             // a NaN in a
+    }
+  }
+}
+
 // ---- row broadcast ---------------------------------------------------------------------------------------------
 
 TEST(ReferenceVpu, RowBroadcastEveryType) {
