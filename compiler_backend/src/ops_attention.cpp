@@ -287,15 +287,32 @@ Match match(Lowering& L, int i, AttentionGroup& g, std::vector<int>& members) {
   }
   const DType odt = L.storage_type(g.out) == DType::F32 || L.is_output_[g.out] ? DType::F32 : DType::BF16;
   a.out = odt;
+  // Short queries (a decoder's step) on the vector unit: where each kv head's K and V meet at most kVectorRows
+  // query rows (its query heads x the queries), a matrix unit would load them as weights for a few rows; the
+  // vector unit reads them once (attention_chip.h, vector_unit). A shape rule, not the chip's estimate, so that
+  // every chip computes the same bits; the matrix units where the vector kernel does not fit VMEM.
+  constexpr int64_t kVectorRows = 8;
+  if (Sq * (H / a.kv_heads) <= kVectorRows) {
+    a.vector_unit = true;
+    try {
+      kernels::attention_chip_plan(a, L.sym_);
+    } catch (const std::invalid_argument&) {
+      a.vector_unit = false;
+    }
+  }
   try {
-    // The key block one core of one matrix unit would choose: the results depend on it (attention_chip.h), so
-    // that the whole chip computes the same bits as one unit does.
-    kernels::AttentionChip one = a;
-    one.cores = 1, one.mxus = 1;
-    a.block_k = kernels::attention_chip_plan(one, L.sym_).bc;
+    if (!a.vector_unit) {
+      // The key block one core of one matrix unit would choose: the results depend on it (attention_chip.h), so
+      // that the whole chip computes the same bits as one unit does.
+      kernels::AttentionChip one = a;
+      one.cores = 1, one.mxus = 1;
+      a.block_k = kernels::attention_chip_plan(one, L.sym_).bc;
+    }
     const kernels::AttentionPlan plan = kernels::attention_chip_plan(a, L.sym_);
-    g.bytes = static_cast<double>(B * H * Sq * D * 2) + static_cast<double>(plan.blocks * plan.bc * D * 2 * 2) +
-              static_cast<double>(B * H * Sq * D * isa::dtype_size(odt)) +
+    // K and V: each key block an item visits (the vector unit's items take all keys of their kv heads once)
+    const double kv = a.vector_unit ? static_cast<double>(B * a.kv_heads * Sk * D * 2 * 2)
+                                    : static_cast<double>(plan.blocks * plan.bc * D * 2 * 2);
+    g.bytes = static_cast<double>(B * H * Sq * D * 2) + kv + static_cast<double>(B * H * Sq * D * isa::dtype_size(odt)) +
               (a.key_bias ? static_cast<double>(plan.items * Sk * 4) : 0.0);
   } catch (const std::invalid_argument& e) {
     return kept(e.what());

@@ -1006,9 +1006,20 @@ class Attention(OpCase):
             self.assertFalse([n for n in nodes if "Softmax" in n and "+...+" not in n], f"{config}: {nodes}")
             self.assertEqual(notes, [], config)
 
+    def uses_cdot(self, config="v5e"):
+        """Whether the last case's program, compiled on `config`, has vpu.cdot: the vector unit's attention."""
+        d = os.path.join(self.dir, f"case{self.n}")
+        b = os.path.join(d, f"model-{config}.tpub")
+        tpusim("compile", os.path.join(d, "model.onnx"), "--config", config, "-o", b)
+        s = os.path.join(d, f"model-{config}.s")
+        tpusim("disasm", b, "-o", s)
+        with open(s) as f:
+            return "vpu.cdot" in f.read()
+
     def test_bidirectional(self):
         self.check(self.Block(), randn(2, 24, 64), cos=self.COS)
         self.expect_fused(1)
+        self.assertFalse(self.uses_cdot())  # 24 query rows per head: the matrix units
 
     def test_causal(self):
         for fill in (-10000.0, float("-inf")):
@@ -1030,6 +1041,9 @@ class Attention(OpCase):
             return torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1) @ v
         self.check(fn(attn), randn(2, 4, 1, 16), randn(2, 4, 40, 16), randn(2, 4, 40, 16), cos=self.COS)
         self.expect_fused(1)
+        # one query row per head: the vector unit's kernel (docs/compiler.md), on every chip
+        for config in ("v5e", "v4-like", "h200-like"):
+            self.assertTrue(self.uses_cdot(config), config)
 
     def test_mask_per_query_from_the_inputs_is_not_fused(self):
         # A [B, 1, S, S] mask computed from an input varies per query row: the kernel takes a constant causal mask
@@ -1074,6 +1088,23 @@ class Attention(OpCase):
         self.expect_fused(1)
         _, nodes, _ = self.compiled()
         self.assertFalse([n for n in nodes if "Expand" in n or "Reshape" in n], nodes)
+
+    def test_grouped_query_decode_step(self):
+        # A LLaMA-style decode step: one query for each of 8 heads over a cache of 33 keys of 2 kv heads (4 query rows
+        # per kv head) and a padding mask per key: the vector unit's kernel, against torch on v4-like and on
+        # h200-like (132 cores, 228 KB of VMEM).
+        def attn(s, q, k, v, am):
+            k, v = Attention.repeat_kv(k, 4), Attention.repeat_kv(v, 4)
+            bias = (1.0 - am[:, None, None, :].float()) * -10000.0
+            return torch.softmax(q @ k.transpose(2, 3) * 0.25 + bias, dim=-1) @ v
+        am = torch.ones(2, 33, dtype=torch.int64)
+        am[1, :5] = 0
+        for config in ("v4-like", "h200-like"):
+            with self.subTest(config=config):
+                self.check(fn(attn), randn(2, 8, 1, 16), randn(2, 2, 33, 16), randn(2, 2, 33, 16), am, cos=self.COS,
+                           config=config, name=config)
+                self.expect_fused(1)
+                self.assertTrue(self.uses_cdot(config), config)
 
     def test_causal_mask_expanded_over_the_batch(self):
         # transformers' _make_causal_mask(...).expand(bsz, 1, S, S): a constant [B, 1, S, S] mask, causal in every

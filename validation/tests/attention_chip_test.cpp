@@ -562,5 +562,93 @@ TEST(AttentionChip, ShapesThatCannotRunSaySo) {
   EXPECT_EQ(message(a).rfind("attention_chip: no block size fits VMEM", 0), 0u) << message(a);
 }
 
+// ---- the vector unit's kernel (AttentionChip::vector_unit) ----
+
+// Decoding shapes on the vector unit against the float64 reference (the same bound as the matrix path's: P stays
+// f32 here, which only tightens it): one query over a cache of keys in the [B, H, S, D] layout a framework's graph
+// holds, grouped-query heads (4 query heads per kv head: 4 rows per item), a few causal queries (each row over its
+// own keys), a key bias (a padding mask), an f32 output and another scale, a query tensor inside a wider row;
+// on 3 cores, with fewer items than cores and more.
+TEST(AttentionChip, VectorUnitAgainstFloat64) {
+  Rig rig("v4-like", {"chip.cores=3"});
+  auto bhsd = [](int64_t S, int64_t H, int64_t D) { return kernels::AttentionStrides{H * S * D, D, S * D}; };
+  auto vec = [](AttentionChip a) {
+    a.vector_unit = true;
+    return a;
+  };
+  AttentionChip decode = vec(shape(2, 1, 4, 4, 64, false));
+  decode.seq_k = 45, decode.q_strides = bhsd(1, 4, 64), decode.k_strides = bhsd(45, 4, 64),
+  decode.v_strides = bhsd(45, 4, 64), decode.o_strides = bhsd(1, 4, 64);
+  check(rig, decode, 51);  // 8 items over 3 cores
+  AttentionChip gqa = vec(shape(1, 1, 8, 2, 32, false));
+  gqa.seq_k = 70;
+  check(rig, gqa, 52);  // 2 items of 4 rows, one core idle
+  check(rig, vec(shape(2, 5, 2, 1, 16, true)), 53);  // causal: 2 x 5 rows per item, row i over i + 1 keys
+  AttentionChip masked = vec(shape(3, 2, 2, 2, 32, false));
+  masked.seq_k = 30, masked.key_bias = true;
+  check(rig, masked, 54);
+  masked.key_bias_stride = 0, masked.out = isa::DType::F32, masked.scale = 0.3f;
+  check(rig, masked, 55);
+  AttentionChip wide = vec(shape(1, 1, 2, 2, 16, false));
+  wide.seq_k = 20, wide.q_strides = {96, 96, 16};  // q of [1, 3 * H * D] rows (a fused QKV projection)
+  check(rig, wide, 56);
+}
+
+// Nothing in the vector unit's kernel depends on the chip's shape or the plan: 3 cores and 1, items of one kv
+// head and of several (the plan's choice), one buffer set and several, give the same bits. Each row's score is
+// the same sum in the same order as the matrix path's S (bf16 products exact in f32, summed over head_dim), so the
+// two kernels differ only by P's rounding to bf16 and p V's order.
+TEST(AttentionChip, VectorUnitSameBitsWhateverThePlan) {
+  Rig rig("v4-like", {"chip.cores=3"});
+  AttentionChip a = shape(2, 1, 6, 3, 64, false);
+  a.seq_k = 129, a.vector_unit = true;
+  std::vector<kernels::AttentionPlan> plans;
+  std::vector<std::vector<double>> outs;
+  auto one_run = [&]() {
+    plans.push_back(kernels::attention_chip_plan(a, rig.symbols));
+    outs.push_back(run(rig, a, 61).o);
+  };
+  one_run();
+  a.cores = 1;
+  one_run();
+  // VMEM for one kv head's set only (2 x 129 x 64 x 2 bytes of K and V, and the rows' buffers), then for two
+  rig.symbols["VMEM_BYTES"] = 36000;
+  one_run();
+  rig.symbols["VMEM_BYTES"] = 72000;
+  one_run();
+  for (const auto& p : plans) EXPECT_TRUE(p.vector_unit);
+  EXPECT_EQ(plans[2].items, 6);  // one kv head per item (2 query heads: 2 rows), one set
+  EXPECT_EQ(plans[2].br, 2);
+  EXPECT_EQ(plans[2].sets, 1);
+  EXPECT_EQ(plans[3].sets, 2);
+  EXPECT_EQ(plans[3].items, 6);
+  EXPECT_GT(plans[1].br, 2);  // on one core with room, several kv heads per item
+  for (size_t i = 1; i < outs.size(); ++i) EXPECT_EQ(outs[i], outs[0]) << i;
+  rig.symbols["VMEM_BYTES"] = 30000;
+  try {
+    kernels::attention_chip_plan(a, rig.symbols);
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("attention_chip: the vector unit's kernel needs", 0), 0u) << e.what();
+  }
+}
+
+// GPT-2's decode step (12 heads of 64, 129 keys, one query each) on v6e (one core, four 256 x 256 matrix units,
+// 8 x 256 lanes): the matrix path loads each head's K and V as weights for one row and spends its instructions on
+// them; the vector unit reads each head's K and V once (a vpu.rdot and a vpu.cdot of 129 x 64 per head, 5 cycles
+// of lanes each). The vector kernel is at least 3 times faster; both against the float64 reference.
+TEST(AttentionChip, VectorUnitFasterForADecodeStep) {
+  Rig rig("v6e", {});
+  auto bhsd = [](int64_t S, int64_t H, int64_t D) { return kernels::AttentionStrides{H * S * D, D, S * D}; };
+  AttentionChip a = shape(1, 1, 12, 12, 64, false);
+  a.seq_k = 129, a.k_strides = bhsd(129, 12, 64), a.v_strides = bhsd(129, 12, 64);
+  check(rig, a, 71);
+  const uint64_t matrix = run(rig, a, 71).stats.cycles;
+  a.vector_unit = true;
+  check(rig, a, 71);
+  const uint64_t vector = run(rig, a, 71).stats.cycles;
+  EXPECT_LT(3 * vector, matrix) << vector << " against " << matrix;
+}
+
 }  // namespace
 }  // namespace tpusim

@@ -111,6 +111,19 @@ struct AttentionChip {
   // takes all their rows at once (the same instructions per row: the same bits). 0: chosen by the estimate among
   // the divisors of heads; else it must divide heads.
   int64_t heads_per_item = 0;
+  // true: the vector unit computes both products (kernels/src/attention_vpu.cpp), for short queries such as a
+  // decoder's one token, where a matrix unit would load each head's K and V as weights for a row or two. One item
+  // per (batch, kv head): the rows of its H / KVH query heads x S queries (row g x S + i: head kv x H / KVH + g,
+  // query i), all its keys at once (no key blocks, no online softmax), loaded into one of two buffer sets (one
+  // where two do not fit VMEM; throws std::invalid_argument where one does not) while the item before computes.
+  // Per row: s = vpu.rdot(K, q) (q cast to f32; causal: the keys up to its own), scaled by vpu.cast (+ kb with
+  // key_bias), the softmax in f32 (rmax, subrow, exp, rsum, recip), o = vpu.cdot(V, p) x (1 / l), cast to the
+  // output. Numerics: S as the matrix units make it (bf16 products exact in f32, f32 sums over head_dim in order,
+  // scaled in f32); P stays f32 (the matrix path rounds it to bf16); p V's products are rounded to f32 and summed
+  // in key order. The bits are the same on every chip (nothing depends on the chip's shape); they differ from
+  // the matrix units' path by those roundings. block_q, block_k, min_block_*, compute_head_dim, overlap_items,
+  // pipeline_items, heads_per_item and mxus are ignored.
+  bool vector_unit = false;
   bool operator==(const AttentionChip&) const = default;
 };
 
@@ -124,6 +137,9 @@ struct AttentionPlan {
   int64_t items = 0;           // work items
   int64_t blocks = 0;          // key blocks over all items
   double estimate = 0;         // cycles
+  bool vector_unit = false;    // the vector unit's kernel (AttentionChip::vector_unit): br = rows per item (its
+                               // query heads x queries), bc = the keys, hg = its query heads, blocks = items
+  int64_t sets = 0;            // with vector_unit: buffer sets (2: the next item loads while one computes)
 };
 
 // The kernel for the chip described by `symbols` (sim::kernel_symbols), built through the typed emitter
