@@ -1072,11 +1072,19 @@ class Emitter {
   }
 
   // The next tile's loads (rows r20.., r21 of them, into the slot at offset r22).
+  // The first load waits for the slot (s1) and the last signals it full (s2; loads complete in order) where they
+  // are single transfers, else a dmain.sync does: a sync is a transfer in flight until those before it complete,
+  // so on a chip of few DMA engines (v4-like: 4) two syncs per tile left the next tile's load waiting for this
+  // one's (a decode step's matrix-vector products: one transfer in flight, each paying its latency).
   void loads() {
-    e_.dmain_sync({.wait = s(1)});
-    for (size_t i = 0; i < p_.inputs.size(); ++i) {
+    std::vector<size_t> used;
+    for (size_t i = 0; i < p_.inputs.size(); ++i)
+      if (b_.low.in_stage[i] >= 0 && !b_.plan.invariant[i]) used.push_back(i);
+    const bool wait_on_load = !used.empty() && !is_periodic(p_, p_.inputs[used.front()]),
+               signal_on_load = !used.empty() && !is_periodic(p_, p_.inputs[used.back()]);
+    if (!wait_on_load) e_.dmain_sync({.wait = s(1)});
+    for (size_t i : used) {
       const int sb = b_.low.in_stage[i];
-      if (sb < 0 || b_.plan.invariant[i]) continue;
       const Input& in = p_.inputs[i];
       const int64_t rb = width(in) * isa::dtype_size(in.dtype);
       const auto dst = static_cast<int64_t>(b_.slot_base + b_.low.bufs[static_cast<size_t>(sb)].off);
@@ -1084,7 +1092,10 @@ class Emitter {
       if (!is_periodic(p_, in)) {
         rows_at(addr, rb, r(20), r(21));
         e_.addi(r(9), r(22), dst);
-        e_.dma_ld(r(9), r(23), r(5), r(24), r(24), r(24));  // input i
+        isa::DmaLdOptions o;
+        if (wait_on_load && i == used.front()) o.wait = s(1);
+        if (signal_on_load && i == used.back()) o.signal = s(2);
+        e_.dma_ld(r(9), r(23), r(5), r(24), r(24), r(24), o);  // input i
         continue;
       }
       // Rows r % P for r in [r20, r20 + r21): contiguous pieces, wrapping around at P.
@@ -1104,7 +1115,7 @@ class Emitter {
       e_.li(r(25), 0);
       e_.blt(r(0), r(26), piece);
     }
-    e_.dmain_sync({.signal = s(2)});
+    if (!signal_on_load) e_.dmain_sync({.signal = s(2)});
   }
 
   void addr(int reg, int v) {
