@@ -33,7 +33,8 @@
 // end; each books its own VMEM side. A load still queued when the program ends is an error (Chip::run_started).
 // A queue takes its next instruction as soon as fewer than dma.engines transfers are in flight; with one engine
 // (and one stream) a transfer therefore takes dma.latency + bytes / bandwidth, one after another. A transfer of
-// 0 bytes, and a sync, complete at once when nothing is in flight, else right after the transfers before them.
+// 0 bytes, and a sync, complete at once when nothing is in flight, else right after the transfers before them;
+// they move no bytes, so they take no engine (a fence in the queue, not a transfer).
 #include "dma.h"
 
 #include <algorithm>
@@ -156,7 +157,13 @@ void DmaEngine::execute(const Entry& e) {
   if (mcast && !first) queue_multicast(e, t);
   inflight_.push_back(t);
   issued_.notify();
-  while (inflight_.size() >= engines_) st_.wait_event(retired_);
+  while (engines_busy() >= engines_) st_.wait_event(retired_);
+}
+
+size_t DmaEngine::engines_busy() const {
+  return static_cast<size_t>(std::count_if(inflight_.begin(), inflight_.end(), [](const Transfer& t) {
+    return t.hbm.bytes() != 0 || t.vmem.bytes() != 0;
+  }));
 }
 
 std::optional<McastLoad> DmaEngine::pair_multicast(const Entry& e, const Transfer& t) {

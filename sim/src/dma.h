@@ -51,6 +51,7 @@ class DmaEngine : public UnitModule {
   void execute(const Entry& e) override;
   void retire_thread();
   void retire(const Transfer& t);
+  size_t engines_busy() const;  // transfers in flight that move bytes (a sync or an empty transfer takes no engine)
 
   const size_t engines_;
   std::deque<Transfer> inflight_;    // issued, not yet signalled; oldest first

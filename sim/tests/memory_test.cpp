@@ -152,6 +152,21 @@ TEST(Memory, EnginesOverlapLatencyOfSmallTransfers) {
   EXPECT_EQ(four.run(b.build()).stats.cycles, 49u);
 }
 
+TEST(Memory, SyncsTakeNoEngine) {
+  // dma.ld A (256 bytes), dmain.sync, dma.ld B (256 bytes), with two engines. The sync moves nothing: it is in
+  // flight until A completes, but takes no engine, so B starts beside A. A: dispatched 3, starts 4, data [14, 22);
+  // the sync starts 5; B starts 6, data from 16, but the channels are busy until 22: [22, 30); halt: 31. (When a
+  // sync took an engine, B started only when A and the sync retired, at 22: data [32, 40), halt 41; a tile's
+  // loads with a sync before and after them then held a chip of 4 engines to one tile in flight.)
+  ProgramBuilder b;
+  b.li(1, 1).li(2, 256).li(3, 256);
+  b.op(Op::DMALD, {0, 0, 1, 2, 0, 0});
+  b.op(Op::DMAINSYNC, {});
+  b.op(Op::DMALD, {3, 3, 1, 2, 0, 0});
+  Chip two(small_config({"dma.engines=2"}));
+  EXPECT_EQ(two.run(b.build()).stats.cycles, 31u);
+}
+
 // VMEM's bank ports serve a request in the free cycles from when it can start, around bookings made for later
 // cycles (a matrix unit books its next stream's reads when the mm is issued, often for cycles ahead): 8 banks of
 // 64-byte grains at 64 bytes per cycle, so 64 x c bytes at address 0 are c cycles of bank 0.
