@@ -72,6 +72,14 @@ CORPUS = [
     # The exported MLP (8x64 -> 128 -> 64 -> 10, bf16) through the compiler, on its own input.
     Case("mlp.onnx", "run",
          ("{workloads}/mlp/mlp.onnx", "--input", "x={workloads}/mlp/x.npy")),
+    # A decode step of the exported GPT-2 (small: 2 layers) on its own inputs: matrix-vector products on the vector
+    # unit, the KV cache's casts and concatenations, attention on the vector unit (vpu.rdot, vpu.cdot).
+    Case("gpt2_small decode", "run",
+         ("{workloads}/gpt2_small/decode/gpt2.onnx", "-i", "input_ids={workloads}/gpt2_small/decode/input_ids.npy",
+          "-i", "past_k_0={workloads}/gpt2_small/decode/past_k_0.npy",
+          "-i", "past_k_1={workloads}/gpt2_small/decode/past_k_1.npy",
+          "-i", "past_v_0={workloads}/gpt2_small/decode/past_v_0.npy",
+          "-i", "past_v_1={workloads}/gpt2_small/decode/past_v_1.npy")),
     # The whole-chip GEMM kernel (kernels/gemm_chip.h) on the whole-chip presets, timing-only.
     Case("gemm_chip 512x512x512", "chip",
          ("--m", "512", "--n", "512", "--k", "512"), presets=("v4", "v5e", "v6e", "h200-like")),
@@ -262,9 +270,11 @@ def main():
         for what, path in (("--tpusim", tools.tpusim), ("--chip-bench", tools.chip_bench)):
             if not os.access(path, os.X_OK):
                 raise ToolError(f"{what} {path}: no such program (build it: cmake --build build)")
-        mlp = os.path.join(tools.workloads, "mlp", "mlp.onnx")
-        if not os.path.isfile(mlp):
-            raise ToolError(f"--workloads: {mlp} is missing (the build exports it: target workload_mlp)")
+        for name, target in ((os.path.join("mlp", "mlp.onnx"), "workload_mlp"),
+                             (os.path.join("gpt2_small", "decode", "gpt2.onnx"), "workload_gpt2_small")):
+            if not os.path.isfile(os.path.join(tools.workloads, name)):
+                raise ToolError(f"--workloads: {os.path.join(tools.workloads, name)} is missing (the build exports "
+                                f"it: target {target})")
         new = run_corpus(tools, only)
         if not new:
             raise ToolError(f"--only {args.only!r} selects no row of the corpus")

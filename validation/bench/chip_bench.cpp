@@ -7,6 +7,7 @@
 //   chip_bench --config v4 [--set k=v]... [--m 4096 --k 4096 --n 4096] [--dtype bf16|i8|fp8] [--cores N] [--mxus N]
 //              [--out f32|bf16|i32|i8] [--schedule auto|strips|tiles] [--split-k N] [--max-split-k N] [--plan]
 //              [--trans-b] [--b-tiled] [--tiles-one-at-a-time] [--multicast] [--no-narrow-strips]
+//              [--min-chunk-folds N]
 //              [--reduction-launch-cycles N] [--functional]
 //              [--warm-up] [--stats FILE.json]
 //
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
     else if (a == "--tiles-one-at-a-time") g.overlap_tiles = false;  // as tpusim validate runs GEMMs
     else if (a == "--multicast") g.multicast = true;                 // (so does this)
     else if (a == "--no-narrow-strips") g.narrow_strips = false;     // strips of C columns only
+    else if (a == "--min-chunk-folds") g.min_chunk_folds = std::stoi(next());  // chunks of K of at least N folds
     else if (a == "--b-tiled") g.b_tiled = true;                      // b as the compiler stores weights
     else if (a == "--reduction-launch-cycles") g.reduction_launch_cycles = std::stoll(next());  // (in the plan only)
     else if (a == "--schedule") {

@@ -115,7 +115,7 @@ def main():
             shape = dict(kv.split("=") for kv in r["shape"].split())
             res = subprocess.run([chip_bench, "--config", "h200-like", "--m", shape["m"], "--n", shape["n"], "--k",
                                   shape["k"], *dtype, "--out", "bf16", "--trans-b", "--max-split-k", "16",
-                                  "--tiles-one-at-a-time", "--multicast", "--no-narrow-strips",
+                                  "--tiles-one-at-a-time", "--multicast", "--no-narrow-strips", "--min-chunk-folds", "4",
                                   "--reduction-launch-cycles", str(launch),
                                   *warm_up, "--plan"],
                                  check=True, capture_output=True, text=True).stdout

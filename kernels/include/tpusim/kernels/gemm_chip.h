@@ -121,6 +121,15 @@ struct GemmChip {
   // more cores (each unit's other columns idle): 1 x 768 x 768 on h200-like in 48 tiles of 16 columns rather than
   // 6 of 128, 128 x 3072 x 768 in 96 tiles of 32 x 32 rather than of 8 x 128. The same results either way.
   bool narrow_strips = true;
+  // Tiled schedule: the smallest chunk of K the plan considers, in folds of R (MXU_ROWS) rows; 0: 2 folds where a
+  // core has at most 4 tiles and a is a matrix (no taps), else 4 (a smaller chunk starts the matrix units sooner,
+  // which matters where the pipeline's fill is a large part of a core's time; a larger one costs fewer transfers
+  // and instructions). The same results either way. Measured (scripts/run-chip-table.py, 2026-12-06, with 2
+  // everywhere): BERT-base on v4 309,995 -> 293,935 cycles, v6e 368,203 -> 359,727 (its FFN output, 128 x 3072 x
+  // 768, one tile, in chunks of 512 rather than 1024); but 4096^3 on v5e 10% slower (32 tiles a core, in chunks
+  // whose transfers cost more than the estimate counts), and ResNet-18's int8 convolutions on v6e (one transfer
+  // per tap and fold) 68,154 -> 71,038 cycles.
+  int min_chunk_folds = 0;
   // The epilogue and layouts gemm.s has, for the compiler (tiled schedule only, no split K, at most 6 units):
   bool bias = false;        // input `bias` [N] (i32 for i8 inputs, f32 for bf16 and f8e4m3) added to the accumulators
   bool relu = false;        // max(x, 0) after the bias
