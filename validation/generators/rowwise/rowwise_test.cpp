@@ -788,11 +788,10 @@ TEST(Rowwise, ThirdSlotKeepsTwoLoadsInFlight) {
 TEST(Rowwise, FewDmaEnginesKeepTheLoadsInFlight) {
   // y[3072] = rowsum(W x), W bf16 [3072, 768] (GPT-2's c_fc as a decode step's matrix-vector product), x f32 [768]
   // loaded once, on v4-like: 4 DMA engines per queue, 100 cycles of latency, HBM at 1,143 bytes a cycle, so W's
-  // 4.72 MB take 4,128 cycles at HBM's rate, and a tile's load of 168 rows (258 KB) 100 + 226 cycles. A dmain.sync
-  // is a transfer in flight until those before it complete: with a sync before and after each tile's loads (the
-  // slot's wait and its full signal), a tile's two loads and two syncs took all 4 engines, so the next tile's
-  // load started only when this one's ended: 6,293 cycles, 1.52x the bound. The first load waits and the last
-  // signals instead: loads overlap, within 12% of the bound.
+  // 4.72 MB take 4,128 cycles at HBM's rate, and a tile's load of 168 rows (258 KB) 100 + 226 cycles. The loads
+  // must overlap to come within 12% of that bound. (When a sync took an engine and each tile's loads had a sync
+  // before and after them, a tile's two loads and two syncs took all 4 engines, so the next tile's load started
+  // only when this one's ended: 6,293 cycles, 1.52x. The tile's first load now waits and its last signals.)
   Harness h({}, "v4-like");
   rw::Program p;
   p.rows = 3072, p.cols = 768;
