@@ -180,7 +180,7 @@ void write_numerics(std::ostream& o) {
        "- **Reductions** (`vpu.rsum`) sum in order j = 0..cols-1, in i32 (wrapping) or in f32 for floats.\n"
        "- **f32 vector arithmetic** is IEEE single precision with round to nearest even. `vpu.exp`, "
        "`vpu.recip` and `vpu.rsqrt` are deterministic but not required to be correctly rounded; validation "
-       "compares them with an fp64 reference within a stated tolerance. `vpu.log`, `vpu.sin` and `vpu.cos` (the "
+       "compares them with an fp64 reference within a stated tolerance. `vpu.log`, `vpu.sin`, `vpu.cos`, `vpu.erf` and `vpu.erfc` (the "
        "transcendental unit's other functions, at the same rate) are specified to the bit: the function evaluated "
        "in f64 (sin and cos after an exact range reduction, whatever the argument's size) and rounded once to f32, "
        "so within 0.5 + 2^-29 ulp of the exact value; validation checks that bound over a sweep of f32 values "

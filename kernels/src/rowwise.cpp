@@ -437,46 +437,13 @@ class Lowerer {
     // 1 - 2 / (exp(2x) + 1): exp overflowing to inf gives 1, underflowing to 0 gives -1.
     return add(mul(recip(add(exp(mul(x, S(2))), S(1))), S(-2)), S(1));
   }
-  V erf(V x, float scale = 1) {  // scale * erf(x)
-    if (sc(x)) return S(scale * std::erf(x.s));
-    // Abramowitz-Stegun 7.1.26: erf(|x|) = 1 - t*(a1 + t*(a2 + t*(a3 + t*(a4 + t*a5)))) * exp(-x^2),
-    // t = 1 / (1 + p|x|), |error| <= 1.5e-7; erf(x) = erf(|x|) * x / (|x| + 1e-30). The polynomial's
-    // coefficients carry -scale, so that scale * erf(|x|) = poly * exp(-x^2) + scale.
-    const double p = 0.3275911, a1 = 0.254829592, a2 = -0.284496736, a3 = 1.421413741, a4 = -1.453152027,
-                 a5 = 1.061405429;
-    auto c = [&](double a) { return S(static_cast<float>(-a * scale)); };
-    // (In an order that lets values die early: at most four temporaries besides x.)
-    V nx = neg(x);
-    V ax = maxmin(true, x, nx);
-    V e = exp(mul(x, nx));  // exp(-x^2)
-    V sign = mul(x, recip(add(ax, S(1e-30f))));
-    V t = recip(add(mul(ax, S(static_cast<float>(p))), S(1)));
-    V poly = add(mul(t, c(a5)), c(a4));
-    poly = add(mul(poly, t), c(a3));
-    poly = add(mul(poly, t), c(a2));
-    poly = add(mul(poly, t), c(a1));
-    poly = mul(poly, t);
-    V y = add(mul(poly, e), S(scale));
-    return mul(y, sign);
-  }
-  // 0.5 x (1 + erf(x / sqrt2)), with erf(a) = 1 - P(t) exp(-a^2) for a = |x| / sqrt2 >= 0 (as erf above) and
-  // x erf(x / sqrt2) = |x| erf(a): 0.5 x + 0.5 |x| - 0.5 |x| P(t) exp(-x^2 / 2) = relu(x) - 0.5 |x| P(t) exp(-x^2/2).
-  // 21 vector instructions (erf's form, x (0.5 erf(x / sqrt2) + 0.5), takes 26), and no cancellation for x < 0,
-  // where that form subtracts two numbers near 0.5: relative error 0.16% at x = -5 (that form: 4%), 0.36% at -6
-  // (that form returns 0). x = +-inf gives NaN (inf x 0), as erf above does.
+  V erf(V x) { return un_fn("erf", isa::vpu_erf, x); }
+  // 0.5 x (1 + erf(x / sqrt2)) = 0.5 x erfc(-x / sqrt2): vpu.erfc keeps its relative accuracy where the result is
+  // far below x (x << 0: erfc(4.24) = 2.0e-9 at x = -6, where 1 + erf rounds to 0 in f32), and costs 4 vector
+  // instructions (x -1/sqrt2, erfc, x 0.5, x x). +inf gives +inf; -inf gives NaN (0 x -inf).
   V gelu(V x) {
-    const double p = 0.3275911 / std::sqrt(2.0), a1 = 0.254829592, a2 = -0.284496736, a3 = 1.421413741,
-                 a4 = -1.453152027, a5 = 1.061405429;
-    auto c = [](double a) { return S(static_cast<float>(-0.5 * a)); };
-    V e = exp(mul(mul(x, S(-0.5f)), x));  // exp(-x^2 / 2)
-    V ax = abs(x);
-    V t = recip(add(mul(ax, S(static_cast<float>(p))), S(1)));
-    V q = add(mul(t, c(a5)), c(a4));
-    q = add(mul(q, t), c(a3));
-    q = add(mul(q, t), c(a2));
-    q = add(mul(q, t), c(a1));
-    q = mul(mul(mul(q, t), e), ax);  // -0.5 |x| P(t) exp(-x^2 / 2)
-    return add(relu(x), q);
+    if (sc(x)) return S(0.5f * x.s * isa::vpu_erfc(x.s * static_cast<float>(-1.0 / std::sqrt(2.0))));
+    return mul(mul(un("erfc", mul(x, S(static_cast<float>(-1.0 / std::sqrt(2.0))))), S(0.5f)), x);
   }
   V gelu_tanh(V x) {
     // 0.5x(1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) * (x + 0.044715 x^3): no cancellation for x << 0.

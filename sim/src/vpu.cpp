@@ -1,5 +1,5 @@
 // Timing: an instruction over E elements takes vpu.latency + ceil(E / (vpu.lanes * vpu.sublanes)) cycles, one at
-// a time, in order (the special functions exp, log, sin, cos, recip and rsqrt: ceil(E / vpu.special) when
+// a time, in order (the special functions exp, log, sin, cos, erf, erfc, recip and rsqrt: ceil(E / vpu.special) when
 // vpu.special is set and below the lanes' width, as a GPU's special function units, 16 per cycle per SM against
 // its 128 FP32 lanes); its results are written (and its semaphore signalled) when it completes. vpu.sync takes 0.
 // The VMEM bytes it reads and writes are booked on VMEM's bank ports from its start (VmemPorts, memory.h); when
@@ -32,7 +32,7 @@ void declare_vpu_params(std::vector<Param>& out) {
       .add(&VpuParams::latency, "latency", 8, "cycles", "pipeline cycles added to every vector instruction", 0,
            1000000)
       .add(&VpuParams::special, "special", 0, "results/cycle",
-           "results per cycle of the special functions (exp, log, sin, cos, recip, rsqrt), when fewer than the "
+           "results per cycle of the special functions (exp, log, sin, cos, erf, erfc, recip, rsqrt), when fewer than the "
            "lanes' (vpu.lanes x vpu.sublanes); 0: at the lanes' rate",
            0, 1 << 30);
 }
@@ -244,6 +244,8 @@ void vmem_accesses(const Entry& e, Add add) {
     case Op::VLOG:
     case Op::VSIN:
     case Op::VCOS:
+    case Op::VERF:
+    case Op::VERFC:
     case Op::VFLOOR:
     case Op::VCEIL:
     case Op::VROUND:
@@ -310,7 +312,9 @@ Action element_action(const Entry& e) {
     case Op::VRSQRT:
     case Op::VLOG:
     case Op::VSIN:
-    case Op::VCOS: mul = true; [[fallthrough]];
+    case Op::VCOS:
+    case Op::VERF:
+    case Op::VERFC: mul = true; [[fallthrough]];
     default: flt = is_float(e.dtype("dtype"));
   }
   return flt ? (mul ? Action::VpuFloatMul : Action::VpuFloatAdd) : (mul ? Action::VpuIntMul : Action::VpuIntAdd);
@@ -415,6 +419,8 @@ uint64_t Vpu::check(const Entry& e) {
     case Op::VLOG:
     case Op::VSIN:
     case Op::VCOS:
+    case Op::VERF:
+    case Op::VERFC:
     case Op::VFLOOR:
     case Op::VCEIL:
     case Op::VROUND: {
@@ -526,6 +532,8 @@ void Vpu::compute(const Entry& e) {
     case Op::VLOG: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_log>{});
     case Op::VSIN: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_sin>{});
     case Op::VCOS: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_cos>{});
+    case Op::VERF: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_erf>{});
+    case Op::VERFC: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_erfc>{});
     case Op::VFLOOR: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_floor>{});
     case Op::VCEIL: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_ceil>{});
     case Op::VROUND: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Fn<isa::vpu_round>{});

@@ -212,7 +212,7 @@ TEST(Timing, TranscendentalAndRoundingInstructionsAtTheRateOfAdd) {
   // vpu.log, sin, cos, floor, ceil, round time as vpu.exp and vpu.add (isa.def): latency 2 + ceil(20 / 8) = 5
   // cycles each, whatever the operands (VMEM holds zeros: log(0) = -inf, no faster or slower).
   Chip chip(small_config());  // one chip per process; each run counts from its own start
-  for (Op op : {Op::VEXP, Op::VLOG, Op::VSIN, Op::VCOS, Op::VFLOOR, Op::VCEIL, Op::VROUND}) {
+  for (Op op : {Op::VEXP, Op::VLOG, Op::VSIN, Op::VCOS, Op::VERF, Op::VERFC, Op::VFLOOR, Op::VCEIL, Op::VROUND}) {
     ProgramBuilder b;
     b.li(1, 20).li(2, 256);
     b.op(op, {2, 0, 1, 3});  // vd 256, va 0, n 20, f32; dispatched 2, starts 3, done at 8
@@ -227,7 +227,8 @@ TEST(Timing, SpecialFunctionsAtTheirOwnRate) {
   // lanes): exp, log, sin, cos, recip and rsqrt over 20 elements take 2 + ceil(20 / 4) = 7 cycles (dispatched 2,
   // start 3, done 10: 11 with the halt); floor, ceil, round and add keep 2 + ceil(20 / 8) = 5 (9 in all).
   Chip chip(small_config({"vpu.special=4"}));
-  for (Op op : {Op::VEXP, Op::VLOG, Op::VSIN, Op::VCOS, Op::VRECIP, Op::VRSQRT, Op::VFLOOR, Op::VCEIL, Op::VROUND}) {
+  for (Op op : {Op::VEXP, Op::VLOG, Op::VSIN, Op::VCOS, Op::VERF, Op::VERFC, Op::VRECIP, Op::VRSQRT, Op::VFLOOR,
+                Op::VCEIL, Op::VROUND}) {
     const bool special = op != Op::VFLOOR && op != Op::VCEIL && op != Op::VROUND;
     ProgramBuilder b;
     b.li(1, 20).li(2, 256);

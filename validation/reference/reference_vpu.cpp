@@ -39,13 +39,15 @@ void Reference::vpu(const isa::Instr& in) {
 }
 
 // vd[i] = op(va[i], vb[i]) or op(va[i]) for i < n. i32 wraps; floats are computed exactly (or in fp64 for
-// exp/recip/rsqrt/log/sin/cos: "evaluated in f64 and rounded once", which log, sin and cos specify exactly)
+// exp/recip/rsqrt/log/sin/cos/erf/erfc: "evaluated in f64 and rounded once", which log, sin, cos, erf and erfc
+// specify exactly)
 // and rounded to f32, then to bf16 for bf16 ("compute in f32 and round").
 void Reference::vpu_elementwise(const isa::Instr& in) {
   const DType dt = dtype(in, "dtype");
   const bool binary = in.desc().operand_index("vb") >= 0;
   const bool float_only = in.op == Op::VEXP || in.op == Op::VRECIP || in.op == Op::VRSQRT ||
                               in.op == Op::VLOG || in.op == Op::VSIN || in.op == Op::VCOS ||
+                              in.op == Op::VERF || in.op == Op::VERFC ||
                               in.op == Op::VFLOOR || in.op == Op::VCEIL || in.op == Op::VROUND;
   if (float_only && is_int(dt)) fail(in.desc().mnemonic + " works on f32 or bf16");
   if (is_storage_only(dt)) fail(in.desc().mnemonic + " does not take f8e4m3 (only vpu.cast and vpu.acc convert it)");
@@ -69,6 +71,8 @@ void Reference::vpu_elementwise(const isa::Instr& in) {
       case Op::VLOG: r = std::log(a); break;
       case Op::VSIN: r = std::sin(a); break;
       case Op::VCOS: r = std::cos(a); break;
+      case Op::VERF: r = std::erf(a); break;
+      case Op::VERFC: r = std::erfc(a); break;
       // Exact roundings of the operand (its sign kept on a zero result: floor(-0) = -0, ceil(-0.5) = -0).
       case Op::VFLOOR: r = std::isfinite(a) ? std::copysign(std::floor(a), a) : a; break;
       case Op::VCEIL: r = std::isfinite(a) ? std::copysign(std::ceil(a), a) : a; break;

@@ -152,7 +152,7 @@ TEST(ReferenceVpu, ExpRecipRsqrtSpecialValues) {
     }
 }
 
-// vpu.log, vpu.sin, vpu.cos (f64-evaluated, rounded once: specified to the bit) and vpu.floor, vpu.ceil, vpu.round
+// vpu.log, vpu.sin, vpu.cos, vpu.erf, vpu.erfc (f64-evaluated, rounded once: specified to the bit) and vpu.floor, vpu.ceil, vpu.round
 // (exact): the simulator equals the reference bit for bit, signed zeros included, on random operands over a wide
 // range (sin and cos up to 2^40, where range reduction matters) and every special value isa.def names.
 TEST(ReferenceVpu, LogSinCosRoundingsBitIdentical) {
@@ -161,10 +161,12 @@ TEST(ReferenceVpu, LogSinCosRoundingsBitIdentical) {
   auto bits_same = [](double a, double b) {
     return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
   };
-  for (Op op : {Op::VLOG, Op::VSIN, Op::VCOS, Op::VFLOOR, Op::VCEIL, Op::VROUND})
+  for (Op op : {Op::VLOG, Op::VSIN, Op::VCOS, Op::VERF, Op::VERFC, Op::VFLOOR, Op::VCEIL, Op::VROUND})
     for (DType t : {DType::BF16, DType::F32}) {
+      // (5, 9.5, 10 and -4: erfc's tail, 1.5e-12, 2e-41, a subnormal, and 2 - 1.5e-8)
       std::vector<double> a = {0.0, -0.0, kInf, -kInf, kNaN, 1, -1, 0x1p-149, -0x1p-149, 0x1p-127, 0.5, -0.5,
-                               1.5, 2.5, -2.5, 0.3, -0.3, 3.4e38, -3.4e38, 0x1p23 + 1, 3.14159265, 1e22};
+                               1.5, 2.5, -2.5, 0.3, -0.3, 3.4e38, -3.4e38, 0x1p23 + 1, 3.14159265, 1e22, 5, 9.5,
+                               10, -4};
       for (int i = 0; i < 80; ++i) {
         const int e = op == Op::VSIN || op == Op::VCOS ? static_cast<int>(r.integer(-30, 40))
                                                          : static_cast<int>(r.integer(-20, 30));

@@ -82,6 +82,10 @@ inline int32_t saturate_i32(double x) {
 inline float vpu_log(float x) { return static_cast<float>(std::log(static_cast<double>(x))); }
 inline float vpu_sin(float x) { return static_cast<float>(std::sin(static_cast<double>(x))); }
 inline float vpu_cos(float x) { return static_cast<float>(std::cos(static_cast<double>(x))); }
+// vpu.erf and vpu.erfc (isa.def) the same way: glibc's f64 erf and erfc are within 1 ulp of f64 (erfc with its
+// relative accuracy in the tail, down to its subnormals).
+inline float vpu_erf(float x) { return static_cast<float>(std::erf(static_cast<double>(x))); }
+inline float vpu_erfc(float x) { return static_cast<float>(std::erfc(static_cast<double>(x))); }
 
 // vpu.floor, vpu.ceil and vpu.round (to nearest, ties to even): exact, whatever the host's rounding mode. Every f32
 // of magnitude >= 2^23, +-inf and NaN are returned as they are; results keep the operand's sign (ceil(-0.5) = -0,

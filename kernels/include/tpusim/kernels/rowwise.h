@@ -11,8 +11,9 @@
 // even). Composite functions are built from the vector unit's instructions:
 //   Neg x*(-1)   Abs max(x,-x)   Div a*recip(b)   Sqrt recip(rsqrt(x)) (0 -> 0)   Sigmoid recip(1+exp(-x))
 //   Tanh 1-2*recip(exp(2x)+1) (saturates to +-1; absolute error about 2e-7 near 0)
-//   Erf  Abramowitz-Stegun 7.1.26 on |x| = max(x,-x), sign via x*recip(|x|+1e-30) (|error| <= 1.5e-7 + f32)
-//   Gelu 0.5*x*(1+erf(x/sqrt2))   GeluTanh 0.5*x*(1+tanh(k*(x+0.044715x^3))) computed as x*sigmoid(2k*(...))
+//   Erf  vpu.erf (the f32 nearest the exact value)
+//   Gelu 0.5*x*(1+erf(x/sqrt2)) computed as 0.5*x*erfc(-x/sqrt2) (vpu.erfc: no cancellation for x << 0)
+//   GeluTanh 0.5*x*(1+tanh(k*(x+0.044715x^3))) computed as x*sigmoid(2k*(...))
 //   Pow  exponents 1, 2, 3, 0.5, -1, -0.5 only (else std::invalid_argument)   RowMean RowSum*(1/C)
 //   Clip min(max(x,lo),hi)   Max/Min with a PerRow or Const operand broadcast it to a Full temporary first.
 //   RowSum: vpu.rsum, which adds in order; rows of C >= 1024 columns with a divisor K of C near sqrt(C) are
