@@ -259,18 +259,6 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
   const int64_t NPV = L.plan.pv_regions;
   const int64_t HG = L.HG, HR = L.HR;         // heads per item, and its rows (head j's query rows at j x BR)
   const int64_t KTL = SK - (L.NBK - 1) * BC;  // keys of the last block
-  // Element strides (batch, seq, head) of each tensor; all 0: the default layout.
-  const bool strided = !(a.q_strides == AttentionStrides{} && a.k_strides == AttentionStrides{} &&
-                         a.v_strides == AttentionStrides{} && a.o_strides == AttentionStrides{});
-  auto strides = [&](const AttentionStrides& st, int64_t seq, int64_t heads) {
-    return st == AttentionStrides{} ? AttentionStrides{seq * heads * D, heads * D, D} : st;
-  };
-  const AttentionStrides qs = strides(a.q_strides, S, H), ks = strides(a.k_strides, SK, KVH),
-                         vs = strides(a.v_strides, SK, KVH), os = strides(a.o_strides, S, H);
-  auto span = [&](const AttentionStrides& st, int64_t seq, int64_t heads) {  // elements a tensor spans
-    return (a.batch - 1) * st.batch + (seq - 1) * st.seq + (heads - 1) * st.head + D;
-  };
-  const int64_t kbs = a.key_bias_stride < 0 ? SK : a.key_bias_stride;
   const float scale = a.scale > 0 ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   auto KVFULL = [](int64_t u) { return Sem{static_cast<int>(1 + 6 * u)}; };
   auto SFULL = [](int64_t u) { return Sem{static_cast<int>(2 + 6 * u)}; };
@@ -288,23 +276,10 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
   isa::Emitter& e = emitter;
   e.set_cores(static_cast<uint32_t>(c.P));
   // The tensors, at the addresses given or placed after one another (as the assembler places them).
-  auto declare = [&](const char* name, isa::TensorKind kind, DType dt, std::vector<int64_t> shape) {
-    return static_cast<int64_t>(e.declare_placed(isa::TensorDecl{name, kind, dt, std::move(shape)}, tensor_addr, hbm_base));
-  };
-  using isa::TensorKind;
-  int64_t q_addr, k_addr, v_addr, o_addr, kb_addr = 0;
-  if (strided) {
-    q_addr = declare("q", TensorKind::Input, DType::BF16, {span(qs, S, H)});
-    k_addr = declare("k", TensorKind::Input, DType::BF16, {span(ks, SK, KVH)});
-    v_addr = declare("v", TensorKind::Input, DType::BF16, {span(vs, SK, KVH)});
-    o_addr = declare("o", TensorKind::Output, a.out, {span(os, S, H)});
-  } else {
-    q_addr = declare("q", TensorKind::Input, DType::BF16, {a.batch, S, H, D});
-    k_addr = declare("k", TensorKind::Input, DType::BF16, {a.batch, SK, KVH, D});
-    v_addr = declare("v", TensorKind::Input, DType::BF16, {a.batch, SK, KVH, D});
-    o_addr = declare("o", TensorKind::Output, a.out, {a.batch, S, H, D});
-  }
-  if (a.key_bias) kb_addr = declare("kb", TensorKind::Input, DType::F32, {(a.batch - 1) * kbs + SK});
+  const AttentionTensors tensors = declare_tensors(a, S, SK, KVH, e, tensor_addr, hbm_base);
+  const AttentionStrides &qs = tensors.qs, &ks = tensors.ks, &vs = tensors.vs, &os = tensors.os;
+  const int64_t q_addr = tensors.q, k_addr = tensors.k, v_addr = tensors.v, o_addr = tensors.o, kb_addr = tensors.kb,
+                kbs = tensors.kb_stride;
 
   for (int64_t u = 0; u < U; ++u) {
     e.sem_set(KVFULL(u), 0), e.sem_set(SFULL(u), 0), e.sem_set(SFREE(u), 2), e.sem_set(PFULL(u), 0);

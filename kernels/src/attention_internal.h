@@ -9,6 +9,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "tpusim/isa/emitter.h"
 #include "tpusim/kernels/attention_chip.h"
@@ -132,5 +133,48 @@ class Code {
  private:
   std::map<int, int64_t> known_;
 };
+
+// The kernel's tensors: each one's element strides (batch, seq, head; AttentionStrides{} in the attention gives
+// the default [B, S(K), H(KVH), D]), and their addresses, declared in the program (q, k, v, o, and kb with
+// key_bias) at the addresses given or placed after one another as the assembler places them.
+struct AttentionTensors {
+  AttentionStrides qs, ks, vs, os;
+  int64_t q = 0, k = 0, v = 0, o = 0, kb = 0;
+  int64_t kb_stride = 0;  // kb's batch stride (elements)
+};
+inline AttentionTensors declare_tensors(const AttentionChip& a, int64_t S, int64_t SK, int64_t KVH, isa::Emitter& e,
+                                        const std::map<std::string, uint64_t>& tensor_addr, uint64_t hbm_base) {
+  const int64_t D = a.head_dim, H = a.heads;
+  const bool strided = !(a.q_strides == AttentionStrides{} && a.k_strides == AttentionStrides{} &&
+                         a.v_strides == AttentionStrides{} && a.o_strides == AttentionStrides{});
+  auto strides = [&](const AttentionStrides& st, int64_t seq, int64_t heads) {
+    return st == AttentionStrides{} ? AttentionStrides{seq * heads * D, heads * D, D} : st;
+  };
+  auto span = [&](const AttentionStrides& st, int64_t seq, int64_t heads) {  // elements a tensor spans
+    return (a.batch - 1) * st.batch + (seq - 1) * st.seq + (heads - 1) * st.head + D;
+  };
+  AttentionTensors t;
+  t.qs = strides(a.q_strides, S, H), t.ks = strides(a.k_strides, SK, KVH), t.vs = strides(a.v_strides, SK, KVH),
+  t.os = strides(a.o_strides, S, H);
+  t.kb_stride = a.key_bias_stride < 0 ? SK : a.key_bias_stride;
+  using isa::DType;
+  using isa::TensorKind;
+  auto declare = [&](const char* name, TensorKind kind, DType dt, std::vector<int64_t> shape) {
+    return static_cast<int64_t>(e.declare_placed(isa::TensorDecl{name, kind, dt, std::move(shape)}, tensor_addr, hbm_base));
+  };
+  if (strided) {
+    t.q = declare("q", TensorKind::Input, DType::BF16, {span(t.qs, S, H)});
+    t.k = declare("k", TensorKind::Input, DType::BF16, {span(t.ks, SK, KVH)});
+    t.v = declare("v", TensorKind::Input, DType::BF16, {span(t.vs, SK, KVH)});
+    t.o = declare("o", TensorKind::Output, a.out, {span(t.os, S, H)});
+  } else {
+    t.q = declare("q", TensorKind::Input, DType::BF16, {a.batch, S, H, D});
+    t.k = declare("k", TensorKind::Input, DType::BF16, {a.batch, SK, KVH, D});
+    t.v = declare("v", TensorKind::Input, DType::BF16, {a.batch, SK, KVH, D});
+    t.o = declare("o", TensorKind::Output, a.out, {a.batch, S, H, D});
+  }
+  if (a.key_bias) t.kb = declare("kb", TensorKind::Input, DType::F32, {(a.batch - 1) * t.kb_stride + SK});
+  return t;
+}
 
 }  // namespace tpusim::kernels::attention_detail

@@ -127,20 +127,9 @@ isa::Program vpu_generate(const AttentionChip& a, const Chip& c, const VpuLayout
   using isa::DType;
   using isa::Reg;
   using isa::Sem;
-  const int64_t D = L.D, S = L.S, SK = L.SK, H = a.heads, KVH = L.KVH, G = L.G, KG = L.KG, R = L.R, osz = L.osz;
+  const int64_t D = L.D, S = L.S, SK = L.SK, KVH = L.KVH, G = L.G, KG = L.KG, R = L.R, osz = L.osz;
   const int64_t QH = KG * G;  // the item's query heads
   auto kv_of = [&](int64_t r) { return r / (G * S); };  // row r's kv head within the item
-  auto strides = [&](const AttentionStrides& st, int64_t seq, int64_t heads) {
-    return st == AttentionStrides{} ? AttentionStrides{seq * heads * D, heads * D, D} : st;
-  };
-  const AttentionStrides qs = strides(a.q_strides, S, H), ks = strides(a.k_strides, SK, KVH),
-                         vs = strides(a.v_strides, SK, KVH), os = strides(a.o_strides, S, H);
-  const bool strided = !(a.q_strides == AttentionStrides{} && a.k_strides == AttentionStrides{} &&
-                         a.v_strides == AttentionStrides{} && a.o_strides == AttentionStrides{});
-  auto span = [&](const AttentionStrides& st, int64_t seq, int64_t heads) {
-    return (a.batch - 1) * st.batch + (seq - 1) * st.seq + (heads - 1) * st.head + D;
-  };
-  const int64_t kbs = a.key_bias_stride < 0 ? SK : a.key_bias_stride;
   const float scale = a.scale > 0 ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const Sem FULL{1}, FREE{2}, DONE{3};
 
@@ -148,23 +137,10 @@ isa::Program vpu_generate(const AttentionChip& a, const Chip& c, const VpuLayout
   isa::Emitter& e = emitter;
   Code k(emitter);
   e.set_cores(static_cast<uint32_t>(c.P));
-  auto declare = [&](const char* name, isa::TensorKind kind, DType dt, std::vector<int64_t> shape) {
-    return static_cast<int64_t>(e.declare_placed(isa::TensorDecl{name, kind, dt, std::move(shape)}, tensor_addr, hbm_base));
-  };
-  using isa::TensorKind;
-  int64_t q_addr, k_addr, v_addr, o_addr, kb_addr = 0;
-  if (strided) {
-    q_addr = declare("q", TensorKind::Input, DType::BF16, {span(qs, S, H)});
-    k_addr = declare("k", TensorKind::Input, DType::BF16, {span(ks, SK, KVH)});
-    v_addr = declare("v", TensorKind::Input, DType::BF16, {span(vs, SK, KVH)});
-    o_addr = declare("o", TensorKind::Output, a.out, {span(os, S, H)});
-  } else {
-    q_addr = declare("q", TensorKind::Input, DType::BF16, {a.batch, S, H, D});
-    k_addr = declare("k", TensorKind::Input, DType::BF16, {a.batch, SK, KVH, D});
-    v_addr = declare("v", TensorKind::Input, DType::BF16, {a.batch, SK, KVH, D});
-    o_addr = declare("o", TensorKind::Output, a.out, {a.batch, S, H, D});
-  }
-  if (a.key_bias) kb_addr = declare("kb", TensorKind::Input, DType::F32, {(a.batch - 1) * kbs + SK});
+  const AttentionTensors tensors = declare_tensors(a, S, SK, KVH, e, tensor_addr, hbm_base);
+  const AttentionStrides &qs = tensors.qs, &ks = tensors.ks, &vs = tensors.vs, &os = tensors.os;
+  const int64_t q_addr = tensors.q, k_addr = tensors.k, v_addr = tensors.v, o_addr = tensors.o, kb_addr = tensors.kb,
+                kbs = tensors.kb_stride;
 
   // Registers: r1 core id, r2 the item, r3 the set's VMEM offset, r4 batch, r5 kv head group, r6..r10 the item's q, k,
   // v, o and kb addresses, r11..r16 operands, r17..r22 scratch.
