@@ -267,7 +267,8 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
   auto OFULL = [](int64_t u) { return Sem{static_cast<int>(5 + 6 * u)}; };
   auto OFREE = [](int64_t u) { return Sem{static_cast<int>(6 + 6 * u)}; };
   const Sem KVFREE{static_cast<int>(6 * U + 1)}, QFREE{static_cast<int>(6 * U + 2)},
-      OUTFULL{static_cast<int>(6 * U + 3)}, KBFULL{static_cast<int>(6 * U + 4)};
+      OUTFULL{static_cast<int>(6 * U + 3)}, KBFULL{static_cast<int>(6 * U + 4)}, ZREADY{static_cast<int>(6 * U + 5)},
+      MASKFULL{static_cast<int>(6 * U + 6)};
   std::vector<bool> has_s(static_cast<size_t>(U)), has_p(static_cast<size_t>(U));
   for (int64_t u = 0; u < U; ++u) has_s[u] = pieces_on(L.s, U, u) > 0, has_p[u] = pieces_on(L.p, U, u) > 0;
 
@@ -289,6 +290,7 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
   e.sem_set(QFREE, a.overlap_items ? L.NQB : 1);  // Q buffers items may load into
   e.sem_set(OUTFULL, 0);
   if (a.key_bias) e.sem_set(KBFULL, 0);
+  if (a.causal) e.sem_set(ZREADY, 0), e.sem_set(MASKFULL, 0);
   k.core_id(cid);
   k.li(one, 1), k.li(three, 3), k.li(g, 0), k.li(ip, 0);
   k.li(scl, isa::bits_from_f32(scale));
@@ -298,6 +300,15 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
   k.li(t4, L.RS), k.li(t5, isa::bits_from_f32(-INFINITY));
   e.vpu_cast(t4, t2, t3, t5, DType::F32, DType::F32, {.scale_en = true});
   k.li(t2, L.Z + L.Mx * 4), k.li(t5, L.Mx * 4), e.vpu_addrow(t2, t0, t4, t3, t1, t5, DType::F32);
+  if (a.causal) {
+    // The BC x BC triangle: row i = Z[Mx - 1 - i, +BC), 0 for columns j <= i and -inf after; one copy within VMEM
+    // (a dma.ld from the local window, isa::kLocalWindow) whose source rows step back 4 bytes each, once Z is made,
+    // where a vector add per row took BC instructions (on v5e about 1,150 cycles before the first softmax).
+    e.vpu_sync({.signal = ZREADY});
+    k.li(t0, L.MASK), k.li(t1, static_cast<int64_t>(isa::kLocalWindow) + L.Z + (L.Mx - 1) * 4), k.li(t2, BC);
+    k.li(t3, BC * 4), k.li(t4, -4);
+    e.dma_ld(t0, t1, t2, t3, t4, t3, {.wait = ZREADY, .signal = MASKFULL});
+  }
   // The K/V slots zeroed (a sum over no columns), so that no key row a product reads is an earlier kernel's bytes.
   k.li(t0, L.KV0), k.li(t1, 3 * L.KVB / 4), e.vpu_rsum(t0, zero, t1, zero, zero, DType::F32);
   for (int s = 0; s < 3; ++s) e.vpu_sync({.signal = KVFREE});
@@ -306,15 +317,7 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
       k.li(t0, L.KB0 + r * L.KBB + SK * 4), k.li(t1, L.NBK * BC - SK), k.li(t6, L.Z);
       e.vpu_add(t0, t2, t6, t1, DType::F32);
     }
-  if (a.causal) {  // the BC x BC triangle: row i = Z[Mx - 1 - i, +BC): 0 for columns j <= i, -inf after
-    const isa::Label loop = k.label();
-    k.li(t0, L.MASK), k.li(t1, L.Z + (L.Mx - 1) * 4), k.li(t2, L.Z), k.li(t3, BC), k.li(t4, L.MASK + BC * BC * 4);
-    k.bind(loop);
-    e.vpu_add(t0, t1, t2, t3, DType::F32);
-    k.addi(t0, t0, BC * 4);
-    k.addi(t1, t1, -4);
-    e.blt(t0, t4, loop);
-  }
+  if (a.causal) e.vpu_sync({.wait = MASKFULL});  // the triangle is in VMEM before the vector unit goes on
   k.addi(t, cid, 0);
 
   // K_j and V_j (j in register `jr`) of the item's heads into the slot at VMEM address `slot`: head i's keys at
