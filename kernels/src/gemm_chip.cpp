@@ -257,8 +257,8 @@ int64_t multicast_mode(const GemmChip& g, int64_t P, int64_t sk, int64_t nr, int
 // VPU_WIDTH per cycle then adds to each tile);
 // tile heights TM that split M evenly; NSLOT = 2..4 operand slots (more slots keep more chunks in flight when a
 // chunk's transfer latency exceeds its matrix work, as a GPU kernel's multi-stage pipeline does); KC = the
-// largest multiple of R whose NSLOT slots and two C buffers fit VMEM, and its halves down to min_chunk_folds folds (GemmChip; a smaller
-// chunk fills the pipeline sooner); and, with max_split_k > 1, SK splits of K.
+// largest multiple of R whose NSLOT slots and two C buffers fit VMEM, and its halves down to min_chunk_folds folds
+// (GemmChip; a smaller chunk fills the pipeline sooner); and, with max_split_k > 1, SK splits of K.
 // Estimate, per work item (a tile, or a split of one): its chunks, each taking the longest of its matrix work (KC/R
 // folds x S strips x max(TM / rate, R) cycles: a weight load, R cycles, hides behind a stream of at least R rows;
 // matrix_rate; times matrix_stretch, the rate the unit sustains), its transfer (its operands and its share of the
@@ -341,9 +341,8 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
           if (kc_max < R) continue;
           // the smallest chunk (GemmChip::min_chunk_folds): 2 folds where a core has at most 4 tiles (its
           // pipeline's fill is a large part of its time) and a is a matrix, else 4
-          const int64_t min_folds =
-              g.min_chunk_folds > 0                                                    ? g.min_chunk_folds
-              : g.taps.cin == 0 && cdiv(cdiv(g.m, tm) * cdiv(g.n, W), P) <= 4 ? 2 : 4;
+          const bool few_tiles = g.taps.cin == 0 && cdiv(cdiv(g.m, tm) * cdiv(g.n, W), P) <= 4;
+          const int64_t min_folds = g.min_chunk_folds > 0 ? g.min_chunk_folds : few_tiles ? 2 : 4;
           for (int64_t kc = kc_max; kc >= std::min(kc_max, min_folds * R); kc = kc / 2 / R * R) {
           const int64_t tiles = cdiv(g.m, tm) * cdiv(g.n, W);
           const int64_t max_split = !split ? 1 : g.split_k > 0 ? g.split_k : g.max_split_k;
