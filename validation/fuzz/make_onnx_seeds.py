@@ -67,6 +67,13 @@ SEEDS = {
                        [("x", F, [2, 4])], [("y", F, [2, 4])],
                        [scalar("half", 0.5), scalar("three", 3.0), scalar("c", 0.044715), scalar("k", 0.7978846),
                         scalar("one", 1.0)]),
+    # A decode step's attention (one query per head over 5 cached keys): the fused kernel on the vector unit
+    # (vpu.rdot, vpu.cdot)
+    "attention_decode": model([N("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), N("MatMul", ["q", "kt"], ["s"]),
+                               N("Mul", ["s", "scale"], ["ss"]), N("Softmax", ["ss"], ["p"], axis=-1),
+                               N("MatMul", ["p", "v"], ["y"])],
+                              [("q", F, [1, 2, 1, 8]), ("k", F, [1, 2, 5, 8]), ("v", F, [1, 2, 5, 8])],
+                              [("y", F, [1, 2, 1, 8])], [scalar("scale", 0.35355339)]),
     # Findings' reproducers (validation/fuzz/README.md, "Findings fixed"): int64 shape arithmetic past the range in
     # constant folding; a result of no elements (a constant of shape [0, 0, 0, 63] in the tanh GELU chain)
     "regress_int64_mul_overflow_in_folding": model(
