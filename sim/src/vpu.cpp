@@ -273,15 +273,13 @@ void vmem_accesses(const Entry& e, Add add) {
       break;
     }
     case Op::VRDOT:
+    case Op::VCDOT: {  // rdot: a row of b per row of a, a sum per row; cdot: one b per row of a, a sum per column
+      const bool row = e.in.op == Op::VRDOT;
       rd(e.arg("va"), e.arg("rows"), e.arg("cols") * isa::dtype_size(e.dtype("adt")), e.arg("astride"));
-      rd(e.arg("vb"), e.arg("rows"), e.arg("cols") * 4, e.arg("bstride"));
-      wr(e.arg("vd"), 1, e.arg("rows") * 4, 0);
+      rd(e.arg("vb"), e.arg("rows"), row ? e.arg("cols") * 4 : 4, e.arg("bstride"));
+      wr(e.arg("vd"), 1, (row ? e.arg("rows") : e.arg("cols")) * 4, 0);
       break;
-    case Op::VCDOT:
-      rd(e.arg("va"), e.arg("rows"), e.arg("cols") * isa::dtype_size(e.dtype("adt")), e.arg("astride"));
-      rd(e.arg("vb"), e.arg("rows"), 4, e.arg("bstride"));
-      wr(e.arg("vd"), 1, e.arg("cols") * 4, 0);
-      break;
+    }
     default: break;
   }
 }
@@ -446,22 +444,15 @@ uint64_t Vpu::check(const Entry& e) {
       range("VMEM write", e.arg("vd"), 1, rows * isa::dtype_size(t), 0);
       return count(rows, cols);
     }
-    case Op::VRDOT: {
+    case Op::VRDOT:
+    case Op::VCDOT: {  // (as vmem_accesses: b a row or one f32 per row of a; a sum per row or per column)
+      const bool row = e.in.op == Op::VRDOT;
       const int64_t rows = nonneg("rows"), cols = nonneg("cols");
       const DType t = e.dtype("adt");
       allow(t, true, false);
       range("VMEM read", e.arg("va"), rows, cols * isa::dtype_size(t), e.arg("astride"));
-      range("VMEM read", e.arg("vb"), rows, cols * 4, e.arg("bstride"));
-      range("VMEM write", e.arg("vd"), 1, rows * 4, 0);
-      return count(rows, cols);
-    }
-    case Op::VCDOT: {
-      const int64_t rows = nonneg("rows"), cols = nonneg("cols");
-      const DType t = e.dtype("adt");
-      allow(t, true, false);
-      range("VMEM read", e.arg("va"), rows, cols * isa::dtype_size(t), e.arg("astride"));
-      range("VMEM read", e.arg("vb"), rows, 4, e.arg("bstride"));
-      range("VMEM write", e.arg("vd"), 1, cols * 4, 0);
+      range("VMEM read", e.arg("vb"), rows, row ? cols * 4 : 4, e.arg("bstride"));
+      range("VMEM write", e.arg("vd"), 1, (row ? rows : cols) * 4, 0);
       return count(rows, cols);
     }
     case Op::VADDROW:
@@ -588,16 +579,18 @@ void Vpu::compute(const Entry& e) {
       const DType adt = e.dtype("adt");
       const int asz = isa::dtype_size(adt);
       const int64_t rows = e.arg("rows"), cols = e.arg("cols"), as = e.arg("astride"), bs = e.arg("bstride");
+      const int64_t va = e.arg("va"), vb = e.arg("vb"), vd = e.arg("vd");
+      const bool fa = is_float(adt);
       std::vector<float> x(static_cast<size_t>(cols), Sum{}.identity<float>());
       for (int64_t i = 0; i < rows; ++i) {
-        const uint8_t* a = vm + e.arg("va") + i * as;
-        const float b = load_float(DType::F32, vm + e.arg("vb") + i * bs);
+        const uint8_t* a = vm + va + i * as;
+        const float b = load_float(DType::F32, vm + vb + i * bs);
         for (int64_t j = 0; j < cols; ++j) {
-          const float av = is_float(adt) ? load_float(adt, a + j * asz) : static_cast<float>(load_int(adt, a + j * asz));
+          const float av = fa ? load_float(adt, a + j * asz) : static_cast<float>(load_int(adt, a + j * asz));
           x[static_cast<size_t>(j)] = Sum{}(x[static_cast<size_t>(j)], Mul{}(av, b));
         }
       }
-      for (int64_t j = 0; j < cols; ++j) store_float(DType::F32, vm + e.arg("vd") + j * 4, x[static_cast<size_t>(j)]);
+      for (int64_t j = 0; j < cols; ++j) store_float(DType::F32, vm + vd + j * 4, x[static_cast<size_t>(j)]);
       return;
     }
     case Op::VADDROW:
