@@ -170,6 +170,7 @@ struct PrecisionOptions {
   std::string precision = "bf16";
   std::vector<std::string> calibrate;
   bool hbm_intermediates = false;
+  bool no_overlap = false;
   void add(po::options_description& desc) {
     desc.add_options()
         ("precision", po::value(&precision)->default_value("bf16")->value_name("bf16|int8"),
@@ -179,7 +180,10 @@ struct PrecisionOptions {
          "an int8 calibration input (repeatable; one set of model inputs)")
         ("intermediates-in-hbm", po::bool_switch(&hbm_intermediates),
          "ONNX models: keep every intermediate in HBM (or the chip's shared memory); by default a one-core chip "
-         "of at least 16 MiB of VMEM keeps them in half of it");
+         "of at least 16 MiB of VMEM keeps them in half of it")
+        ("no-kernel-overlap", po::bool_switch(&no_overlap),
+         "ONNX models: a fence between every two kernels; by default, on a one-core chip, a row-wise kernel (a "
+         "LayerNorm) and the GEMM after it overlap, the GEMM's first weights loading while the row-wise kernel runs");
   }
 };
 
@@ -202,8 +206,9 @@ runtime::Executable load_model(runtime::Client& client, const std::string& file,
   if (p.precision != "bf16" && p.precision != "int8")
     throw UsageError("--precision must be bf16 or int8, got '" + p.precision + "'");
   const bool onnx = fs::path(file).extension() == ".onnx";
-  if (!onnx && (p.precision != "bf16" || !p.calibrate.empty() || p.hbm_intermediates))
-    throw UsageError("--precision, --calibrate and --intermediates-in-hbm apply to ONNX models, not to '" + file + "'");
+  if (!onnx && (p.precision != "bf16" || !p.calibrate.empty() || p.hbm_intermediates || p.no_overlap))
+    throw UsageError("--precision, --calibrate, --intermediates-in-hbm and --no-kernel-overlap apply to ONNX models, "
+                     "not to '" + file + "'");
   runtime::CompileOptions opts;
   opts.input_shapes = shapes;
   opts.precision = p.precision == "int8" ? compiler::Precision::INT8 : compiler::Precision::BF16;
@@ -211,8 +216,10 @@ runtime::Executable load_model(runtime::Client& client, const std::string& file,
   // program's instructions and cycles in a fraction of the time and memory.
   opts.timing_only = onnx && timing_only && p.calibrate.empty();
   opts.vmem_intermediates = !p.hbm_intermediates;
+  opts.overlap_kernels = !p.no_overlap;
   if (opts.timing_only) return client.compile_onnx_file(file, opts);
-  if (!onnx || (p.precision == "bf16" && opts.vmem_intermediates)) return client.load_file(file, defines, shapes);
+  if (!onnx || (p.precision == "bf16" && opts.vmem_intermediates && opts.overlap_kernels))
+    return client.load_file(file, defines, shapes);
   if (p.precision == "bf16") return client.compile_onnx_file(file, opts);
   const std::vector<std::string>& specs = p.calibrate.empty() ? inputs : p.calibrate;
   if (specs.empty()) throw UsageError("--precision int8 needs calibration inputs: give --calibrate NAME=FILE.npy");

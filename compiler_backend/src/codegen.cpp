@@ -1,6 +1,7 @@
 #include "codegen.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -640,6 +641,98 @@ double program_ideal_bytes(const KernelPlan& plan, const BufferUse& use) {
   return bytes;
 }
 
+// The semaphores a program names (waits, signals, sem.set, sem.signal).
+std::set<int> semaphores_of(const isa::Program& p) {
+  std::set<int> sems;
+  for (isa::Word w : p.code) {
+    const isa::Instr in = isa::decode(w);
+    const isa::InstrDesc& d = in.desc();
+    for (int i = 0; i < d.num_operands; ++i)
+      if (d.operands[static_cast<size_t>(i)].kind == isa::OperandKind::Sem && in.f[i] != 0)
+        sems.insert(static_cast<int>(in.f[i]));
+  }
+  return sems;
+}
+
+// Renumbers a program's semaphores: s -> to[s] where to[s] != 0.
+void renumber_semaphores(isa::Program& p, const std::array<int, isa::kNumSems>& to) {
+  for (isa::Word& w : p.code) {
+    isa::Instr in = isa::decode(w);
+    const isa::InstrDesc& d = in.desc();
+    bool changed = false;
+    for (int i = 0; i < d.num_operands; ++i)
+      if (d.operands[static_cast<size_t>(i)].kind == isa::OperandKind::Sem && in.f[i] != 0 &&
+          to[static_cast<size_t>(in.f[i])] != 0)
+        in.f[i] = to[static_cast<size_t>(in.f[i])], changed = true;
+    if (changed) w = isa::encode(in);
+  }
+}
+
+// A row-wise kernel and the whole-chip GEMM after it on a program of one core, overlapped: the GEMM's first chunk
+// of weights loads while the row-wise kernel (a LayerNorm, say) still runs, where a fence between them left HBM
+// idle for all of the row-wise kernel's time. What keeps them apart:
+// - VMEM: the row-wise kernel takes a region at the top of the kernels' VMEM (rowwise::Program::vmem_base), the
+//   GEMM the rest (its VMEM_BYTES less that region);
+// - semaphores: the row-wise kernel's are renumbered to the top (s31 down), one more below them, `done`, which a
+//   dmaout.sync after the row-wise kernel's stores signals; the GEMM's, below, are set before the row-wise kernel
+//   starts (a sem.set waits for every unit, so they cannot wait until the GEMM's turn);
+// - order: the GEMM's a, which the row-wise kernel may write, loads after `done` (GemmChip::a_wait); its first
+//   chunk of b, ahead of that load in the load queue, does not wait. Every other buffer the GEMM reads, the
+//   row-wise kernel must not write; what the GEMM writes it writes after its products, so after `done`.
+// Where a DMA queue has one engine, the weights' load would hold the row-wise kernel's later loads back: none.
+struct Overlap {
+  bool on = false;
+  KernelCall rows;                            // the row-wise call, its VMEM region at the top
+  OnChip gemm;                                // the GEMM's, with a_wait
+  std::map<std::string, int64_t> symbols;     // the GEMM's: VMEM_BYTES less the row-wise kernel's region
+  std::vector<isa::Word> sets;                // the GEMM's leading sem.set instructions, moved ahead
+  std::array<int, isa::kNumSems> renumber{};  // the row-wise kernel's semaphores' new numbers
+  int done = 0;
+};
+
+Overlap plan_overlap(const KernelPlan& plan, const KernelCall& x, const OnChip& xc, const KernelCall& y,
+                     const OnChip& yc, const std::map<std::string, int64_t>& symbols, Fragments& fragments) {
+  if (x.kind != KernelCall::Kind::Rowwise || xc.row_cores != 1 || xc.row_cut || !yc.gemm || yc.gemm->taps.cin > 0 ||
+      symbol_or(symbols, "DMA_ENGINES", 1) < 2 || symbol_or(symbols, "CORES", 1) != 1)
+    return {};
+  const std::set<int> written(x.row_outputs.begin(), x.row_outputs.end());
+  for (const auto& [name, b] : y.tensors)
+    if (name != "a" && written.count(b)) return {};
+  const int64_t vmem = symbol_or(symbols, "VMEM_BYTES", 0);
+  Overlap o;
+  try {
+    const int64_t region = static_cast<int64_t>((kernels::rowwise::plan(x.rows, symbols).vmem_used + 4095) / 4096 * 4096);
+    if (region <= 0 || region > vmem / 2) return {};
+    o.rows = x;
+    o.rows.rows.vmem_base = static_cast<uint64_t>(vmem - region), o.rows.rows.vmem_bytes = static_cast<uint64_t>(region);
+    o.symbols = symbols;
+    o.symbols["VMEM_BYTES"] = vmem - region;
+    // The GEMM's plan with less VMEM: not slower by its estimate than with all of it (beyond 2%).
+    if (kernels::gemm_chip_estimate(*yc.gemm, o.symbols) > 1.02 * kernels::gemm_chip_estimate(*yc.gemm, symbols))
+      return {};
+    const std::set<int> xs = semaphores_of(assemble_call(plan, o.rows, symbols, 0, xc, fragments));
+    int next = isa::kNumSems - 1;
+    for (auto it = xs.rbegin(); it != xs.rend(); ++it) o.renumber[static_cast<size_t>(*it)] = next--;
+    o.done = next;
+    o.gemm = yc;
+    o.gemm.gemm->a_wait = o.done;
+    const isa::Program yp = assemble_call(plan, y, o.symbols, 0, o.gemm, fragments);
+    std::set<int> ys = semaphores_of(yp);
+    ys.erase(o.done);
+    if (!ys.empty() && *ys.rbegin() >= o.done) return {};
+    for (isa::Word w : yp.code) {
+      if (isa::decode(w).op != isa::Op::SEMSET) break;
+      o.sets.push_back(w);
+    }
+  } catch (const Error&) {
+    return {};
+  } catch (const std::invalid_argument&) {
+    return {};
+  }
+  o.on = true;
+  return o;
+}
+
 }  // namespace
 
 kernels::GemmChip gemm_chip_of(const KernelCall& call, const std::map<std::string, int64_t>& symbols) {
@@ -717,7 +810,7 @@ std::vector<uint8_t> untile(const Buffer& b, const Untiled& u, const std::map<st
 }
 
 isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
-                          const std::string& program_name) {
+                          const std::string& program_name, bool overlap_kernels) {
   isa::Program p;
   p.name = program_name;
 
@@ -775,6 +868,14 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   bool prev_whole = false;
   int prev_group = -1;
 
+  // One core: a row-wise kernel and the GEMM after it overlap where they can (plan_overlap).
+  std::vector<Overlap> overlap(order.size());
+  if (!spmd && overlap_kernels)
+    for (size_t at = 0; at + 1 < order.size(); ++at)
+      if (!(at > 0 && overlap[at - 1].on))
+        overlap[at] = plan_overlap(plan, plan.calls[order[at]], on_chip[order[at]], plan.calls[order[at + 1]],
+                                   on_chip[order[at + 1]], symbols, fragments);
+
   int node = -1;  // the "node" region of the previous call, which a call with the same label extends
   const BufferUse use = buffer_use(plan);
   p.ideal_bytes = program_ideal_bytes(plan, use);
@@ -795,9 +896,42 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     const bool guard = spmd && !whole;  // one core only: core 0, or the group's
     const int64_t core = on_chip[c].core;
     const uint64_t guard_len = guard ? (core == 0 ? 2 : 3) : 0;
+    const Overlap* first = overlap[at].on ? &overlap[at] : nullptr;             // this call, then a GEMM
+    const Overlap* second = at > 0 && overlap[at - 1].on ? &overlap[at - 1] : nullptr;  // a row-wise call, then this
+    if (first) {  // the GEMM's semaphores, and `done`, set before the row-wise kernel
+      for (isa::Word w : first->sets) {
+        p.code.push_back(w);
+        p.source.push_back(call.label + ": " + plan.calls[order[at + 1]].label + "'s semaphores, set before " +
+                           call.kernel + " (the two overlap)");
+      }
+      isa::Instr set{.op = isa::Op::SEMSET};
+      set.f[0] = first->done;
+      p.code.push_back(isa::encode(set));
+      p.source.push_back(call.label + ": the semaphore " + call.kernel + " signals when it is done");
+    }
     const uint64_t base = p.code.size() + guard_len;
-    isa::Program frag = assemble_call(plan, call, symbols, base, on_chip[c], fragments);
-    if (!meet && at > 0 && !starts_with_sync(frag)) {
+    isa::Program frag;
+    if (first) {
+      frag = assemble_call(plan, first->rows, symbols, base, on_chip[c], fragments);
+      renumber_semaphores(frag, first->renumber);
+      isa::Instr done{.op = isa::Op::DMAOUTSYNC};
+      done.f[static_cast<size_t>(isa::describe(isa::Op::DMAOUTSYNC).operand_index("signal"))] = first->done;
+      frag.code.push_back(isa::encode(done));
+      frag.source.push_back("its stores done: the GEMM after it may load a");
+    } else if (second) {  // without its leading sem.sets, which came before the row-wise kernel
+      const auto n = static_cast<int64_t>(second->sets.size());
+      frag = assemble_call(plan, call, second->symbols, base - static_cast<uint64_t>(n), second->gemm, fragments);
+      if (frag.code.size() < second->sets.size() ||
+          !std::equal(second->sets.begin(), second->sets.end(), frag.code.begin()))
+        throw Error(call.label + ": internal error: the overlapped GEMM's semaphore sets changed");
+      frag.code.erase(frag.code.begin(), frag.code.begin() + n);
+      if (frag.source.size() >= second->sets.size()) frag.source.erase(frag.source.begin(), frag.source.begin() + n);
+      for (isa::Region& r : frag.regions)
+        r.begin = r.begin > n ? r.begin - static_cast<uint32_t>(n) : 0, r.end = r.end > n ? r.end - static_cast<uint32_t>(n) : 0;
+    } else {
+      frag = assemble_call(plan, call, symbols, base, on_chip[c], fragments);
+    }
+    if (!meet && at > 0 && !second && !starts_with_sync(frag)) {
       p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::FENCE}));
       p.source.push_back(call.label + ": fence before " + call.kernel);
       relocate(frag, 1);  // it now starts one instruction later

@@ -57,7 +57,8 @@ isa::Program compile(std::string_view bytes, const std::string& model_name, cons
   // The shared memory (0 where the chip has none, or its shared level is a cache).
   const MemoryRegion shared{isa::kSharedWindow, static_cast<uint64_t>(symbol("SHARED_BYTES"))};
   plan_memory(plan, static_cast<uint64_t>(hbm->second), local, shared, model_name, symbol("CORES") > 1 ? 2 : 0);
-  isa::Program p = emit_program(plan, opts.target.symbols, std::filesystem::path(model_name).stem().string());
+  isa::Program p = emit_program(plan, opts.target.symbols, std::filesystem::path(model_name).stem().string(),
+                                 opts.overlap_kernels);
   p.timing_only = opts.timing_only;
   return p;
 }

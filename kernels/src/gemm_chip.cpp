@@ -592,11 +592,16 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   if (TABLE) e.sem_set(BFREE, 2), e.sem_set(BFULL, 0);
   if (g.residual) e.sem_set(RFREE, RSLOTS), e.sem_set(RFULL, 0);
   if (!g.overlap_tiles) e.sem_set(TDONE, 1);
+  // With a_wait every semaphore is set here, before any unit instruction: the compiler moves these sets ahead of
+  // the kernel running before this one (a sem.set waits for every unit), so that this kernel's loads start while
+  // that one runs.
+  if (act && g.a_wait) e.sem_set(AOFREE, 2);
   // dst = the VMEM address of piece p of this tile's r slot, clobbering tmp
   auto r_piece = [&](isa::Reg dst, isa::Reg tmp, int64_t p) { tile_slot(dst, tmp, t, RSLOTS, U * S * RP, VR0 + p * RP); };
   e.core_id(cid), e.li(one, 1), e.li(slot, 0), e.li(accslot, 0), e.li(cslot, 0), e.li(astr, KC * E);
   e.li(wstr, W * E), e.addi(t, cid, 0), e.li(nt, SC);
-  if (act) act->init(e, one, t0, t1, t2), e.sem_set(AOFREE, 2);
+  if (act) act->init(e, one, t0, t1, t2);
+  if (act && !g.a_wait) e.sem_set(AOFREE, 2);
   // Strip q (of U*S) of the tile: skipped where the last column tile lacks it; nt = its columns.
   auto strip_guard = [&](int64_t q, Label skip) {
     if (!partial) return;  // nt = SC, set once
@@ -624,23 +629,35 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.dmain_sync({.wait = FREE(j)});
       e.bind(l);
     }
-    if (g.taps.cin > 0) {
-      tap_loads(e, g.taps, E, kc, FREE(0), a_addr);
-    } else {
-      e.muli(t0, k0, E), e.add(t0, t0, ah), e.li(t1, kc * E), e.li(t2, g.k * E);
-      e.dma_ld(va, t0, mt, t1, t2, astr, {.mcast = MC == 1, .wait = FREE(0)});
-    }
+    // a's chunk, then b's (which signals the slot full: transfers complete in order); with a_wait, a tile's
+    // first chunk loads b first (it waits for the slot) and a after it (waiting for the kernel before, a_wait).
+    const bool b_first = first && g.a_wait > 0;
+    const Sem a_wait = b_first ? sem(g.a_wait) : FREE(0), b_wait = b_first ? FREE(0) : Sem{};
+    const Sem a_signal = b_first ? FULL(0) : Sem{}, b_signal = b_first ? Sem{} : FULL(0);
+    auto load_a = [&] {
+      if (g.taps.cin > 0) {
+        tap_loads(e, g.taps, E, kc, FREE(0), a_addr);
+      } else {
+        e.muli(t0, k0, E), e.add(t0, t0, ah), e.li(t1, kc * E), e.li(t2, g.k * E);
+        e.dma_ld(va, t0, mt, t1, t2, astr, {.mcast = MC == 1, .wait = a_wait, .signal = a_signal});
+      }
+    };
+    if (!b_first) load_a();
     const bool bmc = MC == 2;  // b's chunk, read once for the pair
     if (g.trans_b) {  // pw rows of b (output columns), kc elements of K each, KC apart in VMEM
       e.muli(t0, k0, E), e.add(t0, t0, bh), e.li(t1, kc * E), e.li(t2, g.k * E);
-      e.dma_ld(vb, t0, pw, t1, t2, astr, {.mcast = bmc, .signal = FULL(0)});
+      e.dma_ld(vb, t0, pw, t1, t2, astr, {.mcast = bmc, .wait = b_wait, .signal = b_signal});
     } else if (g.b_tiled) {  // per fold, the tile's ceil(pw / C) weight tiles are contiguous: one row per fold
       e.muli(t0, k0, NTB * C * E), e.add(t0, t0, bh), e.li(kt, cdiv(kc, R)), e.addi(t1, pw, C - 1), e.li(t2, C);
       e.div(t1, t1, t2), e.muli(t1, t1, R * C * E), e.li(t2, NTB * R * C * E), e.li(vc, W * R * E);
-      e.dma_ld(vb, t0, kt, t1, t2, vc, {.mcast = bmc, .signal = FULL(0)});
+      e.dma_ld(vb, t0, kt, t1, t2, vc, {.mcast = bmc, .wait = b_wait, .signal = b_signal});
     } else {
       e.muli(t0, k0, g.n * E), e.add(t0, t0, bh), e.li(kt, kc), e.muli(t1, pw, E), e.li(t2, g.n * E);
-      e.dma_ld(vb, t0, kt, t1, t2, wstr, {.mcast = bmc, .signal = FULL(0)});
+      e.dma_ld(vb, t0, kt, t1, t2, wstr, {.mcast = bmc, .wait = b_wait, .signal = b_signal});
+    }
+    if (b_first) {
+      load_a();
+      e.dmain_sync({.signal = sem(g.a_wait)});  // for the next tile's first chunk
     }
     for (int64_t j = 1; j < U; ++j) {
       const Label l = e.label();
@@ -994,6 +1011,11 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
     throw std::invalid_argument(
         "gemm_chip: with a bias, a residual or an activation the kernel's semaphores allow 6 matrix units per core");
   if (g.reduction_launch_cycles < 0) throw std::invalid_argument("gemm_chip: reduction_launch_cycles is negative");
+  if (g.a_wait != 0 && (g.a_wait <= 4 * U + 7 || g.a_wait >= isa::kNumSems || P != 1 || g.taps.cin > 0 ||
+                        g.split_k > 1 || g.max_split_k > 1 || schedule == GemmSchedule::Strips))
+    throw std::invalid_argument("gemm_chip: a_wait needs one core, the tiled schedule, a a matrix, no split K, and a "
+                                "semaphore from " + std::to_string(4 * U + 8) + " to " +
+                                std::to_string(isa::kNumSems - 1));
   if (!g.overlap_tiles) {
     if (g.residual || g.act || U > 6 || schedule == GemmSchedule::Strips)
       throw std::invalid_argument("gemm_chip: overlap_tiles = false needs the tiled schedule, no residual or act, and "
@@ -1023,7 +1045,7 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
       throw std::invalid_argument("gemm_chip: taps need the tiled schedule and b not transposed");
     schedule = GemmSchedule::Tiles;
   }
-  if (schedule == GemmSchedule::Auto && (g.trans_b || epilogue)) schedule = GemmSchedule::Tiles;
+  if (schedule == GemmSchedule::Auto && (g.trans_b || epilogue || g.a_wait)) schedule = GemmSchedule::Tiles;
   if (schedule == GemmSchedule::Auto) {
     // Strips where a row of a fits and every core has a column group, unless the tiled schedule's estimate is
     // lower (both estimates count the same things: matrix work, transfers at the cores' share of HBM, the fill).

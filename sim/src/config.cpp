@@ -211,6 +211,8 @@ std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cf
       {"SYNC_LATENCY", static_cast<int64_t>(cfg.chip.sync_latency)},
       // cycles from a DMA transfer's start to its first byte from HBM (dma.latency)
       {"DMA_LATENCY", static_cast<int64_t>(cfg.dma.latency)},
+      // transfers each DMA queue has in flight (dma.engines)
+      {"DMA_ENGINES", static_cast<int64_t>(cfg.dma.engines)},
       // cycles from a store's start to its first byte where it completes: the cache's (shared.latency) where it
       // writes back (shared.cache = shared.write_back = 1), else HBM's (dma.latency)
       {"STORE_LATENCY", static_cast<int64_t>(cfg.shared.cache && cfg.shared.write_back ? cfg.shared.latency

@@ -154,6 +154,13 @@ struct GemmChip {
   // each element, so the same bits) into the tile of `out`, which is stored. Tiled schedule, no split K, no q,
   // group_n or residual; `out` bf16 or f32.
   std::optional<rowwise::Program> act = std::nullopt;
+  // > 0: semaphore s<a_wait> is signalled once, by a kernel before this one that is still running, when a's bytes
+  // are ready (the compiler's overlap of a row-wise kernel and the GEMM after it, codegen.cpp: the GEMM's weights
+  // stream in while the row-wise kernel makes a). The first chunk of each tile then loads b before a, a's load
+  // waits for s<a_wait>, and a dmain.sync signals it again for the next tile: only a waits for the kernel before,
+  // while the first chunk of b, ahead of it in the load queue, does not. Tiled schedule, one core, a a matrix (no
+  // taps), no split K; a_wait above every semaphore the kernel uses (4 x units + 7) and below 32. The same results.
+  int a_wait = 0;
   bool operator==(const GemmChip&) const = default;  // the same kernel on the same chip
 };
 
