@@ -680,10 +680,13 @@ void renumber_semaphores(isa::Program& p, const std::array<int, isa::kNumSems>& 
 //   chunk of b, ahead of that load in the load queue, does not wait. Every other buffer the GEMM reads, the
 //   row-wise kernel must not write; what the GEMM writes it writes after its products, so after `done`.
 // Where a DMA queue has one engine, the weights' load would hold the row-wise kernel's later loads back: none.
+// Where this kind cannot be had (the fused attention's semaphores and the GEMM's are more than 31), the other kind,
+// prefetch_overlap, below, loads only the GEMM's first chunk of weights after the first kernel's instructions.
 struct Overlap {
   bool on = false;
+  bool prefetch = false;                      // prefetch_overlap's kind: no renumbering, no moved sets
   KernelCall rows;                            // the row-wise call, its VMEM region at the top
-  OnChip gemm;                                // the GEMM's, with a_wait
+  OnChip gemm;                                // the GEMM's, with a_wait (prefetch: vmem_base and b_preloaded)
   std::map<std::string, int64_t> symbols;     // the GEMM's: VMEM_BYTES less the row-wise kernel's region
   std::vector<isa::Word> sets;                // the GEMM's leading sem.set instructions, moved ahead
   std::array<int, isa::kNumSems> renumber{};  // the row-wise kernel's semaphores' new numbers
@@ -730,6 +733,61 @@ Overlap plan_overlap(const KernelPlan& plan, const KernelCall& x, const OnChip& 
     return {};
   }
   o.on = true;
+  return o;
+}
+
+// The other kind: a kernel whose VMEM use is known (a row-wise kernel, the fused attention, a whole-chip GEMM) and
+// the whole-chip GEMM after it, on a chip of one core: the second GEMM's VMEM lies beside the first kernel's (past
+// it, GemmChip::vmem_base, or below it where the first kernel lies past a base of its own), and the instructions
+// that load its first tile's first chunk of b (gemm_chip_first_b) follow the first kernel's, with no fence between:
+// they take no semaphore, so the two kernels' semaphores may be the same. The GEMM then finds that chunk in its
+// slot (GemmChip::b_preloaded); its leading sem.set waits for the load as for every unit. Only b loads early, so
+// only b must not be something the first kernel writes. The first kernel may itself be the second of a pair (xc and
+// x_symbols: its call as that pair made it): a chain of GEMMs, or a LayerNorm, a GEMM and a GEMM.
+Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<std::string, int64_t>& x_symbols,
+                         const KernelCall& y, const OnChip& yc, const std::map<std::string, int64_t>& symbols) {
+  if (!yc.gemm || symbol_or(symbols, "DMA_ENGINES", 1) < 2 || symbol_or(symbols, "CORES", 1) != 1) return {};
+  const auto b = y.tensors.find("b");
+  if (b == y.tensors.end()) return {};
+  const int64_t vmem = symbol_or(symbols, "VMEM_BYTES", 0);
+  Overlap o;
+  try {
+    int64_t from = 0, to = 0;  // the first kernel's VMEM
+    if (x.kind == KernelCall::Kind::Rowwise && xc.row_cores == 1 && !xc.row_cut && x.rows.vmem_base == 0) {
+      for (int out : x.row_outputs)
+        if (out == b->second) return {};
+      to = static_cast<int64_t>(kernels::rowwise::plan(x.rows, x_symbols).vmem_used);
+    } else if (x.kind == KernelCall::Kind::Attention && !x.attention.vector_unit) {
+      for (const auto& [name, buf] : x.tensors)
+        if (name == "o" && buf == b->second) return {};
+      to = kernels::attention_chip_plan(x.attention, x_symbols).vmem_end;
+    } else if (xc.gemm) {  // a whole-chip GEMM: the next one's first weights load during its drain
+      for (const char* out : {"c", "q", "ws"}) {
+        const auto it = x.tensors.find(out);
+        if (it != x.tensors.end() && it->second == b->second) return {};
+      }
+      from = xc.gemm->vmem_base, to = kernels::gemm_chip_vmem_end(*xc.gemm, x_symbols);
+    } else {
+      return {};
+    }
+    if (to <= from) return {};
+    o.gemm = yc;
+    o.symbols = symbols;
+    const int64_t past = (to + 4095) / 4096 * 4096;
+    if (from == 0 && past <= vmem / 2)
+      o.gemm.gemm->vmem_base = past;
+    else if (from > 0)
+      o.symbols["VMEM_BYTES"] = from;  // below the first kernel (the estimate below says whether it is enough)
+    else
+      return {};
+    o.gemm.gemm->b_preloaded = true;
+    if (kernels::gemm_chip_estimate(*o.gemm.gemm, o.symbols) > 1.02 * kernels::gemm_chip_estimate(*yc.gemm, symbols))
+      return {};
+    kernels::gemm_chip_first_b(*o.gemm.gemm, o.symbols);  // it can (throws where it cannot)
+  } catch (const std::invalid_argument&) {
+    return {};
+  }
+  o.on = o.prefetch = true;
   return o;
 }
 
@@ -868,13 +926,21 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   bool prev_whole = false;
   int prev_group = -1;
 
-  // One core: a row-wise kernel and the GEMM after it overlap where they can (plan_overlap).
+  // One core: a kernel and the whole-chip GEMM after it overlap where they can (plan_overlap, else
+  // prefetch_overlap); a GEMM that overlaps the kernel before it is not itself the first of a pair.
   std::vector<Overlap> overlap(order.size());
   if (!spmd && overlap_kernels)
-    for (size_t at = 0; at + 1 < order.size(); ++at)
-      if (!(at > 0 && overlap[at - 1].on))
-        overlap[at] = plan_overlap(plan, plan.calls[order[at]], on_chip[order[at]], plan.calls[order[at + 1]],
-                                   on_chip[order[at + 1]], symbols, fragments);
+    for (size_t at = 0; at + 1 < order.size(); ++at) {
+      const KernelCall &x = plan.calls[order[at]], &y = plan.calls[order[at + 1]];
+      const OnChip &yc = on_chip[order[at + 1]];
+      if (at > 0 && overlap[at - 1].on) {  // the second of a pair: only the kind that leaves it as it is
+        overlap[at] = prefetch_overlap(x, overlap[at - 1].gemm, overlap[at - 1].symbols, y, yc, symbols);
+        continue;
+      }
+      const OnChip& xc = on_chip[order[at]];
+      overlap[at] = plan_overlap(plan, x, xc, y, yc, symbols, fragments);
+      if (!overlap[at].on) overlap[at] = prefetch_overlap(x, xc, symbols, y, yc, symbols);
+    }
 
   int node = -1;  // the "node" region of the previous call, which a call with the same label extends
   const BufferUse use = buffer_use(plan);
@@ -897,8 +963,8 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     const int64_t core = on_chip[c].core;
     const uint64_t guard_len = guard ? (core == 0 ? 2 : 3) : 0;
     const Overlap* first = overlap[at].on ? &overlap[at] : nullptr;             // this call, then a GEMM
-    const Overlap* second = at > 0 && overlap[at - 1].on ? &overlap[at - 1] : nullptr;  // a row-wise call, then this
-    if (first) {  // the GEMM's semaphores, and `done`, set before the row-wise kernel
+    const Overlap* second = at > 0 && overlap[at - 1].on ? &overlap[at - 1] : nullptr;  // a call, then this GEMM
+    if (first && !first->prefetch) {  // the GEMM's semaphores, and `done`, set before the row-wise kernel
       for (isa::Word w : first->sets) {
         p.code.push_back(w);
         p.source.push_back(call.label + ": " + plan.calls[order[at + 1]].label + "'s semaphores, set before " +
@@ -911,13 +977,8 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     }
     const uint64_t base = p.code.size() + guard_len;
     isa::Program frag;
-    if (first) {
-      frag = assemble_call(plan, first->rows, symbols, base, on_chip[c], fragments);
-      renumber_semaphores(frag, first->renumber);
-      isa::Instr done{.op = isa::Op::DMAOUTSYNC};
-      done.f[static_cast<size_t>(isa::describe(isa::Op::DMAOUTSYNC).operand_index("signal"))] = first->done;
-      frag.code.push_back(isa::encode(done));
-      frag.source.push_back("its stores done: the GEMM after it may load a");
+    if (second && second->prefetch) {  // its first chunk of b loaded after the kernel before it
+      frag = assemble_call(plan, call, second->symbols, base, second->gemm, fragments);
     } else if (second) {  // without its leading sem.sets, which came before the row-wise kernel
       const auto n = static_cast<int64_t>(second->sets.size());
       frag = assemble_call(plan, call, second->symbols, base - static_cast<uint64_t>(n), second->gemm, fragments);
@@ -928,10 +989,38 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
       if (frag.source.size() >= second->sets.size()) frag.source.erase(frag.source.begin(), frag.source.begin() + n);
       for (isa::Region& r : frag.regions)
         r.begin = r.begin > n ? r.begin - static_cast<uint32_t>(n) : 0, r.end = r.end > n ? r.end - static_cast<uint32_t>(n) : 0;
+    } else if (first && !first->prefetch) {  // the row-wise kernel, its semaphores renumbered, and `done`
+      frag = assemble_call(plan, first->rows, symbols, base, on_chip[c], fragments);
+      renumber_semaphores(frag, first->renumber);
+      isa::Instr done{.op = isa::Op::DMAOUTSYNC};
+      done.f[static_cast<size_t>(isa::describe(isa::Op::DMAOUTSYNC).operand_index("signal"))] = first->done;
+      frag.code.push_back(isa::encode(done));
+      frag.source.push_back("its stores done: the GEMM after it may load a");
     } else {
       frag = assemble_call(plan, call, symbols, base, on_chip[c], fragments);
     }
-    if (!meet && at > 0 && !second && !starts_with_sync(frag)) {
+    if (first && first->prefetch) {  // then the next GEMM's first weights' load
+      const KernelCall& y = plan.calls[order[at + 1]];
+      std::map<std::string, uint64_t> addr;
+      for (const auto& [tensor, b] : y.tensors) {
+        auto off = y.offsets.find(tensor);
+        addr[tensor] = plan.buffers[b].addr + (off == y.offsets.end() ? 0 : off->second);
+      }
+      // Every path through the kernel goes on to the load: its halts jump there.
+      const uint64_t load_at = base + frag.code.size();
+      for (isa::Word& w : frag.code)
+        if (isa::decode(w).op == isa::Op::HALT) {
+          isa::Instr jump{.op = isa::Op::JMP};
+          jump.f[0] = static_cast<int64_t>(load_at);
+          w = isa::encode(jump);
+        }
+      const isa::Program pre = kernels::gemm_chip_first_b(*first->gemm.gemm, first->symbols, addr, load_at);
+      frag.code.insert(frag.code.end(), pre.code.begin(), pre.code.end());
+      for (size_t i = 0; i < pre.code.size(); ++i)
+        frag.source.push_back("the first weights of " + y.label + ", loading while " +
+                              (on_chip[c].gemm ? "gemm_chip" : call.kernel) + " runs");
+    }
+    if (!meet && at > 0 && !(second && !second->prefetch) && !starts_with_sync(frag)) {
       p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::FENCE}));
       p.source.push_back(call.label + ": fence before " + call.kernel);
       relocate(frag, 1);  // it now starts one instruction later

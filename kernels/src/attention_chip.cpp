@@ -143,6 +143,7 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, int6
   L.end = at;
   if (L.end > c.VMEM) return false;
   L.plan.br = BR, L.plan.bc = BC, L.plan.hg = HG, L.plan.gs = L.s.groups, L.plan.gp = L.p.groups;
+  L.plan.vmem_end = L.end;
   return true;
 }
 

@@ -467,7 +467,8 @@ void tap_loads(isa::Emitter& e, const ConvTaps& x, int64_t E, int64_t kc, isa::S
 }
 
 isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t UMAX,
-                          const Placing& pl, std::string* summary) {
+                          const Placing& pl, std::string* summary, bool first_b_only = false,
+                          int64_t* vmem_end = nullptr) {
   using namespace tile_regs;
   using isa::DType;
   using isa::Label;
@@ -500,7 +501,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   // One C buffer per strip of a tile (up to kMaxCBuffers): every strip's store is in flight at once, so a tile's
   // drain costs one store latency, not one per pair of strips.
   const int64_t NCBUF = std::min(U * S, kMaxCBuffers);
-  const int64_t VA0 = 0, VC0 = NSLOT * SLOT;  // then NCBUF C buffers
+  const int64_t VA0 = g.vmem_base, VC0 = VA0 + NSLOT * SLOT;  // then NCBUF C buffers
   const bool partial = g.n % W != 0;  // the last column tile lacks some strips
   auto sem = [](int64_t i) { return Sem{static_cast<int>(i)}; };
   auto FREE = [&](int64_t j) { return sem(1 + 4 * j); };
@@ -529,6 +530,10 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       g.act ? std::optional(rowwise::epilogue(*g.act, AE, static_cast<uint64_t>(VE0))) : std::nullopt;
   const int64_t VAF = align64(VE0 + (act ? act->bytes : 0)), VAO = VAF + align64(AE * 4), AOB = align64(AE * O);
   const Sem AOFREE = sem(4 * U + 5);
+  if (vmem_end) {  // gemm_chip_vmem_end: the layout's end (the reduction of split K reuses the slots from VMEM 0)
+    *vmem_end = act ? VAO + 2 * AOB : VE0;
+    return {};
+  }
   // Without overlap_tiles: TDONE, the core's previous tile stored (dmaout signals it after the tile's last store;
   // dmain waits for it before the tile's first load).
   const Sem TDONE = sem(4 * U + 7);
@@ -578,6 +583,30 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     c_addr = pl.declare(e, "c", TensorKind::Output, g.out, {g.m, g.n});
   if (Q) q_addr = pl.declare(e, "q", TensorKind::Output, DType::I8, {g.m, g.n});
   if (SK > 1) ws_addr = pl.declare(e, "ws", TensorKind::Output, DType::F32, {SK, g.m, g.n});
+
+  // b's chunk of kc elements of K at k0 (register) for the tile's columns n0 .. n0 + pw (b's address of n0 in bh)
+  // into VMEM at vb. Scratch: t0..t2, kt, vc.
+  auto load_b = [&](int64_t kc, Sem wait, Sem signal) {
+    const bool bmc = MC == 2;  // b's chunk, read once for the pair
+    if (g.trans_b) {  // pw rows of b (output columns), kc elements of K each, KC apart in VMEM
+      e.muli(t0, k0, E), e.add(t0, t0, bh), e.li(t1, kc * E), e.li(t2, g.k * E);
+      e.dma_ld(vb, t0, pw, t1, t2, astr, {.mcast = bmc, .wait = wait, .signal = signal});
+    } else if (g.b_tiled) {  // per fold, the tile's ceil(pw / C) weight tiles are contiguous: one row per fold
+      e.muli(t0, k0, NTB * C * E), e.add(t0, t0, bh), e.li(kt, cdiv(kc, R)), e.addi(t1, pw, C - 1), e.li(t2, C);
+      e.div(t1, t1, t2), e.muli(t1, t1, R * C * E), e.li(t2, NTB * R * C * E), e.li(vc, W * R * E);
+      e.dma_ld(vb, t0, kt, t1, t2, vc, {.mcast = bmc, .wait = wait, .signal = signal});
+    } else {
+      e.muli(t0, k0, g.n * E), e.add(t0, t0, bh), e.li(kt, kc), e.muli(t1, pw, E), e.li(t2, g.n * E);
+      e.dma_ld(vb, t0, kt, t1, t2, wstr, {.mcast = bmc, .wait = wait, .signal = signal});
+    }
+  };
+  if (first_b_only) {  // gemm_chip_first_b: the core's first tile (0: one core) and its first chunk, as krange takes it
+    const int64_t kc = NKL > 1 ? KC : split_tail && T <= P && tail_lead > 0 ? tail_lead : KLAST;
+    e.li(k0, 0), e.li(bh, b_addr), e.li(pw, std::min(W, g.n)), e.li(vb, VA0 + A_SLOT), e.li(astr, KC * E);
+    e.li(wstr, W * E);
+    load_b(kc, Sem{}, Sem{});
+    return e.finish();
+  }
 
   // reg = base + slot * bytes, the slot of tile `tile` (register) among n: this core's ((tile - cid) / P) % n (no
   // register is free to hold a slot: the taps' loads take r29 and r30); clobbers tmp
@@ -631,7 +660,9 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     }
     // a's chunk, then b's (which signals the slot full: transfers complete in order); with a_wait, a tile's
     // first chunk loads b first (it waits for the slot) and a after it (waiting for the kernel before, a_wait).
-    const bool b_first = first && g.a_wait > 0;
+    // With b_preloaded, the core's first tile finds its first chunk of b in the slot: a's load is the chunk's
+    // last, and a sync signals the slot full.
+    const bool b_first = first && g.a_wait > 0, preloaded = first && g.b_preloaded;
     const Sem a_wait = b_first ? sem(g.a_wait) : FREE(0), b_wait = b_first ? FREE(0) : Sem{};
     const Sem a_signal = b_first ? FULL(0) : Sem{}, b_signal = b_first ? Sem{} : FULL(0);
     auto load_a = [&] {
@@ -643,17 +674,16 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       }
     };
     if (!b_first) load_a();
-    const bool bmc = MC == 2;  // b's chunk, read once for the pair
-    if (g.trans_b) {  // pw rows of b (output columns), kc elements of K each, KC apart in VMEM
-      e.muli(t0, k0, E), e.add(t0, t0, bh), e.li(t1, kc * E), e.li(t2, g.k * E);
-      e.dma_ld(vb, t0, pw, t1, t2, astr, {.mcast = bmc, .wait = b_wait, .signal = b_signal});
-    } else if (g.b_tiled) {  // per fold, the tile's ceil(pw / C) weight tiles are contiguous: one row per fold
-      e.muli(t0, k0, NTB * C * E), e.add(t0, t0, bh), e.li(kt, cdiv(kc, R)), e.addi(t1, pw, C - 1), e.li(t2, C);
-      e.div(t1, t1, t2), e.muli(t1, t1, R * C * E), e.li(t2, NTB * R * C * E), e.li(vc, W * R * E);
-      e.dma_ld(vb, t0, kt, t1, t2, vc, {.mcast = bmc, .wait = b_wait, .signal = b_signal});
+    if (preloaded) {
+      const Label other = e.label(), join = e.label();
+      e.bne(t, cid, other);
+      e.dmain_sync({.signal = FULL(0)});
+      e.jmp(join);
+      e.bind(other);
+      load_b(kc, Sem{}, FULL(0));
+      e.bind(join);
     } else {
-      e.muli(t0, k0, g.n * E), e.add(t0, t0, bh), e.li(kt, kc), e.muli(t1, pw, E), e.li(t2, g.n * E);
-      e.dma_ld(vb, t0, kt, t1, t2, wstr, {.mcast = bmc, .wait = b_wait, .signal = b_signal});
+      load_b(kc, b_wait, b_signal);
     }
     if (b_first) {
       load_a();
@@ -1011,6 +1041,10 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
     throw std::invalid_argument(
         "gemm_chip: with a bias, a residual or an activation the kernel's semaphores allow 6 matrix units per core");
   if (g.reduction_launch_cycles < 0) throw std::invalid_argument("gemm_chip: reduction_launch_cycles is negative");
+  if ((g.b_preloaded || g.vmem_base != 0) && (P != 1 || g.split_k > 1 || g.max_split_k > 1 ||
+                                                schedule == GemmSchedule::Strips || g.vmem_base % 64 != 0))
+    throw std::invalid_argument("gemm_chip: b_preloaded and vmem_base need one core, the tiled schedule and no split "
+                                "K (vmem_base a multiple of 64)");
   if (g.a_wait != 0 && (g.a_wait <= 4 * U + 7 || g.a_wait >= isa::kNumSems || P != 1 || g.taps.cin > 0 ||
                         g.split_k > 1 || g.max_split_k > 1 || schedule == GemmSchedule::Strips))
     throw std::invalid_argument("gemm_chip: a_wait needs one core, the tiled schedule, a a matrix, no split K, and a "
@@ -1045,7 +1079,8 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
       throw std::invalid_argument("gemm_chip: taps need the tiled schedule and b not transposed");
     schedule = GemmSchedule::Tiles;
   }
-  if (schedule == GemmSchedule::Auto && (g.trans_b || epilogue || g.a_wait)) schedule = GemmSchedule::Tiles;
+  if (schedule == GemmSchedule::Auto && (g.trans_b || epilogue || g.a_wait || g.b_preloaded || g.vmem_base))
+    schedule = GemmSchedule::Tiles;
   if (schedule == GemmSchedule::Auto) {
     // Strips where a row of a fits and every core has a column group, unless the tiled schedule's estimate is
     // lower (both estimates count the same things: matrix work, transfers at the cores' share of HBM, the fill).
@@ -1067,11 +1102,29 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
 
 namespace {
 
-isa::Program kernel_of(const GemmChip& g, const std::map<std::string, int64_t>& s, const Placing& pl,
-                       std::string* summary) {
+// The symbols the kernel plans with: VMEM_BYTES less vmem_base (its VMEM starts there).
+std::map<std::string, int64_t> from_base(const GemmChip& g, const std::map<std::string, int64_t>& s) {
+  if (g.vmem_base == 0) return s;
+  const int64_t vmem = symbol(s, "VMEM_BYTES");
+  if (g.vmem_base < 0 || g.vmem_base >= vmem)
+    throw std::invalid_argument("gemm_chip: vmem_base " + std::to_string(g.vmem_base) + " outside VMEM (" +
+                                std::to_string(vmem) + " bytes)");
+  std::map<std::string, int64_t> t = s;
+  t["VMEM_BYTES"] = vmem - g.vmem_base;
+  return t;
+}
+
+isa::Program kernel_of(const GemmChip& g, const std::map<std::string, int64_t>& symbols, const Placing& pl,
+                       std::string* summary, bool first_b_only = false, int64_t* vmem_end = nullptr) {
+  const std::map<std::string, int64_t> s = from_base(g, symbols);
   const Resolved r = resolve(g, s);
+  if (first_b_only && (r.P != 1 || r.schedule != GemmSchedule::Tiles || gemm_chip_splits(g, symbols) != 1))
+    throw std::invalid_argument("gemm_chip: the first chunk of b alone needs one core, the tiled schedule and no "
+                                "split K");
+  if (vmem_end && r.schedule != GemmSchedule::Tiles)
+    throw std::invalid_argument("gemm_chip: the VMEM end is known for the tiled schedule only");
   if (r.schedule == GemmSchedule::Strips) return strips_kernel(g, s, r.P, r.U, pl, summary);
-  return tiles_kernel(g, s, r.P, r.U, pl, summary);
+  return tiles_kernel(g, s, r.P, r.U, pl, summary, first_b_only, vmem_end);
 }
 
 }  // namespace
@@ -1080,6 +1133,18 @@ isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int
                               const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc,
                               uint64_t hbm_base) {
   return kernel_of(g, symbols, Placing{tensor_addr, base_pc, hbm_base}, nullptr);
+}
+
+isa::Program gemm_chip_first_b(const GemmChip& g, const std::map<std::string, int64_t>& symbols,
+                               const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc,
+                               uint64_t hbm_base) {
+  return kernel_of(g, symbols, Placing{tensor_addr, base_pc, hbm_base}, nullptr, true);
+}
+
+int64_t gemm_chip_vmem_end(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
+  int64_t end = 0;
+  kernel_of(g, symbols, Placing{{}, 0, 0}, nullptr, false, &end);
+  return end;
 }
 
 std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
@@ -1104,14 +1169,15 @@ double matrix_stretch(const std::map<std::string, int64_t>& symbols) {
 }
 
 double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
-  const Resolved r = resolve(g, symbols);
-  return r.schedule == GemmSchedule::Strips ? strips_estimate_of(g, symbols, r.P, r.U)
-                                            : plan_tiles(g, symbols, r.P, r.U).estimate;
+  const std::map<std::string, int64_t> s = from_base(g, symbols);
+  const Resolved r = resolve(g, s);
+  return r.schedule == GemmSchedule::Strips ? strips_estimate_of(g, s, r.P, r.U) : plan_tiles(g, s, r.P, r.U).estimate;
 }
 
 int64_t gemm_chip_splits(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
-  const Resolved r = resolve(g, symbols);
-  return r.schedule == GemmSchedule::Strips ? 1 : plan_tiles(g, symbols, r.P, r.U).sk;
+  const std::map<std::string, int64_t> s = from_base(g, symbols);
+  const Resolved r = resolve(g, s);
+  return r.schedule == GemmSchedule::Strips ? 1 : plan_tiles(g, s, r.P, r.U).sk;
 }
 
 }  // namespace tpusim::kernels

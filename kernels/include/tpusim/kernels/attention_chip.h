@@ -140,6 +140,7 @@ struct AttentionPlan {
   bool vector_unit = false;    // the vector unit's kernel (AttentionChip::vector_unit): br = rows per item (its
                                // query heads x queries), bc = the keys, hg = its query heads, blocks = items
   int64_t sets = 0;            // with vector_unit: buffer sets (2: the next item loads while one computes)
+  int64_t vmem_end = 0;        // the matrix units' kernel: the VMEM it uses, [0, vmem_end) (0 with vector_unit)
 };
 
 // The kernel for the chip described by `symbols` (sim::kernel_symbols), built through the typed emitter
