@@ -142,8 +142,8 @@ struct CompileOptions {
   // compiler::Options::vmem_intermediates: on a one-core chip of at least 16 MiB of VMEM, intermediates in half of
   // it (false: in HBM, or the shared memory, as on other chips).
   bool vmem_intermediates = true;
-  // compiler::Options::overlap_kernels: on a one-core chip, a row-wise kernel and the GEMM after it overlap (false:
-  // a fence between every two kernels).
+  // compiler::Options::overlap_kernels: on a one-core chip, a kernel and the whole-chip GEMM after it overlap, its
+  // first weights loading while the first kernel runs (false: a fence between every two kernels).
   bool overlap_kernels = true;
 };
 
