@@ -746,17 +746,24 @@ Overlap plan_overlap(const KernelPlan& plan, const KernelCall& x, const OnChip& 
 // x_symbols: its call as that pair made it): a chain of GEMMs, or a LayerNorm, a GEMM and a GEMM.
 Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<std::string, int64_t>& x_symbols,
                          const KernelCall& y, const OnChip& yc, const std::map<std::string, int64_t>& symbols) {
-  if (!yc.gemm || symbol_or(symbols, "DMA_ENGINES", 1) < 2 || symbol_or(symbols, "CORES", 1) != 1) return {};
+  // On a chip of several cores, both spread over every core (each core loads its own first tile's weights), none
+  // in a group of independent calls.
+  const bool cores = symbol_or(symbols, "CORES", 1) > 1;
+  if (!yc.gemm || symbol_or(symbols, "DMA_ENGINES", 1) < 2 ||
+      (cores && (!xc.every_core() || xc.group >= 0 || yc.group >= 0)))
+    return {};
   const auto b = y.tensors.find("b");
   if (b == y.tensors.end()) return {};
   const int64_t vmem = symbol_or(symbols, "VMEM_BYTES", 0);
   Overlap o;
   try {
     int64_t from = 0, to = 0;  // the first kernel's VMEM
-    if (x.kind == KernelCall::Kind::Rowwise && xc.row_cores == 1 && !xc.row_cut && x.rows.vmem_base == 0) {
+    if (x.kind == KernelCall::Kind::Rowwise && x.rows.vmem_base == 0) {
       for (int out : x.row_outputs)
         if (out == b->second) return {};
-      to = static_cast<int64_t>(kernels::rowwise::plan(x.rows, x_symbols).vmem_used);
+      kernels::rowwise::Program rows = xc.row_cut ? rows_for_cores(x.rows, x_symbols) : x.rows;
+      rows.cores = xc.row_cores;
+      to = static_cast<int64_t>(kernels::rowwise::plan(rows, x_symbols).vmem_used);
     } else if (x.kind == KernelCall::Kind::Attention && !x.attention.vector_unit) {
       for (const auto& [name, buf] : x.tensors)
         if (name == "o" && buf == b->second) return {};
@@ -929,7 +936,7 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   // One core: a kernel and the whole-chip GEMM after it overlap where they can (plan_overlap, else
   // prefetch_overlap); a GEMM that overlaps the kernel before it is not itself the first of a pair.
   std::vector<Overlap> overlap(order.size());
-  if (!spmd && overlap_kernels)
+  if (overlap_kernels)
     for (size_t at = 0; at + 1 < order.size(); ++at) {
       const KernelCall &x = plan.calls[order[at]], &y = plan.calls[order[at + 1]];
       const OnChip &yc = on_chip[order[at + 1]];
@@ -938,7 +945,7 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
         continue;
       }
       const OnChip& xc = on_chip[order[at]];
-      overlap[at] = plan_overlap(plan, x, xc, y, yc, symbols, fragments);
+      if (!spmd) overlap[at] = plan_overlap(plan, x, xc, y, yc, symbols, fragments);
       if (!overlap[at].on) overlap[at] = prefetch_overlap(x, xc, symbols, y, yc, symbols);
     }
 

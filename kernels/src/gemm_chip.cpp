@@ -600,11 +600,35 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.dma_ld(vb, t0, kt, t1, t2, wstr, {.mcast = bmc, .wait = wait, .signal = signal});
     }
   };
-  if (first_b_only) {  // gemm_chip_first_b: the core's first tile (0: one core) and its first chunk, as krange takes it
-    const int64_t kc = NKL > 1 ? KC : split_tail && T <= P && tail_lead > 0 ? tail_lead : KLAST;
-    e.li(k0, 0), e.li(bh, b_addr), e.li(pw, std::min(W, g.n)), e.li(vb, VA0 + A_SLOT), e.li(astr, KC * E);
-    e.li(wstr, W * E);
-    load_b(kc, Sem{}, Sem{});
+  // Tile t (register; with split K, tile t / SK's split t % SK): its rows m0 .. m0 + mt, columns n0 .. n0 + pw, K
+  // from kb, a's and b's addresses ah and bh; past the last tile, to `past`.
+  auto tile_head = [&](isa::Label past) {
+    e.li(t0, T * SK), e.bge(t, t0, past);
+    e.li(t0, SK), e.div(t1, t, t0), e.muli(t2, t1, SK), e.sub(split, t, t2);  // tile, split
+    e.muli(kb, split, KS);
+    if (MC == 2)  // column-major: t2 = tile / NR, t1 = tile % NR
+      e.li(t0, NR), e.div(t2, t1, t0), e.muli(t0, t2, NR), e.sub(t1, t1, t0);
+    else
+      e.li(t0, NC), e.div(t2, t1, t0), e.muli(t0, t2, NC), e.sub(t2, t1, t0), e.li(t0, NC), e.div(t1, t1, t0);
+    e.muli(m0, t1, TM), e.li(t0, g.m), e.sub(mt, t0, m0), e.li(t0, TM), e.min(mt, mt, t0);
+    e.muli(n0, t2, W), e.li(t0, g.n), e.sub(pw, t0, n0), e.li(t0, W), e.min(pw, pw, t0);
+    e.muli(ah, m0, g.k * E), e.li(t0, a_addr), e.add(ah, ah, t0);
+    e.muli(bh, n0, g.trans_b ? g.k * E : g.b_tiled ? R * E : E), e.li(t0, b_addr), e.add(bh, bh, t0);
+  };
+  if (first_b_only) {  // gemm_chip_first_b: this core's first tile (t = core.id) and its first chunk, as krange takes it
+    const Label none = e.label();
+    e.core_id(cid), e.addi(t, cid, 0);
+    tile_head(none);
+    e.addi(k0, kb, 0), e.li(vb, VA0 + A_SLOT), e.li(astr, KC * E), e.li(wstr, W * E);
+    if (NKL == 1 && split_tail && tail_lead > 0) {  // the core's last tile loads its last fold alone: lead first
+      const Label other = e.label();
+      e.addi(t0, t, P), e.li(t1, T), e.blt(t0, t1, other);
+      load_b(tail_lead, Sem{}, Sem{});
+      e.jmp(none);
+      e.bind(other);
+    }
+    load_b(NKL > 1 ? KC : KLAST, Sem{}, Sem{});
+    e.bind(none);
     return e.finish();
   }
 
@@ -744,17 +768,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
 
   const Label tile = e.label(), done = e.label();
   e.bind(tile);
-  e.li(t0, T * SK), e.bge(t, t0, done);
-  e.li(t0, SK), e.div(t1, t, t0), e.muli(t2, t1, SK), e.sub(split, t, t2);  // tile, split
-  e.muli(kb, split, KS);
-  if (MC == 2)  // column-major: t2 = tile / NR, t1 = tile % NR
-    e.li(t0, NR), e.div(t2, t1, t0), e.muli(t0, t2, NR), e.sub(t1, t1, t0);
-  else
-    e.li(t0, NC), e.div(t2, t1, t0), e.muli(t0, t2, NC), e.sub(t2, t1, t0), e.li(t0, NC), e.div(t1, t1, t0);
-  e.muli(m0, t1, TM), e.li(t0, g.m), e.sub(mt, t0, m0), e.li(t0, TM), e.min(mt, mt, t0);
-  e.muli(n0, t2, W), e.li(t0, g.n), e.sub(pw, t0, n0), e.li(t0, W), e.min(pw, pw, t0);
-  e.muli(ah, m0, g.k * E), e.li(t0, a_addr), e.add(ah, ah, t0);
-  e.muli(bh, n0, g.trans_b ? g.k * E : g.b_tiled ? R * E : E), e.li(t0, b_addr), e.add(bh, bh, t0);
+  tile_head(done);
   e.muli(ar, accslot, S * TMU);
   // The K range [kb, kb + (nk - 1) * KC + klast): the first chunk, the middle ones in a loop, the last. With
   // `split`, the last chunk's last fold is a chunk of its own: the rest of the chunk, smaller, arrives sooner and
@@ -1041,10 +1055,10 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
     throw std::invalid_argument(
         "gemm_chip: with a bias, a residual or an activation the kernel's semaphores allow 6 matrix units per core");
   if (g.reduction_launch_cycles < 0) throw std::invalid_argument("gemm_chip: reduction_launch_cycles is negative");
-  if ((g.b_preloaded || g.vmem_base != 0) && (P != 1 || g.split_k > 1 || g.max_split_k > 1 ||
-                                                schedule == GemmSchedule::Strips || g.vmem_base % 64 != 0))
-    throw std::invalid_argument("gemm_chip: b_preloaded and vmem_base need one core, the tiled schedule and no split "
-                                "K (vmem_base a multiple of 64)");
+  if ((g.b_preloaded || g.vmem_base != 0) &&
+      (g.split_k > 1 || g.max_split_k > 1 || schedule == GemmSchedule::Strips || g.vmem_base % 64 != 0))
+    throw std::invalid_argument("gemm_chip: b_preloaded and vmem_base need the tiled schedule and no split K "
+                                "(vmem_base a multiple of 64)");
   if (g.a_wait != 0 && (g.a_wait <= 4 * U + 7 || g.a_wait >= isa::kNumSems || P != 1 || g.taps.cin > 0 ||
                         g.split_k > 1 || g.max_split_k > 1 || schedule == GemmSchedule::Strips))
     throw std::invalid_argument("gemm_chip: a_wait needs one core, the tiled schedule, a a matrix, no split K, and a "
@@ -1118,9 +1132,8 @@ isa::Program kernel_of(const GemmChip& g, const std::map<std::string, int64_t>& 
                        std::string* summary, bool first_b_only = false, int64_t* vmem_end = nullptr) {
   const std::map<std::string, int64_t> s = from_base(g, symbols);
   const Resolved r = resolve(g, s);
-  if (first_b_only && (r.P != 1 || r.schedule != GemmSchedule::Tiles || gemm_chip_splits(g, symbols) != 1))
-    throw std::invalid_argument("gemm_chip: the first chunk of b alone needs one core, the tiled schedule and no "
-                                "split K");
+  if (first_b_only && (r.schedule != GemmSchedule::Tiles || gemm_chip_splits(g, symbols) != 1))
+    throw std::invalid_argument("gemm_chip: the first chunk of b alone needs the tiled schedule and no split K");
   if (vmem_end && r.schedule != GemmSchedule::Tiles)
     throw std::invalid_argument("gemm_chip: the VMEM end is known for the tiled schedule only");
   if (r.schedule == GemmSchedule::Strips) return strips_kernel(g, s, r.P, r.U, pl, summary);

@@ -1031,6 +1031,10 @@ class UserFacing(Workdir):
         # (--no-kernel-overlap), and numpy's within bf16's rounding; the run is faster by at least half the
         # LayerNorm's own time (the weights' first chunk, 1.2 MB, takes longer to load than the LayerNorm runs).
         # Where the row-wise kernel writes the GEMM's b (here a second LayerNorm's output), they do not overlap.
+        # With a second MatMul after the first, its first weights load while the first drains (the other way:
+        # the load follows the first GEMM's instructions, its VMEM past the first's), also on chips of several
+        # cores, each core loading its own first tile's (v4: 2 cores; h200-like: 132, pairs of cores multicasting
+        # b): the same bits as with fences, fewer cycles.
         from onnx import helper, numpy_helper, save, TensorProto
         rng = np.random.default_rng(5)
         x = rng.standard_normal((128, 768)).astype(np.float32)
@@ -1093,6 +1097,18 @@ class UserFacing(Workdir):
                 continue
             if case == "two_gemms":
                 self.assertLess(runs["overlap"], runs["fence"], case)
+                for config in ("v4", "h200-like"):
+                    tpusim("compile", model, "--config", config, "-o", self.path(f"{case}.{config}.tpub"))
+                    self.assertIn("the first weights of", tpusim("disasm", self.path(f"{case}.{config}.tpub")).stdout)
+                    cycles, ys = [], []
+                    for extra in ([], ["--no-kernel-overlap"]):
+                        out, stats = self.path(f"{case}.{config}{len(extra)}"), self.path(f"{case}.{config}{len(extra)}.json")
+                        tpusim("run", model, *inputs, "--config", config, *extra, "--output-dir", out, "--stats", stats)
+                        cycles.append(json.loads(read(stats))["cycles"])
+                        ys.append(np.load(os.path.join(out, "y.npy")))
+                    np.testing.assert_array_equal(ys[0], ys[1], err_msg=config)
+                    self.assertLess(np.linalg.norm(ys[0] - want) / np.linalg.norm(want), 1e-2, config)
+                    self.assertLess(cycles[0], cycles[1], config)
                 continue
             # The LayerNorm's own cycles, from the profile of the run with the fence.
             prof = tpusim("profile", model, *inputs, "--config", "v5e", "--no-kernel-overlap").stdout

@@ -162,13 +162,13 @@ struct GemmChip {
   // taps), no split K; a_wait above every semaphore the kernel uses (4 x units + 7) and below 32. The same results.
   int a_wait = 0;
   // The kernel's VMEM from this byte (a multiple of 64) on, its plan taking VMEM_BYTES less it: a kernel before it
-  // may still use [0, vmem_base) while this one's first chunk of b loads (b_preloaded). One core, the tiled
-  // schedule, no split K.
+  // may still use [0, vmem_base) while this one's first chunk of b loads (b_preloaded). The tiled schedule, no
+  // split K.
   int64_t vmem_base = 0;
-  // The core's first tile finds its first chunk of b in its slot already: gemm_chip_first_b's instructions, placed
+  // Each core's first tile finds its first chunk of b in its slot already: gemm_chip_first_b's instructions, placed
   // before the kernel (the compiler puts them after the kernel before it, so that the weights load while that one
-  // runs), loaded it. The kernel's leading sem.set waits for that load as for every unit. One core, the tiled
-  // schedule, no split K. The same results.
+  // runs), loaded it. The kernel's leading sem.set waits for that load as for every unit (and a barrier before it,
+  // on a chip of several cores). The tiled schedule, no split K. The same results.
   bool b_preloaded = false;
   bool operator==(const GemmChip&) const = default;  // the same kernel on the same chip
 };
@@ -183,10 +183,11 @@ isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int
                               const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
                               uint64_t hbm_base = 0);
 
-// The instructions that load the first chunk of b of the kernel's first tile into its VMEM slot, as the kernel itself
-// would (for GemmChip::b_preloaded; its vmem_base and plan the same): a dma.ld without wait or signal, and the
-// li/muli/add instructions that set its registers (clobbered: r5 .. r24, as the kernel's). One core, the tiled
-// schedule, no split K; throws std::invalid_argument otherwise.
+// The instructions that load the first chunk of b of each core's first tile (tile core.id) into its VMEM slot, as
+// the kernel itself would (for GemmChip::b_preloaded; its vmem_base and plan the same): a dma.ld without wait or
+// signal (mcast where the kernel's pairs share b), none on a core without a tile, and the instructions that find the
+// tile and set the load's registers (clobbered: r1 .. r27, as the kernel's). The tiled schedule, no split K; throws
+// std::invalid_argument otherwise.
 isa::Program gemm_chip_first_b(const GemmChip& g, const std::map<std::string, int64_t>& symbols,
                                const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
                                uint64_t hbm_base = 0);
