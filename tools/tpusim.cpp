@@ -182,7 +182,7 @@ struct PrecisionOptions {
          "ONNX models: keep every intermediate in HBM (or the chip's shared memory); by default a one-core chip "
          "of at least 16 MiB of VMEM keeps them in half of it")
         ("no-kernel-overlap", po::bool_switch(&no_overlap),
-         "ONNX models: a fence between every two kernels; by default, on a one-core chip, a kernel (a LayerNorm, "
+         "ONNX models: a fence between every two kernels; by default a kernel (a LayerNorm, "
          "the fused attention, a GEMM) and the GEMM after it overlap, the GEMM's first weights loading while the "
          "first kernel runs");
   }

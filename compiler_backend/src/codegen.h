@@ -31,8 +31,8 @@ int64_t param_or(const KernelCall& call, const char* name, int64_t otherwise);
 // residual or an activation), the tiled schedule.
 kernels::GemmChip gemm_chip_of(const KernelCall& call, const std::map<std::string, int64_t>& symbols);
 
-// The calls as one program; `overlap`: a kernel and the whole-chip GEMM after it overlap where they can on a chip of
-// one core (Options::overlap_kernels).
+// The calls as one program; `overlap`: a kernel and the whole-chip GEMM after it overlap where they can
+// (Options::overlap_kernels).
 isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
                           const std::string& program_name, bool overlap = true);
 

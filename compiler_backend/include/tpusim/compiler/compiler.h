@@ -61,9 +61,9 @@ struct Options {
   // (isa::kLocalWindow), as TPU v1 keeps its activations in its Unified Buffer; false: in HBM (or the shared
   // memory) as on other chips. docs/compiler.md, "memory planning".
   bool vmem_intermediates = true;
-  // On a chip of one core, a kernel (a LayerNorm, the fused attention, a whole-chip GEMM) and the whole-chip GEMM
-  // after it overlap: the GEMM's first chunk of weights loads while the first kernel runs (where a full fence kept
-  // HBM idle for that time). The same results. false: a fence between every two kernels. docs/compiler.md, "A
+  // A kernel (a LayerNorm, the fused attention, a whole-chip GEMM) and the whole-chip GEMM after it overlap: the
+  // GEMM's first chunk of weights loads while the first kernel runs (where a full fence kept HBM idle for that
+  // time; on a chip of several cores, where both are spread over every core). The same results. false: a fence between every two kernels. docs/compiler.md, "A
   // kernel and the whole-chip GEMM after it, overlapped".
   bool overlap_kernels = true;
 };

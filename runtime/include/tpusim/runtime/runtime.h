@@ -142,7 +142,7 @@ struct CompileOptions {
   // compiler::Options::vmem_intermediates: on a one-core chip of at least 16 MiB of VMEM, intermediates in half of
   // it (false: in HBM, or the shared memory, as on other chips).
   bool vmem_intermediates = true;
-  // compiler::Options::overlap_kernels: on a one-core chip, a kernel and the whole-chip GEMM after it overlap, its
+  // compiler::Options::overlap_kernels: a kernel and the whole-chip GEMM after it overlap (docs/compiler.md), its
   // first weights loading while the first kernel runs (false: a fence between every two kernels).
   bool overlap_kernels = true;
 };
