@@ -687,7 +687,7 @@ struct Overlap {
   bool prefetch = false;                      // prefetch_overlap's kind: no renumbering, no moved sets
   KernelCall rows;                            // the row-wise call, its VMEM region at the top
   OnChip gemm;                                // the GEMM's, with a_wait (prefetch: vmem_base and b_preloaded)
-  std::map<std::string, int64_t> symbols;     // the GEMM's: VMEM_BYTES less the row-wise kernel's region
+  std::map<std::string, int64_t> symbols;     // the GEMM's: VMEM_BYTES less the first kernel's region, if on top
   std::vector<isa::Word> sets;                // the GEMM's leading sem.set instructions, moved ahead
   std::array<int, isa::kNumSems> renumber{};  // the row-wise kernel's semaphores' new numbers
   int done = 0;
@@ -737,13 +737,14 @@ Overlap plan_overlap(const KernelPlan& plan, const KernelCall& x, const OnChip& 
 }
 
 // The other kind: a kernel whose VMEM use is known (a row-wise kernel, the fused attention, a whole-chip GEMM) and
-// the whole-chip GEMM after it, on a chip of one core: the second GEMM's VMEM lies beside the first kernel's (past
-// it, GemmChip::vmem_base, or below it where the first kernel lies past a base of its own), and the instructions
-// that load its first tile's first chunk of b (gemm_chip_first_b) follow the first kernel's, with no fence between:
-// they take no semaphore, so the two kernels' semaphores may be the same. The GEMM then finds that chunk in its
-// slot (GemmChip::b_preloaded); its leading sem.set waits for the load as for every unit. Only b loads early, so
-// only b must not be something the first kernel writes. The first kernel may itself be the second of a pair (xc and
-// x_symbols: its call as that pair made it): a chain of GEMMs, or a LayerNorm, a GEMM and a GEMM.
+// the whole-chip GEMM after it (on a chip of several cores, both spread over all of them): the GEMM's VMEM lies
+// beside the first kernel's (past it, GemmChip::vmem_base, or below it where the first kernel lies past a base of
+// its own), and the instructions that load each core's first tile's first chunk of b (gemm_chip_first_b) follow
+// the first kernel's, with no fence between: they take no semaphore, so the two kernels' semaphores may be the
+// same. The GEMM then finds that chunk in its slot (GemmChip::b_preloaded); its leading sem.set (and the barrier
+// before it, on several cores) waits for the load as for every unit. Only b loads early, so only b must not be
+// something the first kernel writes. The first kernel may itself be the second of a pair (xc and x_symbols: its
+// call as that pair made it): a chain of GEMMs, or a LayerNorm, a GEMM and a GEMM.
 Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<std::string, int64_t>& x_symbols,
                          const KernelCall& y, const OnChip& yc, const std::map<std::string, int64_t>& symbols) {
   // On a chip of several cores, both spread over every core (each core loads its own first tile's weights), none
@@ -933,8 +934,9 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   bool prev_whole = false;
   int prev_group = -1;
 
-  // One core: a kernel and the whole-chip GEMM after it overlap where they can (plan_overlap, else
-  // prefetch_overlap); a GEMM that overlaps the kernel before it is not itself the first of a pair.
+  // A kernel and the whole-chip GEMM after it overlap where they can (one core: plan_overlap, else
+  // prefetch_overlap; several: prefetch_overlap); a GEMM that overlaps the kernel before it may be the first of the
+  // next pair in prefetch_overlap's way, which leaves it as it is.
   std::vector<Overlap> overlap(order.size());
   if (overlap_kernels)
     for (size_t at = 0; at + 1 < order.size(); ++at) {

@@ -530,7 +530,8 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       g.act ? std::optional(rowwise::epilogue(*g.act, AE, static_cast<uint64_t>(VE0))) : std::nullopt;
   const int64_t VAF = align64(VE0 + (act ? act->bytes : 0)), VAO = VAF + align64(AE * 4), AOB = align64(AE * O);
   const Sem AOFREE = sem(4 * U + 5);
-  if (vmem_end) {  // gemm_chip_vmem_end: the layout's end (the reduction of split K reuses the slots from VMEM 0)
+  if (vmem_end) {  // gemm_chip_vmem_end: the layout's end
+    if (SK > 1) throw std::invalid_argument("gemm_chip: the VMEM end of a split K's reduction is not known");
     *vmem_end = act ? VAO + 2 * AOB : VE0;
     return {};
   }

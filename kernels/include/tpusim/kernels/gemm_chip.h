@@ -192,8 +192,8 @@ isa::Program gemm_chip_first_b(const GemmChip& g, const std::map<std::string, in
                                const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
                                uint64_t hbm_base = 0);
 
-// The VMEM the kernel's tiled schedule uses: [vmem_base, the value returned) (its split K's reduction, after a
-// barrier, reuses the same bytes). Throws std::invalid_argument for the strips schedule, or as gemm_chip_kernel.
+// The VMEM the kernel's tiled schedule uses: [vmem_base, the value returned). Throws std::invalid_argument for the
+// strips schedule and for split K (its reduction lays VMEM out anew), or as gemm_chip_kernel.
 int64_t gemm_chip_vmem_end(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
 
 // The kernel (at base 0) as assembly text that assembles back to it, after a comment line that gives the plan
