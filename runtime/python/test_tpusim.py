@@ -185,6 +185,37 @@ class MlpTest(unittest.TestCase):
         self.assertLess(moved(rv), moved(rh))
 
 
+    def test_overlap_kernels(self):
+        """A LayerNorm and the whole-chip GEMM after it (a GELU as its epilogue, so the whole-chip GEMM even on
+        v4-like's one matrix unit) overlap by default: the GEMM's first weights load while the LayerNorm runs.
+        overlap_kernels=False puts a fence between them: another program, the same bits, more cycles
+        (docs/compiler.md, "A kernel and the whole-chip GEMM after it, overlapped")."""
+        from onnx import helper, numpy_helper, TensorProto
+        rng = np.random.default_rng(3)
+        f32 = lambda n, shape: helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)
+        consts = [numpy_helper.from_array(np.ones(768, np.float32), "g"),
+                  numpy_helper.from_array(np.zeros(768, np.float32), "b"),
+                  numpy_helper.from_array((rng.standard_normal((768, 1024)) / 28).astype(np.float32), "w"),
+                  numpy_helper.from_array(np.array(2 ** 0.5, np.float32), "sqrt2"),
+                  numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+                  numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+        nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["h"], axis=-1),
+                 helper.make_node("MatMul", ["h", "w"], ["m"]),
+                 helper.make_node("Div", ["m", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+                 helper.make_node("Add", ["e", "one"], ["p"]), helper.make_node("Mul", ["m", "p"], ["q"]),
+                 helper.make_node("Mul", ["q", "half"], ["y"])]
+        model = helper.make_model(helper.make_graph(nodes, "ln_fc", [f32("x", [128, 768])], [f32("y", [128, 1024])],
+                                                    initializer=consts),
+                                  opset_imports=[helper.make_opsetid("", 17)])
+        c = self.client  # v4-like: one core, 4 DMA engines
+        x = rng.standard_normal((128, 768)).astype(np.float32)
+        on, off = c.compile(model, name="ln_fc.onnx"), c.compile(model, name="ln_fc.onnx", overlap_kernels=False)
+        self.assertNotEqual(on.fingerprint, off.fingerprint)
+        r_on, r_off = c.execute(on, {"x": x}), c.execute(off, {"x": x})
+        np.testing.assert_array_equal(r_on.outputs["y"], r_off.outputs["y"])
+        self.assertLess(r_on.cycles, r_off.cycles)
+
+
 class BertTest(unittest.TestCase):
     """The small BERT workload: int64 token ids from numpy, bf16 and int8 (calibrated) against PyTorch."""
 

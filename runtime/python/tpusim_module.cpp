@@ -362,7 +362,7 @@ struct PyClient {
   runtime::Executable compile(const py::object& model,
                               const std::optional<std::map<std::string, std::vector<int64_t>>>& shapes,
                               const std::string& precision, const py::object& calibration, const std::string& name,
-                              bool timing_only, bool intermediates_in_hbm) {
+                              bool timing_only, bool intermediates_in_hbm, bool overlap_kernels) {
     runtime::Client& cl = client();
     std::optional<std::string> bytes;
     std::string path;
@@ -379,6 +379,7 @@ struct PyClient {
     opts.input_shapes = shapes.value_or(std::map<std::string, std::vector<int64_t>>{});
     opts.timing_only = timing_only;
     opts.vmem_intermediates = !intermediates_in_hbm;
+    opts.overlap_kernels = overlap_kernels;
     if (precision == "int8") opts.precision = compiler::Precision::INT8;
     else if (precision != "bf16") throw py::value_error("precision must be 'bf16' or 'int8', got '" + precision + "'");
     if (!calibration.is_none()) {
@@ -736,13 +737,15 @@ PYBIND11_MODULE(tpusim, m) {
       .def_property_readonly("chip", [](const PyClient& c) { return c.client().config().chip.name; })
       .def("compile", &PyClient::compile, py::arg("model"), py::arg("shapes") = py::none(),
            py::arg("precision") = "bf16", py::arg("calibration") = py::none(), py::arg("name") = "model.onnx",
-           py::arg("timing_only") = false, py::arg("intermediates_in_hbm") = false,
+           py::arg("timing_only") = false, py::arg("intermediates_in_hbm") = false, py::arg("overlap_kernels") = true,
            "Compiles an ONNX model: a path, bytes, or an onnx.ModelProto (cached by canonical path and mtime, or by "
            "content); shapes: {input: [dims]} for dynamic dimensions; precision 'bf16' or 'int8' (calibration: a "
            "dict of input arrays, or a list of them, the activation scales are measured on); name: for bytes; "
            "timing_only: a program for execute(..., timing_only=True) only, with the same cycles, compiled without "
            "reading the weights' values (and int8 without calibration); intermediates_in_hbm: keep every "
-           "intermediate in HBM (by default a one-core chip of at least 16 MiB of VMEM keeps them in half of it)")
+           "intermediate in HBM (by default a one-core chip of at least 16 MiB of VMEM keeps them in half of it); "
+           "overlap_kernels=False: a fence between every two kernels (by default a kernel and the whole-chip GEMM "
+           "after it overlap, the GEMM's first weights loading while the first kernel runs; the same results)")
       .def("cache_stats", &PyClient::cache_stats, "{'compilations': ONNX models compiled, 'hits': cache hits}")
       .def("memory_stats", &PyClient::memory_stats, py::arg("device") = 0,
            "The device's HBM: {'live_buffers', 'live_bytes', 'peak_bytes', 'total_allocations'}")
