@@ -508,16 +508,22 @@ void group_independent_calls(const KernelPlan& plan, const std::map<std::string,
   }
 }
 
+// A library or whole-chip call's tensors' addresses, by the names its kernel declares.
+std::map<std::string, uint64_t> tensor_addresses(const KernelPlan& plan, const KernelCall& call) {
+  std::map<std::string, uint64_t> addr;
+  for (const auto& [tensor, b] : call.tensors) {
+    auto off = call.offsets.find(tensor);
+    addr[tensor] = plan.buffers[b].addr + (off == call.offsets.end() ? 0 : off->second);
+  }
+  return addr;
+}
+
 isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
                            const std::map<std::string, int64_t>& symbols, uint64_t base_pc, const OnChip& chip,
                            Fragments& fragments) {
   const std::optional<kernels::GemmChip>& g = chip.gemm;
   auto at = [&](int buf, uint64_t off) { return plan.buffers[buf].addr + off; };
-  std::map<std::string, uint64_t> addr;  // a library or whole-chip call's tensors
-  for (const auto& [tensor, b] : call.tensors) {
-    auto off = call.offsets.find(tensor);
-    addr[tensor] = at(b, off == call.offsets.end() ? 0 : off->second);
-  }
+  const std::map<std::string, uint64_t> addr = tensor_addresses(plan, call);
   try {
     if (g) return kernels::gemm_chip_kernel(*g, symbols, addr, base_pc);
     if (call.kind == KernelCall::Kind::Attention)
@@ -1010,11 +1016,7 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
     }
     if (first && first->prefetch) {  // then the next GEMM's first weights' load
       const KernelCall& y = plan.calls[order[at + 1]];
-      std::map<std::string, uint64_t> addr;
-      for (const auto& [tensor, b] : y.tensors) {
-        auto off = y.offsets.find(tensor);
-        addr[tensor] = plan.buffers[b].addr + (off == y.offsets.end() ? 0 : off->second);
-      }
+      const std::map<std::string, uint64_t> addr = tensor_addresses(plan, y);
       // Every path through the kernel goes on to the load: its halts jump there.
       const uint64_t load_at = base + frag.code.size();
       for (isa::Word& w : frag.code)
