@@ -186,7 +186,8 @@ constexpr int64_t kMaxCBuffers = 8;
 struct TilePlan {
   int64_t tm = 0, s = 0, kc = 0;
   int64_t u = 1;        // matrix units per core used (at most the request's: fewer make narrower tiles, more of them)
-  int64_t rb = 1;       // row blocks: 1, or u (the units split the tile's rows, each C columns wide: narrow N)
+  int64_t rb = 1;       // row blocks: 1, or a divisor of u (u / rb strips of C columns, each split into rb blocks of
+                        // the tile's rows, one unit per block: outputs narrower than u strips)
   int64_t abuf = 2;     // accumulator regions per unit: 2 = the next tile's matrix work overlaps this one's drain
   int64_t sk = 1, ks = 0;  // splits of K and the elements of K per split (a multiple of kc; the last may be short)
   int64_t nslot = 2;       // operand slots (chunks in flight)
@@ -300,18 +301,25 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
   const bool narrow = g.narrow_strips && P > 1 && !g.b_tiled && g.group_n == 0 && !g.act && g.taps.cin == 0;
   for (int64_t sc = C; sc >= (narrow ? std::max<int64_t>(C / 8, 4) : C); sc /= 2)
   for (int64_t U = UMAX; U >= (P > 1 ? 1 : UMAX); --U)  // fewer units only to spread narrower tiles over cores
-  for (int64_t rb = 1; rb <= (sc < C ? 1 : U); rb = rb == 1 && U > 1 ? U : U + 1)
+  for (int64_t rb = 1; rb <= (sc < C ? 1 : U); ++rb)
   for (int64_t abuf = 2; abuf >= 1; --abuf)
     for (int64_t S = 1; S <= (rb > 1 ? 1 : 8); S *= 2) {
       if (sc < C && (U * S * sc * 2 > C || C % (U * S * sc) != 0)) continue;  // narrow: half of C at most
+      if (U % rb != 0) break;  // row blocks: the units split evenly into strips of rb blocks
       if (S > 1 && (S / 2) * U * sc >= g.n) break;  // the tile would be wider than the whole of N
       // More strips than C buffers (kMaxCBuffers): the drain reuses a buffer only once its last store is done,
       // and that store waits behind the operand loads queued before it (HBM serves transfers in order); the
       // estimate does not count those waits, so such tiles are left out. GPT-2's vocabulary projection on v5e, 128 x 768 x 50257:
       // 271,337 cycles in tiles of 16 strips (4 per unit), 207,955 in tiles of 8.
       if (!g.act && S > 1 && U * S > kMaxCBuffers) break;
-      // cap: a unit's rows (its accumulators); with row blocks the tile is rb units' blocks high, C wide
-      const int64_t cap = ACC / (abuf * S), W = rb > 1 ? C : U * S * sc;
+      // cap: a unit's rows (its accumulators); with row blocks the tile is rb units' blocks high, U / rb strips wide
+      const int64_t cap = ACC / (abuf * S), W = rb > 1 ? U / rb * C : U * S * sc;
+      // Pairs (or more) of units on a strip only for outputs of fewer strips than units, which a tile of U strips
+      // would leave partly idle: N in ((U/rb/2)*C, (U/rb)*C] (narrower takes more row blocks). On wider outputs
+      // the estimate prefers tiles narrower than the wide ones that run faster: BERT's QKV projection on v6e,
+      // 128 x 768 x 2304 (bias, b tiled), in 5 tiles of 128 x 512 took 7,961 cycles against 6,615 in 3 of
+      // 128 x 1024 (each unit's 64 rows do not cover its 256-row weight loads).
+      if (rb > 1 && rb < U && (g.n > U / rb * C || (U / rb / 2) * C >= g.n)) continue;
       // Tile heights: the even splits of M into row tiles of at most rb x cap, cap/2, ... rows, and of at most
       // each multiple of 16 between cap/8 and cap (x rb), so that the tile count can fill the last wave.
       std::vector<int64_t> heights;
@@ -365,13 +373,14 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
             const double transfer = (a_rows + b_rows) * static_cast<double>(kc * E) / share +
                                     (g.overlap_tiles ? stores / chunks : 0.0);
             // VMEM's ports: the chunk's operands written by the loads and read by the matrix units (each weight
-            // once, the row tile's a once per strip)
-            const int64_t port_bytes = (2 * (tm + std::min(W, g.n)) + (rb > 1 ? 0 : S - 1) * tm) * kc * E;
+            // once, or by each of its strip's rb units; the row tile's a once per strip)
+            const int64_t port_bytes =
+                (2 * (tm + std::min(W, g.n)) + (rb > 1 ? (rb - 1) * std::min(W, g.n) : (S - 1) * tm)) * kc * E;
             const double ports =
                 vmem_bpc > 0 ? static_cast<double>(port_bytes) / static_cast<double>(vmem_bpc) : 0.0;
             const double chunk =
                 std::max({work, transfer, ports, (static_cast<double>(latency) + transfer) / (nslot - 1)});
-            const double drain = static_cast<double>((rb > 1 ? rb : U * S) * tmu * sc * (1 + act_passes)) /
+            const double drain = static_cast<double>(U * S * tmu * sc * (1 + act_passes)) /
                                  static_cast<double>(vpu_width);
             // per item: its chunks, its first load's latency and, with abuf == 1 or tiles one at a time, its
             // drain; one at a time, also its stores and their latency
@@ -479,10 +488,14 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   const int64_t U = plan.u;  // the units the plan uses
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out);
   const DType in = g.in, acc_dt = g.in == DType::I8 ? DType::I32 : DType::F32;
-  // RB > 1: row blocks, unit j computes rows [j*TMU, (j+1)*TMU) of the tile (C columns, one strip per unit)
+  // RB > 1: row blocks, unit j computes rows [(j % RB)*TMU, +TMU) of strip j / RB of the tile (U / RB strips of C
+  // columns, one strip per unit)
   const int64_t RB = plan.rb, TM = plan.tm, TMU = cdiv(TM, RB), S = plan.s, KC = plan.kc, ABUF = plan.abuf;
   const int64_t SC = plan.sc;  // a strip's columns: C, or fewer (narrow strips)
-  const int64_t W = RB > 1 ? C : U * S * SC;
+  const int64_t W = RB > 1 ? U / RB * C : U * S * SC;
+  // Unit j's strip sidx: its strip of columns in the tile, and its first row in the tile
+  auto strip_of = [&](int64_t j, int64_t sidx) { return RB > 1 ? j / RB : j * S + sidx; };
+  auto row_of = [&](int64_t j) { return RB > 1 ? j % RB * TMU : 0; };
   const int64_t SK = plan.sk, KS = plan.ks;                 // splits of K, elements per split
   const int64_t NSLOT = plan.nslot;
   const int64_t NC = cdiv(g.n, W), NR = cdiv(g.m, TM), T = NR * NC;  // column tiles, row tiles, tiles
@@ -550,7 +563,8 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     std::ostringstream o;
     o << "# gemm_chip (tiles): c[" << g.m << "," << g.n << "] = a[" << g.m << "," << g.k << "] @ b[" << g.k << ","
       << g.n << "] on " << P << " cores x " << U << " matrix units: " << T << " tiles of " << TM << " x " << W
-      << (RB > 1   ? " (row blocks: unit j takes rows j*" + std::to_string(TMU) + ".. of a tile, "
+      << (RB > 1   ? " (row blocks: unit j takes rows (j % " + std::to_string(RB) + ")*" + std::to_string(TMU) +
+                           ".. of strip j / " + std::to_string(RB) + " of a tile, "
           : SC < C ? " (" + std::to_string(S) + " strips of " + std::to_string(SC) + " columns per unit, "
                    : " (" + std::to_string(S) + " strips per unit, ")
       << ABUF << " accumulator regions), K in chunks of " << KC << " (" << NSLOT << " slots)";
@@ -662,15 +676,17 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     e.li(t0, q * SC), e.bge(t0, pw, skip), e.sub(nt, pw, t0), e.li(t0, SC), e.min(nt, nt, t0);
   };
   auto unit_guard = [&](int64_t j, Label skip) {  // unit j has at least one strip (rows) in this tile
-    if (RB > 1 && j > 0)
-      e.li(t0, j * TMU), e.bge(t0, mt, skip);
-    else if (partial && j > 0)
+    if (RB > 1) {
+      if (row_of(j) > 0) e.li(t0, row_of(j)), e.bge(t0, mt, skip);
+      if (partial && strip_of(j, 0) > 0) e.li(t0, strip_of(j, 0) * C), e.bge(t0, pw, skip);
+    } else if (partial && j > 0) {
       e.li(t0, j * S * SC), e.bge(t0, pw, skip);
+    }
   };
   // The rows unit j streams: mt, or with row blocks its block's (r31)
   auto unit_rows = [&](int64_t j) -> isa::Reg {
     if (RB == 1) return mt;
-    e.li(t0, j * TMU), e.sub(r31, mt, t0), e.li(t0, TMU), e.min(r31, r31, t0);
+    e.li(t0, row_of(j)), e.sub(r31, mt, t0), e.li(t0, TMU), e.min(r31, r31, t0);
     return r31;
   };
   // One chunk of kc elements of K at k0 (register), the first of the tile or not.
@@ -725,7 +741,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.li(kt, std::min(R, kc - f * R));
       for (int64_t j = 0; j < U; ++j)
         for (int64_t sidx = 0; sidx < S; ++sidx) {
-          const int64_t q = RB > 1 ? 0 : j * S + sidx;  // the strip of columns
+          const int64_t q = strip_of(j, sidx);  // the strip of columns
           const Label l = e.label();
           if (RB > 1) unit_guard(j, l);
           strip_guard(q, l);
@@ -741,7 +757,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
             e.addi(t1, vb, (f * R * W + q * SC) * E);
             e.mxu_lw(t1, kt, nt, wstr, in, {.mxu = j, .wait = wait_full});
           }
-          e.addi(t1, va, ((RB > 1 ? j * TMU * KC : 0) + f * R) * E), e.addi(t2, ar, sidx * TMU);
+          e.addi(t1, va, (row_of(j) * KC + f * R) * E), e.addi(t2, ar, sidx * TMU);
           // The unit's last read of the slot frees it. With a partial tile, the unit's last present strip
           // may come before S - 1: the signal then goes on a sync after the strips (below).
           e.mxu_mm(t1, rows, t2, astr, in,
@@ -823,7 +839,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     e.dmain_sync({.wait = RFREE});
     for (int64_t j = 0; j < U; ++j)
       for (int64_t sidx = 0; sidx < S; ++sidx) {
-        const int64_t q = RB > 1 ? 0 : j * S + sidx, r0 = RB > 1 ? j * TMU : 0;
+        const int64_t q = strip_of(j, sidx), r0 = row_of(j);
         const Label l = e.label();
         if (RB > 1) unit_guard(j, l);
         strip_guard(q, l);
@@ -872,7 +888,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     e.vpu_sync({.signal = CFULL});
     for (int64_t j = 0; j < U; ++j)
       for (int64_t sidx = 0; sidx < S; ++sidx) {
-        const int64_t q = RB > 1 ? 0 : j * S + sidx, r0 = RB > 1 ? j * TMU : 0;
+        const int64_t q = strip_of(j, sidx), r0 = row_of(j);
         const Label l = e.label();
         unit_guard(j, l);
         strip_guard(q, l);
@@ -897,7 +913,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       unit_guard(j, lu);
       e.mxu_sync({.mxu = j, .signal = AFULL(j)}), e.vpu_sync({.wait = AFULL(j)});
       for (int64_t sidx = 0; sidx < S; ++sidx) {
-        const int64_t q = RB > 1 ? 0 : j * S + sidx;
+        const int64_t q = strip_of(j, sidx);
         const Label l = e.label();
         strip_guard(q, l);
         const isa::Reg rows = unit_rows(j);
@@ -917,11 +933,11 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     unit_guard(j, lu);
     e.mxu_sync({.mxu = j, .signal = AFULL(j)}), e.vpu_sync({.wait = AFULL(j)});
     for (int64_t sidx = 0; sidx < S; ++sidx) {
-      const int64_t q = RB > 1 ? 0 : j * S + sidx;  // the strip of columns
+      const int64_t q = strip_of(j, sidx);  // the strip of columns
       const Label l = e.label();
       strip_guard(q, l);
       const isa::Reg rows = unit_rows(j);
-      const int64_t r0 = RB > 1 ? j * TMU : 0;  // the block's first row in the tile
+      const int64_t r0 = row_of(j);  // the block's first row in the tile
       e.muli(vc, cslot, CQ_BYTES), e.addi(vc, vc, VC0), e.addi(t0, ar, j * ACC + sidx * TMU), e.muli(t1, nt, OD);
       e.vpu_sync({.wait = CFREE}), e.addi(t2, r30, q * SC * TB), e.li(t3, g.scale_bits);
       if (!g.q_only)

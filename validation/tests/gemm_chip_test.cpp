@@ -234,8 +234,15 @@ void epilogue_cases(DType in, uint64_t seed, bool relu, float scale) {
 // the output type. gemm.s with RESIDUAL and gemm_chip on 2 cores x 3 units against the host's sum of the plain
 // GEMM's output (gemm.s without RESIDUAL, run here) and r, in f32 rounded to the output type as the separate Add
 // kernel computes it, bit for bit: fusing the Add changes no result.
-void residual_cases(DType out, uint64_t seed, bool relu) {
-  TPUSIM_MACHINES(m, chip_sets());
+// `units` per core: 3 (chip_sets), or 4, which the plan may split into 2 strips of 2 row blocks.
+std::vector<std::string> sets_of_units(int units) {
+  std::vector<std::string> sets = chip_sets();
+  if (units != 3) sets.push_back("core.mxus=" + std::to_string(units));
+  return sets;
+}
+
+void residual_cases(DType out, uint64_t seed, bool relu, int units = 3) {
+  TPUSIM_MACHINES(m, sets_of_units(units));
   const std::map<std::string, int64_t> symbols = symbols_of(*m);
   const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
   Random rnd(seed);
@@ -260,7 +267,7 @@ void residual_cases(DType out, uint64_t seed, bool relu) {
     }
     defines["RESIDUAL"] = 1, defines["RES_RELU"] = relu;
     const std::vector<double> one = run(kernels::assemble("gemm.s", defines, {}, 0));
-    kernels::GemmChip g{s.m, s.k, s.n, in, out, 2, 3, kernels::GemmSchedule::Auto};
+    kernels::GemmChip g{s.m, s.k, s.n, in, out, 2, units, kernels::GemmSchedule::Auto};
     g.bias = true, g.b_tiled = true, g.residual = true, g.residual_relu = relu;
     const std::vector<double> whole = run(kernels::gemm_chip_kernel(g, symbols));
     const std::string what = std::string("residual ") + isa::dtype_name(out) + (relu ? ", relu" : "") +
@@ -268,7 +275,7 @@ void residual_cases(DType out, uint64_t seed, bool relu) {
     expect_all(what + ": gemm.s vs the GEMM then the add on the host, bit for bit", want.size(),
                [&](size_t i) { return same(one[i], want[i]); },
                [&](size_t i) { return "gemm.s " + num(one[i]) + ", host " + num(want[i]); });
-    expect_all(what + ": 2 cores x 3 units vs the host, bit for bit", want.size(),
+    expect_all(what + ": 2 cores x " + std::to_string(units) + " units vs the host, bit for bit", want.size(),
                [&](size_t i) { return same(whole[i], want[i]); },
                [&](size_t i) { return "gemm_chip " + num(whole[i]) + ", host " + num(want[i]); });
   }
@@ -277,8 +284,8 @@ void residual_cases(DType out, uint64_t seed, bool relu) {
 // The compiler's activations after a GEMM (act: an elementwise row-wise program on the f32 result, GELU after a
 // Linear's bias): gemm_chip with act on 2 cores x 3 units against the plain GEMM writing f32 (gemm.s) followed by
 // the row-wise kernel of the same program on its output, bit for bit: fusing the activation changes no result.
-void act_cases(uint64_t seed, kernels::rowwise::Op op, bool relu) {
-  TPUSIM_MACHINES(m, chip_sets());
+void act_cases(uint64_t seed, kernels::rowwise::Op op, bool relu, int units = 3) {
+  TPUSIM_MACHINES(m, sets_of_units(units));
   const std::map<std::string, int64_t> symbols = symbols_of(*m);
   const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
   Random rnd(seed);
@@ -309,14 +316,14 @@ void act_cases(uint64_t seed, kernels::rowwise::Op op, bool relu) {
     m->run(k);
     const std::vector<double> want = m->read_sim(rw.outputs[0].addr, static_cast<size_t>(s.m * s.n), DType::BF16);
     // on the whole chip, and on one core of one unit (codegen's choice on a one-unit chip: gemm.s has no epilogue)
-    for (const auto& [cores, units] : std::vector<std::pair<int, int>>{{2, 3}, {1, 1}}) {
-      kernels::GemmChip g{s.m, s.k, s.n, in, DType::BF16, cores, units, kernels::GemmSchedule::Auto};
+    for (const auto& [cores, used] : std::vector<std::pair<int, int>>{{2, units}, {1, 1}}) {
+      kernels::GemmChip g{s.m, s.k, s.n, in, DType::BF16, cores, used, kernels::GemmSchedule::Auto};
       g.bias = true, g.relu = relu, g.b_tiled = true, g.act = act;
       const std::vector<double> whole =
           run_with_bias(*m, kernels::gemm_chip_kernel(g, symbols), a, tiled, bias, in, acc, DType::BF16);
       const std::string what = std::string("act ") + kernels::rowwise::op_name(op) + (relu ? " after relu" : "") +
                                " M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) + " N=" + std::to_string(s.n);
-      expect_all(what + ": " + std::to_string(cores) + " cores x " + std::to_string(units) +
+      expect_all(what + ": " + std::to_string(cores) + " cores x " + std::to_string(used) +
                      " units vs the GEMM then the row-wise kernel, bit for bit",
                  want.size(), [&](size_t i) { return same(whole[i], want[i]); },
                  [&](size_t i) { return "gemm_chip " + num(whole[i]) + ", row-wise " + num(want[i]); });
@@ -363,6 +370,70 @@ TEST(GemmChip, NarrowOutputsSplitTheRowsOverTheUnits) {
                    [&](size_t i) { return "sim " + num(whole[i]) + ", host " + num(exact[i]); });
       }
     }
+}
+
+// Outputs of two strips on four units a core: the plan may pair the units, two strips of C columns each split into
+// two blocks of rows, so that every unit works where a tile of 4 strips would leave two idle. On the test chip
+// (8 x 8 units) against one unit, bit for bit (int8 also against the host), the last column tile short of its
+// second strip in some shapes; and on v5e (4 units of 128 x 128, one core) the GEMM of a 3 x 3 convolution of 256
+// channels (512 x 2304 x 256): in 2 strips of 2 row blocks it takes at most 0.8 times the cycles on 2 units (1
+// strip each: what 4 units did before row blocks came in pairs, tiles of 4 strips with 2 empty), since each unit
+// streams 256 rows rather than 512 past each weight tile (2 units: 18 folds x 512 rows = 9,216 matrix cycles;
+// 4 units: 4,608, below the 6,500 cycles of its 3.5 MB at 546 bytes a cycle; measured 8,432 against 11,829).
+TEST(GemmChip, TwoStripsOfTwoRowBlocksKeepFourUnitsBusy) {
+  {  // (one Chip per process: the v5e run is a test of its own, below)
+    TPUSIM_MACHINES(m, sets_of_units(4));
+    const std::map<std::string, int64_t> symbols = symbols_of(*m);
+    Random r(961);
+    int paired = 0;
+    for (DType in : {DType::BF16, DType::I8})
+      for (const Shape& s : std::vector<Shape>{{70, 50, 16}, {100, 17, 13}, {64, 24, 11}, {33, 40, 16}}) {
+        const DType out = in == DType::I8 ? DType::I32 : DType::F32;
+        const std::string what = std::string(isa::dtype_name(in)) + " M=" + std::to_string(s.m) + " K=" +
+                                 std::to_string(s.k) + " N=" + std::to_string(s.n);
+        const kernels::GemmChip g{s.m, s.k, s.n, in, out, 1, 4, kernels::GemmSchedule::Tiles};
+        paired += kernels::gemm_chip_source(g, symbols).find("of strip j / 2") != std::string::npos;
+        std::vector<double> a = r.values(in, s.m * s.k, -3, 3), b = r.values(in, s.k * s.n, -3, 3);
+        const std::vector<double> whole = run_gemm(*m, g, a, b);
+        const std::vector<double> one =
+            run_gemm(*m, {s.m, s.k, s.n, in, out, 1, 1, kernels::GemmSchedule::Strips}, a, b);
+        expect_all(what + ": 1 core x 4 units vs 1 x 1, bit for bit", whole.size(),
+                   [&](size_t i) { return same(whole[i], one[i]); },
+                   [&](size_t i) { return "4 units " + num(whole[i]) + ", one unit " + num(one[i]); });
+        if (in == DType::I8) {
+          std::vector<double> exact(static_cast<size_t>(s.m * s.n), 0.0);
+          for (int64_t i = 0; i < s.m; ++i)
+            for (int64_t l = 0; l < s.k; ++l)
+              for (int64_t j = 0; j < s.n; ++j) exact[i * s.n + j] += a[i * s.k + l] * b[l * s.n + j];
+          expect_all(what + ": sim vs host", exact.size(), [&](size_t i) { return whole[i] == exact[i]; },
+                     [&](size_t i) { return "sim " + num(whole[i]) + ", host " + num(exact[i]); });
+        }
+      }
+    EXPECT_GE(paired, 4) << "shapes planned as 2 strips of 2 row blocks, of 8";
+  }
+}
+
+TEST(GemmChip, TwoStripsOfTwoRowBlocksOnV5eBeatTwoUnits) {
+  const sim::ChipConfig cfg = sim::load_config("v5e");
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  ASSERT_EQ(symbols.at("MXUS"), 4);
+  kernels::GemmChip g{512, 2304, 256, DType::BF16, DType::BF16, 1, 4, kernels::GemmSchedule::Tiles};
+  const std::string src = kernels::gemm_chip_source(g, symbols);
+  EXPECT_NE(src.find("1 tiles of 512 x 256 (row blocks: unit j takes rows (j % 2)*256.. of strip j / 2"),
+            std::string::npos)
+      << src.substr(0, 300);
+  sim::Chip chip(cfg);
+  const uint64_t four = chip.run(kernels::gemm_chip_kernel(g, symbols), timing_only()).stats.cycles;
+  g.mxus = 2;
+  const uint64_t two = chip.run(kernels::gemm_chip_kernel(g, symbols), timing_only()).stats.cycles;
+  EXPECT_LT(static_cast<double>(four), 0.8 * static_cast<double>(two));
+  std::printf("512 x 2304 x 256 on v5e: 4 units (2 strips x 2 row blocks) %llu cycles, 2 units %llu\n",
+              static_cast<unsigned long long>(four), static_cast<unsigned long long>(two));
+}
+
+TEST(GemmChip, ResidualOnFourUnitsMatchesTheGemmThenTheAdd) { residual_cases(DType::BF16, 962, true, 4); }
+TEST(GemmChip, GeluOnFourUnitsMatchesTheGemmThenTheRowwiseKernel) {
+  act_cases(963, kernels::rowwise::Op::Gelu, false, 4);
 }
 
 // A tile of more strips than the drain's 8 C buffers reuses each buffer only once its store is done, and that

@@ -51,7 +51,9 @@ namespace tpusim::kernels {
 //    tile's chunks: mxu.sync signals AFULL_j, the vector unit drains each strip into a C buffer (CFREE/CFULL)
 //    and dmaout stores it. Slots, accumulator regions and C buffers are double-buffered, so the next chunk's
 //    loads, the matrix work and the drains overlap. Row blocks, for narrow outputs: a tile is C columns wide and
-//    unit j takes its rows j*TM/U.. against the same weight tile (every unit works where N <= C). U (up to the
+//    unit j takes its rows j*TM/U.. against the same weight tile (every unit works where N <= C); or, where N
+//    is more than C but fewer than U strips, U / RB strips of C columns, each split into RB blocks of rows (unit
+//    j: strip j / RB, rows (j % RB)*TM/RB..), so that two strips keep four units busy. U (up to the
 //    units asked), TM, S and row blocks are chosen to minimise an estimate of the kernel's time (waves of tiles
 //    over the cores, each tile's matrix cycles and its share of memory bandwidth).
 // Auto takes Strips where it has at least one column group per core and a row tile fits, unless the tiled
