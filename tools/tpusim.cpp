@@ -601,6 +601,10 @@ int cmd_validate(const std::vector<std::string>& args) {
               << validate::kCausalModuleUs << " causal and " << validate::kEncoderModuleUs
               << " encoder for the project's goldens, which time TensorRT-LLM's whole attention modules; 0 for a "
                  "--goldens folder)";
+  std::ostringstream tile_help;
+  tile_help << "the fused attention kernel's minimum time per tile (each item's, at the chip's clock): TensorRT-LLM's "
+               "kernels take about this much per tile however small the tile (default: "
+            << validate::kAttentionTileUs << " for the project's goldens, 0 for a --goldens folder)";
   std::ostringstream fp8_help;
   fp8_help << "time added to each fp8 GEMM case for the measured fp8 Linear beyond its GEMM and its quantisation of "
               "x (default: "
@@ -624,6 +628,7 @@ int cmd_validate(const std::vector<std::string>& args) {
        "folder holding gemm.csv (default: the project's validation/goldens/h200, as built)")
       ("attention-module-us", po::value(&o.attention_module_us)->value_name("US"),
        module_help.str().c_str())
+      ("attention-tile-us", po::value(&o.attention_tile_us)->value_name("US"), tile_help.str().c_str())
       ("fp8-module-us", po::value(&o.fp8_module_us)->value_name("US"), fp8_help.str().c_str())
       ("fp8-quantise-tbs", po::value(&o.fp8_quantise_tbs)->value_name("TBS"), quantise_help.str().c_str())
       ("warm-up", po::bool_switch(&o.warm_up),

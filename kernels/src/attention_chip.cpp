@@ -179,7 +179,8 @@ void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
     const int64_t qb = a.causal ? L.NQ - 1 - t % L.NQ : t % L.NQ;
     const int64_t n = a.causal ? std::min(L.NBK, cdiv((qb + 1) * L.plan.br, BC)) : L.NBK;
     blocks += n;
-    core[static_cast<size_t>(t % c.P)] += fill + static_cast<double>(n) * block;
+    core[static_cast<size_t>(t % c.P)] +=
+        std::max(fill + static_cast<double>(n) * block, static_cast<double>(a.min_item_cycles));
   }
   L.plan.items = items, L.plan.blocks = blocks;
   L.plan.estimate = *std::max_element(core.begin(), core.end());
@@ -674,6 +675,10 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
     by_block(n, [&](int64_t kt) { pv_product(kvn, g, kt); });
     oupd();
   };
+  // min_item_cycles: the core waits that long before dispatching each later item (its units go on with this one)
+  auto item_delay = [&] {
+    if (a.min_item_cycles > 0) k.li(t0, a.min_item_cycles), e.delay(t0);
+  };
   const isa::Label item = k.label(), block = k.label(), done = k.label();
   k.li(t0, L.plan.items), e.bge(t, t0, done);
   setup();
@@ -700,6 +705,7 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
       k.addi(kn, qv, 0), k.addi(cid, oh, 0), k.addi(bias, mt, 0);
       k.addi(t, t, c.P);
       k.li(t0, L.plan.items), e.bge(t, t0, alone);
+      item_delay();
       setup();
       next_block(zero);
       pv_and_update();
@@ -716,6 +722,7 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
       k.addi(g, g, 1);
       k.addi(t, t, c.P);
       k.li(t0, L.plan.items), e.bge(t, t0, done);
+      item_delay();
       setup();
       first_block();
       e.jmp(item);

@@ -259,6 +259,17 @@ void Core::run_program() {
         st_.sem_changed[f[0]].notify();
         break;
       case Op::FENCE: drain(); break;
+      case Op::DELAY: {
+        const int64_t d = R[f[0]];
+        if (d < 0 || d > (int64_t{1} << 32))
+          st_.fail(pc_, "delay of " + std::to_string(d) + " cycles (0 to 2^32)");
+        if (d > 0 && st_.keeping_trace())
+          st_.trace(static_cast<int>(isa::Unit::Core), t_, static_cast<uint64_t>(d), pc_,
+                    "delay " + std::to_string(d), "busy");
+        t_ += static_cast<uint64_t>(d);  // the core's software: busy
+        stats.busy_cycles += static_cast<uint64_t>(d), stats.stalls.busy += static_cast<uint64_t>(d);
+        break;
+      }
       case Op::COREID: set(f[0], st_.index); break;
       case Op::CORECOUNT: set(f[0], st_.chip.running); break;
       case Op::BARRIER: barrier(); break;

@@ -51,6 +51,18 @@ TEST(Errors, DmaOutOfBoundsNamesPcAndInstruction) {
   expect_chip_works(chip);
 }
 
+TEST(Errors, NegativeDelayNamesPcAndInstruction) {
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.li(1, -5).op(Op::DELAY, {1});
+  EXPECT_EQ(error_of([&] { chip.run(b.build()); }), "pc 1 (delay r1): delay of -5 cycles (0 to 2^32)");
+  expect_chip_works(chip);
+  ProgramBuilder big;  // more than 2^32: a corrupt program, not a time the core could wait
+  big.li(1, (int64_t{1} << 32) + 1).op(Op::DELAY, {1});
+  EXPECT_EQ(error_of([&] { chip.run(big.build()); }), "pc 1 (delay r1): delay of 4294967297 cycles (0 to 2^32)");
+  expect_chip_works(chip);
+}
+
 TEST(Errors, VmemOutOfBoundsNamesTheRow) {
   Chip chip(small_config());
   ProgramBuilder b;

@@ -39,6 +39,24 @@ TEST(Timing, ScalarInstructionsTakeOneCycleEach) {
   EXPECT_EQ(r.stats.units[0].instructions, 202u);  // the explicit halt counts
 }
 
+// delay rN: 1 + R[N] cycles of the core, while the units go on. li (cycle 0); delay 100 (cycles 1-101); halt at
+// 102: 103 cycles. With a load dispatched before it (4 li, the load at 4: data [15, 23), as SingleDmaLoad), a
+// delay of 10 ends before the load (li 5, delay 6-16, halt waits for the load: 24 cycles, the delay hidden), and
+// one of 30 after it (delay 6-36, halt at 37: 38 cycles).
+TEST(Timing, DelayHoldsTheCoreNotTheUnits) {
+  Chip chip(small_config());
+  ProgramBuilder d;
+  d.li(1, 100).op(Op::DELAY, {1});
+  RunResult r = chip.run(d.build());
+  EXPECT_EQ(r.stats.cycles, 103u);
+  EXPECT_EQ(r.stats.units[0].stalls.busy, 103u);  // the core's instructions, the delay and the halt
+  for (auto [wait, cycles] : {std::pair{10, 24u}, std::pair{30, 38u}}) {
+    ProgramBuilder b = dma_registers();
+    b.op(Op::DMALD, {0, 0, 3, 4, 5, 6}).li(7, wait).op(Op::DELAY, {7});
+    EXPECT_EQ(chip.run(b.build()).stats.cycles, cycles) << "delay " << wait;
+  }
+}
+
 TEST(Timing, SingleDmaLoad) {
   Chip chip(small_config());
   ProgramBuilder b = dma_registers();

@@ -284,6 +284,9 @@ int64_t Reference::core(const isa::Instr& in, int64_t pc) {
     case Op::JMP: return branch(true);
     case Op::SEMSET:
     case Op::FENCE: break;  // every earlier instruction has completed already
+    case Op::DELAY:
+      if (a() < 0 || a() > (int64_t{1} << 32)) fail("delay of " + std::to_string(a()) + " cycles (0 to 2^32)");
+      break;  // time only
     case Op::COREID: set(core_); break;
     case Op::CORECOUNT: set(running_); break;
     case Op::BARRIER: return kBarrier;

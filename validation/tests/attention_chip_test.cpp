@@ -355,6 +355,40 @@ TEST(AttentionChip, ItemsOneAfterTheOtherPayTheirLatencies) {
   EXPECT_GE(kernels::attention_chip_estimate(a, rig.symbols), overlapped_estimate + 4 * store_latency);
 }
 
+// A minimum time per item (min_item_cycles: a `delay` before the core dispatches each later item), the floor
+// tpusim validate gives TensorRT-LLM's tiles. The shape above, items one after the other: 4 items per core, so
+// with a floor of 20,000 cycles, far above an item's own time (its loads, products and store: under 5,000), the
+// core dispatches its 4th item at least 3 x 20,000 cycles after its first, which then takes its own time, at
+// least a load's and a store's latency (900 + 270); and at most that plus the run without the floor (every
+// item's own time, and the dispatch of their instructions). With a floor of 100 cycles, below an item's time,
+// nothing moves: the core dispatches each item long before the one before has stored its output, which the
+// item's loads wait for. The same bits either way.
+TEST(AttentionChip, MinItemCyclesIsAFloorUnderEachItem) {
+  Rig rig("h200-like", {"chip.cores=2"});
+  AttentionChip a = shape(1, 16, 8, 8, 64, false);
+  a.heads_per_item = 1, a.overlap_items = false;  // 8 items, 4 per core
+  const uint64_t latency = 900, store_latency = 270, floor = 20000;
+  ASSERT_EQ(rig.symbols.at("DMA_LATENCY"), static_cast<int64_t>(latency));
+  ASSERT_EQ(rig.symbols.at("STORE_LATENCY"), static_cast<int64_t>(store_latency));
+  const Result plain = run(rig, a, 52);
+  ASSERT_LT(plain.stats.cycles, 4 * 5000u);
+  a.min_item_cycles = 100;
+  const Result low = run(rig, a, 52);
+  EXPECT_EQ(low.o, plain.o);
+  EXPECT_EQ(low.stats.cycles, plain.stats.cycles);
+  a.min_item_cycles = static_cast<int64_t>(floor);
+  check(rig, a, 52);
+  const Result high = run(rig, a, 52);
+  EXPECT_EQ(high.o, plain.o);
+  EXPECT_GE(high.stats.cycles, 3 * floor + latency + store_latency);
+  EXPECT_LE(high.stats.cycles, 3 * floor + plain.stats.cycles);
+  // The estimate counts the floor per item: each core's 4 items at least 20,000 cycles each.
+  EXPECT_GE(kernels::attention_chip_estimate(a, rig.symbols), 4.0 * static_cast<double>(floor));
+  std::printf("4 items a core: %llu cycles, with a floor of 100 %llu, of 20,000 %llu\n",
+              static_cast<unsigned long long>(plain.stats.cycles), static_cast<unsigned long long>(low.stats.cycles),
+              static_cast<unsigned long long>(high.stats.cycles));
+}
+
 // Items of one key block each (BERT's attention: 128 keys, a 128-key block), 12 heads on one core of v6e: the
 // kernel issues the next item's K/V load and S product before this item's P V product (pipeline_items). The same
 // bits as with it off, against float64 too. Without it, each item's S product (a K weight load of R = 256 rows

@@ -24,8 +24,11 @@ say) run it again and the later numbers follow. NAME is one of:
   fp8         kFp8ModuleUs: fp8 cases whose x (2 m k bytes) is at most 256 KiB, without the module: median(measured -
               simulated); kFp8QuantiseTbs: those whose x is at least 64 MiB, at most 100 GFLOP: median(2 m k /
               (measured - simulated - kFp8ModuleUs)) (every case of each part)
+  tile        kAttentionTileUs: causal one-token cases (seq_len 1) of at least 3 waves of 132 (batch x heads): the
+              least-squares slope of measured time over waves, one intercept per head_dim (data only)
   attention   kCausalModuleUs, kEncoderModuleUs: one-token cases small enough for one wave (seq_len 1, batch x heads
-              <= 132), run with --attention-module-us 1: median(measured - simulated) + 1 (every case)
+              <= 132), run with --attention-module-us 1 and the tile's minimum (the value `tile` derived, where it
+              ran first, else the one in use): median(measured - simulated) + 1 (every case)
 --quick takes a few cases of each (a check that the procedures run; attention still takes every case). --warm-up
 times every case as `tpusim validate --warm-up` does (the goldens' measurement protocol: warm L2, weight copies).
 Took 26 minutes on 2 cores with --jobs 2 beside a fuzzing campaign (fp8's 8,173 cases most of it, mxu 5 of them); it
@@ -180,7 +183,41 @@ def derive_fp8(args, report):
                        f"10% below {q[len(q) // 10]:.3f}, 10% above {q[9 * len(q) // 10]:.3f}"))
 
 
+def attention_held_out(cls, row, fields):
+    return fnv1a(cls + "".join(f" {f}={int(row[f])}" for f in fields)) % 5 == 0
+
+
+def derive_tile(args, report):
+    reader = csv.DictReader(open(os.path.join(args.goldens, "causal_attention.csv")))
+    rows = list(reader)
+    for part in ("tune", "held-out"):
+        groups = {}
+        for r in rows:
+            waves = -(-int(r["batch_size"]) * int(r["heads"]) // 132)
+            if int(r["seq_len"]) != 1 or waves < 3:
+                continue
+            if attention_held_out("attention_causal", r, reader.fieldnames[:-1]) != (part == "held-out"):
+                continue
+            groups.setdefault(int(r["head_dim"]), []).append((waves, float(r["latency_us"])))
+        sxy = sxx = 0.0
+        slopes = []
+        for hd, v in sorted(groups.items()):
+            mw, my = statistics.fmean(w for w, _ in v), statistics.fmean(y for _, y in v)
+            xy, xx = sum((w - mw) * (y - my) for w, y in v), sum((w - mw) ** 2 for w, _ in v)
+            sxy, sxx = sxy + xy, sxx + xx
+            slopes.append(f"{hd}: {xy / xx:.2f}")
+        args.tile_us = round(sxy / sxx, 2) if part == "tune" else args.tile_us
+        report.append(("kAttentionTileUs", part, sum(len(v) for v in groups.values()), f"{sxy / sxx:.2f}",
+                       "per head_dim " + ", ".join(slopes)))
+
+
+def tile_in_use(tpusim):
+    text = subprocess.run([tpusim, "validate", "--help"], check=True, capture_output=True, text=True).stdout
+    return float(re.search(r"minimum time per tile.*?default:\s+([0-9.]+)", text, re.S).group(1))
+
+
 def derive_attention(args, report):
+    tile = args.tile_us if args.tile_us is not None else tile_in_use(args.tpusim)
     folder = os.path.join(args.out, "attention")
     for name in ("causal_attention", "encoder_attention"):
         reader = csv.DictReader(open(os.path.join(args.goldens, name + ".csv")))
@@ -188,7 +225,8 @@ def derive_attention(args, report):
                 if int(r["seq_len"]) == 1 and int(r["batch_size"]) * int(r["heads"]) <= 132]
         write_folder(folder, name + ".csv", reader.fieldnames, rows)
     for part in ("tune", "held-out"):
-        cases = validate(args, "attention", folder, part, 0, ["--attention-module-us", "1"])
+        cases = validate(args, "attention", folder, part, 0,
+                         ["--attention-module-us", "1", "--attention-tile-us", str(tile)])
         for cls, key in (("attention_causal", "kCausalModuleUs"), ("attention_encoder", "kEncoderModuleUs")):
             c = [x for x in cases if x["class"] == cls]
             a = statistics.median(float(x["measured_us"]) - float(x["simulated_us"]) for x in c) + 1
@@ -197,7 +235,7 @@ def derive_attention(args, report):
 
 
 PROCEDURES = {"launch": derive_launch, "write": derive_write, "efficiency": derive_efficiency, "mxu": derive_mxu,
-              "fp8": derive_fp8, "attention": derive_attention}
+              "fp8": derive_fp8, "tile": derive_tile, "attention": derive_attention}
 
 
 def main():
@@ -210,6 +248,7 @@ def main():
     p.add_argument("--only", default=",".join(PROCEDURES))
     p.add_argument("--warm-up", action="store_true")
     args = p.parse_args()
+    args.tile_us = None  # set by `tile`, used by `attention`
     names = args.only.split(",")
     unknown = [n for n in names if n not in PROCEDURES]
     if unknown:

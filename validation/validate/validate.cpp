@@ -125,7 +125,9 @@ bool is_attention(const Case& c) { return c.cls.rfind("attention_", 0) == 0; }
 //   latencies (2.7 to 4.3 us per step for head_dim 64 to 256).
 // - One head per item (heads_per_item = 1), as FlashAttention-style GPU kernels launch one thread block per
 //   (query tile, batch, head).
-kernels::AttentionChip attention_of(const Case& c) {
+// - At least `tile_cycles` per item (min_item_cycles): TensorRT-LLM's kernels take a minimum time per tile
+//   (validate.h, kAttentionTileUs).
+kernels::AttentionChip attention_of(const Case& c, int64_t tile_cycles = 0) {
   kernels::AttentionChip a;
   a.batch = get(c, "batch_size"), a.seq = get(c, "seq_len"), a.heads = get(c, "heads");
   a.kv_heads = c.cls == "attention_causal" ? get(c, "kv_heads") : a.heads;
@@ -136,6 +138,7 @@ kernels::AttentionChip attention_of(const Case& c) {
   a.compute_head_dim = (a.head_dim + 63) / 64 * 64;
   a.overlap_items = false;
   a.heads_per_item = 1;
+  a.min_item_cycles = tile_cycles;
   return a;
 }
 
@@ -159,8 +162,8 @@ isa::Program preprocessing_program(const Case& c, const std::map<std::string, in
 
 // The fused kernel with q, k and v where the preprocessing wrote them (one after the other, after the module's
 // input), and o after them: what the preprocessing leaves in the L2 the kernel finds there.
-isa::Program attention_program(const Case& c, const std::map<std::string, int64_t>& symbols) {
-  const kernels::AttentionChip a = attention_of(c);
+isa::Program attention_program(const Case& c, const std::map<std::string, int64_t>& symbols, int64_t tile_cycles) {
+  const kernels::AttentionChip a = attention_of(c, tile_cycles);
   const uint64_t at = align4k(qkv_bytes(a)), q = static_cast<uint64_t>(a.batch * a.seq * a.heads * a.head_dim) * 2,
                  kv = static_cast<uint64_t>(a.batch * a.seq * a.kv_heads * a.head_dim) * 2;
   const uint64_t o = align4k(at + q + 2 * kv);
@@ -209,6 +212,7 @@ struct Module {
   double fp8_us = 0, fp8_quantise_tbs = 0;  // the fp8 Linear's fixed time and its quantisation of x (0: none)
   // Split K: cuBLAS reduces the splits' partials in a kernel of its own, one more launch (chip.launch_cycles)
   int64_t reduction_launch_cycles = 0;
+  int64_t attention_tile_cycles = 0;  // the fused attention kernel's minimum per tile (kAttentionTileUs; 0: none)
   double of(const Case& c) const {
     if (c.cls == "gemm_fp8")
       return fp8_us + (fp8_quantise_tbs > 0 ? 2.0 * static_cast<double>(get(c, "m") * get(c, "k")) /
@@ -237,7 +241,7 @@ void simulate(sim::Chip& chip, Case& c, const std::map<std::string, int64_t>& sy
     double extra = 0;
     if (is_attention(c)) {
       if (c.cls == "attention_causal" && module.causal_us > 0) kernels.push_back(preprocessing_program(c, symbols));
-      kernels.push_back(attention_program(c, symbols));
+      kernels.push_back(attention_program(c, symbols, module.attention_tile_cycles));
     } else {
       kernels::GemmChip g = gemm_of(c);
       g.reduction_launch_cycles = module.reduction_launch_cycles;
@@ -463,6 +467,7 @@ int run(const Options& opts, std::ostream& log) {
   const ChipFigures fig = figures(cfg);
   for (Case& c : cases) fill_roofline(c, fig);
   for (const auto& [name, v] : {std::pair{"--attention-module-us", opts.attention_module_us},
+                                {"--attention-tile-us", opts.attention_tile_us},
                                 {"--fp8-module-us", opts.fp8_module_us}, {"--fp8-quantise-tbs", opts.fp8_quantise_tbs}})
     if (!std::isfinite(v)) throw std::runtime_error(std::string(name) + " must be a number, got " + std::to_string(v));
   Module module;
@@ -471,6 +476,9 @@ int run(const Options& opts, std::ostream& log) {
     module.causal_us = module.encoder_us = opts.attention_module_us;
   else if (opts.goldens.empty())
     module.causal_us = kCausalModuleUs, module.encoder_us = kEncoderModuleUs;
+  const double tile_us =
+      opts.attention_tile_us >= 0 ? opts.attention_tile_us : opts.goldens.empty() ? kAttentionTileUs : 0.0;
+  module.attention_tile_cycles = std::llround(tile_us * cfg.chip.clock_mhz);
   module.fp8_us = opts.fp8_module_us >= 0 ? opts.fp8_module_us : opts.goldens.empty() ? kFp8ModuleUs : 0.0;
   module.fp8_quantise_tbs =
       opts.fp8_quantise_tbs >= 0 ? opts.fp8_quantise_tbs : opts.goldens.empty() ? kFp8QuantiseTbs : 0.0;

@@ -36,6 +36,17 @@ namespace tpusim::validate {
 inline constexpr double kCausalModuleUs = 9.49;
 inline constexpr double kEncoderModuleUs = 11.01;
 
+// TensorRT-LLM's fused attention kernels take a minimum time per tile, however small the tile: at one token (each
+// (batch, head) one tile of 64 query rows) the goldens' time grows by about 3.5 us per wave of 132 tiles, where
+// a tile's loads, products and store take about 2 us in the model; longer tiles' own work hides it (a cost added
+// to every tile instead made the compute-bound cases 9 points worse: docs/validation.md, "Attention", E). The
+// fused kernel runs each item at least this long (AttentionChip::min_item_cycles, at the chip's clock). Set from
+// the data (derive.py, `tile`): the least-squares slope of measured time over waves of 132 (batch x heads), one
+// intercept per head_dim, over the tuning part's one-token causal cases of at least 3 waves: 404 cases, 3.46 us
+// (per head_dim: 64, 3.23; 128, 2.67; 192, 3.64; 256, 4.34); the held-out part's 105, 3.70 us. Data only, so it
+// does not move with the model; A above was derived again with it in place.
+inline constexpr double kAttentionTileUs = 3.46;
+
 // An fp8 GEMM golden times TensorRT-LLM's fp8 Linear, which before its GEMM quantises the bf16 activations x [m, k]
 // to fp8 with their per-tensor scale, in a kernel of its own, and has a fixed time of its own beyond the GEMM's
 // launch (the fp8 goldens' floor is about 12 us, the bf16 ones' 2.5 us). Neither is simulated: the time added to
@@ -71,6 +82,9 @@ struct Options {
   // whole attention modules) get the values set from their data (kCausalModuleUs, kEncoderModuleUs), another
   // `goldens` folder (one kernel's timings, as the CUDA runner writes them) gets 0.
   double attention_module_us = -1;
+  // The fused attention kernel's minimum time per tile (AttentionChip::min_item_cycles). < 0: kAttentionTileUs
+  // for the project's goldens (TensorRT-LLM's kernels), 0 for another `goldens` folder (the CUDA runner's kernel).
+  double attention_tile_us = -1;
   // The fp8 Linear module's fixed time and its quantisation pass's rate over x's bf16 bytes (TB/s; 0: no pass).
   // < 0: kFp8ModuleUs and kFp8QuantiseTbs for the project's goldens, 0 for another `goldens` folder.
   double fp8_module_us = -1, fp8_quantise_tbs = -1;

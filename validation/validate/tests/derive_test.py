@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """derive.py's procedures against the numbers in use (ctest validate.Derive): the two it can run whole in
 seconds, every case of them, must give back what the project uses to the digits it states:
-  - attention (every one-token case of one wave, both modules, simulated): kCausalModuleUs and kEncoderModuleUs
-    as validate.h holds them (two decimals);
+  - tile (the goldens alone): kAttentionTileUs as validate.h holds it (two decimals);
+  - attention (every one-token case of one wave, both modules, simulated, with that tile): kCausalModuleUs and
+    kEncoderModuleUs as validate.h holds them (two decimals);
   - write (the goldens alone, no simulation): hbm.write_efficiency as configs/h200-like.ini holds it (two decimals).
 The others (hbm.efficiency, the fp8 module) simulate thousands of cases: run derive.py by hand (docs/validation.md).
 usage: derive_test.py TPUSIM GOLDENS_DIR OUT_DIR
@@ -19,7 +20,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 def main():
     tpusim, goldens, out = sys.argv[1:4]
     text = subprocess.run([sys.executable, os.path.join(HERE, "..", "derive.py"), tpusim, goldens, out, "--only",
-                           "attention,write"], check=True, capture_output=True, text=True).stdout
+                           "tile,attention,write"], check=True, capture_output=True, text=True).stdout
     derived = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -28,7 +29,7 @@ def main():
     header = open(os.path.join(ROOT, "validation", "validate", "validate.h")).read()
     ini = open(os.path.join(ROOT, "configs", "h200-like.ini")).read()
     expected = {k: float(re.search(rf"inline constexpr double {k} = ([0-9.]+);", header).group(1))
-                for k in ("kCausalModuleUs", "kEncoderModuleUs")}
+                for k in ("kAttentionTileUs", "kCausalModuleUs", "kEncoderModuleUs")}
     expected["hbm.write_efficiency"] = float(re.search(r"^write_efficiency = ([0-9.]+)$", ini, re.M).group(1))
     for k, v in expected.items():
         assert k in derived, (k, text)

@@ -13,18 +13,24 @@ Checks, each against something computed here independently:
   - the module's part (validate.h): against --attention-module-us 0 (the fused kernel alone), an encoder case
     takes exactly 11.01 us more, a causal case 9.49 us more plus its QKV preprocessing, a copy of q, k and v that
     reads and writes 2 B S D (H + 2 KVH) bytes: at least its writes over 4.8 TB/s (HBM must take them; its reads
-    may come from the L2, where the warm-up run left q, k and v), and at most both over 4.8 TB/s plus 10 us.
+    may come from the L2, where the warm-up run left q, k and v), and at most both over 4.8 TB/s plus 10 us;
+  - the minimum time per tile (validate.h, kAttentionTileUs; --attention-tile-us): on a folder of two one-token
+    cases, the fused kernel alone (--attention-module-us 0): one causal case of 64 x 32 heads (2,048 tiles, 16
+    waves of 132: some core runs 16 tiles, so 15 floors) takes at least 15 x 3.46 us with the floor, and less
+    without (a one-token tile's own work is about 2 us: the floor binds); one encoder case of one wave (16 tiles: one a core) takes exactly as long with
+    the floor as without.
 usage: validate_attention_sample.py TPUSIM OUT_DIR
 """
 import csv
 import math
+import os
 import subprocess
 import sys
 
 from golden_split import fnv1a
 
 SAMPLE, MAX_GFLOP = 8, 0.5
-CAUSAL_MODULE_US, ENCODER_MODULE_US = 9.49, 11.01
+CAUSAL_MODULE_US, ENCODER_MODULE_US, TILE_US = 9.49, 11.01, 3.46
 PEAK, HBM, FIXED_US = 132 * 4 * 16 * 32 * 2 * 1830e6, 4.8e12, 2.5
 
 
@@ -85,6 +91,25 @@ def main():
         qkv = 2 * shape["batch_size"] * shape["seq_len"] * shape["head_dim"] * (shape["heads"] + 2 * shape["kv_heads"])
         copy_us = extra - CAUSAL_MODULE_US
         assert qkv / HBM * 1e6 <= copy_us <= 2 * qkv / HBM * 1e6 + 10, (r["shape"], copy_us)
+
+    folder = out + "-tiles"
+    os.makedirs(folder, exist_ok=True)
+    with open(f"{folder}/causal_attention.csv", "w") as f:
+        f.write("batch_size,seq_len,heads,kv_heads,head_dim,latency_us\n64,1,32,8,128,60.0\n")
+    with open(f"{folder}/encoder_attention.csv", "w") as f:
+        f.write("batch_size,seq_len,heads,head_dim,latency_us\n1,16,16,64,10.0\n")
+    times = {}
+    for tile in (TILE_US, 0):
+        subprocess.run([tpusim, "validate", "--suite", "attention", "--goldens", folder, "--attention-module-us", "0",
+                        "--attention-tile-us", str(tile), "--out", f"{folder}/out-{tile}"], check=True)
+        for r in csv.DictReader(open(f"{folder}/out-{tile}/cases.csv")):
+            assert r["error"] == "", r
+            times[(r["class"], tile)] = float(r["simulated_us"])
+    assert times[("attention_causal", TILE_US)] >= 15 * TILE_US, times
+    assert times[("attention_causal", 0)] < 15 * TILE_US, times
+    assert times[("attention_encoder", TILE_US)] == times[("attention_encoder", 0)], times
+    print(f"validate attention tiles: 16 waves {times[('attention_causal', TILE_US)]:.1f} us with the floor, "
+          f"{times[('attention_causal', 0)]:.1f} without")
 
 
 if __name__ == "__main__":

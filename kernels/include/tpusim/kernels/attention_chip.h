@@ -106,6 +106,12 @@ struct AttentionChip {
   // compute it while the vector unit makes P and finishes the item (O update, O / l, the cast); 3 Q buffers. The
   // same bits either way.
   bool pipeline_items = true;
+  // > 0: a core dispatches each of its items after its first at least this many cycles after the one before (a
+  // `delay` instruction, isa.def, before the item's instructions): a minimum time per item, as a GPU kernel's
+  // per-tile code (its tile scheduler, address set-up, barriers) takes on an SM however small the tile, while a
+  // longer tile's own work hides it. tpusim validate sets it for TensorRT-LLM's kernels (validate.h,
+  // kAttentionTileUs); 0 (the default) for the compiler's kernels. The same results.
+  int64_t min_item_cycles = 0;
   // Heads per work item (consecutive heads of one batch and query block): their products' pieces are dealt over
   // the matrix units, one head's to each where there are as many heads as units, and the vector unit's softmax
   // takes all their rows at once (the same instructions per row: the same bits). 0: chosen by the estimate among
