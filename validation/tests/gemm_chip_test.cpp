@@ -247,7 +247,9 @@ void residual_cases(DType out, uint64_t seed, bool relu, int units = 3) {
   const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
   Random rnd(seed);
   const DType in = DType::BF16, acc = DType::F32;
-  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {100, 17, 5}}) {
+  int paired = 0;  // shapes whose plan pairs the units (2 strips of 2 row blocks: N in (C, 2C] on 4 units)
+  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {100, 17, 5},
+                                           {66, 20, 13}}) {
     std::vector<double> a = rnd.values(in, s.m * s.k, -3, 3), b = rnd.values(in, s.k * s.n, -3, 3);
     std::vector<double> bias = rnd.values(DType::F32, s.n, -2, 4), res = rnd.values(out, s.m * s.n, -40, 40);
     const std::vector<double> tiled = tiled_b(b, s.k, s.n, R, C);
@@ -269,6 +271,7 @@ void residual_cases(DType out, uint64_t seed, bool relu, int units = 3) {
     const std::vector<double> one = run(kernels::assemble("gemm.s", defines, {}, 0));
     kernels::GemmChip g{s.m, s.k, s.n, in, out, 2, units, kernels::GemmSchedule::Auto};
     g.bias = true, g.b_tiled = true, g.residual = true, g.residual_relu = relu;
+    paired += kernels::gemm_chip_source(g, symbols).find("of strip j / 2") != std::string::npos;
     const std::vector<double> whole = run(kernels::gemm_chip_kernel(g, symbols));
     const std::string what = std::string("residual ") + isa::dtype_name(out) + (relu ? ", relu" : "") +
                              " M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) + " N=" + std::to_string(s.n);
@@ -279,6 +282,7 @@ void residual_cases(DType out, uint64_t seed, bool relu, int units = 3) {
                [&](size_t i) { return same(whole[i], want[i]); },
                [&](size_t i) { return "gemm_chip " + num(whole[i]) + ", host " + num(want[i]); });
   }
+  if (units == 4) EXPECT_GE(paired, 1);
 }
 
 // The compiler's activations after a GEMM (act: an elementwise row-wise program on the f32 result, GELU after a
@@ -297,7 +301,9 @@ void act_cases(uint64_t seed, kernels::rowwise::Op op, bool relu, int units = 3)
   const int y = op == kernels::rowwise::Op::Mul ? act.binary(op, x, act.unary(kernels::rowwise::Op::Sigmoid, x))
                                                 : act.unary(op, x);  // Mul: x * sigmoid(x) (SiLU)
   act.outputs.push_back({y, 0, DType::BF16});
-  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {100, 17, 5}}) {
+  int paired = 0;  // shapes whose plan pairs the units (2 strips of 2 row blocks: N in (C, 2C] on 4 units)
+  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {100, 17, 5},
+                                           {66, 20, 13}}) {
     std::vector<double> a = rnd.values(in, s.m * s.k, -3, 3), b = rnd.values(in, s.k * s.n, -3, 3);
     std::vector<double> bias = rnd.values(DType::F32, s.n, -2, 4);
     const std::vector<double> tiled = tiled_b(b, s.k, s.n, R, C);
@@ -319,6 +325,7 @@ void act_cases(uint64_t seed, kernels::rowwise::Op op, bool relu, int units = 3)
     for (const auto& [cores, used] : std::vector<std::pair<int, int>>{{2, units}, {1, 1}}) {
       kernels::GemmChip g{s.m, s.k, s.n, in, DType::BF16, cores, used, kernels::GemmSchedule::Auto};
       g.bias = true, g.relu = relu, g.b_tiled = true, g.act = act;
+      paired += kernels::gemm_chip_source(g, symbols).find("of strip j / 2") != std::string::npos;
       const std::vector<double> whole =
           run_with_bias(*m, kernels::gemm_chip_kernel(g, symbols), a, tiled, bias, in, acc, DType::BF16);
       const std::string what = std::string("act ") + kernels::rowwise::op_name(op) + (relu ? " after relu" : "") +
@@ -329,6 +336,7 @@ void act_cases(uint64_t seed, kernels::rowwise::Op op, bool relu, int units = 3)
                  [&](size_t i) { return "gemm_chip " + num(whole[i]) + ", row-wise " + num(want[i]); });
     }
   }
+  if (units == 4) EXPECT_GE(paired, 1);
 }
 
 TEST(GemmChip, GeluAfterTheBiasMatchesTheGemmThenTheRowwiseKernel) { act_cases(951, kernels::rowwise::Op::Gelu, false); }
