@@ -348,6 +348,23 @@ TEST(GemmChip, SiluMatchesTheGemmThenTheRowwiseKernel) { act_cases(953, kernels:
 TEST(GemmChip, Bf16ResidualAndReluMatchTheGemmThenTheAdd) { residual_cases(DType::BF16, 941, true); }
 TEST(GemmChip, F32ResidualMatchesTheGemmThenTheAdd) { residual_cases(DType::F32, 942, false); }
 
+// g (bf16 or int8 in, f32 or i32 out) on random inputs against the same product on one unit (strips), bit for bit,
+// and with int8 against the host's exact sums.
+void expect_one_units_bits(Machines& m, const kernels::GemmChip& g, Random& r, const std::string& what) {
+  std::vector<double> a = r.values(g.in, g.m * g.k, -3, 3), b = r.values(g.in, g.k * g.n, -3, 3);
+  const std::vector<double> whole = run_gemm(m, g, a, b);
+  const std::vector<double> one = run_gemm(m, {g.m, g.k, g.n, g.in, g.out, 1, 1, kernels::GemmSchedule::Strips}, a, b);
+  expect_all(what + " vs 1 x 1, bit for bit", whole.size(), [&](size_t i) { return same(whole[i], one[i]); },
+             [&](size_t i) { return "whole chip " + num(whole[i]) + ", one unit " + num(one[i]); });
+  if (g.in != DType::I8) return;
+  std::vector<double> exact(static_cast<size_t>(g.m * g.n), 0.0);
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t l = 0; l < g.k; ++l)
+      for (int64_t j = 0; j < g.n; ++j) exact[i * g.n + j] += a[i * g.k + l] * b[l * g.n + j];
+  expect_all(what + ": sim vs host", exact.size(), [&](size_t i) { return whole[i] == exact[i]; },
+             [&](size_t i) { return "sim " + num(whole[i]) + ", host " + num(exact[i]); });
+}
+
 // Outputs no wider than one matrix unit (N <= C): the tiled schedule gives each unit a block of a tile's rows
 // instead of a strip of its columns (its source says "row blocks"), so that every unit works; against the same
 // product on one unit, bit for bit, and int8 against the host exactly. (The epilogue, dequant and conv taps
@@ -363,20 +380,7 @@ TEST(GemmChip, NarrowOutputsSplitTheRowsOverTheUnits) {
                                std::to_string(s.k) + " N=" + std::to_string(s.n);
       const kernels::GemmChip g{s.m, s.k, s.n, in, out, 2, 3, kernels::GemmSchedule::Tiles};
       EXPECT_NE(kernels::gemm_chip_source(g, symbols).find("row blocks"), std::string::npos) << what;
-      std::vector<double> a = r.values(in, s.m * s.k, -3, 3), b = r.values(in, s.k * s.n, -3, 3);
-      const std::vector<double> whole = run_gemm(*m, g, a, b);
-      const std::vector<double> one = run_gemm(*m, {s.m, s.k, s.n, in, out, 1, 1, kernels::GemmSchedule::Strips}, a, b);
-      expect_all(what + ": row blocks on 2 cores x 3 units vs 1 x 1, bit for bit", whole.size(),
-                 [&](size_t i) { return same(whole[i], one[i]); },
-                 [&](size_t i) { return "whole chip " + num(whole[i]) + ", one unit " + num(one[i]); });
-      if (in == DType::I8) {
-        std::vector<double> exact(static_cast<size_t>(s.m * s.n), 0.0);
-        for (int64_t i = 0; i < s.m; ++i)
-          for (int64_t l = 0; l < s.k; ++l)
-            for (int64_t j = 0; j < s.n; ++j) exact[i * s.n + j] += a[i * s.k + l] * b[l * s.n + j];
-        expect_all(what + ": sim vs host", exact.size(), [&](size_t i) { return whole[i] == exact[i]; },
-                   [&](size_t i) { return "sim " + num(whole[i]) + ", host " + num(exact[i]); });
-      }
+      expect_one_units_bits(*m, g, r, what + ": row blocks on 2 cores x 3 units");
     }
 }
 
@@ -401,21 +405,7 @@ TEST(GemmChip, TwoStripsOfTwoRowBlocksKeepFourUnitsBusy) {
                                  std::to_string(s.k) + " N=" + std::to_string(s.n);
         const kernels::GemmChip g{s.m, s.k, s.n, in, out, 1, 4, kernels::GemmSchedule::Tiles};
         paired += kernels::gemm_chip_source(g, symbols).find("of strip j / 2") != std::string::npos;
-        std::vector<double> a = r.values(in, s.m * s.k, -3, 3), b = r.values(in, s.k * s.n, -3, 3);
-        const std::vector<double> whole = run_gemm(*m, g, a, b);
-        const std::vector<double> one =
-            run_gemm(*m, {s.m, s.k, s.n, in, out, 1, 1, kernels::GemmSchedule::Strips}, a, b);
-        expect_all(what + ": 1 core x 4 units vs 1 x 1, bit for bit", whole.size(),
-                   [&](size_t i) { return same(whole[i], one[i]); },
-                   [&](size_t i) { return "4 units " + num(whole[i]) + ", one unit " + num(one[i]); });
-        if (in == DType::I8) {
-          std::vector<double> exact(static_cast<size_t>(s.m * s.n), 0.0);
-          for (int64_t i = 0; i < s.m; ++i)
-            for (int64_t l = 0; l < s.k; ++l)
-              for (int64_t j = 0; j < s.n; ++j) exact[i * s.n + j] += a[i * s.k + l] * b[l * s.n + j];
-          expect_all(what + ": sim vs host", exact.size(), [&](size_t i) { return whole[i] == exact[i]; },
-                     [&](size_t i) { return "sim " + num(whole[i]) + ", host " + num(exact[i]); });
-        }
+        expect_one_units_bits(*m, g, r, what + ": 1 core x 4 units");
       }
     EXPECT_GE(paired, 4) << "shapes planned as 2 strips of 2 row blocks, of 8";
   }
