@@ -65,7 +65,7 @@ ChipMemories::ChipMemories(const ChipConfig& cfg)
 CacheTags::CacheTags(uint64_t bytes, uint64_t line, int ways, bool hash)
     : line_(std::max<uint64_t>(line, 1)), ways_(static_cast<uint64_t>(std::max(ways, 1))), hash_(hash) {
   sets_ = bytes / line_ / ways_;
-  ways_of_.resize(sets_ * ways_);
+  tags_.resize(sets_ * ways_), used_.resize(sets_ * ways_), set_.resize(sets_);
 }
 
 bool CacheTags::access(uint64_t l) {
@@ -82,23 +82,26 @@ bool CacheTags::access(uint64_t l) {
     index += h % sets_;
     if (index >= sets_) index -= sets_;
   }
-  Way* set = ways_of_.data() + index * ways_;
+  Set& set = set_[index];
+  if (set.generation != generation_) set.generation = generation_, set.valid = 0;
+  uint64_t* tags = tags_.data() + index * ways_;
+  uint64_t* used = used_.data() + index * ways_;
   const uint64_t tag = hash_ ? l : l / sets_;
-  Way* victim = set;
   ++clock_;
-  for (uint64_t w = 0; w < ways_; ++w) {
-    Way& way = set[w];
-    if (way.generation != generation_) {  // empty: the first empty way is the victim
-      if (victim->generation == generation_) victim = &way;
-      continue;
-    }
-    if (way.tag == tag) {
-      way.used = clock_;
+  for (uint64_t w = 0; w < set.valid; ++w)
+    if (tags[w] == tag) {
+      used[w] = clock_;
       return true;
     }
-    if (victim->generation == generation_ && way.used < victim->used) victim = &way;
+  uint64_t victim = set.valid;  // the first empty way, else the least recently used
+  if (victim < ways_) {
+    ++set.valid;
+  } else {
+    victim = 0;
+    for (uint64_t w = 1; w < ways_; ++w)
+      if (used[w] < used[victim]) victim = w;
   }
-  *victim = Way{tag, clock_, generation_};
+  tags[victim] = tag, used[victim] = clock_;
   return false;
 }
 

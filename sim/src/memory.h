@@ -162,13 +162,17 @@ class CacheTags {
   void reset() { ++generation_, clock_ = 0; }
 
  private:
-  struct Way {
-    uint64_t tag = 0, used = 0, generation = 0;  // valid when generation == generation_
+  // A set's ways in use are a prefix (filled in order, emptied only by reset): its first empty way is the next.
+  struct Set {
+    uint64_t generation = 0;  // `valid` counts when generation == generation_ (else the set is empty)
+    uint64_t valid = 0;
   };
   uint64_t line_, sets_ = 0, ways_;
   bool hash_ = false;
   uint64_t generation_ = 1, clock_ = 0;
-  std::vector<Way> ways_of_;  // sets_ x ways_
+  // sets_ x ways_, a set's tags together (a lookup reads them alone) and its last-use times apart
+  std::vector<uint64_t> tags_, used_;
+  std::vector<Set> set_;
 };
 
 // The memories one chip's cores share: HBM and the [shared] level, with their timing.
