@@ -756,7 +756,7 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
   // On a chip of several cores, both spread over every core (each core loads its own first tile's weights), none
   // in a group of independent calls.
   const bool cores = symbol_or(symbols, "CORES", 1) > 1;
-  if (!yc.gemm || symbol_or(symbols, "DMA_ENGINES", 1) < 2 ||
+  if (!yc.gemm || yc.gemm->b_area_chunks > 0 || symbol_or(symbols, "DMA_ENGINES", 1) < 2 ||
       (cores && (!xc.every_core() || xc.group >= 0 || yc.group >= 0)))
     return {};
   const auto b = y.tensors.find("b");
@@ -803,6 +803,69 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
   }
   o.on = o.prefetch = true;
   return o;
+}
+
+// Weights that stream in during the fused attention, on a chip of one core. The attention leaves HBM idle while it
+// computes (its loads all at the start where it has one item per core); the GEMMs after it stream their weights.
+// So the first chunks of b of the GEMM two or three kernels later (after the output projection and a LayerNorm,
+// say: the FFN's first Linear), as many as HBM can move in that time by the attention's estimate, load into an
+// area at the top of VMEM (GemmChip::b_area), by loads the attention issues right after its own
+// (AttentionChip::prefetch). (Its second tile's instead, so that the first tile's first weights still load while
+// a LayerNorm before it runs, plan_overlap, was slower: BERT-base on v5e 427,496 cycles against 418,761, on v6e
+// 313,883 against 300,087, the next tile's loads waiting for a slot whatever is resident; and so was the GEMM after
+// that one, the FFN's second Linear: 441,545 and 306,068.) The kernels from the attention's successor to that GEMM's successor take half of
+// VMEM (VMEM_BYTES halved in `call_symbols`), so that none writes the area before the GEMM has read it. Not where
+// the GEMM's weights are not a constant, or the kernels between are other than GEMMs and row-wise kernels.
+// Returns the prefetch loads by position in `order`.
+std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(const KernelPlan& plan, const std::vector<size_t>& order,
+                                                                  std::vector<OnChip>& on_chip,
+                                                                  const std::map<std::string, int64_t>& symbols,
+                                                                  std::vector<std::map<std::string, int64_t>>& call_symbols) {
+  std::map<size_t, std::vector<kernels::DmaLoad>> prefetch;
+  const int64_t vmem = symbol_or(symbols, "VMEM_BYTES", 0), hbm = symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 0);
+  if (symbol_or(symbols, "CORES", 1) != 1 || vmem <= 0 || hbm <= 0) return prefetch;
+  std::map<std::string, int64_t> half = symbols;
+  half["VMEM_BYTES"] = vmem / 2 / 4096 * 4096;
+  for (size_t at = 0; at < order.size(); ++at) {
+    const KernelCall& x = plan.calls[order[at]];
+    if (x.kind != KernelCall::Kind::Attention || x.attention.vector_unit) continue;
+    try {
+      const kernels::AttentionPlan ap = kernels::attention_chip_plan(x.attention, symbols);
+      if (ap.items > 1 || ap.vmem_end > half.at("VMEM_BYTES")) continue;
+      // The GEMM: at at + 2 or at + 3, after GEMMs and row-wise kernels, none with an area already
+      size_t z = 0;
+      for (size_t j = at + 1; j < order.size() && j <= at + 3 && !z; ++j) {
+        const KernelCall& c = plan.calls[order[j]];
+        const OnChip& oc = on_chip[order[j]];
+        if (oc.gemm && j >= at + 2) z = j;
+        else if (!oc.gemm && c.kind != KernelCall::Kind::Rowwise) break;
+      }
+      if (!z || z + 1 > order.size()) continue;
+      const KernelCall& zc = plan.calls[order[z]];
+      kernels::GemmChip g = *on_chip[order[z]].gemm;
+      const auto b = zc.tensors.find("b");
+      if (b == zc.tensors.end() || plan.buffers[b->second].kind != Buffer::Kind::Const || g.taps.cin > 0 ||
+          g.b_area_chunks > 0)
+        continue;
+      if (kernels::gemm_chip_estimate(g, half) > 1.02 * kernels::gemm_chip_estimate(g, symbols)) continue;
+      const kernels::GemmArea sized = kernels::gemm_chip_area(g, half);
+      // HBM's time while the attention computes: its estimate less its own bytes' time
+      const double idle = std::max(0.0, ap.estimate - call_bytes(plan, x, true) / static_cast<double>(hbm));
+      const double per_chunk = static_cast<double>(sized.b_bytes) / static_cast<double>(sized.chunks);
+      const int64_t f =
+          std::min<int64_t>(sized.chunks, std::llround(idle * static_cast<double>(hbm) / per_chunk));
+      const int64_t bytes = (f * sized.chunk_bytes + 4095) / 4096 * 4096;
+      if (f < 1 || bytes > vmem - half.at("VMEM_BYTES")) continue;
+      g.b_area = vmem - bytes, g.b_area_chunks = f;
+      std::vector<kernels::DmaLoad> loads = kernels::gemm_chip_area(g, half, tensor_addresses(plan, zc)).loads;
+      on_chip[order[z]].gemm = g;
+      for (size_t j = at + 1; j <= std::min(z + 1, order.size() - 1); ++j) call_symbols[j] = half;
+      prefetch[at] = std::move(loads);
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+  }
+  return prefetch;
 }
 
 }  // namespace
@@ -943,18 +1006,26 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   // A kernel and the whole-chip GEMM after it overlap where they can (one core: plan_overlap, else
   // prefetch_overlap; several: prefetch_overlap); a GEMM that overlaps the kernel before it may be the first of the
   // next pair in prefetch_overlap's way, which leaves it as it is.
+  // Each call's symbols: the chip's, or with half of VMEM where a GEMM's weights wait at its top (plan_weight_areas)
+  std::vector<std::map<std::string, int64_t>> call_symbols(order.size(), symbols);
+  std::map<size_t, std::vector<kernels::DmaLoad>> prefetch;
+  if (overlap_kernels && !spmd) prefetch = plan_weight_areas(plan, order, on_chip, symbols, call_symbols);
   std::vector<Overlap> overlap(order.size());
   if (overlap_kernels)
     for (size_t at = 0; at + 1 < order.size(); ++at) {
       const KernelCall &x = plan.calls[order[at]], &y = plan.calls[order[at + 1]];
       const OnChip &yc = on_chip[order[at + 1]];
+      const std::map<std::string, int64_t>& ys = call_symbols[at + 1];
       if (at > 0 && overlap[at - 1].on) {  // the second of a pair: only the kind that leaves it as it is
-        overlap[at] = prefetch_overlap(x, overlap[at - 1].gemm, overlap[at - 1].symbols, y, yc, symbols);
+        overlap[at] = prefetch_overlap(x, overlap[at - 1].gemm, overlap[at - 1].symbols, y, yc, ys);
         continue;
       }
       const OnChip& xc = on_chip[order[at]];
-      if (!spmd) overlap[at] = plan_overlap(plan, x, xc, y, yc, symbols, fragments);
-      if (!overlap[at].on) overlap[at] = prefetch_overlap(x, xc, symbols, y, yc, symbols);
+      // (the first kind plans both kernels with one VMEM: the smaller, where one of them lies in a weight window)
+      const std::map<std::string, int64_t>& both =
+          symbol_or(call_symbols[at], "VMEM_BYTES", 0) < symbol_or(ys, "VMEM_BYTES", 0) ? call_symbols[at] : ys;
+      if (!spmd) overlap[at] = plan_overlap(plan, x, xc, y, yc, both, fragments);
+      if (!overlap[at].on) overlap[at] = prefetch_overlap(x, xc, call_symbols[at], y, yc, ys);
     }
 
   int node = -1;  // the "node" region of the previous call, which a call with the same label extends
@@ -962,7 +1033,21 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   p.ideal_bytes = program_ideal_bytes(plan, use);
   for (size_t at = 0; at < order.size(); ++at) {
     const size_t c = order[at];
-    const KernelCall& call = plan.calls[c];
+    const std::map<std::string, int64_t>& symbols = call_symbols[at];
+    KernelCall with_prefetch;  // an attention that issues a later GEMM's weight loads (plan_weight_areas)
+    const auto pre = prefetch.find(at);
+    if (pre != prefetch.end()) {
+      with_prefetch = plan.calls[c], with_prefetch.attention.prefetch = pre->second;
+      int64_t bytes = 0;
+      for (const kernels::DmaLoad& l : pre->second) bytes += l.rows * l.rowbytes;
+      size_t z = at + 1;
+      while (z < order.size() && !(on_chip[order[z]].gemm && on_chip[order[z]].gemm->b_area_chunks > 0)) ++z;
+      with_prefetch.note = (with_prefetch.note.empty() ? "" : with_prefetch.note + "; ") + "loads " +
+                           std::to_string(bytes) + " bytes of the weights of " +
+                           (z < order.size() ? plan.calls[order[z]].label : std::string("a later GEMM")) +
+                           " after its own loads, while it computes";
+    }
+    const KernelCall& call = pre != prefetch.end() ? with_prefetch : plan.calls[c];
     const auto call_begin = static_cast<uint32_t>(p.code.size());
     const bool whole = on_chip[c].every_core();
     // Cores meet at a barrier around each whole-chip kernel and each group; between two kernels of one core

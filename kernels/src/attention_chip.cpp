@@ -683,6 +683,10 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
   k.li(t0, L.plan.items), e.bge(t, t0, done);
   setup();
   first_block();
+  for (const DmaLoad& l : a.prefetch) {  // another kernel's loads, behind this core's first item's (prefetch)
+    k.li(t0, l.vaddr), k.li(t1, l.haddr), k.li(t2, l.rows), k.li(t3, l.rowbytes), k.li(t4, l.hstride);
+    k.li(t5, l.vstride), e.dma_ld(t0, t1, t2, t3, t4, t5);
+  }
   k.bind(item);
   init_stats();
   soft(n, g);
@@ -750,7 +754,12 @@ isa::Program attention_chip_kernel(const AttentionChip& a, const std::map<std::s
                                    uint64_t hbm_base) {
   if (a.vector_unit) return attention_vpu_kernel(a, symbols, tensor_addr, base_pc, hbm_base);
   const Chip c = chip_of(a, symbols);
-  return generate(a, c, plan_of(a, c), tensor_addr, base_pc, hbm_base);
+  const Layout L = plan_of(a, c);
+  for (const DmaLoad& l : a.prefetch)  // another kernel's loads: into VMEM this one leaves alone
+    if (l.rows > 0 && l.vaddr < L.plan.vmem_end)
+      throw std::invalid_argument("attention_chip: a prefetch into VMEM " + std::to_string(l.vaddr) +
+                                  ", below the kernel's own end " + std::to_string(L.plan.vmem_end));
+  return generate(a, c, L, tensor_addr, base_pc, hbm_base);
 }
 
 std::string attention_chip_source(const AttentionChip& a, const std::map<std::string, int64_t>& symbols) {

@@ -477,7 +477,7 @@ void tap_loads(isa::Emitter& e, const ConvTaps& x, int64_t E, int64_t kc, isa::S
 
 isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t>& s, int64_t P, int64_t UMAX,
                           const Placing& pl, std::string* summary, bool first_b_only = false,
-                          int64_t* vmem_end = nullptr) {
+                          int64_t* vmem_end = nullptr, GemmArea* area = nullptr) {
   using namespace tile_regs;
   using isa::DType;
   using isa::Label;
@@ -554,7 +554,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   // Worth it where the matrix work it takes out of the tail, the last chunk's folds but one, exceeds what the
   // extra chunks add: about a transfer's latency.
   const int64_t tail_lead = (KLAST - 1) / R * R;  // the last chunk's rows of K before its last fold
-  const bool split_tail = g.split_last_fold && SK == 1 &&
+  const bool split_tail = g.split_last_fold && SK == 1 && g.b_area_chunks == 0 &&
                           static_cast<double>(tail_lead / R * S * std::max(cdiv(TMU, matrix_rate(g.in, s)), R)) *
                                   matrix_stretch(s) >
                               static_cast<double>(optional_symbol(s, "DMA_LATENCY", 100));
@@ -615,6 +615,39 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.dma_ld(vb, t0, kt, t1, t2, wstr, {.mcast = bmc, .wait = wait, .signal = signal});
     }
   };
+  // b_area (GemmChip): the first tile's chunks of b, each CHUNK_B bytes of VMEM in a slot's layout
+  const int64_t CHUNK_B = SLOT - A_SLOT, F = g.b_area_chunks;
+  if (area || F > 0) {
+    if (SK > 1) throw std::invalid_argument("gemm_chip: b_area is not for split K");
+    if (MC) throw std::invalid_argument("gemm_chip: b_area is not for multicast");
+    if (g.b_preloaded && F > 0) throw std::invalid_argument("gemm_chip: b_area and b_preloaded together");
+    if (F < 0 || F > NKL)
+      throw std::invalid_argument("gemm_chip: b_area_chunks " + std::to_string(F) + " of a tile of " +
+                                  std::to_string(NKL) + " chunks");
+    const int64_t end = act ? VAO + 2 * AOB : VE0;
+    if (F > 0 && (g.b_area < 0 || g.b_area % 64 != 0 || (g.b_area < end && g.b_area + F * CHUNK_B > VA0)))
+      throw std::invalid_argument("gemm_chip: b_area [" + std::to_string(g.b_area) + ", +" +
+                                  std::to_string(F * CHUNK_B) + ") overlaps the kernel's VMEM [" +
+                                  std::to_string(VA0) + ", " + std::to_string(end) + ") or is not 64-byte aligned");
+  }
+  if (area) {  // core 0's first tile: tile 0, columns 0 .. pw0, chunk c at K offset c * KC
+    const int64_t pw0 = std::min(W, g.n), bh = b_addr;
+    area->chunk_bytes = CHUNK_B, area->chunks = NKL, area->b_bytes = g.k * pw0 * E;
+    for (int64_t c = 0; c < F; ++c) {
+      const int64_t k0v = c * KC, kc = c == NKL - 1 ? KLAST : KC;
+      DmaLoad l;
+      l.vaddr = g.b_area + c * CHUNK_B;
+      if (g.trans_b)  // as load_b: pw rows of b, kc elements of K each
+        l.haddr = bh + k0v * E, l.rows = pw0, l.rowbytes = kc * E, l.hstride = g.k * E, l.vstride = KC * E;
+      else if (g.b_tiled)  // per fold, the tile's weight tiles
+        l.haddr = bh + k0v * NTB * C * E, l.rows = cdiv(kc, R), l.rowbytes = cdiv(pw0, C) * R * C * E,
+        l.hstride = NTB * R * C * E, l.vstride = W * R * E;
+      else
+        l.haddr = bh + k0v * g.n * E, l.rows = kc, l.rowbytes = pw0 * E, l.hstride = g.n * E, l.vstride = W * E;
+      area->loads.push_back(l);
+    }
+    return {};
+  }
   // Tile t (register; with split K, tile t / SK's split t % SK): its rows m0 .. m0 + mt, columns n0 .. n0 + pw, K
   // from kb, a's and b's addresses ah and bh; past the last tile, to `past`.
   auto tile_head = [&](isa::Label past) {
@@ -722,6 +755,18 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.jmp(join);
       e.bind(other);
       load_b(kc, Sem{}, FULL(0));
+      e.bind(join);
+    } else if (F > 0) {  // the core's first tile's first F chunks: b in the area (b_area), a alone loads
+      const Label other = e.label(), join = e.label();
+      e.bne(t, cid, other), e.li(t0, F * KC), e.bge(k0, t0, other);
+      e.li(t0, KC), e.div(t1, k0, t0), e.muli(t1, t1, CHUNK_B), e.addi(vb, t1, g.b_area);
+      if (b_first)  // (a's load after this waits for the kernel before; the slot must be free as well)
+        e.dmain_sync({.wait = FREE(0)});
+      else
+        e.dmain_sync({.signal = FULL(0)});
+      e.jmp(join);
+      e.bind(other);
+      load_b(kc, b_wait, b_signal);
       e.bind(join);
     } else {
       load_b(kc, b_wait, b_signal);
@@ -1146,15 +1191,16 @@ std::map<std::string, int64_t> from_base(const GemmChip& g, const std::map<std::
 }
 
 isa::Program kernel_of(const GemmChip& g, const std::map<std::string, int64_t>& symbols, const Placing& pl,
-                       std::string* summary, bool first_b_only = false, int64_t* vmem_end = nullptr) {
+                       std::string* summary, bool first_b_only = false, int64_t* vmem_end = nullptr,
+                       GemmArea* area = nullptr) {
   const std::map<std::string, int64_t> s = from_base(g, symbols);
   const Resolved r = resolve(g, s);
   if (first_b_only && (r.schedule != GemmSchedule::Tiles || gemm_chip_splits(g, symbols) != 1))
     throw std::invalid_argument("gemm_chip: the first chunk of b alone needs the tiled schedule and no split K");
-  if (vmem_end && r.schedule != GemmSchedule::Tiles)
-    throw std::invalid_argument("gemm_chip: the VMEM end is known for the tiled schedule only");
+  if ((vmem_end || area || g.b_area_chunks > 0) && r.schedule != GemmSchedule::Tiles)
+    throw std::invalid_argument("gemm_chip: the VMEM end and b_area are for the tiled schedule only");
   if (r.schedule == GemmSchedule::Strips) return strips_kernel(g, s, r.P, r.U, pl, summary);
-  return tiles_kernel(g, s, r.P, r.U, pl, summary, first_b_only, vmem_end);
+  return tiles_kernel(g, s, r.P, r.U, pl, summary, first_b_only, vmem_end, area);
 }
 
 }  // namespace
@@ -1169,6 +1215,13 @@ isa::Program gemm_chip_first_b(const GemmChip& g, const std::map<std::string, in
                                const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc,
                                uint64_t hbm_base) {
   return kernel_of(g, symbols, Placing{tensor_addr, base_pc, hbm_base}, nullptr, true);
+}
+
+GemmArea gemm_chip_area(const GemmChip& g, const std::map<std::string, int64_t>& symbols,
+                        const std::map<std::string, uint64_t>& tensor_addr, uint64_t hbm_base) {
+  GemmArea area;
+  kernel_of(g, symbols, Placing{tensor_addr, 0, hbm_base}, nullptr, false, nullptr, &area);
+  return area;
 }
 
 int64_t gemm_chip_vmem_end(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {

@@ -389,6 +389,34 @@ TEST(AttentionChip, MinItemCyclesIsAFloorUnderEachItem) {
               static_cast<unsigned long long>(high.stats.cycles));
 }
 
+// Another kernel's loads issued by the attention right after its first item's loads (AttentionChip::prefetch: the
+// compiler's weights for a GEMM two kernels later, GemmChip::b_area): on v5e, 4 heads of 64 rows, 4 rows of 256
+// bytes from HBM into VMEM above the kernel's own (rows 512 bytes apart there). The output is the same bits as
+// without, the rows are in VMEM after the run, HBM read exactly their 1,024 bytes more, and a load into the
+// kernel's own VMEM is refused.
+TEST(AttentionChip, PrefetchLoadsAfterTheFirstItemsOwn) {
+  Rig rig("v5e", {});
+  AttentionChip a = shape(1, 64, 4, 4, 64, false);
+  const Result plain = run(rig, a, 81);
+  const kernels::AttentionPlan plan = kernels::attention_chip_plan(a, rig.symbols);
+  const int64_t vaddr = (plan.vmem_end + 4095) / 4096 * 4096, haddr = int64_t{1} << 30;
+  std::vector<uint8_t> rows(1024);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint8_t>(i * 37 + 11);
+  rig.chip->write_hbm(static_cast<uint64_t>(haddr), rows.data(), rows.size());
+  a.prefetch = {kernels::DmaLoad{vaddr, haddr, 4, 256, 256, 512}};
+  check(rig, a, 81);
+  const Result with = run(rig, a, 81);
+  EXPECT_EQ(with.o, plain.o);
+  EXPECT_EQ(with.stats.hbm_bytes_read, plain.stats.hbm_bytes_read + 1024);
+  for (int i = 0; i < 4; ++i) {
+    std::vector<uint8_t> got(256);
+    rig.chip->read_vmem(static_cast<uint64_t>(vaddr + i * 512), got.data(), got.size());
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), rows.begin() + i * 256)) << "row " << i;
+  }
+  a.prefetch = {kernels::DmaLoad{plan.vmem_end - 4096, haddr, 1, 256, 256, 256}};
+  EXPECT_THROW(kernels::attention_chip_kernel(a, rig.symbols), std::invalid_argument);
+}
+
 // Items of one key block each (BERT's attention: 128 keys, a 128-key block), 12 heads on one core of v6e: the
 // kernel issues the next item's K/V load and S product before this item's P V product (pipeline_items). The same
 // bits as with it off, against float64 too. Without it, each item's S product (a K weight load of R = 256 rows

@@ -4,12 +4,14 @@
 // against the same kernel on one core with one matrix unit, bit for bit: results do not depend on the chip's
 // shape.
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <map>
 
 #include "reference_harness.h"
 #include "tests/generated_kernel.h"
 #include "tpusim/kernels/gemm_chip.h"
+#include "tpusim/isa/emitter.h"
 #include "tpusim/isa/numerics.h"
 #include "tpusim/kernels/kernels.h"
 #include "tpusim/sim/config.h"
@@ -427,6 +429,76 @@ TEST(GemmChip, TwoStripsOfTwoRowBlocksOnV5eBeatTwoUnits) {
   EXPECT_LT(static_cast<double>(four), 0.8 * static_cast<double>(two));
   std::printf("512 x 2304 x 256 on v5e: 4 units (2 strips x 2 row blocks) %llu cycles, 2 units %llu\n",
               static_cast<unsigned long long>(four), static_cast<unsigned long long>(two));
+}
+
+// The weights of a GEMM's first chunks loaded ahead into an area of VMEM (GemmChip::b_area, as the compiler has the
+// fused attention load them two kernels ahead): on v5e (one core), 40 x 300 x 200 in bf16 and int8, b as [K, N],
+// transposed and tile by tile, the kernel given half of VMEM and its first 2 chunks of K (of 128) in the upper
+// half. A program of gemm_chip_area's transfers runs first, then the kernel: its output is the plain kernel's,
+// bit for bit, and it reads from HBM exactly the area's bytes fewer (the transfers' rows x row bytes).
+TEST(GemmChip, WeightsLoadedAheadIntoAnAreaSameBitsFewerBytes) {
+  const sim::ChipConfig cfg = sim::load_config("v5e");
+  std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  const int64_t vmem = symbols.at("VMEM_BYTES"), R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
+  symbols["VMEM_BYTES"] = 512 * 1024;  // chunks of K: the kernel's own VMEM is small
+  sim::Chip chip(cfg);
+  Random r(971);
+  for (DType in : {DType::BF16, DType::I8})
+    for (int layout = 0; layout < 3; ++layout) {  // b as [K, N], transposed, tile by tile
+      if (in == DType::I8 && layout == 1) continue;
+      kernels::GemmChip g{40, 300, 200, in, in == DType::I8 ? DType::I32 : DType::F32, 1, 4,
+                          kernels::GemmSchedule::Tiles};
+      g.trans_b = layout == 1, g.b_tiled = layout == 2;
+      const std::string what = std::string(isa::dtype_name(in)) + (layout == 1 ? " b^T" : layout == 2 ? " b tiled" : " b");
+      const kernels::GemmArea sized = kernels::gemm_chip_area(g, symbols);
+      ASSERT_GE(sized.chunks, 3) << what;
+      kernels::GemmChip ahead = g;
+      ahead.b_area_chunks = 2;
+      ahead.b_area = (vmem - 2 * sized.chunk_bytes) / 64 * 64;
+      const isa::Program plain = kernels::gemm_chip_kernel(g, symbols), with = kernels::gemm_chip_kernel(ahead, symbols);
+      const kernels::GemmArea area = kernels::gemm_chip_area(ahead, symbols);
+      ASSERT_EQ(area.loads.size(), 2u) << what;
+      const int64_t E = isa::dtype_size(in);
+      std::vector<double> a = r.values(in, g.m * g.k, -3, 3), b = r.values(in, g.k * g.n, -3, 3);
+      std::vector<double> bl = layout == 2 ? tiled_b(b, g.k, g.n, R, C) : b;
+      if (layout == 1)
+        for (int64_t l = 0; l < g.k; ++l)
+          for (int64_t j = 0; j < g.n; ++j) bl[j * g.k + l] = b[l * g.n + j];
+      auto put = [&](uint64_t addr, const std::vector<double>& v) {
+        std::vector<uint8_t> bytes(v.size() * static_cast<size_t>(E));
+        for (size_t i = 0; i < v.size(); ++i) {
+          const uint64_t bits = in == DType::I8 ? static_cast<uint8_t>(static_cast<int8_t>(v[i]))
+                                                : isa::bf16_from_f32(static_cast<float>(v[i]));
+          std::memcpy(bytes.data() + i * static_cast<size_t>(E), &bits, static_cast<size_t>(E));
+        }
+        chip.write_hbm(addr, bytes.data(), bytes.size());
+      };
+      auto run = [&](const isa::Program& p) {
+        put(p.find("a")->addr, a), put(p.find("b")->addr, bl);
+        const isa::TensorDecl* c = p.find("c");
+        chip.write_hbm(c->addr, std::vector<uint8_t>(c->bytes(), 0xa5).data(), c->bytes());
+        const sim::RunResult res = chip.run(p);
+        std::vector<uint8_t> out(c->bytes());
+        chip.read_hbm(c->addr, out.data(), out.size());
+        return std::make_pair(out, res.stats.hbm_bytes_read);
+      };
+      const auto [want, plain_read] = run(plain);
+      isa::Emitter e("loader", "<test>", 0);
+      int64_t moved = 0;
+      for (const kernels::DmaLoad& l : area.loads) {
+        e.li(isa::reg(1), l.vaddr), e.li(isa::reg(2), l.haddr), e.li(isa::reg(3), l.rows);
+        e.li(isa::reg(4), l.rowbytes), e.li(isa::reg(5), l.hstride), e.li(isa::reg(6), l.vstride);
+        e.dma_ld(isa::reg(1), isa::reg(2), isa::reg(3), isa::reg(4), isa::reg(5), isa::reg(6));
+        moved += l.rows * l.rowbytes;
+      }
+      e.halt();
+      put(with.find("b")->addr, bl);
+      chip.run(e.finish());
+      const auto [got, with_read] = run(with);
+      EXPECT_EQ(got, want) << what << ": the same bits";
+      EXPECT_EQ(static_cast<int64_t>(plain_read) - static_cast<int64_t>(with_read), moved) << what;
+      EXPECT_GT(moved, 0) << what;
+    }
 }
 
 TEST(GemmChip, ResidualOnFourUnitsMatchesTheGemmThenTheAdd) { residual_cases(DType::BF16, 962, true, 4); }

@@ -60,9 +60,11 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "tpusim/isa/isa.h"
 #include "tpusim/isa/program.h"
+#include "tpusim/kernels/dma_load.h"
 
 namespace tpusim::kernels {
 
@@ -112,6 +114,12 @@ struct AttentionChip {
   // longer tile's own work hides it. tpusim validate sets it for TensorRT-LLM's kernels (validate.h,
   // kAttentionTileUs); 0 (the default) for the compiler's kernels. The same results.
   int64_t min_item_cycles = 0;
+  // Loads for a kernel after this one (GemmChip::b_area's weights), issued by each core right after its first
+  // item's loads, so that HBM moves them while the item computes rather than after the kernel; they take no
+  // semaphore (the kernel that uses them loads after them in the same queue, so finds them done). Their VMEM
+  // must lie outside this kernel's (AttentionPlan::vmem_end). The matrix units' kernel only (not vector_unit).
+  // The same results.
+  std::vector<DmaLoad> prefetch;
   // Heads per work item (consecutive heads of one batch and query block): their products' pieces are dealt over
   // the matrix units, one head's to each where there are as many heads as units, and the vector unit's softmax
   // takes all their rows at once (the same instructions per row: the same bits). 0: chosen by the estimate among

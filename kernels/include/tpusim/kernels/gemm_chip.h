@@ -32,9 +32,11 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tpusim/isa/isa.h"
 #include "tpusim/isa/program.h"
+#include "tpusim/kernels/dma_load.h"
 #include "tpusim/kernels/rowwise.h"
 
 namespace tpusim::kernels {
@@ -172,6 +174,15 @@ struct GemmChip {
   // runs), loaded it. The kernel's leading sem.set waits for that load as for every unit (and a barrier before it,
   // on a chip of several cores). The tiled schedule, no split K. The same results.
   bool b_preloaded = false;
+  // > 0: the core's first tile finds the b of its first b_area_chunks chunks of K in VMEM from byte b_area on,
+  // chunk after chunk in the layout a slot holds them (gemm_chip_area: each chunk's bytes there, and the transfers
+  // that put core 0's there), loaded before the kernel, so that it loads only a for them. The compiler issues
+  // those transfers inside the fused attention two kernels before, on a chip of one core, so that the weights
+  // stream in while the attention computes (codegen.cpp). The tiled schedule, no split K, no multicast, not with
+  // b_preloaded; the area lies outside the kernel's own VMEM. The core's last tile keeps its last chunk whole
+  // (split_last_fold is not applied). The same results.
+  int64_t b_area = 0;
+  int64_t b_area_chunks = 0;
   bool operator==(const GemmChip&) const = default;  // the same kernel on the same chip
 };
 
@@ -193,6 +204,17 @@ isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int
 isa::Program gemm_chip_first_b(const GemmChip& g, const std::map<std::string, int64_t>& symbols,
                                const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
                                uint64_t hbm_base = 0);
+
+// GemmChip::b_area for g: the VMEM bytes the area takes per chunk, the chunks of K of core 0's first tile, the bytes
+// of b those chunks hold, and the transfers that load its first g.b_area_chunks chunks into the area at g.b_area (b
+// at tensor_addr["b"], else placed as gemm_chip_kernel places it). The tiled schedule, no split K; throws
+// std::invalid_argument otherwise, or where b_area_chunks is more than the first tile's chunks.
+struct GemmArea {
+  int64_t chunk_bytes = 0, chunks = 0, b_bytes = 0;
+  std::vector<DmaLoad> loads;
+};
+GemmArea gemm_chip_area(const GemmChip& g, const std::map<std::string, int64_t>& symbols,
+                        const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t hbm_base = 0);
 
 // The VMEM the kernel's tiled schedule uses: [vmem_base, the value returned). Throws std::invalid_argument for the
 // strips schedule and for split K (its reduction lays VMEM out anew), or as gemm_chip_kernel.
