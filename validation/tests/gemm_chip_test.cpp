@@ -284,7 +284,9 @@ void residual_cases(DType out, uint64_t seed, bool relu, int units = 3) {
                [&](size_t i) { return same(whole[i], want[i]); },
                [&](size_t i) { return "gemm_chip " + num(whole[i]) + ", host " + num(want[i]); });
   }
-  if (units == 4) EXPECT_GE(paired, 1);
+  if (units == 4) {
+    EXPECT_GE(paired, 1);
+  }
 }
 
 // The compiler's activations after a GEMM (act: an elementwise row-wise program on the f32 result, GELU after a
@@ -338,7 +340,9 @@ void act_cases(uint64_t seed, kernels::rowwise::Op op, bool relu, int units = 3)
                  [&](size_t i) { return "gemm_chip " + num(whole[i]) + ", row-wise " + num(want[i]); });
     }
   }
-  if (units == 4) EXPECT_GE(paired, 1);
+  if (units == 4) {
+    EXPECT_GE(paired, 1);
+  }
 }
 
 TEST(GemmChip, GeluAfterTheBiasMatchesTheGemmThenTheRowwiseKernel) { act_cases(951, kernels::rowwise::Op::Gelu, false); }
