@@ -119,7 +119,7 @@ struct AttentionChip {
   // semaphore (the kernel that uses them loads after them in the same queue, so finds them done). Their VMEM
   // must lie outside this kernel's (AttentionPlan::vmem_end). The matrix units' kernel only (not vector_unit).
   // The same results.
-  std::vector<DmaLoad> prefetch;
+  std::vector<DmaLoad> prefetch = {};
   // Heads per work item (consecutive heads of one batch and query block): their products' pieces are dealt over
   // the matrix units, one head's to each where there are as many heads as units, and the vector unit's softmax
   // takes all their rows at once (the same instructions per row: the same bits). 0: chosen by the estimate among
