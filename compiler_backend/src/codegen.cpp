@@ -810,13 +810,14 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
 // So the first chunks of b of the GEMM two or three kernels later (after the output projection and a LayerNorm,
 // say: the FFN's first Linear), as many as HBM can move in that time by the attention's estimate, load into an
 // area at the top of VMEM (GemmChip::b_area), by loads the attention issues right after its own
-// (AttentionChip::prefetch). (Its second tile's instead, so that the first tile's first weights still load while
-// a LayerNorm before it runs, plan_overlap, was slower: BERT-base on v5e 427,496 cycles against 418,761, on v6e
-// 313,883 against 300,087, the next tile's loads waiting for a slot whatever is resident; and so was the GEMM after
-// that one, the FFN's second Linear: 441,545 and 306,068.) The kernels from the attention's successor to that GEMM's successor take half of
+// (AttentionChip::prefetch). The kernels from the attention's successor to that GEMM's successor take half of
 // VMEM (VMEM_BYTES halved in `call_symbols`), so that none writes the area before the GEMM has read it. Not where
 // the GEMM's weights are not a constant, or the kernels between are other than GEMMs and row-wise kernels.
-// Returns the prefetch loads by position in `order`.
+// Returns the prefetch loads by position in `order`. (Tried, slower: the area for the GEMM's second tile, so that
+// its first tile's first weights still load while a LayerNorm before it runs, BERT-base on v5e 427,496 cycles
+// against 418,761 and on v6e 313,883 against 300,087, the next tile's loads waiting for a slot whatever is
+// resident; the area for the GEMM after that one, the FFN's second Linear, 441,545 and 306,068; more in
+// docs/compiler.md.)
 std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(const KernelPlan& plan, const std::vector<size_t>& order,
                                                                   std::vector<OnChip>& on_chip,
                                                                   const std::map<std::string, int64_t>& symbols,
@@ -840,7 +841,7 @@ std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(const KernelPl
         if (oc.gemm && j >= at + 2) z = j;
         else if (!oc.gemm && c.kind != KernelCall::Kind::Rowwise) break;
       }
-      if (!z || z + 1 > order.size()) continue;
+      if (!z) continue;
       const KernelCall& zc = plan.calls[order[z]];
       kernels::GemmChip g = *on_chip[order[z]].gemm;
       const auto b = zc.tensors.find("b");
