@@ -861,6 +861,24 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     e.addi(k0, kb, (nk - 1) * KC);
     last((nk - 1) * KC, false);
   };
+  // GemmChip::prefetch: after the core's last tile's last chunk (its loads and products), before its drain
+  auto prefetch = [&] {
+    if (g.prefetch.empty()) return;
+    if (P != 1 || SK > 1) throw std::invalid_argument("gemm_chip: prefetch loads on one core, without split K");
+    const int64_t end = act ? VAO + 2 * AOB : VE0;
+    for (const DmaLoad& l : g.prefetch)
+      if (l.rows > 0 && l.vaddr < end && l.vaddr + (l.rows - 1) * l.vstride + l.rowbytes > VA0)
+        throw std::invalid_argument("gemm_chip: a prefetch into VMEM " + std::to_string(l.vaddr) +
+                                    " inside the kernel's own [" + std::to_string(VA0) + ", " + std::to_string(end) +
+                                    ")");
+    const Label skip = e.label();
+    e.addi(t0, t, P), e.li(t1, T), e.blt(t0, t1, skip);
+    for (const DmaLoad& l : g.prefetch) {
+      e.li(t0, l.vaddr), e.li(t1, l.haddr), e.li(t2, l.rows), e.li(t3, l.rowbytes), e.li(r29, l.hstride);
+      e.li(r31, l.vstride), e.dma_ld(t0, t1, t2, t3, r29, r31);
+    }
+    e.bind(skip);
+  };
   if (SK > 1) {
     const Label last = e.label(), drain = e.label();
     e.li(t0, SK - 1), e.beq(split, t0, last);
@@ -880,6 +898,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   } else {
     krange(NKL, KLAST, false);
   }
+  prefetch();
   if (g.residual) {  // the tile's r into its slot, strip by strip: r[m0 + r0.., n0 + q*SC..] (row pitch N)
     e.dmain_sync({.wait = RFREE});
     for (int64_t j = 0; j < U; ++j)

@@ -1136,12 +1136,15 @@ class Attention(OpCase):
     def test_ffn_weights_load_during_the_attention(self):
         # On v5e (one core) the fused attention issues, right after its own loads, the loads of the FFN's first
         # Linear's first weights (two kernels later: after the output projection and the LayerNorm) into the top of
-        # VMEM, where that GEMM finds them (docs/compiler.md, "Weights that stream in during the attention"); the
-        # compile report notes it on the attention. Against torch, and the same bits as with a fence between every
-        # two kernels (--no-kernel-overlap), in fewer cycles.
+        # VMEM, where that GEMM finds them (docs/compiler.md, "Weights that stream in during the attention"), and the
+        # QKV projection before it loads the output projection's first weights after its last tile's loads; the
+        # compile report notes both. Against torch, and the same bits as with a fence between every two kernels
+        # (--no-kernel-overlap), in fewer cycles.
         self.check(self.Layer(hidden=512, heads=8, seq=128), randn(1, 128, 512), cos=self.COS, config="v5e")
         _, _, notes = self.compiled("v5e")
-        self.assertTrue([n for n in notes if re.search(r"loads \d+ bytes of the weights of \S*ffn\S*", n)], notes)
+        for target in ("ffn", "proj"):
+            self.assertTrue([n for n in notes if re.search(rf"loads \d+ bytes of the weights of \S*{target}\S*", n)],
+                            (target, notes))
         d = os.path.join(self.dir, f"case{self.n}")
         x = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
         self.same_bits_as_fenced_in_fewer_cycles(os.path.join(d, "model.onnx"), x)

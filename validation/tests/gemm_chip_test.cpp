@@ -505,6 +505,55 @@ TEST(GemmChip, WeightsLoadedAheadIntoAnAreaSameBitsFewerBytes) {
     }
 }
 
+// Another kernel's loads issued by a GEMM right after its last tile's loads and products (GemmChip::prefetch: the
+// compiler's QKV projection loading the output projection's first weights while the attention between waits): on
+// v5e, 300 x 300 x 700 in bf16 (tiles of 512 columns), 4 rows of 256 bytes into VMEM past the kernel's own (rows 512
+// bytes apart there). The output is the same bits as without, the rows are in VMEM after the run, HBM read exactly
+// their 1,024 bytes more; a load into the kernel's own VMEM is refused, and so is prefetch on two cores (v4).
+TEST(GemmChip, PrefetchLoadsAfterTheLastTilesOwn) {
+  const sim::ChipConfig cfg = sim::load_config("v5e");
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  sim::Chip chip(cfg);
+  Random r(981);
+  kernels::GemmChip g{300, 300, 700, DType::BF16, DType::F32, 1, 4, kernels::GemmSchedule::Tiles};
+  const int64_t end = kernels::gemm_chip_vmem_end(g, symbols), vaddr = (end + 4095) / 4096 * 4096;
+  const int64_t haddr = int64_t{1} << 30;
+  std::vector<uint8_t> rows(1024);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint8_t>(i * 29 + 3);
+  std::vector<double> a = r.values(DType::BF16, g.m * g.k, -3, 3), b = r.values(DType::BF16, g.k * g.n, -3, 3);
+  auto put = [&](uint64_t addr, const std::vector<double>& v) {
+    std::vector<uint16_t> bits(v.size());
+    for (size_t i = 0; i < v.size(); ++i) bits[i] = isa::bf16_from_f32(static_cast<float>(v[i]));
+    chip.write_hbm(addr, bits.data(), bits.size() * 2);
+  };
+  auto run = [&](const kernels::GemmChip& k) {
+    const isa::Program p = kernels::gemm_chip_kernel(k, symbols);
+    put(p.find("a")->addr, a), put(p.find("b")->addr, b);
+    chip.write_hbm(static_cast<uint64_t>(haddr), rows.data(), rows.size());
+    const sim::RunResult res = chip.run(p);
+    std::vector<uint8_t> out(p.find("c")->bytes());
+    chip.read_hbm(p.find("c")->addr, out.data(), out.size());
+    return std::make_pair(out, res.stats.hbm_bytes_read);
+  };
+  const auto [plain, plain_read] = run(g);
+  kernels::GemmChip with = g;
+  with.prefetch = {kernels::DmaLoad{vaddr, haddr, 4, 256, 256, 512}};
+  const auto [got, with_read] = run(with);
+  EXPECT_EQ(got, plain);
+  EXPECT_EQ(with_read, plain_read + 1024);
+  for (int i = 0; i < 4; ++i) {
+    std::vector<uint8_t> in_vmem(256);
+    chip.read_vmem(static_cast<uint64_t>(vaddr + i * 512), in_vmem.data(), in_vmem.size());
+    EXPECT_TRUE(std::equal(in_vmem.begin(), in_vmem.end(), rows.begin() + i * 256)) << "row " << i;
+  }
+  with.prefetch = {kernels::DmaLoad{end - 4096, haddr, 1, 256, 256, 256}};
+  EXPECT_THROW(kernels::gemm_chip_kernel(with, symbols), std::invalid_argument);
+  const sim::ChipConfig v4 = sim::load_config("v4");
+  kernels::GemmChip two = g;
+  two.cores = 2, two.prefetch = {kernels::DmaLoad{vaddr, haddr, 4, 256, 256, 512}};
+  EXPECT_THROW(kernels::gemm_chip_kernel(two, preset_symbols(v4)), std::invalid_argument);
+}
+
 TEST(GemmChip, ResidualOnFourUnitsMatchesTheGemmThenTheAdd) { residual_cases(DType::BF16, 962, true, 4); }
 TEST(GemmChip, GeluOnFourUnitsMatchesTheGemmThenTheRowwiseKernel) {
   act_cases(963, kernels::rowwise::Op::Gelu, false, 4);

@@ -183,6 +183,11 @@ struct GemmChip {
   // (split_last_fold is not applied). The same results.
   int64_t b_area = 0;
   int64_t b_area_chunks = 0;
+  // Loads for a kernel after this one (a later GEMM's b_area), issued by the core right after its last tile's last
+  // loads and products, before that tile's drain, so that HBM moves them while the drain runs rather than after the
+  // kernel; no semaphore (the kernel that uses them loads after them in the same queue). The tiled schedule, one
+  // core, no split K; their VMEM outside this kernel's. The same results.
+  std::vector<DmaLoad> prefetch = {};
   bool operator==(const GemmChip&) const = default;  // the same kernel on the same chip
 };
 
