@@ -378,12 +378,13 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
           k.addi(t1, qv, ((j * BR + r * L.s.rows) * D + fr) * 2);
           k.addi(t5, t0, idx * L.s.rows);
           k.li(t6, L.s.rows);
+          // each piece's last product signals SFULL: the vector unit drains it while the unit computes the next
           e.mxu_mm(t1, t6, t5, t4, DType::BF16,
-                   {.accumulate = f > 0, .mxu = u, .wait = first_mm ? SFREE(u) : Sem{}});
+                   {.accumulate = f > 0, .mxu = u, .wait = first_mm ? SFREE(u) : Sem{},
+                    .signal = f == L.s.folds - 1 ? SFULL(u) : Sem{}});
           first_mm = false;
         }
       }
-      e.mxu_sync({.mxu = u, .signal = SFULL(u)});
     }
   };
   // O_n = P_n V_n: block `gr`'s P slot and PV region, V in slot `slot`.
@@ -440,18 +441,17 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
     } else {
       k.li(bias, L.Z);
     }
-    for (int64_t u = 0; u < U; ++u) {
-      if (!has_s[u]) continue;
+    // Each piece once its product is done (SFULL, s_product), in the order the units finish them: every unit's
+    // first piece, then every unit's second, ...; a unit's region is free once its last piece is drained.
+    for (int64_t p = 0; p < L.s.pieces(); ++p) {
+      const int64_t u = p % U, j = L.s.head(p), q = L.s.strip(p), r = L.s.group(p), idx = p / U;
       e.vpu_sync({.wait = SFULL(u)});
-      for (int64_t p = u; p < L.s.pieces(); p += U) {
-        const int64_t j = L.s.head(p), q = L.s.strip(p), r = L.s.group(p), idx = p / U;
-        k.li(t1, L.SB + ((j * BR + r * L.s.rows) * BC + q * C) * 4);
-        k.addi(t2, t0, u * c.ACC + idx * L.s.rows);
-        k.li(t3, L.s.rows), k.li(t4, std::min(C, BC - q * C)), k.li(t5, BC * 4);
-        k.addi(t6, bias, q * C * 4);
-        e.vpu_acc(t1, t2, t3, t4, t5, t6, scl, DType::F32, DType::F32, {.bias_en = true, .scale_en = true});
-      }
-      e.vpu_sync({.signal = SFREE(u)});
+      k.li(t1, L.SB + ((j * BR + r * L.s.rows) * BC + q * C) * 4);
+      k.addi(t2, t0, u * c.ACC + idx * L.s.rows);
+      k.li(t3, L.s.rows), k.li(t4, std::min(C, BC - q * C)), k.li(t5, BC * 4);
+      k.addi(t6, bias, q * C * 4);
+      e.vpu_acc(t1, t2, t3, t4, t5, t6, scl, DType::F32, DType::F32, {.bias_en = true, .scale_en = true});
+      if (p + U >= L.s.pieces()) e.vpu_sync({.signal = SFREE(u)});
     }
     if (a.causal && BR < BC) {  // only the item's last block, holding its rows' diagonal: triangle rows q0 % BC + [0, BR)
       const isa::Label skip = k.label();
@@ -633,9 +633,9 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
   auto finish = [&](isa::Reg qr, isa::Reg ohr, isa::Reg mtr) {
     k.li(t0, L.RL), k.li(t1, L.L), k.li(t2, HR);
     e.vpu_recip(t0, t1, t2, DType::F32);
-    k.li(t3, C), k.li(t4, C * 4);
-    for (int64_t q = 0; q < L.p.strips; ++q) {
-      k.li(t1, L.OB + q * HR * C * 4);
+    k.li(t4, C * 4);
+    for (int64_t q = 0; q < L.p.strips && q * C < D; ++q) {  // O / l over D's columns (those stored)
+      k.li(t1, L.OB + q * HR * C * 4), k.li(t3, std::min(C, D - q * C));
       e.vpu_mulrow(t1, t1, t0, t2, t3, t4, DType::F32);
     }
     k.li(t1, L.OB), k.li(t2, HR * L.Dp);

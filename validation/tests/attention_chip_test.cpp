@@ -718,7 +718,8 @@ TEST(AttentionChip, VectorUnitSameBitsWhateverThePlan) {
 // GPT-2's decode step (12 heads of 64, 129 keys, one query each) on v6e (one core, four 256 x 256 matrix units,
 // 8 x 256 lanes): the matrix path loads each head's K and V as weights for one row and spends its instructions on
 // them; the vector unit reads each head's K and V once (a vpu.rdot and a vpu.cdot of 129 x 64 per head, 5 cycles
-// of lanes each). The vector kernel is at least 3 times faster; both against the float64 reference.
+// of lanes each). The vector kernel is at least 2.5 times faster (measured 1,457 cycles against 4,309; more than 3
+// times before the matrix path scaled only head_dim's columns of O); both against the float64 reference.
 TEST(AttentionChip, VectorUnitFasterForADecodeStep) {
   Rig rig("v6e", {});
   auto bhsd = [](int64_t S, int64_t H, int64_t D) { return kernels::AttentionStrides{H * S * D, D, S * D}; };
@@ -729,7 +730,7 @@ TEST(AttentionChip, VectorUnitFasterForADecodeStep) {
   a.vector_unit = true;
   check(rig, a, 71);
   const uint64_t vector = run(rig, a, 71).stats.cycles;
-  EXPECT_LT(3 * vector, matrix) << vector << " against " << matrix;
+  EXPECT_LT(2.5 * static_cast<double>(vector), static_cast<double>(matrix)) << vector << " against " << matrix;
 }
 
 }  // namespace
