@@ -805,8 +805,8 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
   return o;
 }
 
-// With plan_weight_areas' attention at `at`: where a whole-chip GEMM comes before it (the QKV projection) and one
-// after it (the output projection), the first GEMM's last tile, whose products and drain leave HBM idle while the
+// With plan_weight_areas' attention at `at`: where a whole-chip GEMM comes before it (the QKV projection, or copies
+// after that: GPT-2's transposes of k and v) and one after it (the output projection), the first GEMM's last tile, whose products and drain leave HBM idle while the
 // attention waits for its output, loads the second's first chunk of weights (GemmChip::prefetch) into an area at
 // the middle of VMEM (b_area), where the second finds it; both keep below the middle (`half`). (Its whole first
 // tile, both chunks on v5e, was slower: BERT-base 417,102 cycles against 413,914; and its second chunk loaded by
@@ -815,21 +815,24 @@ void before_attention(const KernelPlan& plan, const std::vector<size_t>& order, 
                       const std::map<std::string, int64_t>& half, std::vector<std::map<std::string, int64_t>>& call_symbols,
                       size_t at) {
   if (at == 0 || at + 1 >= order.size()) return;
-  OnChip &xc = on_chip[order[at - 1]], &yc = on_chip[order[at + 1]];
+  size_t w = at - 1;  // the GEMM before, past copies (GPT-2's transposes of k and v)
+  while (w > 0 && plan.calls[order[w]].kind == KernelCall::Kind::Copy && !on_chip[order[w]].gemm) --w;
+  OnChip &xc = on_chip[order[w]], &yc = on_chip[order[at + 1]];
   const KernelCall& y = plan.calls[order[at + 1]];
   if (!xc.gemm || !yc.gemm || xc.gemm->taps.cin > 0 || yc.gemm->taps.cin > 0 || yc.gemm->b_area_chunks > 0) return;
   const auto b = y.tensors.find("b");
   if (b == y.tensors.end() || plan.buffers[b->second].kind != Buffer::Kind::Const) return;
   const int64_t mid = half.at("VMEM_BYTES");
   kernels::GemmChip x = *xc.gemm, g = *yc.gemm;
-  if (kernels::gemm_chip_estimate(x, half) > 1.02 * kernels::gemm_chip_estimate(x, call_symbols[at - 1])) return;
+  if (kernels::gemm_chip_estimate(x, half) > 1.02 * kernels::gemm_chip_estimate(x, call_symbols[w])) return;
   const kernels::GemmArea sized = kernels::gemm_chip_area(g, half);
   if (sized.chunks < 1 || sized.chunk_bytes > mid / 4) return;
   g.b_area = mid, g.b_area_chunks = 1;
   x.prefetch = kernels::gemm_chip_area(g, half, tensor_addresses(plan, y)).loads;
   kernels::gemm_chip_kernel(x, half);  // they can (throw where they cannot)
   kernels::gemm_chip_kernel(g, half);
-  xc.gemm = x, yc.gemm = g, call_symbols[at - 1] = half;
+  xc.gemm = x, yc.gemm = g;
+  for (size_t j = w; j < at; ++j) call_symbols[j] = half;
 }
 
 // Weights that stream in during the fused attention, on a chip of one core. The attention leaves HBM idle while it
