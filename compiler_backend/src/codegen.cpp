@@ -805,6 +805,12 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
   return o;
 }
 
+// Whether a GEMM call's weights (its tensor b) are a constant of the program, which a kernel before it may load.
+bool constant_weights(const KernelPlan& plan, const KernelCall& call) {
+  const auto b = call.tensors.find("b");
+  return b != call.tensors.end() && plan.buffers[b->second].kind == Buffer::Kind::Const;
+}
+
 // With plan_weight_areas' attention at `at`: where a whole-chip GEMM comes before it (the QKV projection, or copies
 // after that: GPT-2's transposes of k and v) and one after it (the output projection), the first GEMM's last tile, whose products and drain leave HBM idle while the
 // attention waits for its output, loads the second's first chunk of weights (GemmChip::prefetch) into an area at
@@ -819,9 +825,9 @@ void before_attention(const KernelPlan& plan, const std::vector<size_t>& order, 
   while (w > 0 && plan.calls[order[w]].kind == KernelCall::Kind::Copy && !on_chip[order[w]].gemm) --w;
   OnChip &xc = on_chip[order[w]], &yc = on_chip[order[at + 1]];
   const KernelCall& y = plan.calls[order[at + 1]];
-  if (!xc.gemm || !yc.gemm || xc.gemm->taps.cin > 0 || yc.gemm->taps.cin > 0 || yc.gemm->b_area_chunks > 0) return;
-  const auto b = y.tensors.find("b");
-  if (b == y.tensors.end() || plan.buffers[b->second].kind != Buffer::Kind::Const) return;
+  if (!xc.gemm || !yc.gemm || xc.gemm->taps.cin > 0 || yc.gemm->taps.cin > 0 || yc.gemm->b_area_chunks > 0 ||
+      !constant_weights(plan, y))
+    return;
   const int64_t mid = half.at("VMEM_BYTES");
   kernels::GemmChip x = *xc.gemm, g = *yc.gemm;
   if (kernels::gemm_chip_estimate(x, half) > 1.02 * kernels::gemm_chip_estimate(x, call_symbols[w])) return;
@@ -874,10 +880,7 @@ std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(const KernelPl
       if (!z) continue;
       const KernelCall& zc = plan.calls[order[z]];
       kernels::GemmChip g = *on_chip[order[z]].gemm;
-      const auto b = zc.tensors.find("b");
-      if (b == zc.tensors.end() || plan.buffers[b->second].kind != Buffer::Kind::Const || g.taps.cin > 0 ||
-          g.b_area_chunks > 0)
-        continue;
+      if (!constant_weights(plan, zc) || g.taps.cin > 0 || g.b_area_chunks > 0) continue;
       if (kernels::gemm_chip_estimate(g, half) > 1.02 * kernels::gemm_chip_estimate(g, symbols)) continue;
       const kernels::GemmArea sized = kernels::gemm_chip_area(g, half);
       // HBM's time while the attention computes: its estimate less its own bytes' time

@@ -631,19 +631,19 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
                                   std::to_string(VA0) + ", " + std::to_string(end) + ") or is not 64-byte aligned");
   }
   if (area) {  // core 0's first tile: tile 0, columns 0 .. pw0, chunk c at K offset c * KC
-    const int64_t pw0 = std::min(W, g.n), bh = b_addr;
+    const int64_t pw0 = std::min(W, g.n);
     area->chunk_bytes = CHUNK_B, area->chunks = NKL, area->b_bytes = g.k * pw0 * E;
     for (int64_t c = 0; c < F; ++c) {
       const int64_t k0v = c * KC, kc = c == NKL - 1 ? KLAST : KC;
       DmaLoad l;
       l.vaddr = g.b_area + c * CHUNK_B;
       if (g.trans_b)  // as load_b: pw rows of b, kc elements of K each
-        l.haddr = bh + k0v * E, l.rows = pw0, l.rowbytes = kc * E, l.hstride = g.k * E, l.vstride = KC * E;
+        l.haddr = b_addr + k0v * E, l.rows = pw0, l.rowbytes = kc * E, l.hstride = g.k * E, l.vstride = KC * E;
       else if (g.b_tiled)  // per fold, the tile's weight tiles
-        l.haddr = bh + k0v * NTB * C * E, l.rows = cdiv(kc, R), l.rowbytes = cdiv(pw0, C) * R * C * E,
+        l.haddr = b_addr + k0v * NTB * C * E, l.rows = cdiv(kc, R), l.rowbytes = cdiv(pw0, C) * R * C * E,
         l.hstride = NTB * R * C * E, l.vstride = W * R * E;
       else
-        l.haddr = bh + k0v * g.n * E, l.rows = kc, l.rowbytes = pw0 * E, l.hstride = g.n * E, l.vstride = W * E;
+        l.haddr = b_addr + k0v * g.n * E, l.rows = kc, l.rowbytes = pw0 * E, l.hstride = g.n * E, l.vstride = W * E;
       area->loads.push_back(l);
     }
     return {};
