@@ -811,6 +811,14 @@ bool constant_weights(const KernelPlan& plan, const KernelCall& call) {
   return b != call.tensors.end() && plan.buffers[b->second].kind == Buffer::Kind::Const;
 }
 
+// ... and read from HBM (not streamed into VMEM before the call: stream_weights).
+bool weights_in_hbm(const KernelPlan& plan, const KernelCall& call) {
+  if (!constant_weights(plan, call)) return false;
+  const auto off = call.offsets.find("b");
+  const uint64_t addr = plan.buffers[call.tensors.at("b")].addr + (off == call.offsets.end() ? 0 : off->second);
+  return isa::far_memory(static_cast<int64_t>(addr)) == isa::FarMemory::Hbm;
+}
+
 // With plan_weight_areas' attention at `at`: where a whole-chip GEMM comes before it (the QKV projection, or copies
 // after that: GPT-2's transposes of k and v) and one after it (the output projection), the first GEMM's last tile, whose products and drain leave HBM idle while the
 // attention waits for its output, loads the second's first chunk of weights (GemmChip::prefetch) into an area at
@@ -826,7 +834,7 @@ void before_attention(const KernelPlan& plan, const std::vector<size_t>& order, 
   OnChip &xc = on_chip[order[w]], &yc = on_chip[order[at + 1]];
   const KernelCall& y = plan.calls[order[at + 1]];
   if (!xc.gemm || !yc.gemm || xc.gemm->taps.cin > 0 || yc.gemm->taps.cin > 0 || yc.gemm->b_area_chunks > 0 ||
-      !constant_weights(plan, y))
+      !weights_in_hbm(plan, y))
     return;
   const int64_t mid = half.at("VMEM_BYTES");
   kernels::GemmChip x = *xc.gemm, g = *yc.gemm;
@@ -880,7 +888,7 @@ std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(const KernelPl
       if (!z) continue;
       const KernelCall& zc = plan.calls[order[z]];
       kernels::GemmChip g = *on_chip[order[z]].gemm;
-      if (!constant_weights(plan, zc) || g.taps.cin > 0 || g.b_area_chunks > 0) continue;
+      if (!weights_in_hbm(plan, zc) || g.taps.cin > 0 || g.b_area_chunks > 0) continue;
       if (kernels::gemm_chip_estimate(g, half) > 1.02 * kernels::gemm_chip_estimate(g, symbols)) continue;
       const kernels::GemmArea sized = kernels::gemm_chip_area(g, half);
       // HBM's time while the attention computes: its estimate less its own bytes' time
@@ -979,8 +987,166 @@ std::vector<uint8_t> untile(const Buffer& b, const Untiled& u, const std::map<st
   return plain;
 }
 
-isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
-                          const std::string& program_name, bool overlap_kernels) {
+namespace {
+
+// The weight stream, on a chip of one core whose VMEM keeps the intermediates (Options::vmem_intermediates): the
+// part of VMEM they leave (`ring`, VMEM offsets) holds copies of later GEMMs' weights, which earlier kernels load
+// from HBM in the background, while their own work leaves HBM idle, so that HBM moves the model's weights without
+// waiting for the kernels that use them (a TPU's weights stream ahead into VMEM so). The planner walks the calls in
+// program order, each giving the stream the bytes HBM could move in its estimated time beyond its own
+// (`kStreamShare` of it), and hands them to the next weights in the order their GEMMs come, each placed whole in
+// the ring after the one before (wrapping to its start): a weight is streamed only where the budgets before its
+// GEMM can load all of it, and a part of the ring is reused only after the GEMM that read its last weight (the
+// later loads follow that GEMM's in the one load queue, which completes and moves data in order). A GEMM whose
+// weights are streamed reads them through the local window (isa::kLocalWindow), at VMEM's bandwidth, from after
+// the stream's loads in the same queue. The producers: whole-chip GEMMs (GemmChip::background, a piece after each
+// chunk's loads) and fused attentions of one item (after their own loads, AttentionChip::prefetch). The same bits:
+// each weight's bytes, copied.
+constexpr double kStreamShare = 0.9;
+
+// Returns the calls whose weights come from the ring.
+std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vector<OnChip>& on_chip,
+                      const std::map<std::string, int64_t>& symbols, const std::map<int, Untiled>& untiled,
+                      const std::map<size_t, std::vector<kernels::DmaLoad>>& areas, StreamRing ring) {
+  std::set<size_t> out;
+  const int64_t hbm = symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 0);
+  if (symbol_or(symbols, "CORES", 1) != 1 || hbm <= 0 || ring.end - ring.begin < (int64_t{1} << 20)) return out;
+  const BufferUse use = buffer_use(plan);
+  // The weights that may stream: a whole-chip GEMM's constant b, read by that call alone
+  struct Weight {
+    size_t at = 0;  // its GEMM's position
+    int buffer = -1;
+    int64_t bytes = 0, loaded = 0, vaddr = -1;
+  };
+  std::vector<Weight> weights;
+  for (size_t at = 0; at < order.size(); ++at) {
+    const KernelCall& call = plan.calls[order[at]];
+    const std::optional<kernels::GemmChip>& g = on_chip[order[at]].gemm;
+    if (!g || !constant_weights(plan, call) || g->b_area_chunks > 0 || g->b_preloaded) continue;
+    const int b = call.tensors.at("b");
+    const auto off = call.offsets.find("b");
+    if ((off != call.offsets.end() && off->second != 0) || use.first[b] != use.last[b]) continue;
+    const auto u = untiled.find(b);
+    const Buffer& buf = plan.buffers[static_cast<size_t>(b)];
+    const int64_t bytes = u != untiled.end() ? u->second.k * u->second.n * isa::dtype_size(buf.dtype)
+                                             : static_cast<int64_t>(buf.bytes());
+    const int64_t placed = (bytes + 4095) / 4096 * 4096;
+    if (bytes > 0 && placed <= ring.end - ring.begin) weights.push_back({at, b, bytes, 0, -1});
+  }
+  if (weights.empty()) return out;
+  // Each call's budget: HBM's bytes in its estimated time less its own; a GEMM whose weights stream (`assumed`)
+  // at its estimate with many times HBM's bandwidth, its b not among its bytes
+  std::map<std::string, int64_t> fast = symbols;
+  fast["HBM_BYTES_PER_CYCLE"] = hbm * 16;
+  auto budgets = [&](const std::set<size_t>& assumed) {
+    std::vector<int64_t> budget(order.size(), 0);
+    for (size_t at = 0; at < order.size(); ++at) {
+      const KernelCall& call = plan.calls[order[at]];
+      const OnChip& oc = on_chip[order[at]];
+      double cycles = 0, own = call_bytes(plan, call, true);
+      try {
+        if (oc.gemm) {
+          const bool streamed = assumed.count(at) > 0;
+          cycles = kernels::gemm_chip_estimate(*oc.gemm, fast);
+          if (streamed)
+            own = std::max(0.0, own - static_cast<double>(plan.buffers[static_cast<size_t>(call.tensors.at("b"))].bytes()));
+        } else if (call.kind == KernelCall::Kind::Attention && !call.attention.vector_unit) {
+          // (not one that loads an area's weights, plan_weight_areas: they take its time)
+          const kernels::AttentionPlan ap = kernels::attention_chip_plan(call.attention, symbols);
+          if (ap.items == 1 && !areas.count(at)) cycles = ap.estimate;
+        }
+      } catch (const std::invalid_argument&) {
+        cycles = 0;
+      }
+      budget[at] = static_cast<int64_t>(std::max(0.0, kStreamShare * cycles * static_cast<double>(hbm) - own)) / 64 * 64;
+    }
+    return budget;
+  };
+  // Hand the budgets out in order
+  struct Held {
+    int64_t begin, end;
+    size_t until;  // the position of the GEMM that reads it
+  };
+  std::map<size_t, std::vector<kernels::DmaLoad>> loads;
+  auto hand_out = [&](const std::vector<int64_t>& budget) {
+    for (Weight& w : weights) w.loaded = 0, w.vaddr = -1;
+    loads.clear();
+    std::vector<Held> held;
+    int64_t head = ring.begin;
+    size_t next = 0;
+    for (size_t at = 0; at < order.size() && next < weights.size(); ++at) {
+      int64_t left = budget[at];
+      while (left > 0 && next < weights.size()) {
+        Weight& w = weights[next];
+        if (w.at <= at) {  // too late: its GEMM reads it from HBM
+          ++next;
+          continue;
+        }
+        if (w.vaddr < 0) {
+          int64_t can = left;  // what the calls before its GEMM can load (the first go to it)
+          for (size_t j = at + 1; j < w.at && can < w.bytes; ++j) can += budget[j];
+          if (can < w.bytes) {
+            ++next;
+            continue;
+          }
+          const int64_t size = (w.bytes + 4095) / 4096 * 4096;
+          const int64_t p = head + size <= ring.end ? head : ring.begin;
+          std::erase_if(held, [&](const Held& h) { return h.until < at; });
+          const bool free = std::none_of(held.begin(), held.end(),
+                                         [&](const Held& h) { return h.begin < p + size && p < h.end; });
+          if (!free) break;  // wait for a later call: the GEMMs that read this part of the ring have not run yet
+          w.vaddr = p, head = p + size;
+          held.push_back({p, p + size, w.at});
+        }
+        const int64_t n = std::min(left, w.bytes - w.loaded);
+        const uint64_t haddr = plan.buffers[static_cast<size_t>(w.buffer)].addr + static_cast<uint64_t>(w.loaded);
+        loads[at].push_back({w.vaddr + w.loaded, static_cast<int64_t>(haddr), 1, n, 0, 0});
+        w.loaded += n, left -= n;
+        if (w.loaded == w.bytes) ++next;
+      }
+    }
+    std::set<size_t> staged;
+    for (const Weight& w : weights)
+      if (w.vaddr >= 0 && w.loaded == w.bytes) staged.insert(w.at);
+    return staged;
+  };
+  // From every weight streamed to those the budgets then stream, until the two agree (fewer each time)
+  std::set<size_t> assumed;
+  for (const Weight& w : weights) assumed.insert(w.at);
+  for (int i = 0; i < 8; ++i) {
+    const std::set<size_t> staged = hand_out(budgets(assumed));
+    if (staged == assumed) break;
+    assumed = staged;
+  }
+  hand_out(budgets(assumed));
+  // The producers' loads, the consumers' addresses
+  for (auto& [at, l] : loads) {
+    const size_t c = order[at];
+    int64_t bytes = 0;
+    for (const kernels::DmaLoad& d : l) bytes += d.rowbytes;
+    if (on_chip[c].gemm)
+      on_chip[c].gemm->background = l;
+    else
+      plan.calls[c].attention.prefetch = l;
+    KernelCall& call = plan.calls[c];
+    call.note = (call.note.empty() ? "" : call.note + "; ") + "streams " + std::to_string(bytes) +
+                " bytes of later GEMMs' weights into VMEM while it computes";
+  }
+  for (const Weight& w : weights) {
+    if (w.vaddr < 0 || w.loaded < w.bytes) continue;
+    KernelCall& call = plan.calls[order[w.at]];
+    const uint64_t local = isa::kLocalWindow + static_cast<uint64_t>(w.vaddr);
+    call.offsets["b"] = local - plan.buffers[static_cast<size_t>(w.buffer)].addr;  // (modulo 2^64)
+    call.note = (call.note.empty() ? "" : call.note + "; ") + "its weights read from VMEM (streamed in before it)";
+    out.insert(order[w.at]);
+  }
+  return out;
+}
+
+}  // namespace
+
+isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
+                          const std::string& program_name, bool overlap_kernels, StreamRing ring) {
   isa::Program p;
   p.name = program_name;
 
@@ -1044,7 +1210,10 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
   // Each call's symbols: the chip's, or with half of VMEM where a GEMM's weights wait at its top (plan_weight_areas)
   std::vector<std::map<std::string, int64_t>> call_symbols(order.size(), symbols);
   std::map<size_t, std::vector<kernels::DmaLoad>> prefetch;
-  if (overlap_kernels && !spmd) prefetch = plan_weight_areas(plan, order, on_chip, symbols, call_symbols);
+  if (overlap_kernels && !spmd) {
+    prefetch = plan_weight_areas(plan, order, on_chip, symbols, call_symbols);
+    stream_weights(plan, order, on_chip, symbols, untiled, prefetch, ring);
+  }
   std::vector<Overlap> overlap(order.size());
   if (overlap_kernels)
     for (size_t at = 0; at + 1 < order.size(); ++at) {
@@ -1078,7 +1247,11 @@ isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, in
                                                      : nullptr;
     if (loads) {
       with_prefetch = plan.calls[c];
-      if (pre != prefetch.end()) with_prefetch.attention.prefetch = pre->second;
+      if (pre != prefetch.end()) {  // the area's loads, then the weight stream's
+        with_prefetch.attention.prefetch = pre->second;
+        const std::vector<kernels::DmaLoad>& streamed = plan.calls[c].attention.prefetch;
+        with_prefetch.attention.prefetch.insert(with_prefetch.attention.prefetch.end(), streamed.begin(), streamed.end());
+      }
       int64_t bytes = 0;
       for (const kernels::DmaLoad& l : *loads) bytes += l.rows * l.rowbytes;
       size_t z = at + 1;

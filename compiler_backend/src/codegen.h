@@ -31,9 +31,16 @@ int64_t param_or(const KernelCall& call, const char* name, int64_t otherwise);
 // residual or an activation), the tiled schedule.
 kernels::GemmChip gemm_chip_of(const KernelCall& call, const std::map<std::string, int64_t>& symbols);
 
-// The calls as one program; `overlap`: a kernel and the whole-chip GEMM after it overlap where they can
-// (Options::overlap_kernels).
-isa::Program emit_program(const KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
-                          const std::string& program_name, bool overlap = true);
+// The part of VMEM the weight stream may use (VMEM offsets [begin, end); codegen.cpp: stream_weights): what the
+// intermediates kept in VMEM leave of their part. Empty: no stream.
+struct StreamRing {
+  int64_t begin = 0, end = 0;
+};
+
+// The calls as one program; `overlap`: a kernel and the whole-chip GEMM after it overlap where they can, and
+// later GEMMs' weights stream into `ring` (Options::overlap_kernels). The weight stream sets the offsets of the
+// GEMMs' b that it moves to VMEM, and notes on the calls, in `plan`.
+isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
+                          const std::string& program_name, bool overlap = true, StreamRing ring = {});
 
 }  // namespace tpusim::compiler

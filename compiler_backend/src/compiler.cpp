@@ -57,8 +57,17 @@ isa::Program compile(std::string_view bytes, const std::string& model_name, cons
   // The shared memory (0 where the chip has none, or its shared level is a cache).
   const MemoryRegion shared{isa::kSharedWindow, static_cast<uint64_t>(symbol("SHARED_BYTES"))};
   plan_memory(plan, static_cast<uint64_t>(hbm->second), local, shared, model_name, symbol("CORES") > 1 ? 2 : 0);
+  // The weight stream's ring: the part of the intermediates' VMEM they leave
+  StreamRing ring;
+  if (local.bytes > 0) {
+    uint64_t top = local.base;
+    for (const Buffer& b : plan.buffers)
+      if (b.addr >= local.base && b.addr < local.base + local.bytes) top = std::max(top, b.addr + b.bytes());
+    ring.begin = static_cast<int64_t>((top + kHbmAlign - 1) / kHbmAlign * kHbmAlign - isa::kLocalWindow);
+    ring.end = static_cast<int64_t>(local.base + local.bytes - isa::kLocalWindow);
+  }
   isa::Program p = emit_program(plan, opts.target.symbols, std::filesystem::path(model_name).stem().string(),
-                                 opts.overlap_kernels);
+                                 opts.overlap_kernels, ring);
   p.timing_only = opts.timing_only;
   return p;
 }

@@ -615,6 +615,49 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.dma_ld(vb, t0, kt, t1, t2, wstr, {.mcast = bmc, .wait = wait, .signal = signal});
     }
   };
+  // GemmChip::background: BG_PIECE bytes after each chunk's loads, `split` (r25, free without split K) counting
+  // the bytes issued so far
+  const bool BG = !g.background.empty();
+  int64_t BG_TOTAL = 0, BG_PIECE = 0;
+  if (BG) {
+    if (P != 1 || SK > 1) throw std::invalid_argument("gemm_chip: background loads on one core, without split K");
+    const int64_t end = act ? VAO + 2 * AOB : VE0;
+    for (const DmaLoad& l : g.background) {
+      if (l.rows != 1 || l.rowbytes <= 0 || l.vaddr < 0 || l.haddr < 0)
+        throw std::invalid_argument("gemm_chip: a background load is one run of bytes (rows 1, rowbytes > 0)");
+      if (l.vaddr < end && l.vaddr + l.rowbytes > VA0)
+        throw std::invalid_argument("gemm_chip: a background load into VMEM " + std::to_string(l.vaddr) +
+                                    " inside the kernel's own [" + std::to_string(VA0) + ", " + std::to_string(end) +
+                                    ")");
+      BG_TOTAL += l.rowbytes;
+    }
+    BG_PIECE = std::max<int64_t>(4096, align64(cdiv(BG_TOTAL, T * NKL)));
+  }
+  // The next piece: from the load that holds byte `split` of the stream, at most BG_PIECE bytes, not past its end.
+  // Scratch: t0..t3.
+  auto background_piece = [&] {
+    if (!BG) return;
+    const Label done = e.label();
+    std::vector<Label> at;
+    int64_t end = 0;
+    for (const DmaLoad& l : g.background) {
+      end += l.rowbytes, at.push_back(e.label());
+      e.li(t0, end), e.blt(split, t0, at.back());
+    }
+    e.jmp(done);
+    int64_t begin = 0;
+    for (size_t i = 0; i < g.background.size(); ++i) {
+      const DmaLoad& l = g.background[i];
+      end = begin + l.rowbytes;
+      e.bind(at[i]);
+      e.li(t1, end), e.sub(t1, t1, split), e.li(t2, BG_PIECE), e.min(t1, t1, t2);
+      e.li(t2, l.haddr - begin), e.add(t2, t2, split), e.li(t3, l.vaddr - begin), e.add(t3, t3, split);
+      e.dma_ld(t3, t2, one, t1, zero, zero), e.add(split, split, t1);
+      if (i + 1 < g.background.size()) e.jmp(done);
+      begin = end;
+    }
+    e.bind(done);
+  };
   // b_area (GemmChip): the first tile's chunks of b, each CHUNK_B bytes of VMEM in a slot's layout
   const int64_t CHUNK_B = SLOT - A_SLOT, F = g.b_area_chunks;
   if (area || F > 0) {
@@ -652,8 +695,9 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   // from kb, a's and b's addresses ah and bh; past the last tile, to `past`.
   auto tile_head = [&](isa::Label past) {
     e.li(t0, T * SK), e.bge(t, t0, past);
-    e.li(t0, SK), e.div(t1, t, t0), e.muli(t2, t1, SK), e.sub(split, t, t2);  // tile, split
-    e.muli(kb, split, KS);
+    // tile, split (with background loads, whose offset `split` holds, K is whole: the split in t2, 0)
+    e.li(t0, SK), e.div(t1, t, t0), e.muli(t2, t1, SK), e.sub(BG ? t2 : split, t, t2);
+    e.muli(kb, BG ? t2 : split, KS);
     if (MC == 2)  // column-major: t2 = tile / NR, t1 = tile % NR
       e.li(t0, NR), e.div(t2, t1, t0), e.muli(t0, t2, NR), e.sub(t1, t1, t0);
     else
@@ -700,6 +744,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   // dst = the VMEM address of piece p of this tile's r slot, clobbering tmp
   auto r_piece = [&](isa::Reg dst, isa::Reg tmp, int64_t p) { tile_slot(dst, tmp, t, RSLOTS, U * S * RP, VR0 + p * RP); };
   e.core_id(cid), e.li(one, 1), e.li(slot, 0), e.li(accslot, 0), e.li(cslot, 0), e.li(astr, KC * E);
+  if (BG) e.li(split, 0);
   e.li(wstr, W * E), e.addi(t, cid, 0), e.li(nt, SC);
   if (act) act->init(e, one, t0, t1, t2);
   if (act && !g.a_wait) e.sem_set(AOFREE, 2);
@@ -781,6 +826,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.dmain_sync({.signal = FULL(j)});
       e.bind(l);
     }
+    background_piece();
     const int64_t folds = cdiv(kc, R);
     for (int64_t f = 0; f < folds; ++f) {
       e.li(kt, std::min(R, kc - f * R));
@@ -1048,6 +1094,14 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   if (ABUF == 2) e.sub(accslot, one, accslot);
   e.addi(t, t, P), e.jmp(tile);
   e.bind(done);
+  if (BG) {  // what the chunks left of the background loads
+    const Label more = e.label(), all = e.label();
+    e.bind(more);
+    e.li(t0, BG_TOTAL), e.bge(split, t0, all);
+    background_piece();
+    e.jmp(more);
+    e.bind(all);
+  }
   if (act) {  // this core's last tile, if it had any
     const Label none = e.label();
     e.sub(t0, t, cid), e.beq(t0, zero, none);
@@ -1216,8 +1270,8 @@ isa::Program kernel_of(const GemmChip& g, const std::map<std::string, int64_t>& 
   const Resolved r = resolve(g, s);
   if (first_b_only && (r.schedule != GemmSchedule::Tiles || gemm_chip_splits(g, symbols) != 1))
     throw std::invalid_argument("gemm_chip: the first chunk of b alone needs the tiled schedule and no split K");
-  if ((vmem_end || area || g.b_area_chunks > 0) && r.schedule != GemmSchedule::Tiles)
-    throw std::invalid_argument("gemm_chip: the VMEM end and b_area are for the tiled schedule only");
+  if ((vmem_end || area || g.b_area_chunks > 0 || !g.background.empty()) && r.schedule != GemmSchedule::Tiles)
+    throw std::invalid_argument("gemm_chip: the VMEM end, b_area and background loads are for the tiled schedule only");
   if (r.schedule == GemmSchedule::Strips) return strips_kernel(g, s, r.P, r.U, pl, summary);
   return tiles_kernel(g, s, r.P, r.U, pl, summary, first_b_only, vmem_end, area);
 }

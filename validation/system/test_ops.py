@@ -140,6 +140,31 @@ class OpCase(unittest.TestCase):
 
     # -- export and run -------------------------------------------------------------------------------------------
 
+    def compiled(self, config="v5e"):
+        """The last case's model compiled on `config`: (kernel names, node names, notes) from its JSON report."""
+        d = os.path.join(self.dir, f"case{self.n}")
+        r = os.path.join(d, f"report-{config}.json")
+        tpusim("compile", os.path.join(d, "model.onnx"), "--config", config, "--report-json", r)
+        with open(r) as f:
+            regions = json.load(f)["regions"]
+        pick = lambda kind: [x["name"] for x in regions if x["kind"] == kind]
+        return pick("kernel"), pick("node"), sorted(set(pick("note")))
+
+    def same_bits_as_fenced_in_fewer_cycles(self, model, x, config="v5e"):
+        """Runs `model` on input file x overlapped and with --no-kernel-overlap: the same outputs, fewer cycles."""
+        d = os.path.dirname(model)
+        runs = {}
+        for mode, extra in (("overlap", []), ("fence", ["--no-kernel-overlap"])):
+            out, stats = os.path.join(d, mode), os.path.join(d, mode + ".json")
+            tpusim("run", model, "--input", f"{os.path.basename(x)[:-4]}={x}", "--config", config, *extra,
+                   "--output-dir", out, "--stats", stats)
+            with open(stats) as f:
+                runs[mode] = json.load(f)["cycles"]
+            runs[mode + " out"] = [np.load(os.path.join(out, o)) for o in sorted(os.listdir(out))]
+        for a, b in zip(runs["overlap out"], runs["fence out"]):
+            np.testing.assert_array_equal(a, b)
+        self.assertLess(runs["overlap"], runs["fence"])
+
     def export(self, module, inputs, opset=13):
         """Exports `module` (eval) at `opset`; returns (case folder, model path, input names, output names, refs)."""
         self.n += 1
@@ -852,6 +877,24 @@ class MatMul(OpCase):
                 torch.manual_seed(4)
                 self.check(nn.Linear(fin, fout, bias=bias), randn(*shape), name=f"{shape}->{fout}")
 
+    def test_weights_stream_into_vmem_ahead_of_their_gemms(self):
+        # On v5e (one core, the intermediates kept in VMEM) a GEMM whose matrix work leaves HBM idle loads later
+        # GEMMs' weights into the part of VMEM the intermediates leave, a piece after each chunk of its own
+        # (GemmChip::background), and those GEMMs read them from there (docs/compiler.md, "The weight stream"): an
+        # MLP of 2048 rows whose first Linear (256 -> 1024) has about 8k cycles of matrix work for 0.5 MB of weights.
+        # The report notes both; against torch, and the same bits as with a fence between every two kernels
+        # (--no-kernel-overlap, which streams nothing), in fewer cycles.
+        torch.manual_seed(5)
+        mlp = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 512))
+        self.check(mlp, randn(2048, 256), config="v5e")
+        _, _, notes = self.compiled("v5e")
+        self.assertTrue([n for n in notes if re.search(r"streams \d+ bytes of later GEMMs' weights into VMEM", n)],
+                        notes)
+        self.assertIn("its weights read from VMEM (streamed in before it)", notes)
+        d = os.path.join(self.dir, f"case{self.n}")
+        x = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
+        self.same_bits_as_fenced_in_fewer_cycles(os.path.join(d, "model.onnx"), x)
+
     def test_sibling_linears_share_one_gemm(self):
         # Linears reading one activation (a transformer's q, k and v projections; k and v narrower, as grouped-query
         # attention makes them) run as one GEMM on their weights side by side and a Split (fuse_siblings.cpp): the
@@ -990,16 +1033,6 @@ class Attention(OpCase):
             o = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, S, E)
             return self.proj(o)
 
-    def compiled(self, config="v5e"):
-        """The last case's model compiled on `config`: (kernel names, node names, notes) from its JSON report."""
-        d = os.path.join(self.dir, f"case{self.n}")
-        r = os.path.join(d, f"report-{config}.json")
-        tpusim("compile", os.path.join(d, "model.onnx"), "--config", config, "--report-json", r)
-        with open(r) as f:
-            regions = json.load(f)["regions"]
-        pick = lambda kind: [x["name"] for x in regions if x["kind"] == kind]
-        return pick("kernel"), pick("node"), sorted(set(pick("note")))
-
     def expect_fused(self, blocks):
         for config in ("v5e", "v4-like"):
             kernels, nodes, notes = self.compiled(config)
@@ -1105,21 +1138,6 @@ class Attention(OpCase):
         dis = tpusim("disasm", os.path.join(d, "m.tpub")).stdout
         self.assertRegex(dis, r"the first weights of \S*proj\S*, loading while attention_chip runs")
         self.same_bits_as_fenced_in_fewer_cycles(model, x)
-
-    def same_bits_as_fenced_in_fewer_cycles(self, model, x, config="v5e"):
-        """Runs `model` on input file x overlapped and with --no-kernel-overlap: the same outputs, fewer cycles."""
-        d = os.path.dirname(model)
-        runs = {}
-        for mode, extra in (("overlap", []), ("fence", ["--no-kernel-overlap"])):
-            out, stats = os.path.join(d, mode), os.path.join(d, mode + ".json")
-            tpusim("run", model, "--input", f"{os.path.basename(x)[:-4]}={x}", "--config", config, *extra,
-                   "--output-dir", out, "--stats", stats)
-            with open(stats) as f:
-                runs[mode] = json.load(f)["cycles"]
-            runs[mode + " out"] = [np.load(os.path.join(out, o)) for o in sorted(os.listdir(out))]
-        for a, b in zip(runs["overlap out"], runs["fence out"]):
-            np.testing.assert_array_equal(a, b)
-        self.assertLess(runs["overlap"], runs["fence"])
 
     class Layer(nn.Module if torch else object):
         """A BERT-style layer: the attention Block, then a residual LayerNorm and the FFN (GELU)."""

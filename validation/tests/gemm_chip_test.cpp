@@ -554,6 +554,57 @@ TEST(GemmChip, PrefetchLoadsAfterTheLastTilesOwn) {
   EXPECT_THROW(kernels::gemm_chip_kernel(two, preset_symbols(v4)), std::invalid_argument);
 }
 
+// GemmChip::background: runs of bytes issued a piece after each chunk's loads (here 300 x 300 x 700 on v5e, one
+// core): the same output bits as without them, the runs in VMEM after the kernel, and HBM read exactly their bytes
+// more; a run into the kernel's own VMEM, one of several rows, and one on two cores are refused.
+TEST(GemmChip, BackgroundLoadsLandWhileTheKernelRuns) {
+  const sim::ChipConfig cfg = sim::load_config("v5e");
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  sim::Chip chip(cfg);
+  Random r(982);
+  kernels::GemmChip g{300, 300, 700, DType::BF16, DType::F32, 1, 4, kernels::GemmSchedule::Tiles};
+  const int64_t end = kernels::gemm_chip_vmem_end(g, symbols), vaddr = (end + 4095) / 4096 * 4096;
+  const int64_t haddr = int64_t{1} << 30;
+  // two runs: 200,000 bytes from haddr to vaddr, 70,000 from haddr + 300,000 to vaddr + 262,144
+  std::vector<uint8_t> bytes(370000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 37 + 11);
+  std::vector<double> a = r.values(DType::BF16, g.m * g.k, -3, 3), b = r.values(DType::BF16, g.k * g.n, -3, 3);
+  auto put = [&](uint64_t addr, const std::vector<double>& v) {
+    std::vector<uint16_t> bits(v.size());
+    for (size_t i = 0; i < v.size(); ++i) bits[i] = isa::bf16_from_f32(static_cast<float>(v[i]));
+    chip.write_hbm(addr, bits.data(), bits.size() * 2);
+  };
+  auto run = [&](const kernels::GemmChip& k) {
+    const isa::Program p = kernels::gemm_chip_kernel(k, symbols);
+    put(p.find("a")->addr, a), put(p.find("b")->addr, b);
+    chip.write_hbm(static_cast<uint64_t>(haddr), bytes.data(), bytes.size());
+    const sim::RunResult res = chip.run(p);
+    std::vector<uint8_t> out(p.find("c")->bytes());
+    chip.read_hbm(p.find("c")->addr, out.data(), out.size());
+    return std::make_pair(out, res.stats.hbm_bytes_read);
+  };
+  const auto [plain, plain_read] = run(g);
+  kernels::GemmChip with = g;
+  with.background = {kernels::DmaLoad{vaddr, haddr, 1, 200000, 0, 0},
+                     kernels::DmaLoad{vaddr + 262144, haddr + 300000, 1, 70000, 0, 0}};
+  const auto [got, with_read] = run(with);
+  EXPECT_EQ(got, plain);
+  EXPECT_EQ(with_read, plain_read + 270000);
+  std::vector<uint8_t> first(200000), second(70000);
+  chip.read_vmem(static_cast<uint64_t>(vaddr), first.data(), first.size());
+  chip.read_vmem(static_cast<uint64_t>(vaddr + 262144), second.data(), second.size());
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), bytes.begin()));
+  EXPECT_TRUE(std::equal(second.begin(), second.end(), bytes.begin() + 300000));
+  with.background = {kernels::DmaLoad{end - 4096, haddr, 1, 256, 0, 0}};
+  EXPECT_THROW(kernels::gemm_chip_kernel(with, symbols), std::invalid_argument);
+  with.background = {kernels::DmaLoad{vaddr, haddr, 2, 256, 256, 256}};
+  EXPECT_THROW(kernels::gemm_chip_kernel(with, symbols), std::invalid_argument);
+  const sim::ChipConfig v4 = sim::load_config("v4");
+  kernels::GemmChip two = g;
+  two.cores = 2, two.background = {kernels::DmaLoad{vaddr, haddr, 1, 4096, 0, 0}};
+  EXPECT_THROW(kernels::gemm_chip_kernel(two, preset_symbols(v4)), std::invalid_argument);
+}
+
 TEST(GemmChip, ResidualOnFourUnitsMatchesTheGemmThenTheAdd) { residual_cases(DType::BF16, 962, true, 4); }
 TEST(GemmChip, GeluOnFourUnitsMatchesTheGemmThenTheRowwiseKernel) {
   act_cases(963, kernels::rowwise::Op::Gelu, false, 4);

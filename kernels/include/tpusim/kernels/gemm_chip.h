@@ -188,6 +188,14 @@ struct GemmChip {
   // kernel; no semaphore (the kernel that uses them loads after them in the same queue). The tiled schedule, one
   // core, no split K; their VMEM outside this kernel's. The same results.
   std::vector<DmaLoad> prefetch = {};
+  // Loads for later kernels (the compiler's weight stream, codegen.cpp: stream_weights), each one contiguous run
+  // (rows 1), issued in the order given in pieces of equal size: one piece after each chunk's loads (a piece never
+  // spans two loads), so that HBM moves them a little at a time while the matrix units work on the chunks rather
+  // than all at once (they would hold back the chunks' own loads behind them in the queue); what a short kernel
+  // has not issued by its last chunk goes after its last tile. No semaphore (the kernels that read them load after
+  // them in the same queue). The tiled schedule, one core, no split K; their VMEM outside this kernel's. The same
+  // results.
+  std::vector<DmaLoad> background = {};
   bool operator==(const GemmChip&) const = default;  // the same kernel on the same chip
 };
 
