@@ -1002,7 +1002,7 @@ namespace {
 // the stream's loads in the same queue. The producers: whole-chip GEMMs (GemmChip::background, a piece after each
 // chunk's loads) and fused attentions of one item (after their own loads, AttentionChip::prefetch). The same bits:
 // each weight's bytes, copied.
-constexpr double kStreamShare = 0.9;
+constexpr double kStreamShare = 0.7;
 
 // Returns the calls whose weights come from the ring.
 std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vector<OnChip>& on_chip,
@@ -1045,11 +1045,13 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
       const OnChip& oc = on_chip[order[at]];
       double cycles = 0, own = call_bytes(plan, call, true);
       try {
-        if (oc.gemm) {
-          const bool streamed = assumed.count(at) > 0;
+        if (oc.gemm) {  // (its tensors in HBM, each once: a convolution's taps read a in place)
           cycles = kernels::gemm_chip_estimate(*oc.gemm, fast);
-          if (streamed)
-            own = std::max(0.0, own - static_cast<double>(plan.buffers[static_cast<size_t>(call.tensors.at("b"))].bytes()));
+          own = 0;
+          for (const auto& [name, b] : call.tensors)
+            if ((name != "b" || !assumed.count(at)) &&
+                isa::far_memory(static_cast<int64_t>(plan.buffers[static_cast<size_t>(b)].addr)) == isa::FarMemory::Hbm)
+              own += static_cast<double>(plan.buffers[static_cast<size_t>(b)].bytes());
         } else if (call.kind == KernelCall::Kind::Attention && !call.attention.vector_unit) {
           // (not one that loads an area's weights, plan_weight_areas: they take its time)
           const kernels::AttentionPlan ap = kernels::attention_chip_plan(call.attention, symbols);

@@ -633,11 +633,15 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     }
     BG_PIECE = std::max<int64_t>(4096, align64(cdiv(BG_TOTAL, T * NKL)));
   }
-  // The next piece: from the load that holds byte `split` of the stream, at most BG_PIECE bytes, not past its end.
-  // Scratch: t0..t3.
-  auto background_piece = [&] {
+  // The next piece: the stream's bytes from `split` to min(split + BG_PIECE, BG_TOTAL) (every one left with
+  // `all`), a transfer per load it touches. Scratch: t0..t3, r30.
+  auto background_piece = [&](bool all) {
     if (!BG) return;
-    const Label done = e.label();
+    const Label more = e.label(), done = e.label();
+    e.li(r30, BG_TOTAL);
+    if (!all) e.li(t0, BG_PIECE), e.add(t0, t0, split), e.min(r30, r30, t0);
+    e.bind(more);
+    e.bge(split, r30, done);
     std::vector<Label> at;
     int64_t end = 0;
     for (const DmaLoad& l : g.background) {
@@ -650,10 +654,10 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       const DmaLoad& l = g.background[i];
       end = begin + l.rowbytes;
       e.bind(at[i]);
-      e.li(t1, end), e.sub(t1, t1, split), e.li(t2, BG_PIECE), e.min(t1, t1, t2);
+      e.li(t1, end), e.min(t1, t1, r30), e.sub(t1, t1, split);
       e.li(t2, l.haddr - begin), e.add(t2, t2, split), e.li(t3, l.vaddr - begin), e.add(t3, t3, split);
       e.dma_ld(t3, t2, one, t1, zero, zero), e.add(split, split, t1);
-      if (i + 1 < g.background.size()) e.jmp(done);
+      e.jmp(more);
       begin = end;
     }
     e.bind(done);
@@ -826,7 +830,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.dmain_sync({.signal = FULL(j)});
       e.bind(l);
     }
-    background_piece();
+    background_piece(false);
     const int64_t folds = cdiv(kc, R);
     for (int64_t f = 0; f < folds; ++f) {
       e.li(kt, std::min(R, kc - f * R));
@@ -1094,14 +1098,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   if (ABUF == 2) e.sub(accslot, one, accslot);
   e.addi(t, t, P), e.jmp(tile);
   e.bind(done);
-  if (BG) {  // what the chunks left of the background loads
-    const Label more = e.label(), all = e.label();
-    e.bind(more);
-    e.li(t0, BG_TOTAL), e.bge(split, t0, all);
-    background_piece();
-    e.jmp(more);
-    e.bind(all);
-  }
+  background_piece(true);  // what the chunks left of the background loads
   if (act) {  // this core's last tile, if it had any
     const Label none = e.label();
     e.sub(t0, t, cid), e.beq(t0, zero, none);
