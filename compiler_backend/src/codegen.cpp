@@ -102,13 +102,14 @@ double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, 
 
 // A gemm.s call as the whole-chip kernel (kernels/gemm_chip.h), where the chip has more than one core or matrix
 // unit and gemm_chip does everything the call asks (not ACT_RESIDENT); gemm_chip gives the same results bit for
-// bit. nullopt: the call stays gemm.s on one unit. A call with an activation epilogue (ACT) is gemm_chip's on any
-// chip, one unit included: gemm.s has no such epilogue, and fuse_activations fused it knowing gemm_chip can run it.
+// bit. nullopt: the call stays gemm.s on one unit. A call with an activation epilogue (ACT), or a residual with an
+// int8 copy after it (RESIDUAL with Q_SCALE), is gemm_chip's on any chip, one unit included: gemm.s has no such
+// epilogue, and fuse_activations and fuse_residual_adds fused it knowing gemm_chip can run it.
 std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const std::map<std::string, int64_t>& symbols,
                                                  std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1), mxus = symbol_or(symbols, "MXUS", 1);
   if (call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s") return std::nullopt;
-  if (param_or(call, "ACT", 0) != 0) {
+  if (param_or(call, "ACT", 0) != 0 || (param_or(call, "RESIDUAL", 0) != 0 && param_or(call, "Q_SCALE", 0) != 0)) {
     why.clear();
     return gemm_chip_of(call, symbols);
   }

@@ -52,7 +52,7 @@ isa::Program compile(std::string_view bytes, const std::string& model_name, cons
   fuse_gelu(g);
   fuse_sibling_matmuls(g);
   KernelPlan plan = lower(g, opts);
-  fuse_residual_adds(plan);
+  fuse_residual_adds(plan, opts.target.symbols);
   fuse_activations(plan, opts.target.symbols);
   // The shared memory (0 where the chip has none, or its shared level is a cache).
   const MemoryRegion shared{isa::kSharedWindow, static_cast<uint64_t>(symbol("SHARED_BYTES"))};

@@ -9,6 +9,8 @@
 #include <stdexcept>
 
 #include "codegen.h"
+#include "tpusim/isa/numerics.h"
+#include "tpusim/kernels/gemm_chip.h"
 
 namespace tpusim::compiler {
 namespace {
@@ -25,16 +27,31 @@ bool touches(const KernelCall& call, int b) {
 }
 
 // The row-wise call's two inputs (indices into rows.inputs) when it is exactly Add(in_i, in_j) or
-// Relu(Add(in_i, in_j)) of two whole [R, C] inputs into one output; false otherwise.
-bool residual_add(const KernelCall& call, int& i, int& j, bool& relu) {
+// Relu(Add(in_i, in_j)) of two whole [R, C] inputs into one output, or into that output and its int8 copy (a
+// second output, i8, of Mul(the first's node, a constant): `q_scale`, else 0); false otherwise.
+bool residual_add(const KernelCall& call, int& i, int& j, bool& relu, float& q_scale) {
   const rw::Program& p = call.rows;
-  if (call.kind != KernelCall::Kind::Rowwise || p.outputs.size() != 1 || p.inputs.size() != 2) return false;
+  q_scale = 0;
+  if (call.kind != KernelCall::Kind::Rowwise || p.outputs.empty() || p.outputs.size() > 2 || p.inputs.size() != 2)
+    return false;
   int add = p.outputs[0].node;
   relu = false;
-  if (add < 0 || add >= static_cast<int>(p.nodes.size())) return false;
+  const auto nodes = static_cast<int>(p.nodes.size());
+  if (add < 0 || add >= nodes) return false;
+  if (p.outputs.size() == 2) {  // the int8 copy: Mul(out0's node, Const) into i8
+    const int m = p.outputs[1].node;
+    if (m < 0 || m >= nodes || p.outputs[1].dtype != isa::DType::I8) return false;
+    const rw::Node& mul = p.nodes[static_cast<size_t>(m)];
+    if (mul.op != rw::Op::Mul || mul.args.size() != 2 || mul.args[0] != add || mul.args[1] < 0 || mul.args[1] >= nodes)
+      return false;
+    const rw::Node& k = p.nodes[static_cast<size_t>(mul.args[1])];
+    if (k.op != rw::Op::Const || !(k.value != 0.0f)) return false;
+    q_scale = k.value;
+  }
   if (p.nodes[static_cast<size_t>(add)].op == rw::Op::Relu) relu = true, add = p.nodes[static_cast<size_t>(add)].args[0];
   const rw::Node& a = p.nodes[static_cast<size_t>(add)];
-  if (a.op != rw::Op::Add || a.args.size() != 2 || p.nodes.size() != (relu ? 4u : 3u)) return false;
+  if (a.op != rw::Op::Add || a.args.size() != 2 || p.nodes.size() != (relu ? 4u : 3u) + (q_scale != 0 ? 2u : 0u))
+    return false;
   const rw::Node& x = p.nodes[static_cast<size_t>(a.args[0])];
   const rw::Node& y = p.nodes[static_cast<size_t>(a.args[1])];
   if (x.op != rw::Op::Input || y.op != rw::Op::Input || x.input == y.input) return false;
@@ -67,13 +84,14 @@ bool takes_residual(const KernelCall& call) {
 
 }  // namespace
 
-int fuse_residual_adds(KernelPlan& plan) {
+int fuse_residual_adds(KernelPlan& plan, const std::map<std::string, int64_t>& symbols) {
   int fused = 0;
   std::vector<bool> removed(plan.calls.size(), false);
   for (size_t a = 0; a < plan.calls.size(); ++a) {
     int in[2] = {-1, -1};
     bool relu = false;
-    if (!residual_add(plan.calls[a], in[0], in[1], relu)) continue;
+    float q_scale = 0;
+    if (!residual_add(plan.calls[a], in[0], in[1], relu, q_scale)) continue;
     const KernelCall& add = plan.calls[a];
     // The gemm.s call: the latest call before the Add that touches one of its inputs must be a gemm.s writing it.
     size_t g = a;
@@ -87,11 +105,16 @@ int fuse_residual_adds(KernelPlan& plan) {
     if (x < 0) continue;
     KernelCall& gemm = plan.calls[g];
     const int xb = add.row_inputs[static_cast<size_t>(x)], rb = add.row_inputs[static_cast<size_t>(1 - x)];
-    const int ob = add.row_outputs[0];
-    if (!takes_residual(gemm) || gemm.tensors.at("c") != xb || xb == rb || ob == xb || ob == rb) continue;
-    // (a kernel's tensors may not overlap: r must not be one the GEMM already reads, as its a or b)
-    if (std::any_of(gemm.tensors.begin(), gemm.tensors.end(), [&](const auto& t) { return t.second == rb || t.second == ob; }))
+    const int ob = add.row_outputs[0], qb = q_scale != 0 ? add.row_outputs[1] : -1;
+    if (!takes_residual(gemm) || gemm.tensors.at("c") != xb || xb == rb || ob == xb || ob == rb || qb == xb ||
+        qb == rb || qb == ob)
       continue;
+    // (a kernel's tensors may not overlap: r must not be one the GEMM already reads, as its a or b)
+    if (std::any_of(gemm.tensors.begin(), gemm.tensors.end(),
+                    [&](const auto& t) { return t.second == rb || t.second == ob || t.second == qb; }))
+      continue;
+    // the int8 copy: an int8 GEMM's (DEQUANT) whole q, which gemm_chip writes after the residual (not gemm.s)
+    if (q_scale != 0 && (param_or(gemm, "DEQUANT", 0) == 0 || add.row_output_offs[1] != 0)) continue;
     const Buffer& xbuf = plan.buffers[static_cast<size_t>(xb)];
     const auto out = static_cast<isa::DType>(param_or(gemm, "OUT_DT", 0));
     const int64_t mn = param_or(gemm, "M", 0) * param_or(gemm, "N", 0);
@@ -105,8 +128,21 @@ int fuse_residual_adds(KernelPlan& plan) {
     for (size_t c = 0; c < plan.calls.size() && alone; ++c)
       if (c != g && c != a && !removed[c] && touches(plan.calls[c], xb)) alone = false;  // another reader of x
     for (size_t c = g + 1; c < a && alone; ++c)
-      if (!removed[c] && (touches(plan.calls[c], rb) || touches(plan.calls[c], ob))) alone = false;
+      if (!removed[c] && (touches(plan.calls[c], rb) || touches(plan.calls[c], ob) || (qb >= 0 && touches(plan.calls[c], qb))))
+        alone = false;
     if (!alone) continue;
+    if (q_scale != 0) {  // gemm_chip must be able to run it (it may not fit the chip's VMEM)
+      KernelCall with_q = gemm;
+      with_q.params["RESIDUAL"] = 1, with_q.params["Q_SCALE"] = isa::bits_from_f32(q_scale);
+      try {
+        (void)kernels::gemm_chip_estimate(gemm_chip_of(with_q, symbols), symbols);
+      } catch (const std::invalid_argument&) {
+        continue;
+      }
+      gemm.params["Q_SCALE"] = isa::bits_from_f32(q_scale);
+      gemm.tensors["q"] = qb, gemm.offsets["q"] = 0;
+      gemm.bytes += static_cast<double>(mn);  // q, written
+    }
     gemm.params["RESIDUAL"] = 1;
     if (relu) gemm.params["RES_RELU"] = 1;
     gemm.tensors["c"] = ob, gemm.offsets["c"] = add.row_output_offs[0];

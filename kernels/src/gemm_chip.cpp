@@ -339,6 +339,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                                     (align64(tmu * C * od) + QO * align64(tmu * C)) +
                                 256 +                                                        // the C buffers
                                 (g.residual ? (nslot + 1) * U * S * align64(tmu * C * od) : 0) +  // tiles of r
+                                (g.residual && QO ? 2 * align64(tmu * C * 4) : 0) +  // residual and q: f32 strips
                                 (g.act ? align64(U * S * tmu * C * 4) + 2 * align64(U * S * tmu * C * O) +
                                              act_vmem(U * S * tmu * C) + 64  // act: the f32 tile, 2 out tiles
                                        : 0) +
@@ -542,10 +543,14 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   const std::optional<rowwise::Epilogue> act =
       g.act ? std::optional(rowwise::epilogue(*g.act, AE, static_cast<uint64_t>(VE0))) : std::nullopt;
   const int64_t VAF = align64(VE0 + (act ? act->bytes : 0)), VAO = VAF + align64(AE * 4), AOB = align64(AE * O);
+  // residual and q: the drained strip and its r in f32 (VF0, VF1), where act's would be (the two never meet)
+  const bool RQ = g.residual && Q;
+  const int64_t VF0 = VE0, VF1 = VF0 + align64(TMU * C * 4);
+  const int64_t VEND = act ? VAO + 2 * AOB : RQ ? VF1 + align64(TMU * C * 4) : VE0;  // the kernel's VMEM end
   const Sem AOFREE = sem(4 * U + 5);
   if (vmem_end) {  // gemm_chip_vmem_end: the layout's end
     if (SK > 1) throw std::invalid_argument("gemm_chip: the VMEM end of a split K's reduction is not known");
-    *vmem_end = act ? VAO + 2 * AOB : VE0;
+    *vmem_end = VEND;
     return {};
   }
   // Without overlap_tiles: TDONE, the core's previous tile stored (dmaout signals it after the tile's last store;
@@ -621,7 +626,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   int64_t BG_TOTAL = 0, BG_PIECE = 0;
   if (BG) {
     if (P != 1 || SK > 1) throw std::invalid_argument("gemm_chip: background loads on one core, without split K");
-    const int64_t end = act ? VAO + 2 * AOB : VE0;
+    const int64_t end = VEND;
     for (const DmaLoad& l : g.background) {
       if (l.rows != 1 || l.rowbytes <= 0 || l.vaddr < 0 || l.haddr < 0)
         throw std::invalid_argument("gemm_chip: a background load is one run of bytes (rows 1, rowbytes > 0)");
@@ -671,7 +676,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     if (F < 0 || F > NKL)
       throw std::invalid_argument("gemm_chip: b_area_chunks " + std::to_string(F) + " of a tile of " +
                                   std::to_string(NKL) + " chunks");
-    const int64_t end = act ? VAO + 2 * AOB : VE0;
+    const int64_t end = VEND;
     if (F > 0 && (g.b_area < 0 || g.b_area % 64 != 0 || (g.b_area < end && g.b_area + F * CHUNK_B > VA0)))
       throw std::invalid_argument("gemm_chip: b_area [" + std::to_string(g.b_area) + ", +" +
                                   std::to_string(F * CHUNK_B) + ") overlaps the kernel's VMEM [" +
@@ -915,7 +920,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   auto prefetch = [&] {
     if (g.prefetch.empty()) return;
     if (P != 1 || SK > 1) throw std::invalid_argument("gemm_chip: prefetch loads on one core, without split K");
-    const int64_t end = act ? VAO + 2 * AOB : VE0;
+    const int64_t end = VEND;
     for (const DmaLoad& l : g.prefetch)
       if (l.rows > 0 && l.vaddr < end && l.vaddr + (l.rows - 1) * l.vstride + l.rowbytes > VA0)
         throw std::invalid_argument("gemm_chip: a prefetch into VMEM " + std::to_string(l.vaddr) +
@@ -1057,12 +1062,23 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       if (!g.q_only)
         e.vpu_acc(vc, t0, rows, nt, t1, t2, t3, acc_dt, SK > 1 ? DType::F32 : g.out,
                   {.bias_en = g.bias, .relu = g.relu, .scale_en = g.scale_bits != 0, .dequant = g.dequant});
-      if (Q) {  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
+      if (Q && !g.residual) {  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
         e.addi(vq, vc, C_BYTES), e.li(t3, g.q_scale_bits);
         e.vpu_acc(vq, t0, rows, nt, nt, t2, t3, acc_dt, DType::I8,
                   {.bias_en = g.bias, .relu = g.relu, .scale_en = true, .dequant = g.dequant});
       }
-      if (g.residual) {  // c + r over the packed strip (row pitch nt*O both), then the ReLU
+      if (RQ) {  // x = f32(c) + f32(r), ReLU, in f32 (as the row-wise Add that writes an int8 copy computes it);
+                 // c = x in its type, q = i8(x * q_scale) after its C tile
+        r_piece(t2, t3, j * S + sidx);
+        e.mul(t3, rows, nt), e.li(t0, VF0), e.li(t1, VF1);
+        e.vpu_cast(t0, vc, t3, zero, g.out, DType::F32), e.vpu_cast(t1, t2, t3, zero, g.out, DType::F32);
+        e.vpu_add(t0, t0, t1, t3, DType::F32);
+        if (g.residual_relu) e.vpu_relu(t0, t0, t3, DType::F32);
+        e.vpu_cast(vc, t0, t3, zero, DType::F32, g.out);
+        e.addi(vq, vc, C_BYTES), e.li(r29, g.q_scale_bits);
+        e.vpu_cast(vq, t0, t3, r29, DType::F32, DType::I8, {.scale_en = true});
+        e.muli(t1, nt, OD);  // (c's row bytes, for its store)
+      } else if (g.residual) {  // c + r over the packed strip (row pitch nt*O both), then the ReLU
         r_piece(t2, t3, j * S + sidx);
         e.mul(t3, rows, nt), e.vpu_add(vc, vc, t2, t3, g.out);
         if (g.residual_relu) e.vpu_relu(vc, vc, t3, g.out);
@@ -1164,8 +1180,8 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
                                 std::to_string(symbol(s, "MXUS")) + "; the kernel's semaphores allow 7)");
   GemmSchedule schedule = g.schedule;
   const bool epilogue = g.bias || g.relu || g.scale_bits != 0 || g.b_tiled || g.dequant || g.residual || g.act;
-  if (g.residual && ((g.out != isa::DType::BF16 && g.out != isa::DType::F32) || g.q_scale_bits != 0 || g.group_n != 0))
-    throw std::invalid_argument("gemm_chip: residual gives bf16 or f32, without q or group_n");
+  if (g.residual && ((g.out != isa::DType::BF16 && g.out != isa::DType::F32) || g.q_only || g.group_n != 0))
+    throw std::invalid_argument("gemm_chip: residual gives bf16 or f32 (q beside it, not alone), without group_n");
   if (g.residual_relu && !g.residual) throw std::invalid_argument("gemm_chip: residual_relu needs residual");
   if (g.act && (!rowwise::is_elementwise(*g.act) || g.act->outputs[0].dtype != g.out || g.q_scale_bits != 0 ||
                 g.group_n != 0 || g.residual ||

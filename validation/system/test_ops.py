@@ -1907,6 +1907,34 @@ class Int8(OpCase):
             with self.subTest(name):
                 self.check(m, x, name=name, precision="int8", cos=INT8_MIN_COSINE, rel=INT8_MAX_REL_L2)
 
+    def test_residual_blocks_fuse_their_adds(self):
+        # Two residual blocks (a 3x3 and a 1x1 convolution, as ResNet-50's end in one): each residual Add (and its
+        # ReLU), the first of which writes the int8 copy of its sum for the
+        # next block's first convolution, runs in the epilogue of the int8 GEMM before it (gemm_chip's residual
+        # with q, fuse_residual_adds: the sum in f32 and its copy from it, as the row-wise Add computed them), so
+        # that the compile report has no Add node of its own; against torch on v5e.
+        class Block(nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.body = nn.Sequential(nn.Conv2d(c, c, 3, padding=1), randomize_bn(nn.BatchNorm2d(c)), nn.ReLU(),
+                                          nn.Conv2d(c, c, 1), randomize_bn(nn.BatchNorm2d(c)))
+
+            def forward(self, x):
+                return torch.relu(x + self.body(x))
+
+        torch.manual_seed(10)
+        m = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), Block(32), Block(32), nn.AdaptiveAvgPool2d(1),
+                          nn.Flatten(), nn.Linear(32, 10))
+        self.check(m, randn(1, 3, 16, 16), precision="int8", cos=INT8_MIN_COSINE, rel=INT8_MAX_REL_L2, config="v5e")
+        d = os.path.join(self.dir, f"case{self.n}")
+        r = os.path.join(d, "report.json")
+        tpusim("compile", os.path.join(d, "model.onnx"), "--config", "v5e", "--precision", "int8", "--calibrate",
+               f"x0={os.path.join(d, 'x0.calib.npy')}", "--report-json", r)
+        with open(r) as f:
+            nodes = [x["name"] for x in json.load(f)["regions"] if x["kind"] == "node"]
+        self.assertEqual(len([n for n in nodes if "Add" in n]), 2, nodes)
+        self.assertFalse([n for n in nodes if "Add" in n and "Conv" not in n], nodes)
+
     def test_mlp(self):
         torch.manual_seed(8)
         m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 10))

@@ -1143,6 +1143,63 @@ void dequant_cases(uint64_t seed, DType out, bool bias, bool relu, float q_scale
   }
 }
 
+// An int8 model's residual (the compiler's fuse_residual_adds): the dequantising GEMM with residual and its int8
+// copy, gemm_chip's residual with q: c = bf16(f32(bf16(acc * s + b)) + f32(r)) after the ReLU, the sum kept in f32
+// for q = i8(sum * q_scale), as the row-wise Add that writes the int8 copy computes them; against the host and the
+// reference machine, bit for bit, on 2 cores x 3 units.
+TEST(GemmChip, Int8ResidualWithItsInt8CopyMatchesTheHost) {
+  TPUSIM_MACHINES(m, chip_sets());
+  const std::map<std::string, int64_t> symbols = symbols_of(*m);
+  const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
+  Random r(923);
+  const float q_scale = 30.0f;
+  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {33, 64, 65}}) {
+    std::vector<double> a = r.values(DType::I8, s.m * s.k), b = r.values(DType::I8, s.k * s.n);
+    std::vector<double> res = r.values(DType::BF16, s.m * s.n, -3, 3);
+    const std::vector<double> tiled = tiled_b(b, s.k, s.n, R, C);
+    std::vector<double> dq(static_cast<size_t>(2 * s.n));
+    for (int64_t j = 0; j < s.n; ++j) {
+      dq[2 * j] = static_cast<float>(r.real(1e-6, 1e-4));
+      dq[2 * j + 1] = static_cast<float>(r.real(-2, 2));
+    }
+    kernels::GemmChip g{s.m, s.k, s.n, DType::I8, DType::BF16, 2, 3, kernels::GemmSchedule::Auto};
+    g.bias = true, g.b_tiled = true, g.dequant = true, g.residual = true, g.residual_relu = true;
+    g.q_scale_bits = isa::bits_from_f32(q_scale);
+    const isa::Program p = kernels::gemm_chip_kernel(g, symbols);
+    m->write(p.find("a")->addr, a, DType::I8);
+    m->write(p.find("b")->addr, tiled, DType::I8);
+    m->write(p.find("dq")->addr, dq, DType::F32);
+    m->write(p.find("r")->addr, res, DType::BF16);
+    const isa::TensorDecl *c = p.find("c"), *q = p.find("q");
+    m->run(p);
+    const std::vector<double> got = m->read_sim(c->addr, static_cast<size_t>(c->elements()), DType::BF16);
+    const std::vector<double> got_q = m->read_sim(q->addr, static_cast<size_t>(q->elements()), DType::I8);
+    const std::vector<double> ref = Machines::read(*m->isaf32, c->addr, static_cast<size_t>(c->elements()), DType::BF16);
+    const std::vector<double> ref_q = Machines::read(*m->isaf32, q->addr, static_cast<size_t>(q->elements()), DType::I8);
+    std::vector<double> want(got.size()), want_q(got.size());
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) {
+        int64_t acc = 0;
+        for (int64_t l = 0; l < s.k; ++l)
+          acc += static_cast<int64_t>(a[i * s.k + l]) * static_cast<int64_t>(b[l * s.n + j]);
+        const size_t o = static_cast<size_t>(i * s.n + j);
+        const float x = static_cast<float>(acc) * static_cast<float>(dq[2 * j]) + static_cast<float>(dq[2 * j + 1]);
+        const float sum = std::max(isa::f32_from_bf16(isa::bf16_from_f32(x)) + static_cast<float>(res[o]), 0.0f);
+        want[o] = isa::f32_from_bf16(isa::bf16_from_f32(sum));
+        want_q[o] = std::clamp(std::nearbyint(static_cast<double>(sum * q_scale)), -128.0, 127.0);
+      }
+    const std::string what = "residual with q M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) +
+                             " N=" + std::to_string(s.n);
+    expect_all(what + ": vs the host", got.size(),
+               [&](size_t i) { return same(got[i], want[i]) && got_q[i] == want_q[i]; },
+               [&](size_t i) { return "sim " + num(got[i]) + " q " + num(got_q[i]) + ", host " + num(want[i]) +
+                                      " q " + num(want_q[i]); });
+    expect_all(what + ": vs the reference machine", got.size(),
+               [&](size_t i) { return same(got[i], ref[i]) && got_q[i] == ref_q[i]; },
+               [&](size_t i) { return "sim " + num(got[i]) + ", reference " + num(ref[i]); });
+  }
+}
+
 TEST(GemmChip, Int8DequantBiasReluAndInt8CopyMatchGemmSAndTheHost) { dequant_cases(919, DType::BF16, true, true, 40.0f); }
 TEST(GemmChip, Int8DequantToF32MatchesGemmSAndTheHost) { dequant_cases(920, DType::F32, false, false, 0.0f); }
 // Without ReLU, the q copy saturates at both ends (|x| x 90 beyond 127).
@@ -1230,7 +1287,10 @@ TEST(GemmChip, ShapesThatCannotRunSaySo) {
   // The epilogues: a residual of the output type (bf16 or f32); an activation giving the output type
   g = kernels::GemmChip{8, 8, 8, DType::I8, DType::I32, 1, 1, kernels::GemmSchedule::Tiles};
   g.residual = true;
-  EXPECT_EQ(message(g), "gemm_chip: residual gives bf16 or f32, without q or group_n");
+  EXPECT_EQ(message(g), "gemm_chip: residual gives bf16 or f32 (q beside it, not alone), without group_n");
+  g = kernels::GemmChip{8, 8, 8, DType::I8, DType::BF16, 1, 1, kernels::GemmSchedule::Tiles};
+  g.dequant = g.residual = g.q_only = true, g.q_scale_bits = isa::bits_from_f32(2.0f);
+  EXPECT_EQ(message(g), "gemm_chip: residual gives bf16 or f32 (q beside it, not alone), without group_n");
   g = kernels::GemmChip{8, 8, 8, DType::BF16, DType::F32, 1, 1, kernels::GemmSchedule::Tiles};
   g.residual_relu = true;
   EXPECT_EQ(message(g), "gemm_chip: residual_relu needs residual");
