@@ -179,6 +179,17 @@ kernels::rowwise::Program rows_for_cores(const kernels::rowwise::Program& p,
 // bytes an element for two f32 operands and an f32 result, whichever is longer), and its transfers, the call's
 // `bytes` at min(its VMEM ports, HBM) bytes per cycle; n cores (those that get rows) W / n and bytes at
 // min(n x ports, HBM); shared where the saving, one - shared or W - W / n if more, exceeds 2 x SYNC_LATENCY.
+// A row-wise kernel's vector work in cycles, estimated: each of its vector instructions per tile over all of its
+// elements, at the vector unit's width or VMEM's ports (about 12 bytes of operands per element), whichever is slower.
+double rowwise_work(const kernels::rowwise::Program& rows, const kernels::rowwise::Plan& plan,
+                    const std::map<std::string, int64_t>& symbols) {
+  const int64_t width = std::max<int64_t>(1, symbol_or(symbols, "VPU_WIDTH", 1));
+  const double ports = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
+  const double passes = static_cast<double>((rows.rows * rows.cols + width - 1) / width);
+  const double operands = 12.0 * static_cast<double>(rows.rows * rows.cols) / ports;
+  return static_cast<double>(plan.vector_ops_per_tile) * std::max(passes, operands);
+}
+
 int64_t rowwise_cores(const KernelCall& call, const kernels::rowwise::Program& program, double bytes,
                       const std::map<std::string, int64_t>& symbols, std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1);
@@ -192,11 +203,8 @@ int64_t rowwise_cores(const KernelCall& call, const kernels::rowwise::Program& p
       why = "its " + std::to_string(rows.rows) + " rows make one core's share";
       return 1;
     }
-    const int64_t width = std::max<int64_t>(1, symbol_or(symbols, "VPU_WIDTH", 1));
     const double ports = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
-    const double passes = static_cast<double>((rows.rows * rows.cols + width - 1) / width);
-    const double operands = 12.0 * static_cast<double>(rows.rows * rows.cols) / ports;
-    const double work = static_cast<double>(shared.vector_ops_per_tile) * std::max(passes, operands);
+    const double work = rowwise_work(rows, shared, symbols);
     const double sync = 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0));
     const double hbm = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1 << 20)));
     // The saving: of the vector work alone, or of the longer of it and the transfers, whichever is more (a kernel
@@ -1053,10 +1061,15 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
             if ((name != "b" || !assumed.count(at)) &&
                 isa::far_memory(static_cast<int64_t>(plan.buffers[static_cast<size_t>(b)].addr)) == isa::FarMemory::Hbm)
               own += static_cast<double>(plan.buffers[static_cast<size_t>(b)].bytes());
+        } else if (call.kind == KernelCall::Kind::Rowwise && oc.row_cores == 1) {
+          cycles = rowwise_work(call.rows, kernels::rowwise::plan(call.rows, symbols), symbols);
         } else if (call.kind == KernelCall::Kind::Attention && !call.attention.vector_unit) {
-          // (not one that loads an area's weights, plan_weight_areas: they take its time)
+          // (an area's loads, plan_weight_areas, come first: among its own bytes)
           const kernels::AttentionPlan ap = kernels::attention_chip_plan(call.attention, symbols);
-          if (ap.items == 1 && !areas.count(at)) cycles = ap.estimate;
+          if (ap.items == 1) cycles = ap.estimate;
+          const auto area = areas.find(at);
+          if (area != areas.end())
+            for (const kernels::DmaLoad& l : area->second) own += static_cast<double>(l.rows * l.rowbytes);
         }
       } catch (const std::invalid_argument&) {
         cycles = 0;
@@ -1129,6 +1142,8 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     for (const kernels::DmaLoad& d : l) bytes += d.rowbytes;
     if (on_chip[c].gemm)
       on_chip[c].gemm->background = l;
+    else if (plan.calls[c].kind == KernelCall::Kind::Rowwise)
+      plan.calls[c].rows.background = l;
     else
       plan.calls[c].attention.prefetch = l;
     KernelCall& call = plan.calls[c];

@@ -623,49 +623,14 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   // GemmChip::background: BG_PIECE bytes after each chunk's loads, `split` (r25, free without split K) counting
   // the bytes issued so far
   const bool BG = !g.background.empty();
-  int64_t BG_TOTAL = 0, BG_PIECE = 0;
+  int64_t BG_PIECE = 0;
   if (BG) {
     if (P != 1 || SK > 1) throw std::invalid_argument("gemm_chip: background loads on one core, without split K");
-    const int64_t end = VEND;
-    for (const DmaLoad& l : g.background) {
-      if (l.rows != 1 || l.rowbytes <= 0 || l.vaddr < 0 || l.haddr < 0)
-        throw std::invalid_argument("gemm_chip: a background load is one run of bytes (rows 1, rowbytes > 0)");
-      if (l.vaddr < end && l.vaddr + l.rowbytes > VA0)
-        throw std::invalid_argument("gemm_chip: a background load into VMEM " + std::to_string(l.vaddr) +
-                                    " inside the kernel's own [" + std::to_string(VA0) + ", " + std::to_string(end) +
-                                    ")");
-      BG_TOTAL += l.rowbytes;
-    }
-    BG_PIECE = std::max<int64_t>(4096, align64(cdiv(BG_TOTAL, T * NKL)));
+    const int64_t total = background_bytes(g.background, VA0, VEND, "gemm_chip");
+    BG_PIECE = std::max<int64_t>(4096, align64(cdiv(total, T * NKL)));
   }
-  // The next piece: the stream's bytes from `split` to min(split + BG_PIECE, BG_TOTAL) (every one left with
-  // `all`), a transfer per load it touches. Scratch: t0..t3, r30.
   auto background_piece = [&](bool all) {
-    if (!BG) return;
-    const Label more = e.label(), done = e.label();
-    e.li(r30, BG_TOTAL);
-    if (!all) e.li(t0, BG_PIECE), e.add(t0, t0, split), e.min(r30, r30, t0);
-    e.bind(more);
-    e.bge(split, r30, done);
-    std::vector<Label> at;
-    int64_t end = 0;
-    for (const DmaLoad& l : g.background) {
-      end += l.rowbytes, at.push_back(e.label());
-      e.li(t0, end), e.blt(split, t0, at.back());
-    }
-    e.jmp(done);
-    int64_t begin = 0;
-    for (size_t i = 0; i < g.background.size(); ++i) {
-      const DmaLoad& l = g.background[i];
-      end = begin + l.rowbytes;
-      e.bind(at[i]);
-      e.li(t1, end), e.min(t1, t1, r30), e.sub(t1, t1, split);
-      e.li(t2, l.haddr - begin), e.add(t2, t2, split), e.li(t3, l.vaddr - begin), e.add(t3, t3, split);
-      e.dma_ld(t3, t2, one, t1, zero, zero), e.add(split, split, t1);
-      e.jmp(more);
-      begin = end;
-    }
-    e.bind(done);
+    emit_background_piece(e, g.background, all ? 0 : BG_PIECE, {split, r30, t0, t1, t2, t3, one, zero});
   };
   // b_area (GemmChip): the first tile's chunks of b, each CHUNK_B bytes of VMEM in a slot's layout
   const int64_t CHUNK_B = SLOT - A_SLOT, F = g.b_area_chunks;

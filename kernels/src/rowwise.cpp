@@ -809,7 +809,12 @@ constexpr DType kF32 = DType::F32;
 
 class Emitter {
  public:
-  Emitter(const Program& p, const Built& b, isa::Emitter& e) : p_(p), b_(b), e_(e) {}
+  Emitter(const Program& p, const Built& b, isa::Emitter& e) : p_(p), b_(b), e_(e) {
+    if (p.background.empty()) return;
+    if (p.cores > 1) throw std::invalid_argument("rowwise: background loads on one core");
+    background_total_ = background_bytes(p.background, static_cast<int64_t>(b.base),
+                                         static_cast<int64_t>(b.base + b.plan.vmem_used), "rowwise");
+  }
 
   void emit() {
     const Plan& pl = b_.plan;
@@ -841,6 +846,7 @@ class Emitter {
     e_.sem_set(s(4), 0);
     e_.sem_set(s(5), 0);
     e_.li(r(5), 1);
+    if (!p_.background.empty()) e_.li(r(28), 0);  // the background's bytes issued so far
     e_.li(r(6), C);
     e_.li(r(7), C * 4);
     // Constant table: 0 = a sum over no columns, 1 = exp(0), c = cast(1 * c).
@@ -906,6 +912,7 @@ class Emitter {
     }
     e_.li(r(22), 0);
     loads();
+    background_piece(false);
     // The loads of the tile `ahead` tiles after this one, if it exists, into the slot set_slot puts in r22; then
     // `skip` is bound.
     auto load_ahead = [&](int64_t ahead, isa::Label skip, const std::function<void()>& set_slot) {
@@ -917,6 +924,7 @@ class Emitter {
       e_.min(r(21), r(21), r(13));
       set_slot();
       loads();
+      background_piece(false);
       e_.bind(skip);
     };
     // With more than two slots, the tiles after the first one (those that exist) load ahead too.
@@ -949,8 +957,18 @@ class Emitter {
     e_.addi(r(1), r(1), T);
     rows_end();
     e_.blt(r(1), r(13), tile);
+    background_piece(true);  // what the tiles left of the background loads
     e_.bind(end);
   }
+
+  // Program::background: a piece of equal size after each tile's loads (r28 counts the bytes issued), or the rest.
+  void background_piece(bool all) {
+    if (p_.background.empty()) return;
+    const int64_t tiles = std::max<int64_t>(1, b_.plan.tiles);
+    const int64_t piece = all ? 0 : std::max<int64_t>(4096, (background_total_ + tiles - 1) / tiles);
+    emit_background_piece(e_, p_.background, piece, {r(28), r(29), r(16), r(17), r(18), r(19), r(5), r(0)});
+  }
+  int64_t background_total_ = 0;
 
  private:
   const Program& p_;

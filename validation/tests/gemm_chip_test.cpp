@@ -605,6 +605,54 @@ TEST(GemmChip, BackgroundLoadsLandWhileTheKernelRuns) {
   EXPECT_THROW(kernels::gemm_chip_kernel(two, preset_symbols(v4)), std::invalid_argument);
 }
 
+// rowwise::Program::background, as GemmChip's: x * 2 + 1 over [300, 256] f32 on v5e with two runs of bytes loaded
+// a piece after each tile's loads: the same output, the runs in VMEM, HBM read exactly their bytes more; a run into
+// the kernel's own VMEM, and loads on two cores, refused.
+TEST(Rowwise, BackgroundLoadsLandWhileTheKernelRuns) {
+  const sim::ChipConfig cfg = sim::load_config("v5e");
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  sim::Chip chip(cfg);
+  namespace rw = kernels::rowwise;
+  rw::Program p;
+  p.rows = 300, p.cols = 256;
+  const uint64_t x_addr = 0, y_addr = 1 << 20;
+  p.inputs.push_back({x_addr, DType::F32});
+  const int x = p.input(0);
+  p.outputs.push_back({p.binary(rw::Op::Add, p.binary(rw::Op::Mul, x, p.constant(2)), p.constant(1)), y_addr, DType::F32});
+  std::vector<float> xs(300 * 256);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 97) * 0.25f - 7;
+  const int64_t haddr = int64_t{1} << 30, vaddr = int64_t{64} << 20;
+  std::vector<uint8_t> bytes(150000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 13 + 5);
+  auto run = [&](const rw::Program& prog) {
+    chip.write_hbm(x_addr, xs.data(), xs.size() * 4);
+    chip.write_hbm(static_cast<uint64_t>(haddr), bytes.data(), bytes.size());
+    const sim::RunResult res = chip.run(rw::kernel(prog, symbols));
+    std::vector<float> y(xs.size());
+    chip.read_hbm(y_addr, y.data(), y.size() * 4);
+    return std::make_pair(y, res.stats.hbm_bytes_read);
+  };
+  const auto [plain, plain_read] = run(p);
+  for (size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(plain[i], xs[i] * 2 + 1) << i;
+  rw::Program with = p;
+  with.background = {kernels::DmaLoad{vaddr, haddr, 1, 100000, 0, 0},
+                     kernels::DmaLoad{vaddr + 131072, haddr + 100000, 1, 50000, 0, 0}};
+  const auto [got, with_read] = run(with);
+  EXPECT_EQ(got, plain);
+  EXPECT_EQ(with_read, plain_read + 150000);
+  std::vector<uint8_t> first(100000), second(50000);
+  chip.read_vmem(static_cast<uint64_t>(vaddr), first.data(), first.size());
+  chip.read_vmem(static_cast<uint64_t>(vaddr + 131072), second.data(), second.size());
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), bytes.begin()));
+  EXPECT_TRUE(std::equal(second.begin(), second.end(), bytes.begin() + 100000));
+  with.background = {kernels::DmaLoad{64, haddr, 1, 256, 0, 0}};
+  EXPECT_THROW(rw::kernel(with, symbols), std::invalid_argument);
+  const sim::ChipConfig v4 = sim::load_config("v4");
+  with.background = {kernels::DmaLoad{vaddr, haddr, 1, 4096, 0, 0}};
+  with.cores = 2;
+  EXPECT_THROW(rw::kernel(with, preset_symbols(v4)), std::invalid_argument);
+}
+
 TEST(GemmChip, ResidualOnFourUnitsMatchesTheGemmThenTheAdd) { residual_cases(DType::BF16, 962, true, 4); }
 TEST(GemmChip, GeluOnFourUnitsMatchesTheGemmThenTheRowwiseKernel) {
   act_cases(963, kernels::rowwise::Op::Gelu, false, 4);

@@ -64,6 +64,7 @@
 
 #include "tpusim/isa/isa.h"
 #include "tpusim/isa/program.h"
+#include "tpusim/kernels/dma_load.h"
 
 namespace tpusim::isa {
 class Emitter;  // tpusim/isa/emitter.h
@@ -132,6 +133,10 @@ struct Program {
   // as a GPU keeps them in its register file; the staging slots, which transfers reach, stay in VMEM. false: all
   // in VMEM. The same instructions on the same values either way: the same results.
   bool accumulators = true;
+  // Loads for later kernels (the compiler's weight stream, codegen.cpp: stream_weights), as GemmChip::background:
+  // issued in pieces of equal size, one after each tile's loads, what is left after the last tile; one core, their
+  // VMEM outside this kernel's. The same results.
+  std::vector<DmaLoad> background = {};
 
   // Builders: each appends a node and returns its index.
   int input(int index);
