@@ -1021,7 +1021,11 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
   const int64_t hbm = symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 0);
   if (symbol_or(symbols, "CORES", 1) != 1 || hbm <= 0 || ring.end - ring.begin < (int64_t{1} << 20)) return out;
   const BufferUse use = buffer_use(plan);
-  // The weights that may stream: a whole-chip GEMM's constant b, read by that call alone
+  // The weights that may stream: a whole-chip GEMM's constant b, read by that call alone, where the GEMM waits for
+  // its weights (its estimate with them from HBM above its estimate at many times HBM's bandwidth by a twentieth:
+  // a GEMM whose matrix work hides its loads gains nothing from the stream, which costs the kernels before it)
+  std::map<std::string, int64_t> fast = symbols;
+  fast["HBM_BYTES_PER_CYCLE"] = hbm * 16;
   struct Weight {
     size_t at = 0;  // its GEMM's position
     int buffer = -1;
@@ -1040,13 +1044,17 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     const int64_t bytes = u != untiled.end() ? u->second.k * u->second.n * isa::dtype_size(buf.dtype)
                                              : static_cast<int64_t>(buf.bytes());
     const int64_t placed = (bytes + 4095) / 4096 * 4096;
-    if (bytes > 0 && placed <= ring.end - ring.begin) weights.push_back({at, b, bytes, 0, -1});
+    if (bytes <= 0 || placed > ring.end - ring.begin) continue;
+    try {
+      if (kernels::gemm_chip_estimate(*g, symbols) < 1.05 * kernels::gemm_chip_estimate(*g, fast)) continue;
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    weights.push_back({at, b, bytes, 0, -1});
   }
   if (weights.empty()) return out;
   // Each call's budget: HBM's bytes in its estimated time less its own; a GEMM whose weights stream (`assumed`)
   // at its estimate with many times HBM's bandwidth, its b not among its bytes
-  std::map<std::string, int64_t> fast = symbols;
-  fast["HBM_BYTES_PER_CYCLE"] = hbm * 16;
   auto budgets = [&](const std::set<size_t>& assumed) {
     std::vector<int64_t> budget(order.size(), 0);
     for (size_t at = 0; at < order.size(); ++at) {
