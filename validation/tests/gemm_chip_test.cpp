@@ -505,102 +505,93 @@ TEST(GemmChip, WeightsLoadedAheadIntoAnAreaSameBitsFewerBytes) {
     }
 }
 
-// Another kernel's loads issued by a GEMM right after its last tile's loads and products (GemmChip::prefetch: the
-// compiler's QKV projection loading the output projection's first weights while the attention between waits): on
-// v5e, 300 x 300 x 700 in bf16 (tiles of 512 columns), 4 rows of 256 bytes into VMEM past the kernel's own (rows 512
-// bytes apart there). The output is the same bits as without, the rows are in VMEM after the run, HBM read exactly
-// their 1,024 bytes more; a load into the kernel's own VMEM is refused, and so is prefetch on two cores (v4).
-TEST(GemmChip, PrefetchLoadsAfterTheLastTilesOwn) {
-  const sim::ChipConfig cfg = sim::load_config("v5e");
-  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
-  sim::Chip chip(cfg);
-  Random r(981);
+// A 300 x 300 x 700 bf16 GEMM on v5e (one core, 4 units, tiles of 512 columns) with random a and b, for the tests
+// of the loads it issues for other kernels: run(k, haddr, extra) writes `extra` to HBM at haddr and runs kernel k,
+// returning c's bytes and the HBM bytes read.
+struct V5eGemm {
+  sim::ChipConfig cfg = sim::load_config("v5e");
+  std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  sim::Chip chip{cfg};
   kernels::GemmChip g{300, 300, 700, DType::BF16, DType::F32, 1, 4, kernels::GemmSchedule::Tiles};
-  const int64_t end = kernels::gemm_chip_vmem_end(g, symbols), vaddr = (end + 4095) / 4096 * 4096;
-  const int64_t haddr = int64_t{1} << 30;
-  std::vector<uint8_t> rows(1024);
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint8_t>(i * 29 + 3);
-  std::vector<double> a = r.values(DType::BF16, g.m * g.k, -3, 3), b = r.values(DType::BF16, g.k * g.n, -3, 3);
-  auto put = [&](uint64_t addr, const std::vector<double>& v) {
-    std::vector<uint16_t> bits(v.size());
-    for (size_t i = 0; i < v.size(); ++i) bits[i] = isa::bf16_from_f32(static_cast<float>(v[i]));
-    chip.write_hbm(addr, bits.data(), bits.size() * 2);
-  };
-  auto run = [&](const kernels::GemmChip& k) {
+  std::vector<double> a, b;
+  explicit V5eGemm(uint64_t seed) {
+    Random r(seed);
+    a = r.values(DType::BF16, g.m * g.k, -3, 3), b = r.values(DType::BF16, g.k * g.n, -3, 3);
+  }
+  // The first 4 KiB boundary past the kernel's own VMEM
+  int64_t past_own() { return (kernels::gemm_chip_vmem_end(g, symbols) + 4095) / 4096 * 4096; }
+  std::pair<std::vector<uint8_t>, uint64_t> run(const kernels::GemmChip& k, int64_t haddr,
+                                                const std::vector<uint8_t>& extra) {
     const isa::Program p = kernels::gemm_chip_kernel(k, symbols);
-    put(p.find("a")->addr, a), put(p.find("b")->addr, b);
-    chip.write_hbm(static_cast<uint64_t>(haddr), rows.data(), rows.size());
+    for (const auto& [name, v] : {std::pair{"a", &a}, std::pair{"b", &b}}) {
+      std::vector<uint16_t> bits(v->size());
+      for (size_t i = 0; i < v->size(); ++i) bits[i] = isa::bf16_from_f32(static_cast<float>((*v)[i]));
+      chip.write_hbm(p.find(name)->addr, bits.data(), bits.size() * 2);
+    }
+    chip.write_hbm(static_cast<uint64_t>(haddr), extra.data(), extra.size());
     const sim::RunResult res = chip.run(p);
     std::vector<uint8_t> out(p.find("c")->bytes());
     chip.read_hbm(p.find("c")->addr, out.data(), out.size());
-    return std::make_pair(out, res.stats.hbm_bytes_read);
-  };
-  const auto [plain, plain_read] = run(g);
-  kernels::GemmChip with = g;
+    return {out, res.stats.hbm_bytes_read};
+  }
+};
+
+// Another kernel's loads issued by a GEMM right after its last tile's loads and products (GemmChip::prefetch: the
+// compiler's QKV projection loading the output projection's first weights while the attention between waits):
+// V5eGemm, 4 rows of 256 bytes into VMEM past the kernel's own (rows 512 bytes apart there). The output is the same
+// bits as without, the rows are in VMEM after the run, HBM read exactly their 1,024 bytes more; a load into the
+// kernel's own VMEM is refused, and so is prefetch on two cores (v4).
+TEST(GemmChip, PrefetchLoadsAfterTheLastTilesOwn) {
+  V5eGemm t(981);
+  const int64_t vaddr = t.past_own(), haddr = int64_t{1} << 30;
+  std::vector<uint8_t> rows(1024);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint8_t>(i * 29 + 3);
+  const auto [plain, plain_read] = t.run(t.g, haddr, rows);
+  kernels::GemmChip with = t.g;
   with.prefetch = {kernels::DmaLoad{vaddr, haddr, 4, 256, 256, 512}};
-  const auto [got, with_read] = run(with);
+  const auto [got, with_read] = t.run(with, haddr, rows);
   EXPECT_EQ(got, plain);
   EXPECT_EQ(with_read, plain_read + 1024);
   for (int i = 0; i < 4; ++i) {
     std::vector<uint8_t> in_vmem(256);
-    chip.read_vmem(static_cast<uint64_t>(vaddr + i * 512), in_vmem.data(), in_vmem.size());
+    t.chip.read_vmem(static_cast<uint64_t>(vaddr + i * 512), in_vmem.data(), in_vmem.size());
     EXPECT_TRUE(std::equal(in_vmem.begin(), in_vmem.end(), rows.begin() + i * 256)) << "row " << i;
   }
-  with.prefetch = {kernels::DmaLoad{end - 4096, haddr, 1, 256, 256, 256}};
-  EXPECT_THROW(kernels::gemm_chip_kernel(with, symbols), std::invalid_argument);
+  with.prefetch = {kernels::DmaLoad{kernels::gemm_chip_vmem_end(t.g, t.symbols) - 4096, haddr, 1, 256, 256, 256}};
+  EXPECT_THROW(kernels::gemm_chip_kernel(with, t.symbols), std::invalid_argument);
   const sim::ChipConfig v4 = sim::load_config("v4");
-  kernels::GemmChip two = g;
+  kernels::GemmChip two = t.g;
   two.cores = 2, two.prefetch = {kernels::DmaLoad{vaddr, haddr, 4, 256, 256, 512}};
   EXPECT_THROW(kernels::gemm_chip_kernel(two, preset_symbols(v4)), std::invalid_argument);
 }
 
-// GemmChip::background: runs of bytes issued a piece after each chunk's loads (here 300 x 300 x 700 on v5e, one
-// core): the same output bits as without them, the runs in VMEM after the kernel, and HBM read exactly their bytes
-// more; a run into the kernel's own VMEM, one of several rows, and one on two cores are refused.
+// GemmChip::background: runs of bytes issued a piece after each chunk's loads (V5eGemm): the same output bits as
+// without them, the runs in VMEM after the kernel, and HBM read exactly their bytes more; a run into the kernel's
+// own VMEM, one of several rows, and one on two cores are refused.
 TEST(GemmChip, BackgroundLoadsLandWhileTheKernelRuns) {
-  const sim::ChipConfig cfg = sim::load_config("v5e");
-  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
-  sim::Chip chip(cfg);
-  Random r(982);
-  kernels::GemmChip g{300, 300, 700, DType::BF16, DType::F32, 1, 4, kernels::GemmSchedule::Tiles};
-  const int64_t end = kernels::gemm_chip_vmem_end(g, symbols), vaddr = (end + 4095) / 4096 * 4096;
-  const int64_t haddr = int64_t{1} << 30;
+  V5eGemm t(982);
+  const int64_t vaddr = t.past_own(), haddr = int64_t{1} << 30;
   // two runs: 200,000 bytes from haddr to vaddr, 70,000 from haddr + 300,000 to vaddr + 262,144
   std::vector<uint8_t> bytes(370000);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 37 + 11);
-  std::vector<double> a = r.values(DType::BF16, g.m * g.k, -3, 3), b = r.values(DType::BF16, g.k * g.n, -3, 3);
-  auto put = [&](uint64_t addr, const std::vector<double>& v) {
-    std::vector<uint16_t> bits(v.size());
-    for (size_t i = 0; i < v.size(); ++i) bits[i] = isa::bf16_from_f32(static_cast<float>(v[i]));
-    chip.write_hbm(addr, bits.data(), bits.size() * 2);
-  };
-  auto run = [&](const kernels::GemmChip& k) {
-    const isa::Program p = kernels::gemm_chip_kernel(k, symbols);
-    put(p.find("a")->addr, a), put(p.find("b")->addr, b);
-    chip.write_hbm(static_cast<uint64_t>(haddr), bytes.data(), bytes.size());
-    const sim::RunResult res = chip.run(p);
-    std::vector<uint8_t> out(p.find("c")->bytes());
-    chip.read_hbm(p.find("c")->addr, out.data(), out.size());
-    return std::make_pair(out, res.stats.hbm_bytes_read);
-  };
-  const auto [plain, plain_read] = run(g);
-  kernels::GemmChip with = g;
+  const auto [plain, plain_read] = t.run(t.g, haddr, bytes);
+  kernels::GemmChip with = t.g;
   with.background = {kernels::DmaLoad{vaddr, haddr, 1, 200000, 0, 0},
                      kernels::DmaLoad{vaddr + 262144, haddr + 300000, 1, 70000, 0, 0}};
-  const auto [got, with_read] = run(with);
+  const auto [got, with_read] = t.run(with, haddr, bytes);
   EXPECT_EQ(got, plain);
   EXPECT_EQ(with_read, plain_read + 270000);
   std::vector<uint8_t> first(200000), second(70000);
-  chip.read_vmem(static_cast<uint64_t>(vaddr), first.data(), first.size());
-  chip.read_vmem(static_cast<uint64_t>(vaddr + 262144), second.data(), second.size());
+  t.chip.read_vmem(static_cast<uint64_t>(vaddr), first.data(), first.size());
+  t.chip.read_vmem(static_cast<uint64_t>(vaddr + 262144), second.data(), second.size());
   EXPECT_TRUE(std::equal(first.begin(), first.end(), bytes.begin()));
   EXPECT_TRUE(std::equal(second.begin(), second.end(), bytes.begin() + 300000));
-  with.background = {kernels::DmaLoad{end - 4096, haddr, 1, 256, 0, 0}};
-  EXPECT_THROW(kernels::gemm_chip_kernel(with, symbols), std::invalid_argument);
+  with.background = {kernels::DmaLoad{kernels::gemm_chip_vmem_end(t.g, t.symbols) - 4096, haddr, 1, 256, 0, 0}};
+  EXPECT_THROW(kernels::gemm_chip_kernel(with, t.symbols), std::invalid_argument);
   with.background = {kernels::DmaLoad{vaddr, haddr, 2, 256, 256, 256}};
-  EXPECT_THROW(kernels::gemm_chip_kernel(with, symbols), std::invalid_argument);
+  EXPECT_THROW(kernels::gemm_chip_kernel(with, t.symbols), std::invalid_argument);
   const sim::ChipConfig v4 = sim::load_config("v4");
-  kernels::GemmChip two = g;
+  kernels::GemmChip two = t.g;
   two.cores = 2, two.background = {kernels::DmaLoad{vaddr, haddr, 1, 4096, 0, 0}};
   EXPECT_THROW(kernels::gemm_chip_kernel(two, preset_symbols(v4)), std::invalid_argument);
 }
