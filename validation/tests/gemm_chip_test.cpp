@@ -518,8 +518,17 @@ struct V5eGemm {
     Random r(seed);
     a = r.values(DType::BF16, g.m * g.k, -3, 3), b = r.values(DType::BF16, g.k * g.n, -3, 3);
   }
-  // The first 4 KiB boundary past the kernel's own VMEM
+  // The first 4 KiB boundary past the kernel's own VMEM, and an address 4 KiB inside it
   int64_t past_own() { return (kernels::gemm_chip_vmem_end(g, symbols) + 4095) / 4096 * 4096; }
+  int64_t inside_own() { return kernels::gemm_chip_vmem_end(g, symbols) - 4096; }
+  // k refused (std::invalid_argument), and k on two cores of v4 refused
+  static void expect_refused(const kernels::GemmChip& k, const std::map<std::string, int64_t>& symbols) {
+    EXPECT_THROW(kernels::gemm_chip_kernel(k, symbols), std::invalid_argument);
+  }
+  static void expect_refused_on_two_cores(kernels::GemmChip k) {
+    k.cores = 2;
+    expect_refused(k, preset_symbols(sim::load_config("v4")));
+  }
   std::pair<std::vector<uint8_t>, uint64_t> run(const kernels::GemmChip& k, int64_t haddr,
                                                 const std::vector<uint8_t>& extra) {
     const isa::Program p = kernels::gemm_chip_kernel(k, symbols);
@@ -557,12 +566,10 @@ TEST(GemmChip, PrefetchLoadsAfterTheLastTilesOwn) {
     t.chip.read_vmem(static_cast<uint64_t>(vaddr + i * 512), in_vmem.data(), in_vmem.size());
     EXPECT_TRUE(std::equal(in_vmem.begin(), in_vmem.end(), rows.begin() + i * 256)) << "row " << i;
   }
-  with.prefetch = {kernels::DmaLoad{kernels::gemm_chip_vmem_end(t.g, t.symbols) - 4096, haddr, 1, 256, 256, 256}};
-  EXPECT_THROW(kernels::gemm_chip_kernel(with, t.symbols), std::invalid_argument);
-  const sim::ChipConfig v4 = sim::load_config("v4");
-  kernels::GemmChip two = t.g;
-  two.cores = 2, two.prefetch = {kernels::DmaLoad{vaddr, haddr, 4, 256, 256, 512}};
-  EXPECT_THROW(kernels::gemm_chip_kernel(two, preset_symbols(v4)), std::invalid_argument);
+  with.prefetch = {kernels::DmaLoad{t.inside_own(), haddr, 1, 256, 256, 256}};
+  V5eGemm::expect_refused(with, t.symbols);
+  with.prefetch = {kernels::DmaLoad{vaddr, haddr, 4, 256, 256, 512}};
+  V5eGemm::expect_refused_on_two_cores(with);
 }
 
 // GemmChip::background: runs of bytes issued a piece after each chunk's loads (V5eGemm): the same output bits as
@@ -586,14 +593,12 @@ TEST(GemmChip, BackgroundLoadsLandWhileTheKernelRuns) {
   t.chip.read_vmem(static_cast<uint64_t>(vaddr + 262144), second.data(), second.size());
   EXPECT_TRUE(std::equal(first.begin(), first.end(), bytes.begin()));
   EXPECT_TRUE(std::equal(second.begin(), second.end(), bytes.begin() + 300000));
-  with.background = {kernels::DmaLoad{kernels::gemm_chip_vmem_end(t.g, t.symbols) - 4096, haddr, 1, 256, 0, 0}};
-  EXPECT_THROW(kernels::gemm_chip_kernel(with, t.symbols), std::invalid_argument);
+  with.background = {kernels::DmaLoad{t.inside_own(), haddr, 1, 256, 0, 0}};
+  V5eGemm::expect_refused(with, t.symbols);
   with.background = {kernels::DmaLoad{vaddr, haddr, 2, 256, 256, 256}};
-  EXPECT_THROW(kernels::gemm_chip_kernel(with, t.symbols), std::invalid_argument);
-  const sim::ChipConfig v4 = sim::load_config("v4");
-  kernels::GemmChip two = t.g;
-  two.cores = 2, two.background = {kernels::DmaLoad{vaddr, haddr, 1, 4096, 0, 0}};
-  EXPECT_THROW(kernels::gemm_chip_kernel(two, preset_symbols(v4)), std::invalid_argument);
+  V5eGemm::expect_refused(with, t.symbols);
+  with.background = {kernels::DmaLoad{vaddr, haddr, 1, 4096, 0, 0}};
+  V5eGemm::expect_refused_on_two_cores(with);
 }
 
 // rowwise::Program::background, as GemmChip's: x * 2 + 1 over [300, 256] f32 on v5e with two runs of bytes loaded
