@@ -1009,17 +1009,16 @@ namespace {
 // later loads follow that GEMM's in the one load queue, which completes and moves data in order). A GEMM whose
 // weights are streamed reads them through the local window (isa::kLocalWindow), at VMEM's bandwidth, from after
 // the stream's loads in the same queue. The producers: whole-chip GEMMs (GemmChip::background, a piece after each
-// chunk's loads) and fused attentions of one item (after their own loads, AttentionChip::prefetch). The same bits:
-// each weight's bytes, copied.
+// chunk's loads), row-wise kernels of one core (rowwise::Program::background, a piece after each tile's loads) and
+// fused attentions of one item (after their own loads and an area's, `areas`: AttentionChip::prefetch). The same
+// bits: each weight's bytes, copied. docs/compiler.md, "The weight stream", has the figures and what was tried.
 constexpr double kStreamShare = 0.7;
 
-// Returns the calls whose weights come from the ring.
-std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vector<OnChip>& on_chip,
-                      const std::map<std::string, int64_t>& symbols, const std::map<int, Untiled>& untiled,
-                      const std::map<size_t, std::vector<kernels::DmaLoad>>& areas, StreamRing ring) {
-  std::set<size_t> out;
+void stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vector<OnChip>& on_chip,
+                    const std::map<std::string, int64_t>& symbols, const std::map<int, Untiled>& untiled,
+                    const std::map<size_t, std::vector<kernels::DmaLoad>>& areas, StreamRing ring) {
   const int64_t hbm = symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 0);
-  if (symbol_or(symbols, "CORES", 1) != 1 || hbm <= 0 || ring.end - ring.begin < (int64_t{1} << 20)) return out;
+  if (symbol_or(symbols, "CORES", 1) != 1 || hbm <= 0 || ring.end - ring.begin < (int64_t{1} << 20)) return;
   const BufferUse use = buffer_use(plan);
   // The weights that may stream: a whole-chip GEMM's constant b, read by that call alone, where the GEMM waits for
   // its weights (its estimate with them from HBM above its estimate at many times HBM's bandwidth by a twentieth:
@@ -1052,7 +1051,7 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     }
     weights.push_back({at, b, bytes, 0, -1});
   }
-  if (weights.empty()) return out;
+  if (weights.empty()) return;
   // Each call's budget: HBM's bytes in its estimated time less its own; a GEMM whose weights stream (`assumed`)
   // at its estimate with many times HBM's bandwidth, its b not among its bytes
   auto budgets = [&](const std::set<size_t>& assumed) {
@@ -1164,9 +1163,7 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     const uint64_t local = isa::kLocalWindow + static_cast<uint64_t>(w.vaddr);
     call.offsets["b"] = local - plan.buffers[static_cast<size_t>(w.buffer)].addr;  // (modulo 2^64)
     call.note = (call.note.empty() ? "" : call.note + "; ") + "its weights read from VMEM (streamed in before it)";
-    out.insert(order[w.at]);
   }
-  return out;
 }
 
 }  // namespace
