@@ -1014,11 +1014,13 @@ namespace {
 // bits: each weight's bytes, copied. docs/compiler.md, "The weight stream", has the figures and what was tried.
 constexpr double kStreamShare = 0.7;
 
-void stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vector<OnChip>& on_chip,
-                    const std::map<std::string, int64_t>& symbols, const std::map<int, Untiled>& untiled,
-                    const std::map<size_t, std::vector<kernels::DmaLoad>>& areas, StreamRing ring) {
+// Returns the positions (in `order`) of the GEMMs whose GemmChip::prefetch holds the stream's loads (a tail).
+std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vector<OnChip>& on_chip,
+                                const std::map<std::string, int64_t>& symbols, const std::map<int, Untiled>& untiled,
+                                const std::map<size_t, std::vector<kernels::DmaLoad>>& areas, StreamRing ring) {
+  std::set<size_t> tails;
   const int64_t hbm = symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 0);
-  if (symbol_or(symbols, "CORES", 1) != 1 || hbm <= 0 || ring.end - ring.begin < (int64_t{1} << 20)) return;
+  if (symbol_or(symbols, "CORES", 1) != 1 || hbm <= 0 || ring.end - ring.begin < (int64_t{1} << 20)) return tails;
   const BufferUse use = buffer_use(plan);
   // The weights that may stream: a whole-chip GEMM's constant b, read by that call alone, where the GEMM waits for
   // its weights (its estimate with them from HBM above its estimate at many times HBM's bandwidth by a twentieth:
@@ -1051,15 +1053,22 @@ void stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vec
     }
     weights.push_back({at, b, bytes, 0, -1});
   }
-  if (weights.empty()) return;
+  if (weights.empty()) return tails;
   // Each call's budget: HBM's bytes in its estimated time less its own; a GEMM whose weights stream (`assumed`)
   // at its estimate with many times HBM's bandwidth, its b not among its bytes
+  // A producer's slot: a call's budget spread over its work, or a whole-chip GEMM's tail (GemmChip::prefetch: after
+  // its last tile's loads, while its last chunk's products and its drain run, gemm_chip_tail), in program order
+  struct Slot {
+    size_t at;
+    bool tail;
+    int64_t bytes;
+  };
   auto budgets = [&](const std::set<size_t>& assumed) {
-    std::vector<int64_t> budget(order.size(), 0);
+    std::vector<Slot> slots;
     for (size_t at = 0; at < order.size(); ++at) {
       const KernelCall& call = plan.calls[order[at]];
       const OnChip& oc = on_chip[order[at]];
-      double cycles = 0, own = call_bytes(plan, call, true);
+      double cycles = 0, own = call_bytes(plan, call, true), tail = 0;
       try {
         if (oc.gemm) {  // (its tensors in HBM, each once: a convolution's taps read a in place)
           cycles = kernels::gemm_chip_estimate(*oc.gemm, fast);
@@ -1068,6 +1077,7 @@ void stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vec
             if ((name != "b" || !assumed.count(at)) &&
                 isa::far_memory(static_cast<int64_t>(plan.buffers[static_cast<size_t>(b)].addr)) == isa::FarMemory::Hbm)
               own += static_cast<double>(plan.buffers[static_cast<size_t>(b)].bytes());
+          if (oc.gemm->prefetch.empty()) tail = kernels::gemm_chip_tail(*oc.gemm, symbols);  // (not before_attention's)
         } else if (call.kind == KernelCall::Kind::Rowwise && oc.row_cores == 1) {
           cycles = rowwise_work(call.rows, kernels::rowwise::plan(call.rows, symbols), symbols);
         } else if (call.kind == KernelCall::Kind::Attention && !call.attention.vector_unit) {
@@ -1079,26 +1089,29 @@ void stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vec
             for (const kernels::DmaLoad& l : area->second) own += static_cast<double>(l.rows * l.rowbytes);
         }
       } catch (const std::invalid_argument&) {
-        cycles = 0;
+        cycles = tail = 0;
       }
-      budget[at] = static_cast<int64_t>(std::max(0.0, kStreamShare * cycles * static_cast<double>(hbm) - own)) / 64 * 64;
+      const double share = kStreamShare * static_cast<double>(hbm);
+      slots.push_back({at, false, static_cast<int64_t>(std::max(0.0, share * cycles - own)) / 64 * 64});
+      if (tail > 0) slots.push_back({at, true, static_cast<int64_t>(share * tail) / 64 * 64});
     }
-    return budget;
+    return slots;
   };
   // Hand the budgets out in order
   struct Held {
     int64_t begin, end;
     size_t until;  // the position of the GEMM that reads it
   };
-  std::map<size_t, std::vector<kernels::DmaLoad>> loads;
-  auto hand_out = [&](const std::vector<int64_t>& budget) {
+  std::map<std::pair<size_t, bool>, std::vector<kernels::DmaLoad>> loads;  // by slot: (position, tail)
+  auto hand_out = [&](const std::vector<Slot>& slots) {
     for (Weight& w : weights) w.loaded = 0, w.vaddr = -1;
     loads.clear();
     std::vector<Held> held;
     int64_t head = ring.begin;
     size_t next = 0;
-    for (size_t at = 0; at < order.size() && next < weights.size(); ++at) {
-      int64_t left = budget[at];
+    for (size_t i = 0; i < slots.size() && next < weights.size(); ++i) {
+      const size_t at = slots[i].at;
+      int64_t left = slots[i].bytes;
       while (left > 0 && next < weights.size()) {
         Weight& w = weights[next];
         if (w.at <= at) {  // too late: its GEMM reads it from HBM
@@ -1107,7 +1120,7 @@ void stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vec
         }
         if (w.vaddr < 0) {
           int64_t can = left;  // what the calls before its GEMM can load (the first go to it)
-          for (size_t j = at + 1; j < w.at && can < w.bytes; ++j) can += budget[j];
+          for (size_t j = i + 1; j < slots.size() && slots[j].at < w.at && can < w.bytes; ++j) can += slots[j].bytes;
           if (can < w.bytes) {
             ++next;
             continue;
@@ -1123,7 +1136,7 @@ void stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vec
         }
         const int64_t n = std::min(left, w.bytes - w.loaded);
         const uint64_t haddr = plan.buffers[static_cast<size_t>(w.buffer)].addr + static_cast<uint64_t>(w.loaded);
-        loads[at].push_back({w.vaddr + w.loaded, static_cast<int64_t>(haddr), 1, n, 0, 0});
+        loads[{at, slots[i].tail}].push_back({w.vaddr + w.loaded, static_cast<int64_t>(haddr), 1, n, 0, 0});
         w.loaded += n, left -= n;
         if (w.loaded == w.bytes) ++next;
       }
@@ -1143,17 +1156,21 @@ void stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vec
   }
   hand_out(budgets(assumed));
   // The producers' loads, the consumers' addresses
-  for (auto& [at, l] : loads) {
-    const size_t c = order[at];
-    int64_t bytes = 0;
-    for (const kernels::DmaLoad& d : l) bytes += d.rowbytes;
-    if (on_chip[c].gemm)
+  std::map<size_t, int64_t> streamed;  // bytes by producer
+  for (auto& [slot, l] : loads) {
+    const size_t c = order[slot.first];
+    for (const kernels::DmaLoad& d : l) streamed[slot.first] += d.rowbytes;
+    if (slot.second)
+      on_chip[c].gemm->prefetch = l, tails.insert(slot.first);
+    else if (on_chip[c].gemm)
       on_chip[c].gemm->background = l;
     else if (plan.calls[c].kind == KernelCall::Kind::Rowwise)
       plan.calls[c].rows.background = l;
     else
       plan.calls[c].attention.prefetch = l;
-    KernelCall& call = plan.calls[c];
+  }
+  for (const auto& [at, bytes] : streamed) {
+    KernelCall& call = plan.calls[order[at]];
     call.note = (call.note.empty() ? "" : call.note + "; ") + "streams " + std::to_string(bytes) +
                 " bytes of later GEMMs' weights into VMEM while it computes";
   }
@@ -1164,6 +1181,7 @@ void stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vec
     call.offsets["b"] = local - plan.buffers[static_cast<size_t>(w.buffer)].addr;  // (modulo 2^64)
     call.note = (call.note.empty() ? "" : call.note + "; ") + "its weights read from VMEM (streamed in before it)";
   }
+  return tails;
 }
 
 }  // namespace
@@ -1233,9 +1251,10 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
   // Each call's symbols: the chip's, or with half of VMEM where a GEMM's weights wait at its top (plan_weight_areas)
   std::vector<std::map<std::string, int64_t>> call_symbols(order.size(), symbols);
   std::map<size_t, std::vector<kernels::DmaLoad>> prefetch;
+  std::set<size_t> stream_tails;  // GEMMs whose prefetch is the weight stream's (noted as such, not below)
   if (overlap_kernels && !spmd) {
     prefetch = plan_weight_areas(plan, order, on_chip, symbols, call_symbols);
-    stream_weights(plan, order, on_chip, symbols, untiled, prefetch, ring);
+    stream_tails = stream_weights(plan, order, on_chip, symbols, untiled, prefetch, ring);
   }
   std::vector<Overlap> overlap(order.size());
   if (overlap_kernels)
@@ -1265,7 +1284,8 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
     KernelCall with_prefetch;
     const auto pre = prefetch.find(at);
     const std::vector<kernels::DmaLoad>* loads = pre != prefetch.end() ? &pre->second
-                                                 : on_chip[c].gemm && !on_chip[c].gemm->prefetch.empty()
+                                                 : on_chip[c].gemm && !on_chip[c].gemm->prefetch.empty() &&
+                                                           !stream_tails.count(at)
                                                      ? &on_chip[c].gemm->prefetch
                                                      : nullptr;
     if (loads) {

@@ -1308,6 +1308,20 @@ double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t
   return r.schedule == GemmSchedule::Strips ? strips_estimate_of(g, s, r.P, r.U) : plan_tiles(g, s, r.P, r.U).estimate;
 }
 
+double gemm_chip_tail(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
+  const std::map<std::string, int64_t> s = from_base(g, symbols);
+  const Resolved r = resolve(g, s);
+  if (r.schedule != GemmSchedule::Tiles) return 0;
+  const TilePlan p = plan_tiles(g, s, r.P, r.U);
+  const int64_t R = symbol(s, "MXU_ROWS"), tmu = cdiv(p.tm, p.rb);
+  const int64_t act_passes = g.act ? rowwise::epilogue(*g.act, 1, 0).vector_ops : 0;
+  const int64_t width = std::max<int64_t>(1, optional_symbol(s, "VPU_WIDTH", 128));
+  // (as choose_tiles counts them: the last chunk's matrix work, then the drain of the tile's U*S strips)
+  const double work =
+      static_cast<double>(cdiv(p.kc, R) * p.s * std::max(cdiv(tmu, matrix_rate(g.in, s)), R)) * matrix_stretch(s);
+  return work + static_cast<double>(p.u * p.s * tmu * p.sc * (1 + act_passes)) / static_cast<double>(width);
+}
+
 int64_t gemm_chip_splits(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
   const std::map<std::string, int64_t> s = from_base(g, symbols);
   const Resolved r = resolve(g, s);

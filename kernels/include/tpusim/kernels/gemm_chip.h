@@ -243,6 +243,12 @@ std::string gemm_chip_source(const GemmChip& g, const std::map<std::string, int6
 // bandwidth), for choosing between it and a one-unit kernel. Throws as gemm_chip_kernel.
 double gemm_chip_estimate(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
 
+// The tiled schedule's estimated cycles from a core's last loads to the kernel's end: its last chunk's matrix work
+// and its last tile's drain (with act, the activation's passes), in the estimate's terms; 0 for the strips
+// schedule. HBM has nothing of the kernel's to move then (GemmChip::prefetch's loads go there). Throws as
+// gemm_chip_kernel.
+double gemm_chip_tail(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
+
 // Rows of a a matrix unit streams per cycle for input type `in`: the chip's MXU_I8_RATE or MXU_FP8_RATE symbol
 // (bf16: 1). Estimates count a stream of m rows as max(ceil(m / rate), MXU_ROWS) cycles.
 int64_t matrix_rate(isa::DType in, const std::map<std::string, int64_t>& symbols);
