@@ -185,7 +185,8 @@ struct GemmChip {
   // (split_last_fold is not applied). The same results.
   int64_t b_area = 0;
   int64_t b_area_chunks = 0;
-  // Loads for a kernel after this one (a later GEMM's b_area), issued by the core right after its last tile's last
+  // Loads for a kernel after this one (a later GEMM's b_area, or the weight stream's share of this kernel's tail:
+  // codegen.cpp, stream_weights, sized by gemm_chip_tail), issued by the core right after its last tile's last
   // loads and products, before that tile's drain, so that HBM moves them while the drain runs rather than after the
   // kernel; no semaphore (the kernel that uses them loads after them in the same queue). The tiled schedule, one
   // core, no split K; their VMEM outside this kernel's. The same results.
