@@ -1022,11 +1022,50 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
   const int64_t hbm = symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 0);
   if (symbol_or(symbols, "CORES", 1) != 1 || hbm <= 0 || ring.end - ring.begin < (int64_t{1} << 20)) return tails;
   const BufferUse use = buffer_use(plan);
-  // The weights that may stream: a whole-chip GEMM's constant b, read by that call alone, where the GEMM waits for
-  // its weights (its estimate with them from HBM above its estimate at many times HBM's bandwidth by a twentieth:
-  // a GEMM whose matrix work hides its loads gains nothing from the stream, which costs the kernels before it)
   std::map<std::string, int64_t> fast = symbols;
   fast["HBM_BYTES_PER_CYCLE"] = hbm * 16;
+  // Each call's work, once: its estimated cycles (a whole-chip GEMM's at 16 times HBM's bandwidth, so that a GEMM
+  // whose weights stream counts as the kernel it then is; a row-wise kernel's vector work; an attention of one item
+  // per core), its own HBM bytes (a GEMM's tensors in HBM, each once: a convolution's taps read a in place; an
+  // attention's area loads, plan_weight_areas, which come first), of those its b's (not its own where it streams),
+  // and a whole-chip GEMM's tail (gemm_chip_tail; not where before_attention's loads take it). 0 cycles where an
+  // estimate throws.
+  struct Work {
+    double cycles = 0, own = 0, b = 0, tail = 0;
+  };
+  std::vector<Work> work(order.size());
+  for (size_t at = 0; at < order.size(); ++at) {
+    const KernelCall& call = plan.calls[order[at]];
+    const OnChip& oc = on_chip[order[at]];
+    Work& w = work[at];
+    w.own = call_bytes(plan, call, true);
+    try {
+      if (oc.gemm) {
+        w.cycles = kernels::gemm_chip_estimate(*oc.gemm, fast);
+        w.own = 0;
+        for (const auto& [name, b] : call.tensors) {
+          const Buffer& buf = plan.buffers[static_cast<size_t>(b)];
+          if (isa::far_memory(static_cast<int64_t>(buf.addr)) != isa::FarMemory::Hbm) continue;
+          w.own += static_cast<double>(buf.bytes());
+          if (name == "b") w.b = static_cast<double>(buf.bytes());
+        }
+        if (oc.gemm->prefetch.empty()) w.tail = kernels::gemm_chip_tail(*oc.gemm, symbols);
+      } else if (call.kind == KernelCall::Kind::Rowwise && oc.row_cores == 1) {
+        w.cycles = rowwise_work(call.rows, kernels::rowwise::plan(call.rows, symbols), symbols);
+      } else if (call.kind == KernelCall::Kind::Attention && !call.attention.vector_unit) {
+        const kernels::AttentionPlan ap = kernels::attention_chip_plan(call.attention, symbols);
+        if (ap.items == 1) w.cycles = ap.estimate;
+        const auto area = areas.find(at);
+        if (area != areas.end())
+          for (const kernels::DmaLoad& l : area->second) w.own += static_cast<double>(l.rows * l.rowbytes);
+      }
+    } catch (const std::invalid_argument&) {
+      w.cycles = w.tail = 0;
+    }
+  }
+  // The weights that may stream: a whole-chip GEMM's constant b, read by that call alone, where the GEMM waits for
+  // its weights (its estimate with them from HBM above its estimate at 16 times HBM's bandwidth by a twentieth: a
+  // GEMM whose matrix work hides its loads gains nothing from the stream, which costs the kernels before it)
   struct Weight {
     size_t at = 0;  // its GEMM's position
     int buffer = -1;
@@ -1036,7 +1075,8 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
   for (size_t at = 0; at < order.size(); ++at) {
     const KernelCall& call = plan.calls[order[at]];
     const std::optional<kernels::GemmChip>& g = on_chip[order[at]].gemm;
-    if (!g || !constant_weights(plan, call) || g->b_area_chunks > 0 || g->b_preloaded) continue;
+    if (!g || !constant_weights(plan, call) || g->b_area_chunks > 0 || g->b_preloaded || work[at].cycles <= 0)
+      continue;
     const int b = call.tensors.at("b");
     const auto off = call.offsets.find("b");
     if ((off != call.offsets.end() && off->second != 0) || use.first[b] != use.last[b]) continue;
@@ -1047,17 +1087,16 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     const int64_t placed = (bytes + 4095) / 4096 * 4096;
     if (bytes <= 0 || placed > ring.end - ring.begin) continue;
     try {
-      if (kernels::gemm_chip_estimate(*g, symbols) < 1.05 * kernels::gemm_chip_estimate(*g, fast)) continue;
+      if (kernels::gemm_chip_estimate(*g, symbols) < 1.05 * work[at].cycles) continue;
     } catch (const std::invalid_argument&) {
       continue;
     }
     weights.push_back({at, b, bytes, 0, -1});
   }
   if (weights.empty()) return tails;
-  // Each call's budget: HBM's bytes in its estimated time less its own; a GEMM whose weights stream (`assumed`)
-  // at its estimate with many times HBM's bandwidth, its b not among its bytes
-  // A producer's slot: a call's budget spread over its work, or a whole-chip GEMM's tail (GemmChip::prefetch: after
-  // its last tile's loads, while its last chunk's products and its drain run, gemm_chip_tail), in program order
+  // The producers' slots, in program order: each call's budget, 0.7 of HBM's bytes in its estimated time less its
+  // own bytes (a GEMM whose weights stream, `assumed`, without its b), spread over its work; then a whole-chip
+  // GEMM's tail (GemmChip::prefetch: after its last tile's loads, while its last chunk's products and its drain run)
   struct Slot {
     size_t at;
     bool tail;
@@ -1065,35 +1104,12 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
   };
   auto budgets = [&](const std::set<size_t>& assumed) {
     std::vector<Slot> slots;
+    const double share = kStreamShare * static_cast<double>(hbm);
     for (size_t at = 0; at < order.size(); ++at) {
-      const KernelCall& call = plan.calls[order[at]];
-      const OnChip& oc = on_chip[order[at]];
-      double cycles = 0, own = call_bytes(plan, call, true), tail = 0;
-      try {
-        if (oc.gemm) {  // (its tensors in HBM, each once: a convolution's taps read a in place)
-          cycles = kernels::gemm_chip_estimate(*oc.gemm, fast);
-          own = 0;
-          for (const auto& [name, b] : call.tensors)
-            if ((name != "b" || !assumed.count(at)) &&
-                isa::far_memory(static_cast<int64_t>(plan.buffers[static_cast<size_t>(b)].addr)) == isa::FarMemory::Hbm)
-              own += static_cast<double>(plan.buffers[static_cast<size_t>(b)].bytes());
-          if (oc.gemm->prefetch.empty()) tail = kernels::gemm_chip_tail(*oc.gemm, symbols);  // (not before_attention's)
-        } else if (call.kind == KernelCall::Kind::Rowwise && oc.row_cores == 1) {
-          cycles = rowwise_work(call.rows, kernels::rowwise::plan(call.rows, symbols), symbols);
-        } else if (call.kind == KernelCall::Kind::Attention && !call.attention.vector_unit) {
-          // (an area's loads, plan_weight_areas, come first: among its own bytes)
-          const kernels::AttentionPlan ap = kernels::attention_chip_plan(call.attention, symbols);
-          if (ap.items == 1) cycles = ap.estimate;
-          const auto area = areas.find(at);
-          if (area != areas.end())
-            for (const kernels::DmaLoad& l : area->second) own += static_cast<double>(l.rows * l.rowbytes);
-        }
-      } catch (const std::invalid_argument&) {
-        cycles = tail = 0;
-      }
-      const double share = kStreamShare * static_cast<double>(hbm);
-      slots.push_back({at, false, static_cast<int64_t>(std::max(0.0, share * cycles - own)) / 64 * 64});
-      if (tail > 0) slots.push_back({at, true, static_cast<int64_t>(share * tail) / 64 * 64});
+      const Work& w = work[at];
+      const double own = w.own - (assumed.count(at) ? w.b : 0.0);
+      slots.push_back({at, false, static_cast<int64_t>(std::max(0.0, share * w.cycles - own)) / 64 * 64});
+      if (w.tail > 0) slots.push_back({at, true, static_cast<int64_t>(share * w.tail) / 64 * 64});
     }
     return slots;
   };

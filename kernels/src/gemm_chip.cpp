@@ -182,6 +182,16 @@ namespace {
 // The tiled schedule's C buffers: one per strip of a tile, up to this many (tiles_source).
 constexpr int64_t kMaxCBuffers = 8;
 
+// The tiled schedule's estimate's terms (choose_tiles, gemm_chip_tail): a chunk of kc elements of K on a unit, its S
+// strips of tmu rows each streamed per fold of R at `rate` rows a cycle (at least R cycles: the weight load hides
+// behind a stream of R rows); a tile's drain, its units' S strips of tmu x sc on the vector unit, with act's passes.
+double chunk_work(int64_t kc, int64_t R, int64_t S, int64_t tmu, int64_t rate, double stretch) {
+  return static_cast<double>(cdiv(kc, R) * S * std::max(cdiv(tmu, rate), R)) * stretch;
+}
+double tile_drain(int64_t U, int64_t S, int64_t tmu, int64_t sc, int64_t act_passes, int64_t vpu_width) {
+  return static_cast<double>(U * S * tmu * sc * (1 + act_passes)) / static_cast<double>(vpu_width);
+}
+
 // The tiled schedule's shape: TM rows x W = U*S*SC columns per tile (SC = C, or narrower), K in chunks of KC.
 struct TilePlan {
   int64_t tm = 0, s = 0, kc = 0;
@@ -364,7 +374,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
             const double share = std::min(static_cast<double>(mem_bpc) / std::min(items, static_cast<double>(P)),
                                           static_cast<double>(core_bpc));
             const double chunks = static_cast<double>(cdiv(ks, kc));
-            const double work = static_cast<double>(cdiv(kc, R) * S * std::max(cdiv(tmu, rate), R)) * stretch;
+            const double work = chunk_work(kc, R, S, tmu, rate, stretch);
             // The tile's stores: a share of every chunk's transfer, or after the tile with !overlap_tiles
             const double stores = static_cast<double>(tm * std::min(W, g.n) * (OW + QO)) / share;
             // Multicast: the pair reads the shared operand once, half of it per core
@@ -381,8 +391,7 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                 vmem_bpc > 0 ? static_cast<double>(port_bytes) / static_cast<double>(vmem_bpc) : 0.0;
             const double chunk =
                 std::max({work, transfer, ports, (static_cast<double>(latency) + transfer) / (nslot - 1)});
-            const double drain = static_cast<double>(U * S * tmu * sc * (1 + act_passes)) /
-                                 static_cast<double>(vpu_width);
+            const double drain = tile_drain(U, S, tmu, sc, act_passes, vpu_width);
             // per item: its chunks, its first load's latency and, with abuf == 1 or tiles one at a time, its
             // drain; one at a time, also its stores and their latency
             const double item = chunks * chunk + static_cast<double>(latency) +
@@ -1316,10 +1325,8 @@ double gemm_chip_tail(const GemmChip& g, const std::map<std::string, int64_t>& s
   const int64_t R = symbol(s, "MXU_ROWS"), tmu = cdiv(p.tm, p.rb);
   const int64_t act_passes = g.act ? rowwise::epilogue(*g.act, 1, 0).vector_ops : 0;
   const int64_t width = std::max<int64_t>(1, optional_symbol(s, "VPU_WIDTH", 128));
-  // (as choose_tiles counts them: the last chunk's matrix work, then the drain of the tile's U*S strips)
-  const double work =
-      static_cast<double>(cdiv(p.kc, R) * p.s * std::max(cdiv(tmu, matrix_rate(g.in, s)), R)) * matrix_stretch(s);
-  return work + static_cast<double>(p.u * p.s * tmu * p.sc * (1 + act_passes)) / static_cast<double>(width);
+  return chunk_work(p.kc, R, p.s, tmu, matrix_rate(g.in, s), matrix_stretch(s)) +
+         tile_drain(p.u, p.s, tmu, p.sc, act_passes, width);
 }
 
 int64_t gemm_chip_splits(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {

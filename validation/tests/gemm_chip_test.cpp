@@ -521,6 +521,26 @@ struct V5eGemm {
   // The first 4 KiB boundary past the kernel's own VMEM, and an address 4 KiB inside it
   int64_t past_own() { return (kernels::gemm_chip_vmem_end(g, symbols) + 4095) / 4096 * 4096; }
   int64_t inside_own() { return kernels::gemm_chip_vmem_end(g, symbols) - 4096; }
+  // n bytes of a pattern (byte i is i * mul + add)
+  static std::vector<uint8_t> pattern(size_t n, size_t mul, size_t add) {
+    std::vector<uint8_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * mul + add);
+    return v;
+  }
+  // `with` (g and loads for other kernels) gives g's output bits and reads exactly `more` bytes more from HBM
+  void expect_same_bits_reading_more(const kernels::GemmChip& with, int64_t haddr, const std::vector<uint8_t>& extra,
+                                     uint64_t more) {
+    const auto [plain, plain_read] = run(g, haddr, extra);
+    const auto [got, with_read] = run(with, haddr, extra);
+    EXPECT_EQ(got, plain);
+    EXPECT_EQ(with_read, plain_read + more);
+  }
+  // VMEM [vaddr, +n) holds `want`'s first n bytes
+  void expect_in_vmem(int64_t vaddr, const uint8_t* want, size_t n) {
+    std::vector<uint8_t> got(n);
+    chip.read_vmem(static_cast<uint64_t>(vaddr), got.data(), n);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want)) << "VMEM " << vaddr;
+  }
   // k refused (std::invalid_argument), and k on two cores of v4 refused
   static void expect_refused(const kernels::GemmChip& k, const std::map<std::string, int64_t>& symbols) {
     EXPECT_THROW(kernels::gemm_chip_kernel(k, symbols), std::invalid_argument);
@@ -553,19 +573,11 @@ struct V5eGemm {
 TEST(GemmChip, PrefetchLoadsAfterTheLastTilesOwn) {
   V5eGemm t(981);
   const int64_t vaddr = t.past_own(), haddr = int64_t{1} << 30;
-  std::vector<uint8_t> rows(1024);
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint8_t>(i * 29 + 3);
-  const auto [plain, plain_read] = t.run(t.g, haddr, rows);
+  const std::vector<uint8_t> rows = V5eGemm::pattern(1024, 29, 3);
   kernels::GemmChip with = t.g;
   with.prefetch = {kernels::DmaLoad{vaddr, haddr, 4, 256, 256, 512}};
-  const auto [got, with_read] = t.run(with, haddr, rows);
-  EXPECT_EQ(got, plain);
-  EXPECT_EQ(with_read, plain_read + 1024);
-  for (int i = 0; i < 4; ++i) {
-    std::vector<uint8_t> in_vmem(256);
-    t.chip.read_vmem(static_cast<uint64_t>(vaddr + i * 512), in_vmem.data(), in_vmem.size());
-    EXPECT_TRUE(std::equal(in_vmem.begin(), in_vmem.end(), rows.begin() + i * 256)) << "row " << i;
-  }
+  t.expect_same_bits_reading_more(with, haddr, rows, 1024);
+  for (int i = 0; i < 4; ++i) t.expect_in_vmem(vaddr + i * 512, rows.data() + i * 256, 256);
   with.prefetch = {kernels::DmaLoad{t.inside_own(), haddr, 1, 256, 256, 256}};
   V5eGemm::expect_refused(with, t.symbols);
   with.prefetch = {kernels::DmaLoad{vaddr, haddr, 4, 256, 256, 512}};
@@ -579,20 +591,13 @@ TEST(GemmChip, BackgroundLoadsLandWhileTheKernelRuns) {
   V5eGemm t(982);
   const int64_t vaddr = t.past_own(), haddr = int64_t{1} << 30;
   // two runs: 200,000 bytes from haddr to vaddr, 70,000 from haddr + 300,000 to vaddr + 262,144
-  std::vector<uint8_t> bytes(370000);
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 37 + 11);
-  const auto [plain, plain_read] = t.run(t.g, haddr, bytes);
+  const std::vector<uint8_t> bytes = V5eGemm::pattern(370000, 37, 11);
   kernels::GemmChip with = t.g;
   with.background = {kernels::DmaLoad{vaddr, haddr, 1, 200000, 0, 0},
                      kernels::DmaLoad{vaddr + 262144, haddr + 300000, 1, 70000, 0, 0}};
-  const auto [got, with_read] = t.run(with, haddr, bytes);
-  EXPECT_EQ(got, plain);
-  EXPECT_EQ(with_read, plain_read + 270000);
-  std::vector<uint8_t> first(200000), second(70000);
-  t.chip.read_vmem(static_cast<uint64_t>(vaddr), first.data(), first.size());
-  t.chip.read_vmem(static_cast<uint64_t>(vaddr + 262144), second.data(), second.size());
-  EXPECT_TRUE(std::equal(first.begin(), first.end(), bytes.begin()));
-  EXPECT_TRUE(std::equal(second.begin(), second.end(), bytes.begin() + 300000));
+  t.expect_same_bits_reading_more(with, haddr, bytes, 270000);
+  t.expect_in_vmem(vaddr, bytes.data(), 200000);
+  t.expect_in_vmem(vaddr + 262144, bytes.data() + 300000, 70000);
   with.background = {kernels::DmaLoad{t.inside_own(), haddr, 1, 256, 0, 0}};
   V5eGemm::expect_refused(with, t.symbols);
   with.background = {kernels::DmaLoad{vaddr, haddr, 2, 256, 256, 256}};
