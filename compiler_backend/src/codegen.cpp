@@ -831,8 +831,7 @@ bool weights_in_hbm(const KernelPlan& plan, const KernelCall& call) {
 // With plan_weight_areas' attention at `at`: where a whole-chip GEMM comes before it (the QKV projection, or copies
 // after that: GPT-2's transposes of k and v) and one after it (the output projection), the first GEMM's last tile, whose products and drain leave HBM idle while the
 // attention waits for its output, loads the second's first chunk of weights (GemmChip::prefetch) into an area at
-// the middle of VMEM (b_area), where the second finds it; both keep below the middle (`half`). Not where the
-// second's weights stream (weights_in_hbm) or the first's tail holds the weight stream's loads. (Its whole first
+// the middle of VMEM (b_area), where the second finds it; both keep below the middle (`half`). (Its whole first
 // tile, both chunks on v5e, was slower: BERT-base 417,102 cycles against 413,914; and its second chunk loaded by
 // the attention, 414,530.)
 void before_attention(const KernelPlan& plan, const std::vector<size_t>& order, std::vector<OnChip>& on_chip,
@@ -844,7 +843,6 @@ void before_attention(const KernelPlan& plan, const std::vector<size_t>& order, 
   OnChip &xc = on_chip[order[w]], &yc = on_chip[order[at + 1]];
   const KernelCall& y = plan.calls[order[at + 1]];
   if (!xc.gemm || !yc.gemm || xc.gemm->taps.cin > 0 || yc.gemm->taps.cin > 0 || yc.gemm->b_area_chunks > 0 ||
-      !xc.gemm->prefetch.empty() ||
       !weights_in_hbm(plan, y))
     return;
   const int64_t mid = half.at("VMEM_BYTES");
@@ -865,8 +863,7 @@ void before_attention(const KernelPlan& plan, const std::vector<size_t>& order, 
 // So the first chunks of b of the GEMM two or three kernels later (after the output projection and a LayerNorm,
 // say: the FFN's first Linear), as many as HBM can move in that time by the attention's estimate, load into an
 // area at the top of VMEM (GemmChip::b_area), by loads the attention issues right after its own
-// (AttentionChip::prefetch) and the weight stream's (stream_weights, planned first: the GEMM is one whose weights
-// the stream leaves in HBM, the attention's time less the stream's bytes sizes the area). The kernels from the attention's successor to that GEMM's successor take half of
+// (AttentionChip::prefetch). The kernels from the attention's successor to that GEMM's successor take half of
 // VMEM (VMEM_BYTES halved in `call_symbols`), so that none writes the area before the GEMM has read it. Not where
 // the GEMM's weights are not a constant, or the kernels between are other than GEMMs and row-wise kernels.
 // Returns the prefetch loads by position in `order`. (Tried, slower: the area for the GEMM's second tile, so that
@@ -904,10 +901,7 @@ std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(const KernelPl
       if (kernels::gemm_chip_estimate(g, half) > 1.02 * kernels::gemm_chip_estimate(g, symbols)) continue;
       const kernels::GemmArea sized = kernels::gemm_chip_area(g, half);
       // HBM's time while the attention computes: its estimate less its own bytes' time
-      double streamed = 0;
-      for (const kernels::DmaLoad& l : x.attention.prefetch) streamed += static_cast<double>(l.rows * l.rowbytes);
-      const double idle =
-          std::max(0.0, ap.estimate - (call_bytes(plan, x, true) + streamed) / static_cast<double>(hbm));
+      const double idle = std::max(0.0, ap.estimate - call_bytes(plan, x, true) / static_cast<double>(hbm));
       const double per_chunk = static_cast<double>(sized.b_bytes) / static_cast<double>(sized.chunks);
       const int64_t f =
           std::min<int64_t>(sized.chunks, std::llround(idle * static_cast<double>(hbm) / per_chunk));
@@ -1016,15 +1010,14 @@ namespace {
 // weights are streamed reads them through the local window (isa::kLocalWindow), at VMEM's bandwidth, from after
 // the stream's loads in the same queue. The producers: whole-chip GEMMs (GemmChip::background, a piece after each
 // chunk's loads), row-wise kernels of one core (rowwise::Program::background, a piece after each tile's loads) and
-// fused attentions of one item (after their own loads: AttentionChip::prefetch; plan_weight_areas, planned after
-// the stream, adds an area's loads after the stream's there). The same bits: each weight's bytes, copied.
-// docs/compiler.md, "The weight stream", has the figures and what was tried.
+// fused attentions of one item (after their own loads and an area's, `areas`: AttentionChip::prefetch). The same
+// bits: each weight's bytes, copied. docs/compiler.md, "The weight stream", has the figures and what was tried.
 constexpr double kStreamShare = 0.7;
 
 // Returns the positions (in `order`) of the GEMMs whose GemmChip::prefetch holds the stream's loads (a tail).
 std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vector<OnChip>& on_chip,
                                 const std::map<std::string, int64_t>& symbols, const std::map<int, Untiled>& untiled,
-                                StreamRing ring) {
+                                const std::map<size_t, std::vector<kernels::DmaLoad>>& areas, StreamRing ring) {
   std::set<size_t> tails;
   const int64_t hbm = symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 0);
   if (symbol_or(symbols, "CORES", 1) != 1 || hbm <= 0 || ring.end - ring.begin < (int64_t{1} << 20)) return tails;
@@ -1033,8 +1026,9 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
   fast["HBM_BYTES_PER_CYCLE"] = hbm * 16;
   // Each call's work, once: its estimated cycles (a whole-chip GEMM's at 16 times HBM's bandwidth, so that a GEMM
   // whose weights stream counts as the kernel it then is; a row-wise kernel's vector work; an attention of one item
-  // per core), its own HBM bytes (a GEMM's tensors in HBM, each once: a convolution's taps read a in place), of
-  // those its b's (not its own where it streams), and a whole-chip GEMM's tail (gemm_chip_tail). 0 cycles where an
+  // per core), its own HBM bytes (a GEMM's tensors in HBM, each once: a convolution's taps read a in place; an
+  // attention's area loads, plan_weight_areas, which come first), of those its b's (not its own where it streams),
+  // and a whole-chip GEMM's tail (gemm_chip_tail; not where before_attention's loads take it). 0 cycles where an
   // estimate throws.
   struct Work {
     double cycles = 0, own = 0, b = 0, tail = 0;
@@ -1061,6 +1055,9 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
       } else if (call.kind == KernelCall::Kind::Attention && !call.attention.vector_unit) {
         const kernels::AttentionPlan ap = kernels::attention_chip_plan(call.attention, symbols);
         if (ap.items == 1) w.cycles = ap.estimate;
+        const auto area = areas.find(at);
+        if (area != areas.end())
+          for (const kernels::DmaLoad& l : area->second) w.own += static_cast<double>(l.rows * l.rowbytes);
       }
     } catch (const std::invalid_argument&) {
       w.cycles = w.tail = 0;
@@ -1271,9 +1268,9 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
   std::vector<std::map<std::string, int64_t>> call_symbols(order.size(), symbols);
   std::map<size_t, std::vector<kernels::DmaLoad>> prefetch;
   std::set<size_t> stream_tails;  // GEMMs whose prefetch is the weight stream's (noted as such, not below)
-  if (overlap_kernels && !spmd) {  // the stream first: the attentions' areas for the weights it leaves in HBM
-    stream_tails = stream_weights(plan, order, on_chip, symbols, untiled, ring);
+  if (overlap_kernels && !spmd) {
     prefetch = plan_weight_areas(plan, order, on_chip, symbols, call_symbols);
+    stream_tails = stream_weights(plan, order, on_chip, symbols, untiled, prefetch, ring);
   }
   std::vector<Overlap> overlap(order.size());
   if (overlap_kernels)
@@ -1309,9 +1306,11 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
                                                      : nullptr;
     if (loads) {
       with_prefetch = plan.calls[c];
-      if (pre != prefetch.end())  // the weight stream's loads, then the area's
-        with_prefetch.attention.prefetch.insert(with_prefetch.attention.prefetch.end(), pre->second.begin(),
-                                                pre->second.end());
+      if (pre != prefetch.end()) {  // the area's loads, then the weight stream's
+        with_prefetch.attention.prefetch = pre->second;
+        const std::vector<kernels::DmaLoad>& streamed = plan.calls[c].attention.prefetch;
+        with_prefetch.attention.prefetch.insert(with_prefetch.attention.prefetch.end(), streamed.begin(), streamed.end());
+      }
       int64_t bytes = 0;
       for (const kernels::DmaLoad& l : *loads) bytes += l.rows * l.rowbytes;
       size_t z = at + 1;
