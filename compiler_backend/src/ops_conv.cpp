@@ -451,6 +451,57 @@ void implicit_im2col(Lowering& L, const ir::Node& n, const Conv2d& c, const std:
   if (!whole) keep_outputs(L, c.label, G, c.Y, ph, N, OC);
 }
 
+// Output pixels side by side: a convolution of fewer output channels than a matrix unit has columns computes P
+// adjacent outputs of an image row in one GEMM row, as a convolution of P * OC output channels whose weights are
+// the kernel shifted by the stride for each of the P (a kernel (P - 1) * sw + (KW - 1) * dw + 1 wide, of stride
+// P * sw, zeros elsewhere). Its output, [N, OH, OW / P, P * OC] NHWC, is the same bytes as [N, OH, OW, OC]: a
+// P-th of the GEMM's rows, P times the columns it fills, a kernel wider by (P - 1) * sw columns. Chosen by the
+// matrix work (rows x folds of K x strips of columns, a fold at least R cycles: the weight load hides behind R
+// rows), where it is at most 0.8 of the plain convolution's; OW a multiple of P, P * OC at most the unit's columns.
+// The same products, summed in other passes: the results within the sum's rounding of the plain convolution's.
+int64_t pack_factor(const Lowering& L, const Conv2d& c) {
+  auto sym = [&](const char* name) {
+    const auto it = L.sym_.find(name);
+    return it == L.sym_.end() ? int64_t{0} : it->second;
+  };
+  const int64_t R = sym("MXU_ROWS"), C = sym("MXU_COLS"), U = 4;
+  if (R < 64 || C <= 0 || c.xs[1] * isa::dtype_size(c.X.dtype) < kMinTapBytes) return 1;
+  const int64_t M = c.xs[0] * c.OH * c.OW;
+  auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  // a unit's work, of U: its share of the strips of columns, each over its share of the rows (units split the rows
+  // where there are fewer strips than units), a fold at least R cycles
+  auto work = [&](int64_t P) {
+    const int64_t kw = (P - 1) * c.win.sw + (c.KW - 1) * c.win.dw + 1, K = c.KH * kw * c.xs[1];
+    const int64_t strips = cdiv(P * c.OC, C), rows = cdiv(M / P, std::max<int64_t>(1, U / strips));
+    return static_cast<double>(cdiv(strips, U) * cdiv(K, R) * std::max(rows, R));
+  };
+  int64_t best = 1;
+  for (int64_t P = 2; c.OW % P == 0 && P * c.OC <= C; P *= 2)
+    if (work(P) <= 0.8 * work(best)) best = P;
+  return best;
+}
+
+// The convolution c computed P outputs of a row at a time (pack_factor): the wider kernel of P * OC channels.
+Conv2d packed(const Conv2d& c, int64_t P) {
+  Conv2d p = c;
+  const int64_t C = c.xs[1], KW = (P - 1) * c.win.sw + (c.KW - 1) * c.win.dw + 1;
+  p.OC = P * c.OC, p.KW = KW, p.OW = c.OW / P, p.wname = c.wname + ".packed" + std::to_string(P);
+  p.win.kw = KW, p.win.sw = P * c.win.sw, p.win.dw = 1;
+  if (!c.w.empty()) {  // [OC, C, KH, KW] -> [P * OC, C, KH, KW']: output j of the P at columns j * sw + x * dw
+    p.w.assign(static_cast<size_t>(p.OC * C * c.KH * KW), 0.0f);
+    for (int64_t j = 0; j < P; ++j)
+      for (int64_t o = 0; o < c.OC; ++o)
+        for (int64_t ci = 0; ci < C; ++ci)
+          for (int64_t y = 0; y < c.KH; ++y)
+            for (int64_t x = 0; x < c.KW; ++x)
+              p.w[static_cast<size_t>((((j * c.OC + o) * C + ci) * c.KH + y) * KW + j * c.win.sw + x * c.win.dw)] =
+                  c.w[static_cast<size_t>(((o * C + ci) * c.KH + y) * c.KW + x)];
+  }
+  p.bias.clear();
+  for (int64_t j = 0; j < P; ++j) p.bias.insert(p.bias.end(), c.bias.begin(), c.bias.end());
+  return p;
+}
+
 void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
   const std::string& label = c.label;
   const Stored& X = c.X;
@@ -460,6 +511,19 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
   const std::vector<float>& w = c.w;
   const Window& win = c.win;
   if (groups == 1) {
+    const bool direct = KH == 1 && KW == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 && win.pl == 0 &&
+                        win.pb == 0 && win.pr == 0;
+    if (const int64_t P = direct ? 1 : pack_factor(L, c); P > 1) {
+      const size_t first = L.plan_.calls.size();
+      const Conv2d p = packed(c, P);
+      conv2d(L, n, p);
+      for (size_t i = first; i < L.plan_.calls.size(); ++i)
+        if (L.plan_.calls[i].kernel == "gemm.s")
+          L.plan_.calls[i].note = std::to_string(P) + " outputs of a row side by side: a " + std::to_string(p.KH) +
+                                  "x" + std::to_string(p.KW) + " kernel of stride " + std::to_string(p.win.sh) + "x" +
+                                  std::to_string(p.win.sw) + ", " + std::to_string(p.OC) + " output channels";
+      return;
+    }
     // weights [OC, C, KH, KW] -> [(kh, kw, c), OC], the im2col matrix's column order
     std::vector<float> wt(w.empty() ? 0 : static_cast<size_t>(taps * C * OC));  // empty: timing-only
     for (int64_t o = 0; o < OC && !w.empty(); ++o)
@@ -467,8 +531,6 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
         for (int64_t t = 0; t < taps; ++t)
           wt[static_cast<size_t>((t * C + ci) * OC + o)] = w[static_cast<size_t>((o * C + ci) * taps + t)];
     auto matmul = [&](Stored a, int64_t m, Stored dst, int value) { conv_gemm(L, n, c, wt, a, m, dst, value); };
-    const bool direct = KH == 1 && KW == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 && win.pl == 0 &&
-                        win.pb == 0 && win.pr == 0;
     if (direct) return matmul(X, N * OH * OW, Y, c.value);
     if (C * isa::dtype_size(X.dtype) >= kMinTapBytes) return implicit_im2col(L, n, c, wt);
     int im = L.temp(label + ".im2col", X.dtype, {1});

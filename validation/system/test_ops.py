@@ -363,6 +363,44 @@ class Conv(OpCase):
                     self.check(m, x, name=name, config=config, precision="int8", cos=INT8_MIN_COSINE,
                                rel=INT8_MAX_REL_L2)
 
+    def test_narrow_outputs_side_by_side(self):
+        # Fewer output channels than the matrix unit's columns (128 on v4-like and v4): the gemm computes P outputs
+        # of an image row per row, as P x cout channels of a kernel (P - 1) x stride columns wider (ops_conv.cpp,
+        # pack_factor), where its matrix work is at most 0.8 of the plain convolution's: 4 side by side for 64 -> 32
+        # at stride 1 (with dilation 2 too: a 3x8 kernel, taps 2 apart), 2 for 64 -> 64 and at stride 2; 2 where
+        # the row's 30 outputs do not split into 4; none where the rows are too few to cover the wider kernel's
+        # weight loads. Against torch, bf16 and int8, on one matrix unit and on the whole chip; the compile report
+        # notes it on the GEMM.
+        cases = [  # (cin, cout, kernel, stride, padding, dilation, batch, H, W, P)
+            (64, 32, 3, 1, 1, 1, 2, 32, 32, 4),
+            (64, 64, 3, 1, 1, 1, 2, 32, 32, 2),
+            (64, 32, 3, 2, 1, 1, 2, 64, 64, 2),
+            (64, 32, 3, 1, 2, 2, 2, 32, 32, 4),
+            (64, 32, 3, 1, 1, 1, 2, 30, 30, 2),
+            (64, 32, 3, 1, 1, 1, 1, 8, 8, 1),
+        ]
+        for config in ("v4-like", "v4"):
+            for (cin, cout, k, s, p, d, b, h, w, pack) in cases:
+                name = f"c{cin}->{cout} k{k} s{s} p{p} d{d} {b}x{h}x{w} {config}"
+                torch.manual_seed(3)
+                m = nn.Conv2d(cin, cout, k, stride=s, padding=p, dilation=d)
+                x = randn(b, cin, h, w)
+                with self.subTest(name):
+                    self.check(m, x, name=name, config=config)
+                    _, _, notes = self.compiled(config)
+                    side = [n for n in notes if "outputs of a row side by side" in n]
+                    if pack == 1:
+                        self.assertEqual(side, [], name)
+                    else:
+                        self.assertEqual(len(side), 1, (name, notes))
+                        self.assertTrue(side[0].startswith(f"{pack} outputs of a row side by side: a 3x"
+                                                           f"{(pack - 1) * s + (k - 1) * d + 1} kernel of stride "
+                                                           f"{s}x{pack * s}, {pack * cout} output channels"),
+                                        (name, side))
+                with self.subTest(name + " int8"):
+                    self.check(m, x, name=name, config=config, precision="int8", cos=INT8_MIN_COSINE,
+                               rel=INT8_MAX_REL_L2)
+
     def test_padding_same(self):
         # torch 1.13 cannot export padding="same" (aten::_convolution_mode), so 'same' is spelled out: symmetric
         # pads d*(k-1)/2 for odd kernels, an explicit F.pad (1 before, 2 after) for k=4 - a Pad node before the Conv.
