@@ -351,14 +351,22 @@ class Conv(OpCase):
             (64, 32, (1, 3), 1, (0, 1), 1, 2, 5, 9),
             (64, 48, 1, 2, 0, 1, 2, 9, 7),            # a downsample: one of the four phases is read (and made)
         ]
+        self.on_v4_chips(cases, 2)
+
+    def on_v4_chips(self, cases, seed, after=None):
+        """Each case (cin, cout, kernel, stride, padding, dilation, batch, H, W, ...) on v4-like and v4 against torch,
+        bf16 and int8; after(case, name, config) once its bf16 model is checked (the last case's, for compiled())."""
         for config in ("v4-like", "v4"):
-            for (cin, cout, k, s, p, d, b, h, w) in cases:
+            for case in cases:
+                (cin, cout, k, s, p, d, b, h, w) = case[:9]
                 name = f"c{cin}->{cout} k{k} s{s} p{p} d{d} {b}x{h}x{w} {config}"
-                torch.manual_seed(2)
+                torch.manual_seed(seed)
                 m = nn.Conv2d(cin, cout, k, stride=s, padding=p, dilation=d)
                 x = randn(b, cin, h, w)
                 with self.subTest(name):
                     self.check(m, x, name=name, config=config)
+                    if after:
+                        after(case, name, config)
                 with self.subTest(name + " int8"):
                     self.check(m, x, name=name, config=config, precision="int8", cos=INT8_MIN_COSINE,
                                rel=INT8_MAX_REL_L2)
@@ -379,27 +387,19 @@ class Conv(OpCase):
             (64, 32, 3, 1, 1, 1, 2, 30, 30, 2),
             (64, 32, 3, 1, 1, 1, 1, 8, 8, 1),
         ]
-        for config in ("v4-like", "v4"):
-            for (cin, cout, k, s, p, d, b, h, w, pack) in cases:
-                name = f"c{cin}->{cout} k{k} s{s} p{p} d{d} {b}x{h}x{w} {config}"
-                torch.manual_seed(3)
-                m = nn.Conv2d(cin, cout, k, stride=s, padding=p, dilation=d)
-                x = randn(b, cin, h, w)
-                with self.subTest(name):
-                    self.check(m, x, name=name, config=config)
-                    _, _, notes = self.compiled(config)
-                    side = [n for n in notes if "outputs of a row side by side" in n]
-                    if pack == 1:
-                        self.assertEqual(side, [], name)
-                    else:
-                        self.assertEqual(len(side), 1, (name, notes))
-                        self.assertTrue(side[0].startswith(f"{pack} outputs of a row side by side: a 3x"
-                                                           f"{(pack - 1) * s + (k - 1) * d + 1} kernel of stride "
-                                                           f"{s}x{pack * s}, {pack * cout} output channels"),
-                                        (name, side))
-                with self.subTest(name + " int8"):
-                    self.check(m, x, name=name, config=config, precision="int8", cos=INT8_MIN_COSINE,
-                               rel=INT8_MAX_REL_L2)
+
+        def noted(case, name, config):
+            (_, cout, k, s, _, d, _, _, _, pack) = case
+            _, _, notes = self.compiled(config)
+            side = [n for n in notes if "outputs of a row side by side" in n]
+            if pack == 1:
+                self.assertEqual(side, [], name)
+                return
+            self.assertEqual(len(side), 1, (name, notes))
+            self.assertTrue(side[0].startswith(f"{pack} outputs of a row side by side: a 3x"
+                                               f"{(pack - 1) * s + (k - 1) * d + 1} kernel of stride {s}x{pack * s}, "
+                                               f"{pack * cout} output channels"), (name, side))
+        self.on_v4_chips(cases, 3, noted)
 
     def test_padding_same(self):
         # torch 1.13 cannot export padding="same" (aten::_convolution_mode), so 'same' is spelled out: symmetric
