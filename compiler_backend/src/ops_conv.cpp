@@ -455,17 +455,22 @@ void implicit_im2col(Lowering& L, const ir::Node& n, const Conv2d& c, const std:
 // adjacent outputs of an image row in one GEMM row, as a convolution of P * OC output channels whose weights are
 // the kernel shifted by the stride for each of the P (a kernel (P - 1) * sw + (KW - 1) * dw + 1 wide, of stride
 // P * sw, zeros elsewhere). Its output, [N, OH, OW / P, P * OC] NHWC, is the same bytes as [N, OH, OW, OC]: a
-// P-th of the GEMM's rows, P times the columns it fills, a kernel wider by (P - 1) * sw columns. Chosen by the
-// matrix work (rows x folds of K x strips of columns, a fold at least R cycles: the weight load hides behind R
-// rows), where it is at most 0.8 of the plain convolution's; OW a multiple of P, P * OC at most the unit's columns.
-// The same products, summed in other passes: the results within the sum's rounding of the plain convolution's.
-int64_t pack_factor(const Lowering& L, const Conv2d& c) {
+// P-th of the GEMM's rows, P times the columns it fills, a kernel wider by (P - 1) * sw columns. A 1x1 stride-1
+// convolution (`direct`) becomes a 1xP one of stride P, itself direct: the GEMM on the input as it lies, [rows / P,
+// P * C], with block-diagonal weights. Chosen by the matrix work of four units (rows x folds of K x strips of
+// columns, the units splitting the rows where the strips are fewer, a fold at least R cycles: the weight load
+// hides behind R rows; four, not the chip's count, so that a chip cut to one unit computes the same bits), where it
+// is at most 0.8 of the plain convolution's; OW a multiple of P, P * OC at most the unit's columns; only where the
+// taps are read in place or the convolution is direct (the copied matrix's taps grow with the kernel's width), on
+// units of at least 64 rows (a tensor core's 16 rows: the GEMM's time is its traffic, which the wider kernel
+// raises). The same products, summed in other passes: the results within the sum's rounding of the plain ones.
+int64_t pack_factor(const Lowering& L, const Conv2d& c, bool direct) {
   auto sym = [&](const char* name) {
     const auto it = L.sym_.find(name);
     return it == L.sym_.end() ? int64_t{0} : it->second;
   };
   const int64_t R = sym("MXU_ROWS"), C = sym("MXU_COLS"), U = 4;
-  if (R < 64 || C <= 0 || c.xs[1] * isa::dtype_size(c.X.dtype) < kMinTapBytes) return 1;
+  if (R < 64 || C <= 0 || (!direct && c.xs[1] * isa::dtype_size(c.X.dtype) < kMinTapBytes)) return 1;
   const int64_t M = c.xs[0] * c.OH * c.OW;
   auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   // a unit's work, of U: its share of the strips of columns, each over its share of the rows (units split the rows
@@ -511,9 +516,11 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
   const std::vector<float>& w = c.w;
   const Window& win = c.win;
   if (groups == 1) {
-    const bool direct = KH == 1 && KW == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 && win.pl == 0 &&
-                        win.pb == 0 && win.pr == 0;
-    if (const int64_t P = direct ? 1 : pack_factor(L, c); P > 1) {
+    // direct: each output reads a run of KW pixels that tile the input's rows (a 1x1 stride-1 convolution, or a
+    // 1xKW one of stride KW: the input is [N*OH*OW, KW*C] as it lies)
+    const bool direct = KH == 1 && win.sh == 1 && win.pt == 0 && win.pl == 0 && win.pb == 0 && win.pr == 0 &&
+                        ((KW == 1 && win.sw == 1) || (KW == win.sw && win.dw == 1 && OW * KW == c.xs[3]));
+    if (const int64_t P = pack_factor(L, c, direct); P > 1) {
       const size_t first = L.plan_.calls.size();
       const Conv2d p = packed(c, P);
       conv2d(L, n, p);

@@ -377,8 +377,10 @@ class Conv(OpCase):
         # pack_factor), where its matrix work is at most 0.8 of the plain convolution's: 4 side by side for 64 -> 32
         # at stride 1 (with dilation 2 too: a 3x8 kernel, taps 2 apart), 2 for 64 -> 64 and at stride 2; 2 where
         # the row's 30 outputs do not split into 4; none where the rows are too few to cover the wider kernel's
-        # weight loads. Against torch, bf16 and int8, on one matrix unit and on the whole chip; the compile report
-        # notes it on the GEMM.
+        # weight loads; 4 for a 1x1 convolution of 32 -> 24 (the GEMM on the input as it lies, [rows / 4, 4 x 32],
+        # its weights block-diagonal), and a 1x2 kernel of stride 2, whose input is [rows, 2 x 16] as it lies.
+        # Against torch, bf16 and int8, on one matrix unit and on the whole chip; the compile report notes it on
+        # the GEMM.
         cases = [  # (cin, cout, kernel, stride, padding, dilation, batch, H, W, P)
             (64, 32, 3, 1, 1, 1, 2, 32, 32, 4),
             (64, 64, 3, 1, 1, 1, 2, 32, 32, 2),
@@ -386,17 +388,21 @@ class Conv(OpCase):
             (64, 32, 3, 1, 2, 2, 2, 32, 32, 4),
             (64, 32, 3, 1, 1, 1, 2, 30, 30, 2),
             (64, 32, 3, 1, 1, 1, 1, 8, 8, 1),
+            (32, 24, 1, 1, 0, 1, 2, 32, 32, 4),        # 1x1: a GEMM on the input as it lies, 4 pixels a row
+            (16, 200, (1, 2), (1, 2), 0, 1, 2, 8, 16, 1),  # 1x2 of stride 2: the input as [rows, 2 x 16]
         ]
 
         def noted(case, name, config):
             (_, cout, k, s, _, d, _, _, _, pack) = case
-            _, _, notes = self.compiled(config)
+            kernels, _, notes = self.compiled(config)
+            if k == (1, 2):  # read as it lies: the copies of the input and the output into and out of NHWC only
+                self.assertEqual(kernels.count("copy"), 2, (name, kernels))
             side = [n for n in notes if "outputs of a row side by side" in n]
             if pack == 1:
                 self.assertEqual(side, [], name)
                 return
             self.assertEqual(len(side), 1, (name, notes))
-            self.assertTrue(side[0].startswith(f"{pack} outputs of a row side by side: a 3x"
+            self.assertTrue(side[0].startswith(f"{pack} outputs of a row side by side: a {k}x"
                                                f"{(pack - 1) * s + (k - 1) * d + 1} kernel of stride {s}x{pack * s}, "
                                                f"{pack * cout} output channels"), (name, side))
         self.on_v4_chips(cases, 3, noted)
