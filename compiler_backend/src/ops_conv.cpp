@@ -1,12 +1,13 @@
 // Convolution and pooling. Activations are NHWC inside the program. Conv (+ BatchNormalization + Relu folded into
-// its weights and epilogue): 1x1 stride-1 convs are a gemm on the activation itself; others copy the padded input
-// into an im2col matrix (one strided move per image and tap, over a "virtual" output width Wv = Wp/stride so that a
-// tap is one regular stride) and run gemm.s on it, then drop the Wv - OW overhanging columns; where a tap's row of
-// channels is 64 bytes or more, gemm.s reads the taps from the padded input in place (implicit_im2col) and no
-// matrix is copied. Depthwise convs run on the vector unit (a row-wise kernel summing tap x weight, each tap read
-// in place: tap_views); other grouped convs one gemm per group. MaxPool / AveragePool: taps read in place,
-// reduced by a row-wise kernel (1-D: H = 1; 3-D: over H and W, then over D). GlobalAveragePool (and ReduceMean
-// over H, W): a gemm of a row of ones with each image, scaled by 1/HW.
+// its weights and epilogue): 1x1 stride-1 convs (and 1xKW ones of stride KW, whose windows tile the rows) are a
+// gemm on the activation itself; narrow ones compute several outputs of a row side by side (pack_factor); others
+// copy the padded input into an im2col matrix (one strided move per image and tap, over a "virtual" output width
+// Wv = Wp/stride so that a tap is one regular stride) and run gemm.s on it, then drop the Wv - OW overhanging
+// columns; where a tap's row of channels is 64 bytes or more, gemm.s reads the taps from the padded input in place
+// (implicit_im2col) and no matrix is copied. Depthwise convs run on the vector unit (a row-wise kernel summing tap x
+// weight, each tap read in place: tap_views); other grouped convs one gemm per group. MaxPool / AveragePool: taps
+// read in place, reduced by a row-wise kernel (1-D: H = 1; 3-D: over H and W, then over D). GlobalAveragePool (and
+// ReduceMean over H, W): a gemm of a row of ones with each image, scaled by 1/HW.
 // Other ranks and transposed convolutions reuse the 2-D core (conv2d): a 1-D Conv is a 2-D one with H = 1 on its
 // input made channels-last ([N, L, C]); a 3-D Conv is a 2-D one over N x OD images whose channels are the KD input
 // depths each output depth reads (gathered by moves, zeros outside; channel order group, depth tap, channel). A
