@@ -172,13 +172,6 @@ kernels::rowwise::Program rows_for_cores(const kernels::rowwise::Program& p,
   return q;
 }
 
-// The cores a row-wise call's rows are shared among (kernels/rowwise.h, Program::cores), or 1 where it stays on
-// one core. Shared where the time one core would take shrinks by more than the two barriers around the shared
-// kernel cost: one core takes the longer of its vector work, W = (vector instructions per tile) x (the cycles of
-// one instruction over all R x C elements: the vector unit's passes, or its operands through VMEM's ports, 12
-// bytes an element for two f32 operands and an f32 result, whichever is longer), and its transfers, the call's
-// `bytes` at min(its VMEM ports, HBM) bytes per cycle; n cores (those that get rows) W / n and bytes at
-// min(n x ports, HBM); shared where the saving, one - shared or W - W / n if more, exceeds 2 x SYNC_LATENCY.
 // A row-wise kernel's vector work in cycles, estimated: each of its vector instructions per tile over all of its
 // elements, at the vector unit's width or VMEM's ports (about 12 bytes of operands per element), whichever is slower.
 double rowwise_work(const kernels::rowwise::Program& rows, const kernels::rowwise::Plan& plan,
@@ -190,6 +183,11 @@ double rowwise_work(const kernels::rowwise::Program& rows, const kernels::rowwis
   return static_cast<double>(plan.vector_ops_per_tile) * std::max(passes, operands);
 }
 
+// The cores a row-wise call's rows are shared among (kernels/rowwise.h, Program::cores), or 1 where it stays on
+// one core. Shared where the time one core would take shrinks by more than the two barriers around the shared
+// kernel cost: one core takes the longer of its vector work, W (rowwise_work), and its transfers, the call's
+// `bytes` at min(its VMEM ports, HBM) bytes per cycle; n cores (those that get rows) W / n and bytes at
+// min(n x ports, HBM); shared where the saving, one - shared or W - W / n if more, exceeds 2 x SYNC_LATENCY.
 int64_t rowwise_cores(const KernelCall& call, const kernels::rowwise::Program& program, double bytes,
                       const std::map<std::string, int64_t>& symbols, std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1);

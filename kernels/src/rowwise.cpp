@@ -961,6 +961,7 @@ class Emitter {
     e_.bind(end);
   }
 
+ private:
   // Program::background: a piece of equal size after each tile's loads (r28 counts the bytes issued), or the rest.
   void background_piece(bool all) {
     if (p_.background.empty()) return;
@@ -968,12 +969,10 @@ class Emitter {
     const int64_t piece = all ? 0 : std::max<int64_t>(4096, (background_total_ + tiles - 1) / tiles);
     emit_background_piece(e_, p_.background, piece, {r(28), r(29), r(16), r(17), r(18), r(19), r(5), r(0)});
   }
-  int64_t background_total_ = 0;
-
- private:
   const Program& p_;
   const Built& b_;
   isa::Emitter& e_;
+  int64_t background_total_ = 0;  // Program::background's bytes
 
   int64_t width(const Input& in) const { return in.per_row ? 1 : p_.cols; }
 
