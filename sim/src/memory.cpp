@@ -60,49 +60,68 @@ ChipMemories::ChipMemories(const ChipConfig& cfg)
       hbm_channels(ChannelSpec::hbm(cfg)),
       shared(cfg.shared_bytes()),
       shared_channels(ChannelSpec::shared(cfg)),
-      cache(cfg.cache_bytes(), cfg.shared.interleave_bytes, cfg.shared.ways, cfg.shared.hash != 0) {}
+      cache(cfg.cache_bytes(), cfg.shared.interleave_bytes, cfg.shared.ways, cfg.shared.hash != 0, cfg.hbm_bytes()) {}
 
-CacheTags::CacheTags(uint64_t bytes, uint64_t line, int ways, bool hash)
+CacheTags::CacheTags(uint64_t bytes, uint64_t line, int ways, bool hash, uint64_t memory)
     : line_(std::max<uint64_t>(line, 1)), ways_(static_cast<uint64_t>(std::max(ways, 1))), hash_(hash) {
   sets_ = bytes / line_ / ways_;
-  tags_.resize(sets_ * ways_), used_.resize(sets_ * ways_), set_.resize(sets_);
+  if (!sets_) return;
+  if (memory / line_ / sets_ > UINT32_MAX)
+    throw Error("the shared cache's " + std::to_string(sets_) + " sets of " + std::to_string(line_) +
+                "-byte lines (shared.size_kib / shared.ways / shared.interleave_bytes) are too few for " +
+                std::to_string(memory >> 20) + " MiB of HBM: its tags hold 2^32 lines per set");
+  sets_inverse_ = UINT64_MAX / sets_;
+  store_.resize(sets_ * ways_ + 16), set_.resize(sets_);
+  tags_ = store_.data();
+  while (reinterpret_cast<uintptr_t>(tags_) % 64) ++tags_;
 }
+
+void CacheTags::reset() {
+  if (++generation_ == 0) {  // wrapped (after 2^32 resets): empty every set by hand once
+    for (Set& s : set_) s.generation = 0;
+    generation_ = 1;
+  }
+}
+
+namespace {
+// n / d and n % d for any 64-bit n, with inverse = UINT64_MAX / d: the high half of n x inverse is n / d or up to
+// two less (a division instruction takes several times as long, and access() needs two per line).
+std::pair<uint64_t, uint64_t> divide(uint64_t n, uint64_t d, uint64_t inverse) {
+  auto q = static_cast<uint64_t>((static_cast<unsigned __int128>(n) * inverse) >> 64);
+  uint64_t r = n - q * d;
+  while (r >= d) r -= d, ++q;
+  return {q, r};
+}
+}  // namespace
 
 bool CacheTags::access(uint64_t l) {
   // With the hash, each block of `sets` consecutive lines is rotated over the sets by its block number mixed
   // (splitmix64's finalizer): a stream fills every set evenly, as a GPU's hashed L2 spreads it, and rows a power of
   // two apart (a transposed operand's, a tile's), which fall in few sets within a block, land in other sets in
-  // every other block; the tag is then the whole line number.
-  uint64_t index = l % sets_;
+  // every other block.
+  auto [block, index] = divide(l, sets_, sets_inverse_);
   if (hash_) {
-    uint64_t h = l / sets_;
+    uint64_t h = block;
     h ^= h >> 30, h *= 0xbf58476d1ce4e5b9ULL;
     h ^= h >> 27, h *= 0x94d049bb133111ebULL;
     h ^= h >> 31;
-    index += h % sets_;
+    index += divide(h, sets_, sets_inverse_).second;
     if (index >= sets_) index -= sets_;
   }
   Set& set = set_[index];
   if (set.generation != generation_) set.generation = generation_, set.valid = 0;
-  uint64_t* tags = tags_.data() + index * ways_;
-  uint64_t* used = used_.data() + index * ways_;
-  const uint64_t tag = hash_ ? l : l / sets_;
-  ++clock_;
-  for (uint64_t w = 0; w < set.valid; ++w)
-    if (tags[w] == tag) {
-      used[w] = clock_;
-      return true;
-    }
-  uint64_t victim = set.valid;  // the first empty way, else the least recently used
-  if (victim < ways_) {
-    ++set.valid;
-  } else {
-    victim = 0;
-    for (uint64_t w = 1; w < ways_; ++w)
-      if (used[w] < used[victim]) victim = w;
+  uint32_t* tags = tags_ + index * ways_;
+  const auto tag = static_cast<uint32_t>(block);
+  uint64_t w = 0;
+  while (w < set.valid && tags[w] != tag) ++w;
+  const bool hit = w < set.valid;
+  if (!hit) {
+    if (set.valid < ways_) ++set.valid;
+    w = set.valid - 1;  // the slot the others shift into: the empty one, or the least recently used's
   }
-  tags[victim] = tag, used[victim] = clock_;
-  return false;
+  std::memmove(tags + 1, tags, w * sizeof(uint32_t));
+  tags[0] = tag;
+  return hit;
 }
 
 Memories::Memories(const ChipConfig& cfg, ChipMemories& chip)

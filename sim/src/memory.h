@@ -152,26 +152,32 @@ class LazyBytes {
 // (a generation count), as every core's DMA queues reset the shared timing before a run.
 class CacheTags {
  public:
-  // hash: each line's set is a hash of its line number (shared.hash = 1), else line % sets.
-  CacheTags(uint64_t bytes, uint64_t line, int ways, bool hash = false);
+  // hash: each line's set is a hash of its line number (shared.hash = 1), else line % sets. Lines of addresses
+  // below `memory` (HBM's size); throws Error where a tag (the line's block number, below) would not fit 32 bits.
+  CacheTags(uint64_t bytes, uint64_t line, int ways, bool hash = false, uint64_t memory = 0);
   bool enabled() const { return sets_ > 0; }
   uint64_t line() const { return line_; }
   // Looks up line number `l` (address / line) and makes it the set's most recently used, inserting it (evicting
   // the least recently used) if absent. Returns whether it was present.
   bool access(uint64_t l);
-  void reset() { ++generation_, clock_ = 0; }
+  void reset();
 
  private:
-  // A set's ways in use are a prefix (filled in order, emptied only by reset): its first empty way is the next.
+  // A set's tags are kept in order of use, the most recent first: a hit moves its tag to the front, a miss puts
+  // the new tag there and drops the last (the least recently used) when the set is full. The same choices as
+  // last-use times would make, with a set's tags alone to read (16 ways of 4 bytes: one host cache line; the
+  // lookup is most of a GEMM's simulation time on h200-like). A tag is the line's block number, l / sets (the
+  // set and the block give the line, with the hash too).
   struct Set {
-    uint64_t generation = 0;  // `valid` counts when generation == generation_ (else the set is empty)
-    uint64_t valid = 0;
+    uint32_t generation = 0;  // `valid` counts when generation == generation_ (else the set is empty)
+    uint32_t valid = 0;
   };
   uint64_t line_, sets_ = 0, ways_;
+  uint64_t sets_inverse_ = 0;  // UINT64_MAX / sets_: l / sets_ by a multiplication (access)
   bool hash_ = false;
-  uint64_t generation_ = 1, clock_ = 0;
-  // sets_ x ways_, a set's tags together (a lookup reads them alone) and its last-use times apart
-  std::vector<uint64_t> tags_, used_;
+  uint32_t generation_ = 1;
+  std::vector<uint32_t> store_;  // sets_ x ways_ tags from tags_ on (aligned to 64 bytes), most recently used first
+  uint32_t* tags_ = nullptr;
   std::vector<Set> set_;
 };
 

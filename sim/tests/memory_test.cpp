@@ -7,6 +7,10 @@
 // instruction the cycle after its dispatch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <list>
+#include <random>
+
 #include "memory.h"
 #include "test_util.h"
 
@@ -65,6 +69,54 @@ TEST(Memory, CacheTagsHashSpreadsAStreamEvenlyOverTheSets) {
   hits(plain, 32, 16), hits(hashed, 32, 16);
   EXPECT_EQ(hits(plain, 32, 16), 0);
   EXPECT_GT(hits(hashed, 32, 16), 0);
+}
+
+// CacheTags against a plain least-recently-used model written apart from it (each set a list, most recent first;
+// the set of line l: l % sets, or with the hash l's block number mixed by splitmix64's finalizer added to it): the
+// same hits on a million random accesses over lines up to 2^36 (tags of 32 bits are block numbers, l / sets, and
+// place a line by multiplication rather than division), with sets that are not a power of two, as h200-like's 25,600.
+TEST(Memory, CacheTagsAreLeastRecentlyUsedAgainstAListModel) {
+  for (bool hash : {false, true}) {
+    const uint64_t line = 128, ways = 16, sets = 25, hbm = uint64_t(1) << 43;
+    detail::CacheTags c(sets * ways * line, line, static_cast<int>(ways), hash, hbm);
+    std::vector<std::list<uint64_t>> model(sets);
+    auto set_of = [&](uint64_t l) {
+      if (!hash) return l % sets;
+      uint64_t h = l / sets;
+      h ^= h >> 30, h *= 0xbf58476d1ce4e5b9ULL;
+      h ^= h >> 27, h *= 0x94d049bb133111ebULL;
+      h ^= h >> 31;
+      return (l % sets + h % sets) % sets;
+    };
+    std::mt19937_64 rng(7);
+    uint64_t hits = 0, agree = 0, n = 1000000;
+    for (uint64_t i = 0; i < n; ++i) {
+      // mostly a few hundred lines (so that sets fill, hit and evict), sometimes anywhere below 2^36
+      const uint64_t l = rng() % 8 ? rng() % 600 + (uint64_t(1) << 35) : rng() % (uint64_t(1) << 36);
+      auto& s = model[set_of(l)];
+      auto it = std::find(s.begin(), s.end(), l);
+      const bool want = it != s.end();
+      if (want) s.erase(it);
+      s.push_front(l);
+      if (s.size() > ways) s.pop_back();
+      if (i == n / 2) {  // an empty cache again, in both
+        c.reset();
+        for (auto& m : model) m.clear();
+        continue;
+      }
+      hits += want, agree += c.access(l) == want;
+    }
+    EXPECT_EQ(agree, n - 1) << "hash " << hash;
+    EXPECT_GT(hits, n / 4) << "hash " << hash;  // the stream hits and misses both, often (about 48% hits)
+    EXPECT_LT(hits, n - n / 4) << "hash " << hash;
+  }
+  // Tags of 32 bits: 2^32 lines per set at most, so too few sets for HBM's lines is an error that says so.
+  try {
+    detail::CacheTags tiny(1024, 1, 1024, false, uint64_t(1) << 40);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("too few for 1048576 MiB of HBM"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Memory, SingleTransferUsesEveryChannel) {
