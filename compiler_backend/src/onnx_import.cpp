@@ -231,13 +231,14 @@ void read_graph_input(const onnx::ValueInfoProto& in, ir::Value& v) {
 }
 
 
-// ---- timing-only import: weights left in the file ----------------------------------------------------------
-// A timing-only compile reads no weight values, so the large FLOAT initializers' raw_data are cut out of the
-// serialized model before protobuf parses it (a ResNet-50 is 100 MB of weights around 30 KB of graph): a walk of
+// ---- weights left in the file until they are read --------------------------------------------------------------
+// The large FLOAT initializers' raw_data are cut out of the serialized model before protobuf parses it (a ResNet-50
+// is 100 MB of weights around 30 KB of graph; parsed, each would be a copy), then read from the file's bytes into
+// their values once, or not at all in a timing-only compile, which reads no weight values: a walk of
 // the protobuf wire format (ModelProto.graph = 7, GraphProto.initializer = 5, TensorProto.data_type = 2,
 // .name = 8, .raw_data = 9, .data_location = 14) that copies everything else, with the lengths of the enclosing
-// messages recomputed. Where each cut tensor's bytes lie in the source is remembered, so that one whose values
-// the lowering does need after all (not a weight of a Conv, MatMul or Gemm) is read from there.
+// messages recomputed. Where each cut tensor's bytes lie in the source is remembered, and its values are read from
+// there (in a timing-only compile only where the lowering needs them: not a weight of a Conv, MatMul or Gemm).
 constexpr uint64_t kElideBytes = 16 << 10;  // smaller tensors (biases, norms, shapes) keep their values
 
 struct Wire {
@@ -352,15 +353,13 @@ bool weight_use(const ir::Graph& g, const ir::Node& n, size_t input) {
 ir::Graph import_onnx(std::string_view bytes, const std::string& model_name, bool timing_only) {
   std::map<std::string, std::pair<uint64_t, uint64_t>> cut;  // initializer -> where its raw_data is in `bytes`
   std::string stripped;
-  if (timing_only) {
-    try {
-      stripped = strip_weights(bytes, model_name, cut);
-    } catch (const Error&) {
-      cut.clear();  // not a model the walk understands: protobuf's parse below says what is wrong
-      stripped.clear();
-    }
+  try {
+    stripped = strip_weights(bytes, model_name, cut);
+  } catch (const Error&) {
+    cut.clear();  // not a model the walk understands: protobuf's parse below says what is wrong
+    stripped.clear();
   }
-  const std::string_view parsed = timing_only && !stripped.empty() ? std::string_view(stripped) : bytes;
+  const std::string_view parsed = !stripped.empty() ? std::string_view(stripped) : bytes;
   onnx::ModelProto model;
   if (parsed.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
       !model.ParseFromArray(parsed.data(), static_cast<int>(parsed.size())))
@@ -466,15 +465,17 @@ ir::Graph import_onnx(std::string_view bytes, const std::string& model_name, boo
     graph.outputs.push_back(it->second);
   }
 
-  // A cut-out constant keeps no values only where every use is a weight's (its data stays empty, which the
-  // lowering takes as "timing-only: lay out, do not fill"); any other use reads them from `bytes` now.
+  // A cut-out constant's values are read from `bytes` now, once, except in a timing-only compile where every use
+  // is a weight's: its data then stays empty, which the lowering takes as "timing-only: lay out, do not fill".
   for (int id : elided) {
     ir::Value& v = graph.values[id];
-    bool weights_only = std::find(graph.outputs.begin(), graph.outputs.end(), id) == graph.outputs.end();
-    for (const ir::Node& n : graph.nodes)
-      for (size_t i = 0; i < n.inputs.size(); ++i)
-        if (n.inputs[i] == id && !weight_use(graph, n, i)) weights_only = false;
-    if (weights_only) continue;
+    if (timing_only) {
+      bool weights_only = std::find(graph.outputs.begin(), graph.outputs.end(), id) == graph.outputs.end();
+      for (const ir::Node& n : graph.nodes)
+        for (size_t i = 0; i < n.inputs.size(); ++i)
+          if (n.inputs[i] == id && !weight_use(graph, n, i)) weights_only = false;
+      if (weights_only) continue;
+    }
     const auto& [offset, size] = cut.at(v.name);
     v.data.resize(size / 4);
     if (size > 0) std::memcpy(v.data.data(), bytes.data() + offset, size);
