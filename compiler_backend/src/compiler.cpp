@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string_view>
 
 #include <fcntl.h>
@@ -30,7 +31,8 @@ namespace tpusim::compiler {
 
 namespace {
 
-isa::Program compile(std::string_view bytes, const std::string& model_name, const Options& given) {
+// The pipeline after the import (which alone reads the model file's bytes).
+isa::Program compile(ir::Graph g, const std::string& model_name, const Options& given) {
   auto hbm = given.target.symbols.find("HBM_BYTES");
   if (hbm == given.target.symbols.end() || hbm->second <= 0)
     throw Error("the target has no HBM_BYTES symbol (give the chip's symbols, e.g. from sim::kernel_symbols)");
@@ -45,7 +47,6 @@ isa::Program compile(std::string_view bytes, const std::string& model_name, cons
     opts.target.symbols["VMEM_BYTES"] = vmem - static_cast<int64_t>(local.bytes);
   }
 
-  ir::Graph g = import_onnx(bytes, model_name, opts.timing_only);
   check_operators(g);
   infer_shapes(g, opts.input_shapes);
   fold_constants(g);
@@ -85,12 +86,13 @@ struct Mapped {
 }  // namespace
 
 isa::Program compile_onnx(const std::string& bytes, const std::string& model_name, const Options& opts) {
-  return compile(bytes, model_name, opts);
+  return compile(import_onnx(bytes, model_name, opts.timing_only), model_name, opts);
 }
 
 isa::Program compile_onnx_file(const std::string& path, const Options& opts) {
   if (std::filesystem::is_directory(path)) throw Error("cannot read model file '" + path + "': it is a directory");
-  {
+  std::optional<ir::Graph> g;
+  {  // the file's pages are released once the import has read them (the rest of the compile grows the peak)
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw Error("cannot open model file '" + path + "': " + std::strerror(errno));
     struct stat st {};
@@ -100,14 +102,17 @@ isa::Program compile_onnx_file(const std::string& path, const Options& opts) {
       m.p = mmap(nullptr, m.n, PROT_READ, MAP_PRIVATE, fd, 0);
     }
     close(fd);
-    if (m.p != MAP_FAILED) return compile(std::string_view(static_cast<const char*>(m.p), m.n), path, opts);
+    if (m.p != MAP_FAILED)
+      g = import_onnx(std::string_view(static_cast<const char*>(m.p), m.n), path, opts.timing_only);
   }
-  // Not a regular file (a pipe) or not mappable: read it, once.
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot open model file '" + path + "': " + std::strerror(errno));
-  std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (in.bad()) throw Error("cannot read model file '" + path + "'");
-  return compile(bytes, path, opts);
+  if (!g) {  // not a regular file (a pipe) or not mappable: read it, once
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error("cannot open model file '" + path + "': " + std::strerror(errno));
+    std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (in.bad()) throw Error("cannot read model file '" + path + "'");
+    g = import_onnx(bytes, path, opts.timing_only);
+  }
+  return compile(std::move(*g), path, opts);
 }
 
 }  // namespace tpusim::compiler
