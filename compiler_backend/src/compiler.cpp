@@ -53,6 +53,7 @@ isa::Program compile(ir::Graph g, const std::string& model_name, const Options& 
   fuse_gelu(g);
   fuse_sibling_matmuls(g);
   KernelPlan plan = lower(g, opts);
+  g = {};  // the plan holds what it needs (weights as its buffers' bytes): the graph's constants go now
   fuse_residual_adds(plan, opts.target.symbols);
   fuse_activations(plan, opts.target.symbols);
   // The shared memory (0 where the chip has none, or its shared level is a cache).
