@@ -466,11 +466,7 @@ void implicit_im2col(Lowering& L, const ir::Node& n, const Conv2d& c, const std:
 // units of at least 64 rows (a tensor core's 16 rows: the GEMM's time is its traffic, which the wider kernel
 // raises). The same products, summed in other passes: the results within the sum's rounding of the plain ones.
 int64_t pack_factor(const Lowering& L, const Conv2d& c, bool direct) {
-  auto sym = [&](const char* name) {
-    const auto it = L.sym_.find(name);
-    return it == L.sym_.end() ? int64_t{0} : it->second;
-  };
-  const int64_t R = sym("MXU_ROWS"), C = sym("MXU_COLS"), U = 4;
+  const int64_t R = L.sym_.at("MXU_ROWS"), C = L.sym_.at("MXU_COLS"), U = 4;
   if (R < 64 || C <= 0 || (!direct && c.xs[1] * isa::dtype_size(c.X.dtype) < kMinTapBytes)) return 1;
   const int64_t M = c.xs[0] * c.OH * c.OW;
   auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
