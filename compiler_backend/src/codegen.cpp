@@ -14,6 +14,7 @@
 #include "tpusim/compiler/compiler.h"
 #include "tpusim/isa/assembler.h"
 #include "tpusim/kernels/attention_chip.h"
+#include "tpusim/kernels/cast.h"
 #include "tpusim/kernels/copy.h"
 #include "tpusim/kernels/gemm_chip.h"
 #include "tpusim/kernels/kernels.h"
@@ -537,6 +538,12 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
       return kernels::attention_chip_kernel(call.attention, symbols, addr, base_pc);
     if (call.kind == KernelCall::Kind::Copy)
       return kernels::copy_kernel(moves_of(plan, call), symbols, base_pc, "copy", chip.copy_cores);
+    if (call.kind == KernelCall::Kind::Cast) {
+      std::vector<kernels::CastPart> parts;
+      for (const BufferCast& c : call.casts) parts.push_back({at(c.src, c.src_off), at(c.dst, c.dst_off), c.n});
+      return kernels::cast_kernel(parts, static_cast<isa::DType>(call.params.at("SDT")),
+                                  static_cast<isa::DType>(call.params.at("DDT")), symbols, base_pc, "cast");
+    }
     if (call.kind == KernelCall::Kind::Rowwise) {
       kernels::rowwise::Program rows = chip.row_cut ? rows_for_cores(call.rows, symbols) : call.rows;
       rows.cores = chip.row_cores;

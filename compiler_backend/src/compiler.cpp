@@ -20,6 +20,7 @@
 #include "const_fold.h"
 #include "kernel_plan.h"
 #include "fuse_epilogue.h"
+#include "merge_casts.h"
 #include "fuse_gelu.h"
 #include "fuse_siblings.h"
 #include "lower.h"
@@ -56,6 +57,7 @@ isa::Program compile(ir::Graph g, const std::string& model_name, const Options& 
   g = {};  // the plan holds what it needs (weights as its buffers' bytes): the graph's constants go now
   fuse_residual_adds(plan, opts.target.symbols);
   fuse_activations(plan, opts.target.symbols);
+  merge_casts(plan, opts.target.symbols);
   // The shared memory (0 where the chip has none, or its shared level is a cache).
   const MemoryRegion shared{isa::kSharedWindow, static_cast<uint64_t>(symbol("SHARED_BYTES"))};
   plan_memory(plan, static_cast<uint64_t>(hbm->second), local, shared, model_name, symbol("CORES") > 1 ? 2 : 0);

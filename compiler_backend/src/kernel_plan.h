@@ -1,8 +1,9 @@
 // The kernel plan: what the lowering (lower.h) makes of a graph, memory planning (memory_plan.h) places and
 // codegen (codegen.h) assembles. Buffers are HBM tensors; calls are kernels run one after the other, each either a
 // library kernel (kernels/*.s with defines), a generated copy kernel (kernels/copy.h: strided moves between
-// buffers), a generated row-wise vector kernel (kernels/rowwise.h: a fused group of elementwise ops) or the
-// whole-chip attention kernel (kernels/attention_chip.h: a fused attention node group).
+// buffers), a generated row-wise vector kernel (kernels/rowwise.h: a fused group of elementwise ops), the
+// whole-chip attention kernel (kernels/attention_chip.h: a fused attention node group) or a generated cast of
+// several tensors (kernels/cast.h: merge_casts.h).
 #pragma once
 
 #include <cstdint>
@@ -44,8 +45,15 @@ struct BufferMove {
   int64_t src_stride = 0, dst_stride = 0;
 };
 
+// One tensor a Cast call converts: n elements from buffer src (at src_off) to buffer dst (at dst_off).
+struct BufferCast {
+  int src = -1, dst = -1;  // buffer indices
+  uint64_t src_off = 0, dst_off = 0;
+  int64_t n = 0;
+};
+
 struct KernelCall {
-  enum class Kind { Library, Copy, Rowwise, Attention };
+  enum class Kind { Library, Copy, Rowwise, Attention, Cast };
   Kind kind = Kind::Library;
   std::string label;                      // the graph node(s) it implements: "conv1+bn1+relu", "cast(x)"
   std::string kernel;                     // Library: "gemm.s", ...; otherwise the generated kernel's name
@@ -55,6 +63,8 @@ struct KernelCall {
   std::map<std::string, int> tensors;
   std::map<std::string, uint64_t> offsets;  // Library: byte offset into the tensor's buffer (default 0)
   std::vector<BufferMove> moves;            // Copy
+  std::vector<BufferCast> casts;            // Cast: several cast.s calls as one kernel (kernels/cast.h), from
+                                            // params SDT to DDT
   kernels::rowwise::Program rows;           // Rowwise: addresses are filled in from the buffers below
   std::vector<int> row_inputs, row_outputs; // Rowwise: buffer of each rows.inputs[i] / rows.outputs[i]
   std::vector<uint64_t> row_input_offs, row_output_offs;

@@ -7,6 +7,7 @@
 
 #include "const_fold.h"
 #include "lower.h"
+#include "merge_casts.h"
 #include "onnx_import.h"
 #include "onnx_models.h"
 #include "shape_inference.h"
@@ -416,6 +417,70 @@ TEST(LowerErrors, ResultsWithNoElementsAreRefusedAtTheirNode) {
   r.node("Resize", "up", {"x", "roi", "scales"}, {"y"});
   test::set_string(r.proto().mutable_graph()->mutable_node(0), "mode", "nearest");
   EXPECT_EQ(error_of(r), "(no error)");
+}
+
+}  // namespace
+}  // namespace tpusim::compiler
+
+namespace tpusim::compiler {
+namespace {
+
+// merge_casts: the graph's outputs cast after the last node (a KV cache's present keys and values) become one
+// kernel on a chip of one core; a cast that writes what an earlier one of the run writes (or reads it, or writes
+// what it reads), another call, or a cast with a scale ends the run; on two cores the calls stay as they are.
+TEST(MergeCasts, ConsecutiveCastsOfOneCoreBecomeOneKernel) {
+  KernelPlan p;
+  auto buffer = [&](const std::string& name, Buffer::Kind kind, isa::DType dt) {
+    p.buffers.push_back(Buffer{name, kind, dt, {4, 8}, {}, 0, 0, std::nullopt});
+    return static_cast<int>(p.buffers.size()) - 1;
+  };
+  auto cast = [&](const std::string& label, int x, int y, int64_t scale = 0) {
+    KernelCall c;
+    c.label = label, c.kernel = "cast.s";
+    c.tensors = {{"x", x}, {"y", y}};
+    c.params = {{"N", 32}, {"SDT", static_cast<int64_t>(p.buffers[x].dtype)},
+                {"DDT", static_cast<int64_t>(p.buffers[y].dtype)}, {"SCALE", scale}};
+    c.bytes = 32 * 6;
+    p.calls.push_back(c);
+  };
+  std::vector<int> x, y;
+  for (int i = 0; i < 6; ++i)
+    x.push_back(buffer("x" + std::to_string(i), Buffer::Kind::Temp, isa::DType::BF16)),
+        y.push_back(buffer("y" + std::to_string(i), Buffer::Kind::Output, isa::DType::F32));
+  const int h = buffer("h", Buffer::Kind::Temp, isa::DType::BF16);
+  KernelCall other;
+  other.kind = KernelCall::Kind::Copy, other.label = "copy", other.kernel = "copy";
+  p.calls.push_back(other);
+  cast("a", x[0], y[0]);
+  cast("b", x[1], y[1]);
+  cast("c", x[2], y[2]);
+  cast("d", h, y[0]);           // writes what a writes: a run of its own
+  cast("e", x[3], y[3], 1234);  // a scale: stays cast.s
+  cast("f", x[4], y[4]);
+  cast("g", x[5], y[5]);
+  KernelPlan two = p;
+  Options o = chip();
+  EXPECT_EQ(merge_casts(p, o.target.symbols), 3);
+  ASSERT_EQ(p.calls.size(), 5u);
+  EXPECT_EQ(p.calls[0].kind, KernelCall::Kind::Copy);
+  EXPECT_EQ(p.calls[1].kind, KernelCall::Kind::Cast);
+  EXPECT_EQ(p.calls[1].label, "a+...+c");
+  ASSERT_EQ(p.calls[1].casts.size(), 3u);
+  EXPECT_EQ(p.calls[1].casts[2].src, x[2]);
+  EXPECT_EQ(p.calls[1].casts[2].dst, y[2]);
+  EXPECT_EQ(p.calls[1].casts[2].n, 32);
+  EXPECT_EQ(p.calls[1].tensors.at("y1"), y[1]);
+  EXPECT_DOUBLE_EQ(p.calls[1].bytes, 3 * 32 * 6);
+  // d (alone in its run) and e (scaled) stay as they were; f and g merge
+  EXPECT_EQ(p.calls[2].label, "d");
+  EXPECT_EQ(p.calls[2].kernel, "cast.s");
+  EXPECT_EQ(p.calls[3].label, "e");
+  EXPECT_EQ(p.calls[3].kernel, "cast.s");
+  EXPECT_EQ(p.calls[4].label, "f+...+g");
+  EXPECT_EQ(p.calls[4].kind, KernelCall::Kind::Cast);
+  o.target.symbols["CORES"] = 2;
+  EXPECT_EQ(merge_casts(two, o.target.symbols), 0);
+  EXPECT_EQ(two.calls.size(), 8u);
 }
 
 }  // namespace

@@ -1,0 +1,86 @@
+#include "merge_casts.h"
+
+#include <set>
+#include <stdexcept>
+#include <utility>
+
+#include "codegen.h"
+#include "tpusim/kernels/cast.h"
+
+namespace tpusim::compiler {
+namespace {
+
+// A cast.s call without a scale: its types, else nothing
+std::optional<std::pair<int64_t, int64_t>> plain_cast(const KernelCall& c) {
+  if (c.kind != KernelCall::Kind::Library || c.kernel != "cast.s") return std::nullopt;
+  auto param = [&](const char* name) {
+    const auto it = c.params.find(name);
+    return it == c.params.end() ? int64_t{0} : it->second;
+  };
+  if (param("SCALE") != 0 || param("N") <= 0 || !c.tensors.count("x") || !c.tensors.count("y")) return std::nullopt;
+  return std::make_pair(param("SDT"), param("DDT"));
+}
+
+uint64_t offset(const KernelCall& c, const char* name) {
+  const auto it = c.offsets.find(name);
+  return it == c.offsets.end() ? 0 : it->second;
+}
+
+}  // namespace
+
+int merge_casts(KernelPlan& plan, const std::map<std::string, int64_t>& symbols) {
+  if (symbol_or(symbols, "CORES", 1) > 1) return 0;
+  std::vector<KernelCall> calls;
+  calls.reserve(plan.calls.size());
+  int merged = 0;
+  for (size_t i = 0; i < plan.calls.size();) {
+    const auto types = plain_cast(plan.calls[i]);
+    size_t j = i + 1;
+    std::vector<kernels::CastPart> parts;  // (sizes only: for the chunk count)
+    if (types) {
+      std::set<int> ins, outs;
+      auto take = [&](const KernelCall& c) {
+        const int x = c.tensors.at("x"), y = c.tensors.at("y");
+        if (outs.count(x) || outs.count(y) || ins.count(y) || x == y) return false;
+        std::vector<kernels::CastPart> more = parts;
+        more.push_back({0, 0, c.params.at("N")});
+        try {
+          const auto dt = [](int64_t t) { return static_cast<isa::DType>(t); };
+          if (kernels::cast_chunks(more, dt(types->first), dt(types->second), symbols) > kernels::kMaxCastChunks)
+            return false;
+        } catch (const std::invalid_argument&) {
+          return false;
+        }
+        ins.insert(x), outs.insert(y), parts = std::move(more);
+        return true;
+      };
+      if (take(plan.calls[i]))
+        while (j < plan.calls.size() && plain_cast(plan.calls[j]) == types && take(plan.calls[j])) ++j;
+    }
+    if (!types || j - i < 2) {
+      calls.push_back(std::move(plan.calls[i]));
+      i += 1;
+      continue;
+    }
+    KernelCall m;
+    m.kind = KernelCall::Kind::Cast;
+    m.kernel = "cast";
+    m.label = plan.calls[i].label + "+...+" + plan.calls[j - 1].label;
+    m.params = {{"SDT", types->first}, {"DDT", types->second}};
+    for (size_t k = i; k < j; ++k) {
+      const KernelCall& c = plan.calls[k];
+      const std::string n = std::to_string(k - i);
+      m.casts.push_back({c.tensors.at("x"), c.tensors.at("y"), offset(c, "x"), offset(c, "y"), c.params.at("N")});
+      m.tensors["x" + n] = c.tensors.at("x"), m.tensors["y" + n] = c.tensors.at("y");
+      m.offsets["x" + n] = offset(c, "x"), m.offsets["y" + n] = offset(c, "y");
+      m.bytes += c.bytes;
+    }
+    calls.push_back(std::move(m));
+    merged += static_cast<int>(j - i) - 1;
+    i = j;
+  }
+  plan.calls = std::move(calls);
+  return merged;
+}
+
+}  // namespace tpusim::compiler
