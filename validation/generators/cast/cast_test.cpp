@@ -52,6 +52,24 @@ Parts lay_out(const std::vector<int64_t>& sizes, size_t se, size_t de) {
   return p;
 }
 
+// The elements of `got` that are not `convert` of the source's (S in, D out), the first few reported
+template <typename S, typename D, typename F>
+size_t wrong(const std::vector<uint8_t>& mem, const std::vector<uint8_t>& got, const std::vector<CastPart>& parts,
+             F convert) {
+  size_t bad = 0;
+  for (const CastPart& c : parts)
+    for (int64_t i = 0; i < c.n; ++i) {
+      S x;
+      D y;
+      std::memcpy(&x, &mem[c.src + static_cast<uint64_t>(i) * sizeof(S)], sizeof(S));
+      std::memcpy(&y, &got[c.dst + static_cast<uint64_t>(i) * sizeof(D)], sizeof(D));
+      if (y != convert(x) && bad++ < 5)
+        ADD_FAILURE() << "part at " << c.src << ", element " << i << ": " << y << " for bits " << x << ", expected "
+                      << convert(x);
+    }
+  return bad;
+}
+
 // Several tensors, one of more than one chunk and more of them than slots, bf16 -> f32: every element as the host
 // converts it (exactly), and every byte as cast.s leaves it run on each tensor alone.
 TEST(Cast, SeveralTensorsAsTheHostAndCastsAloneConvertThem) {
@@ -73,17 +91,7 @@ TEST(Cast, SeveralTensorsAsTheHostAndCastsAloneConvertThem) {
   chip->run(prog);
   std::vector<uint8_t> merged(p.end);
   chip->read_hbm(0, merged.data(), merged.size());
-  size_t bad = 0;
-  for (const CastPart& c : p.parts)
-    for (int64_t i = 0; i < c.n; ++i) {
-      uint16_t x;
-      uint32_t y;
-      std::memcpy(&x, &mem[c.src + static_cast<uint64_t>(i) * 2], 2);
-      std::memcpy(&y, &merged[c.dst + static_cast<uint64_t>(i) * 4], 4);
-      if (y != static_cast<uint32_t>(x) << 16 && bad++ < 5)
-        ADD_FAILURE() << "part at " << c.src << ", element " << i << ": " << y << " for bf16 " << x;
-    }
-  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ((wrong<uint16_t, uint32_t>(mem, merged, p.parts, [](uint16_t x) { return uint32_t{x} << 16; })), 0u);
   // cast.s on each tensor alone, on the same inputs
   chip->write_hbm(0, std::vector<uint8_t>(p.end).data(), p.end);
   chip->write_hbm(0, mem.data(), mem.size());
@@ -115,17 +123,7 @@ TEST(Cast, RoundsToNearestEvenIntoBf16) {
   chip->run(kernels::cast_kernel(p.parts, isa::DType::F32, isa::DType::BF16, syms));
   std::vector<uint8_t> got(p.end);
   chip->read_hbm(0, got.data(), got.size());
-  size_t bad = 0;
-  for (const CastPart& c : p.parts)
-    for (int64_t i = 0; i < c.n; ++i) {
-      uint32_t x;
-      uint16_t y;
-      std::memcpy(&x, &mem[c.src + static_cast<uint64_t>(i) * 4], 4);
-      std::memcpy(&y, &got[c.dst + static_cast<uint64_t>(i) * 2], 2);
-      if (y != f32_to_bf16(x) && bad++ < 5)
-        ADD_FAILURE() << "element " << i << ": " << y << " for f32 bits " << x << ", expected " << f32_to_bf16(x);
-    }
-  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ((wrong<uint32_t, uint16_t>(mem, got, p.parts, f32_to_bf16)), 0u);
 }
 
 // A decoder's KV cache written out: 24 tensors of 128 x 768 bf16 -> f32 on v6e. Four stores in flight keep HBM
