@@ -1,8 +1,11 @@
 #include "merge_casts.h"
 
+#include <optional>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "codegen.h"
 #include "tpusim/kernels/cast.h"

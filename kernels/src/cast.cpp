@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "tpusim/isa/assembler.h"
 #include "tpusim/isa/emitter.h"
 
 namespace tpusim::kernels {
@@ -25,7 +26,7 @@ int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 int64_t cast_chunk(isa::DType from, isa::DType to, const std::map<std::string, int64_t>& symbols) {
   const int64_t vmem = need(symbols, "VMEM_BYTES"), width = need(symbols, "VPU_WIDTH");
   const int64_t se = static_cast<int64_t>(isa::dtype_size(from)), de = static_cast<int64_t>(isa::dtype_size(to));
-  // Each slot rounded up to 64 bytes: one row's worth of slack per slot
+  // Each slot rounded up to a multiple of 64 bytes: up to 64 bytes more per slot
   const int64_t fit = (vmem - 2 * kSlots * 64) / (kSlots * (se + de)) / width * width;
   if (fit < width)
     throw std::invalid_argument("cast: VMEM_BYTES " + std::to_string(vmem) + " cannot hold " +
@@ -89,6 +90,15 @@ isa::Program cast_kernel(const std::vector<CastPart>& parts, isa::DType from, is
     }
   e.halt();
   return e.finish();
+}
+
+std::string cast_source(const std::vector<CastPart>& parts, isa::DType from, isa::DType to,
+                        const std::map<std::string, int64_t>& symbols, const std::string& name) {
+  const isa::Program p = cast_kernel(parts, from, to, symbols, 0, name);
+  return "# " + name + ": " + std::to_string(parts.size()) + " tensors, " +
+         std::to_string(cast_chunks(parts, from, to, symbols)) + " chunks of at most " +
+         std::to_string(cast_chunk(from, to, symbols)) + " elements through 4 slots (tpusim/kernels/cast.h)\n" +
+         isa::disassemble(p);
 }
 
 }  // namespace tpusim::kernels

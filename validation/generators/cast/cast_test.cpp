@@ -9,6 +9,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "tests/generated_kernel.h"
 #include "tpusim/isa/isa.h"
 #include "tpusim/kernels/cast.h"
 #include "tpusim/kernels/kernels.h"
@@ -152,6 +153,17 @@ TEST(Cast, TensorsFollowEachOtherAtTheHbmBandwidth) {
   std::printf("24 casts of 128 x 768: %llu cycles in one kernel (expected %.0f), %llu as 24 cast.s runs\n",
               static_cast<unsigned long long>(r.stats.cycles), expect, static_cast<unsigned long long>(alone));
   EXPECT_LT(static_cast<double>(r.stats.cycles), 0.8 * static_cast<double>(alone));
+}
+
+// The text assembles back into the kernel; made 100 instructions later, only its branch targets (none) would move.
+TEST(Cast, SourceAssemblesBackIntoTheKernel) {
+  const std::map<std::string, int64_t> syms = symbols(sim::load_config("v5e", {}));
+  const Parts p = lay_out({1000, 70000, 3}, 2, 4);
+  const isa::Program k = kernels::cast_kernel(p.parts, isa::DType::BF16, isa::DType::F32, syms);
+  testing::expect_source_is(k, kernels::cast_source(p.parts, isa::DType::BF16, isa::DType::F32, syms), 1);
+  EXPECT_EQ(testing::expect_moved_by(k, kernels::cast_kernel(p.parts, isa::DType::BF16, isa::DType::F32, syms, 100),
+                                     100),
+            0u);
 }
 
 TEST(Cast, RefusesOverlappingOrEmptyParts) {

@@ -9,7 +9,7 @@
 // and dma.st take them). Throws std::invalid_argument on an empty list, a part of no elements, overlapping parts,
 // or more than kMaxCastChunks chunks.
 // Chip symbols: VMEM_BYTES and VPU_WIDTH (required). It uses semaphores s1..s4 (set by sem.set at its start) and
-// registers r1..r12, stages through VMEM from 0, and ends with halt.
+// registers r1..r8, stages through VMEM from 0, and ends with halt.
 //
 // Schedule. Straight-line code. The parts are cut into chunks of at most cast_chunk() elements (a chunk never
 // spans two parts), chunk j through slot j % 4 of four X slots (the source) and four Y slots (the result):
@@ -50,5 +50,9 @@ int64_t cast_chunks(const std::vector<CastPart>& parts, isa::DType from, isa::DT
 isa::Program cast_kernel(const std::vector<CastPart>& parts, isa::DType from, isa::DType to,
                          const std::map<std::string, int64_t>& symbols, uint64_t base_pc = 0,
                          const std::string& name = "cast");
+
+// The kernel as text: a line that says how it was cut up, then its disassembly (for reading and tests).
+std::string cast_source(const std::vector<CastPart>& parts, isa::DType from, isa::DType to,
+                        const std::map<std::string, int64_t>& symbols, const std::string& name = "cast");
 
 }  // namespace tpusim::kernels
