@@ -1205,6 +1205,134 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
   return tails;
 }
 
+// Graph outputs written while a later kernel runs (a chip of one core whose VMEM keeps the intermediates). The
+// lowering casts each output held as bf16 to its f32 buffer after the last node (merge_casts: one Cast call); each
+// such tensor whose value lies in VMEM is instead cast and stored while the first kernel after its producer runs
+// that is not a copy or a cast (`z`): the vector unit casts it from where it lies into a staging area at the end of
+// the weight stream's ring (which gives those bytes up) and dmaout stores it to HBM, with no fence between those
+// instructions and the kernel's, so that HBM takes the output's bytes while that kernel leaves it idle (a GPT-2's
+// present keys and values while the fused attention runs) rather than at the end of the program, one after the
+// other. What keeps them apart: the kernel's leading sem.sets (each waits for every unit) come before the cast's
+// instructions; the cast's one semaphore is one the kernel does not use; the kernel's VMEM is not the staging area;
+// the source stays where it is to the end of the program (its buffer was planned live to the original cast) and
+// the output buffer is the cast's alone; the fence before the kernel after `z` waits for the stores. Where `z`
+// turns out unable to take them (a kernel of an overlapped pair, one that does not start with sem.set or uses every
+// semaphore), the next kernel that can takes them, and where none can, they run as a kernel of their own at the end
+// of the program. Only where the staging fits in a quarter of the ring. The same bits: the same vpu.cast per
+// element (validation/system/test_ops.py, MatMul.test_outputs_are_written_while_later_kernels_run).
+struct EarlyCast {
+  kernels::CastPart part;  // src: the VMEM address (not the far one); dst: the output's address
+  isa::DType from = isa::DType::BF16, to = isa::DType::F32;
+  int64_t stage = 0;       // its own staging bytes' VMEM address
+  std::string label;       // the cast call's
+};
+// By call index (plan.calls): the casts that run with that kernel, or, where it cannot take them, with a later one
+using EarlyCasts = std::map<size_t, std::vector<EarlyCast>>;
+
+EarlyCasts place_output_casts(KernelPlan& plan, std::vector<size_t>& order, StreamRing& ring) {
+  EarlyCasts e;
+  if (ring.end - ring.begin < (int64_t{1} << 20)) return e;
+  const BufferUse use = buffer_use(plan);
+  auto is_cast = [](const KernelCall& c) {
+    return c.kind == KernelCall::Kind::Cast ||
+           (c.kind == KernelCall::Kind::Library && c.kernel == "cast.s" && param_or(c, "SCALE", 0) == 0);
+  };
+  std::vector<size_t> keep;
+  std::map<size_t, std::vector<EarlyCast>> found;  // by call index of z
+  for (size_t at = 0; at < order.size(); ++at) {
+    const size_t c = order[at];
+    KernelCall& call = plan.calls[c];
+    if (!is_cast(call)) {
+      keep.push_back(c);
+      continue;
+    }
+    std::vector<BufferCast> parts = call.casts;
+    if (call.kind == KernelCall::Kind::Library) {
+      auto off = [&](const char* name) { return call.offsets.count(name) ? call.offsets.at(name) : uint64_t{0}; };
+      parts = {BufferCast{call.tensors.at("x"), call.tensors.at("y"), off("x"), off("y"), param_or(call, "N", 0),
+                          call.label}};
+    }
+    const auto from = static_cast<isa::DType>(param_or(call, "SDT", 0)), to = static_cast<isa::DType>(param_or(call, "DDT", 0));
+    std::vector<BufferCast> stay;
+    for (const BufferCast& b : parts) {
+      const uint64_t src = plan.buffers[static_cast<size_t>(b.src)].addr + b.src_off;
+      const bool alone = use.first[b.dst] == static_cast<int64_t>(c) && use.last[b.dst] == static_cast<int64_t>(c);
+      // its producer: the last kernel before the cast that touches the source
+      size_t z = order.size();
+      if (alone && b.n > 0 && isa::far_memory(static_cast<int64_t>(src)) == isa::FarMemory::Local)
+        for (size_t q = at; q-- > 0;) {
+          const KernelCall& k = plan.calls[order[q]];
+          bool touches = false;
+          for (const auto& [name, buf] : k.tensors) touches = touches || buf == b.src;
+          if (!touches) continue;
+          for (size_t r = q + 1; r < at && z == order.size(); ++r)
+            if (plan.calls[order[r]].kind != KernelCall::Kind::Copy && !is_cast(plan.calls[order[r]])) z = r;
+          break;
+        }
+      if (z == order.size()) {
+        stay.push_back(b);
+        continue;
+      }
+      EarlyCast x;
+      x.part = {src - isa::kLocalWindow, plan.buffers[static_cast<size_t>(b.dst)].addr + b.dst_off, b.n};
+      x.from = from, x.to = to, x.label = b.label.empty() ? call.label : b.label;
+      found[order[z]].push_back(x);
+    }
+    if (stay.size() == parts.size()) {
+      keep.push_back(c);
+    } else if (!stay.empty()) {  // a Cast call keeps the rest
+      call.casts = stay;
+      call.tensors.clear(), call.offsets.clear(), call.bytes = 0;
+      for (size_t i = 0; i < stay.size(); ++i) {
+        const std::string n = std::to_string(i);
+        call.tensors["x" + n] = stay[i].src, call.tensors["y" + n] = stay[i].dst;
+        call.offsets["x" + n] = stay[i].src_off, call.offsets["y" + n] = stay[i].dst_off;
+        call.bytes += static_cast<double>(stay[i].n) * static_cast<double>(isa::dtype_size(from) + isa::dtype_size(to));
+      }
+      keep.push_back(c);
+    }
+  }
+  if (found.empty()) return e;
+  // Each its own staging bytes at the ring's end, which gives them up
+  int64_t staging = 0;
+  for (const auto& [z, casts] : found)
+    for (const EarlyCast& x : casts) staging += (x.part.n * static_cast<int64_t>(isa::dtype_size(x.to)) + 63) / 64 * 64;
+  staging = (staging + 4095) / 4096 * 4096;
+  if (staging > (ring.end - ring.begin) / 4) return e;  // order untouched: the casts stay where they were
+  order = keep;
+  ring.end -= staging;
+  int64_t at = ring.end;
+  for (auto& [z, casts] : found)
+    for (EarlyCast& x : casts) x.stage = at, at += (x.part.n * static_cast<int64_t>(isa::dtype_size(x.to)) + 63) / 64 * 64;
+  return found;
+}
+
+// The early casts' nodes, each once, in order, for notes
+std::string early_labels(const std::vector<EarlyCast>& casts) {
+  std::string labels;
+  std::set<std::string> seen;
+  for (const EarlyCast& e : casts)
+    if (seen.insert(e.label).second) labels += (labels.empty() ? "" : ", ") + e.label;
+  return labels;
+}
+
+// The early casts' instructions: each tensor cast from its VMEM address into its staging bytes, then stored, the
+// store waiting for its cast through semaphore `sem` (set to 0 before, by the caller). Straight-line.
+isa::Program early_cast_body(const std::vector<EarlyCast>& casts, int sem) {
+  isa::Emitter e("early_casts", "<codegen>/early_casts", 0);
+  const isa::Reg vy = isa::reg(1), vx = isa::reg(2), n = isa::reg(3), dst = isa::reg(4), bytes = isa::reg(5),
+                 one = isa::reg(6), zero = isa::reg(0);
+  e.li(one, 1);
+  for (const EarlyCast& c : casts) {
+    const int64_t out = c.part.n * static_cast<int64_t>(isa::dtype_size(c.to));
+    e.li(vy, c.stage), e.li(vx, static_cast<int64_t>(c.part.src)), e.li(n, c.part.n);
+    e.vpu_cast(vy, vx, n, zero, c.from, c.to, {.signal = isa::sem(sem)});
+    e.li(dst, static_cast<int64_t>(c.part.dst)), e.li(bytes, out);
+    e.dma_st(dst, vy, one, bytes, bytes, bytes, {.wait = isa::sem(sem)});
+  }
+  return e.finish();
+}
+
 }  // namespace
 
 isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>& symbols,
@@ -1269,6 +1397,9 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
   // A kernel and the whole-chip GEMM after it overlap where they can (one core: plan_overlap, else
   // prefetch_overlap; several: prefetch_overlap); a GEMM that overlaps the kernel before it may be the first of the
   // next pair in prefetch_overlap's way, which leaves it as it is.
+  // Graph outputs written while later kernels run (place_output_casts): out of `order`, staged at the ring's end
+  EarlyCasts early;
+  if (overlap_kernels && !spmd && chip_cores == 1) early = place_output_casts(plan, order, ring);
   // Each call's symbols: the chip's, or with half of VMEM where a GEMM's weights wait at its top (plan_weight_areas)
   std::vector<std::map<std::string, int64_t>> call_symbols(order.size(), symbols);
   std::map<size_t, std::vector<kernels::DmaLoad>> prefetch;
@@ -1296,6 +1427,7 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
     }
 
   int node = -1;  // the "node" region of the previous call, which a call with the same label extends
+  std::vector<EarlyCast> pending;  // graph outputs cast with the next kernel that can take them
   const BufferUse use = buffer_use(plan);
   p.ideal_bytes = program_ideal_bytes(plan, use);
   for (size_t at = 0; at < order.size(); ++at) {
@@ -1380,6 +1512,60 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
     } else {
       frag = assemble_call(plan, call, symbols, base, on_chip[c], fragments);
     }
+    // Graph outputs cast while this kernel runs (place_output_casts): its leading sem.sets, the casts, the rest
+    if (const auto ec = early.find(c); ec != early.end())
+      pending.insert(pending.end(), ec->second.begin(), ec->second.end());
+    if (!pending.empty() && !(first && !first->prefetch) && !(second && !second->prefetch)) {
+      size_t lead = 0;
+      while (lead < frag.code.size() && isa::decode(frag.code[lead]).op == isa::Op::SEMSET) ++lead;
+      const std::set<int> used = semaphores_of(frag);
+      int sem = 0;
+      for (int k = isa::kNumSems - 1; k >= 1 && sem == 0; --k)
+        if (!used.count(k)) sem = k;
+      bool into_lead = false;  // a branch to one of the leading sem.sets, which move
+      for (isa::Word w : frag.code) {
+        const isa::Instr in = isa::decode(w);
+        const int t = in.desc().operand_index("target");
+        if (t >= 0 && in.f[static_cast<size_t>(t)] >= static_cast<int64_t>(base) &&
+            in.f[static_cast<size_t>(t)] < static_cast<int64_t>(base + lead))
+          into_lead = true;
+      }
+      if (lead > 0 && sem > 0 && !into_lead) {
+        const isa::Program body = early_cast_body(pending, sem);
+        const uint64_t shift = 1 + body.code.size();
+        isa::Program z = frag;  // the same kernel made `shift` instructions later, then cut after its sem.sets
+        relocate(z, static_cast<int64_t>(shift));
+        isa::Instr set{.op = isa::Op::SEMSET};
+        set.f[0] = sem;
+        const std::string labels = early_labels(pending);
+        isa::Program combined;
+        combined.code.push_back(isa::encode(set));
+        combined.source.push_back("the semaphore of the graph outputs cast while " + call.kernel + " runs");
+        for (size_t i = 0; i < lead; ++i) {
+          combined.code.push_back(z.code[i]);
+          combined.source.push_back(i < z.source.size() ? z.source[i] : call.kernel);
+        }
+        for (size_t i = 0; i < body.code.size(); ++i) {
+          combined.code.push_back(body.code[i]);
+          combined.source.push_back("graph output of " + labels + ": " + body.source[i]);
+        }
+        for (size_t i = lead; i < z.code.size(); ++i) {
+          combined.code.push_back(z.code[i]);
+          combined.source.push_back(i < z.source.size() ? z.source[i] : call.kernel);
+        }
+        auto moved = [&](uint32_t i) { return i < lead ? i + 1 : i + static_cast<uint32_t>(shift); };
+        for (isa::Region r : z.regions) {
+          r.begin = moved(r.begin), r.end = r.end == 0 ? 0 : moved(r.end - 1) + 1;
+          combined.regions.push_back(std::move(r));
+        }
+        combined.regions.push_back(isa::Region{isa::kRegionNote,
+                                               "writes the graph outputs of " + labels + " (cast from " +
+                                                   std::string(isa::dtype_name(pending.front().from)) + " in VMEM) while it runs",
+                                               0, static_cast<uint32_t>(combined.code.size())});
+        frag = std::move(combined);
+        pending.clear();
+      }
+    }
     if (first && first->prefetch) {  // then the next GEMM's first weights' load
       const KernelCall& y = plan.calls[order[at + 1]];
       const std::map<std::string, uint64_t> addr = tensor_addresses(plan, y);
@@ -1446,7 +1632,7 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
     }
     for (size_t i = 0; i < frag.code.size(); ++i) {
       isa::Word w = frag.code[i];
-      if ((at + 1 < order.size() || guard) && isa::decode(w).op == isa::Op::HALT) {
+      if ((at + 1 < order.size() || guard || !pending.empty()) && isa::decode(w).op == isa::Op::HALT) {
         isa::Instr jump{.op = isa::Op::JMP};
         jump.f[0] = static_cast<int64_t>(end);
         w = isa::encode(jump);
@@ -1457,6 +1643,23 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
       line.reserve(call.label.size() + 2 + what.size());
       line.append(call.label).append(": ").append(what);
     }
+  }
+  if (!pending.empty()) {  // graph outputs no kernel after their producer could take: a kernel of their own
+    const std::string labels = early_labels(pending);
+    const auto begin = static_cast<uint32_t>(p.code.size());
+    isa::Instr set{.op = isa::Op::SEMSET};
+    set.f[0] = 1;
+    p.code.push_back(isa::encode(set));
+    p.source.push_back(labels + ": the graph outputs' semaphore");
+    const isa::Program body = early_cast_body(pending, 1);
+    for (size_t i = 0; i < body.code.size(); ++i) {
+      p.code.push_back(body.code[i]);
+      p.source.push_back(labels + ": " + body.source[i]);
+    }
+    p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::HALT}));
+    p.source.push_back("end of the program");
+    p.regions.push_back(isa::Region{isa::kRegionNode, labels, begin, static_cast<uint32_t>(p.code.size())});
+    p.regions.push_back(isa::Region{isa::kRegionKernel, "early_casts", begin, static_cast<uint32_t>(p.code.size())});
   }
   if (spmd && (p.code.empty() || isa::decode(p.code.back()).op != isa::Op::HALT)) {
     p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::HALT}));  // where core 0's last kernel and the others end

@@ -50,6 +50,7 @@ struct BufferCast {
   int src = -1, dst = -1;  // buffer indices
   uint64_t src_off = 0, dst_off = 0;
   int64_t n = 0;
+  std::string label;  // the graph node whose output it writes (the cast.s call's label)
 };
 
 struct KernelCall {

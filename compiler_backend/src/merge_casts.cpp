@@ -73,7 +73,7 @@ int merge_casts(KernelPlan& plan, const std::map<std::string, int64_t>& symbols)
     for (size_t k = i; k < j; ++k) {
       const KernelCall& c = plan.calls[k];
       const std::string n = std::to_string(k - i);
-      m.casts.push_back({c.tensors.at("x"), c.tensors.at("y"), offset(c, "x"), offset(c, "y"), c.params.at("N")});
+      m.casts.push_back({c.tensors.at("x"), c.tensors.at("y"), offset(c, "x"), offset(c, "y"), c.params.at("N"), c.label});
       m.tensors["x" + n] = c.tensors.at("x"), m.tensors["y" + n] = c.tensors.at("y");
       m.offsets["x" + n] = offset(c, "x"), m.offsets["y" + n] = offset(c, "y");
       m.bytes += c.bytes;

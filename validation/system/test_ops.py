@@ -939,6 +939,41 @@ class MatMul(OpCase):
         x = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
         self.same_bits_as_fenced_in_fewer_cycles(os.path.join(d, "model.onnx"), x)
 
+    def test_outputs_are_written_while_later_kernels_run(self):
+        # On v5e (one core, the intermediates kept in VMEM) a graph output held as bf16 (here the transposes of a
+        # Linear's output, as a decoder's present keys and values are) is cast to f32 and stored while the first
+        # kernel after its producer runs, not after the last node ("writes the graph outputs of ... while it runs",
+        # codegen.cpp: place_output_casts): against torch, and the same bits as with a fence between every two
+        # kernels (--no-kernel-overlap, which leaves every output to the end), in fewer cycles. Where that kernel is
+        # a LayerNorm overlapped with the GEMM after it (neither can take them) and no kernel after can, they run as
+        # a kernel of their own at the end ("early_casts"): the same bits too.
+        class Present(nn.Module):
+            def __init__(self, norm_last):
+                super().__init__()
+                self.a, self.b, self.c = nn.Linear(256, 512), nn.Linear(512, 512), nn.Linear(512, 256)
+                self.norm = nn.LayerNorm(512)
+                self.norm_last = norm_last
+
+            def forward(self, x):
+                h = self.a(x)
+                k, v = h[:, :256].t(), h[:, 256:].t()
+                if self.norm_last:
+                    return k, v, self.c(self.norm(h))
+                g = torch.softmax(h @ self.b(h).t(), dim=-1) @ h
+                return k, v, self.c(g)
+
+        for norm_last in (False, True):
+            with self.subTest(norm_last=norm_last):
+                torch.manual_seed(8)
+                self.check(Present(norm_last), randn(384, 256), config="v5e")
+                kernels, _, notes = self.compiled("v5e")
+                early = [n for n in notes if n.startswith("writes the graph outputs of")]
+                self.assertEqual(bool(early), not norm_last, notes)
+                self.assertEqual("early_casts" in kernels, norm_last, kernels)
+                d = os.path.join(self.dir, f"case{self.n}")
+                x = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
+                self.same_bits_as_fenced_in_fewer_cycles(os.path.join(d, "model.onnx"), x)
+
     def test_sibling_linears_share_one_gemm(self):
         # Linears reading one activation (a transformer's q, k and v projections; k and v narrower, as grouped-query
         # attention makes them) run as one GEMM on their weights side by side and a Split (fuse_siblings.cpp): the
