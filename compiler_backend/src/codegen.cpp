@@ -1207,8 +1207,8 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
 
 // Graph outputs written while a later kernel runs (a chip of one core whose VMEM keeps the intermediates). The
 // lowering casts each output held as bf16 to its f32 buffer after the last node (merge_casts: one Cast call); each
-// such tensor whose value lies in VMEM is instead cast and stored while the first kernel after its producer runs
-// that is not a copy or a cast (`z`): the vector unit casts it from where it lies into a staging area at the end of
+// such tensor whose value lies in VMEM is instead cast and stored while the first kernel after its producer (the
+// last kernel before the cast that may write it: may_write) runs that is not a copy or a cast (`z`): the vector unit casts it from where it lies into a staging area at the end of
 // the weight stream's ring (which gives those bytes up) and dmaout stores it to HBM, with no fence between those
 // instructions and the kernel's, so that HBM takes the output's bytes while that kernel leaves it idle (a GPT-2's
 // present keys and values while the fused attention runs) rather than at the end of the program, one after the
@@ -1228,6 +1228,28 @@ struct EarlyCast {
 };
 // By call index (plan.calls): the casts that run with that kernel, or, where it cannot take them, with a later one
 using EarlyCasts = std::map<size_t, std::vector<EarlyCast>>;
+
+// Whether `call` may write buffer `buf`: a copy's destinations, a row-wise kernel's outputs, an attention's o, a
+// cast's outputs exactly; any other buffer a library kernel touches, as if it wrote it.
+bool may_write(const KernelCall& call, int buf) {
+  switch (call.kind) {
+    case KernelCall::Kind::Copy:
+      return std::any_of(call.moves.begin(), call.moves.end(), [&](const BufferMove& m) { return m.dst == buf; });
+    case KernelCall::Kind::Rowwise:
+      return std::find(call.row_outputs.begin(), call.row_outputs.end(), buf) != call.row_outputs.end();
+    case KernelCall::Kind::Cast:
+      return std::any_of(call.casts.begin(), call.casts.end(), [&](const BufferCast& c) { return c.dst == buf; });
+    case KernelCall::Kind::Attention: {
+      const auto o = call.tensors.find("o");
+      return o != call.tensors.end() && o->second == buf;
+    }
+    case KernelCall::Kind::Library:
+      break;
+  }
+  for (const auto& [name, b] : call.tensors)
+    if (b == buf && !(call.kernel == "cast.s" && name == "x")) return true;
+  return false;
+}
 
 EarlyCasts place_output_casts(KernelPlan& plan, std::vector<size_t>& order, StreamRing& ring) {
   EarlyCasts e;
@@ -1257,14 +1279,11 @@ EarlyCasts place_output_casts(KernelPlan& plan, std::vector<size_t>& order, Stre
     for (const BufferCast& b : parts) {
       const uint64_t src = plan.buffers[static_cast<size_t>(b.src)].addr + b.src_off;
       const bool alone = use.first[b.dst] == static_cast<int64_t>(c) && use.last[b.dst] == static_cast<int64_t>(c);
-      // its producer: the last kernel before the cast that touches the source
+      // its producer: the last kernel before the cast that writes the source (readers may run beside the cast)
       size_t z = order.size();
       if (alone && b.n > 0 && isa::far_memory(static_cast<int64_t>(src)) == isa::FarMemory::Local)
         for (size_t q = at; q-- > 0;) {
-          const KernelCall& k = plan.calls[order[q]];
-          bool touches = false;
-          for (const auto& [name, buf] : k.tensors) touches = touches || buf == b.src;
-          if (!touches) continue;
+          if (!may_write(plan.calls[order[q]], b.src)) continue;
           for (size_t r = q + 1; r < at && z == order.size(); ++r)
             if (plan.calls[order[r]].kind != KernelCall::Kind::Copy && !is_cast(plan.calls[order[r]])) z = r;
           break;
