@@ -1572,15 +1572,16 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
           combined.code.push_back(z.code[i]);
           combined.source.push_back(i < z.source.size() ? z.source[i] : call.kernel);
         }
+        // the note first (it encloses the kernel's own regions: pre-order), then those, moved
+        combined.regions.push_back(isa::Region{isa::kRegionNote,
+                                               "writes the graph outputs of " + labels + " (cast from " +
+                                                   std::string(isa::dtype_name(pending.front().from)) + " in VMEM) while it runs",
+                                               0, static_cast<uint32_t>(combined.code.size())});
         auto moved = [&](uint32_t i) { return i < lead ? i + 1 : i + static_cast<uint32_t>(shift); };
         for (isa::Region r : z.regions) {
           r.begin = moved(r.begin), r.end = r.end == 0 ? 0 : moved(r.end - 1) + 1;
           combined.regions.push_back(std::move(r));
         }
-        combined.regions.push_back(isa::Region{isa::kRegionNote,
-                                               "writes the graph outputs of " + labels + " (cast from " +
-                                                   std::string(isa::dtype_name(pending.front().from)) + " in VMEM) while it runs",
-                                               0, static_cast<uint32_t>(combined.code.size())});
         frag = std::move(combined);
         pending.clear();
       }
