@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "merge_casts.h"
 #include "tpusim/compiler/compiler.h"
 #include "tpusim/isa/assembler.h"
 #include "tpusim/kernels/attention_chip.h"
@@ -1300,14 +1301,7 @@ EarlyCasts place_output_casts(KernelPlan& plan, std::vector<size_t>& order, Stre
     if (stay.size() == parts.size()) {
       keep.push_back(c);
     } else if (!stay.empty()) {  // a Cast call keeps the rest
-      call.casts = stay;
-      call.tensors.clear(), call.offsets.clear(), call.bytes = 0;
-      for (size_t i = 0; i < stay.size(); ++i) {
-        const std::string n = std::to_string(i);
-        call.tensors["x" + n] = stay[i].src, call.tensors["y" + n] = stay[i].dst;
-        call.offsets["x" + n] = stay[i].src_off, call.offsets["y" + n] = stay[i].dst_off;
-        call.bytes += static_cast<double>(stay[i].n) * static_cast<double>(isa::dtype_size(from) + isa::dtype_size(to));
-      }
+      set_casts(call, std::move(stay));
       keep.push_back(c);
     }
   }

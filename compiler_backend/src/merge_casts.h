@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kernel_plan.h"
 
@@ -21,5 +22,9 @@ namespace tpusim::compiler {
 // cast.s casts it. Several cores keep their calls (codegen spreads independent ones over the cores). Returns the
 // number of calls merged away.
 int merge_casts(KernelPlan& plan, const std::map<std::string, int64_t>& symbols);
+
+// A Cast call's parts (its params SDT and DDT set), with the tensors and offsets (x0, y0, x1, ...) and bytes that
+// memory planning and the report read from them.
+void set_casts(KernelCall& call, std::vector<BufferCast> parts);
 
 }  // namespace tpusim::compiler
