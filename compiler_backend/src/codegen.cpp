@@ -18,6 +18,7 @@
 #include "tpusim/kernels/cast.h"
 #include "tpusim/kernels/copy.h"
 #include "tpusim/kernels/gemm_chip.h"
+#include "tpusim/kernels/gemm_ksplit.h"
 #include "tpusim/kernels/kernels.h"
 #include "tpusim/kernels/rowwise.h"
 
@@ -76,8 +77,10 @@ namespace {
 // slots, one load in flight behind the tile in use, so a fold takes the longest of its matrix work (max(TM / the
 // input type's rate, R): the weight load hides behind a stream of at least R rows), its transfer at HBM's bandwidth
 // (this unit alone loads), and latency + transfer. Each row tile's a (TM x K) is loaded once before its folds, each
-// output tile (TM x C) stored once; plus a load's and a store's latency.
-double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, int64_t>& symbols) {
+// output tile (TM x C) stored once; plus a load's and a store's latency. With a_local, a lies in VMEM: its bytes
+// cross VMEM's ports, not HBM.
+double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, int64_t>& symbols,
+                            bool a_local = false) {
   const int64_t m = param_or(call, "M", 0), k = param_or(call, "K", 0), n = param_or(call, "N", 0);
   const int64_t R = symbol_or(symbols, "MXU_ROWS", 1), C = symbol_or(symbols, "MXU_COLS", 1);
   const int64_t tm = std::max<int64_t>(1, std::min(m, symbol_or(symbols, "ACC_ROWS", 2) / 2));
@@ -97,8 +100,9 @@ double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, 
   const double folds = static_cast<double>(cdiv(m, tm) * cdiv(n, C) * cdiv(k, R));
   const double Q = param_or(call, "Q_SCALE", 0) != 0 ? 1.0 : 0.0;  // the int8 copy of c (gemm.s's q)
   const double Rd = param_or(call, "RESIDUAL", 0) != 0 ? O : 0.0;  // the residual r read (gemm.s's RESIDUAL)
-  const double a_and_c =
-      static_cast<double>(m) * (static_cast<double>(k) * E + static_cast<double>(n) * (O + Q + Rd)) / bpc;
+  const double ports = static_cast<double>(std::max<int64_t>(1, symbol_or(symbols, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
+  const double a_and_c = static_cast<double>(m) * static_cast<double>(k) * E / (a_local ? ports : bpc) +
+                         static_cast<double>(m) * static_cast<double>(n) * (O + Q + Rd) / bpc;
   return folds * fold + a_and_c + 2.0 * latency;
 }
 
@@ -149,6 +153,66 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
     }
   } catch (const std::invalid_argument& e) {
     why = std::string("the whole-chip kernel cannot run it: ") + e.what();  // it stays on gemm.s
+    return std::nullopt;
+  }
+  return g;
+}
+
+// A gemm.s call as the split-K kernel (kernels/gemm_ksplit.h) on one core: its K shared by the core's matrix units,
+// the same bits. Where the output is too few tiles to keep the units busy (one tile: a 14 x 14 convolution's
+// 196 x 2304 x 256 on v6e), gemm.s on one unit waits on its weight loads, and so does the whole-chip GEMM, whose
+// units split the rows and each load every weight; the split kernel's units share the loads. Taken where its
+// estimate beats by a tenth that of what the call would otherwise run as: `chip`, the whole-chip GEMM
+// (whole_chip_gemm; its estimate and, on several cores, its two barriers), else gemm.s on one unit (both count a at
+// VMEM's ports where it lies there). nullopt otherwise, or where the call asks for what the split kernel does not
+// do (Q_SCALE, GROUP_N, ACT_RESIDENT, TRANS_B, an activation). `why` gains the reason where the estimate decides.
+std::optional<kernels::GemmKSplit> split_k_gemm(const KernelPlan& plan, const KernelCall& call,
+                                                const std::map<std::string, int64_t>& symbols,
+                                                const std::optional<kernels::GemmChip>& chip, std::string& why) {
+  if (call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s" || symbol_or(symbols, "MXUS", 1) < 2)
+    return std::nullopt;
+  auto param = [&](const char* name) { return param_or(call, name, 0); };
+  if (param("Q_SCALE") || param("GROUP_N") || param("ACT_RESIDENT") || param("TRANS_B") || param("ACT"))
+    return std::nullopt;
+  kernels::GemmKSplit g;
+  g.m = param("M"), g.k = param("K"), g.n = param("N");
+  g.in = static_cast<isa::DType>(param_or(call, "IN_DT", static_cast<int64_t>(isa::DType::BF16)));
+  g.out = static_cast<isa::DType>(param_or(call, "OUT_DT", static_cast<int64_t>(isa::DType::F32)));
+  g.bias = param("BIAS") != 0, g.relu = param("RELU") != 0, g.scale_bits = static_cast<uint32_t>(param("SCALE"));
+  g.dequant = param("DEQUANT") != 0, g.b_tiled = param("B_TILED") != 0;
+  g.residual = param("RESIDUAL") != 0, g.residual_relu = param("RES_RELU") != 0;
+  g.taps = kernels::ConvTaps{param("TAP_CIN"), param("TAP_ROWS"), param_or(call, "TAP_KW", 1),
+                             param_or(call, "TAP_SH", 1), param_or(call, "TAP_SW", 1), param_or(call, "TAP_DH", 1),
+                             param_or(call, "TAP_DW", 1), param_or(call, "TAP_WQ", 1), param("TAP_PHASE_ROWS")};
+  const auto a = call.tensors.find("a");
+  g.a_local = a != call.tensors.end() &&
+              isa::far_memory(static_cast<int64_t>(plan.buffers[static_cast<size_t>(a->second)].addr)) ==
+                  isa::FarMemory::Local;
+  try {
+    const kernels::KSplitPlan p = kernels::gemm_ksplit_plan(g, symbols);
+    const double sync =
+        symbol_or(symbols, "CORES", 1) > 1 ? 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0)) : 0.0;
+    const double rival =
+        chip ? kernels::gemm_chip_estimate(*chip, symbols) + sync : one_unit_gemm_cycles(call, symbols, g.a_local);
+    // The whole-chip GEMM may stream its weights (stream_weights), load later GEMMs' and overlap the kernel before
+    // it (plan_overlap, prefetch_overlap), none of which its estimate counts: the split kernel replaces it only
+    // where it also beats it by a quarter with the weights in VMEM (both estimates at 16 times HBM's bandwidth).
+    // ResNet-50's 7 x 7 convolutions on v6e, 63 x 4608 x 512 (weights streamed): 5,714 cycles as the whole-chip
+    // GEMM, 3,758 split; BERT-base's FFN output on v5e (estimates 5,516 and 6,506 at that bandwidth) stays.
+    if (chip) {
+      std::map<std::string, int64_t> fast = symbols;
+      fast["HBM_BYTES_PER_CYCLE"] = 16 * std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1));
+      if (kernels::gemm_ksplit_plan(g, fast).estimate >= 0.75 * (kernels::gemm_chip_estimate(*chip, fast) + sync))
+        return std::nullopt;
+    }
+    if (p.estimate >= 0.9 * rival) {
+      if (!chip)
+        why += "; split over " + std::to_string(p.units) + " matrix units, its estimate, " +
+               std::to_string(static_cast<int64_t>(std::llround(p.estimate))) + " cycles, does not beat one unit's " +
+               std::to_string(static_cast<int64_t>(std::llround(rival))) + " by a tenth";
+      return std::nullopt;
+    }
+  } catch (const std::invalid_argument&) {
     return std::nullopt;
   }
   return g;
@@ -280,6 +344,7 @@ int64_t library_cores(const KernelCall& call, const std::map<std::string, int64_
 struct OnChip {
   std::string why;  // a call on one core: why it is not shared (for the compile report)
   std::optional<kernels::GemmChip> gemm;
+  std::optional<kernels::GemmKSplit> ksplit;  // a gemm.s call on one core, K split over its units (split_k_gemm)
   int64_t row_cores = 1;   // a row-wise call: the cores sharing its rows
   bool row_cut = false;    // a row-wise call shared as rows_for_cores cut it
   int64_t copy_cores = 1;  // a copy call: the cores sharing its moves
@@ -535,6 +600,7 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
   const std::map<std::string, uint64_t> addr = tensor_addresses(plan, call);
   try {
     if (g) return kernels::gemm_chip_kernel(*g, symbols, addr, base_pc);
+    if (chip.ksplit) return kernels::gemm_ksplit_kernel(*chip.ksplit, symbols, addr, base_pc);
     if (call.kind == KernelCall::Kind::Attention)
       return kernels::attention_chip_kernel(call.attention, symbols, addr, base_pc);
     if (call.kind == KernelCall::Kind::Copy)
@@ -1077,10 +1143,27 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     int buffer = -1;
     int64_t bytes = 0, loaded = 0, vaddr = -1;
   };
+  // A split-K GEMM (split_k_gemm) streams its weights too (a consumer only: it loads no one else's), where its
+  // estimate with them from HBM is above that at 16 times HBM's bandwidth by a twentieth.
   std::vector<Weight> weights;
   for (size_t at = 0; at < order.size(); ++at) {
     const KernelCall& call = plan.calls[order[at]];
     const std::optional<kernels::GemmChip>& g = on_chip[order[at]].gemm;
+    const std::optional<kernels::GemmKSplit>& ks = on_chip[order[at]].ksplit;
+    if (ks && constant_weights(plan, call)) {
+      const int b = call.tensors.at("b");
+      const auto off = call.offsets.find("b");
+      const int64_t bytes = static_cast<int64_t>(plan.buffers[static_cast<size_t>(b)].bytes());
+      if ((off != call.offsets.end() && off->second != 0) || use.first[b] != use.last[b] || bytes <= 0 ||
+          (bytes + 4095) / 4096 * 4096 > ring.end - ring.begin)
+        continue;
+      try {
+        if (kernels::gemm_ksplit_plan(*ks, symbols).estimate >= 1.05 * kernels::gemm_ksplit_plan(*ks, fast).estimate)
+          weights.push_back({at, b, bytes, 0, -1});
+      } catch (const std::invalid_argument&) {
+      }
+      continue;
+    }
     if (!g || !constant_weights(plan, call) || g->b_area_chunks > 0 || g->b_preloaded || work[at].cycles <= 0)
       continue;
     const int b = call.tensors.at("b");
@@ -1364,6 +1447,11 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
   for (const KernelCall& call : plan.calls) {
     OnChip o;
     o.gemm = whole_chip_gemm(call, symbols, o.why);
+    o.ksplit = split_k_gemm(plan, call, symbols, o.gemm, o.why);
+    if (o.ksplit && o.gemm) {
+      o.why = "its K split over one core's matrix units beats the whole chip's estimate";
+      o.gemm.reset();
+    }
     o.row_cores = rowwise_cores(call, call.rows, call_bytes(plan, call), symbols, o.why);
     if (call.kind == KernelCall::Kind::Rowwise && o.row_cores == 1) {  // too few rows: cut into more, if it can be
       const kernels::rowwise::Program cut = rows_for_cores(call.rows, symbols);
@@ -1632,7 +1720,11 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
     p.regions[node].flops += call.flops;
     p.regions[node].bytes += call_bytes(plan, call, true);
     const auto frag_begin = static_cast<uint32_t>(p.code.size());
-    p.regions.push_back(isa::Region{isa::kRegionKernel, on_chip[c].gemm ? "gemm_chip" : call.kernel, frag_begin,
+    p.regions.push_back(isa::Region{isa::kRegionKernel,
+                                    on_chip[c].gemm     ? "gemm_chip"
+                                    : on_chip[c].ksplit ? "gemm_ksplit"
+                                                        : call.kernel,
+                                    frag_begin,
                                     static_cast<uint32_t>(end)});
     // On a chip of several cores, a kernel left on core 0 says why (the compile report lists them).
     if (guard && core == 0 && on_chip[c].group < 0)

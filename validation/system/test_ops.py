@@ -494,6 +494,18 @@ class ConvFused(OpCase):
                 return torch.relu(self.c2(torch.relu(self.c1(x))) + x)
         self.check(Res(), randn(2, 6, 7, 9))
 
+    def test_few_rows_split_k(self):
+        # ResNet-50's 14 x 14 convolutions on v6e (matrix units of 256 x 256): 196 output rows per GEMM, one tile of
+        # a matrix unit, so gemm.s on one unit loads all 9 weight tiles of the 3 x 3 convolution (256 cycles each)
+        # for streams of 196 rows. The compiler splits K over the 4 units (kernels/gemm_ksplit.h, codegen.cpp:
+        # split_k_gemm): "gemm_ksplit" kernels, against torch; its bits are gemm.s's (the generator's tests).
+        torch.manual_seed(5)
+        m = nn.Sequential(nn.Conv2d(1024, 256, 1, bias=False), randomize_bn(nn.BatchNorm2d(256)), nn.ReLU(),
+                          nn.Conv2d(256, 256, 3, padding=1, bias=False), randomize_bn(nn.BatchNorm2d(256)), nn.ReLU())
+        self.check(m, randn(1, 1024, 14, 14), config="v6e")
+        kernels, _, _ = self.compiled("v6e")
+        self.assertIn("gemm_ksplit", kernels)
+
     def test_opset17(self):
         m = nn.Sequential(nn.Conv2d(5, 7, 3, padding=1), randomize_bn(nn.BatchNorm2d(7)), nn.SiLU())
         self.check(m, randn(1, 5, 7, 9), opset=17)

@@ -1,0 +1,88 @@
+// gemm_ksplit: a generator of GEMM kernels that split K between one core's matrix units, for a GEMM whose output
+// is too few tiles of a matrix unit to keep its units busy (few rows, N of fewer strips than units): on one unit
+// such a GEMM waits on its weight loads (each fold's R-row load takes R cycles, its stream of a's rows fewer),
+// and a split of the output's rows leaves every unit the same loads. ResNet-50's 14 x 14 convolutions on v6e
+// (196 x 2304 x 256: 9 folds of 256 rows for 196 rows each) are such GEMMs.
+//
+// Contract. gemm_ksplit_kernel(g, ...) computes what kernels/gemm.s computes with the same defines, bit for bit:
+// c[M, N] = epilogue(a @ b) for IN_DT bf16 (f32 accumulators) or i8 (i32), with bias (or an int8 GEMM's dequant
+// pairs), ReLU, scale, the output's cast, a residual added after the cast (and its ReLU), b as [K, N] or in tiles
+// (B_TILED), and a as the matrix or a convolution's taps (ConvTaps). Not: Q_SCALE, GROUP_N, ACT_RESIDENT, TRANS_B
+// or an activation epilogue (the compiler keeps those on gemm.s or gemm_chip). Tensors as gemm.s declares them
+// (a, b, bias or dq, r, c).
+//
+// Why the same bits. gemm.s sums an output element's folds (passes of R rows of K) in order in its accumulator:
+// ((P0 + P1) + P2) + ..., each a rounded f32 addition. Here the pairs (strip of C columns, fold) are dealt in
+// strip-major order, a contiguous run to each unit. The run that holds a strip's fold 0 accumulates in its unit
+// exactly as gemm.s does; every later fold of a bf16 GEMM is written to an accumulator region of its own
+// (mxu.mm without accumulate: the pass's sum alone), and the vector unit adds those regions to the first run's
+// one after the other, in fold order (vpu.add, f32): the same additions in the same order. An int8 GEMM's i32
+// accumulators wrap, so its sums do not depend on their order: each unit's run of a strip accumulates whole and
+// the runs are added.
+//
+// Schedule of a row tile (TM rows; all of them one tile where they fit the accumulators):
+//   dmain:  (first row tile) the bias table; a's block of TM rows, all of K (the taps one transfer each; from the
+//           second row tile on after AFREE); AFULL_j for every unit; (first row tile) every unit's weight tiles,
+//           dealt round-robin over the units so that each starts early, each signalling FULL_j (loads complete in
+//           order); the residual's tiles (wait RF, signal RL). The weights stay in VMEM for every row tile.
+//   mxu j:  per pair of its run: mxu.lw (first row tile: waits FULL_j), mxu.mm into its region (the first waits
+//           AFULL_j, and from the second row tile on RFREE_j first); then mxu.sync signals DONE_j.
+//   vpu:    waits every DONE_j, signals AFREE; per strip, adds its later regions into its first (fold order);
+//           drains it (vpu.acc: bias or dequant, ReLU, scale, cast; waits CF, a C buffer free) into the strip's C
+//           buffer; with a residual adds r's tile (waits RL, signals RF) and its ReLU; signals CFULL; then RFREE_j.
+//   dmaout: per strip, stores the C buffer into c (waits CFULL, signals CF).
+// The code is straight-line (the plan is static); it uses semaphores s1 .. s(4U+6) and registers r1 .. r8.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tpusim/isa/isa.h"
+#include "tpusim/isa/program.h"
+#include "tpusim/kernels/gemm_chip.h"
+
+namespace tpusim::kernels {
+
+struct GemmKSplit {
+  int64_t m = 0, k = 0, n = 0;
+  isa::DType in = isa::DType::BF16;  // i8 or bf16
+  isa::DType out = isa::DType::F32;  // i8, i32, bf16 or f32
+  bool bias = false, relu = false;
+  uint32_t scale_bits = 0;  // f32 bits multiplied in after bias and ReLU; 0: none
+  bool dequant = false;     // i8 in, bf16 or f32 out: input dq [N, 2] of (scale, bias) pairs (gemm.s DEQUANT)
+  bool b_tiled = false;     // b as [cdiv(K, R), cdiv(N, C), R, C] (gemm.s B_TILED)
+  bool residual = false, residual_relu = false;  // gemm.s RESIDUAL, RES_RELU (OUT_DT bf16 or f32)
+  ConvTaps taps;            // a as a convolution's taps (gemm.s TAP_*)
+  int mxus = 0;             // matrix units to use at most; 0: every one (MXUS; at most kMaxKSplitUnits)
+  bool a_local = false;     // for the estimate only: a lies in this core's VMEM (its block crosses VMEM's ports)
+  bool operator==(const GemmKSplit&) const = default;
+};
+
+inline constexpr int kMaxKSplitUnits = 6;
+// The most (row tile, pair) steps a kernel takes: its code is straight-line, about 20 instructions a step.
+inline constexpr int64_t kMaxKSplitSteps = 4096;
+
+// The plan: the units used, the row tile, and per unit its run of (strip, fold) pairs.
+struct KSplitPlan {
+  int64_t units = 0, tm = 0, row_tiles = 0, strips = 0, folds = 0;
+  int64_t regions = 0;  // accumulator regions (of TM rows) of the busiest unit
+  int64_t adds = 0;     // vpu.add passes over a region per row tile
+  std::vector<int64_t> first, last;  // unit j's pairs [first[j], last[j]) in strip-major order
+  double estimate = 0;  // cycles
+};
+
+// The plan for `g` on the chip `symbols` describes (MXU_ROWS, MXU_COLS, ACC_ROWS, MXUS, VMEM_BYTES, VPU_WIDTH,
+// HBM_BYTES_PER_CYCLE, DMA_LATENCY). Throws std::invalid_argument where it cannot run: fewer than two units or
+// pairs, an epilogue it does not have, a type it does not take, operands that do not fit VMEM, or more than
+// kMaxKSplitSteps steps (the message says which).
+KSplitPlan gemm_ksplit_plan(const GemmKSplit& g, const std::map<std::string, int64_t>& symbols);
+
+// The kernel: tensors at tensor_addr where given, the others placed from hbm_base up as the assembler places
+// them; code from instruction base_pc; source lines "<gemm_ksplit> at gemm_ksplit.cpp:LINE". Throws as the plan.
+isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string, int64_t>& symbols,
+                                const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
+                                uint64_t hbm_base = 0);
+
+}  // namespace tpusim::kernels

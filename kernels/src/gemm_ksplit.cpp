@@ -1,0 +1,337 @@
+// The split-K GEMM generator: the contract, why its results are gemm.s's bits, and the schedule are in
+// gemm_ksplit.h.
+#include "tpusim/kernels/gemm_ksplit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "tpusim/isa/emitter.h"
+
+namespace tpusim::kernels {
+namespace {
+
+int64_t need(const std::map<std::string, int64_t>& s, const char* name) {
+  const auto it = s.find(name);
+  if (it == s.end() || it->second <= 0)
+    throw std::invalid_argument(std::string("gemm_ksplit: the chip symbol ") + name + " is missing or not positive");
+  return it->second;
+}
+int64_t optional(const std::map<std::string, int64_t>& s, const char* name, int64_t otherwise) {
+  const auto it = s.find(name);
+  return it == s.end() ? otherwise : it->second;
+}
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
+
+// One accumulator region of a unit: pairs [first, last) of one strip, accumulated in place.
+struct Region {
+  int64_t unit = 0, strip = 0, first = 0, last = 0, index = 0;  // index: the unit's index-th region (TM rows each)
+};
+
+// The regions of every unit, in each unit's pair order: a run of a strip accumulates in place only where it holds
+// the strip's fold 0 (bf16) or always (i8: i32 sums do not depend on their order).
+std::vector<Region> regions_of(const std::vector<int64_t>& first, const std::vector<int64_t>& last, int64_t F,
+                               bool integer) {
+  std::vector<Region> out;
+  for (size_t j = 0; j < first.size(); ++j) {
+    int64_t index = 0;
+    for (int64_t p = first[j]; p < last[j];) {
+      const int64_t strip = p / F, end_of_strip = std::min(last[j], (strip + 1) * F);
+      const int64_t end = integer || p % F == 0 ? end_of_strip : p + 1;
+      out.push_back(Region{static_cast<int64_t>(j), strip, p, end, index++});
+      p = end;
+    }
+  }
+  return out;
+}
+
+struct Layout {
+  int64_t table = 0, a = 0, b = 0, c = 0, r = 0, end = 0;  // VMEM offsets
+  int64_t b_tile = 0, c_buf = 0;                            // bytes of one weight tile, one C (or r) buffer
+};
+
+Layout layout(const GemmKSplit& g, int64_t tm, int64_t R, int64_t C, int64_t pairs) {
+  const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), NS = cdiv(g.n, C);
+  Layout l;
+  l.a = g.dequant ? align64(g.n * 8) : g.bias ? align64(g.n * 4) : 0;
+  l.b = l.a + align64(tm * g.k * E);
+  l.b_tile = align64(R * C * E);
+  l.c = l.b + pairs * l.b_tile;
+  l.c_buf = align64(tm * C * O);
+  l.r = l.c + NS * l.c_buf;
+  l.end = l.r + (g.residual ? NS * l.c_buf : 0);
+  return l;
+}
+
+void check(const GemmKSplit& g) {
+  using isa::DType;
+  if (g.m < 1 || g.k < 1 || g.n < 1) throw std::invalid_argument("gemm_ksplit: M, K and N must be positive");
+  if (g.in != DType::BF16 && g.in != DType::I8) throw std::invalid_argument("gemm_ksplit: the input type is i8 or bf16");
+  if (g.out != DType::I8 && g.out != DType::I32 && g.out != DType::BF16 && g.out != DType::F32)
+    throw std::invalid_argument("gemm_ksplit: the output type is i8, i32, bf16 or f32");
+  if (g.dequant && (g.in != DType::I8 || (g.out != DType::BF16 && g.out != DType::F32)))
+    throw std::invalid_argument("gemm_ksplit: dequant takes i8 and gives bf16 or f32");
+  if (g.residual && g.out != DType::BF16 && g.out != DType::F32)
+    throw std::invalid_argument("gemm_ksplit: a residual gives bf16 or f32");
+  if (g.residual_relu && !g.residual) throw std::invalid_argument("gemm_ksplit: the residual's ReLU needs a residual");
+  const ConvTaps& t = g.taps;
+  if (t.cin < 0 || (t.cin > 0 && (g.k % t.cin != 0 || t.rows < 1 || t.kw < 1 || t.sh < 1 || t.sw < 1 || t.dh < 1 ||
+                                  t.dw < 1 || t.wq < 1 || t.phase_rows < 0)))
+    throw std::invalid_argument("gemm_ksplit: the taps need K in whole taps, their rows, strides and widths positive");
+}
+
+}  // namespace
+
+KSplitPlan gemm_ksplit_plan(const GemmKSplit& g, const std::map<std::string, int64_t>& s) {
+  check(g);
+  const int64_t R = need(s, "MXU_ROWS"), C = need(s, "MXU_COLS"), ACC = need(s, "ACC_ROWS"),
+                VMEM = need(s, "VMEM_BYTES"), width = need(s, "VPU_WIDTH");
+  const int64_t bpc = std::max<int64_t>(1, optional(s, "HBM_BYTES_PER_CYCLE", 64)),
+                lat = optional(s, "DMA_LATENCY", 100);
+  KSplitPlan p;
+  p.strips = cdiv(g.n, C), p.folds = cdiv(g.k, R);
+  const int64_t pairs = p.strips * p.folds;
+  p.units = std::min({need(s, "MXUS"), g.mxus > 0 ? int64_t{g.mxus} : need(s, "MXUS"), int64_t{kMaxKSplitUnits}, pairs});
+  if (p.units < 2)
+    throw std::invalid_argument("gemm_ksplit: " + std::to_string(pairs) + " pairs of a strip and a fold on " +
+                                std::to_string(need(s, "MXUS")) + " matrix units: nothing to split");
+  for (int64_t j = 0; j < p.units; ++j) p.first.push_back(j * pairs / p.units), p.last.push_back((j + 1) * pairs / p.units);
+  const bool integer = g.in == isa::DType::I8;
+  const std::vector<Region> regions = regions_of(p.first, p.last, p.folds, integer);
+  std::vector<int64_t> per_unit(static_cast<size_t>(p.units), 0), per_strip(static_cast<size_t>(p.strips), 0);
+  for (const Region& r : regions) ++per_unit[static_cast<size_t>(r.unit)], ++per_strip[static_cast<size_t>(r.strip)];
+  p.regions = *std::max_element(per_unit.begin(), per_unit.end());
+  for (int64_t n : per_strip) p.adds += n - 1;
+  // Row tiles: as many rows as the busiest unit's regions leave of its accumulators and VMEM leaves beside the
+  // weights, all tiles of the same height
+  const Layout none = layout(g, 0, R, C, pairs);
+  const int64_t per_row = g.k * isa::dtype_size(g.in) + (g.residual ? 2 : 1) * p.strips * C * isa::dtype_size(g.out);
+  const int64_t tm_vmem = (VMEM - none.end - 256) / per_row;
+  const int64_t tm_max = std::min({g.m, ACC / p.regions, tm_vmem});
+  if (tm_max < 1)
+    throw std::invalid_argument("gemm_ksplit: the weights (" + std::to_string(none.c - none.b) +
+                                " bytes) and a row of a do not fit VMEM (" + std::to_string(VMEM) + " bytes)");
+  p.row_tiles = cdiv(g.m, tm_max), p.tm = cdiv(g.m, p.row_tiles);
+  if (p.row_tiles * pairs > kMaxKSplitSteps)
+    throw std::invalid_argument("gemm_ksplit: " + std::to_string(p.row_tiles) + " row tiles of " +
+                                std::to_string(pairs) + " pairs each: more than " + std::to_string(kMaxKSplitSteps) +
+                                " steps of straight-line code");
+  // Estimate: per row tile, the busiest unit's matrix work (each pair the longer of its weight load, R cycles, and
+  // its stream of TM rows; the first load exposed; the results R + C cycles after the last row) after a's block
+  // (at HBM's bandwidth and a load's latency, or VMEM's ports where it lies there); the first row tile no sooner
+  // than its weights arrive (a's bytes, if from HBM, and b's at HBM's bandwidth after a load's latency) and the
+  // last tile's load, stream and results; the vector unit's sums of the last unit's regions and the drains (each a
+  // pass of TM x C elements at VPU_WIDTH per cycle, a residual two more); the last stores.
+  const int64_t rate = matrix_rate(g.in, s);
+  const double stretch = matrix_stretch(s);
+  const double stream = static_cast<double>(cdiv(p.tm, rate)) * stretch;
+  const double pair = std::max(static_cast<double>(R), stream);
+  int64_t longest = 0;
+  for (int64_t j = 0; j < p.units; ++j)
+    longest = std::max(longest, p.last[static_cast<size_t>(j)] - p.first[static_cast<size_t>(j)]);
+  const double results = static_cast<double>(R + C);
+  const double mxu = static_cast<double>(longest - 1) * pair + static_cast<double>(R) + stream + results;
+  const double E = static_cast<double>(isa::dtype_size(g.in)), hbm = static_cast<double>(bpc);
+  const double ports = static_cast<double>(std::max<int64_t>(1, optional(s, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
+  const double a_bytes = static_cast<double>(p.tm * g.k) * E, b_bytes = static_cast<double>(g.k * g.n) * E;
+  const double a_time = g.a_local ? a_bytes / ports : static_cast<double>(lat) + a_bytes / hbm;
+  const double pass = std::ceil(static_cast<double>(p.tm * C) / static_cast<double>(width));
+  int64_t last_regions = 0;
+  for (const Region& r : regions) last_regions += r.unit == p.units - 1 && r.first % p.folds != 0;
+  const double vector = static_cast<double>(last_regions) * pass +
+                        static_cast<double>(p.strips) * pass * (g.residual ? 3 : 1);
+  // a's columns load unit by unit (the kernel's order): unit j starts once the folds it is the first to need are in
+  double mxu_path = 0;
+  std::vector<bool> needed(static_cast<size_t>(p.folds), false);
+  int64_t columns = 0;
+  for (int64_t j = 0; j < p.units; ++j) {
+    for (int64_t pr = p.first[static_cast<size_t>(j)]; pr < p.last[static_cast<size_t>(j)]; ++pr)
+      if (!needed[static_cast<size_t>(pr % p.folds)]) needed[static_cast<size_t>(pr % p.folds)] = true, ++columns;
+    const int64_t len = p.last[static_cast<size_t>(j)] - p.first[static_cast<size_t>(j)];
+    mxu_path = std::max(mxu_path, a_time * static_cast<double>(columns) / static_cast<double>(p.folds) +
+                                      static_cast<double>(len - 1) * pair + static_cast<double>(R) + stream + results);
+  }
+  const double first = std::max(mxu_path, static_cast<double>(lat) + ((g.a_local ? 0 : a_bytes) + b_bytes) / hbm +
+                                              static_cast<double>(R) + stream + results);
+  p.estimate = first + static_cast<double>(p.row_tiles - 1) * (a_time + mxu) + static_cast<double>(p.row_tiles) * vector +
+               static_cast<double>(lat) + static_cast<double>(p.tm * g.n * isa::dtype_size(g.out)) / hbm;
+  return p;
+}
+
+isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string, int64_t>& s,
+                                const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc,
+                                uint64_t hbm_base) {
+  using isa::DType;
+  using isa::Sem;
+  using isa::TensorKind;
+  const KSplitPlan p = gemm_ksplit_plan(g, s);
+  const int64_t R = need(s, "MXU_ROWS"), C = need(s, "MXU_COLS"), ACC = need(s, "ACC_ROWS"),
+                ACC_ADDR = optional(s, "ACC_ADDR", need(s, "VMEM_BYTES"));
+  const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), U = p.units, NS = p.strips, F = p.folds,
+                TM = p.tm;
+  const DType acc_dt = g.in == DType::I8 ? DType::I32 : DType::F32;
+  const Layout L = layout(g, TM, R, C, NS * F);
+  const std::vector<Region> regions = regions_of(p.first, p.last, F, g.in == DType::I8);
+
+  isa::Emitter e("gemm_ksplit", "<gemm_ksplit>", base_pc);
+  auto declare = [&](const char* name, TensorKind kind, DType dt, std::vector<int64_t> shape) {
+    return static_cast<int64_t>(e.declare_placed(isa::TensorDecl{name, kind, dt, std::move(shape)}, tensor_addr, hbm_base));
+  };
+  const int64_t a_addr = g.taps.cin > 0 ? declare("a", TensorKind::Input, g.in, {g.taps.rows, g.taps.cin})
+                                        : declare("a", TensorKind::Input, g.in, {g.m, g.k});
+  const int64_t b_addr = g.b_tiled ? declare("b", TensorKind::Input, g.in, {F, NS, R, C})
+                                   : declare("b", TensorKind::Input, g.in, {g.k, g.n});
+  int64_t table_addr = -1, r_addr = -1;
+  if (g.dequant)
+    table_addr = declare("dq", TensorKind::Input, DType::F32, {g.n, 2});
+  else if (g.bias)
+    table_addr = declare("bias", TensorKind::Input, acc_dt, {g.n});
+  if (g.residual) r_addr = declare("r", TensorKind::Input, g.out, {g.m, g.n});
+  const int64_t c_addr = declare("c", TensorKind::Output, g.out, {g.m, g.n});
+
+  // Semaphores: per unit FULL (its weight tiles loaded), AFULL (a's block), DONE (its matrix work), RFREE (its
+  // regions drained); then AFREE, CF (C buffers free), CFULL, TABLE, RL (r's tile loaded), RF (r's buffer free).
+  auto unit_sem = [&](int64_t kind, int64_t j) { return isa::sem(static_cast<int>(1 + kind * U + j)); };
+  const Sem AFREE = isa::sem(static_cast<int>(4 * U + 1)), CF = isa::sem(static_cast<int>(4 * U + 2)),
+            CFULL = isa::sem(static_cast<int>(4 * U + 3)), TABLE = isa::sem(static_cast<int>(4 * U + 4)),
+            RL = isa::sem(static_cast<int>(4 * U + 5)), RF = isa::sem(static_cast<int>(4 * U + 6));
+  for (int64_t kind = 0; kind < 4; ++kind)
+    for (int64_t j = 0; j < U; ++j) e.sem_set(unit_sem(kind, j), 0);
+  e.sem_set(AFREE, 0), e.sem_set(CF, NS), e.sem_set(CFULL, 0), e.sem_set(TABLE, 0), e.sem_set(RL, 0),
+      e.sem_set(RF, NS);
+  const isa::Reg r1 = isa::reg(1), r2 = isa::reg(2), r3 = isa::reg(3), r4 = isa::reg(4), r5 = isa::reg(5),
+                 r6 = isa::reg(6), r7 = isa::reg(7), r8 = isa::reg(8);
+  auto set = [&](std::initializer_list<std::pair<isa::Reg, int64_t>> values) {
+    for (const auto& [r, v] : values) e.li(r, v);
+  };
+  if (table_addr >= 0) {
+    const int64_t bytes = g.n * (g.dequant ? 8 : 4);
+    set({{r1, L.table}, {r2, table_addr}, {r3, 1}, {r4, bytes}});
+    e.dma_ld(r1, r2, r3, r4, r4, r4, {.signal = TABLE});
+  }
+  // A unit's pairs, in order, each with its region
+  std::vector<std::vector<const Region*>> of_unit(static_cast<size_t>(U));
+  for (const Region& r : regions) of_unit[static_cast<size_t>(r.unit)].push_back(&r);
+  auto region_row = [&](const Region& r) { return r.index * TM; };  // the unit's accumulator row
+  auto tile_vaddr = [&](int64_t pair) { return L.b + pair * L.b_tile; };
+
+  for (int64_t t = 0; t < p.row_tiles; ++t) {
+    const int64_t m0 = t * TM, mt = std::min(TM, g.m - m0);
+    // a's block, rows m0 .. m0 + mt at row pitch K*E, loaded unit by unit: the columns of the folds each unit is
+    // the first to need (consecutive folds in one transfer; the taps one transfer per tap), then AFULL for it, then
+    // (first row tile) its first weight tile, so that the first units start while the others' columns load
+    if (t > 0) e.dmain_sync({.wait = AFREE});
+    auto load_columns = [&](int64_t k0, int64_t k1) {
+      if (g.taps.cin == 0) {
+        set({{r1, L.a + k0 * E}, {r2, a_addr + (m0 * g.k + k0) * E}, {r3, mt}, {r4, (k1 - k0) * E}, {r5, g.k * E}});
+        e.dma_ld(r1, r2, r3, r4, r5, r5);
+        return;
+      }
+      for (int64_t col = k0; col < k1;) {
+        const int64_t tap = col / g.taps.cin, ch = col % g.taps.cin, w = std::min(g.taps.cin - ch, k1 - col);
+        const int64_t src = a_addr + ((m0 + tap_row_offset(g.taps, tap)) * g.taps.cin + ch) * E;
+        set({{r1, L.a + col * E}, {r2, src}, {r3, mt}, {r4, w * E}, {r5, g.taps.cin * E}, {r6, g.k * E}});
+        e.dma_ld(r1, r2, r3, r4, r5, r6);
+        col += w;
+      }
+    };
+    std::vector<bool> loaded(static_cast<size_t>(F), false);
+    auto load_a_of = [&](int64_t j) {
+      for (int64_t pair = p.first[static_cast<size_t>(j)]; pair < p.last[static_cast<size_t>(j)];) {
+        int64_t f = pair % F;
+        if (loaded[static_cast<size_t>(f)]) {
+          ++pair;
+          continue;
+        }
+        const int64_t f0 = f;
+        while (pair < p.last[static_cast<size_t>(j)] && pair % F == f && !loaded[static_cast<size_t>(f)])
+          loaded[static_cast<size_t>(f)] = true, ++pair, ++f;
+        load_columns(f0 * R, std::min(g.k, f * R));
+      }
+      e.dmain_sync({.signal = unit_sem(1, j)});
+    };
+    // the weights (first row tile) dealt round-robin over the units, and each unit's matrix work after its load
+    int64_t longest = 0;
+    for (int64_t j = 0; j < U; ++j) longest = std::max(longest, p.last[static_cast<size_t>(j)] - p.first[static_cast<size_t>(j)]);
+    std::vector<bool> started(static_cast<size_t>(U), false);
+    for (int64_t i = 0; i < longest; ++i)
+      for (int64_t j = 0; j < U; ++j) {
+        const int64_t pair = p.first[static_cast<size_t>(j)] + i;
+        if (i == 0) load_a_of(j);
+        if (pair >= p.last[static_cast<size_t>(j)]) continue;
+        const int64_t q = pair / F, f = pair % F, kt = std::min(R, g.k - f * R), nt = std::min(C, g.n - q * C);
+        if (t == 0) {
+          if (g.b_tiled) {
+            set({{r1, tile_vaddr(pair)}, {r2, b_addr + (f * NS + q) * R * C * E}, {r3, kt}, {r4, nt * E}, {r5, C * E}});
+            e.dma_ld(r1, r2, r3, r4, r5, r5, {.signal = unit_sem(0, j)});
+          } else {
+            set({{r1, tile_vaddr(pair)}, {r2, b_addr + (f * R * g.n + q * C) * E}, {r3, kt}, {r4, nt * E},
+                 {r5, g.n * E}, {r6, C * E}});
+            e.dma_ld(r1, r2, r3, r4, r5, r6, {.signal = unit_sem(0, j)});
+          }
+        }
+        set({{r1, tile_vaddr(pair)}, {r2, kt}, {r3, nt}, {r4, C * E}});
+        e.mxu_lw(r1, r2, r3, r4, g.in, {.mxu = j, .wait = t == 0 ? unit_sem(0, j) : Sem{}});
+        const Region* region = nullptr;
+        for (const Region* r : of_unit[static_cast<size_t>(j)])
+          if (pair >= r->first && pair < r->last) region = r;
+        if (!started[static_cast<size_t>(j)] && t > 0) e.mxu_sync({.mxu = j, .wait = unit_sem(3, j)});
+        set({{r1, L.a + f * R * E}, {r2, mt}, {r3, region_row(*region)}, {r4, g.k * E}});
+        e.mxu_mm(r1, r2, r3, r4, g.in,
+                 {.accumulate = pair != region->first, .mxu = j,
+                  .wait = started[static_cast<size_t>(j)] ? Sem{} : unit_sem(1, j)});
+        started[static_cast<size_t>(j)] = true;
+      }
+    for (int64_t j = 0; j < U; ++j) e.mxu_sync({.mxu = j, .signal = unit_sem(2, j)});
+    // the residual's tiles, once their buffers are free
+    if (g.residual)
+      for (int64_t q = 0; q < NS; ++q) {
+        const int64_t nt = std::min(C, g.n - q * C);
+        set({{r1, L.r + q * L.c_buf}, {r2, r_addr + (m0 * g.n + q * C) * O}, {r3, mt}, {r4, nt * O}, {r5, g.n * O}});
+        e.dma_ld(r1, r2, r3, r4, r5, r4, {.wait = RF, .signal = RL});
+      }
+    // the vector unit, per strip: its sums in fold order, each unit's regions once that unit's matrix work is done
+    // (the units hold the folds in order, so the first units' sums run while the last ones compute), then its drain
+    std::vector<bool> done(static_cast<size_t>(U), false);
+    auto wait_done = [&](int64_t j) {
+      if (!done[static_cast<size_t>(j)]) e.vpu_sync({.wait = unit_sem(2, j)}), done[static_cast<size_t>(j)] = true;
+    };
+    if (t == 0 && table_addr >= 0) e.vpu_sync({.wait = TABLE});
+    for (int64_t q = 0; q < NS; ++q) {
+      std::vector<const Region*> of_strip;
+      for (const Region& r : regions)
+        if (r.strip == q) of_strip.push_back(&r);
+      std::sort(of_strip.begin(), of_strip.end(), [](const Region* a, const Region* b) { return a->first < b->first; });
+      const Region& base = *of_strip.front();
+      auto acc_addr = [&](const Region& r) { return ACC_ADDR + ((r.unit * ACC + region_row(r)) * C) * 4; };
+      wait_done(base.unit);
+      for (size_t i = 1; i < of_strip.size(); ++i) {
+        wait_done(of_strip[i]->unit);
+        set({{r1, acc_addr(base)}, {r2, acc_addr(*of_strip[i])}, {r3, mt * C}});
+        e.vpu_add(r1, r1, r2, r3, acc_dt);
+      }
+      const int64_t nt = std::min(C, g.n - q * C);
+      set({{r1, L.c + q * L.c_buf}, {r2, base.unit * ACC + region_row(base)}, {r3, mt}, {r4, nt}, {r5, nt * O},
+           {r6, L.table + q * C * (g.dequant ? 8 : 4)}, {r7, static_cast<int64_t>(g.scale_bits)}});
+      e.vpu_sync({.wait = CF});
+      e.vpu_acc(r1, r2, r3, r4, r5, r6, r7, acc_dt, g.out,
+                {.bias_en = g.bias, .relu = g.relu, .scale_en = g.scale_bits != 0, .dequant = g.dequant});
+      if (g.residual) {
+        set({{r2, L.r + q * L.c_buf}, {r3, mt * nt}});
+        e.vpu_add(r1, r1, r2, r3, g.out, {.wait = RL});
+        if (g.residual_relu) e.vpu_relu(r1, r1, r3, g.out);
+        e.vpu_sync({.signal = RF});
+      }
+      e.vpu_sync({.signal = CFULL});
+      set({{r8, c_addr + (m0 * g.n + q * C) * O}, {r2, mt}, {r4, nt * O}, {r5, g.n * O}});
+      e.dma_st(r8, r1, r2, r4, r5, r4, {.wait = CFULL, .signal = CF});
+    }
+    e.vpu_sync({.signal = AFREE});  // every unit's matrix work is done: a's block may be reloaded
+    for (int64_t j = 0; j < U; ++j) e.vpu_sync({.signal = unit_sem(3, j)});
+  }
+  e.halt();
+  return e.finish();
+}
+
+}  // namespace tpusim::kernels
