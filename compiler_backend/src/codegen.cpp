@@ -165,15 +165,16 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
 // estimate beats by a tenth that of what the call would otherwise run as: `chip`, the whole-chip GEMM
 // (whole_chip_gemm; its estimate and, on several cores, its two barriers), else gemm.s on one unit (both count a at
 // VMEM's ports where it lies there). nullopt otherwise, or where the call asks for what the split kernel does not
-// do (Q_SCALE, GROUP_N, ACT_RESIDENT, TRANS_B, an activation). `why` gains the reason where the estimate decides.
+// do (GROUP_N, ACT_RESIDENT, TRANS_B, an activation, a residual with an int8 copy). `why` gains the reason where
+// the estimate decides.
 std::optional<kernels::GemmKSplit> split_k_gemm(const KernelPlan& plan, const KernelCall& call,
                                                 const std::map<std::string, int64_t>& symbols,
-                                                const std::optional<kernels::GemmChip>& chip, std::string& why) {
+                                                const std::optional<kernels::GemmChip>& chip, bool may_stream,
+                                                std::string& why) {
   if (call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s" || symbol_or(symbols, "MXUS", 1) < 2)
     return std::nullopt;
   auto param = [&](const char* name) { return param_or(call, name, 0); };
-  if (param("Q_SCALE") || param("GROUP_N") || param("ACT_RESIDENT") || param("TRANS_B") || param("ACT"))
-    return std::nullopt;
+  if (param("GROUP_N") || param("ACT_RESIDENT") || param("TRANS_B") || param("ACT")) return std::nullopt;
   kernels::GemmKSplit g;
   g.m = param("M"), g.k = param("K"), g.n = param("N");
   g.in = static_cast<isa::DType>(param_or(call, "IN_DT", static_cast<int64_t>(isa::DType::BF16)));
@@ -181,6 +182,7 @@ std::optional<kernels::GemmKSplit> split_k_gemm(const KernelPlan& plan, const Ke
   g.bias = param("BIAS") != 0, g.relu = param("RELU") != 0, g.scale_bits = static_cast<uint32_t>(param("SCALE"));
   g.dequant = param("DEQUANT") != 0, g.b_tiled = param("B_TILED") != 0;
   g.residual = param("RESIDUAL") != 0, g.residual_relu = param("RES_RELU") != 0;
+  g.q_scale_bits = static_cast<uint32_t>(param("Q_SCALE")), g.q_only = param("Q_ONLY") != 0;
   g.taps = kernels::ConvTaps{param("TAP_CIN"), param("TAP_ROWS"), param_or(call, "TAP_KW", 1),
                              param_or(call, "TAP_SH", 1), param_or(call, "TAP_SW", 1), param_or(call, "TAP_DH", 1),
                              param_or(call, "TAP_DW", 1), param_or(call, "TAP_WQ", 1), param("TAP_PHASE_ROWS")};
@@ -194,18 +196,18 @@ std::optional<kernels::GemmKSplit> split_k_gemm(const KernelPlan& plan, const Ke
         symbol_or(symbols, "CORES", 1) > 1 ? 2.0 * static_cast<double>(symbol_or(symbols, "SYNC_LATENCY", 0)) : 0.0;
     const double rival =
         chip ? kernels::gemm_chip_estimate(*chip, symbols) + sync : one_unit_gemm_cycles(call, symbols, g.a_local);
+    std::map<std::string, int64_t> fast = symbols;
+    fast["HBM_BYTES_PER_CYCLE"] = 16 * std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1));
+    const double local = kernels::gemm_ksplit_plan(g, fast).estimate;
     // The whole-chip GEMM may stream its weights (stream_weights), load later GEMMs' and overlap the kernel before
     // it (plan_overlap, prefetch_overlap), none of which its estimate counts: the split kernel replaces it only
     // where it also beats it by a quarter with the weights in VMEM (both estimates at 16 times HBM's bandwidth).
     // ResNet-50's 7 x 7 convolutions on v6e, 63 x 4608 x 512 (weights streamed): 5,714 cycles as the whole-chip
     // GEMM, 3,758 split; BERT-base's FFN output on v5e (estimates 5,516 and 6,506 at that bandwidth) stays.
-    if (chip) {
-      std::map<std::string, int64_t> fast = symbols;
-      fast["HBM_BYTES_PER_CYCLE"] = 16 * std::max<int64_t>(1, symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 1));
-      if (kernels::gemm_ksplit_plan(g, fast).estimate >= 0.75 * (kernels::gemm_chip_estimate(*chip, fast) + sync))
-        return std::nullopt;
-    }
-    if (p.estimate >= 0.9 * rival) {
+    if (chip && local >= 0.75 * (kernels::gemm_chip_estimate(*chip, fast) + sync)) return std::nullopt;
+    // gemm.s's weights never stream; the split kernel's may (may_stream: the weight stream runs and they are
+    // constants): then its estimate with them in VMEM is the one to beat gemm.s's with
+    if ((!chip && may_stream ? local : p.estimate) >= 0.9 * rival) {
       if (!chip)
         why += "; split over " + std::to_string(p.units) + " matrix units, its estimate, " +
                std::to_string(static_cast<int64_t>(std::llround(p.estimate))) + " cycles, does not beat one unit's " +
@@ -1111,17 +1113,23 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     const OnChip& oc = on_chip[order[at]];
     Work& w = work[at];
     w.own = call_bytes(plan, call, true);
+    auto gemm_bytes = [&]() {  // a GEMM's tensors in HBM, each once, and of those its b's
+      w.own = 0;
+      for (const auto& [name, b] : call.tensors) {
+        const Buffer& buf = plan.buffers[static_cast<size_t>(b)];
+        if (isa::far_memory(static_cast<int64_t>(buf.addr)) != isa::FarMemory::Hbm) continue;
+        w.own += static_cast<double>(buf.bytes());
+        if (name == "b") w.b = static_cast<double>(buf.bytes());
+      }
+    };
     try {
       if (oc.gemm) {
         w.cycles = kernels::gemm_chip_estimate(*oc.gemm, fast);
-        w.own = 0;
-        for (const auto& [name, b] : call.tensors) {
-          const Buffer& buf = plan.buffers[static_cast<size_t>(b)];
-          if (isa::far_memory(static_cast<int64_t>(buf.addr)) != isa::FarMemory::Hbm) continue;
-          w.own += static_cast<double>(buf.bytes());
-          if (name == "b") w.b = static_cast<double>(buf.bytes());
-        }
+        gemm_bytes();
         if (oc.gemm->prefetch.empty()) w.tail = kernels::gemm_chip_tail(*oc.gemm, symbols);
+      } else if (oc.ksplit) {  // a producer too: the stream's loads follow its own (GemmKSplit::background)
+        w.cycles = kernels::gemm_ksplit_plan(*oc.ksplit, fast).estimate;
+        gemm_bytes();
       } else if (call.kind == KernelCall::Kind::Rowwise && oc.row_cores == 1) {
         w.cycles = rowwise_work(call.rows, kernels::rowwise::plan(call.rows, symbols), symbols);
       } else if (call.kind == KernelCall::Kind::Attention && !call.attention.vector_unit) {
@@ -1143,8 +1151,8 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     int buffer = -1;
     int64_t bytes = 0, loaded = 0, vaddr = -1;
   };
-  // A split-K GEMM (split_k_gemm) streams its weights too (a consumer only: it loads no one else's), where its
-  // estimate with them from HBM is above that at 16 times HBM's bandwidth by a twentieth.
+  // A split-K GEMM (split_k_gemm) streams its weights too, where its estimate with them from HBM is above that at
+  // 16 times HBM's bandwidth by a twentieth (and, as a producer, loads later ones after its own loads).
   std::vector<Weight> weights;
   for (size_t at = 0; at < order.size(); ++at) {
     const KernelCall& call = plan.calls[order[at]];
@@ -1269,6 +1277,8 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
       on_chip[c].gemm->prefetch = l, tails.insert(slot.first);
     else if (on_chip[c].gemm)
       on_chip[c].gemm->background = l;
+    else if (on_chip[c].ksplit)
+      on_chip[c].ksplit->background = l;
     else if (plan.calls[c].kind == KernelCall::Kind::Rowwise)
       plan.calls[c].rows.background = l;
     else
@@ -1447,7 +1457,9 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
   for (const KernelCall& call : plan.calls) {
     OnChip o;
     o.gemm = whole_chip_gemm(call, symbols, o.why);
-    o.ksplit = split_k_gemm(plan, call, symbols, o.gemm, o.why);
+    o.ksplit = split_k_gemm(plan, call, symbols, o.gemm,
+                            overlap_kernels && chip_cores == 1 && ring.end > ring.begin && constant_weights(plan, call),
+                            o.why);
     if (o.ksplit && o.gemm) {
       o.why = "its K split over one core's matrix units beats the whole chip's estimate";
       o.gemm.reset();

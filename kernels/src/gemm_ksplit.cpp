@@ -48,7 +48,8 @@ std::vector<Region> regions_of(const std::vector<int64_t>& first, const std::vec
 
 struct Layout {
   int64_t table = 0, a = 0, b = 0, c = 0, r = 0, end = 0;  // VMEM offsets
-  int64_t b_tile = 0, c_buf = 0;                            // bytes of one weight tile, one C (or r) buffer
+  int64_t b_tile = 0, c_buf = 0;  // bytes of one weight tile, one C (or r) buffer (with q, its q tile after it)
+  int64_t q_off = 0;              // the q tile's offset in its C buffer
 };
 
 Layout layout(const GemmKSplit& g, int64_t tm, int64_t R, int64_t C, int64_t pairs) {
@@ -58,9 +59,10 @@ Layout layout(const GemmKSplit& g, int64_t tm, int64_t R, int64_t C, int64_t pai
   l.b = l.a + align64(tm * g.k * E);
   l.b_tile = align64(R * C * E);
   l.c = l.b + pairs * l.b_tile;
-  l.c_buf = align64(tm * C * O);
+  l.q_off = g.q_only ? 0 : align64(tm * C * O);
+  l.c_buf = l.q_off + (g.q_scale_bits != 0 ? align64(tm * C) : 0);
   l.r = l.c + NS * l.c_buf;
-  l.end = l.r + (g.residual ? NS * l.c_buf : 0);
+  l.end = l.r + (g.residual ? NS * align64(tm * C * O) : 0);
   return l;
 }
 
@@ -75,6 +77,9 @@ void check(const GemmKSplit& g) {
   if (g.residual && g.out != DType::BF16 && g.out != DType::F32)
     throw std::invalid_argument("gemm_ksplit: a residual gives bf16 or f32");
   if (g.residual_relu && !g.residual) throw std::invalid_argument("gemm_ksplit: the residual's ReLU needs a residual");
+  if (g.q_scale_bits != 0 && (!g.dequant || g.scale_bits != 0 || g.residual))
+    throw std::invalid_argument("gemm_ksplit: q needs dequant, and neither a scale nor a residual");
+  if (g.q_only && g.q_scale_bits == 0) throw std::invalid_argument("gemm_ksplit: q_only needs q's scale");
   const ConvTaps& t = g.taps;
   if (t.cin < 0 || (t.cin > 0 && (g.k % t.cin != 0 || t.rows < 1 || t.kw < 1 || t.sh < 1 || t.sw < 1 || t.dh < 1 ||
                                   t.dw < 1 || t.wq < 1 || t.phase_rows < 0)))
@@ -106,7 +111,8 @@ KSplitPlan gemm_ksplit_plan(const GemmKSplit& g, const std::map<std::string, int
   // Row tiles: as many rows as the busiest unit's regions leave of its accumulators and VMEM leaves beside the
   // weights, all tiles of the same height
   const Layout none = layout(g, 0, R, C, pairs);
-  const int64_t per_row = g.k * isa::dtype_size(g.in) + (g.residual ? 2 : 1) * p.strips * C * isa::dtype_size(g.out);
+  const int64_t per_row = g.k * isa::dtype_size(g.in) + (g.residual ? 2 : 1) * p.strips * C * isa::dtype_size(g.out) +
+                          (g.q_scale_bits != 0 ? p.strips * C : 0);
   const int64_t tm_vmem = (VMEM - none.end - 256) / per_row;
   const int64_t tm_max = std::min({g.m, ACC / p.regions, tm_vmem});
   if (tm_max < 1)
@@ -140,7 +146,9 @@ KSplitPlan gemm_ksplit_plan(const GemmKSplit& g, const std::map<std::string, int
   int64_t last_regions = 0;
   for (const Region& r : regions) last_regions += r.unit == p.units - 1 && r.first % p.folds != 0;
   const double vector = static_cast<double>(last_regions) * pass +
-                        static_cast<double>(p.strips) * pass * (g.residual ? 3 : 1);
+                        static_cast<double>(p.strips) * pass * (g.residual ? 3 : g.q_scale_bits && !g.q_only ? 2 : 1);
+  const double out_bytes = static_cast<double>(p.tm * g.n) *
+                           ((g.q_only ? 0.0 : static_cast<double>(isa::dtype_size(g.out))) + (g.q_scale_bits ? 1.0 : 0.0));
   // a's columns load unit by unit (the kernel's order): unit j starts once the folds it is the first to need are in
   double mxu_path = 0;
   std::vector<bool> needed(static_cast<size_t>(p.folds), false);
@@ -155,7 +163,7 @@ KSplitPlan gemm_ksplit_plan(const GemmKSplit& g, const std::map<std::string, int
   const double first = std::max(mxu_path, static_cast<double>(lat) + ((g.a_local ? 0 : a_bytes) + b_bytes) / hbm +
                                               static_cast<double>(R) + stream + results);
   p.estimate = first + static_cast<double>(p.row_tiles - 1) * (a_time + mxu) + static_cast<double>(p.row_tiles) * vector +
-               static_cast<double>(lat) + static_cast<double>(p.tm * g.n * isa::dtype_size(g.out)) / hbm;
+               static_cast<double>(lat) + out_bytes / hbm;
   return p;
 }
 
@@ -172,6 +180,7 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
                 TM = p.tm;
   const DType acc_dt = g.in == DType::I8 ? DType::I32 : DType::F32;
   const Layout L = layout(g, TM, R, C, NS * F);
+  background_bytes(g.background, 0, L.end, "gemm_ksplit");  // checked: none writes the kernel's VMEM
   const std::vector<Region> regions = regions_of(p.first, p.last, F, g.in == DType::I8);
 
   isa::Emitter e("gemm_ksplit", "<gemm_ksplit>", base_pc);
@@ -188,7 +197,8 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
   else if (g.bias)
     table_addr = declare("bias", TensorKind::Input, acc_dt, {g.n});
   if (g.residual) r_addr = declare("r", TensorKind::Input, g.out, {g.m, g.n});
-  const int64_t c_addr = declare("c", TensorKind::Output, g.out, {g.m, g.n});
+  const int64_t c_addr = g.q_only ? -1 : declare("c", TensorKind::Output, g.out, {g.m, g.n});
+  const int64_t q_addr = g.q_scale_bits != 0 ? declare("q", TensorKind::Output, DType::I8, {g.m, g.n}) : -1;
 
   // Semaphores: per unit FULL (its weight tiles loaded), AFULL (a's block), DONE (its matrix work), RFREE (its
   // regions drained); then AFREE, CF (C buffers free), CFULL, TABLE, RL (r's tile loaded), RF (r's buffer free).
@@ -288,8 +298,14 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
     if (g.residual)
       for (int64_t q = 0; q < NS; ++q) {
         const int64_t nt = std::min(C, g.n - q * C);
-        set({{r1, L.r + q * L.c_buf}, {r2, r_addr + (m0 * g.n + q * C) * O}, {r3, mt}, {r4, nt * O}, {r5, g.n * O}});
+        set({{r1, L.r + q * align64(TM * C * O)}, {r2, r_addr + (m0 * g.n + q * C) * O}, {r3, mt}, {r4, nt * O},
+             {r5, g.n * O}});
         e.dma_ld(r1, r2, r3, r4, r5, r4, {.wait = RF, .signal = RL});
+      }
+    if (t + 1 == p.row_tiles)
+      for (const DmaLoad& l : g.background) {
+        set({{r1, l.vaddr}, {r2, l.haddr}, {r3, l.rows}, {r4, l.rowbytes}, {r5, l.hstride}, {r6, l.vstride}});
+        e.dma_ld(r1, r2, r3, r4, r5, r6);
       }
     // the vector unit, per strip: its sums in fold order, each unit's regions once that unit's matrix work is done
     // (the units hold the folds in order, so the first units' sums run while the last ones compute), then its drain
@@ -315,17 +331,30 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
       set({{r1, L.c + q * L.c_buf}, {r2, base.unit * ACC + region_row(base)}, {r3, mt}, {r4, nt}, {r5, nt * O},
            {r6, L.table + q * C * (g.dequant ? 8 : 4)}, {r7, static_cast<int64_t>(g.scale_bits)}});
       e.vpu_sync({.wait = CF});
-      e.vpu_acc(r1, r2, r3, r4, r5, r6, r7, acc_dt, g.out,
-                {.bias_en = g.bias, .relu = g.relu, .scale_en = g.scale_bits != 0, .dequant = g.dequant});
+      if (!g.q_only)
+        e.vpu_acc(r1, r2, r3, r4, r5, r6, r7, acc_dt, g.out,
+                  {.bias_en = g.bias, .relu = g.relu, .scale_en = g.scale_bits != 0, .dequant = g.dequant});
+      if (g.q_scale_bits != 0) {  // q's tile (x * q_scale, i8) from the same accumulators, packed
+        set({{r8, L.c + q * L.c_buf + L.q_off}, {r5, nt}, {r7, static_cast<int64_t>(g.q_scale_bits)}});
+        e.vpu_acc(r8, r2, r3, r4, r5, r6, r7, acc_dt, DType::I8,
+                  {.bias_en = g.bias, .relu = g.relu, .scale_en = true, .dequant = true});
+      }
       if (g.residual) {
-        set({{r2, L.r + q * L.c_buf}, {r3, mt * nt}});
+        set({{r2, L.r + q * align64(TM * C * O)}, {r3, mt * nt}});
         e.vpu_add(r1, r1, r2, r3, g.out, {.wait = RL});
         if (g.residual_relu) e.vpu_relu(r1, r1, r3, g.out);
         e.vpu_sync({.signal = RF});
       }
       e.vpu_sync({.signal = CFULL});
-      set({{r8, c_addr + (m0 * g.n + q * C) * O}, {r2, mt}, {r4, nt * O}, {r5, g.n * O}});
-      e.dma_st(r8, r1, r2, r4, r5, r4, {.wait = CFULL, .signal = CF});
+      // the stores complete in order: the last frees the buffer
+      if (g.q_scale_bits != 0) {
+        set({{r8, q_addr + m0 * g.n + q * C}, {r7, L.c + q * L.c_buf + L.q_off}, {r2, mt}, {r4, nt}, {r5, g.n}});
+        e.dma_st(r8, r7, r2, r4, r5, r4, {.wait = CFULL, .signal = g.q_only ? CF : Sem{}});
+      }
+      if (!g.q_only) {
+        set({{r8, c_addr + (m0 * g.n + q * C) * O}, {r2, mt}, {r4, nt * O}, {r5, g.n * O}});
+        e.dma_st(r8, r1, r2, r4, r5, r4, {.wait = g.q_scale_bits != 0 ? Sem{} : CFULL, .signal = CF});
+      }
     }
     e.vpu_sync({.signal = AFREE});  // every unit's matrix work is done: a's block may be reloaded
     for (int64_t j = 0; j < U; ++j) e.vpu_sync({.signal = unit_sem(3, j)});

@@ -39,7 +39,7 @@ uint16_t bf16_of(float x) {
 
 struct Outcome {
   uint64_t ksplit_cycles = 0, gemm_cycles = 0;
-  size_t bytes = 0;  // of c
+  size_t bytes = 0;  // of the outputs
 };
 
 // One chip per process (SystemC elaborates once): each test runs on one preset.
@@ -54,7 +54,11 @@ struct OnChip {
 
 // Runs gemm.s and gemm_ksplit on the same random inputs and expects every byte of c the same. With a_in_vmem, a
 // lies in the upper half of VMEM (as a compiled model's intermediates do), read through the local window.
-Outcome same_bits(OnChip& on, const GemmKSplit& g, uint32_t seed, bool a_in_vmem = false) {
+// With background_bytes > 0, the kernel also loads that many random bytes from HBM into the top of VMEM
+// (GemmKSplit::background, in three loads), which must land there.
+Outcome same_bits(OnChip& on, const GemmKSplit& given, uint32_t seed, bool a_in_vmem = false,
+                  int64_t background_bytes = 0) {
+  GemmKSplit g = given;
   const std::string& preset = on.name;
   sim::Chip* chip = on.chip.get();
   const std::map<std::string, int64_t>& syms = on.syms;
@@ -73,9 +77,14 @@ Outcome same_bits(OnChip& on, const GemmKSplit& g, uint32_t seed, bool a_in_vmem
   if (g.dequant) place("dq", g.n * 8);
   else if (g.bias) place("bias", g.n * 4);
   if (g.residual) place("r", g.m * g.n * O);
-  place("c", g.m * g.n * O);
-  const uint64_t c2 = at;
-  at += up(g.m * g.n * O);
+  // the outputs, each twice: gemm.s's, then the split kernel's
+  std::vector<std::pair<std::string, int64_t>> outs;  // name, bytes
+  if (!g.q_only) outs.push_back({"c", g.m * g.n * O});
+  if (g.q_scale_bits != 0) outs.push_back({"q", g.m * g.n});
+  std::map<std::string, uint64_t> second;
+  for (const auto& [name, bytes] : outs) place(name.c_str(), bytes), second[name] = at, at += up(bytes);
+  const uint64_t bg = at;
+  at += up(background_bytes);
   std::vector<uint8_t> mem(at, 0);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
@@ -111,6 +120,12 @@ Outcome same_bits(OnChip& on, const GemmKSplit& g, uint32_t seed, bool a_in_vmem
     for (int64_t j = 0; j < g.n; ++j) element(addr["bias"] + static_cast<uint64_t>(j * 4), acc_dt);
   if (g.residual)
     for (int64_t i = 0; i < g.m * g.n; ++i) element(addr["r"] + static_cast<uint64_t>(i * O), g.out);
+  for (int64_t i = 0; i < background_bytes; ++i) mem[bg + static_cast<uint64_t>(i)] = static_cast<uint8_t>(rng());
+  const int64_t bg_vmem = syms.at("VMEM_BYTES") - background_bytes;
+  for (int64_t i = 0, part = background_bytes / 3; i < 3; ++i) {
+    const int64_t from = i * part, bytes = i == 2 ? background_bytes - from : part;
+    if (bytes > 0) g.background.push_back({bg_vmem + from, static_cast<int64_t>(bg) + from, 1, bytes, 0, 0});
+  }
   chip->write_hbm(0, mem.data(), mem.size());
   if (a_in_vmem) {
     chip->write_vmem(a_vmem, &mem[addr["a"]], static_cast<size_t>(a_rows * a_cols * E));
@@ -120,7 +135,8 @@ Outcome same_bits(OnChip& on, const GemmKSplit& g, uint32_t seed, bool a_in_vmem
   std::map<std::string, int64_t> d = syms;
   d["M"] = g.m, d["K"] = g.k, d["N"] = g.n, d["IN_DT"] = static_cast<int64_t>(g.in),
   d["OUT_DT"] = static_cast<int64_t>(g.out), d["BIAS"] = g.bias, d["RELU"] = g.relu, d["SCALE"] = g.scale_bits,
-  d["DEQUANT"] = g.dequant, d["B_TILED"] = g.b_tiled, d["RESIDUAL"] = g.residual, d["RES_RELU"] = g.residual_relu;
+  d["DEQUANT"] = g.dequant, d["B_TILED"] = g.b_tiled, d["RESIDUAL"] = g.residual, d["RES_RELU"] = g.residual_relu,
+  d["Q_SCALE"] = g.q_scale_bits, d["Q_ONLY"] = g.q_only;
   if (g.taps.cin > 0)
     d["TAP_CIN"] = g.taps.cin, d["TAP_ROWS"] = g.taps.rows, d["TAP_KW"] = g.taps.kw, d["TAP_SH"] = g.taps.sh,
     d["TAP_SW"] = g.taps.sw, d["TAP_DH"] = g.taps.dh, d["TAP_DW"] = g.taps.dw, d["TAP_WQ"] = g.taps.wq,
@@ -128,17 +144,24 @@ Outcome same_bits(OnChip& on, const GemmKSplit& g, uint32_t seed, bool a_in_vmem
   Outcome o;
   o.gemm_cycles = chip->run(kernels::assemble("gemm.s", d, addr)).stats.cycles;
   std::map<std::string, uint64_t> addr2 = addr;
-  addr2["c"] = c2;
+  for (const auto& [name, at2] : second) addr2[name] = at2;
   o.ksplit_cycles = chip->run(kernels::gemm_ksplit_kernel(g, syms, addr2)).stats.cycles;
-  o.bytes = static_cast<size_t>(g.m * g.n * O);
-  std::vector<uint8_t> want(o.bytes), got(o.bytes);
-  chip->read_hbm(addr["c"], want.data(), want.size());
-  chip->read_hbm(c2, got.data(), got.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < o.bytes; ++i) differ += want[i] != got[i];
-  EXPECT_EQ(differ, 0u) << preset << ": " << g.m << " x " << g.k << " x " << g.n;
-  // not vacuous: gemm.s wrote c (some byte of it is not zero)
-  EXPECT_NE(std::count(want.begin(), want.end(), uint8_t{0}), static_cast<std::ptrdiff_t>(o.bytes));
+  for (const auto& [name, bytes] : outs) {
+    std::vector<uint8_t> want(static_cast<size_t>(bytes)), got(static_cast<size_t>(bytes));
+    chip->read_hbm(addr[name], want.data(), want.size());
+    chip->read_hbm(second[name], got.data(), got.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < want.size(); ++i) differ += want[i] != got[i];
+    EXPECT_EQ(differ, 0u) << preset << ": " << name << " of " << g.m << " x " << g.k << " x " << g.n;
+    // not vacuous: gemm.s wrote it (some byte of it is not zero)
+    EXPECT_NE(std::count(want.begin(), want.end(), uint8_t{0}), static_cast<std::ptrdiff_t>(want.size()));
+    o.bytes += want.size();
+  }
+  if (background_bytes > 0) {
+    std::vector<uint8_t> loaded(static_cast<size_t>(background_bytes));
+    chip->read_vmem(static_cast<uint64_t>(bg_vmem), loaded.data(), loaded.size());
+    EXPECT_TRUE(std::equal(loaded.begin(), loaded.end(), mem.begin() + static_cast<std::ptrdiff_t>(bg)));
+  }
   return o;
 }
 
@@ -188,6 +211,19 @@ TEST(GemmKSplit, Int8DequantAndRequantAsGemmS) {
   same_bits(v5e, q, 6);
 }
 
+// int8 with its int8 copy for the next layer (gemm.s Q_SCALE): c in bf16 and q; and q alone (Q_ONLY).
+TEST(GemmKSplit, Int8CopyForTheNextLayerAsGemmS) {
+  OnChip v6e("v6e");
+  GemmKSplit g;
+  g.m = 196, g.k = 2304, g.n = 256, g.in = DType::I8, g.out = DType::BF16, g.dequant = true, g.bias = true,
+  g.relu = true, g.b_tiled = true;
+  const float qs = 40.0f;
+  std::memcpy(&g.q_scale_bits, &qs, 4);
+  same_bits(v6e, g, 10);
+  g.q_only = true;
+  same_bits(v6e, g, 11);
+}
+
 // Rows beyond one tile of the accumulators: 2,500 rows of 8 folds on v5e (two regions on three of the units, so row
 // tiles of 834), a's block reloaded and the regions reused per tile.
 TEST(GemmKSplit, RowTilesAsGemmS) {
@@ -218,6 +254,15 @@ TEST(GemmKSplit, FourUnitsShareTheWeightLoadsOfFewRows) {
   EXPECT_NEAR(static_cast<double>(o.ksplit_cycles), p.estimate, 0.2 * p.estimate);
 }
 
+// The weight stream's loads for later kernels (GemmKSplit::background) land in VMEM, after the kernel's own loads,
+// and change nothing of c.
+TEST(GemmKSplit, BackgroundLoadsLandAndChangeNothing) {
+  OnChip v6e("v6e");
+  GemmKSplit g;
+  g.m = 196, g.k = 1024, g.n = 256, g.out = DType::BF16, g.bias = true, g.relu = true, g.b_tiled = true;
+  same_bits(v6e, g, 9, true, 500000);
+}
+
 TEST(GemmKSplit, RefusesWhatItCannotRun) {
   const std::map<std::string, int64_t> v6e = symbols(sim::load_config("v6e", {}));
   GemmKSplit g;
@@ -235,6 +280,15 @@ TEST(GemmKSplit, RefusesWhatItCannotRun) {
   GemmKSplit dq = g;
   dq.dequant = true;  // dequant needs i8
   EXPECT_THROW(kernels::gemm_ksplit_plan(dq, v6e), std::invalid_argument);
+  GemmKSplit q = g;  // q needs dequant (i8 in)
+  q.q_scale_bits = 0x3f800000u;
+  EXPECT_THROW(kernels::gemm_ksplit_plan(q, v6e), std::invalid_argument);
+  GemmKSplit bg = g;  // a background load into the kernel's own VMEM
+  bg.background = {{0, 1 << 20, 1, 4096, 0, 0}};
+  EXPECT_THROW(kernels::gemm_ksplit_kernel(bg, v6e), std::invalid_argument);
+  GemmKSplit rows = g;  // more steps of straight-line code than the limit
+  rows.m = 1000000;
+  EXPECT_THROW(kernels::gemm_ksplit_plan(rows, v6e), std::invalid_argument);
 }
 
 }  // namespace

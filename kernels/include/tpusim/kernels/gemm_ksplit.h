@@ -6,10 +6,11 @@
 //
 // Contract. gemm_ksplit_kernel(g, ...) computes what kernels/gemm.s computes with the same defines, bit for bit:
 // c[M, N] = epilogue(a @ b) for IN_DT bf16 (f32 accumulators) or i8 (i32), with bias (or an int8 GEMM's dequant
-// pairs), ReLU, scale, the output's cast, a residual added after the cast (and its ReLU), b as [K, N] or in tiles
-// (B_TILED), and a as the matrix or a convolution's taps (ConvTaps). Not: Q_SCALE, GROUP_N, ACT_RESIDENT, TRANS_B
-// or an activation epilogue (the compiler keeps those on gemm.s or gemm_chip). Tensors as gemm.s declares them
-// (a, b, bias or dq, r, c).
+// pairs), ReLU, scale, the output's cast, a residual added after the cast (and its ReLU), the int8 copy q of a
+// dequantised result (Q_SCALE, Q_ONLY), b as [K, N] or in tiles (B_TILED), and a as the matrix or a convolution's
+// taps (ConvTaps). Not: GROUP_N, ACT_RESIDENT, TRANS_B or an activation epilogue (the compiler keeps those on
+// gemm.s or gemm_chip). Tensors as gemm.s declares them
+// (a, b, bias or dq, r, c unless q_only, q).
 //
 // Why the same bits. gemm.s sums an output element's folds (passes of R rows of K) in order in its accumulator:
 // ((P0 + P1) + P2) + ..., each a rounded f32 addition. Here the pairs (strip of C columns, fold) are dealt in
@@ -24,7 +25,8 @@
 //   dmain:  (first row tile) the bias table; a's block of TM rows, all of K (the taps one transfer each; from the
 //           second row tile on after AFREE); AFULL_j for every unit; (first row tile) every unit's weight tiles,
 //           dealt round-robin over the units so that each starts early, each signalling FULL_j (loads complete in
-//           order); the residual's tiles (wait RF, signal RL). The weights stay in VMEM for every row tile.
+//           order); the residual's tiles (wait RF, signal RL); (last row tile) the background loads. The weights
+//           stay in VMEM for every row tile.
 //   mxu j:  per pair of its run: mxu.lw (first row tile: waits FULL_j), mxu.mm into its region (the first waits
 //           AFULL_j, and from the second row tile on RFREE_j first); then mxu.sync signals DONE_j.
 //   vpu:    waits every DONE_j, signals AFREE; per strip, adds its later regions into its first (fold order);
@@ -41,6 +43,7 @@
 
 #include "tpusim/isa/isa.h"
 #include "tpusim/isa/program.h"
+#include "tpusim/kernels/dma_load.h"
 #include "tpusim/kernels/gemm_chip.h"
 
 namespace tpusim::kernels {
@@ -54,9 +57,18 @@ struct GemmKSplit {
   bool dequant = false;     // i8 in, bf16 or f32 out: input dq [N, 2] of (scale, bias) pairs (gemm.s DEQUANT)
   bool b_tiled = false;     // b as [cdiv(K, R), cdiv(N, C), R, C] (gemm.s B_TILED)
   bool residual = false, residual_relu = false;  // gemm.s RESIDUAL, RES_RELU (OUT_DT bf16 or f32)
+  // With dequant: a second output q, i8 [M, N] = saturate(round(x * q_scale)) of the same x after the ReLU (the
+  // next int8 layer's activations: gemm.s Q_SCALE, f32 bits); with q_only, q is the only output (Q_ONLY)
+  uint32_t q_scale_bits = 0;
+  bool q_only = false;
   ConvTaps taps;            // a as a convolution's taps (gemm.s TAP_*)
   int mxus = 0;             // matrix units to use at most; 0: every one (MXUS; at most kMaxKSplitUnits)
   bool a_local = false;     // for the estimate only: a lies in this core's VMEM (its block crosses VMEM's ports)
+  // Loads for later kernels (the compiler's weight stream, as GemmChip::background: each one run of bytes, rows 1,
+  // into VMEM outside this kernel's), issued after the last row tile's own loads, so that they hold back none of
+  // them (a queue's transfers complete in order) and HBM moves them while the matrix and vector units work. The
+  // same results.
+  std::vector<DmaLoad> background = {};
   bool operator==(const GemmKSplit&) const = default;
 };
 
