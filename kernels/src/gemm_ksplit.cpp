@@ -215,11 +215,6 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
   auto set = [&](std::initializer_list<std::pair<isa::Reg, int64_t>> values) {
     for (const auto& [r, v] : values) e.li(r, v);
   };
-  if (table_addr >= 0) {
-    const int64_t bytes = g.n * (g.dequant ? 8 : 4);
-    set({{r1, L.table}, {r2, table_addr}, {r3, 1}, {r4, bytes}});
-    e.dma_ld(r1, r2, r3, r4, r4, r4, {.signal = TABLE});
-  }
   // A unit's pairs, in order, each with its region
   std::vector<std::vector<const Region*>> of_unit(static_cast<size_t>(U));
   for (const Region& r : regions) of_unit[static_cast<size_t>(r.unit)].push_back(&r);
@@ -294,6 +289,13 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
         started[static_cast<size_t>(j)] = true;
       }
     for (int64_t j = 0; j < U; ++j) e.mxu_sync({.mxu = j, .signal = unit_sem(2, j)});
+    // the bias table (first row tile), which only the drains read: after the loads the matrix units wait for, so
+    // that its HBM latency holds back none of them (a queue's transfers complete in order)
+    if (t == 0 && table_addr >= 0) {
+      const int64_t bytes = g.n * (g.dequant ? 8 : 4);
+      set({{r1, L.table}, {r2, table_addr}, {r3, 1}, {r4, bytes}});
+      e.dma_ld(r1, r2, r3, r4, r4, r4, {.signal = TABLE});
+    }
     // the residual's tiles, once their buffers are free
     if (g.residual)
       for (int64_t q = 0; q < NS; ++q) {

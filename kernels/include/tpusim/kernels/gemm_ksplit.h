@@ -22,17 +22,21 @@
 // the runs are added.
 //
 // Schedule of a row tile (TM rows; all of them one tile where they fit the accumulators):
-//   dmain:  (first row tile) the bias table; a's block of TM rows, all of K (the taps one transfer each; from the
-//           second row tile on after AFREE); AFULL_j for every unit; (first row tile) every unit's weight tiles,
-//           dealt round-robin over the units so that each starts early, each signalling FULL_j (loads complete in
-//           order); the residual's tiles (wait RF, signal RL); (last row tile) the background loads. The weights
-//           stay in VMEM for every row tile.
+//   dmain:  a's block of TM rows, all of K, unit by unit (the columns of the folds each unit is the first to
+//           need, the taps one transfer each; from the second row tile on after AFREE), AFULL_j after unit j's;
+//           (first row tile) every unit's weight tiles, dealt round-robin over the units so that each starts early,
+//           each signalling FULL_j (loads complete in order), unit j's first right after its part of a; (first row
+//           tile) the bias table, which only the drains read; the residual's tiles (wait RF, signal RL); (last row
+//           tile) the background loads. The weights stay in VMEM for every row tile.
 //   mxu j:  per pair of its run: mxu.lw (first row tile: waits FULL_j), mxu.mm into its region (the first waits
 //           AFULL_j, and from the second row tile on RFREE_j first); then mxu.sync signals DONE_j.
-//   vpu:    waits every DONE_j, signals AFREE; per strip, adds its later regions into its first (fold order);
-//           drains it (vpu.acc: bias or dequant, ReLU, scale, cast; waits CF, a C buffer free) into the strip's C
-//           buffer; with a residual adds r's tile (waits RL, signals RF) and its ReLU; signals CFULL; then RFREE_j.
-//   dmaout: per strip, stores the C buffer into c (waits CFULL, signals CF).
+//   vpu:    per strip, adds its later regions into its first in fold order, each unit's once it is done (waits
+//           DONE_j the first time; the units hold the folds in order, so the first units' sums run while the last
+//           ones compute); drains it (vpu.acc: bias or dequant, ReLU, scale, cast; the first waits the table; waits
+//           CF, a C buffer free) into the strip's C buffer (with q, q's tile after it); with a residual adds r's
+//           tile (waits RL, signals RF) and its ReLU; signals CFULL; after the strips AFREE, then RFREE_j.
+//   dmaout: per strip, stores q's tile into q and the C buffer into c (the first waits CFULL; the last, which
+//           completes after the first, signals CF).
 // The code is straight-line (the plan is static); it uses semaphores s1 .. s(4U+6) and registers r1 .. r8.
 #pragma once
 
