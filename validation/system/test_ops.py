@@ -140,23 +140,25 @@ class OpCase(unittest.TestCase):
 
     # -- export and run -------------------------------------------------------------------------------------------
 
-    def compiled(self, config="v5e"):
-        """The last case's model compiled on `config`: (kernel names, node names, notes) from its JSON report."""
+    def compiled(self, config="v5e", *extra):
+        """The last case's model compiled on `config` (with the options `extra`): (kernel names, node names, notes)
+        from its JSON report."""
         d = os.path.join(self.dir, f"case{self.n}")
         r = os.path.join(d, f"report-{config}.json")
-        tpusim("compile", os.path.join(d, "model.onnx"), "--config", config, "--report-json", r)
+        tpusim("compile", os.path.join(d, "model.onnx"), "--config", config, "--report-json", r, *extra)
         with open(r) as f:
             regions = json.load(f)["regions"]
         pick = lambda kind: [x["name"] for x in regions if x["kind"] == kind]
         return pick("kernel"), pick("node"), sorted(set(pick("note")))
 
-    def same_bits_as_fenced_in_fewer_cycles(self, model, x, config="v5e"):
-        """Runs `model` on input file x overlapped and with --no-kernel-overlap: the same outputs, fewer cycles."""
+    def same_bits_as_fenced_in_fewer_cycles(self, model, x, config="v5e", *options):
+        """Runs `model` on input file x overlapped and with --no-kernel-overlap (both with `options`): the same
+        outputs, fewer cycles."""
         d = os.path.dirname(model)
         runs = {}
         for mode, extra in (("overlap", []), ("fence", ["--no-kernel-overlap"])):
             out, stats = os.path.join(d, mode), os.path.join(d, mode + ".json")
-            tpusim("run", model, "--input", f"{os.path.basename(x)[:-4]}={x}", "--config", config, *extra,
+            tpusim("run", model, "--input", f"{os.path.basename(x)[:-4]}={x}", "--config", config, *extra, *options,
                    "--output-dir", out, "--stats", stats)
             with open(stats) as f:
                 runs[mode] = json.load(f)["cycles"]
@@ -1243,20 +1245,22 @@ class Attention(OpCase):
             return self.ln2(h + self.ffn(h))
 
     def test_ffn_weights_load_during_the_attention(self):
-        # On v5e (one core) the fused attention issues, right after its own loads, the loads of the FFN's first
-        # Linear's first weights (two kernels later: after the output projection and the LayerNorm) into the top of
-        # VMEM, where that GEMM finds them (docs/compiler.md, "Weights that stream in during the attention"), and the
-        # QKV projection before it loads the output projection's first weights after its last tile's loads; the
-        # compile report notes both. Against torch, and the same bits as with a fence between every two kernels
-        # (--no-kernel-overlap), in fewer cycles.
+        # On v5e (one core) with the intermediates in HBM (no weight stream, which otherwise loads these weights
+        # itself), the fused attention issues, right after its own loads, the loads of the FFN's first Linear's
+        # first weights (two kernels later: after the output projection and the LayerNorm) into the top of VMEM,
+        # where that GEMM finds them (docs/compiler.md, "Weights that stream in during the attention"), and the QKV
+        # projection before it loads the output projection's first weights after its last tile's loads; the compile
+        # report notes both, and neither where the weight stream runs (the intermediates in VMEM). Against torch,
+        # and the same bits as with a fence between every two kernels (--no-kernel-overlap), in fewer cycles.
         self.check(self.Layer(hidden=512, heads=8, seq=128), randn(1, 128, 512), cos=self.COS, config="v5e")
-        _, _, notes = self.compiled("v5e")
-        for target in ("ffn", "proj"):
-            self.assertTrue([n for n in notes if re.search(rf"loads \d+ bytes of the weights of \S*{target}\S*", n)],
-                            (target, notes))
+        for extra, areas in ((["--intermediates-in-hbm"], True), ([], False)):
+            _, _, notes = self.compiled("v5e", *extra)
+            for target in ("ffn", "proj"):
+                found = [n for n in notes if re.search(rf"loads \d+ bytes of the weights of \S*{target}\S*", n)]
+                self.assertEqual(bool(found), areas, (extra, target, notes))
         d = os.path.join(self.dir, f"case{self.n}")
         x = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
-        self.same_bits_as_fenced_in_fewer_cycles(os.path.join(d, "model.onnx"), x)
+        self.same_bits_as_fenced_in_fewer_cycles(os.path.join(d, "model.onnx"), x, "v5e", "--intermediates-in-hbm")
 
     def test_grouped_query_decode_step(self):
         # A LLaMA-style decode step: one query for each of 8 heads over a cache of 33 keys of 2 kv heads (4 query rows
