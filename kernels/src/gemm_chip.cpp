@@ -750,8 +750,18 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     e.li(t0, row_of(j)), e.sub(r31, mt, t0), e.li(t0, TMU), e.min(r31, r31, t0);
     return r31;
   };
-  // One chunk of kc elements of K at k0 (register), the first of the tile or not.
-  auto chunk = [&](int64_t kc, bool first) {
+  // The tile's bias columns into its table, once the drain two tiles back is done with it
+  auto load_table = [&] {
+    if (!TABLE) return;
+    e.muli(t0, n0, TB), e.li(t2, table_addr), e.add(t0, t0, t2);
+    bias_slot(vc, t1);
+    e.muli(t1, pw, TB);
+    e.dma_ld(vc, t0, one, t1, zero, zero, {.wait = BFREE, .signal = BFULL});
+  };
+  // One chunk of kc elements of K at k0 (register), the first of the tile or not, its last or not. The tile's last
+  // chunk loads its bias table after its own loads and before its piece of background loads, whose HBM transfers
+  // would otherwise hold the table back (a queue's transfers complete in order), and with it the tile's drain.
+  auto chunk = [&](int64_t kc, bool first, bool last_of_tile = false) {
     if (first && !g.overlap_tiles) e.dmain_sync({.wait = TDONE});  // the previous tile is stored
     e.muli(va, slot, SLOT), e.addi(va, va, VA0), e.addi(vb, va, A_SLOT);
     for (int64_t j = 1; j < U; ++j) {
@@ -809,6 +819,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.dmain_sync({.signal = FULL(j)});
       e.bind(l);
     }
+    if (last_of_tile) load_table();
     background_piece(false);
     const int64_t folds = cdiv(kc, R);
     for (int64_t f = 0; f < folds; ++f) {
@@ -875,7 +886,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
         chunk(lead, first);
         e.addi(k0, kb, at + lead);
       }
-      chunk(klast - lead, first && lead == 0);
+      chunk(klast - lead, first && lead == 0, true);
     };
     e.addi(k0, kb, 0);
     if (nk == 1) return last(0, true);
@@ -944,12 +955,6 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
         e.bind(l);
       }
     e.dmain_sync({.signal = RFULL});
-  }
-  if (TABLE) {  // the tile's bias columns into its table, once the drain two tiles back is done with it
-    e.muli(t0, n0, TB), e.li(t2, table_addr), e.add(t0, t0, t2);
-    bias_slot(vc, t1);
-    e.muli(t1, pw, TB);
-    e.dma_ld(vc, t0, one, t1, zero, zero, {.wait = BFREE, .signal = BFULL});
   }
   // Before the drain (after act's deferred work): the bias is in; r30 = its table.
   auto bias_ready = [&] {
