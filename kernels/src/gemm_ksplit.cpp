@@ -315,7 +315,6 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
     auto wait_done = [&](int64_t j) {
       if (!done[static_cast<size_t>(j)]) e.vpu_sync({.wait = unit_sem(2, j)}), done[static_cast<size_t>(j)] = true;
     };
-    if (t == 0 && table_addr >= 0) e.vpu_sync({.wait = TABLE});
     for (int64_t q = 0; q < NS; ++q) {
       std::vector<const Region*> of_strip;
       for (const Region& r : regions)
@@ -332,6 +331,7 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
       const int64_t nt = std::min(C, g.n - q * C);
       set({{r1, L.c + q * L.c_buf}, {r2, base.unit * ACC + region_row(base)}, {r3, mt}, {r4, nt}, {r5, nt * O},
            {r6, L.table + q * C * (g.dequant ? 8 : 4)}, {r7, static_cast<int64_t>(g.scale_bits)}});
+      if (t == 0 && q == 0 && table_addr >= 0) e.vpu_sync({.wait = TABLE});  // (the first drain; not the sums)
       e.vpu_sync({.wait = CF});
       if (!g.q_only)
         e.vpu_acc(r1, r2, r3, r4, r5, r6, r7, acc_dt, g.out,
