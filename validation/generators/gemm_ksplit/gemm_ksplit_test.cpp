@@ -4,6 +4,7 @@
 // matrix unit. Each test elaborates one chip.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -234,6 +235,41 @@ TEST(GemmKSplit, RowTilesAsGemmS) {
   EXPECT_EQ(p.row_tiles, 3);
   EXPECT_EQ(p.regions, 2);
   same_bits(v5e, g, 7);
+}
+
+// Shapes drawn at random on v5e (matrix units of 128): M, K and N of partial tiles, one to five strips, bf16 or
+// int8, with or without a bias, ReLU, residual, tiled weights or a 3 x 3 convolution's taps; every byte as gemm.s.
+TEST(GemmKSplit, RandomShapesAsGemmS) {
+  OnChip v5e("v5e");
+  std::mt19937 rng(12);
+  auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % static_cast<uint32_t>(hi - lo + 1)); };
+  int ran = 0;
+  for (int i = 0; i < 40 && ran < 24; ++i) {
+    GemmKSplit g;
+    g.in = rng() % 3 == 0 ? DType::I8 : DType::BF16;
+    g.out = g.in == DType::I8 ? (rng() % 2 ? DType::I32 : DType::BF16) : (rng() % 2 ? DType::F32 : DType::BF16);
+    g.dequant = g.in == DType::I8 && g.out == DType::BF16;
+    g.bias = rng() % 2 == 0, g.relu = rng() % 2 == 0, g.b_tiled = rng() % 2 == 0;
+    g.residual = g.in == DType::BF16 && rng() % 3 == 0, g.residual_relu = g.residual && rng() % 2 == 0;
+    if (rng() % 3 == 0) {  // a 3 x 3 convolution over an oh x ow image padded by one
+      const int64_t cin = std::array<int64_t, 3>{16, 64, 96}[rng() % 3], oh = pick(3, 12), ow = pick(3, 12);
+      const int64_t wq = ow + 2;
+      g.taps = kernels::ConvTaps{cin, (oh + 2) * wq + 2, 3, 1, 1, 1, 1, wq, (oh + 2) * wq + 2};
+      g.m = oh * wq, g.k = 9 * cin;
+    } else {
+      g.m = pick(1, 300), g.k = pick(129, 1500);
+    }
+    g.n = pick(1, 5 * 128);
+    try {
+      if (kernels::gemm_ksplit_plan(g, v5e.syms).units < 2) continue;
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    SCOPED_TRACE(testing::Message() << "case " << i << ": " << g.m << " x " << g.k << " x " << g.n);
+    same_bits(v5e, g, 100 + static_cast<uint32_t>(i));
+    ++ran;
+  }
+  EXPECT_GE(ran, 20);
 }
 
 // ResNet-50's 14 x 14 convolution with 256 channels on v6e, 196 x 2304 x 256: gemm.s on one unit loads 9 weight
