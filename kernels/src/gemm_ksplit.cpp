@@ -101,7 +101,10 @@ KSplitPlan gemm_ksplit_plan(const GemmKSplit& g, const std::map<std::string, int
   if (p.units < 2)
     throw std::invalid_argument("gemm_ksplit: " + std::to_string(pairs) + " pairs of a strip and a fold on " +
                                 std::to_string(need(s, "MXUS")) + " matrix units: nothing to split");
-  for (int64_t j = 0; j < p.units; ++j) p.first.push_back(j * pairs / p.units), p.last.push_back((j + 1) * pairs / p.units);
+  for (int64_t j = 0; j < p.units; ++j) {
+    p.first.push_back(j * pairs / p.units), p.last.push_back((j + 1) * pairs / p.units);
+    p.longest = std::max(p.longest, p.last.back() - p.first.back());
+  }
   const bool integer = g.in == isa::DType::I8;
   const std::vector<Region> regions = regions_of(p.first, p.last, p.folds, integer);
   std::vector<int64_t> per_unit(static_cast<size_t>(p.units), 0), per_strip(static_cast<size_t>(p.strips), 0);
@@ -133,11 +136,8 @@ KSplitPlan gemm_ksplit_plan(const GemmKSplit& g, const std::map<std::string, int
   const double stretch = matrix_stretch(s);
   const double stream = static_cast<double>(cdiv(p.tm, rate)) * stretch;
   const double pair = std::max(static_cast<double>(R), stream);
-  int64_t longest = 0;
-  for (int64_t j = 0; j < p.units; ++j)
-    longest = std::max(longest, p.last[static_cast<size_t>(j)] - p.first[static_cast<size_t>(j)]);
   const double results = static_cast<double>(R + C);
-  const double mxu = static_cast<double>(longest - 1) * pair + static_cast<double>(R) + stream + results;
+  const double mxu = static_cast<double>(p.longest - 1) * pair + static_cast<double>(R) + stream + results;
   const double E = static_cast<double>(isa::dtype_size(g.in)), hbm = static_cast<double>(bpc);
   const double ports = static_cast<double>(std::max<int64_t>(1, optional(s, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
   const double a_bytes = static_cast<double>(p.tm * g.k) * E, b_bytes = static_cast<double>(g.k * g.n) * E;
@@ -257,10 +257,8 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
       e.dmain_sync({.signal = unit_sem(1, j)});
     };
     // the weights (first row tile) dealt round-robin over the units, and each unit's matrix work after its load
-    int64_t longest = 0;
-    for (int64_t j = 0; j < U; ++j) longest = std::max(longest, p.last[static_cast<size_t>(j)] - p.first[static_cast<size_t>(j)]);
     std::vector<bool> started(static_cast<size_t>(U), false);
-    for (int64_t i = 0; i < longest; ++i)
+    for (int64_t i = 0; i < p.longest; ++i)
       for (int64_t j = 0; j < U; ++j) {
         const int64_t pair = p.first[static_cast<size_t>(j)] + i;
         if (i == 0) load_a_of(j);

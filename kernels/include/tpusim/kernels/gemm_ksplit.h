@@ -86,6 +86,7 @@ struct KSplitPlan {
   int64_t regions = 0;  // accumulator regions (of TM rows) of the busiest unit
   int64_t adds = 0;     // vpu.add passes over a region per row tile
   std::vector<int64_t> first, last;  // unit j's pairs [first[j], last[j]) in strip-major order
+  int64_t longest = 0;                // the most pairs a unit has
   double estimate = 0;  // cycles
 };
 
