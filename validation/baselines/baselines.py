@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Regression baselines: cycle counts and output digests of a fixed corpus of kernels and models on every preset.
 
-  baselines.py check  --tpusim PATH --chip-bench PATH --workloads DIR [--file CSV] [--only REGEX]
-  baselines.py record --tpusim PATH --chip-bench PATH --workloads DIR [--file CSV] [--only REGEX]
+  baselines.py check  --tpusim PATH --chip-bench PATH --workloads DIR [--models DIR] [--file CSV] [--only REGEX]
+  baselines.py record --tpusim PATH --chip-bench PATH --workloads DIR [--models DIR] [--file CSV] [--only REGEX]
 
 `check` runs the corpus (CORPUS below), compares every row with the committed file (validation/baselines/
 baselines.csv by default) and prints a table of the differences: changed cycles (with the change in %), changed
@@ -19,6 +19,10 @@ Each row of the file is: case, preset, cycles, digest.
 
 --only REGEX restricts both commands to the rows whose "CASE PRESET" matches (re.search): `--only mlp`,
 `--only ' v4$'`. `record --only` replaces those rows and keeps the others.
+
+--models DIR: the full-size models (build/workloads-full, exported by the build with TPUSIM_FULL_WORKLOADS=ON).
+Their rows (the cases that name {models}) are checked and recorded only when it is given; without it they are
+left out of both sides, as --only leaves rows out.
 
 Standard library only. Every run is a separate process (SystemC elaborates one chip per process), run one after
 the other: the whole corpus takes a few seconds.
@@ -40,7 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DEFAULT_FILE = os.path.join(ROOT, "validation", "baselines", "baselines.csv")
 RECORD_SCRIPT = "bash scripts/record-baselines.sh"
 HEADER = ["case", "preset", "cycles", "digest"]
-RUN_TIMEOUT_S = 300  # per process; the slowest run of the corpus takes well under a second
+RUN_TIMEOUT_S = 300  # per process; the slowest run, a full-size model on h200-like, takes about 7 s
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +54,10 @@ class Case:
     kind "run":  `tpusim run ARGS --config PRESET --output-dir D --stats S` (functional unless ARGS say otherwise):
                  cycles from the statistics, digest over the outputs written to D.
     kind "chip": `chip_bench --config PRESET ARGS` (the whole-chip GEMM, always timing-only): cycles from its line.
-    ARGS may name {workloads} (the --workloads folder); relative paths are relative to the repository root.
+    kind "report": `tpusim compile ARGS --config PRESET --report-json R` (a model compiled and simulated timing-only,
+                 as the compile report runs it): cycles from the report.
+    ARGS may name {workloads} (the --workloads folder) and {models} (the --models folder: the case is then left
+    out without it); relative paths are relative to the repository root.
     presets: None means every preset that `tpusim config --list` prints.
     """
     name: str
@@ -86,6 +93,19 @@ CORPUS = [
     # A skinny GEMM with a transposed B whose K is split over cores (at most 16 ways).
     Case("gemm_chip 64x2048x4096 trans-b split-k<=16", "chip",
          ("--m", "64", "--n", "2048", "--k", "4096", "--trans-b", "--max-split-k", "16"), presets=("h200-like",)),
+    # The full-size models whose cycles and roofline ratios docs/compiler.md and scripts/run-chip-table.py quote
+    # (build/workloads-full, exported by the build with TPUSIM_FULL_WORKLOADS=ON), compiled and simulated
+    # timing-only on every preset: a change of any kernel, plan or rule that moves a model's time shows up here.
+    Case("resnet50 224x224", "report", ("{models}/resnet50/resnet50.onnx",)),
+    Case("bert_base seq 128", "report", ("{models}/bert_base/bert.onnx",)),
+    Case("gpt2_124m prefill", "report", ("{models}/gpt2_124m/prefill/gpt2.onnx",)),
+    Case("gpt2_124m decode", "report", ("{models}/gpt2_124m/decode/gpt2.onnx",)),
+    # int8 (post-training quantisation; a timing-only compile needs no calibration) where the int8 rate is double
+    # (v6e) and where it is not (v5e): docs/compiler.md compares them with the bf16 rows above.
+    Case("resnet50 224x224 int8", "report", ("{models}/resnet50/resnet50.onnx", "--precision", "int8"),
+         presets=("v5e", "v6e")),
+    Case("bert_base seq 128 int8", "report", ("{models}/bert_base/bert.onnx", "--precision", "int8"),
+         presets=("v5e", "v6e")),
 ]
 
 
@@ -124,13 +144,15 @@ def first_error_line(p, replacements):
 
 def run_one(case, preset, tools):
     """Runs one (case, preset); returns (cycles, digest) as the strings the file holds."""
-    args = [a.replace("{workloads}", tools.workloads) for a in case.args]
+    args = [a.replace("{workloads}", tools.workloads).replace("{models}", tools.models or "") for a in case.args]
     with tempfile.TemporaryDirectory(prefix="baselines-") as tmp:
         out_dir, stats_path = os.path.join(tmp, "out"), os.path.join(tmp, "stats.json")
         if case.kind == "run":
             cmd = [tools.tpusim, "run", *args, "--config", preset, "--output-dir", out_dir, "--stats", stats_path]
         elif case.kind == "chip":
             cmd = [tools.chip_bench, "--config", preset, *args]
+        elif case.kind == "report":
+            cmd = [tools.tpusim, "compile", *args, "--config", preset, "--report-json", stats_path]
         else:
             raise ValueError(f"case {case.name!r}: unknown kind {case.kind!r}")
         try:
@@ -139,6 +161,8 @@ def run_one(case, preset, tools):
             return "-", f"error: no result after {RUN_TIMEOUT_S} s"
         if p.returncode != 0:
             replacements = [(tmp, "<tmp>"), (tools.workloads, "<workloads>"), (ROOT, "<repo>")]
+            if tools.models:
+                replacements.insert(1, (tools.models, "<models>"))
             return "-", first_error_line(p, replacements)
 
         if case.kind == "chip":
@@ -163,13 +187,25 @@ def run_one(case, preset, tools):
         return str(cycles), h.hexdigest()
 
 
+def needs_models(case):
+    return any("{models}" in a for a in case.args)
+
+
+def selected_row(key, only, models):
+    """Whether the row (case, preset) is checked: --only selects it, and --models is given where it needs them."""
+    if only and not only.search(f"{key[0]} {key[1]}"):
+        return False
+    return models or not any(c.name == key[0] and needs_models(c) for c in CORPUS)
+
+
 def run_corpus(tools, only):
-    """Runs every (case, preset) of the corpus that --only selects; returns {(case, preset): (cycles, digest)}."""
+    """Runs every (case, preset) of the corpus that --only and --models select; returns {(case, preset): (cycles,
+    digest)}."""
     presets = list_presets(tools.tpusim)
     rows = {}
     for case in CORPUS:
         for preset in case.presets or presets:
-            if only and not only.search(f"{case.name} {preset}"):
+            if not selected_row((case.name, preset), only, tools.models):
                 continue
             rows[(case.name, preset)] = run_one(case, preset, tools)
     return rows
@@ -244,6 +280,8 @@ def record_command(args):
     """The command line that re-records what this run checked (the script, or the same arguments to `record`)."""
     cmd = ["python3", os.path.relpath(os.path.abspath(__file__), os.getcwd()),
            "record", "--tpusim", args.tpusim, "--chip-bench", args.chip_bench, "--workloads", args.workloads]
+    if args.models:
+        cmd += ["--models", args.models]
     if os.path.abspath(args.file) != DEFAULT_FILE:
         cmd += ["--file", args.file]
     if args.only:
@@ -259,11 +297,14 @@ def main():
     ap.add_argument("--chip-bench", required=True, help="the whole-chip GEMM benchmark "
                                                         "(build/validation/bench/chip_bench)")
     ap.add_argument("--workloads", required=True, help="the build's exported workloads (build/workloads)")
+    ap.add_argument("--models", help="the full-size models (build/workloads-full; the build exports them with "
+                                     "TPUSIM_FULL_WORKLOADS=ON): their rows are checked only when given")
     ap.add_argument("--file", default=DEFAULT_FILE, help="the baselines file (default: %(default)s)")
     ap.add_argument("--only", help="only the rows whose 'CASE PRESET' matches this regular expression")
     args = ap.parse_args()
     tools = argparse.Namespace(tpusim=os.path.abspath(args.tpusim), chip_bench=os.path.abspath(args.chip_bench),
-                               workloads=os.path.abspath(args.workloads))
+                               workloads=os.path.abspath(args.workloads),
+                               models=os.path.abspath(args.models) if args.models else None)
     only = re.compile(args.only) if args.only else None
     started = time.monotonic()
     try:
@@ -275,6 +316,11 @@ def main():
             if not os.path.isfile(os.path.join(tools.workloads, name)):
                 raise ToolError(f"--workloads: {os.path.join(tools.workloads, name)} is missing (the build exports "
                                 f"it: target {target})")
+        for case in [c for c in CORPUS if needs_models(c)] if tools.models else []:
+            model = next(a for a in case.args if "{models}" in a).replace("{models}", tools.models)
+            if not os.path.isfile(model):
+                raise ToolError(f"--models: {model} is missing (the build exports it with -DTPUSIM_FULL_WORKLOADS=ON: "
+                                f"target workloads_full)")
         new = run_corpus(tools, only)
         if not new:
             raise ToolError(f"--only {args.only!r} selects no row of the corpus")
@@ -285,10 +331,8 @@ def main():
     except OSError as e:  # the baselines file missing or unreadable, a temporary folder that cannot be made
         print(f"baselines: {e.filename}: {e.strerror}" if e.filename else f"baselines: {e}", file=sys.stderr)
         return 2
-    if only:  # compare (and replace) only the selected rows
-        selected = {k: v for k, v in old.items() if only.search(f"{k[0]} {k[1]}")}
-    else:
-        selected = old
+    # compare (and replace) only the selected rows
+    selected = {k: v for k, v in old.items() if selected_row(k, only, tools.models)}
     table = differences(selected, new)
     wall = time.monotonic() - started
 
