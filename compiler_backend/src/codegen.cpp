@@ -737,8 +737,10 @@ std::set<int> semaphores_of(const isa::Program& p) {
   for (isa::Word w : p.code) {
     const isa::Instr in = isa::decode(w);
     const isa::InstrDesc& d = in.desc();
+    // a background load's signal is the weight stream's (stream_weights), not the kernel's
+    const int skip = in.op == isa::Op::DMALD && in.f[static_cast<size_t>(d.operand_index("bg"))] != 0 ? d.operand_index("signal") : -1;
     for (int i = 0; i < d.num_operands; ++i)
-      if (d.operands[static_cast<size_t>(i)].kind == isa::OperandKind::Sem && in.f[i] != 0)
+      if (d.operands[static_cast<size_t>(i)].kind == isa::OperandKind::Sem && in.f[i] != 0 && i != skip)
         sems.insert(static_cast<int>(in.f[i]));
   }
   return sems;
@@ -763,7 +765,8 @@ void renumber_semaphores(isa::Program& p, const std::array<int, isa::kNumSems>& 
 // idle for all of the row-wise kernel's time. What keeps them apart:
 // - VMEM: the row-wise kernel takes a region at the top of the kernels' VMEM (rowwise::Program::vmem_base), the
 //   GEMM the rest (its VMEM_BYTES less that region);
-// - semaphores: the row-wise kernel's are renumbered to the top (s31 down), one more below them, `done`, which a
+// - semaphores: the row-wise kernel's are renumbered to the top (`top`: s31, or s30 where the weight stream takes
+//   s31) down, one more below them, `done`, which a
 //   dmaout.sync after the row-wise kernel's stores signals; the GEMM's, below, are set before the row-wise kernel
 //   starts (a sem.set waits for every unit, so they cannot wait until the GEMM's turn);
 // - order: the GEMM's a, which the row-wise kernel may write, loads after `done` (GemmChip::a_wait); its first
@@ -784,7 +787,8 @@ struct Overlap {
 };
 
 Overlap plan_overlap(const KernelPlan& plan, const KernelCall& x, const OnChip& xc, const KernelCall& y,
-                     const OnChip& yc, const std::map<std::string, int64_t>& symbols, Fragments& fragments) {
+                     const OnChip& yc, const std::map<std::string, int64_t>& symbols, Fragments& fragments,
+                     int top) {
   if (x.kind != KernelCall::Kind::Rowwise || xc.row_cores != 1 || xc.row_cut || !yc.gemm || yc.gemm->taps.cin > 0 ||
       symbol_or(symbols, "DMA_ENGINES", 1) < 2 || symbol_or(symbols, "CORES", 1) != 1)
     return {};
@@ -804,7 +808,7 @@ Overlap plan_overlap(const KernelPlan& plan, const KernelCall& x, const OnChip& 
     if (kernels::gemm_chip_estimate(*yc.gemm, o.symbols) > 1.02 * kernels::gemm_chip_estimate(*yc.gemm, symbols))
       return {};
     const std::set<int> xs = semaphores_of(assemble_call(plan, o.rows, symbols, 0, xc, fragments));
-    int next = isa::kNumSems - 1;
+    int next = top;
     for (auto it = xs.rbegin(); it != xs.rend(); ++it) o.renumber[static_cast<size_t>(*it)] = next--;
     o.done = next;
     o.gemm = yc;
@@ -1088,11 +1092,21 @@ namespace {
 // fused attentions of one item (after their own loads and an area's, `areas`: AttentionChip::prefetch). The same
 // bits: each weight's bytes, copied. docs/compiler.md, "The weight stream", has the figures and what was tried.
 constexpr double kStreamShare = 0.7;
+// The semaphore each streamed weight's last background load signals and its GEMM waits for (stream_wait)
+constexpr int kStreamSem = isa::kNumSems - 1;
+
+// dmain.sync wait=sem: the loads after it wait for the next streamed weight's background loads
+isa::Word stream_wait_sync(int sem) {
+  isa::Instr in{.op = isa::Op::DMAINSYNC};
+  in.f[static_cast<size_t>(isa::describe(isa::Op::DMAINSYNC).operand_index("wait"))] = sem;
+  return isa::encode(in);
+}
 
 // Returns the positions (in `order`) of the GEMMs whose GemmChip::prefetch holds the stream's loads (a tail).
 std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vector<OnChip>& on_chip,
                                 const std::map<std::string, int64_t>& symbols, const std::map<int, Untiled>& untiled,
-                                const std::map<size_t, std::vector<kernels::DmaLoad>>& areas, StreamRing ring) {
+                                const std::map<size_t, std::vector<kernels::DmaLoad>>& areas, StreamRing ring,
+                                int sem) {
   std::set<size_t> tails;
   const int64_t hbm = symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 0);
   if (symbol_or(symbols, "CORES", 1) != 1 || hbm <= 0 || ring.end - ring.begin < (int64_t{1} << 20)) return tails;
@@ -1217,9 +1231,11 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     size_t until;  // the position of the GEMM that reads it
   };
   std::map<std::pair<size_t, bool>, std::vector<kernels::DmaLoad>> loads;  // by slot: (position, tail)
+  std::vector<std::vector<std::pair<std::pair<size_t, bool>, size_t>>> runs;  // per weight: its loads (slot, index)
   auto hand_out = [&](const std::vector<Slot>& slots) {
     for (Weight& w : weights) w.loaded = 0, w.vaddr = -1;
     loads.clear();
+    runs.assign(weights.size(), {});
     std::vector<Held> held;
     int64_t head = ring.begin;
     size_t next = 0;
@@ -1250,7 +1266,9 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
         }
         const int64_t n = std::min(left, w.bytes - w.loaded);
         const uint64_t haddr = plan.buffers[static_cast<size_t>(w.buffer)].addr + static_cast<uint64_t>(w.loaded);
-        loads[{at, slots[i].tail}].push_back({w.vaddr + w.loaded, static_cast<int64_t>(haddr), 1, n, 0, 0});
+        std::vector<kernels::DmaLoad>& l = loads[{at, slots[i].tail}];
+        runs[next].push_back({{at, slots[i].tail}, l.size()});
+        l.push_back({w.vaddr + w.loaded, static_cast<int64_t>(haddr), 1, n, 0, 0});
         w.loaded += n, left -= n;
         if (w.loaded == w.bytes) ++next;
       }
@@ -1269,6 +1287,25 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     assumed = staged;
   }
   hand_out(budgets(assumed));
+  // Each weight's last background load (dma.ld bg: a whole-chip GEMM's, a split-K GEMM's or a row-wise kernel's
+  // pieces, not a tail's or an attention's loads, which are plain) signals `sem`, which the GEMM that reads it waits
+  // for (stream_wait): the background loads complete in the order they are issued, the weights' order, which is
+  // the order of their GEMMs, so the n-th signal is the n-th such GEMM's. A weight all of whose loads are plain
+  // needs none: the GEMM's loads come after them in the same queue.
+  auto background = [&](const std::pair<size_t, bool>& slot) {
+    const OnChip& o = on_chip[order[slot.first]];
+    return !slot.second && (o.gemm || o.ksplit || plan.calls[order[slot.first]].kind == KernelCall::Kind::Rowwise);
+  };
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const Weight& w = weights[i];
+    if (w.vaddr < 0 || w.loaded < w.bytes) continue;
+    for (auto r = runs[i].rbegin(); r != runs[i].rend(); ++r)
+      if (background(r->first)) {
+        loads[r->first][r->second].signal = sem;
+        plan.calls[order[w.at]].stream_wait = sem;
+        break;
+      }
+  }
   // The producers' loads, the consumers' addresses
   std::map<size_t, int64_t> streamed;  // bytes by producer
   for (auto& [slot, l] : loads) {
@@ -1524,8 +1561,12 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
     // from the stream (without the areas, BERT-base on v6e 262,519 -> 257,365 cycles, v5e 383,962 -> 377,687,
     // GPT-2 prefill on v6e 376,759 -> 371,916, v5e 590,219 -> 591,353)
     if (ring.end <= ring.begin) prefetch = plan_weight_areas(plan, order, on_chip, symbols, call_symbols);
-    stream_tails = stream_weights(plan, order, on_chip, symbols, untiled, prefetch, ring);
+    stream_tails = stream_weights(plan, order, on_chip, symbols, untiled, prefetch, ring, kStreamSem);
   }
+  // The weight stream's semaphore (kStreamSem) where a GEMM waits for it: no kernel may use it then
+  const bool streaming =
+      std::any_of(plan.calls.begin(), plan.calls.end(), [](const KernelCall& c) { return c.stream_wait > 0; });
+  const int top_sem = streaming ? kStreamSem - 1 : isa::kNumSems - 1;
   std::vector<Overlap> overlap(order.size());
   if (overlap_kernels)
     for (size_t at = 0; at + 1 < order.size(); ++at) {
@@ -1540,7 +1581,7 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
       // (the first kind plans both kernels with one VMEM: the smaller, where one of them lies in a weight window)
       const std::map<std::string, int64_t>& both =
           symbol_or(call_symbols[at], "VMEM_BYTES", 0) < symbol_or(ys, "VMEM_BYTES", 0) ? call_symbols[at] : ys;
-      if (!spmd) overlap[at] = plan_overlap(plan, x, xc, y, yc, both, fragments);
+      if (!spmd) overlap[at] = plan_overlap(plan, x, xc, y, yc, both, fragments, top_sem);
       if (!overlap[at].on) overlap[at] = prefetch_overlap(x, xc, call_symbols[at], y, yc, ys);
     }
 
@@ -1630,6 +1671,9 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
     } else {
       frag = assemble_call(plan, call, symbols, base, on_chip[c], fragments);
     }
+    if (streaming && semaphores_of(frag).count(kStreamSem))
+      throw Error(call.label + ": internal error: " + call.kernel + " uses s" + std::to_string(kStreamSem) +
+                  ", the weight stream's semaphore");
     // Graph outputs cast while this kernel runs (place_output_casts): its leading sem.sets, the casts, the rest
     if (const auto ec = early.find(c); ec != early.end())
       pending.insert(pending.end(), ec->second.begin(), ec->second.end());
@@ -1638,7 +1682,7 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
       while (lead < frag.code.size() && isa::decode(frag.code[lead]).op == isa::Op::SEMSET) ++lead;
       const std::set<int> used = semaphores_of(frag);
       int sem = 0;
-      for (int k = isa::kNumSems - 1; k >= 1 && sem == 0; --k)
+      for (int k = top_sem; k >= 1 && sem == 0; --k)
         if (!used.count(k)) sem = k;
       bool into_lead = false;  // a branch to one of the leading sem.sets, which move
       for (isa::Word w : frag.code) {
@@ -1696,7 +1740,12 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
           jump.f[0] = static_cast<int64_t>(load_at);
           w = isa::encode(jump);
         }
-      const isa::Program pre = kernels::gemm_chip_first_b(*first->gemm.gemm, first->symbols, addr, load_at);
+      if (y.stream_wait > 0) {  // its weights' background loads done (stream_weights)
+        frag.code.push_back(stream_wait_sync(y.stream_wait));
+        frag.source.push_back("the weights of " + y.label + " streamed in: their background loads done");
+      }
+      const isa::Program pre = kernels::gemm_chip_first_b(*first->gemm.gemm, first->symbols, addr,
+                                                          load_at + (y.stream_wait > 0 ? 1 : 0));
       frag.code.insert(frag.code.end(), pre.code.begin(), pre.code.end());
       for (size_t i = 0; i < pre.code.size(); ++i)
         frag.source.push_back("the first weights of " + y.label + ", loading while " +
@@ -1706,6 +1755,11 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
       p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::FENCE}));
       p.source.push_back(call.label + ": fence before " + call.kernel);
       relocate(frag, 1);  // it now starts one instruction later
+    }
+    if (call.stream_wait > 0 && !(second && second->prefetch)) {  // its weights' background loads done
+      p.code.push_back(stream_wait_sync(call.stream_wait));
+      p.source.push_back(call.label + ": the weights of " + call.kernel + " streamed in: their background loads done");
+      relocate(frag, 1);
     }
     const uint64_t end = p.code.size() + guard_len + frag.code.size();
     if (guard) {

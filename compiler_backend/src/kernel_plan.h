@@ -71,6 +71,10 @@ struct KernelCall {
   std::vector<uint64_t> row_input_offs, row_output_offs;
   kernels::AttentionChip attention;         // Attention: the whole-chip kernel's shape (tensors q, k, v, o, kb)
   std::string note;                         // for the compile report: e.g. why an attention group is not fused
+  // > 0: its weights (`b`) were streamed into VMEM by background loads (dma.ld bg) of kernels before it
+  // (codegen.cpp, stream_weights), the last of which signals this semaphore: a dmain.sync that waits for it goes
+  // before its first load of them.
+  int stream_wait = 0;
   // Work, for the compile report and roofline bounds: arithmetic operations (a multiply-add is 2) and HBM bytes
   // read and written (Library calls: set by the lowering; Copy and Rowwise: computed by codegen).
   double flops = 0, bytes = 0;

@@ -39,10 +39,23 @@ void emit_background_piece(isa::Emitter& e, const std::vector<DmaLoad>& loads, i
     const DmaLoad& l = loads[i];
     end = begin + l.rowbytes;
     e.bind(at[i]);
-    e.li(r.t1, end), e.min(r.t1, r.t1, r.limit), e.sub(r.t1, r.t1, r.off);
+    // t1: where this transfer ends (the run's end, or the piece's); the run's last byte signals l.signal
+    e.li(r.t0, end), e.min(r.t1, r.t0, r.limit);
     e.li(r.t2, l.haddr - begin), e.add(r.t2, r.t2, r.off), e.li(r.t3, l.vaddr - begin), e.add(r.t3, r.t3, r.off);
-    e.dma_ld(r.t3, r.t2, r.one, r.t1, r.zero, r.zero), e.add(r.off, r.off, r.t1);
+    const isa::Label last = e.label();
+    if (l.signal > 0) e.beq(r.t1, r.t0, last);
+    e.sub(r.t1, r.t1, r.off);
+    e.dma_ld(r.t3, r.t2, r.one, r.t1, r.zero, r.zero, {.bg = true}), e.add(r.off, r.off, r.t1);
     e.jmp(more);
+    if (l.signal > 0) {
+      e.bind(last);
+      e.sub(r.t1, r.t1, r.off);
+      e.dma_ld(r.t3, r.t2, r.one, r.t1, r.zero, r.zero, {.bg = true, .signal = isa::sem(l.signal)});
+      e.add(r.off, r.off, r.t1);
+      e.jmp(more);
+    } else {
+      e.bind(last);  // (unused)
+    }
     begin = end;
   }
   e.bind(done);

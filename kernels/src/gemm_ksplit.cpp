@@ -305,7 +305,8 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
     if (t + 1 == p.row_tiles)
       for (const DmaLoad& l : g.background) {
         set({{r1, l.vaddr}, {r2, l.haddr}, {r3, l.rows}, {r4, l.rowbytes}, {r5, l.hstride}, {r6, l.vstride}});
-        e.dma_ld(r1, r2, r3, r4, r5, r6);
+        // background loads (dma.ld bg): the kernel's own loads after them do not wait for them
+        e.dma_ld(r1, r2, r3, r4, r5, r6, {.bg = true, .signal = l.signal > 0 ? isa::sem(l.signal) : isa::Sem{}});
       }
     // the vector unit, per strip: its sums in fold order, each unit's regions once that unit's matrix work is done
     // (the units hold the folds in order, so the first units' sums run while the last ones compute), then its drain

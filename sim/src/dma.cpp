@@ -65,17 +65,29 @@ DmaEngine::DmaEngine(const sc_core::sc_module_name& name, ChipState& st, isa::Un
     : UnitModule(name, st, unit), engines_(static_cast<size_t>(st.cfg.dma.engines)) {
   st.events.push_back(&issued_);
   st.events.push_back(&retired_);
+  st.events.push_back(&bg_issued_);
+  st.events.push_back(&bg_retired_);
   SC_THREAD(retire_thread);
+  SC_THREAD(bg_thread);
 }
 
 void DmaEngine::reset() {
   UnitModule::reset();
   inflight_.clear();
-  last_done_ = busy_from_ = 0;
+  bg_.clear();
+  last_done_ = busy_from_ = bg_done_ = 0;
+  issued_n_ = retired_n_ = 0;
   st_.mem.reset_timing(st_.run.opts.warm_cache);  // HBM channels, VMEM ports, the cache (both queues: idempotent)
 }
 
 void DmaEngine::execute(const Entry& e) {
+  // A background load starts once one of the background loads' own engines is free (the plain transfers after it
+  // never wait for those)
+  if (e.in.op == isa::Op::DMALD && e.arg("bg") != 0)
+    while (static_cast<size_t>(std::count_if(bg_.begin(), bg_.end(), [](const Transfer& b) {
+             return b.hbm.bytes() != 0;
+           })) >= engines_)
+      st_.wait_event(bg_retired_);
   const uint64_t start = st_.now();
   Transfer t{e, start, start, start, {}, {}, e.in.op == isa::Op::DMALD || e.in.op == isa::Op::DMAGATHER, false, false,
              0, 0, {}};
@@ -131,6 +143,8 @@ void DmaEngine::execute(const Entry& e) {
     t.vmem = {static_cast<uint64_t>(vaddr), r, rb, vstride};
   }
   const bool mcast = e.in.op == isa::Op::DMALD && e.arg("mcast") != 0;
+  t.bg = e.in.op == isa::Op::DMALD && e.arg("bg") != 0;
+  if (t.bg && mcast) st_.fail(e.pc, "bg: a background load cannot be a multicast (mcast)");
   const std::optional<McastLoad> first = mcast ? pair_multicast(e, t) : std::nullopt;
   if (first) {  // the pair's read brings this load's bytes: none of its own on the far side
     t.mcast_rx = true;
@@ -155,7 +169,14 @@ void DmaEngine::execute(const Entry& e) {
           (t.shared ? st_.mem.shared_channels : st_.mem.hbm_channels).transfer(t.data_start, hbm_side(t), !t.load);
   }
   if (mcast && !first) queue_multicast(e, t);
+  if (t.bg) {  // it waits for the plain transfers before it, none after it waits for it
+    t.before = issued_n_;
+    bg_.push_back(t);
+    bg_issued_.notify();
+    return;
+  }
   inflight_.push_back(t);
+  ++issued_n_;
   issued_.notify();
   while (engines_busy() >= engines_) st_.wait_event(retired_);
 }
@@ -297,6 +318,18 @@ void DmaEngine::start_gather(const Entry& e, Transfer& t) {
   }
 }
 
+uint64_t DmaEngine::vmem_side(const Transfer& t, uint64_t after) {
+  uint64_t done = std::max(st_.now(), after);
+  if (t.vmem.bytes()) {
+    VmemPorts& ports = st_.mem.vmem_ports;
+    VmemPorts::Demand d = ports.demand();
+    ports.add(d, t.vmem);
+    const uint64_t now = st_.now(), span = ports.cycles(d);
+    done = std::max(done, ports.reserve(now, std::max(t.data_start, now - std::min(now, span)), d));
+  }
+  return done;
+}
+
 void DmaEngine::retire_thread() {
   for (;;) {
     try {
@@ -304,18 +337,12 @@ void DmaEngine::retire_thread() {
         while (inflight_.empty()) sc_core::wait(issued_);  // not abortable: where the thread rests
         st_.wait_until(inflight_.front().data_end);
         const Transfer t = inflight_.front();
-        uint64_t done = std::max(st_.now(), last_done_);
-        if (t.vmem.bytes()) {
-          VmemPorts& ports = st_.mem.vmem_ports;
-          VmemPorts::Demand d = ports.demand();
-          ports.add(d, t.vmem);
-          const uint64_t now = st_.now(), span = ports.cycles(d);
-          done = std::max(done, ports.reserve(now, std::max(t.data_start, now - std::min(now, span)), d));
-        }
+        const uint64_t done = vmem_side(t, last_done_);
         st_.wait_until(done);
         last_done_ = done;
-        retire(t);
+        retire(t, done);
         inflight_.pop_front();
+        ++retired_n_;
         retired_.notify();
         if (idle()) st_.drained.notify();
       }
@@ -326,7 +353,30 @@ void DmaEngine::retire_thread() {
   }
 }
 
-void DmaEngine::retire(const Transfer& t) {
+void DmaEngine::bg_thread() {
+  for (;;) {
+    try {
+      for (;;) {
+        while (bg_.empty()) sc_core::wait(bg_issued_);  // not abortable: where the thread rests
+        st_.wait_until(bg_.front().data_end);
+        const Transfer t = bg_.front();
+        while (retired_n_ < t.before) st_.wait_event(retired_);  // the plain transfers issued before it
+        const uint64_t done = vmem_side(t, std::max(bg_done_, last_done_));
+        st_.wait_until(done);
+        bg_done_ = done;
+        retire(t, done);
+        bg_.pop_front();
+        bg_retired_.notify();
+        if (idle()) st_.drained.notify();
+      }
+    } catch (const Abort&) {
+    } catch (const std::exception& e) {
+      st_.record_error(label() + ": internal error: " + e.what());
+    }
+  }
+}
+
+void DmaEngine::retire(const Transfer& t, uint64_t done) {
   const bool gather = t.e.in.op == isa::Op::DMAGATHER;  // its rows' addresses, read at the start
   if (st_.functional()) {
     uint8_t* vmem = st_.mem.vmem.data();
@@ -370,9 +420,10 @@ void DmaEngine::retire(const Transfer& t) {
     act(t.e.pc, Action::SharedRead, t.hit_bytes);
     if (st_.mem.cache.enabled()) act(t.e.pc, Action::SharedWrite, from_hbm);
   }
-  // Busy while anything is in flight: the slice starts at the issue, or where the previous slice ended.
-  const uint64_t from = std::max(t.start, busy_from_);
-  finish(t.e, from, last_done_);
+  // Busy while anything is in flight: the slice starts at the issue, or where the previous slice ended (a plain
+  // transfer that completes before a background load's end adds no busy cycles: they were counted).
+  const uint64_t from = std::max(t.start, busy_from_), end = std::max(from, done);
+  finish(t.e, from, end);
   // Past its own latency and its bytes at the full bandwidth, the transfer waited on memory: other streams,
   // channel and bank conflicts, VMEM ports. The stall accounting books those cycles as such.
   if (t.hbm.bytes()) {
@@ -381,9 +432,9 @@ void DmaEngine::retire(const Transfer& t) {
         : t.shared ? st_.cfg.shared.bandwidth_gbs * 1e3 / st_.cfg.chip.clock_mhz
                    : st_.cfg.hbm_bytes_per_cycle();
     const auto alone = static_cast<uint64_t>(std::ceil(static_cast<double>(t.hbm.bytes()) / per_cycle));
-    note_memory_wait(std::max(from, t.data_start + alone), last_done_);
+    note_memory_wait(std::max(from, t.data_start + alone), end);
   }
-  busy_from_ = last_done_;
+  busy_from_ = end;
 }
 
 }  // namespace tpusim::sim::detail

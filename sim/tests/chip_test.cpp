@@ -423,6 +423,56 @@ TEST(WholeChip, LocalWindowCopiesWithinVmem) {
   }
 }
 
+// A background load (dma.ld bg) holds back no later load: HBM [0, 2048) into VMEM [0, 2048) (8 rows of 256 bytes),
+// then a copy within VMEM of 256 bytes (VMEM [4096, +256) to [8192, +256)) that signals s2, for which vpu.sync
+// waits. Plain, the copy completes behind the first load (a queue completes in order); background, on its own,
+// while the first load's data still crosses HBM. A dmain.sync that waits for the background load's signal (s1)
+// orders the copy of its first row after it (VMEM [0, 256) to [12288, +256)): the bytes that load brought.
+TEST(WholeChip, BackgroundLoadHoldsBackNoLaterLoad) {
+  const ChipConfig cfg = small_config({"vmem.banks=4", "vmem.port_bytes_per_cycle=16", "vmem.interleave_bytes=64",
+                                       "dma.local_latency=4"});
+  Chip plain(cfg), background(cfg);
+  std::vector<uint8_t> hbm(2048), vmem(256);
+  for (int i = 0; i < 2048; ++i) hbm[i] = static_cast<uint8_t>(i * 13 + 5);
+  for (int i = 0; i < 256; ++i) vmem[i] = static_cast<uint8_t>(i * 7 + 3);
+  const auto window = static_cast<int64_t>(isa::kLocalWindow);
+  uint64_t plain_cycles = 0, bg_cycles = 0;
+  for (bool bg : {false, true}) {
+    Chip& chip = bg ? background : plain;
+    chip.write_hbm(0, hbm.data(), hbm.size());
+    chip.write_vmem(4096, vmem.data(), vmem.size());
+    ProgramBuilder b;
+    b.li(3, 8).li(4, 256).li(5, window + 4096).li(6, 8192).li(7, 1).li(8, window).li(9, 12288);  // cycles 0-6
+    b.op(Op::DMALD, {0, 0, 3, 4, 4, 4}).with("bg", bg ? 1 : 0).signal(1);
+    b.op(Op::DMALD, {6, 5, 7, 4, 0, 0}).signal(2);
+    b.op(Op::VSYNC).wait(2);
+    b.op(Op::DMAINSYNC).wait(1);
+    b.op(Op::DMALD, {9, 8, 7, 4, 0, 0});
+    const RunResult r = chip.run(b.build());
+    const UnitStats& vpu = r.stats.units[static_cast<int>(isa::Unit::Vpu)];
+    // The big load: dispatched at 7, starts at 8, its data from 18 for 2048 / 32 = 64 cycles, to 82. The copy:
+    // dispatched at 8, starts at 9, reads from 13 and writes on the four banks in [13, 17) and [17, 21) (as in
+    // LocalWindowCopiesWithinVmem): done at 21 on its own. vpu.sync (dispatched at 9, ready at 10) waits for s2:
+    // background, from 10 to 21, 11 cycles; plain, until the copy completes behind the big load, past 82.
+    if (bg)
+      EXPECT_EQ(vpu.wait_sem_cycles, 11u);
+    else
+      EXPECT_GT(vpu.wait_sem_cycles, 72u);
+    (bg ? bg_cycles : plain_cycles) = r.stats.cycles;
+    std::vector<uint8_t> copy(256), first_row(256), landed(2048);
+    chip.read_vmem(8192, copy.data(), 256);
+    chip.read_vmem(12288, first_row.data(), 256);
+    chip.read_vmem(0, landed.data(), 2048);
+    EXPECT_EQ(copy, vmem) << bg;
+    EXPECT_EQ(landed, hbm) << bg;
+    EXPECT_EQ(first_row, std::vector<uint8_t>(hbm.begin(), hbm.begin() + 256)) << bg;
+    EXPECT_EQ(r.stats.hbm_bytes_read, 2048u);
+    EXPECT_EQ(r.stats.local_bytes_read, 512u);
+  }
+  // Both end with the last copy, behind the big load; background, the first copy no longer follows it
+  EXPECT_LT(bg_cycles, plain_cycles);
+}
+
 TEST(WholeChip, SharedMemoryDmaWithoutOneIsAnError) {
   Chip chip(small_config());
   ProgramBuilder b;

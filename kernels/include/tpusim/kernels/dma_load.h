@@ -16,6 +16,9 @@ namespace tpusim::kernels {
 // vaddr (rows vstride apart).
 struct DmaLoad {
   int64_t vaddr = 0, haddr = 0, rows = 0, rowbytes = 0, hstride = 0, vstride = 0;
+  // Background loads (emit_background_piece): > 0, the semaphore that the load of this run's last byte signals
+  // (the compiler's weight stream: the GEMM that reads the weight waits for it); 0: none.
+  int signal = 0;
   bool operator==(const DmaLoad&) const = default;
 };
 
@@ -30,7 +33,9 @@ struct BackgroundRegs {
 };
 
 // The next piece of `loads` (their bytes one after the other): from byte R[off] to min(R[off] + piece, the total),
-// or to the total with piece 0, a dma.ld (no wait, no signal) per load it touches; R[off] advances past it.
+// or to the total with piece 0, a background dma.ld (dma.ld bg: the kernel's own loads after it do not wait for
+// it) per load it touches, which signals the load's `signal` where it loads the load's last byte; R[off] advances
+// past it.
 void emit_background_piece(isa::Emitter& e, const std::vector<DmaLoad>& loads, int64_t piece, const BackgroundRegs& r);
 
 }  // namespace tpusim::kernels
