@@ -349,7 +349,6 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                                     (align64(tmu * C * od) + QO * align64(tmu * C)) +
                                 256 +                                                        // the C buffers
                                 (g.residual ? (nslot + 1) * U * S * align64(tmu * C * od) : 0) +  // tiles of r
-                                (g.residual && QO ? 2 * align64(tmu * C * 4) : 0) +  // residual and q: f32 strips
                                 (g.act ? align64(U * S * tmu * C * 4) + 2 * align64(U * S * tmu * C * O) +
                                              act_vmem(U * S * tmu * C) + 64  // act: the f32 tile, 2 out tiles
                                        : 0) +
@@ -552,10 +551,8 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   const std::optional<rowwise::Epilogue> act =
       g.act ? std::optional(rowwise::epilogue(*g.act, AE, static_cast<uint64_t>(VE0))) : std::nullopt;
   const int64_t VAF = align64(VE0 + (act ? act->bytes : 0)), VAO = VAF + align64(AE * 4), AOB = align64(AE * O);
-  // residual and q: the drained strip and its r in f32 (VF0, VF1), where act's would be (the two never meet)
-  const bool RQ = g.residual && Q;
-  const int64_t VF0 = VE0, VF1 = VF0 + align64(TMU * C * 4);
-  const int64_t VEND = act ? VAO + 2 * AOB : RQ ? VF1 + align64(TMU * C * 4) : VE0;  // the kernel's VMEM end
+  const bool RQ = g.residual && Q;  // residual and q: q from the sum as stored in the C buffer
+  const int64_t VEND = act ? VAO + 2 * AOB : VE0;  // the kernel's VMEM end
   const Sem AOFREE = sem(4 * U + 5);
   if (vmem_end) {  // gemm_chip_vmem_end: the layout's end
     if (SK > 1) throw std::invalid_argument("gemm_chip: the VMEM end of a split K's reduction is not known");
@@ -1046,16 +1043,13 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
         e.vpu_acc(vq, t0, rows, nt, nt, t2, t3, acc_dt, DType::I8,
                   {.bias_en = g.bias, .relu = g.relu, .scale_en = true, .dequant = g.dequant});
       }
-      if (RQ) {  // x = f32(c) + f32(r), ReLU, in f32 (as the row-wise Add that writes an int8 copy computes it);
-                 // c = x in its type, q = i8(x * q_scale) after its C tile
+      if (RQ) {  // c = c + r (computed in f32, rounded to c's type), its ReLU, then q = i8(c * q_scale) from c as
+                 // stored, after its C tile (as the row-wise Add that writes an int8 copy computes them)
         r_piece(t2, t3, j * S + sidx);
-        e.mul(t3, rows, nt), e.li(t0, VF0), e.li(t1, VF1);
-        e.vpu_cast(t0, vc, t3, zero, g.out, DType::F32), e.vpu_cast(t1, t2, t3, zero, g.out, DType::F32);
-        e.vpu_add(t0, t0, t1, t3, DType::F32);
-        if (g.residual_relu) e.vpu_relu(t0, t0, t3, DType::F32);
-        e.vpu_cast(vc, t0, t3, zero, DType::F32, g.out);
+        e.mul(t3, rows, nt), e.vpu_add(vc, vc, t2, t3, g.out);
+        if (g.residual_relu) e.vpu_relu(vc, vc, t3, g.out);
         e.addi(vq, vc, C_BYTES), e.li(r29, g.q_scale_bits);
-        e.vpu_cast(vq, t0, t3, r29, DType::F32, DType::I8, {.scale_en = true});
+        e.vpu_cast(vq, vc, t3, r29, g.out, DType::I8, {.scale_en = true});
         e.muli(t1, nt, OD);  // (c's row bytes, for its store)
       } else if (g.residual) {  // c + r over the packed strip (row pitch nt*O both), then the ReLU
         r_piece(t2, t3, j * S + sidx);

@@ -135,6 +135,7 @@ struct POp {
   int d = -1, a = -1, b = -1;
   float c = 0;
   DType sdt = DType::F32, ddt = DType::F32;
+  bool scaled = false;  // Cast: x f32(a) * c (vpu.cast's scale_en), then cast to ddt
   int64_t chunk = 0;  // Red rsum or Dot in two steps: sums of `chunk` columns into buffer `scratch`, then their sum
   int scratch = -1;
 };
@@ -204,9 +205,27 @@ class Lowerer {
     L_.in_inv_f32.assign(p_.inputs.size(), -1);
     in_val_.assign(p_.inputs.size(), V{});
     in_done_.assign(p_.inputs.size(), false);
+    // An int8 copy (an i8 output of x * c, c a constant) of a value an earlier output stores as bf16: cast from
+    // that output's staging buffer with the scale, one pass, so that the copy quantises the value as stored (as a
+    // whole-chip GEMM's residual with q does: GemmChip::residual). The product itself is then not computed.
+    std::vector<int> copy_of(p_.outputs.size(), -1);
+    std::vector<float> copy_scale(p_.outputs.size(), 0.0f);
+    for (size_t i = 0; i < p_.outputs.size(); ++i) {
+      const Node& n = p_.nodes[static_cast<size_t>(p_.outputs[i].node)];
+      if (p_.outputs[i].dtype != DType::I8 || n.op != Op::Mul || n.args.size() != 2) continue;
+      for (int side = 0; side < 2 && copy_of[i] < 0; ++side) {
+        const Node& k = p_.nodes[static_cast<size_t>(n.args[static_cast<size_t>(side)])];
+        const int x = n.args[static_cast<size_t>(1 - side)];
+        if (k.op != Op::Const) continue;
+        for (size_t j = 0; j < i && copy_of[i] < 0; ++j)
+          if (p_.outputs[j].node == x && p_.outputs[j].dtype == DType::BF16)
+            copy_of[i] = static_cast<int>(j), copy_scale[i] = k.value;
+      }
+    }
     // Only the nodes the outputs need.
     std::vector<bool> need(p_.nodes.size(), false);
-    for (const Output& o : p_.outputs) need[static_cast<size_t>(o.node)] = true;
+    for (size_t i = 0; i < p_.outputs.size(); ++i)
+      if (copy_of[i] < 0) need[static_cast<size_t>(p_.outputs[i].node)] = true;
     for (size_t i = p_.nodes.size(); i-- > 0;)
       if (need[i])
         for (int a : p_.nodes[i].args) need[static_cast<size_t>(a)] = true;
@@ -214,7 +233,29 @@ class Lowerer {
     for (size_t i = 0; i < p_.nodes.size(); ++i)
       if (need[i]) val[i] = node(p_.nodes[i], val);
     std::vector<int> direct;  // values computed directly into an output's staging buffer
-    for (const Output& o : p_.outputs) {
+    std::vector<int> staged(p_.outputs.size(), -1);  // per output: the register of its staging buffer
+    for (size_t i = 0; i < p_.outputs.size(); ++i) {
+      const Output& o = p_.outputs[i];
+      if (copy_of[i] >= 0) {  // the int8 copy of an earlier output, from its staging buffer
+        const int from = staged[static_cast<size_t>(copy_of[i])];
+        Buf b;
+        b.space = Buf::SlotOut;
+        b.kind = L_.vr[static_cast<size_t>(from)].k;
+        b.dt = o.dtype;
+        const int ob = newbuf(b);
+        L_.out_buf.push_back(ob);
+        POp c;
+        c.k = PK::Cast;
+        c.mn = "cast";
+        c.a = from;
+        c.sdt = DType::BF16;
+        c.ddt = o.dtype;
+        c.scaled = true;
+        c.c = copy_scale[i];
+        c.d = staged[i] = newv(b.kind, ob);
+        L_.ops.push_back(c);
+        continue;
+      }
       V v = val[static_cast<size_t>(o.node)];
       if (v.k == Kind::Scalar) v = bcast(v, Kind::Full);
       Buf b;
@@ -226,6 +267,7 @@ class Lowerer {
       if (o.dtype == DType::F32 && L_.vr[static_cast<size_t>(v.r)].buf < 0) {
         L_.vr[static_cast<size_t>(v.r)].buf = ob;  // computed directly into its staging buffer
         direct.push_back(v.r);
+        staged[i] = v.r;
       } else {
         POp c;
         c.k = PK::Cast;
@@ -233,7 +275,7 @@ class Lowerer {
         c.a = v.r;
         c.sdt = DType::F32;
         c.ddt = o.dtype;
-        c.d = newv(v.k, ob);
+        c.d = staged[i] = newv(v.k, ob);
         L_.ops.push_back(c);
       }
     }
@@ -1180,7 +1222,12 @@ class Emitter {
         return;
       case PK::Cast:
         addr(9, op.d), addr(10, op.a);
-        e_.vpu_cast(r(9), r(10), r(static_cast<int>(n_reg(op.d))), r(0), op.sdt, op.ddt);
+        if (op.scaled) {
+          e_.li(r(12), isa::bits_from_f32(op.c));
+          e_.vpu_cast(r(9), r(10), r(static_cast<int>(n_reg(op.d))), r(12), op.sdt, op.ddt, {.scale_en = true});
+        } else {
+          e_.vpu_cast(r(9), r(10), r(static_cast<int>(n_reg(op.d))), r(0), op.sdt, op.ddt);
+        }
         return;
     }
   }
@@ -1234,7 +1281,10 @@ Epilogue epilogue(const Program& given, int64_t max_elements, uint64_t base) {
         break;
       case PK::Un: e.steps.push_back(Step{Step::Un, op.mn, addr(op.d), addr(op.a)}); break;
       case PK::Zero: e.steps.push_back(Step{Step::Zero, "rsum", addr(op.d)}); break;
-      case PK::Cast: e.steps.push_back(Step{Step::Cast, "cast", addr(op.d), addr(op.a), 0, op.sdt, op.ddt}); break;
+      case PK::Cast:
+        if (op.scaled) fail("an epilogue has one output");
+        e.steps.push_back(Step{Step::Cast, "cast", addr(op.d), addr(op.a), 0, op.sdt, op.ddt});
+        break;
       case PK::RowB:
       case PK::Dot:
       case PK::Red: fail("an epilogue's values are per element");

@@ -2006,7 +2006,7 @@ class Int8(OpCase):
         # Two residual blocks (a 3x3 and a 1x1 convolution, as ResNet-50's end in one): each residual Add (and its
         # ReLU), the first of which writes the int8 copy of its sum for the
         # next block's first convolution, runs in the epilogue of the int8 GEMM before it (gemm_chip's residual
-        # with q, fuse_residual_adds: the sum in f32 and its copy from it, as the row-wise Add computed them), so
+        # with q, fuse_residual_adds: the sum as stored and its copy from it, as the row-wise Add computes them), so
         # that the compile report has no Add node of its own; against torch on v5e.
         class Block(nn.Module):
             def __init__(self, c):

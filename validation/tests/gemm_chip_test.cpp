@@ -1217,8 +1217,8 @@ void dequant_cases(uint64_t seed, DType out, bool bias, bool relu, float q_scale
 }
 
 // An int8 model's residual (the compiler's fuse_residual_adds): the dequantising GEMM with residual and its int8
-// copy, gemm_chip's residual with q: c = bf16(f32(bf16(acc * s + b)) + f32(r)) after the ReLU, the sum kept in f32
-// for q = i8(sum * q_scale), as the row-wise Add that writes the int8 copy computes them; against the host and the
+// copy, gemm_chip's residual with q: c = bf16(f32(bf16(acc * s + b)) + f32(r)) after the ReLU, and q = i8(f32(c) *
+// q_scale) of c as stored, as the row-wise Add that writes the int8 copy computes them; against the host and the
 // reference machine, bit for bit, on 2 cores x 3 units.
 TEST(GemmChip, Int8ResidualWithItsInt8CopyMatchesTheHost) {
   TPUSIM_MACHINES(m, chip_sets());
@@ -1258,8 +1258,9 @@ TEST(GemmChip, Int8ResidualWithItsInt8CopyMatchesTheHost) {
         const size_t o = static_cast<size_t>(i * s.n + j);
         const float x = static_cast<float>(acc) * static_cast<float>(dq[2 * j]) + static_cast<float>(dq[2 * j + 1]);
         const float sum = std::max(isa::f32_from_bf16(isa::bf16_from_f32(x)) + static_cast<float>(res[o]), 0.0f);
-        want[o] = isa::f32_from_bf16(isa::bf16_from_f32(sum));
-        want_q[o] = std::clamp(std::nearbyint(static_cast<double>(sum * q_scale)), -128.0, 127.0);
+        const float stored = isa::f32_from_bf16(isa::bf16_from_f32(sum));
+        want[o] = stored;
+        want_q[o] = std::clamp(std::nearbyint(static_cast<double>(stored * q_scale)), -128.0, 127.0);
       }
     const std::string what = "residual with q M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) +
                              " N=" + std::to_string(s.n);

@@ -149,9 +149,9 @@ struct GemmChip {
   ConvTaps taps{};          // a read as a convolution's taps (tiled schedule, not with trans_b): gemm.s's TAP_*
   // gemm.s's RESIDUAL and RES_RELU: input `r` [M, N] of the output type (bf16 or f32) added to each drained tile
   // after the cast (vpu.add), then max(x, 0) with residual_relu: the GEMM and a following Add (and Relu) in one
-  // kernel, bit for bit. With q (q_scale_bits; not q_only), x = f32(c) + f32(r) and its ReLU are computed in f32,
-  // c is x in its type and q is i8(x * q_scale): the row-wise Add that also writes the sum's int8 copy (an int8
-  // model's residual), bit for bit. Not with group_n or split K.
+  // kernel, bit for bit. With q (q_scale_bits; not q_only), q is i8(c * q_scale) of the sum c as stored (after
+  // its ReLU, in its type): the row-wise Add that also writes the sum's int8 copy (an int8 model's residual), bit
+  // for bit, which quantises the value it stores (rowwise.h, Output). Not with group_n or split K.
   bool residual = false;
   bool residual_relu = false;
   // An elementwise activation after the bias (and ReLU), on the f32 values, before the cast to `out`: the row-wise

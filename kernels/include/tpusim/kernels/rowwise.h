@@ -105,7 +105,10 @@ struct Node {
   bool operator==(const Node&) const = default;
 };
 
-// Writes node `node` to HBM at addr: a Full node as [R, C], a PerRow node as [R] (a Const node as [R, C]).
+// Writes node `node` to HBM at addr: a Full node as [R, C], a PerRow node as [R] (a Const node as [R, C]). An i8
+// output of x * c (c a Const) where an earlier output stores x as bf16 is that output's int8 copy: the kernel
+// casts the stored bf16 values with the scale c (vpu.cast scale_en, one pass), so that the copy quantises x as
+// stored, not the f32 product.
 struct Output {
   int node = -1;
   uint64_t addr = 0;
