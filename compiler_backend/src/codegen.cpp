@@ -738,7 +738,8 @@ std::set<int> semaphores_of(const isa::Program& p) {
     const isa::Instr in = isa::decode(w);
     const isa::InstrDesc& d = in.desc();
     // a background load's signal is the weight stream's (stream_weights), not the kernel's
-    const int skip = in.op == isa::Op::DMALD && in.f[static_cast<size_t>(d.operand_index("bg"))] != 0 ? d.operand_index("signal") : -1;
+    const bool bg = in.op == isa::Op::DMALD && in.f[static_cast<size_t>(d.operand_index("bg"))] != 0;
+    const int skip = bg ? d.operand_index("signal") : -1;
     for (int i = 0; i < d.num_operands; ++i)
       if (d.operands[static_cast<size_t>(i)].kind == isa::OperandKind::Sem && in.f[i] != 0 && i != skip)
         sems.insert(static_cast<int>(in.f[i]));

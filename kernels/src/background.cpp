@@ -42,19 +42,19 @@ void emit_background_piece(isa::Emitter& e, const std::vector<DmaLoad>& loads, i
     // t1: where this transfer ends (the run's end, or the piece's); the run's last byte signals l.signal
     e.li(r.t0, end), e.min(r.t1, r.t0, r.limit);
     e.li(r.t2, l.haddr - begin), e.add(r.t2, r.t2, r.off), e.li(r.t3, l.vaddr - begin), e.add(r.t3, r.t3, r.off);
-    const isa::Label last = e.label();
-    if (l.signal > 0) e.beq(r.t1, r.t0, last);
-    e.sub(r.t1, r.t1, r.off);
-    e.dma_ld(r.t3, r.t2, r.one, r.t1, r.zero, r.zero, {.bg = true}), e.add(r.off, r.off, r.t1);
-    e.jmp(more);
-    if (l.signal > 0) {
-      e.bind(last);
+    auto load = [&](isa::Sem signal) {  // a background load from R[off] to R[t1], then the next
       e.sub(r.t1, r.t1, r.off);
-      e.dma_ld(r.t3, r.t2, r.one, r.t1, r.zero, r.zero, {.bg = true, .signal = isa::sem(l.signal)});
-      e.add(r.off, r.off, r.t1);
+      e.dma_ld(r.t3, r.t2, r.one, r.t1, r.zero, r.zero, {.bg = true, .signal = signal}), e.add(r.off, r.off, r.t1);
       e.jmp(more);
+    };
+    if (l.signal > 0) {
+      const isa::Label last = e.label();
+      e.beq(r.t1, r.t0, last);
+      load(isa::Sem{});
+      e.bind(last);
+      load(isa::sem(l.signal));
     } else {
-      e.bind(last);  // (unused)
+      load(isa::Sem{});
     }
     begin = end;
   }
