@@ -1082,8 +1082,8 @@ namespace {
 // part of VMEM they leave (`ring`, VMEM offsets) holds copies of later GEMMs' weights, which earlier kernels load
 // from HBM in the background, while their own work leaves HBM idle, so that HBM moves the model's weights without
 // waiting for the kernels that use them (a TPU's weights stream ahead into VMEM so). The planner walks the calls in
-// program order, each giving the stream the bytes HBM could move in its estimated time beyond its own
-// (`kStreamShare` of it), and hands them to the next weights in the order their GEMMs come, each placed whole in
+// program order, each giving the stream the bytes HBM could move in its estimated time beyond its own (a share of
+// it, by producer, below), and hands them to the next weights in the order their GEMMs come, each placed whole in
 // the ring after the one before (wrapping to its start): a weight is streamed only where the budgets before its
 // GEMM can load all of it, and a part of the ring is reused only after the GEMM that read its last weight (the
 // later loads follow that GEMM's in the one load queue, which completes and moves data in order). A GEMM whose
@@ -1092,7 +1092,12 @@ namespace {
 // chunk's loads), row-wise kernels of one core (rowwise::Program::background, a piece after each tile's loads) and
 // fused attentions of one item (after their own loads and an area's, `areas`: AttentionChip::prefetch). The same
 // bits: each weight's bytes, copied. docs/compiler.md, "The weight stream", has the figures and what was tried.
-constexpr double kStreamShare = 0.7;
+// The share by producer: a GEMM's (kStreamShare), whose own loads queue with the stream's; a row-wise kernel's,
+// all (its inputs are intermediates in VMEM, so HBM moves nothing of its own, and its estimate, its vector work, is
+// below its run: BERT-base's LayerNorms on v6e, 720 cycles estimated, about 930 run); a fused attention's, 0.8
+// (its stream loads are plain loads after its own, which it waits for at its end, and its estimate is above its
+// run: BERT-base's on v6e, 4,220 against 4,050). docs/compiler.md ("The weight stream") has the sweep.
+constexpr double kStreamShare = 0.7, kRowwiseStreamShare = 1.0, kAttentionStreamShare = 0.8;
 // The semaphore each streamed weight's last background load signals and its GEMM waits for (stream_wait)
 constexpr int kStreamSem = isa::kNumSems - 1;
 
@@ -1207,8 +1212,8 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     weights.push_back({at, b, bytes, 0, -1});
   }
   if (weights.empty()) return tails;
-  // The producers' slots, in program order: each call's budget, 0.7 of HBM's bytes in its estimated time less its
-  // own bytes (a GEMM whose weights stream, `assumed`, without its b), spread over its work; then a whole-chip
+  // The producers' slots, in program order: each call's budget, its share of HBM's bytes in its estimated time less
+  // its own bytes (a GEMM whose weights stream, `assumed`, without its b), spread over its work; then a whole-chip
   // GEMM's tail (GemmChip::prefetch: after its last tile's loads, while its last chunk's products and its drain run)
   struct Slot {
     size_t at;
@@ -1217,9 +1222,14 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
   };
   auto budgets = [&](const std::set<size_t>& assumed) {
     std::vector<Slot> slots;
-    const double share = kStreamShare * static_cast<double>(hbm);
     for (size_t at = 0; at < order.size(); ++at) {
       const Work& w = work[at];
+      const OnChip& oc = on_chip[order[at]];
+      const KernelCall::Kind kind = plan.calls[order[at]].kind;
+      const double share = (oc.gemm || oc.ksplit               ? kStreamShare
+                            : kind == KernelCall::Kind::Rowwise ? kRowwiseStreamShare
+                                                                : kAttentionStreamShare) *
+                           static_cast<double>(hbm);
       const double own = w.own - (assumed.count(at) ? w.b : 0.0);
       slots.push_back({at, false, static_cast<int64_t>(std::max(0.0, share * w.cycles - own)) / 64 * 64});
       if (w.tail > 0) slots.push_back({at, true, static_cast<int64_t>(share * w.tail) / 64 * 64});

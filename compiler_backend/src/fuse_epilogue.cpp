@@ -26,6 +26,21 @@ bool touches(const KernelCall& call, int b) {
   return false;
 }
 
+// The scale c where the program's second output is the int8 copy of its first (an i8 output of Mul(the first's
+// node, Const c), c != 0: rowwise.h, Output), else 0.
+float int8_copy_of_first(const rw::Program& p) {
+  const auto nodes = static_cast<int>(p.nodes.size());
+  if (p.outputs.size() != 2 || p.outputs[1].dtype != isa::DType::I8) return 0;
+  const int m = p.outputs[1].node;
+  if (m < 0 || m >= nodes) return 0;
+  const rw::Node& mul = p.nodes[static_cast<size_t>(m)];
+  if (mul.op != rw::Op::Mul || mul.args.size() != 2 || mul.args[0] != p.outputs[0].node || mul.args[1] < 0 ||
+      mul.args[1] >= nodes)
+    return 0;
+  const rw::Node& k = p.nodes[static_cast<size_t>(mul.args[1])];
+  return k.op == rw::Op::Const && k.value != 0.0f ? k.value : 0.0f;
+}
+
 // The row-wise call's two inputs (indices into rows.inputs) when it is exactly Add(in_i, in_j) or
 // Relu(Add(in_i, in_j)) of two whole [R, C] inputs into one output, or into that output and its int8 copy (a
 // second output, i8, of Mul(the first's node, a constant): `q_scale`, else 0); false otherwise.
@@ -38,16 +53,7 @@ bool residual_add(const KernelCall& call, int& i, int& j, bool& relu, float& q_s
   relu = false;
   const auto nodes = static_cast<int>(p.nodes.size());
   if (add < 0 || add >= nodes) return false;
-  if (p.outputs.size() == 2) {  // the int8 copy: Mul(out0's node, Const) into i8
-    const int m = p.outputs[1].node;
-    if (m < 0 || m >= nodes || p.outputs[1].dtype != isa::DType::I8) return false;
-    const rw::Node& mul = p.nodes[static_cast<size_t>(m)];
-    if (mul.op != rw::Op::Mul || mul.args.size() != 2 || mul.args[0] != add || mul.args[1] < 0 || mul.args[1] >= nodes)
-      return false;
-    const rw::Node& k = p.nodes[static_cast<size_t>(mul.args[1])];
-    if (k.op != rw::Op::Const || !(k.value != 0.0f)) return false;
-    q_scale = k.value;
-  }
+  if (p.outputs.size() == 2 && (q_scale = int8_copy_of_first(p)) == 0) return false;  // else the int8 copy
   if (p.nodes[static_cast<size_t>(add)].op == rw::Op::Relu) relu = true, add = p.nodes[static_cast<size_t>(add)].args[0];
   const rw::Node& a = p.nodes[static_cast<size_t>(add)];
   if (a.op != rw::Op::Add || a.args.size() != 2 || p.nodes.size() != (relu ? 4u : 3u) + (q_scale != 0 ? 2u : 0u))
@@ -164,8 +170,22 @@ int fuse_activations(KernelPlan& plan, const std::map<std::string, int64_t>& sym
   std::vector<bool> removed(plan.calls.size(), false);
   for (size_t a = 0; a < plan.calls.size(); ++a) {
     const KernelCall& act = plan.calls[a];
-    if (act.kind != KernelCall::Kind::Rowwise || !kernels::rowwise::is_elementwise(act.rows) ||
-        (act.rows.inputs[0].period != 0 && act.rows.inputs[0].period != act.rows.rows) || act.row_input_offs[0] != 0)
+    if (act.kind != KernelCall::Kind::Rowwise) continue;
+    // The activation, and where the kernel also writes its result's int8 copy (an int8 model's GELU before the next
+    // int8 matmul), that copy: the GEMM casts it from the stored result (q_scale, q), as the row-wise kernel does
+    rw::Program one = act.rows;
+    const float q_scale = int8_copy_of_first(one);
+    int qb = -1;
+    if (q_scale != 0) {  // the copy's Const and Mul, the program's last two nodes (so read by nothing else)
+      const int mul = one.outputs[1].node;
+      if (mul != static_cast<int>(one.nodes.size()) - 1 || one.nodes[static_cast<size_t>(mul)].args[1] != mul - 1 ||
+          one.outputs[0].node >= mul - 1 || act.row_output_offs[1] != 0)
+        continue;
+      one.nodes.resize(one.nodes.size() - 2), one.outputs.resize(1);
+      qb = act.row_outputs[1];
+    }
+    if (!kernels::rowwise::is_elementwise(one) || (one.inputs[0].period != 0 && one.inputs[0].period != one.rows) ||
+        act.row_input_offs[0] != 0)
       continue;
     const int xb = act.row_inputs[0], ob = act.row_outputs[0];
     size_t g = a;  // the latest call before it that touches x
@@ -177,6 +197,8 @@ int fuse_activations(KernelPlan& plan, const std::map<std::string, int64_t>& sym
         gemm.tensors.at("c") != xb || (gemm.offsets.count("c") && gemm.offsets.at("c") != 0) || xb == ob)
       continue;
     if (param_or(gemm, "OUT_DT", 0) != static_cast<int64_t>(isa::DType::F32)) continue;
+    if (qb >= 0 && (param_or(gemm, "DEQUANT", 0) == 0 || param_or(gemm, "SCALE", 0) != 0 || qb == xb || qb == ob))
+      continue;  // (gemm_chip's q: an int8 GEMM's, dequantised)
     bool plain = true;  // an epilogue act combines with
     for (const char* p : {"Q_SCALE", "Q_ONLY", "GROUP_N", "ACT_RESIDENT", "RESIDUAL", "ACT"})
       plain = plain && param_or(gemm, p, 0) == 0;
@@ -184,18 +206,25 @@ int fuse_activations(KernelPlan& plan, const std::map<std::string, int64_t>& sym
     const int64_t mn = param_or(gemm, "M", 0) * param_or(gemm, "N", 0);
     if (!plain || xbuf.kind != Buffer::Kind::Temp || xbuf.bytes() != static_cast<uint64_t>(mn) * 4 ||
         act.rows.rows * act.rows.cols != mn ||
-        std::any_of(gemm.tensors.begin(), gemm.tensors.end(), [&](const auto& t) { return t.second == ob; }))
+        std::any_of(gemm.tensors.begin(), gemm.tensors.end(),
+                    [&](const auto& t) { return t.second == ob || t.second == qb; }))
       continue;
-    bool alone = true;
-    for (size_t c = 0; c < plan.calls.size() && alone; ++c)
+    bool alone = true, value_read = plan.buffers[static_cast<size_t>(ob)].kind != Buffer::Kind::Temp;
+    for (size_t c = 0; c < plan.calls.size() && alone; ++c) {
       if (c != g && c != a && !removed[c] && touches(plan.calls[c], xb)) alone = false;  // another reader of x
+      if (c != a && !removed[c] && touches(plan.calls[c], ob)) value_read = true;
+    }
     for (size_t c = g + 1; c < a && alone; ++c)
-      if (!removed[c] && touches(plan.calls[c], ob)) alone = false;
+      if (!removed[c] && (touches(plan.calls[c], ob) || (qb >= 0 && touches(plan.calls[c], qb)))) alone = false;
     if (!alone) continue;
-    const isa::DType out = act.rows.outputs[0].dtype;
+    const isa::DType out = one.outputs[0].dtype;
     KernelCall fused_call = gemm;
     fused_call.params["ACT"] = 1, fused_call.params["OUT_DT"] = static_cast<int64_t>(out);
-    fused_call.rows = act.rows;
+    fused_call.rows = one;
+    // The int8 copy; alone (Q_ONLY, no c) where only the int8 matmuls after it read the value
+    const bool q_only = qb >= 0 && !value_read;
+    if (qb >= 0) fused_call.params["Q_SCALE"] = isa::bits_from_f32(q_scale);
+    if (q_only) fused_call.params["Q_ONLY"] = 1;
     try {  // gemm_chip must be able to run it (it may not fit the chip's VMEM)
       (void)kernels::gemm_chip_estimate(gemm_chip_of(fused_call, symbols), symbols);
     } catch (const std::invalid_argument&) {
@@ -203,6 +232,11 @@ int fuse_activations(KernelPlan& plan, const std::map<std::string, int64_t>& sym
     }
     fused_call.tensors["c"] = ob, fused_call.offsets["c"] = act.row_output_offs[0];
     fused_call.bytes -= static_cast<double>(mn) * static_cast<double>(4 - isa::dtype_size(out));  // c in out's type
+    if (qb >= 0) fused_call.tensors["q"] = qb, fused_call.offsets["q"] = 0, fused_call.bytes += static_cast<double>(mn);
+    if (q_only) {
+      fused_call.tensors.erase("c"), fused_call.offsets.erase("c");
+      fused_call.bytes -= static_cast<double>(mn) * static_cast<double>(isa::dtype_size(out));
+    }
     const std::string label = gemm.label;
     for (size_t c = 0; c <= g; ++c)
       if (plan.calls[c].label == label) plan.calls[c].label = label + "+" + act.label;

@@ -298,7 +298,8 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
       it = act_bytes.emplace(n, static_cast<int64_t>(rowwise::epilogue(*g.act, n, 0).bytes)).first;
     return it->second;
   };
-  const int64_t act_passes = g.act ? rowwise::epilogue(*g.act, 1, 0).vector_ops : 0;
+  // (with q, one more: the int8 copy cast from the stored out tile)
+  const int64_t act_passes = g.act ? rowwise::epilogue(*g.act, 1, 0).vector_ops + QO : 0;
   TilePlan best;
   // Narrow strips (fewer than C columns, the matrix unit's others idle) spread a GEMM of few output columns over
   // more cores: a decoder's weight-streaming GEMV on h200-like, 1 x 768 x 768, is 6 tiles of 128 columns (6 of
@@ -350,7 +351,8 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
                                 256 +                                                        // the C buffers
                                 (g.residual ? (nslot + 1) * U * S * align64(tmu * C * od) : 0) +  // tiles of r
                                 (g.act ? align64(U * S * tmu * C * 4) + 2 * align64(U * S * tmu * C * O) +
-                                             act_vmem(U * S * tmu * C) + 64  // act: the f32 tile, 2 out tiles
+                                             2 * QO * align64(U * S * tmu * C) + act_vmem(U * S * tmu * C) +
+                                             64  // act: the f32 tile, 2 out tiles (and 2 of q)
                                        : 0) +
                                 2 * (g.dequant ? align64(W * 8) : g.bias ? align64(W * 4) : 0);  // two bias tables
           const int64_t per_k = nslot * (tm + W) * E;  // bytes of the slots per element of K
@@ -551,8 +553,12 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   const std::optional<rowwise::Epilogue> act =
       g.act ? std::optional(rowwise::epilogue(*g.act, AE, static_cast<uint64_t>(VE0))) : std::nullopt;
   const int64_t VAF = align64(VE0 + (act ? act->bytes : 0)), VAO = VAF + align64(AE * 4), AOB = align64(AE * O);
+  // act with q: the int8 copy of each out tile cast from it as stored (x q_scale), into one of two q tiles after
+  // the out tiles (the same slot and layout, one byte an element), as the row-wise kernel's int8 copy of a value it
+  // stores as bf16 is cast (rowwise.h, Output)
+  const int64_t VAQ = VAO + 2 * AOB, AQB = Q ? align64(AE) : 0;
   const bool RQ = g.residual && Q;  // residual and q: q from the sum as stored in the C buffer
-  const int64_t VEND = act ? VAO + 2 * AOB : VE0;  // the kernel's VMEM end
+  const int64_t VEND = act ? VAQ + 2 * AQB : VE0;  // the kernel's VMEM end
   const Sem AOFREE = sem(4 * U + 5);
   if (vmem_end) {  // gemm_chip_vmem_end: the layout's end
     if (SK > 1) throw std::invalid_argument("gemm_chip: the VMEM end of a split K's reduction is not known");
@@ -978,8 +984,10 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     e.addi(t3, t, -P);
     act_coords(t3);
     tile_slot(r30, t0, t3, 2, AOB, VAO);
+    if (Q) tile_slot(vq, t0, t3, 2, AQB, VAQ);
     e.vpu_sync({.wait = AOFREE}), e.li(vc, VAF), e.li(t3, AE);
     act->apply(e, vc, r30, t3, one, t0, t2, r29);
+    if (Q) e.li(t0, g.q_scale_bits), e.vpu_cast(vq, r30, t3, t0, g.out, DType::I8, {.scale_en = true});
     e.vpu_sync({.signal = CFULL});
     for (int64_t j = 0; j < U; ++j)
       for (int64_t sidx = 0; sidx < S; ++sidx) {
@@ -988,10 +996,17 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
         unit_guard(j, l);
         strip_guard(q, l);
         const isa::Reg rows = unit_rows(j);
-        e.muli(t0, m0, g.n), e.add(t0, t0, n0), e.addi(t0, t0, r0 * g.n + q * SC), e.muli(t0, t0, O);
-        e.li(t2, c_addr), e.add(t0, t0, t2), e.li(t2, g.n * O), e.muli(t1, nt, O);
-        e.addi(vc, r30, (j * S + sidx) * TMU * C * O);
-        e.dma_st(t0, vc, rows, t1, t2, t1, {.wait = j == 0 && sidx == 0 ? CFULL : Sem{}});
+        e.muli(t0, m0, g.n), e.add(t0, t0, n0), e.addi(t0, t0, r0 * g.n + q * SC);
+        const Sem first = j == 0 && sidx == 0 ? CFULL : Sem{};
+        if (Q) {  // the piece's q rows (row pitch N)
+          e.li(t2, q_addr), e.add(t2, t2, t0), e.li(t1, g.n), e.addi(vc, vq, (j * S + sidx) * TMU * C);
+          e.dma_st(t2, vc, rows, nt, t1, nt, {.wait = first});
+        }
+        if (!g.q_only) {
+          e.muli(t0, t0, O), e.li(t2, c_addr), e.add(t0, t0, t2), e.li(t2, g.n * O), e.muli(t1, nt, O);
+          e.addi(vc, r30, (j * S + sidx) * TMU * C * O);
+          e.dma_st(t0, vc, rows, t1, t2, t1, {.wait = Q ? Sem{} : first});
+        }
         e.bind(l);
       }
     e.dmaout_sync({.signal = AOFREE});
@@ -1156,11 +1171,10 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
   if (g.residual && ((g.out != isa::DType::BF16 && g.out != isa::DType::F32) || g.q_only || g.group_n != 0))
     throw std::invalid_argument("gemm_chip: residual gives bf16 or f32 (q beside it, not alone), without group_n");
   if (g.residual_relu && !g.residual) throw std::invalid_argument("gemm_chip: residual_relu needs residual");
-  if (g.act && (!rowwise::is_elementwise(*g.act) || g.act->outputs[0].dtype != g.out || g.q_scale_bits != 0 ||
-                g.group_n != 0 || g.residual ||
-                (g.out != isa::DType::BF16 && g.out != isa::DType::F32)))
+  if (g.act && (!rowwise::is_elementwise(*g.act) || g.act->outputs[0].dtype != g.out || g.group_n != 0 ||
+                g.residual || (g.out != isa::DType::BF16 && g.out != isa::DType::F32)))
     throw std::invalid_argument("gemm_chip: act is an elementwise program of one f32 input, giving the output "
-                                "type (bf16 or f32), without q, group_n or residual");
+                                "type (bf16 or f32), without group_n or residual");
   if (g.dequant && (g.in != isa::DType::I8 || (g.out != isa::DType::BF16 && g.out != isa::DType::F32)))
     throw std::invalid_argument("gemm_chip: dequant takes i8 inputs and gives bf16 or f32");
   if (g.q_scale_bits != 0 && (!g.dequant || g.scale_bits != 0))
@@ -1322,7 +1336,7 @@ double gemm_chip_tail(const GemmChip& g, const std::map<std::string, int64_t>& s
   if (r.schedule != GemmSchedule::Tiles) return 0;
   const TilePlan p = plan_tiles(g, s, r.P, r.U);
   const int64_t R = symbol(s, "MXU_ROWS"), tmu = cdiv(p.tm, p.rb);
-  const int64_t act_passes = g.act ? rowwise::epilogue(*g.act, 1, 0).vector_ops : 0;
+  const int64_t act_passes = g.act ? rowwise::epilogue(*g.act, 1, 0).vector_ops + (g.q_scale_bits != 0) : 0;
   const int64_t width = std::max<int64_t>(1, optional_symbol(s, "VPU_WIDTH", 128));
   return chunk_work(p.kc, R, p.s, tmu, matrix_rate(g.in, s), matrix_stretch(s)) +
          tile_drain(p.u, p.s, tmu, p.sc, act_passes, width);

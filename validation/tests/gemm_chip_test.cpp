@@ -1216,6 +1216,85 @@ void dequant_cases(uint64_t seed, DType out, bool bias, bool relu, float q_scale
   }
 }
 
+// An int8 model's activation before the next int8 matmul (the compiler's fuse_activations on an int8 GEMM whose
+// GELU writes an int8 copy): the dequantising GEMM with act and q, the copy cast with q_scale from the activation's
+// values as stored (bf16), and q alone (q_only: no c declared); on 2 cores x 3 units and on one core of one unit,
+// against the dequantising GEMM writing f32 (its epilogue checked against the host above) followed by the row-wise
+// kernel that writes the value and its int8 copy (rowwise.h, Output), bit for bit, c and q. q_scale 60 over GELU's
+// results of about -0.2..4 saturates some of q at 127.
+TEST(GemmChip, Int8GeluWithItsInt8CopyMatchesTheGemmThenTheRowwiseKernel) {
+  TPUSIM_MACHINES(m, sets_of_units(3));
+  const std::map<std::string, int64_t> symbols = symbols_of(*m);
+  const int64_t R = symbols.at("MXU_ROWS"), C = symbols.at("MXU_COLS");
+  const float q_scale = 60.0f;
+  Random r(971);
+  kernels::rowwise::Program act;
+  act.rows = 1, act.cols = 1;
+  act.inputs.push_back({});
+  act.outputs.push_back({act.unary(kernels::rowwise::Op::Gelu, act.input(0)), 0, DType::BF16});
+  int64_t saturated = 0;  // copies at 127
+  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {9, 20, 50}, {40, 17, 49}, {70, 50, 24}, {66, 20, 13}}) {
+    std::vector<double> a = r.values(DType::I8, s.m * s.k), b = r.values(DType::I8, s.k * s.n);
+    const std::vector<double> tiled = tiled_b(b, s.k, s.n, R, C);
+    std::vector<double> dq(static_cast<size_t>(2 * s.n));
+    for (int64_t j = 0; j < s.n; ++j) {  // results of about -4..4
+      dq[2 * j] = static_cast<float>(r.real(1e-6, 1e-4));
+      dq[2 * j + 1] = static_cast<float>(r.real(-2, 2));
+    }
+    // Runs p (a GEMM) on the operands; c (where declared) as `out`, q into *q where declared
+    auto run = [&](const isa::Program& p, DType out, std::vector<double>* q) {
+      m->write(p.find("a")->addr, a, DType::I8);
+      m->write(p.find("b")->addr, tiled, DType::I8);
+      m->write(p.find("dq")->addr, dq, DType::F32);
+      const isa::TensorDecl* c = p.find("c");
+      const isa::TensorDecl* qd = p.find("q");
+      for (const isa::TensorDecl* t : {c, qd})
+        if (t) m->write(t->addr, std::vector<uint8_t>(t->bytes(), 0xa5));
+      m->run(p);
+      if (qd && q) *q = m->read_sim(qd->addr, static_cast<size_t>(qd->elements()), DType::I8);
+      return c ? m->read_sim(c->addr, static_cast<size_t>(c->elements()), out) : std::vector<double>{};
+    };
+    const std::string what = "int8 GELU with q M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) +
+                             " N=" + std::to_string(s.n);
+    // the reference: the GEMM to f32, then the row-wise kernel writing GELU as bf16 and its int8 copy
+    kernels::GemmChip f32{s.m, s.k, s.n, DType::I8, DType::F32, 2, 3, kernels::GemmSchedule::Auto};
+    f32.bias = true, f32.b_tiled = true, f32.dequant = true;
+    const isa::Program plain = kernels::gemm_chip_kernel(f32, symbols);
+    run(plain, DType::F32, nullptr);
+    kernels::rowwise::Program rw = act;
+    rw.rows = s.m, rw.cols = s.n;
+    rw.inputs[0].addr = plain.find("c")->addr;
+    const uint64_t after = (plain.find("c")->addr + plain.find("c")->bytes() + 63) / 64 * 64;
+    rw.outputs[0].addr = after;
+    const int copy = rw.binary(kernels::rowwise::Op::Mul, rw.outputs[0].node, rw.constant(q_scale));
+    rw.outputs.push_back({copy, after + static_cast<uint64_t>(s.m * s.n * 2 + 64) / 64 * 64, DType::I8});
+    for (const kernels::rowwise::Output& o : rw.outputs)
+      m->write(o.addr, std::vector<uint8_t>(static_cast<size_t>(s.m * s.n * isa::dtype_size(o.dtype)), 0xa5));
+    m->run(kernels::rowwise::kernel(rw, symbols));
+    const std::vector<double> want = m->read_sim(rw.outputs[0].addr, static_cast<size_t>(s.m * s.n), DType::BF16);
+    const std::vector<double> want_q = m->read_sim(rw.outputs[1].addr, static_cast<size_t>(s.m * s.n), DType::I8);
+    saturated += std::count(want_q.begin(), want_q.end(), 127.0);
+    for (const auto& [cores, used] : std::vector<std::pair<int, int>>{{2, 3}, {1, 1}})
+      for (const bool q_only : {false, true}) {
+        kernels::GemmChip g{s.m, s.k, s.n, DType::I8, DType::BF16, cores, used, kernels::GemmSchedule::Auto};
+        g.bias = true, g.b_tiled = true, g.dequant = true, g.act = act, g.q_only = q_only;
+        g.q_scale_bits = isa::bits_from_f32(q_scale);
+        std::vector<double> q;
+        const isa::Program k = kernels::gemm_chip_kernel(g, symbols);
+        EXPECT_EQ(k.find("c") == nullptr, q_only) << what;
+        const std::vector<double> c = run(k, DType::BF16, &q);
+        const std::string how = what + ": " + std::to_string(cores) + " cores x " + std::to_string(used) +
+                                " units" + (q_only ? ", q alone" : "") + " vs the GEMM then the row-wise kernel";
+        expect_all(how + ", q bit for bit", want_q.size(), [&](size_t i) { return q[i] == want_q[i]; },
+                   [&](size_t i) { return "gemm_chip " + num(q[i]) + ", row-wise " + num(want_q[i]); });
+        if (!q_only)
+          expect_all(how + ", c bit for bit", want.size(), [&](size_t i) { return same(c[i], want[i]); },
+                     [&](size_t i) { return "gemm_chip " + num(c[i]) + ", row-wise " + num(want[i]); });
+      }
+  }
+  EXPECT_GT(saturated, 0);
+}
+
 // An int8 model's residual (the compiler's fuse_residual_adds): the dequantising GEMM with residual and its int8
 // copy, gemm_chip's residual with q: c = bf16(f32(bf16(acc * s + b)) + f32(r)) after the ReLU, and q = i8(f32(c) *
 // q_scale) of c as stored, as the row-wise Add that writes the int8 copy computes them; against the host and the
@@ -1375,9 +1454,12 @@ TEST(GemmChip, ShapesThatCannotRunSaySo) {
   g = kernels::GemmChip{8, 8, 8, DType::BF16, DType::F32, 1, 1, kernels::GemmSchedule::Tiles};
   g.act = act;  // gives bf16, the kernel f32
   EXPECT_EQ(message(g), "gemm_chip: act is an elementwise program of one f32 input, giving the output type (bf16 or "
-                        "f32), without q, group_n or residual");
+                        "f32), without group_n or residual");
   g.out = DType::BF16;
   EXPECT_EQ(message(g), "no error");
+  g.q_scale_bits = isa::bits_from_f32(2.0f);  // act's int8 copy: an int8 GEMM's (dequant)
+  EXPECT_EQ(message(g), "gemm_chip: q_scale needs dequant and no scale");
+  g.q_scale_bits = 0;
   g.act->nodes.push_back({kernels::rowwise::Op::RowSum, {1}});  // a reduction is not elementwise
   g.act->outputs[0].node = 2;
   EXPECT_EQ(message(g).rfind("gemm_chip: act is an elementwise program", 0), 0u);
