@@ -8,7 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 echo "run-tests.sh: configuring build/"
 # TPUSIM_FULL_WORKLOADS: the build also exports the full-size models (ResNet-50, BERT-base, GPT-2 124M: about
-# 140 s once, 1.6 GB), whose timing the regression baselines check (validation/baselines/README.md)
+# 55 s once, 1.6 GB), whose timing the regression baselines check (validation/baselines/README.md)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPUSIM_FULL_WORKLOADS=ON
 echo "run-tests.sh: building"
 cmake --build build
