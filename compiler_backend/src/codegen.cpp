@@ -938,12 +938,14 @@ void before_attention(const KernelPlan& plan, const std::vector<size_t>& order, 
   for (size_t j = w; j < at; ++j) call_symbols[j] = half;
 }
 
-// Weights that stream in during the fused attention, on a chip of one core. The attention leaves HBM idle while it
-// computes (its loads all at the start where it has one item per core); the GEMMs after it stream their weights.
+// Weights that stream in during the fused attention. The attention leaves HBM idle while it computes (its loads all
+// at the start where it has one item per core); the GEMMs after it stream their weights.
 // So the first chunks of b of the GEMM two or three kernels later (after the output projection and a LayerNorm,
 // say: the FFN's first Linear), as many as HBM can move in that time by the attention's estimate, load into an
 // area at the top of VMEM (GemmChip::b_area), by loads the attention issues right after its own
-// (AttentionChip::prefetch). The kernels from the attention's successor to that GEMM's successor take half of
+// (AttentionChip::prefetch); on a chip of several cores (at most one attention item each), each core loads its
+// own first tile's into its own VMEM (DmaLoad::core): BERT-base on v4 251,947 -> 242,028 cycles, GPT-2 prefill
+// 356,846 -> 353,974. The kernels from the attention's successor to that GEMM's successor take half of
 // VMEM (VMEM_BYTES halved in `call_symbols`), so that none writes the area before the GEMM has read it. Not where
 // the GEMM's weights are not a constant, or the kernels between are other than GEMMs and row-wise kernels.
 // Returns the prefetch loads by position in `order`. (Tried, slower: the area for the GEMM's second tile, so that
@@ -957,7 +959,8 @@ std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(const KernelPl
                                                                   std::vector<std::map<std::string, int64_t>>& call_symbols) {
   std::map<size_t, std::vector<kernels::DmaLoad>> prefetch;
   const int64_t vmem = symbol_or(symbols, "VMEM_BYTES", 0), hbm = symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 0);
-  if (symbol_or(symbols, "CORES", 1) != 1 || vmem <= 0 || hbm <= 0) return prefetch;
+  const int64_t cores = symbol_or(symbols, "CORES", 1);
+  if (vmem <= 0 || hbm <= 0) return prefetch;
   std::map<std::string, int64_t> half = symbols;
   half["VMEM_BYTES"] = vmem / 2 / 4096 * 4096;
   for (size_t at = 0; at < order.size(); ++at) {
@@ -965,7 +968,7 @@ std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(const KernelPl
     if (x.kind != KernelCall::Kind::Attention || x.attention.vector_unit) continue;
     try {
       const kernels::AttentionPlan ap = kernels::attention_chip_plan(x.attention, symbols);
-      if (ap.items > 1 || ap.vmem_end > half.at("VMEM_BYTES")) continue;
+      if (ap.items > cores || ap.vmem_end > half.at("VMEM_BYTES")) continue;
       // The GEMM: at at + 2 or at + 3, after GEMMs and row-wise kernels, none with an area already
       size_t z = 0;
       for (size_t j = at + 1; j < order.size() && j <= at + 3 && !z; ++j) {
@@ -992,7 +995,7 @@ std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(const KernelPl
       on_chip[order[z]].gemm = g;
       for (size_t j = at + 1; j <= std::min(z + 1, order.size() - 1); ++j) call_symbols[j] = half;
       prefetch[at] = std::move(loads);
-      before_attention(plan, order, on_chip, half, call_symbols, at);
+      if (cores == 1) before_attention(plan, order, on_chip, half, call_symbols, at);
     } catch (const std::invalid_argument&) {
       continue;
     }
@@ -1566,13 +1569,13 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
   std::vector<std::map<std::string, int64_t>> call_symbols(order.size(), symbols);
   std::map<size_t, std::vector<kernels::DmaLoad>> prefetch;
   std::set<size_t> stream_tails;  // GEMMs whose prefetch is the weight stream's (noted as such, not below)
-  if (overlap_kernels && !spmd) {
-    // The weight areas only where the weight stream does not run (no ring: --intermediates-in-hbm): where it
-    // runs, it loads those weights too, and an area takes half of VMEM from the kernels around it and HBM's time
-    // from the stream (without the areas, BERT-base on v6e 262,519 -> 257,365 cycles, v5e 383,962 -> 377,687,
-    // GPT-2 prefill on v6e 376,759 -> 371,916, v5e 590,219 -> 591,353)
+  if (overlap_kernels) {
+    // The weight areas only where the weight stream does not run (no ring: --intermediates-in-hbm, or a chip of
+    // several cores): where it runs, it loads those weights too, and an area takes half of VMEM from the kernels
+    // around it and HBM's time from the stream (without the areas, BERT-base on v6e 262,519 -> 257,365 cycles,
+    // v5e 383,962 -> 377,687, GPT-2 prefill on v6e 376,759 -> 371,916, v5e 590,219 -> 591,353)
     if (ring.end <= ring.begin) prefetch = plan_weight_areas(plan, order, on_chip, symbols, call_symbols);
-    stream_tails = stream_weights(plan, order, on_chip, symbols, untiled, prefetch, ring, kStreamSem);
+    if (!spmd) stream_tails = stream_weights(plan, order, on_chip, symbols, untiled, prefetch, ring, kStreamSem);
   }
   // The weight stream's semaphore (kStreamSem) where a GEMM waits for it: no kernel may use it then
   const bool streaming =

@@ -684,8 +684,11 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
   setup();
   first_block();
   for (const DmaLoad& l : a.prefetch) {  // another kernel's loads, behind this core's first item's (prefetch)
+    const isa::Label other = k.label();
+    if (l.core >= 0) k.li(t0, l.core), e.bne(cid, t0, other);  // (one core's: cid still holds core.id)
     k.li(t0, l.vaddr), k.li(t1, l.haddr), k.li(t2, l.rows), k.li(t3, l.rowbytes), k.li(t4, l.hstride);
     k.li(t5, l.vstride), e.dma_ld(t0, t1, t2, t3, t4, t5);
+    k.bind(other);
   }
   k.bind(item);
   init_stats();

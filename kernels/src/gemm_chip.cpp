@@ -659,21 +659,25 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
                                   std::to_string(F * CHUNK_B) + ") overlaps the kernel's VMEM [" +
                                   std::to_string(VA0) + ", " + std::to_string(end) + ") or is not 64-byte aligned");
   }
-  if (area) {  // core 0's first tile: tile 0, columns 0 .. pw0, chunk c at K offset c * KC
-    const int64_t pw0 = std::min(W, g.n);
-    area->chunk_bytes = CHUNK_B, area->chunks = NKL, area->b_bytes = g.k * pw0 * E;
-    for (int64_t c = 0; c < F; ++c) {
-      const int64_t k0v = c * KC, kc = c == NKL - 1 ? KLAST : KC;
-      DmaLoad l;
-      l.vaddr = g.b_area + c * CHUNK_B;
-      if (g.trans_b)  // as load_b: pw rows of b, kc elements of K each
-        l.haddr = b_addr + k0v * E, l.rows = pw0, l.rowbytes = kc * E, l.hstride = g.k * E, l.vstride = KC * E;
-      else if (g.b_tiled)  // per fold, the tile's weight tiles
-        l.haddr = b_addr + k0v * NTB * C * E, l.rows = cdiv(kc, R), l.rowbytes = cdiv(pw0, C) * R * C * E,
-        l.hstride = NTB * R * C * E, l.vstride = W * R * E;
-      else
-        l.haddr = b_addr + k0v * g.n * E, l.rows = kc, l.rowbytes = pw0 * E, l.hstride = g.n * E, l.vstride = W * E;
-      area->loads.push_back(l);
+  if (area) {  // each core's first tile (tile core.id, row-major: columns n0 .. n0 + pw), chunk c at K offset c * KC
+    area->chunk_bytes = CHUNK_B, area->chunks = NKL, area->b_bytes = 0;
+    for (int64_t core = 0; core < std::min(P, T); ++core) {
+      const int64_t n0 = core % NC * W, pw = std::min(W, g.n - n0);
+      const int64_t bh = b_addr + n0 * (g.trans_b ? g.k * E : g.b_tiled ? R * E : E);
+      area->b_bytes += g.k * pw * E;
+      for (int64_t c = 0; c < F; ++c) {
+        const int64_t k0v = c * KC, kc = c == NKL - 1 ? KLAST : KC;
+        DmaLoad l;
+        l.vaddr = g.b_area + c * CHUNK_B, l.core = P > 1 ? static_cast<int>(core) : -1;
+        if (g.trans_b)  // as load_b: pw rows of b, kc elements of K each
+          l.haddr = bh + k0v * E, l.rows = pw, l.rowbytes = kc * E, l.hstride = g.k * E, l.vstride = KC * E;
+        else if (g.b_tiled)  // per fold, the tile's weight tiles
+          l.haddr = bh + k0v * NTB * C * E, l.rows = cdiv(kc, R), l.rowbytes = cdiv(pw, C) * R * C * E,
+          l.hstride = NTB * R * C * E, l.vstride = W * R * E;
+        else
+          l.haddr = bh + k0v * g.n * E, l.rows = kc, l.rowbytes = pw * E, l.hstride = g.n * E, l.vstride = W * E;
+        area->loads.push_back(l);
+      }
     }
     return {};
   }

@@ -1262,6 +1262,20 @@ class Attention(OpCase):
         x = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
         self.same_bits_as_fenced_in_fewer_cycles(os.path.join(d, "model.onnx"), x, "v5e", "--intermediates-in-hbm")
 
+    def test_ffn_weights_load_during_the_attention_on_each_core(self):
+        # On v4 (two cores, the intermediates in the shared memory: no weight stream), each core issues, right after
+        # its attention item's loads, the loads of its own first tile's first weights of the FFN's first Linear (the
+        # tiles of 512 columns: core 0's columns 0-511, core 1's 512-1023) into the top of its VMEM, where that
+        # core's first tile finds them; the report notes it. Against torch, and the same bits as with a fence
+        # between every two kernels, in fewer cycles.
+        self.check(self.Layer(hidden=512, heads=8, seq=128), randn(1, 128, 512), cos=self.COS, config="v4")
+        _, _, notes = self.compiled("v4")
+        found = [n for n in notes if re.search(r"loads \d+ bytes of the weights of \S*ffn\S*", n)]
+        self.assertTrue(found, notes)
+        d = os.path.join(self.dir, f"case{self.n}")
+        x = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
+        self.same_bits_as_fenced_in_fewer_cycles(os.path.join(d, "model.onnx"), x, "v4")
+
     def test_grouped_query_decode_step(self):
         # A LLaMA-style decode step: one query for each of 8 heads over a cache of 33 keys of 2 kv heads (4 query rows
         # per kv head) and a padding mask per key: the vector unit's kernel, against torch on v4-like and on

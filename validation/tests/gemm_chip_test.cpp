@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "reference_harness.h"
 #include "tests/generated_kernel.h"
@@ -503,6 +504,76 @@ TEST(GemmChip, WeightsLoadedAheadIntoAnAreaSameBitsFewerBytes) {
       EXPECT_EQ(static_cast<int64_t>(plain_read) - static_cast<int64_t>(with_read), moved) << what;
       EXPECT_GT(moved, 0) << what;
     }
+}
+
+// The same on v4 (two cores), 40 x 300 x 1100 in bf16, b as [K, N]: the area holds each core's first tile's first
+// 2 chunks (core 0 columns 0 .. W, core 1 columns W .. 2W: gemm_chip_area's loads name their core), loaded by a
+// program of two cores in which each core issues its own; the kernel's output is the plain kernel's, bit for
+// bit, and it reads exactly the area's bytes fewer from HBM.
+TEST(GemmChip, WeightsLoadedAheadIntoEachCoresAreaSameBitsFewerBytes) {
+  const sim::ChipConfig cfg = sim::load_config("v4");
+  std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  const int64_t vmem = symbols.at("VMEM_BYTES");
+  symbols["VMEM_BYTES"] = 512 * 1024;  // chunks of K: the kernel's own VMEM is small
+  sim::Chip chip(cfg);
+  Random r(972);
+  kernels::GemmChip g{40, 300, 1100, DType::BF16, DType::F32, 2, 4, kernels::GemmSchedule::Tiles};
+  const kernels::GemmArea sized = kernels::gemm_chip_area(g, symbols);
+  ASSERT_GE(sized.chunks, 3);
+  kernels::GemmChip ahead = g;
+  ahead.b_area_chunks = 2;
+  ahead.b_area = (vmem - 2 * sized.chunk_bytes) / 64 * 64;
+  const kernels::GemmArea area = kernels::gemm_chip_area(ahead, symbols);
+  ASSERT_EQ(area.loads.size(), 4u);  // 2 chunks x 2 cores
+  std::set<int> cores;
+  for (const kernels::DmaLoad& l : area.loads) cores.insert(l.core);
+  EXPECT_EQ(cores, (std::set<int>{0, 1}));
+  // both cores' first tiles, W columns each (the plan's width: rows of W bf16), core 1's W columns after core 0's
+  const int64_t W = area.loads[0].rowbytes / 2;
+  EXPECT_EQ(area.b_bytes, g.k * 2 * W * 2);
+  for (const kernels::DmaLoad& l : area.loads) {
+    if (l.core == 1 && l.vaddr == area.loads[0].vaddr) EXPECT_EQ(l.haddr, area.loads[0].haddr + W * 2);
+  }
+  std::vector<double> a = r.values(DType::BF16, g.m * g.k, -3, 3), b = r.values(DType::BF16, g.k * g.n, -3, 3);
+  auto put = [&](uint64_t addr, const std::vector<double>& v) {  // as bf16
+    std::vector<uint8_t> bytes(v.size() * 2);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const uint16_t bits = isa::bf16_from_f32(static_cast<float>(v[i]));
+      std::memcpy(bytes.data() + i * 2, &bits, 2);
+    }
+    chip.write_hbm(addr, bytes.data(), bytes.size());
+  };
+  auto run = [&](const isa::Program& p) {
+    put(p.find("a")->addr, a), put(p.find("b")->addr, b);
+    const isa::TensorDecl* c = p.find("c");
+    chip.write_hbm(c->addr, std::vector<uint8_t>(c->bytes(), 0xa5).data(), c->bytes());
+    const sim::RunResult res = chip.run(p);
+    std::vector<uint8_t> out(c->bytes());
+    chip.read_hbm(c->addr, out.data(), out.size());
+    return std::make_pair(out, res.stats.hbm_bytes_read);
+  };
+  const isa::Program plain = kernels::gemm_chip_kernel(g, symbols), with = kernels::gemm_chip_kernel(ahead, symbols);
+  const auto [want, plain_read] = run(plain);
+  isa::Emitter e("loader", "<test>", 0);  // each core its own loads (as the fused attention issues them)
+  e.set_cores(2);
+  e.core_id(isa::reg(7));
+  int64_t moved = 0;
+  for (const kernels::DmaLoad& l : area.loads) {
+    const isa::Label other = e.label();
+    e.li(isa::reg(8), l.core), e.bne(isa::reg(7), isa::reg(8), other);
+    e.li(isa::reg(1), l.vaddr), e.li(isa::reg(2), l.haddr), e.li(isa::reg(3), l.rows);
+    e.li(isa::reg(4), l.rowbytes), e.li(isa::reg(5), l.hstride), e.li(isa::reg(6), l.vstride);
+    e.dma_ld(isa::reg(1), isa::reg(2), isa::reg(3), isa::reg(4), isa::reg(5), isa::reg(6));
+    e.bind(other);
+    moved += l.rows * l.rowbytes;
+  }
+  e.halt();
+  put(with.find("b")->addr, b);
+  chip.run(e.finish());
+  const auto [got, with_read] = run(with);
+  EXPECT_EQ(got, want) << "the same bits";
+  EXPECT_EQ(static_cast<int64_t>(plain_read) - static_cast<int64_t>(with_read), moved);
+  EXPECT_GT(moved, 0);
 }
 
 // A 300 x 300 x 700 bf16 GEMM on v5e (one core, 4 units, tiles of 512 columns) with random a and b, for the tests

@@ -115,7 +115,7 @@ struct AttentionChip {
   // kAttentionTileUs); 0 (the default) for the compiler's kernels. The same results.
   int64_t min_item_cycles = 0;
   // Loads for a kernel after this one (GemmChip::b_area's weights), issued by each core right after its first
-  // item's loads, so that HBM moves them while the item computes rather than after the kernel; they take no
+  // item's loads (a load with DmaLoad::core >= 0 by that core alone), so that HBM moves them while the item computes rather than after the kernel; they take no
   // semaphore (the kernel that uses them loads after them in the same queue, so finds them done). Their VMEM
   // must lie outside this kernel's (AttentionPlan::vmem_end). The matrix units' kernel only (not vector_unit).
   // The same results.

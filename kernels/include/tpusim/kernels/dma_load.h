@@ -19,6 +19,9 @@ struct DmaLoad {
   // Background loads (emit_background_piece): > 0, the semaphore that the load of this run's last byte signals
   // (the compiler's weight stream: the GEMM that reads the weight waits for it); 0: none.
   int signal = 0;
+  // The core that issues it, in a kernel of several cores (a later GEMM's b_area on each core: that core's first
+  // tile's weights, GemmChip::b_area); -1: every core that issues the kernel's loads.
+  int core = -1;
   bool operator==(const DmaLoad&) const = default;
 };
 

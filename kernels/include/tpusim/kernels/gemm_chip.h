@@ -178,9 +178,9 @@ struct GemmChip {
   bool b_preloaded = false;
   // > 0: the core's first tile finds the b of its first b_area_chunks chunks of K in VMEM from byte b_area on,
   // chunk after chunk in the layout a slot holds them (gemm_chip_area: each chunk's bytes there, and the transfers
-  // that put core 0's there), loaded before the kernel, so that it loads only a for them. The compiler issues
-  // those transfers inside the fused attention two kernels before, on a chip of one core, so that the weights
-  // stream in while the attention computes (codegen.cpp). The tiled schedule, no split K, no multicast, not with
+  // that put each core's there), loaded before the kernel, so that it loads only a for them. The compiler issues
+  // those transfers inside the fused attention two kernels before (each core its own, DmaLoad::core), so that the
+  // weights stream in while the attention computes (codegen.cpp). The tiled schedule, no split K, no multicast, not with
   // b_preloaded; the area lies outside the kernel's own VMEM. The core's last tile keeps its last chunk whole
   // (split_last_fold is not applied). The same results.
   int64_t b_area = 0;
@@ -221,9 +221,10 @@ isa::Program gemm_chip_first_b(const GemmChip& g, const std::map<std::string, in
                                const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
                                uint64_t hbm_base = 0);
 
-// GemmChip::b_area for g: the VMEM bytes the area takes per chunk, the chunks of K of core 0's first tile, the bytes
-// of b those chunks hold, and the transfers that load its first g.b_area_chunks chunks into the area at g.b_area (b
-// at tensor_addr["b"], else placed as gemm_chip_kernel places it). The tiled schedule, no split K; throws
+// GemmChip::b_area for g: the VMEM bytes the area takes per chunk, the chunks of K of a core's first tile, the bytes
+// of b those chunks hold (every core's first tile's), and the transfers that load the first g.b_area_chunks
+// chunks of each core's first tile (tile core.id) into its area at g.b_area (b at tensor_addr["b"], else placed as
+// gemm_chip_kernel places it); on a chip of several cores each transfer names its core (DmaLoad::core). The tiled schedule, no split K; throws
 // std::invalid_argument otherwise, or where b_area_chunks is more than the first tile's chunks.
 struct GemmArea {
   int64_t chunk_bytes = 0, chunks = 0, b_bytes = 0;
