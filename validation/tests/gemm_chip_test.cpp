@@ -532,7 +532,9 @@ TEST(GemmChip, WeightsLoadedAheadIntoEachCoresAreaSameBitsFewerBytes) {
   const int64_t W = area.loads[0].rowbytes / 2;
   EXPECT_EQ(area.b_bytes, g.k * 2 * W * 2);
   for (const kernels::DmaLoad& l : area.loads) {
-    if (l.core == 1 && l.vaddr == area.loads[0].vaddr) EXPECT_EQ(l.haddr, area.loads[0].haddr + W * 2);
+    if (l.core == 1 && l.vaddr == area.loads[0].vaddr) {
+      EXPECT_EQ(l.haddr, area.loads[0].haddr + W * 2);
+    }
   }
   std::vector<double> a = r.values(DType::BF16, g.m * g.k, -3, 3), b = r.values(DType::BF16, g.k * g.n, -3, 3);
   auto put = [&](uint64_t addr, const std::vector<double>& v) {  // as bf16
