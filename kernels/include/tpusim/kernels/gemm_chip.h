@@ -157,8 +157,10 @@ struct GemmChip {
   // An elementwise activation after the bias (and ReLU), on the f32 values, before the cast to `out`: the row-wise
   // program (rowwise::is_elementwise) the compiler would otherwise run on the GEMM's f32 output, as a GELU after a
   // Linear. The drain writes f32 into the C buffer, applies it there (rowwise::epilogue: the same instructions on
-  // each element, so the same bits) into the tile of `out`, which is stored. Tiled schedule, no split K, no q,
-  // group_n or residual; `out` bf16 or f32.
+  // each element, so the same bits) into the tile of `out`, which is stored. With q (an int8 GEMM's, dequant), q is
+  // that tile as stored cast with q_scale (one vpu.cast: the int8 copy a row-wise kernel writes of a value it
+  // stores, rowwise.h, Output), and with q_only only q is stored. Tiled schedule, no split K, no group_n or
+  // residual; `out` bf16 or f32.
   std::optional<rowwise::Program> act = std::nullopt;
   // > 0: semaphore s<a_wait> is signalled once, by a kernel before this one that is still running, when a's bytes
   // are ready (the compiler's overlap of a row-wise kernel and the GEMM after it, codegen.cpp: the GEMM's weights
