@@ -436,6 +436,31 @@ TEST(GemmChip, TwoStripsOfTwoRowBlocksOnV5eBeatTwoUnits) {
               static_cast<unsigned long long>(four), static_cast<unsigned long long>(two));
 }
 
+// v as values of `in` (bf16 or int8), their bytes written to HBM at addr
+void put_values(sim::Chip& chip, uint64_t addr, const std::vector<double>& v, DType in) {
+  const size_t E = isa::dtype_size(in);
+  std::vector<uint8_t> bytes(v.size() * E);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint64_t bits = in == DType::I8 ? static_cast<uint8_t>(static_cast<int8_t>(v[i]))
+                                          : isa::bf16_from_f32(static_cast<float>(v[i]));
+    std::memcpy(bytes.data() + i * E, &bits, E);
+  }
+  chip.write_hbm(addr, bytes.data(), bytes.size());
+}
+
+// GEMM kernel p run on a and b (as `in`, b in the kernel's layout): c's bytes and the HBM bytes read
+std::pair<std::vector<uint8_t>, uint64_t> run_for_bytes(sim::Chip& chip, const isa::Program& p,
+                                                        const std::vector<double>& a, const std::vector<double>& b,
+                                                        DType in) {
+  put_values(chip, p.find("a")->addr, a, in), put_values(chip, p.find("b")->addr, b, in);
+  const isa::TensorDecl* c = p.find("c");
+  chip.write_hbm(c->addr, std::vector<uint8_t>(c->bytes(), 0xa5).data(), c->bytes());
+  const sim::RunResult res = chip.run(p);
+  std::vector<uint8_t> out(c->bytes());
+  chip.read_hbm(c->addr, out.data(), out.size());
+  return {out, res.stats.hbm_bytes_read};
+}
+
 // The weights of a GEMM's first chunks loaded ahead into an area of VMEM (GemmChip::b_area, as the compiler has the
 // fused attention load them two kernels ahead): on v5e (one core), 40 x 300 x 200 in bf16 and int8, b as [K, N],
 // transposed and tile by tile, the kernel given half of VMEM and its first 2 chunks of K (of 128) in the upper
@@ -463,31 +488,12 @@ TEST(GemmChip, WeightsLoadedAheadIntoAnAreaSameBitsFewerBytes) {
       const isa::Program plain = kernels::gemm_chip_kernel(g, symbols), with = kernels::gemm_chip_kernel(ahead, symbols);
       const kernels::GemmArea area = kernels::gemm_chip_area(ahead, symbols);
       ASSERT_EQ(area.loads.size(), 2u) << what;
-      const int64_t E = isa::dtype_size(in);
       std::vector<double> a = r.values(in, g.m * g.k, -3, 3), b = r.values(in, g.k * g.n, -3, 3);
       std::vector<double> bl = layout == 2 ? tiled_b(b, g.k, g.n, R, C) : b;
       if (layout == 1)
         for (int64_t l = 0; l < g.k; ++l)
           for (int64_t j = 0; j < g.n; ++j) bl[j * g.k + l] = b[l * g.n + j];
-      auto put = [&](uint64_t addr, const std::vector<double>& v) {
-        std::vector<uint8_t> bytes(v.size() * static_cast<size_t>(E));
-        for (size_t i = 0; i < v.size(); ++i) {
-          const uint64_t bits = in == DType::I8 ? static_cast<uint8_t>(static_cast<int8_t>(v[i]))
-                                                : isa::bf16_from_f32(static_cast<float>(v[i]));
-          std::memcpy(bytes.data() + i * static_cast<size_t>(E), &bits, static_cast<size_t>(E));
-        }
-        chip.write_hbm(addr, bytes.data(), bytes.size());
-      };
-      auto run = [&](const isa::Program& p) {
-        put(p.find("a")->addr, a), put(p.find("b")->addr, bl);
-        const isa::TensorDecl* c = p.find("c");
-        chip.write_hbm(c->addr, std::vector<uint8_t>(c->bytes(), 0xa5).data(), c->bytes());
-        const sim::RunResult res = chip.run(p);
-        std::vector<uint8_t> out(c->bytes());
-        chip.read_hbm(c->addr, out.data(), out.size());
-        return std::make_pair(out, res.stats.hbm_bytes_read);
-      };
-      const auto [want, plain_read] = run(plain);
+      const auto [want, plain_read] = run_for_bytes(chip, plain, a, bl, in);
       isa::Emitter e("loader", "<test>", 0);
       int64_t moved = 0;
       for (const kernels::DmaLoad& l : area.loads) {
@@ -497,9 +503,9 @@ TEST(GemmChip, WeightsLoadedAheadIntoAnAreaSameBitsFewerBytes) {
         moved += l.rows * l.rowbytes;
       }
       e.halt();
-      put(with.find("b")->addr, bl);
+      put_values(chip, with.find("b")->addr, bl, in);
       chip.run(e.finish());
-      const auto [got, with_read] = run(with);
+      const auto [got, with_read] = run_for_bytes(chip, with, a, bl, in);
       EXPECT_EQ(got, want) << what << ": the same bits";
       EXPECT_EQ(static_cast<int64_t>(plain_read) - static_cast<int64_t>(with_read), moved) << what;
       EXPECT_GT(moved, 0) << what;
@@ -537,25 +543,8 @@ TEST(GemmChip, WeightsLoadedAheadIntoEachCoresAreaSameBitsFewerBytes) {
     }
   }
   std::vector<double> a = r.values(DType::BF16, g.m * g.k, -3, 3), b = r.values(DType::BF16, g.k * g.n, -3, 3);
-  auto put = [&](uint64_t addr, const std::vector<double>& v) {  // as bf16
-    std::vector<uint8_t> bytes(v.size() * 2);
-    for (size_t i = 0; i < v.size(); ++i) {
-      const uint16_t bits = isa::bf16_from_f32(static_cast<float>(v[i]));
-      std::memcpy(bytes.data() + i * 2, &bits, 2);
-    }
-    chip.write_hbm(addr, bytes.data(), bytes.size());
-  };
-  auto run = [&](const isa::Program& p) {
-    put(p.find("a")->addr, a), put(p.find("b")->addr, b);
-    const isa::TensorDecl* c = p.find("c");
-    chip.write_hbm(c->addr, std::vector<uint8_t>(c->bytes(), 0xa5).data(), c->bytes());
-    const sim::RunResult res = chip.run(p);
-    std::vector<uint8_t> out(c->bytes());
-    chip.read_hbm(c->addr, out.data(), out.size());
-    return std::make_pair(out, res.stats.hbm_bytes_read);
-  };
   const isa::Program plain = kernels::gemm_chip_kernel(g, symbols), with = kernels::gemm_chip_kernel(ahead, symbols);
-  const auto [want, plain_read] = run(plain);
+  const auto [want, plain_read] = run_for_bytes(chip, plain, a, b, DType::BF16);
   isa::Emitter e("loader", "<test>", 0);  // each core its own loads (as the fused attention issues them)
   e.set_cores(2);
   e.core_id(isa::reg(7));
@@ -570,9 +559,9 @@ TEST(GemmChip, WeightsLoadedAheadIntoEachCoresAreaSameBitsFewerBytes) {
     moved += l.rows * l.rowbytes;
   }
   e.halt();
-  put(with.find("b")->addr, b);
+  put_values(chip, with.find("b")->addr, b, DType::BF16);
   chip.run(e.finish());
-  const auto [got, with_read] = run(with);
+  const auto [got, with_read] = run_for_bytes(chip, with, a, b, DType::BF16);
   EXPECT_EQ(got, want) << "the same bits";
   EXPECT_EQ(static_cast<int64_t>(plain_read) - static_cast<int64_t>(with_read), moved);
   EXPECT_GT(moved, 0);
