@@ -5,7 +5,7 @@
 #   bash scripts/run-model-bench.sh            # ResNet-50, BERT-base seq 128, GPT-2 124M prefill + decode
 #   bash scripts/run-model-bench.sh --small    # the build's small CI workloads (tinycnn, resnet18, bert, gpt2)
 #
-# The full-size models are exported (opset 13) into build/workloads-full/ when missing: about 5 minutes and
+# The full-size models are exported (opset 13) into build/workloads-full/ when missing: about a minute (OpenBLAS) and
 # 3.2 GB of RAM on a 2-core machine, once. Other arguments go to model_bench (--repeat N, --json FILE,
 # --config NAME, --set k=v). BUILD_DIR (default build) is the CMake build folder used.
 set -euo pipefail
