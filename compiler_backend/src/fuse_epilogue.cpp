@@ -27,18 +27,10 @@ bool touches(const KernelCall& call, int b) {
 }
 
 // The scale c where the program's second output is the int8 copy of its first (an i8 output of Mul(the first's
-// node, Const c), c != 0: rowwise.h, Output), else 0.
+// node, Const c), c != 0: rw::int8_copy_of), else 0.
 float int8_copy_of_first(const rw::Program& p) {
-  const auto nodes = static_cast<int>(p.nodes.size());
-  if (p.outputs.size() != 2 || p.outputs[1].dtype != isa::DType::I8) return 0;
-  const int m = p.outputs[1].node;
-  if (m < 0 || m >= nodes) return 0;
-  const rw::Node& mul = p.nodes[static_cast<size_t>(m)];
-  if (mul.op != rw::Op::Mul || mul.args.size() != 2 || mul.args[0] != p.outputs[0].node || mul.args[1] < 0 ||
-      mul.args[1] >= nodes)
-    return 0;
-  const rw::Node& k = p.nodes[static_cast<size_t>(mul.args[1])];
-  return k.op == rw::Op::Const && k.value != 0.0f ? k.value : 0.0f;
+  float c = 0;
+  return p.outputs.size() == 2 && rw::int8_copy_of(p, 1, &c, false) == 0 && c != 0.0f ? c : 0.0f;
 }
 
 // The row-wise call's two inputs (indices into rows.inputs) when it is exactly Add(in_i, in_j) or

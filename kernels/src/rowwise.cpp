@@ -210,18 +210,7 @@ class Lowerer {
     // whole-chip GEMM's residual with q does: GemmChip::residual). The product itself is then not computed.
     std::vector<int> copy_of(p_.outputs.size(), -1);
     std::vector<float> copy_scale(p_.outputs.size(), 0.0f);
-    for (size_t i = 0; i < p_.outputs.size(); ++i) {
-      const Node& n = p_.nodes[static_cast<size_t>(p_.outputs[i].node)];
-      if (p_.outputs[i].dtype != DType::I8 || n.op != Op::Mul || n.args.size() != 2) continue;
-      for (int side = 0; side < 2 && copy_of[i] < 0; ++side) {
-        const Node& k = p_.nodes[static_cast<size_t>(n.args[static_cast<size_t>(side)])];
-        const int x = n.args[static_cast<size_t>(1 - side)];
-        if (k.op != Op::Const) continue;
-        for (size_t j = 0; j < i && copy_of[i] < 0; ++j)
-          if (p_.outputs[j].node == x && p_.outputs[j].dtype == DType::BF16)
-            copy_of[i] = static_cast<int>(j), copy_scale[i] = k.value;
-      }
-    }
+    for (size_t i = 0; i < p_.outputs.size(); ++i) copy_of[i] = int8_copy_of(p_, i, &copy_scale[i], true);
     // Only the nodes the outputs need.
     std::vector<bool> need(p_.nodes.size(), false);
     for (size_t i = 0; i < p_.outputs.size(); ++i)
@@ -1234,6 +1223,25 @@ class Emitter {
 };
 
 }  // namespace
+
+int int8_copy_of(const Program& p, size_t i, float* scale, bool bf16_only) {
+  if (i >= p.outputs.size() || p.outputs[i].dtype != DType::I8) return -1;
+  const auto valid = [&](int v) { return v >= 0 && static_cast<size_t>(v) < p.nodes.size(); };
+  if (!valid(p.outputs[i].node)) return -1;
+  const Node& n = p.nodes[static_cast<size_t>(p.outputs[i].node)];
+  if (n.op != Op::Mul || n.args.size() != 2 || !valid(n.args[0]) || !valid(n.args[1])) return -1;
+  for (int side = 0; side < 2; ++side) {
+    const Node& k = p.nodes[static_cast<size_t>(n.args[static_cast<size_t>(side)])];
+    const int x = n.args[static_cast<size_t>(1 - side)];
+    if (k.op != Op::Const) continue;
+    for (size_t j = 0; j < i; ++j)
+      if (p.outputs[j].node == x && (!bf16_only || p.outputs[j].dtype == DType::BF16)) {
+        *scale = k.value;
+        return static_cast<int>(j);
+      }
+  }
+  return -1;
+}
 
 bool is_elementwise(const Program& p) {
   if (p.inputs.size() != 1 || p.outputs.size() != 1 || p.inputs[0].per_row || p.inputs[0].dtype != DType::F32)

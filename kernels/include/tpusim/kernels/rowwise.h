@@ -151,6 +151,11 @@ struct Program {
   bool operator==(const Program&) const = default;
 };
 
+// Where output i is an i8 output of x * c (a Mul of an earlier output's node x and a Const c, in either order), the
+// first such earlier output (of type bf16 only, with bf16_only: the int8 copy Output describes), c in *scale;
+// else -1.
+int int8_copy_of(const Program& p, size_t i, float* scale, bool bf16_only);
+
 // What the generator decided (for tests and reports).
 struct Plan {
   int64_t tile_rows = 0;           // T
