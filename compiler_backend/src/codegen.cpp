@@ -938,14 +938,21 @@ void before_attention(const KernelPlan& plan, const std::vector<size_t>& order, 
   for (size_t j = w; j < at; ++j) call_symbols[j] = half;
 }
 
-// Weights that stream in during the fused attention. The attention leaves HBM idle while it computes (its loads all
-// at the start where it has one item per core); the GEMMs after it stream their weights.
+// The semaphore each streamed weight's last background load signals and its GEMM waits for (stream_wait); also
+// each core's last area load on a chip of several cores (plan_weight_areas)
+constexpr int kStreamSem = isa::kNumSems - 1;
+
+// Weights that stream in during the fused attention. The attention leaves HBM idle while it computes (its inputs
+// are intermediates, on chip where there is no weight stream but in the shared memory); the GEMMs after it stream
+// their weights.
 // So the first chunks of b of the GEMM two or three kernels later (after the output projection and a LayerNorm,
 // say: the FFN's first Linear), as many as HBM can move in that time by the attention's estimate, load into an
-// area at the top of VMEM (GemmChip::b_area), by loads the attention issues right after its own
-// (AttentionChip::prefetch); on a chip of several cores (at most one attention item each), each core loads its
-// own first tile's into its own VMEM (DmaLoad::core): BERT-base on v4 251,947 -> 242,028 cycles, GPT-2 prefill
-// 356,846 -> 353,974. The kernels from the attention's successor to that GEMM's successor take half of
+// area at the top of VMEM (GemmChip::b_area), by background loads the attention issues right after its first
+// item's (AttentionChip::background: its later items' loads do not wait for them), each core's last signalling
+// kStreamSem, which the GEMM waits for (stream_wait); on a chip of several cores each core loads its own first
+// tile's into its own VMEM (DmaLoad::core): BERT-base on v4 251,947 -> 242,028 cycles, GPT-2 prefill 356,846 ->
+// 353,974 (with one attention item a core, the loads plain, when the areas came; background loads let the
+// attention take two items a core, pipelined: 238,358 and 350,680). The kernels from the attention's successor to that GEMM's successor take half of
 // VMEM (VMEM_BYTES halved in `call_symbols`), so that none writes the area before the GEMM has read it. Not where
 // the GEMM's weights are not a constant, or the kernels between are other than GEMMs and row-wise kernels.
 // Returns the prefetch loads by position in `order`. (Tried, slower: the area for the GEMM's second tile, so that
@@ -953,7 +960,7 @@ void before_attention(const KernelPlan& plan, const std::vector<size_t>& order, 
 // against 418,761 and on v6e 313,883 against 300,087, the next tile's loads waiting for a slot whatever is
 // resident; the area for the GEMM after that one, the FFN's second Linear, 441,545 and 306,068; more in
 // docs/compiler.md.)
-std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(const KernelPlan& plan, const std::vector<size_t>& order,
+std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(KernelPlan& plan, const std::vector<size_t>& order,
                                                                   std::vector<OnChip>& on_chip,
                                                                   const std::map<std::string, int64_t>& symbols,
                                                                   std::vector<std::map<std::string, int64_t>>& call_symbols) {
@@ -968,7 +975,7 @@ std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(const KernelPl
     if (x.kind != KernelCall::Kind::Attention || x.attention.vector_unit) continue;
     try {
       const kernels::AttentionPlan ap = kernels::attention_chip_plan(x.attention, symbols);
-      if (ap.items > cores || ap.vmem_end > half.at("VMEM_BYTES")) continue;
+      if (ap.vmem_end > half.at("VMEM_BYTES")) continue;
       // The GEMM: at at + 2 or at + 3, after GEMMs and row-wise kernels, none with an area already
       size_t z = 0;
       for (size_t j = at + 1; j < order.size() && j <= at + 3 && !z; ++j) {
@@ -992,6 +999,14 @@ std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(const KernelPl
       if (f < 1 || bytes > vmem - half.at("VMEM_BYTES")) continue;
       g.b_area = vmem - bytes, g.b_area_chunks = f;
       std::vector<kernels::DmaLoad> loads = kernels::gemm_chip_area(g, half, tensor_addresses(plan, zc)).loads;
+      // Background loads (the attention's later items load after its first's while HBM moves them): each core's
+      // last signals kStreamSem (free: there is no weight stream where there are areas), which the GEMM waits for.
+      std::vector<size_t> last(static_cast<size_t>(cores), loads.size());
+      for (size_t i = 0; i < loads.size(); ++i)
+        if (loads[i].core < cores) last[static_cast<size_t>(std::max(loads[i].core, 0))] = i;  // (-1: one core)
+      if (loads.empty() || std::count(last.begin(), last.end(), loads.size()) > 0) continue;  // a core without a tile
+      for (const size_t i : last) loads[i].signal = kStreamSem;
+      plan.calls[order[z]].stream_wait = kStreamSem;
       on_chip[order[z]].gemm = g;
       for (size_t j = at + 1; j <= std::min(z + 1, order.size() - 1); ++j) call_symbols[j] = half;
       prefetch[at] = std::move(loads);
@@ -1093,16 +1108,14 @@ namespace {
 // weights are streamed reads them through the local window (isa::kLocalWindow), at VMEM's bandwidth, from after
 // the stream's loads in the same queue. The producers: whole-chip GEMMs (GemmChip::background, a piece after each
 // chunk's loads), row-wise kernels of one core (rowwise::Program::background, a piece after each tile's loads) and
-// fused attentions of one item (after their own loads and an area's, `areas`: AttentionChip::prefetch). The same
+// fused attentions (after their first item's loads and an area's, `areas`: AttentionChip::background). The same
 // bits: each weight's bytes, copied. docs/compiler.md, "The weight stream", has the figures and what was tried.
 // The share by producer: a GEMM's (kStreamShare), whose own loads queue with the stream's; a row-wise kernel's,
 // all (its inputs are intermediates in VMEM, so HBM moves nothing of its own, and its estimate, its vector work, is
 // below its run: BERT-base's LayerNorms on v6e, 720 cycles estimated, about 930 run); a fused attention's, 0.8
-// (its stream loads are plain loads after its own, which it waits for at its end, and its estimate is above its
-// run: BERT-base's on v6e, 4,220 against 4,050). docs/compiler.md ("The weight stream") has the sweep.
+// (the fence after it waits for its stream loads, and its estimate is near its run: BERT-base's on v6e, 3,831
+// against 3,737). docs/compiler.md ("The weight stream") has the sweep.
 constexpr double kStreamShare = 0.7, kRowwiseStreamShare = 1.0, kAttentionStreamShare = 0.8;
-// The semaphore each streamed weight's last background load signals and its GEMM waits for (stream_wait)
-constexpr int kStreamSem = isa::kNumSems - 1;
 
 // dmain.sync wait=sem: the loads after it wait for the next streamed weight's background loads
 isa::Word stream_wait_sync(int sem) {
@@ -1123,8 +1136,8 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
   std::map<std::string, int64_t> fast = symbols;
   fast["HBM_BYTES_PER_CYCLE"] = hbm * 16;
   // Each call's work, once: its estimated cycles (a whole-chip GEMM's at 16 times HBM's bandwidth, so that a GEMM
-  // whose weights stream counts as the kernel it then is; a row-wise kernel's vector work; an attention of one item
-  // per core), its own HBM bytes (a GEMM's tensors in HBM, each once: a convolution's taps read a in place; an
+  // whose weights stream counts as the kernel it then is; a row-wise kernel's vector work; an attention's), its
+  // own HBM bytes (a GEMM's tensors in HBM, each once: a convolution's taps read a in place; an
   // attention's area loads, plan_weight_areas, which come first), of those its b's (not its own where it streams),
   // and a whole-chip GEMM's tail (gemm_chip_tail; not where before_attention's loads take it). 0 cycles where an
   // estimate throws.
@@ -1157,8 +1170,7 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
       } else if (call.kind == KernelCall::Kind::Rowwise && oc.row_cores == 1) {
         w.cycles = rowwise_work(call.rows, kernels::rowwise::plan(call.rows, symbols), symbols);
       } else if (call.kind == KernelCall::Kind::Attention && !call.attention.vector_unit) {
-        const kernels::AttentionPlan ap = kernels::attention_chip_plan(call.attention, symbols);
-        if (ap.items == 1) w.cycles = ap.estimate;
+        w.cycles = kernels::attention_chip_plan(call.attention, symbols).estimate;
         const auto area = areas.find(at);
         if (area != areas.end())
           for (const kernels::DmaLoad& l : area->second) w.own += static_cast<double>(l.rows * l.rowbytes);
@@ -1302,13 +1314,15 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
   }
   hand_out(budgets(assumed));
   // Each weight's last background load (dma.ld bg: a whole-chip GEMM's, a split-K GEMM's or a row-wise kernel's
-  // pieces, not a tail's or an attention's loads, which are plain) signals `sem`, which the GEMM that reads it waits
+  // pieces, an attention's loads, not a tail's, which are plain) signals `sem`, which the GEMM that reads it waits
   // for (stream_wait): the background loads complete in the order they are issued, the weights' order, which is
   // the order of their GEMMs, so the n-th signal is the n-th such GEMM's. A weight all of whose loads are plain
   // needs none: the GEMM's loads come after them in the same queue.
   auto background = [&](const std::pair<size_t, bool>& slot) {
     const OnChip& o = on_chip[order[slot.first]];
-    return !slot.second && (o.gemm || o.ksplit || plan.calls[order[slot.first]].kind == KernelCall::Kind::Rowwise);
+    const KernelCall::Kind kind = plan.calls[order[slot.first]].kind;
+    return !slot.second && (o.gemm || o.ksplit || kind == KernelCall::Kind::Rowwise ||
+                            kind == KernelCall::Kind::Attention);
   };
   for (size_t i = 0; i < weights.size(); ++i) {
     const Weight& w = weights[i];
@@ -1334,7 +1348,7 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     else if (plan.calls[c].kind == KernelCall::Kind::Rowwise)
       plan.calls[c].rows.background = l;
     else
-      plan.calls[c].attention.prefetch = l;
+      plan.calls[c].attention.background = l;
   }
   for (const auto& [at, bytes] : streamed) {
     KernelCall& call = plan.calls[order[at]];
@@ -1617,9 +1631,8 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
     if (loads) {
       with_prefetch = plan.calls[c];
       if (pre != prefetch.end()) {  // the area's loads, then the weight stream's
-        with_prefetch.attention.prefetch = pre->second;
-        const std::vector<kernels::DmaLoad>& streamed = plan.calls[c].attention.prefetch;
-        with_prefetch.attention.prefetch.insert(with_prefetch.attention.prefetch.end(), streamed.begin(), streamed.end());
+        std::vector<kernels::DmaLoad>& to = with_prefetch.attention.background;
+        to.insert(to.begin(), pre->second.begin(), pre->second.end());
       }
       int64_t bytes = 0;
       for (const kernels::DmaLoad& l : *loads) bytes += l.rows * l.rowbytes;

@@ -48,6 +48,9 @@ struct Layout {
   int64_t NQB = 0;  // Q buffers: 3 where pipe_items, else 2
   int64_t QB = 0, Q0 = 0, KVB = 0, VOFF = 0, KV0 = 0, SB = 0, PB = 0, P0 = 0, OB = 0, Z = 0, MASK = 0, M = 0, L = 0,
           MX = 0, RS = 0, RL = 0, AL0 = 0, ALB = 0, end = 0;
+  // l's rows: with pipe_items two, LB bytes apart (by the item's parity: the next item's softmax runs before this
+  // item's O / l reads its l); else one (LB 0).
+  int64_t LB = 0;
   // S, P, O and the row statistics (SB .. AL0) in the accumulators the products leave free (the last unit's
   // rows past its S and PV regions), as a GPU keeps them in registers: the vector unit works on them at its
   // lanes' rate, and the P V product reads P from there; else in VMEM.
@@ -93,10 +96,12 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, int6
   L.NQ = cdiv(L.SQ, BR), L.NBK = cdiv(L.SK, BC), L.Mx = std::max(HR, BC);
   L.PB = align64(HR * BC * 2);
   L.ALB = align64(HR * 4);
-  // The register-resident part's bytes: S (also the P V drain's scratch), two P slots, O, five row vectors and
-  // two alpha rows.
+  L.pipe_items = a.overlap_items && a.pipeline_items && L.NBK == 1;
+  L.LB = L.pipe_items ? align64(HR * 4) : 0;
+  // The register-resident part's bytes: S (also the P V drain's scratch), two P slots, O, five row vectors (and a
+  // second l row with pipe_items) and two alpha rows.
   const int64_t reg_bytes = align64(std::max(HR * BC, L.p.rows * c.C) * 4) + 2 * L.PB + align64(HR * L.Dp * 4) +
-                            5 * align64(HR * 4) + 2 * L.ALB;
+                            5 * align64(HR * 4) + L.LB + 2 * L.ALB;
   // Two PV regions if they fit, and the register-resident part in the accumulators if it fits there (else VMEM).
   int64_t npv = 0;
   bool regs = false;
@@ -125,7 +130,6 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, int6
     return here;
   };
   L.QB = align64(std::max(HR * L.D * 2, HR * L.Dp * L.O));
-  L.pipe_items = a.overlap_items && a.pipeline_items && L.NBK == 1;
   L.NQB = L.pipe_items ? 3 : 2;
   L.Q0 = take(L.NQB * L.QB);
   L.VOFF = align64(HG * BC * L.D * 2);  // head j's keys at j x BC x D elements
@@ -136,7 +140,7 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, int6
   L.OB = take_reg(HR * L.Dp * 4);
   L.Z = take(2 * L.Mx * 4);
   L.MASK = a.causal ? take(BC * BC * 4) : 0;
-  L.M = take_reg(HR * 4), L.L = take_reg(HR * 4), L.MX = take_reg(HR * 4), L.RS = take_reg(HR * 4);
+  L.M = take_reg(HR * 4), L.L = take_reg(align64(HR * 4) + L.LB), L.MX = take_reg(HR * 4), L.RS = take_reg(HR * 4);
   L.RL = take_reg(HR * 4);
   L.AL0 = take_reg(2 * L.ALB);
   if (a.key_bias) L.KBB = align64(L.NBK * BC * 4), L.KB0 = take(L.NQB * L.KBB);
@@ -149,8 +153,12 @@ bool lay_out(const AttentionChip& a, const Chip& c, int64_t BR, int64_t BC, int6
 
 // The estimate of a layout (attention_chip.h): per key block the longest of the units' matrix cycles (at the rate
 // they sustain: matrix_stretch), the vector unit's cycles and the K/V transfer at this core's share of the memory
-// bandwidth; per item a fill (the Q and the first K/V load's latency, one block's S product) and the final O / l;
-// items dealt round-robin over the cores.
+// bandwidth; per item a fill (the Q and the first K/V load's latency, one block's S product) and the final O / l,
+// and under a causal mask its diagonal blocks' mask adds; items dealt round-robin over the cores.
+// With pipe_items a core's items after its first overlap two deep: each takes the longest of its matrix work,
+// its vector work (the drains of both products, the softmax, the mask, O / l and the cast) and the K/V transfer,
+// and at least half of one item's chain through both products (each R + C cycles from its last row in to its
+// last result out) and that vector work.
 // An item of HG heads counts all their pieces and rows.
 void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
   const int64_t BR = L.HR, BC = L.plan.bc;  // (an item's rows: its heads' query rows)
@@ -159,28 +167,40 @@ void estimate(const AttentionChip& a, const Chip& c, Layout& L) {
                      c.stretch;
   const int64_t sb = BR * BC;
   const int64_t x = L.regs ? 0 : 1;  // VMEM bytes per byte of S, P, O and the row vectors (0: in the accumulators)
-  // The drains, rmax, subrow, exp (at the special functions' rate), rsum, the cast to P and the row vectors' six.
-  double vpu = static_cast<double>(L.s.pieces()) * vop(c, L.s.rows * c.C, 4 * x) + vop(c, sb, 4 * x) +
-               vop(c, sb, 8 * x) + vop(c, sb, 8 * x, c.special) + vop(c, sb, 4 * x) + vop(c, sb, 6 * x) +
-               6 * vop(c, BR, 12 * x);
-  vpu += static_cast<double>(L.p.pieces()) *
-         (vop(c, L.p.rows * c.C, 4 * x) + vop(c, L.p.rows * c.C, 8 * x) + vop(c, L.p.rows * c.C, 12 * x));
+  // The S drains; rmax, subrow, exp (at the special functions' rate), rsum, the cast to P and the row vectors' six.
+  const double drains = static_cast<double>(L.s.pieces()) * vop(c, L.s.rows * c.C, 4 * x);
+  const double softmax = vop(c, sb, 4 * x) + vop(c, sb, 8 * x) + vop(c, sb, 8 * x, c.special) + vop(c, sb, 4 * x) +
+                         vop(c, sb, 6 * x) + 6 * vop(c, BR, 12 * x);
+  // The O update of a block after the first: drain, scale by alpha, add (the first block's: the drain alone).
+  const double pv_piece = vop(c, L.p.rows * c.C, 4 * x);
+  const double vpu =
+      drains + softmax + static_cast<double>(L.p.pieces()) * (pv_piece + vop(c, L.p.rows * c.C, 8 * x) +
+                                                              vop(c, L.p.rows * c.C, 12 * x));
+  // Causal: each head's mask add on each diagonal block (the triangle: min(BR, BC) rows of BC), per item.
+  const double mask = a.causal ? static_cast<double>(L.HG * std::max<int64_t>(1, L.mul)) *
+                                     vop(c, std::min(L.plan.br, BC) * BC, 8 * x + 4)
+                               : 0.0;
+  const double finish = static_cast<double>(L.p.strips) * vop(c, BR * c.C, 8 * x) + vop(c, BR * L.Dp, L.regs ? 2 : 6);
   const int64_t items = a.batch * (a.heads / L.HG) * L.NQ;
   const double share = static_cast<double>(c.mem_bpc) / static_cast<double>(std::min<int64_t>(items, c.P));
   const double kv = static_cast<double>(L.HG * 2 * BC * L.D * 2) / share;
   const double block = std::max({mxu, vpu, kv});
-  double fill = 2.0 * static_cast<double>(c.latency) + static_cast<double>(BR * L.D * 2) / share + mxu +
-                static_cast<double>(L.p.strips) * vop(c, BR * c.C, 8 * x) + vop(c, BR * L.Dp, L.regs ? 2 : 6);
+  double fill = 2.0 * static_cast<double>(c.latency) + static_cast<double>(BR * L.D * 2) / share + mxu + finish + mask;
   // Items one after the other: the output's store (its latency and bytes) before the next item's loads start.
   if (!a.overlap_items) fill += static_cast<double>(c.store_latency) + static_cast<double>(BR * L.D * L.O) / share;
+  // A later item of one block, two deep (pipe_items)
+  const double vpu_item = drains + softmax + static_cast<double>(L.p.pieces()) * pv_piece + mask + finish;
+  const double chain = mxu + vpu_item + 2.0 * static_cast<double>(c.R + c.C) * c.stretch;
+  const double piped = std::max({mxu, vpu_item, kv, chain / 2.0});
   std::vector<double> core(static_cast<size_t>(c.P), 0.0);
   int64_t blocks = 0;
   for (int64_t t = 0; t < items; ++t) {
     const int64_t qb = a.causal ? L.NQ - 1 - t % L.NQ : t % L.NQ;
     const int64_t n = a.causal ? std::min(L.NBK, cdiv((qb + 1) * L.plan.br, BC)) : L.NBK;
     blocks += n;
-    core[static_cast<size_t>(t % c.P)] +=
-        std::max(fill + static_cast<double>(n) * block, static_cast<double>(a.min_item_cycles));
+    double& at = core[static_cast<size_t>(t % c.P)];
+    const double item = L.pipe_items && t >= c.P ? piped : fill + static_cast<double>(n) * block;
+    at += std::max(item, static_cast<double>(a.min_item_cycles));
   }
   L.plan.items = items, L.plan.blocks = blocks;
   L.plan.estimate = *std::max_element(core.begin(), core.end());
@@ -351,6 +371,12 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
     }
     for (int64_t u = 0; u < U; ++u) e.dmain_sync({.signal = KVFULL(u)});
   };
+  // The l row of the item of global block index `gr` into `out`: L, or with pipe_items (an item is one block)
+  // L + (gr % 2) x LB.
+  auto l_row = [&](isa::Reg out, isa::Reg gr) {
+    if (L.LB == 0) return k.li(out, L.L);
+    k.and_(out, gr, one), k.muli(out, out, L.LB), k.addi(out, out, L.L);
+  };
   // The slot of block index in register `gr` into `out`: KV0 + (gr % 3) * KVB.
   auto slot_of = [&](isa::Reg gr, isa::Reg out) {
     k.rem(out, gr, three), k.muli(out, out, L.KVB);
@@ -492,7 +518,7 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
     e.vpu_subrow(t2, t2, t1, t3, t4, t5, DType::F32);
     k.li(t0, HR * BC);  // (gr may be t8: left alone)
     e.vpu_exp(t2, t2, t0, DType::F32);
-    k.li(t0, L.RS), k.li(t1, L.L);
+    k.li(t0, L.RS), l_row(t1, gr);
     e.vpu_rsum(t0, t2, t3, t4, t5, DType::F32);
     e.vpu_mul(t1, t1, t7, t3, DType::F32);
     e.vpu_add(t1, t1, t0, t3, DType::F32);
@@ -612,11 +638,11 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
       k.forget(t0), k.forget(t1), k.forget(t2);
     }
   };
-  // m = -inf, l = 0 (after the previous item's O / l has read its l)
-  auto init_stats = [&]() {
+  // m = -inf, l = 0, for the item of global block index `gr` (its l row: l_row)
+  auto init_stats = [&](isa::Reg gr) {
     k.li(t0, L.M), k.li(t1, L.Z + L.Mx * 4), k.li(t2, L.Z), k.li(t3, HR);
     e.vpu_add(t0, t1, t2, t3, DType::F32);
-    k.li(t0, L.L), e.vpu_add(t0, t2, t2, t3, DType::F32);
+    l_row(t0, gr), e.vpu_add(t0, t2, t2, t3, DType::F32);
   };
   // Block kr (register) is the last one: its own tiles (keys KTL), else full blocks.
   auto by_block = [&](isa::Reg kr, const std::function<void(int64_t)>& emit) {
@@ -629,9 +655,10 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
     emit(KTL);
     k.bind(join);
   };
-  // O / l, cast into the item's Q buffer (register `qr`), stored strip by strip to `ohr` (its mt rows in `mtr`).
+  // O / l, cast into the item's Q buffer (register `qr`), stored strip by strip to `ohr` (its mt rows in `mtr`;
+  // its l row block g's).
   auto finish = [&](isa::Reg qr, isa::Reg ohr, isa::Reg mtr) {
-    k.li(t0, L.RL), k.li(t1, L.L), k.li(t2, HR);
+    k.li(t0, L.RL), l_row(t1, g), k.li(t2, HR);
     e.vpu_recip(t0, t1, t2, DType::F32);
     k.li(t4, C * 4);
     for (int64_t q = 0; q < L.p.strips && q * C < D; ++q) {  // O / l over D's columns (those stored)
@@ -690,8 +717,16 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
     k.li(t5, l.vstride), e.dma_ld(t0, t1, t2, t3, t4, t5);
     k.bind(other);
   }
+  for (const DmaLoad& l : a.background) {  // later kernels' background loads (dma.ld bg), each by its core
+    const isa::Label other = k.label();
+    if (l.core >= 0) k.li(t0, l.core), e.bne(cid, t0, other);
+    k.li(t0, l.vaddr), k.li(t1, l.haddr), k.li(t2, l.rows), k.li(t3, l.rowbytes), k.li(t4, l.hstride);
+    k.li(t5, l.vstride);
+    e.dma_ld(t0, t1, t2, t3, t4, t5, {.bg = true, .signal = l.signal > 0 ? isa::sem(l.signal) : isa::Sem{}});
+    k.bind(other);
+  }
   k.bind(item);
-  init_stats();
+  init_stats(g);
   soft(n, g);
   k.bind(block);
   {
@@ -715,10 +750,16 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
       item_delay();
       setup();
       next_block(zero);
-      pv_and_update();
-      finish(kn, cid, bias);
+      // This item's P V product, then the next item's softmax (its S product was issued first) while the matrix
+      // units compute it, then this item's O update and O / l (the next item's l is the other row).
+      k.addi(b, bias, 0);  // (soft takes bias; b is free until the next setup)
+      by_block(n, [&](int64_t kt) { pv_product(kvn, g, kt); });
+      k.addi(t8, g, 1), init_stats(t8);
+      k.addi(t8, g, 1), soft(zero, t8);
+      oupd();
+      finish(kn, cid, b);
       k.set(n, 0), k.addi(g, g, 1), k.addi(kvn, kvm, 0);
-      e.jmp(item);
+      e.jmp(block);  // (the item's one block is its last)
       k.bind(alone);  // no next item on this core
       pv_and_update();
       finish(qv, oh, mt);
@@ -758,10 +799,13 @@ isa::Program attention_chip_kernel(const AttentionChip& a, const std::map<std::s
   if (a.vector_unit) return attention_vpu_kernel(a, symbols, tensor_addr, base_pc, hbm_base);
   const Chip c = chip_of(a, symbols);
   const Layout L = plan_of(a, c);
-  for (const DmaLoad& l : a.prefetch)  // another kernel's loads: into VMEM this one leaves alone
-    if (l.rows > 0 && l.vaddr < L.plan.vmem_end)
-      throw std::invalid_argument("attention_chip: a prefetch into VMEM " + std::to_string(l.vaddr) +
-                                  ", below the kernel's own end " + std::to_string(L.plan.vmem_end));
+  for (const auto* loads : {&a.prefetch, &a.background})  // other kernels' loads: into VMEM this one leaves alone
+    for (const DmaLoad& l : *loads)
+      if (l.rows > 0 && l.vaddr < L.plan.vmem_end)
+        throw std::invalid_argument(std::string("attention_chip: a ") +
+                                    (loads == &a.prefetch ? "prefetch" : "background load") + " into VMEM " +
+                                    std::to_string(l.vaddr) + ", below the kernel's own end " +
+                                    std::to_string(L.plan.vmem_end));
   return generate(a, c, L, tensor_addr, base_pc, hbm_base);
 }
 

@@ -44,8 +44,10 @@
 // the K/V loads of later blocks run ahead in their three slots. Finally O / l is cast to the output type into the
 // item's Q buffer (Q is dead by then) and stored (signals QFREE: the buffer may take the Q of item + 2, or + 3).
 // Items of one key block have no block loop to pipeline: with pipeline_items the program carries the pipeline
-// across items (the next item's K/V load and S product before this item's P V product, its softmax after this
-// item's O / l), so that the matrix units work while the vector unit finishes an item.
+// across items (the next item's K/V load and S product before this item's P V product, its softmax before this
+// item's O update and O / l, its l in the other of two l rows), so that the matrix units work while the vector
+// unit finishes an item, and the vector unit while an item's P V product passes through the arrays (R + C cycles
+// from its last row in to its last result out).
 //
 // Numerics: S in f32 (bf16 products exact, f32 sums), scaled in f32 (vpu.acc's scale), softmax statistics in f32;
 // P is rounded to bf16 before the P V product (as FlashAttention does); l sums the f32 P before that rounding.
@@ -105,8 +107,9 @@ struct AttentionChip {
   bool overlap_items = true;
   // With overlap_items, where every item is one key block (no key-block loop to pipeline within it): true issues
   // the next item's K/V load and S product before the current item's P V product, so that the matrix units
-  // compute it while the vector unit makes P and finishes the item (O update, O / l, the cast); 3 Q buffers. The
-  // same bits either way.
+  // compute it while the vector unit makes P and finishes the item (O update, O / l, the cast), and the next
+  // item's softmax before the current item's O update, so that the vector unit computes it while the P V product
+  // passes through the arrays; 3 Q buffers, 2 l rows. The same bits either way.
   bool pipeline_items = true;
   // > 0: a core dispatches each of its items after its first at least this many cycles after the one before (a
   // `delay` instruction, isa.def, before the item's instructions): a minimum time per item, as a GPU kernel's
@@ -120,6 +123,13 @@ struct AttentionChip {
   // must lie outside this kernel's (AttentionPlan::vmem_end). The matrix units' kernel only (not vector_unit).
   // The same results.
   std::vector<DmaLoad> prefetch = {};
+  // Background loads for later kernels (dma.ld bg, each signalling its `signal` where > 0: the compiler's weight
+  // stream, and the areas of GemmChip::b_area on a chip of several cores), issued after prefetch's by each core
+  // (a load with DmaLoad::core >= 0 by that core alone): the kernel's own later loads do not wait for them, so
+  // the items after a core's first load and compute while HBM moves them, and the kernel that reads them waits
+  // for their semaphore. Their VMEM must lie outside this kernel's. The matrix units' kernel only. The same
+  // results.
+  std::vector<DmaLoad> background = {};
   // Heads per work item (consecutive heads of one batch and query block): their products' pieces are dealt over
   // the matrix units, one head's to each where there are as many heads as units, and the vector unit's softmax
   // takes all their rows at once (the same instructions per row: the same bits). 0: chosen by the estimate among
@@ -171,7 +181,8 @@ isa::Program attention_chip_kernel(const AttentionChip& a, const std::map<std::s
 std::string attention_chip_source(const AttentionChip& a, const std::map<std::string, int64_t>& symbols);
 
 // The plan and its estimated cycles (attention_chip.cpp: per core, its items' key blocks, each the longest of
-// its matrix work, vector work and K/V transfer, plus per item overheads). Throws as attention_chip_kernel.
+// its matrix work, vector work and K/V transfer, plus per item overheads; with pipeline_items, the items after a
+// core's first two deep). Throws as attention_chip_kernel.
 AttentionPlan attention_chip_plan(const AttentionChip& a, const std::map<std::string, int64_t>& symbols);
 double attention_chip_estimate(const AttentionChip& a, const std::map<std::string, int64_t>& symbols);
 
