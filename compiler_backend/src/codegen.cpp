@@ -939,7 +939,7 @@ void before_attention(const KernelPlan& plan, const std::vector<size_t>& order, 
 }
 
 // The semaphore each streamed weight's last background load signals and its GEMM waits for (stream_wait); also
-// each core's last area load on a chip of several cores (plan_weight_areas)
+// each core's last load of an area (plan_weight_areas, which plans areas only where no weight stream runs)
 constexpr int kStreamSem = isa::kNumSems - 1;
 
 // Weights that stream in during the fused attention. The attention leaves HBM idle while it computes (its inputs
@@ -952,9 +952,10 @@ constexpr int kStreamSem = isa::kNumSems - 1;
 // kStreamSem, which the GEMM waits for (stream_wait); on a chip of several cores each core loads its own first
 // tile's into its own VMEM (DmaLoad::core): BERT-base on v4 251,947 -> 242,028 cycles, GPT-2 prefill 356,846 ->
 // 353,974 (with one attention item a core, the loads plain, when the areas came; background loads let the
-// attention take two items a core, pipelined: 238,358 and 350,680). The kernels from the attention's successor to that GEMM's successor take half of
-// VMEM (VMEM_BYTES halved in `call_symbols`), so that none writes the area before the GEMM has read it. Not where
-// the GEMM's weights are not a constant, or the kernels between are other than GEMMs and row-wise kernels.
+// attention take two items a core, pipelined: 238,358 and 350,680). The kernels from the attention's successor to
+// that GEMM's successor take half of VMEM (VMEM_BYTES halved in `call_symbols`), so that none writes the area
+// before the GEMM has read it. Not where the GEMM's weights are not a constant, or the kernels between are other
+// than GEMMs and row-wise kernels.
 // Returns the prefetch loads by position in `order`. (Tried, slower: the area for the GEMM's second tile, so that
 // its first tile's first weights still load while a LayerNorm before it runs, BERT-base on v5e 427,496 cycles
 // against 418,761 and on v6e 313,883 against 300,087, the next tile's loads waiting for a slot whatever is
@@ -1113,8 +1114,9 @@ namespace {
 // The share by producer: a GEMM's (kStreamShare), whose own loads queue with the stream's; a row-wise kernel's,
 // all (its inputs are intermediates in VMEM, so HBM moves nothing of its own, and its estimate, its vector work, is
 // below its run: BERT-base's LayerNorms on v6e, 720 cycles estimated, about 930 run); a fused attention's, 0.8
-// (the fence after it waits for its stream loads, and its estimate is near its run: BERT-base's on v6e, 3,831
-// against 3,737). docs/compiler.md ("The weight stream") has the sweep.
+// (its estimate near its run: BERT-base's on v6e, 3,831 against 3,737; swept again with its loads in the
+// background, docs/compiler.md, "The attention's items, two deep"). docs/compiler.md ("The weight stream") has
+// the sweep.
 constexpr double kStreamShare = 0.7, kRowwiseStreamShare = 1.0, kAttentionStreamShare = 0.8;
 
 // dmain.sync wait=sem: the loads after it wait for the next streamed weight's background loads

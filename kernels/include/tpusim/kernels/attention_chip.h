@@ -124,7 +124,7 @@ struct AttentionChip {
   // The same results.
   std::vector<DmaLoad> prefetch = {};
   // Background loads for later kernels (dma.ld bg, each signalling its `signal` where > 0: the compiler's weight
-  // stream, and the areas of GemmChip::b_area on a chip of several cores), issued after prefetch's by each core
+  // stream, and the areas of GemmChip::b_area), issued after prefetch's by each core
   // (a load with DmaLoad::core >= 0 by that core alone): the kernel's own later loads do not wait for them, so
   // the items after a core's first load and compute while HBM moves them, and the kernel that reads them waits
   // for their semaphore. Their VMEM must lie outside this kernel's. The matrix units' kernel only. The same
