@@ -117,11 +117,12 @@ struct AttentionChip {
   // longer tile's own work hides it. tpusim validate sets it for TensorRT-LLM's kernels (validate.h,
   // kAttentionTileUs); 0 (the default) for the compiler's kernels. The same results.
   int64_t min_item_cycles = 0;
-  // Loads for a kernel after this one (GemmChip::b_area's weights), issued by each core right after its first
-  // item's loads (a load with DmaLoad::core >= 0 by that core alone), so that HBM moves them while the item computes rather than after the kernel; they take no
-  // semaphore (the kernel that uses them loads after them in the same queue, so finds them done). Their VMEM
-  // must lie outside this kernel's (AttentionPlan::vmem_end). The matrix units' kernel only (not vector_unit).
-  // The same results.
+  // Plain loads for a kernel after this one, issued by each core right after its first item's loads (a load with
+  // DmaLoad::core >= 0 by that core alone), so that HBM moves them while the item computes rather than after the
+  // kernel; they take no semaphore (the kernel that uses them loads after them in the same queue, so finds them
+  // done), but the core's later items' loads wait behind them (the compiler gives its loads as `background`).
+  // Their VMEM must lie outside this kernel's (AttentionPlan::vmem_end). The matrix units' kernel only (not
+  // vector_unit). The same results.
   std::vector<DmaLoad> prefetch = {};
   // Background loads for later kernels (dma.ld bg, each signalling its `signal` where > 0: the compiler's weight
   // stream, and the areas of GemmChip::b_area), issued after prefetch's by each core
