@@ -717,14 +717,40 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
     k.li(t5, l.vstride), e.dma_ld(t0, t1, t2, t3, t4, t5);
     k.bind(other);
   }
-  for (const DmaLoad& l : a.background) {  // later kernels' background loads (dma.ld bg), each by its core
-    const isa::Label other = k.label();
-    if (l.core >= 0) k.li(t0, l.core), e.bne(cid, t0, other);
-    k.li(t0, l.vaddr), k.li(t1, l.haddr), k.li(t2, l.rows), k.li(t3, l.rowbytes), k.li(t4, l.hstride);
-    k.li(t5, l.vstride);
-    e.dma_ld(t0, t1, t2, t3, t4, t5, {.bg = true, .signal = l.signal > 0 ? isa::sem(l.signal) : isa::Sem{}});
-    k.bind(other);
+  // Later kernels' background loads (dma.ld bg), each by its core. A background load waits at issue for one of the
+  // queue's `engines` background engines, and the queue issues in order, so one beyond them would hold the next
+  // items' loads behind the transfers before it: with pipe_items (on at most 8 cores), each core issues its first
+  // `engines` after its first item's loads and the rest spread over its later items, a share after each one's
+  // loads (the same loads in the same order: each still signals where it did).
+  std::vector<DmaLoad> first;
+  std::map<std::pair<int64_t, int64_t>, std::vector<DmaLoad>> later;  // by (core, the item's index on it)
+  if (L.pipe_items && c.P <= 8 && !a.background.empty()) {
+    for (int64_t core = 0; core < c.P; ++core) {
+      std::vector<DmaLoad> own;
+      for (const DmaLoad& l : a.background)
+        if (l.core < 0 || l.core == core) own.push_back(l), own.back().core = c.P > 1 ? static_cast<int>(core) : -1;
+      const int64_t n = L.plan.items > core ? cdiv(L.plan.items - core, c.P) : 0, rest = std::ssize(own) - c.engines;
+      for (int64_t i = 0; i < std::ssize(own); ++i) {
+        if (i < c.engines || n <= 1)
+          first.push_back(own[static_cast<size_t>(i)]);
+        else
+          later[{core, 1 + (i - c.engines) * (n - 1) / rest}].push_back(own[static_cast<size_t>(i)]);
+      }
+    }
+  } else {
+    first = a.background;
   }
+  auto background = [&](const std::vector<DmaLoad>& loads, bool by_core) {
+    for (const DmaLoad& l : loads) {
+      const isa::Label other = k.label();
+      if (by_core && l.core >= 0) k.li(t0, l.core), e.bne(cid, t0, other);
+      k.li(t0, l.vaddr), k.li(t1, l.haddr), k.li(t2, l.rows), k.li(t3, l.rowbytes), k.li(t4, l.hstride);
+      k.li(t5, l.vstride);
+      e.dma_ld(t0, t1, t2, t3, t4, t5, {.bg = true, .signal = l.signal > 0 ? isa::sem(l.signal) : isa::Sem{}});
+      k.bind(other);
+    }
+  };
+  background(first, true);
   k.bind(item);
   init_stats(g);
   soft(n, g);
@@ -750,6 +776,16 @@ isa::Program generate(const AttentionChip& a, const Chip& c, const Layout& L,
       item_delay();
       setup();
       next_block(zero);
+      if (!later.empty()) {  // the background loads after this item's (t7: its core, t6: its index there)
+        k.li(t6, c.P), k.rem(t7, t, t6), k.div(t6, t, t6);
+        for (const auto& [at, loads] : later) {
+          const isa::Label other = k.label();
+          if (c.P > 1) k.li(t0, at.first), e.bne(t7, t0, other);
+          k.li(t0, at.second), e.bne(t6, t0, other);
+          background(loads, false);
+          k.bind(other);
+        }
+      }
       // This item's P V product, then the next item's softmax (its S product was issued first) while the matrix
       // units compute it, then this item's O update and O / l (the next item's l is the other row).
       k.addi(b, bias, 0);  // (soft takes bias; b is free until the next setup)

@@ -32,6 +32,7 @@ inline int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
 // The chip as the generator sees it.
 struct Chip {
   int64_t R, C, ACC, VMEM, P, U, width, special, vbpc, latency, store_latency, mem_bpc;
+  int64_t engines;   // transfers a DMA queue has in flight (DMA_ENGINES), and background loads of their own
   int64_t acc_addr;  // the vector unit's address of accumulator row 0 (ACC_ADDR); -1: the chip has none
   double stretch;    // cycles per cycle of a stream at the matrix units' full rate (matrix_stretch)
 };
@@ -47,6 +48,7 @@ inline Chip chip_of(const AttentionChip& a, const std::map<std::string, int64_t>
   c.vbpc = std::max<int64_t>(1, optional(s, "VMEM_BYTES_PER_CYCLE", 1 << 20));
   c.latency = optional(s, "DMA_LATENCY", 100);
   c.store_latency = optional(s, "STORE_LATENCY", c.latency);
+  c.engines = std::max<int64_t>(1, optional(s, "DMA_ENGINES", 4));
   c.acc_addr = optional(s, "ACC_ADDR", -1);
   c.stretch = matrix_stretch(s);
   const int64_t cache = optional(s, "CACHE_BYTES_PER_CYCLE", 0);

@@ -125,11 +125,13 @@ struct AttentionChip {
   // vector_unit). The same results.
   std::vector<DmaLoad> prefetch = {};
   // Background loads for later kernels (dma.ld bg, each signalling its `signal` where > 0: the compiler's weight
-  // stream, and the areas of GemmChip::b_area), issued after prefetch's by each core
-  // (a load with DmaLoad::core >= 0 by that core alone): the kernel's own later loads do not wait for them, so
-  // the items after a core's first load and compute while HBM moves them, and the kernel that reads them waits
-  // for their semaphore. Their VMEM must lie outside this kernel's. The matrix units' kernel only. The same
-  // results.
+  // stream, and the areas of GemmChip::b_area), issued after prefetch's by each core (a load with DmaLoad::core >= 0
+  // by that core alone): the kernel's own later loads do not wait for them, so the items after a core's first load
+  // and compute while HBM moves them, and the kernel that reads them waits for their semaphore. With
+  // pipeline_items on at most 8 cores, those beyond the queue's DMA_ENGINES (a background load waits at issue for a
+  // background engine, holding back what the queue issues after it) are spread over the core's later items, a
+  // share after each one's loads, in the same order. Their VMEM must lie outside this kernel's. The matrix units'
+  // kernel only. The same results.
   std::vector<DmaLoad> background = {};
   // Heads per work item (consecutive heads of one batch and query block): their products' pieces are dealt over
   // the matrix units, one head's to each where there are as many heads as units, and the vector unit's softmax
