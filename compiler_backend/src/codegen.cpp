@@ -854,12 +854,17 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
   Overlap o;
   try {
     int64_t from = 0, to = 0;  // the first kernel's VMEM
+    double idle = 0;           // the cycles at its end that leave HBM idle (0: one chunk is preloaded)
     if (x.kind == KernelCall::Kind::Rowwise && x.rows.vmem_base == 0) {
       for (int out : x.row_outputs)
         if (out == b->second) return {};
       kernels::rowwise::Program rows = xc.row_cut ? rows_for_cores(x.rows, x_symbols) : x.rows;
       rows.cores = xc.row_cores;
-      to = static_cast<int64_t>(kernels::rowwise::plan(rows, x_symbols).vmem_used);
+      const kernels::rowwise::Plan rp = kernels::rowwise::plan(rows, x_symbols);
+      to = static_cast<int64_t>(rp.vmem_used);
+      // its last tile's vector work (the core issues the loads after its last tile's instructions)
+      if (x.rows.background.empty())
+        idle = rowwise_work(rows, rp, x_symbols) / static_cast<double>(std::max<int64_t>(1, rp.tiles));
     } else if (x.kind == KernelCall::Kind::Attention && !x.attention.vector_unit) {
       for (const auto& [name, buf] : x.tensors)
         if (name == "o" && buf == b->second) return {};
@@ -870,6 +875,8 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
         if (it != x.tensors.end() && it->second == b->second) return {};
       }
       from = xc.gemm->vmem_base, to = kernels::gemm_chip_vmem_end(*xc.gemm, x_symbols);
+      if (xc.gemm->prefetch.empty() && xc.gemm->background.empty())
+        idle = kernels::gemm_chip_tail(*xc.gemm, x_symbols);  // its last chunk's products and its drain
     } else {
       return {};
     }
@@ -883,7 +890,11 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
       o.symbols["VMEM_BYTES"] = from;  // below the first kernel (the estimate below says whether it is enough)
     else
       return {};
-    o.gemm.gemm->b_preloaded = true;
+    // As many chunks as HBM moves (every core's) in that time, at least one, at most what the slots hold
+    const kernels::GemmPreload most = kernels::gemm_chip_preload_limit(*o.gemm.gemm, o.symbols);
+    const double chunk = static_cast<double>(most.chunk_bytes * symbol_or(symbols, "CORES", 1));
+    const double hbm = static_cast<double>(symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 0));
+    o.gemm.gemm->b_preloaded = std::clamp<int64_t>(static_cast<int64_t>(idle * hbm / chunk), 1, most.chunks);
     if (kernels::gemm_chip_estimate(*o.gemm.gemm, o.symbols) > 1.02 * kernels::gemm_chip_estimate(*yc.gemm, symbols))
       return {};
     kernels::gemm_chip_first_b(*o.gemm.gemm, o.symbols);  // it can (throws where it cannot)

@@ -710,6 +710,8 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.bind(other);
     }
     load_b(NKL > 1 ? KC : KLAST, Sem{}, Sem{});
+    for (int64_t c = 1; c < g.b_preloaded; ++c)  // chunk c into slot c, as the first tile's chunks take them
+      e.addi(k0, kb, c * KC), e.li(vb, VA0 + c * SLOT + A_SLOT), load_b(KC, Sem{}, Sem{});
     e.bind(none);
     return e.finish();
   }
@@ -779,9 +781,9 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     }
     // a's chunk, then b's (which signals the slot full: transfers complete in order); with a_wait, a tile's
     // first chunk loads b first (it waits for the slot) and a after it (waiting for the kernel before, a_wait).
-    // With b_preloaded, the core's first tile finds its first chunk of b in the slot: a's load is the chunk's
-    // last, and a sync signals the slot full.
-    const bool b_first = first && g.a_wait > 0, preloaded = first && g.b_preloaded;
+    // With b_preloaded, the core's first tile finds its first b_preloaded chunks of b in their slots: a's load is
+    // such a chunk's last, and a sync signals the slot full.
+    const bool b_first = first && g.a_wait > 0, preloaded = g.b_preloaded > 0 && (first || g.b_preloaded > 1);
     const Sem a_wait = b_first ? sem(g.a_wait) : FREE(0), b_wait = b_first ? FREE(0) : Sem{};
     const Sem a_signal = b_first ? FULL(0) : Sem{}, b_signal = b_first ? Sem{} : FULL(0);
     auto load_a = [&] {
@@ -796,10 +798,11 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     if (preloaded) {
       const Label other = e.label(), join = e.label();
       e.bne(t, cid, other);
+      if (!first) e.li(t0, g.b_preloaded * KC), e.bge(k0, t0, other);  // (the first tile's k0 starts at 0)
       e.dmain_sync({.signal = FULL(0)});
       e.jmp(join);
       e.bind(other);
-      load_b(kc, Sem{}, FULL(0));
+      load_b(kc, b_wait, b_signal);
       e.bind(join);
     } else if (F > 0) {  // the core's first tile's first F chunks: b in the area (b_area), a alone loads
       const Label other = e.label(), join = e.label();
@@ -1194,6 +1197,7 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
     throw std::invalid_argument(
         "gemm_chip: with a bias, a residual or an activation the kernel's semaphores allow 6 matrix units per core");
   if (g.reduction_launch_cycles < 0) throw std::invalid_argument("gemm_chip: reduction_launch_cycles is negative");
+  if (g.b_preloaded < 0) throw std::invalid_argument("gemm_chip: b_preloaded is negative");
   if ((g.b_preloaded || g.vmem_base != 0) &&
       (g.split_k > 1 || g.max_split_k > 1 || schedule == GemmSchedule::Strips || g.vmem_base % 64 != 0))
     throw std::invalid_argument("gemm_chip: b_preloaded and vmem_base need the tiled schedule and no split K "
@@ -1274,6 +1278,10 @@ isa::Program kernel_of(const GemmChip& g, const std::map<std::string, int64_t>& 
   const Resolved r = resolve(g, s);
   if (first_b_only && (r.schedule != GemmSchedule::Tiles || gemm_chip_splits(g, symbols) != 1))
     throw std::invalid_argument("gemm_chip: the first chunk of b alone needs the tiled schedule and no split K");
+  if (g.b_preloaded > 1 && g.b_preloaded > gemm_chip_preload_limit(g, symbols).chunks)
+    throw std::invalid_argument("gemm_chip: b_preloaded " + std::to_string(g.b_preloaded) + " chunks, more than " +
+                                std::to_string(gemm_chip_preload_limit(g, symbols).chunks) +
+                                " (the slots, and fewer than the first tile's chunks)");
   if ((vmem_end || area || g.b_area_chunks > 0 || !g.background.empty()) && r.schedule != GemmSchedule::Tiles)
     throw std::invalid_argument("gemm_chip: the VMEM end, b_area and background loads are for the tiled schedule only");
   if (r.schedule == GemmSchedule::Strips) return strips_kernel(g, s, r.P, r.U, pl, summary);
@@ -1292,6 +1300,16 @@ isa::Program gemm_chip_first_b(const GemmChip& g, const std::map<std::string, in
                                const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc,
                                uint64_t hbm_base) {
   return kernel_of(g, symbols, Placing{tensor_addr, base_pc, hbm_base}, nullptr, true);
+}
+
+GemmPreload gemm_chip_preload_limit(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
+  const std::map<std::string, int64_t> s = from_base(g, symbols);
+  const Resolved r = resolve(g, s);
+  if (r.schedule != GemmSchedule::Tiles || gemm_chip_splits(g, symbols) != 1)
+    throw std::invalid_argument("gemm_chip: preloaded chunks of b need the tiled schedule and no split K");
+  const TilePlan p = plan_tiles(g, s, r.P, r.U);
+  const int64_t nkl = cdiv(g.k, p.kc), w = p.rb > 1 ? p.u / p.rb * symbol(s, "MXU_COLS") : p.u * p.s * p.sc;
+  return {nkl > 1 ? std::min(p.nslot, nkl - 1) : 1, p.kc * std::min(w, g.n) * isa::dtype_size(g.in)};
 }
 
 GemmArea gemm_chip_area(const GemmChip& g, const std::map<std::string, int64_t>& symbols,

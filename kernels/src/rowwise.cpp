@@ -891,32 +891,40 @@ class Emitter {
       e_.li(r(12), isa::bits_from_f32(b_.low.consts[i]));
       e_.vpu_cast(r(9), r(10), r(5), r(12), kF32, kF32, {.scale_en = true});
     }
-    // Loop-invariant (periodic) inputs: rows 0..T-1 of the pattern, once (copies of its P rows, hstride 0).
+    // Loop-invariant (periodic) inputs: rows 0..T-1 of the pattern, once (copies of its P rows, hstride 0). Where
+    // none needs an f32 copy, they load after the first tile's inputs and the vector unit waits for them only at
+    // its first instruction that reads one (a LayerNorm's scale, after its mean and variance), so that the tile's
+    // first passes do not wait for tables from HBM; else first, and the vector unit waits before the loop.
+    const bool defer_inv =
+        std::none_of(b_.low.in_inv_f32.begin(), b_.low.in_inv_f32.end(), [](int f) { return f >= 0; });
     bool any_inv = false;
-    for (size_t i = 0; i < p_.inputs.size(); ++i) {
-      const int sb = b_.low.in_stage[i];
-      if (sb < 0 || !b_.plan.invariant[i]) continue;
-      any_inv = true;
-      const Input& in = p_.inputs[i];
-      const int64_t P = in.period, rb = width(in) * isa::dtype_size(in.dtype);
-      const auto dst = static_cast<int64_t>(b_.low.bufs[static_cast<size_t>(sb)].off);
-      const int64_t copies = T / P, rest = T % P;
-      e_.li(r(9), dst);
-      e_.li(r(23), static_cast<int64_t>(in.addr));
-      if (copies > 0) {
-        e_.li(r(24), copies);
-        e_.li(r(25), P * rb);
-        e_.dma_ld(r(9), r(23), r(24), r(25), r(0), r(25));
+    auto invariant_loads = [&] {
+      for (size_t i = 0; i < p_.inputs.size(); ++i) {
+        const int sb = b_.low.in_stage[i];
+        if (sb < 0 || !b_.plan.invariant[i]) continue;
+        any_inv = true;
+        const Input& in = p_.inputs[i];
+        const int64_t P = in.period, rb = width(in) * isa::dtype_size(in.dtype);
+        const auto dst = static_cast<int64_t>(b_.low.bufs[static_cast<size_t>(sb)].off);
+        const int64_t copies = T / P, rest = T % P;
+        e_.li(r(9), dst);
+        e_.li(r(23), static_cast<int64_t>(in.addr));
+        if (copies > 0) {
+          e_.li(r(24), copies);
+          e_.li(r(25), P * rb);
+          e_.dma_ld(r(9), r(23), r(24), r(25), r(0), r(25));
+        }
+        if (rest > 0) {
+          e_.li(r(9), dst + copies * P * rb);
+          e_.li(r(25), rest * rb);
+          e_.dma_ld(r(9), r(23), r(5), r(25), r(25), r(25));
+        }
       }
-      if (rest > 0) {
-        e_.li(r(9), dst + copies * P * rb);
-        e_.li(r(25), rest * rb);
-        e_.dma_ld(r(9), r(23), r(5), r(25), r(25), r(25));
-      }
-    }
-    if (any_inv) {
-      e_.dmain_sync({.signal = s(5)});
-      e_.vpu_sync({.wait = s(5)});
+      if (any_inv) e_.dmain_sync({.signal = s(5)});
+    };
+    if (!defer_inv) {
+      invariant_loads();
+      if (any_inv) e_.vpu_sync({.wait = s(5)});
       for (size_t i = 0; i < p_.inputs.size(); ++i) {
         const int fb = b_.low.in_inv_f32[i];
         if (fb < 0) continue;
@@ -943,6 +951,7 @@ class Emitter {
     }
     e_.li(r(22), 0);
     loads();
+    if (defer_inv) invariant_loads();
     background_piece(false);
     // The loads of the tile `ahead` tiles after this one, if it exists, into the slot set_slot puts in r22; then
     // `skip` is bound.
@@ -971,7 +980,15 @@ class Emitter {
     load_ahead(b_.plan.slots - 1, e_.label(), [&] { slot_after(r(22), r(4), b_.plan.slots - 1); });
     e_.vpu_sync({.wait = s(2)});  // this tile's inputs are in
     e_.vpu_sync({.wait = s(3)});  // its output slot is free
-    for (const POp& op : b_.low.ops) vector_op(op);
+    bool inv_in = !defer_inv || !any_inv;  // the invariants are in VMEM (deferred: from this instruction on)
+    for (const POp& op : b_.low.ops) {
+      if (!inv_in && reads_invariant(op)) {  // waits for their loads, and signals again for the next tile
+        e_.vpu_sync({.wait = s(5)});
+        e_.vpu_sync({.signal = s(5)});
+        inv_in = true;
+      }
+      vector_op(op);
+    }
     e_.vpu_sync({.signal = s(1)});
     e_.vpu_sync({.signal = s(4)});
     e_.dmaout_sync({.wait = s(4)});
@@ -1131,6 +1148,17 @@ class Emitter {
       e_.blt(r(0), r(26), piece);
     }
     if (!signal_on_load) e_.dmain_sync({.signal = s(2)});
+  }
+
+  // Whether `op` reads a loop-invariant input (its staging or its f32 copy)
+  bool reads_invariant(const POp& op) const {
+    const bool two = op.k == PK::Bin || op.k == PK::RowB || op.k == PK::Dot;  // (b an operand)
+    for (const int v : {op.a, two ? op.b : -1}) {
+      if (v < 0) continue;
+      const Buf& b = b_.low.bufs[static_cast<size_t>(b_.low.vr[static_cast<size_t>(v)].buf)];
+      if (b.space == Buf::Inv || b.space == Buf::InvStage) return true;
+    }
+    return false;
   }
 
   void addr(int reg, int v) {

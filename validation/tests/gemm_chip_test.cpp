@@ -567,6 +567,40 @@ TEST(GemmChip, WeightsLoadedAheadIntoEachCoresAreaSameBitsFewerBytes) {
   EXPECT_GT(moved, 0);
 }
 
+// The first chunks of b of each core's first tile preloaded into the kernel's slots (GemmChip::b_preloaded, as the
+// compiler has the kernel before the GEMM load them: one chunk, or as many as HBM moves in that kernel's tail): on
+// v4 (two cores), 40 x 300 x 1100 in bf16 with chunks of K, for every count up to gemm_chip_preload_limit's, a
+// program of gemm_chip_first_b's loads runs first, then the kernel: its output is the plain kernel's, bit for bit,
+// and it reads from HBM exactly the bytes the preloads read fewer, n chunks of each core's first tile. One more
+// than the limit is refused.
+TEST(GemmChip, FirstChunksPreloadedIntoTheSlotsSameBitsFewerBytes) {
+  const sim::ChipConfig cfg = sim::load_config("v4");
+  std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  symbols["VMEM_BYTES"] = 512 * 1024;  // chunks of K
+  sim::Chip chip(cfg);
+  Random r(973);
+  kernels::GemmChip g{40, 300, 1100, DType::BF16, DType::F32, 2, 4, kernels::GemmSchedule::Tiles};
+  const kernels::GemmPreload most = kernels::gemm_chip_preload_limit(g, symbols);
+  ASSERT_GE(most.chunks, 2);
+  std::vector<double> a = r.values(DType::BF16, g.m * g.k, -3, 3), b = r.values(DType::BF16, g.k * g.n, -3, 3);
+  const isa::Program plain = kernels::gemm_chip_kernel(g, symbols);
+  const auto [want, plain_read] = run_for_bytes(chip, plain, a, b, DType::BF16);
+  for (int64_t n = 1; n <= most.chunks; ++n) {
+    kernels::GemmChip with = g;
+    with.b_preloaded = n;
+    const isa::Program kernel = kernels::gemm_chip_kernel(with, symbols);
+    put_values(chip, kernel.find("b")->addr, b, DType::BF16);
+    const uint64_t preloaded = chip.run(kernels::gemm_chip_first_b(with, symbols)).stats.hbm_bytes_read;
+    EXPECT_EQ(static_cast<int64_t>(preloaded), n * 2 * most.chunk_bytes) << n << " chunks, both cores' first tiles";
+    const auto [got, with_read] = run_for_bytes(chip, kernel, a, b, DType::BF16);
+    EXPECT_EQ(got, want) << n << " chunks: the same bits";
+    EXPECT_EQ(plain_read - with_read, preloaded) << n << " chunks";
+  }
+  kernels::GemmChip over = g;
+  over.b_preloaded = most.chunks + 1;
+  EXPECT_THROW(kernels::gemm_chip_kernel(over, symbols), std::invalid_argument);
+}
+
 // A 300 x 300 x 700 bf16 GEMM on v5e (one core, 4 units, tiles of 512 columns) with random a and b, for the tests
 // of the loads it issues for other kernels: run(k, haddr, extra) writes `extra` to HBM at haddr and runs kernel k,
 // returning c's bytes and the HBM bytes read.

@@ -173,11 +173,13 @@ struct GemmChip {
   // may still use [0, vmem_base) while this one's first chunk of b loads (b_preloaded). The tiled schedule, no
   // split K.
   int64_t vmem_base = 0;
-  // Each core's first tile finds its first chunk of b in its slot already: gemm_chip_first_b's instructions, placed
-  // before the kernel (the compiler puts them after the kernel before it, so that the weights load while that one
-  // runs), loaded it. The kernel's leading sem.set waits for that load as for every unit (and a barrier before it,
-  // on a chip of several cores). The tiled schedule, no split K. The same results.
-  bool b_preloaded = false;
+  // > 0: each core's first tile finds its first b_preloaded chunks of b in its slots already (chunk c in slot c):
+  // gemm_chip_first_b's instructions, placed before the kernel (the compiler puts them after the kernel before it,
+  // so that the weights load while that one runs), loaded them. The kernel's leading sem.set waits for those loads
+  // as for every unit (and a barrier before it, on a chip of several cores). At most the kernel's slots, and where a
+  // core's first tile has several chunks, fewer than them (gemm_chip_preload_limit). The tiled schedule, no split
+  // K. The same results.
+  int64_t b_preloaded = 0;
   // > 0: the core's first tile finds the b of its first b_area_chunks chunks of K in VMEM from byte b_area on,
   // chunk after chunk in the layout a slot holds them (gemm_chip_area: each chunk's bytes there, and the transfers
   // that put each core's there), loaded before the kernel, so that it loads only a for them. The compiler issues
@@ -214,14 +216,22 @@ isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int
                               const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
                               uint64_t hbm_base = 0);
 
-// The instructions that load the first chunk of b of each core's first tile (tile core.id) into its VMEM slot, as
-// the kernel itself would (for GemmChip::b_preloaded; its vmem_base and plan the same): a dma.ld without wait or
-// signal (mcast where the kernel's pairs share b), none on a core without a tile, and the instructions that find the
-// tile and set the load's registers (clobbered: r1 .. r27, as the kernel's). The tiled schedule, no split K; throws
-// std::invalid_argument otherwise.
+// The instructions that load the first g.b_preloaded chunks of b of each core's first tile (tile core.id) into its
+// VMEM slots, as the kernel itself would (for GemmChip::b_preloaded; its vmem_base and plan the same): a dma.ld
+// each, without wait or signal (mcast where the kernel's pairs share b), none on a core without a tile, and the
+// instructions that find the tile and set the loads' registers (clobbered: r1 .. r27, as the kernel's). The tiled
+// schedule, no split K; throws std::invalid_argument otherwise.
 isa::Program gemm_chip_first_b(const GemmChip& g, const std::map<std::string, int64_t>& symbols,
                                const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
                                uint64_t hbm_base = 0);
+
+// The most chunks of b gemm_chip_first_b may preload for g (GemmChip::b_preloaded): the kernel's slots, and where
+// a core's first tile has several chunks, fewer than them (its last chunk may be split in two); and the bytes of b
+// one preloaded chunk of a core holds. Throws as gemm_chip_first_b.
+struct GemmPreload {
+  int64_t chunks = 0, chunk_bytes = 0;
+};
+GemmPreload gemm_chip_preload_limit(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
 
 // GemmChip::b_area for g: the VMEM bytes the area takes per chunk, the chunks of K of a core's first tile, the bytes
 // of b those chunks hold (every core's first tile's), and the transfers that load the first g.b_area_chunks

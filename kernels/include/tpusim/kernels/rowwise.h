@@ -37,8 +37,10 @@
 // slots of input and output staging buffers (semaphores s1..s5, initialised by the kernel); with three tiles or
 // more, a third slot where it fits beside tiles of T rows, and the loads then run two tiles ahead (tile i+2 loads
 // while tile i+1's transfer may still be in flight). Periodic inputs (period P) whose pattern is the same in every
-// tile (T % P == 0, or a single tile) are loaded once at the start (one dma.ld with hstride 0 repeats the P rows);
-// otherwise each tile loads its rows in contiguous pieces with wrap-around. Temporaries live in tile buffers
+// tile (T % P == 0, or a single tile) are loaded once at the start (one dma.ld with hstride 0 repeats the P rows):
+// after the first tile's inputs, the vector unit waiting for them only before its first instruction that reads one
+// (a LayerNorm's scale, after its mean and variance), unless one needs an f32 copy (then first, the copies made
+// before the loop); otherwise each tile loads its rows in contiguous pieces with wrap-around. Temporaries live in tile buffers
 // allocated by liveness over the lowered instruction list (a dead value's buffer, an f32 input's staging buffer
 // included, is reused, in place where possible); an f32 output is computed directly into its staging buffer.
 //
