@@ -158,8 +158,9 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
   return g;
 }
 
-// A gemm.s call as the split-K kernel (kernels/gemm_ksplit.h) on one core: its K shared by the core's matrix units,
-// the same bits. Where the output is too few tiles to keep the units busy (one tile: a 14 x 14 convolution's
+// A gemm.s call as the split-K kernel (kernels/gemm_ksplit.h): its K shared by a core's matrix units, the same
+// bits; on one core, or on a chip of a few cores where the whole-chip GEMM would leave cores idle, on every core,
+// each taking its run of the output's strips (below). Where the output is too few tiles to keep the units busy (one tile: a 14 x 14 convolution's
 // 196 x 2304 x 256 on v6e), gemm.s on one unit waits on its weight loads, and so does the whole-chip GEMM, whose
 // units split the rows and each load every weight; the split kernel's units share the loads. Taken where its
 // estimate beats by a tenth that of what the call would otherwise run as: `chip`, the whole-chip GEMM
@@ -191,6 +192,26 @@ std::optional<kernels::GemmKSplit> split_k_gemm(const KernelPlan& plan, const Ke
   g.a_local = a != call.tensors.end() &&
               isa::far_memory(static_cast<int64_t>(plan.buffers[static_cast<size_t>(a->second)].addr)) ==
                   isa::FarMemory::Local;
+  // On a chip of a few cores (2 to 8: each core's code holds every core's slice) where the whole-chip GEMM leaves
+  // cores idle (fewer tiles than cores: ResNet-50's 14 x 14 and 7 x 7 convolutions on v4, one tile of 196 or 49
+  // rows), the cores share the strips, each splitting K over its units, and the split kernel is taken wherever
+  // every core gets strips and its regions fit the accumulators in one row tile. (Its estimate counts a's block,
+  // which each core loads whole, at HBM's bandwidth over the cores, though a compiled model's lies in the shared
+  // memory: on v4 it put the 14 x 14 convolution's 3 x 3 GEMM at 3,917 cycles against the whole-chip GEMM's 3,230;
+  // they ran in 2,895 and 3,239. With two row tiles, VGG-11's 196 x 4608 x 512 on v4, each core's 36 folds of 2
+  // strips are 72 regions of 98 rows, whose 70 in-order additions on the vector unit made it slower: 10,232 ->
+  // 11,026 cycles.)
+  const int64_t cores = symbol_or(symbols, "CORES", 1);
+  try {
+    if (cores >= 2 && cores <= 8 && chip && kernels::gemm_chip_cores_used(*chip, symbols) < cores) {
+      g.cores = static_cast<int>(cores);
+      const kernels::KSplitPlan p = kernels::gemm_ksplit_plan(g, symbols);
+      if (p.cores == cores && p.row_tiles == 1) return g;
+      g.cores = 1;
+    }
+  } catch (const std::invalid_argument&) {
+    g.cores = 1;
+  }
   try {
     const kernels::KSplitPlan p = kernels::gemm_ksplit_plan(g, symbols);
     const double sync =
@@ -356,7 +377,8 @@ struct OnChip {
   int64_t core = 0;
   bool attention = false;  // a fused attention call: the whole-chip kernel, on every core
   bool every_core() const {
-    return gemm.has_value() || row_cores > 1 || copy_cores > 1 || lib_cores > 1 || attention;
+    return gemm.has_value() || (ksplit && ksplit->cores > 1) || row_cores > 1 || copy_cores > 1 || lib_cores > 1 ||
+           attention;
   }
 };
 
@@ -982,6 +1004,13 @@ std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(KernelPlan& pl
   if (vmem <= 0 || hbm <= 0) return prefetch;
   std::map<std::string, int64_t> half = symbols;
   half["VMEM_BYTES"] = vmem / 2 / 4096 * 4096;
+  auto fits = [&](const kernels::GemmKSplit& g) {  // a split-K GEMM between, in half of VMEM, as it plans in all
+    try {
+      return kernels::gemm_ksplit_plan(g, half).row_tiles == kernels::gemm_ksplit_plan(g, symbols).row_tiles;
+    } catch (const std::invalid_argument&) {
+      return false;
+    }
+  };
   for (size_t at = 0; at < order.size(); ++at) {
     const KernelCall& x = plan.calls[order[at]];
     if (x.kind != KernelCall::Kind::Attention || x.attention.vector_unit) continue;
@@ -994,7 +1023,7 @@ std::map<size_t, std::vector<kernels::DmaLoad>> plan_weight_areas(KernelPlan& pl
         const KernelCall& c = plan.calls[order[j]];
         const OnChip& oc = on_chip[order[j]];
         if (oc.gemm && j >= at + 2) z = j;
-        else if (!oc.gemm && c.kind != KernelCall::Kind::Rowwise) break;
+        else if (!oc.gemm && c.kind != KernelCall::Kind::Rowwise && !(oc.ksplit && fits(*oc.ksplit))) break;
       }
       if (!z) continue;
       const KernelCall& zc = plan.calls[order[z]];

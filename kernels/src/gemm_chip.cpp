@@ -1364,6 +1364,16 @@ double gemm_chip_tail(const GemmChip& g, const std::map<std::string, int64_t>& s
          tile_drain(p.u, p.s, tmu, p.sc, act_passes, width);
 }
 
+int64_t gemm_chip_cores_used(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
+  const std::map<std::string, int64_t> s = from_base(g, symbols);
+  const Resolved r = resolve(g, s);
+  const int64_t C = symbol(s, "MXU_COLS");
+  if (r.schedule == GemmSchedule::Strips) return std::min(r.P, cdiv(g.n, r.U * C));
+  const TilePlan p = plan_tiles(g, s, r.P, r.U);
+  const int64_t w = p.rb > 1 ? p.u / p.rb * C : p.u * p.s * p.sc;
+  return std::min(r.P, cdiv(g.m, p.tm) * cdiv(g.n, w) * p.sk);
+}
+
 int64_t gemm_chip_splits(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
   const std::map<std::string, int64_t> s = from_base(g, symbols);
   const Resolved r = resolve(g, s);

@@ -80,16 +80,57 @@ void check(const GemmKSplit& g) {
   if (g.q_scale_bits != 0 && (!g.dequant || g.scale_bits != 0 || g.residual))
     throw std::invalid_argument("gemm_ksplit: q needs dequant, and neither a scale nor a residual");
   if (g.q_only && g.q_scale_bits == 0) throw std::invalid_argument("gemm_ksplit: q_only needs q's scale");
+  if (g.cores < 1) throw std::invalid_argument("gemm_ksplit: cores must be positive");
+  if (g.cores > 1 && !g.background.empty())
+    throw std::invalid_argument("gemm_ksplit: background loads on one core");
   const ConvTaps& t = g.taps;
   if (t.cin < 0 || (t.cin > 0 && (g.k % t.cin != 0 || t.rows < 1 || t.kw < 1 || t.sh < 1 || t.sw < 1 || t.dh < 1 ||
                                   t.dw < 1 || t.wq < 1 || t.phase_rows < 0)))
     throw std::invalid_argument("gemm_ksplit: the taps need K in whole taps, their rows, strides and widths positive");
 }
 
+// The slice of the output's strips core c takes (cores > 1): strips [c * NS / P, (c + 1) * NS / P) of the NS, P the
+// cores used (at most the strips); its GEMM is g over those columns.
+struct Slice {
+  int64_t s0 = 0;  // its first strip
+  GemmKSplit g;    // g with n its columns
+};
+std::vector<Slice> slices_of(const GemmKSplit& g, int64_t C) {
+  const int64_t ns = cdiv(g.n, C), P = std::max<int64_t>(1, std::min<int64_t>(g.cores, ns));
+  std::vector<Slice> out;
+  for (int64_t c = 0; c < P; ++c) {
+    Slice sl{c * ns / P, g};
+    sl.g.n = std::min(g.n, (c + 1) * ns / P * C) - sl.s0 * C, sl.g.cores = 1;
+    out.push_back(sl);
+  }
+  return out;
+}
+
+KSplitPlan plan_one(const GemmKSplit& g, const std::map<std::string, int64_t>& s);
+
 }  // namespace
 
 KSplitPlan gemm_ksplit_plan(const GemmKSplit& g, const std::map<std::string, int64_t>& s) {
   check(g);
+  if (g.cores <= 1) return plan_one(g, s);
+  // Each core its slice, the cores sharing HBM: each slice's plan at HBM's bandwidth over the cores used; the
+  // busiest slice's plan, its estimate the longest
+  const std::vector<Slice> slices = slices_of(g, need(s, "MXU_COLS"));
+  std::map<std::string, int64_t> shared = s;
+  shared["HBM_BYTES_PER_CYCLE"] =
+      std::max<int64_t>(1, optional(s, "HBM_BYTES_PER_CYCLE", 64) / static_cast<int64_t>(slices.size()));
+  KSplitPlan busiest;
+  for (const Slice& sl : slices) {
+    KSplitPlan p = plan_one(sl.g, shared);
+    if (p.estimate > busiest.estimate) busiest = std::move(p);
+  }
+  busiest.cores = static_cast<int64_t>(slices.size());
+  return busiest;
+}
+
+namespace {
+
+KSplitPlan plan_one(const GemmKSplit& g, const std::map<std::string, int64_t>& s) {
   const int64_t R = need(s, "MXU_ROWS"), C = need(s, "MXU_COLS"), ACC = need(s, "ACC_ROWS"),
                 VMEM = need(s, "VMEM_BYTES"), width = need(s, "VPU_WIDTH");
   const int64_t bpc = std::max<int64_t>(1, optional(s, "HBM_BYTES_PER_CYCLE", 64)),
@@ -167,39 +208,29 @@ KSplitPlan gemm_ksplit_plan(const GemmKSplit& g, const std::map<std::string, int
   return p;
 }
 
-isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string, int64_t>& s,
-                                const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc,
-                                uint64_t hbm_base) {
+// The tensors' addresses
+struct Addrs {
+  int64_t a = 0, b = 0, table = -1, r = -1, c = -1, q = -1;
+};
+
+// The kernel's code for the slice `sub` of g (its columns from strip s0 on; the whole of g where s0 is 0 and sub
+// is g): tensors at g's addresses and pitches (N = g.n), the slice's plan, layout and semaphores.
+void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int64_t s0, const Addrs& at,
+                const std::map<std::string, int64_t>& s) {
   using isa::DType;
   using isa::Sem;
-  using isa::TensorKind;
-  const KSplitPlan p = gemm_ksplit_plan(g, s);
+  const KSplitPlan p = plan_one(sub, s);
   const int64_t R = need(s, "MXU_ROWS"), C = need(s, "MXU_COLS"), ACC = need(s, "ACC_ROWS"),
                 ACC_ADDR = optional(s, "ACC_ADDR", need(s, "VMEM_BYTES"));
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), U = p.units, NS = p.strips, F = p.folds,
-                TM = p.tm;
+                TM = p.tm, NSG = cdiv(g.n, C);  // (NSG: the whole output's strips, b's tiles a fold)
   const DType acc_dt = g.in == DType::I8 ? DType::I32 : DType::F32;
-  const Layout L = layout(g, TM, R, C, NS * F);
+  const Layout L = layout(sub, TM, R, C, NS * F);
   background_bytes(g.background, 0, L.end, "gemm_ksplit");  // checked: none writes the kernel's VMEM
   const std::vector<Region> regions = regions_of(p.first, p.last, F, g.in == DType::I8);
-
-  isa::Emitter e("gemm_ksplit", "<gemm_ksplit>", base_pc);
-  auto declare = [&](const char* name, TensorKind kind, DType dt, std::vector<int64_t> shape) {
-    return static_cast<int64_t>(e.declare_placed(isa::TensorDecl{name, kind, dt, std::move(shape)}, tensor_addr, hbm_base));
-  };
-  const int64_t a_addr = g.taps.cin > 0 ? declare("a", TensorKind::Input, g.in, {g.taps.rows, g.taps.cin})
-                                        : declare("a", TensorKind::Input, g.in, {g.m, g.k});
-  const int64_t b_addr = g.b_tiled ? declare("b", TensorKind::Input, g.in, {F, NS, R, C})
-                                   : declare("b", TensorKind::Input, g.in, {g.k, g.n});
-  int64_t table_addr = -1, r_addr = -1;
-  if (g.dequant)
-    table_addr = declare("dq", TensorKind::Input, DType::F32, {g.n, 2});
-  else if (g.bias)
-    table_addr = declare("bias", TensorKind::Input, acc_dt, {g.n});
-  if (g.residual) r_addr = declare("r", TensorKind::Input, g.out, {g.m, g.n});
-  const int64_t c_addr = g.q_only ? -1 : declare("c", TensorKind::Output, g.out, {g.m, g.n});
-  const int64_t q_addr = g.q_scale_bits != 0 ? declare("q", TensorKind::Output, DType::I8, {g.m, g.n}) : -1;
-
+  const int64_t a_addr = at.a, b_addr = at.b, r_addr = at.r, c_addr = at.c, q_addr = at.q;
+  const int64_t TB = g.dequant ? 8 : 4;  // a table entry's bytes
+  const int64_t table_addr = at.table >= 0 ? at.table + s0 * C * TB : -1;
   // Semaphores: per unit FULL (its weight tiles loaded), AFULL (a's block), DONE (its matrix work), RFREE (its
   // regions drained); then AFREE, CF (C buffers free), CFULL, TABLE, RL (r's tile loaded), RF (r's buffer free).
   auto unit_sem = [&](int64_t kind, int64_t j) { return isa::sem(static_cast<int>(1 + kind * U + j)); };
@@ -263,13 +294,13 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
         const int64_t pair = p.first[static_cast<size_t>(j)] + i;
         if (i == 0) load_a_of(j);
         if (pair >= p.last[static_cast<size_t>(j)]) continue;
-        const int64_t q = pair / F, f = pair % F, kt = std::min(R, g.k - f * R), nt = std::min(C, g.n - q * C);
+        const int64_t q = pair / F, f = pair % F, kt = std::min(R, g.k - f * R), nt = std::min(C, sub.n - q * C);
         if (t == 0) {
           if (g.b_tiled) {
-            set({{r1, tile_vaddr(pair)}, {r2, b_addr + (f * NS + q) * R * C * E}, {r3, kt}, {r4, nt * E}, {r5, C * E}});
+            set({{r1, tile_vaddr(pair)}, {r2, b_addr + (f * NSG + s0 + q) * R * C * E}, {r3, kt}, {r4, nt * E}, {r5, C * E}});
             e.dma_ld(r1, r2, r3, r4, r5, r5, {.signal = unit_sem(0, j)});
           } else {
-            set({{r1, tile_vaddr(pair)}, {r2, b_addr + (f * R * g.n + q * C) * E}, {r3, kt}, {r4, nt * E},
+            set({{r1, tile_vaddr(pair)}, {r2, b_addr + (f * R * g.n + (s0 + q) * C) * E}, {r3, kt}, {r4, nt * E},
                  {r5, g.n * E}, {r6, C * E}});
             e.dma_ld(r1, r2, r3, r4, r5, r6, {.signal = unit_sem(0, j)});
           }
@@ -290,15 +321,15 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
     // the bias table (first row tile), which only the drains read: after the loads the matrix units wait for, so
     // that its HBM latency holds back none of them (a queue's transfers complete in order)
     if (t == 0 && table_addr >= 0) {
-      const int64_t bytes = g.n * (g.dequant ? 8 : 4);
+      const int64_t bytes = sub.n * TB;
       set({{r1, L.table}, {r2, table_addr}, {r3, 1}, {r4, bytes}});
       e.dma_ld(r1, r2, r3, r4, r4, r4, {.signal = TABLE});
     }
     // the residual's tiles, once their buffers are free
     if (g.residual)
       for (int64_t q = 0; q < NS; ++q) {
-        const int64_t nt = std::min(C, g.n - q * C);
-        set({{r1, L.r + q * align64(TM * C * O)}, {r2, r_addr + (m0 * g.n + q * C) * O}, {r3, mt}, {r4, nt * O},
+        const int64_t nt = std::min(C, sub.n - q * C);
+        set({{r1, L.r + q * align64(TM * C * O)}, {r2, r_addr + (m0 * g.n + (s0 + q) * C) * O}, {r3, mt}, {r4, nt * O},
              {r5, g.n * O}});
         e.dma_ld(r1, r2, r3, r4, r5, r4, {.wait = RF, .signal = RL});
       }
@@ -327,9 +358,9 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
         set({{r1, acc_addr(base)}, {r2, acc_addr(*of_strip[i])}, {r3, mt * C}});
         e.vpu_add(r1, r1, r2, r3, acc_dt);
       }
-      const int64_t nt = std::min(C, g.n - q * C);
+      const int64_t nt = std::min(C, sub.n - q * C);
       set({{r1, L.c + q * L.c_buf}, {r2, base.unit * ACC + region_row(base)}, {r3, mt}, {r4, nt}, {r5, nt * O},
-           {r6, L.table + q * C * (g.dequant ? 8 : 4)}, {r7, static_cast<int64_t>(g.scale_bits)}});
+           {r6, L.table + q * C * TB}, {r7, static_cast<int64_t>(g.scale_bits)}});
       if (t == 0 && q == 0 && table_addr >= 0) e.vpu_sync({.wait = TABLE});  // (the first drain; not the sums)
       e.vpu_sync({.wait = CF});
       if (!g.q_only)
@@ -349,16 +380,60 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
       e.vpu_sync({.signal = CFULL});
       // the stores complete in order: the last frees the buffer
       if (g.q_scale_bits != 0) {
-        set({{r8, q_addr + m0 * g.n + q * C}, {r7, L.c + q * L.c_buf + L.q_off}, {r2, mt}, {r4, nt}, {r5, g.n}});
+        set({{r8, q_addr + m0 * g.n + (s0 + q) * C}, {r7, L.c + q * L.c_buf + L.q_off}, {r2, mt}, {r4, nt}, {r5, g.n}});
         e.dma_st(r8, r7, r2, r4, r5, r4, {.wait = CFULL, .signal = g.q_only ? CF : Sem{}});
       }
       if (!g.q_only) {
-        set({{r8, c_addr + (m0 * g.n + q * C) * O}, {r2, mt}, {r4, nt * O}, {r5, g.n * O}});
+        set({{r8, c_addr + (m0 * g.n + (s0 + q) * C) * O}, {r2, mt}, {r4, nt * O}, {r5, g.n * O}});
         e.dma_st(r8, r1, r2, r4, r5, r4, {.wait = g.q_scale_bits != 0 ? Sem{} : CFULL, .signal = CF});
       }
     }
     e.vpu_sync({.signal = AFREE});  // every unit's matrix work is done: a's block may be reloaded
     for (int64_t j = 0; j < U; ++j) e.vpu_sync({.signal = unit_sem(3, j)});
+  }
+}
+
+}  // namespace
+
+isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string, int64_t>& s,
+                                const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc,
+                                uint64_t hbm_base) {
+  using isa::DType;
+  using isa::TensorKind;
+  const KSplitPlan plan = gemm_ksplit_plan(g, s);  // (throws where it cannot run)
+  const int64_t R = need(s, "MXU_ROWS"), C = need(s, "MXU_COLS"), F = cdiv(g.k, R), NS = cdiv(g.n, C);
+  const DType acc_dt = g.in == DType::I8 ? DType::I32 : DType::F32;
+  isa::Emitter e("gemm_ksplit", "<gemm_ksplit>", base_pc);
+  auto declare = [&](const char* name, TensorKind kind, DType dt, std::vector<int64_t> shape) {
+    return static_cast<int64_t>(e.declare_placed(isa::TensorDecl{name, kind, dt, std::move(shape)}, tensor_addr, hbm_base));
+  };
+  Addrs at;
+  at.a = g.taps.cin > 0 ? declare("a", TensorKind::Input, g.in, {g.taps.rows, g.taps.cin})
+                        : declare("a", TensorKind::Input, g.in, {g.m, g.k});
+  at.b = g.b_tiled ? declare("b", TensorKind::Input, g.in, {F, NS, R, C}) : declare("b", TensorKind::Input, g.in, {g.k, g.n});
+  if (g.dequant)
+    at.table = declare("dq", TensorKind::Input, DType::F32, {g.n, 2});
+  else if (g.bias)
+    at.table = declare("bias", TensorKind::Input, acc_dt, {g.n});
+  if (g.residual) at.r = declare("r", TensorKind::Input, g.out, {g.m, g.n});
+  at.c = g.q_only ? -1 : declare("c", TensorKind::Output, g.out, {g.m, g.n});
+  at.q = g.q_scale_bits != 0 ? declare("q", TensorKind::Output, DType::I8, {g.m, g.n}) : -1;
+  if (plan.cores <= 1) {
+    emit_slice(e, g, g, 0, at, s);
+  } else {  // each core its slice (core.id in r9), the others jumping over it
+    e.set_cores(static_cast<uint32_t>(plan.cores));
+    const isa::Reg cid = isa::reg(9), t = isa::reg(10);
+    const isa::Label end = e.label();
+    e.core_id(cid);
+    const std::vector<Slice> slices = slices_of(g, C);
+    for (size_t c = 0; c < slices.size(); ++c) {
+      const isa::Label next = e.label();
+      e.li(t, static_cast<int64_t>(c)), e.bne(cid, t, next);
+      emit_slice(e, g, slices[c].g, slices[c].s0, at, s);
+      e.jmp(end);
+      e.bind(next);
+    }
+    e.bind(end);
   }
   e.halt();
   return e.finish();

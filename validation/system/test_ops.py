@@ -508,9 +508,23 @@ class ConvFused(OpCase):
         torch.manual_seed(5)
         m = nn.Sequential(nn.Conv2d(1024, 256, 1, bias=False), randomize_bn(nn.BatchNorm2d(256)), nn.ReLU(),
                           nn.Conv2d(256, 256, 3, padding=1, bias=False), randomize_bn(nn.BatchNorm2d(256)), nn.ReLU())
-        self.check(m, randn(1, 1024, 14, 14), config="v6e")
+        x = randn(1, 1024, 14, 14)
+        self.check(m, x, config="v6e")
         kernels, _, _ = self.compiled("v6e")
         self.assertIn("gemm_ksplit", kernels)
+        # On v4 (2 cores of 4 units of 128 x 128) the whole-chip GEMM of the 3 x 3 convolution is one tile of 196 x
+        # 256, which leaves a core idle: the two cores share its 2 strips instead, each splitting K over its units
+        # (GemmKSplit::cores), a "gemm_ksplit" kernel on both cores; the same bits as on v5e (one core, units of the
+        # same 128 rows: a fold's sum is the same there, where v6e's folds of 256 rows round differently).
+        got_v5e, _ = self.run_model(m, [x], config="v5e")
+        got_v4, _ = self.run_model(m, [x], config="v4")
+        self.compiled("v4")
+        with open(os.path.join(self.dir, f"case{self.n}", "report-v4.json")) as f:
+            split = [r for r in json.load(f)["regions"] if r["kind"] == "kernel" and r["name"] == "gemm_ksplit"]
+        self.assertTrue(split)
+        self.assertTrue(all(r["cores"] == 2 for r in split), split)
+        for a, b in zip(got_v4, got_v5e):
+            np.testing.assert_array_equal(a, b)
 
     def test_opset17(self):
         m = nn.Sequential(nn.Conv2d(5, 7, 3, padding=1), randomize_bn(nn.BatchNorm2d(7)), nn.SiLU())

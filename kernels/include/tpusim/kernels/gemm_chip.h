@@ -271,6 +271,10 @@ int64_t matrix_rate(isa::DType in, const std::map<std::string, int64_t>& symbols
 // rate it sustains, mxu.efficiency; 1 without the symbol). Estimates multiply the streams above by it.
 double matrix_stretch(const std::map<std::string, int64_t>& symbols);
 
+// The cores the kernel's plan gives work: its tiles (with split K, times the splits) or its column groups, at most
+// the cores. Throws as gemm_chip_kernel.
+int64_t gemm_chip_cores_used(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
+
 // The splits of K the kernel makes (its plan's; 1 without split K or with the strips schedule). Throws as
 // gemm_chip_kernel.
 int64_t gemm_chip_splits(const GemmChip& g, const std::map<std::string, int64_t>& symbols);

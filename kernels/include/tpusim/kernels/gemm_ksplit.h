@@ -67,6 +67,11 @@ struct GemmKSplit {
   bool q_only = false;
   ConvTaps taps;            // a as a convolution's taps (gemm.s TAP_*)
   int mxus = 0;             // matrix units to use at most; 0: every one (MXUS; at most kMaxKSplitUnits)
+  // The cores that share the output (at most its strips of C columns; 1: one core): core c takes strips
+  // [c * NS / P, (c + 1) * NS / P) of the NS and splits all of K over its own units, as one core does the whole
+  // (the same bits: each output element's sums are one core's, in the same order). Each core loads all of a (its
+  // block of TM rows) and its strips' weights. The chip's cores, SPMD (core.id picks the slice); no background.
+  int cores = 1;
   bool a_local = false;     // for the estimate only: a lies in this core's VMEM (its block crosses VMEM's ports)
   // Loads for later kernels (the compiler's weight stream, as GemmChip::background: each one run of bytes, rows 1,
   // into VMEM outside this kernel's), issued after the last row tile's own loads, so that they hold back none of
@@ -82,6 +87,7 @@ inline constexpr int64_t kMaxKSplitSteps = 4096;
 
 // The plan: the units used, the row tile, and per unit its run of (strip, fold) pairs.
 struct KSplitPlan {
+  int64_t cores = 1;  // the cores used (GemmKSplit::cores, at most the strips); the rest is the busiest core's
   int64_t units = 0, tm = 0, row_tiles = 0, strips = 0, folds = 0;
   int64_t regions = 0;  // accumulator regions (of TM rows) of the busiest unit
   int64_t adds = 0;     // vpu.add passes over a region per row tile
