@@ -160,15 +160,15 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
 
 // A gemm.s call as the split-K kernel (kernels/gemm_ksplit.h): its K shared by a core's matrix units, the same
 // bits; on one core, or on a chip of a few cores where the whole-chip GEMM would leave cores idle, on every core,
-// each taking its run of the output's strips (below). Where the output is too few tiles to keep the units busy (one tile: a 14 x 14 convolution's
-// 196 x 2304 x 256 on v6e), gemm.s on one unit waits on its weight loads, and so does the whole-chip GEMM, whose
-// units split the rows and each load every weight; the split kernel's units share the loads. Taken where its
-// estimate beats by a tenth that of what the call would otherwise run as: `chip`, the whole-chip GEMM
-// (whole_chip_gemm; its estimate and, on several cores, its two barriers), else gemm.s on one unit (both count a at
-// VMEM's ports where it lies there; against gemm.s, with `may_stream`, the split kernel's estimate with its weights
-// in VMEM, where the weight stream will load them). nullopt otherwise, or where the call asks for what the split
-// kernel does not do (GROUP_N, ACT_RESIDENT, TRANS_B, an activation, a residual with an int8 copy). `why` gains the
-// reason where the estimate decides.
+// each taking its run of the output's strips (below). Where the output is too few tiles to keep the units busy
+// (one tile: a 14 x 14 convolution's 196 x 2304 x 256 on v6e), gemm.s on one unit waits on its weight loads, and
+// so does the whole-chip GEMM, whose units split the rows and each load every weight; the split kernel's units
+// share the loads. Taken where its estimate beats by a tenth that of what the call would otherwise run as: `chip`,
+// the whole-chip GEMM (whole_chip_gemm; its estimate and, on several cores, its two barriers), else gemm.s on one
+// unit (both count a at VMEM's ports where it lies there; against gemm.s, with `may_stream`, the split kernel's
+// estimate with its weights in VMEM, where the weight stream will load them). nullopt otherwise, or where the call
+// asks for what the split kernel does not do (GROUP_N, ACT_RESIDENT, TRANS_B, an activation, a residual with an
+// int8 copy). `why` gains the reason where the estimate decides.
 std::optional<kernels::GemmKSplit> split_k_gemm(const KernelPlan& plan, const KernelCall& call,
                                                 const std::map<std::string, int64_t>& symbols,
                                                 const std::optional<kernels::GemmChip>& chip, bool may_stream,
