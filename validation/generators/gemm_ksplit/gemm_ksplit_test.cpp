@@ -303,8 +303,8 @@ TEST(GemmKSplit, FourUnitsShareTheWeightLoadsOfFewRows) {
 }
 
 // Several cores (GemmKSplit::cores), each its run of strips with all of K over its 4 units, on v4 (2 cores): every
-// byte as gemm.s on one unit, for ResNet-50's 14 x 14 convolution (196 x 2304 x 256 with its taps, bias, ReLU and
-// tiled weights: a strip a core), 3 strips of which the last is partial over 2 cores (1 and 2) with a residual and
+// byte as gemm.s on one unit, for a 3 x 3 convolution of ResNet-50's 14 x 14 layers (224 x 2304 x 256: 14 rows of
+// the padded width 16, with its taps, bias, ReLU and tiled weights: a strip a core), 3 strips of which the last is partial over 2 cores (1 and 2) with a residual and
 // b as [K, N], an int8 layer with its dequantisation and its int8 copy over 4 strips, and more cores asked for than
 // there are strips (one strip: one core). The convolution, its input in the shared memory (as a compiled model's
 // on v4), on two cores under 0.85 x its cycles on one (measured 2,983 against 3,815): each core's units take half
