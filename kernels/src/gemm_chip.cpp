@@ -204,6 +204,8 @@ struct TilePlan {
   int64_t mcast = 0;       // multicast (GemmChip::multicast): 0 none, 1 pairs share a's rows, 2 b's columns
   double estimate = 0;  // cycles (see choose_tiles)
   int64_t sc = 0;       // a strip's columns: C, or C/2, C/4, ... (narrow strips: more tiles over more cores)
+  // A tile's columns W on units of C columns: u / rb strips of C with row blocks, else u x s strips of sc
+  int64_t width(int64_t C) const { return rb > 1 ? u / rb * C : u * s * sc; }
 };
 
 // The strips schedule's row tile bound (0: a row of a does not fit).
@@ -503,7 +505,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   // columns, one strip per unit)
   const int64_t RB = plan.rb, TM = plan.tm, TMU = cdiv(TM, RB), S = plan.s, KC = plan.kc, ABUF = plan.abuf;
   const int64_t SC = plan.sc;  // a strip's columns: C, or fewer (narrow strips)
-  const int64_t W = RB > 1 ? U / RB * C : U * S * SC;
+  const int64_t W = plan.width(C);
   // Unit j's strip sidx: its strip of columns in the tile, and its first row in the tile
   auto strip_of = [&](int64_t j, int64_t sidx) { return RB > 1 ? j / RB : j * S + sidx; };
   auto row_of = [&](int64_t j) { return RB > 1 ? j % RB * TMU : 0; };
@@ -1278,10 +1280,10 @@ isa::Program kernel_of(const GemmChip& g, const std::map<std::string, int64_t>& 
   const Resolved r = resolve(g, s);
   if (first_b_only && (r.schedule != GemmSchedule::Tiles || gemm_chip_splits(g, symbols) != 1))
     throw std::invalid_argument("gemm_chip: the first chunk of b alone needs the tiled schedule and no split K");
-  if (g.b_preloaded > 1 && g.b_preloaded > gemm_chip_preload_limit(g, symbols).chunks)
-    throw std::invalid_argument("gemm_chip: b_preloaded " + std::to_string(g.b_preloaded) + " chunks, more than " +
-                                std::to_string(gemm_chip_preload_limit(g, symbols).chunks) +
-                                " (the slots, and fewer than the first tile's chunks)");
+  if (g.b_preloaded > 1)
+    if (const int64_t most = gemm_chip_preload_limit(g, symbols).chunks; g.b_preloaded > most)
+      throw std::invalid_argument("gemm_chip: b_preloaded " + std::to_string(g.b_preloaded) + " chunks, more than " +
+                                  std::to_string(most) + " (the slots, and fewer than the first tile's chunks)");
   if ((vmem_end || area || g.b_area_chunks > 0 || !g.background.empty()) && r.schedule != GemmSchedule::Tiles)
     throw std::invalid_argument("gemm_chip: the VMEM end, b_area and background loads are for the tiled schedule only");
   if (r.schedule == GemmSchedule::Strips) return strips_kernel(g, s, r.P, r.U, pl, summary);
@@ -1308,7 +1310,7 @@ GemmPreload gemm_chip_preload_limit(const GemmChip& g, const std::map<std::strin
   if (r.schedule != GemmSchedule::Tiles || gemm_chip_splits(g, symbols) != 1)
     throw std::invalid_argument("gemm_chip: preloaded chunks of b need the tiled schedule and no split K");
   const TilePlan p = plan_tiles(g, s, r.P, r.U);
-  const int64_t nkl = cdiv(g.k, p.kc), w = p.rb > 1 ? p.u / p.rb * symbol(s, "MXU_COLS") : p.u * p.s * p.sc;
+  const int64_t nkl = cdiv(g.k, p.kc), w = p.width(symbol(s, "MXU_COLS"));
   return {nkl > 1 ? std::min(p.nslot, nkl - 1) : 1, p.kc * std::min(w, g.n) * isa::dtype_size(g.in)};
 }
 
@@ -1370,8 +1372,7 @@ int64_t gemm_chip_cores_used(const GemmChip& g, const std::map<std::string, int6
   const int64_t C = symbol(s, "MXU_COLS");
   if (r.schedule == GemmSchedule::Strips) return std::min(r.P, cdiv(g.n, r.U * C));
   const TilePlan p = plan_tiles(g, s, r.P, r.U);
-  const int64_t w = p.rb > 1 ? p.u / p.rb * C : p.u * p.s * p.sc;
-  return std::min(r.P, cdiv(g.m, p.tm) * cdiv(g.n, w) * p.sk);
+  return std::min(r.P, cdiv(g.m, p.tm) * cdiv(g.n, p.width(C)) * p.sk);
 }
 
 int64_t gemm_chip_splits(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
