@@ -1166,6 +1166,25 @@ isa::Word stream_wait_sync(int sem) {
   return isa::encode(in);
 }
 
+// A row-wise kernel of one core whose input `i` reads a whole constant of the program in HBM that no other call
+// reads, once over the kernel's rows (not a table repeated over them): that input's index, else -1.
+int streamed_rows_input(const KernelPlan& plan, const KernelCall& call, const OnChip& oc, const BufferUse& use) {
+  if (call.kind != KernelCall::Kind::Rowwise || oc.row_cores != 1 || oc.row_cut) return -1;
+  const kernels::rowwise::Program& r = call.rows;
+  for (size_t i = 0; i < r.inputs.size(); ++i) {
+    const kernels::rowwise::Input& in = r.inputs[i];
+    const int b = call.row_inputs[i];
+    const Buffer& buf = plan.buffers[static_cast<size_t>(b)];
+    if (buf.kind != Buffer::Kind::Const || call.row_input_offs[i] != 0 || in.per_row || in.period > 0 ||
+        use.first[b] != use.last[b] || isa::far_memory(static_cast<int64_t>(buf.addr)) != isa::FarMemory::Hbm ||
+        std::count(call.row_inputs.begin(), call.row_inputs.end(), b) != 1 ||
+        buf.bytes() != static_cast<uint64_t>(r.rows * r.cols) * isa::dtype_size(in.dtype))
+      continue;
+    return static_cast<int>(i);
+  }
+  return -1;
+}
+
 // Returns the positions (in `order`) of the GEMMs whose GemmChip::prefetch holds the stream's loads (a tail).
 std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& order, std::vector<OnChip>& on_chip,
                                 const std::map<std::string, int64_t>& symbols, const std::map<int, Untiled>& untiled,
@@ -1228,6 +1247,7 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     size_t at = 0;  // its GEMM's position
     int buffer = -1;
     int64_t bytes = 0, loaded = 0, vaddr = -1;
+    int input = -1;  // a row-wise kernel's: the input that reads it (else a GEMM's b)
   };
   // A split-K GEMM (split_k_gemm) streams its weights too, where its estimate with them from HBM is above that at
   // 16 times HBM's bandwidth by a twentieth (and, as a producer, loads later ones after its own loads).
@@ -1245,9 +1265,20 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
         continue;
       try {
         if (kernels::gemm_ksplit_plan(*ks, symbols).estimate >= 1.05 * kernels::gemm_ksplit_plan(*ks, fast).estimate)
-          weights.push_back({at, b, bytes, 0, -1});
+          weights.push_back({at, b, bytes, 0, -1, -1});
       } catch (const std::invalid_argument&) {
       }
+      continue;
+    }
+    if (const int in = streamed_rows_input(plan, call, on_chip[order[at]], use); in >= 0) {
+      // A row-wise kernel's matrix of constants (a GEMV's weights as rows: "Weights as rows where narrow tiles
+      // win"), where their loads take longer than its vector work by a twentieth
+      const int b = call.row_inputs[static_cast<size_t>(in)];
+      const int64_t bytes = static_cast<int64_t>(plan.buffers[static_cast<size_t>(b)].bytes());
+      work[at].b = static_cast<double>(bytes);
+      if ((bytes + 4095) / 4096 * 4096 <= ring.end - ring.begin &&
+          work[at].own >= 1.05 * work[at].cycles * static_cast<double>(hbm))
+        weights.push_back({at, b, bytes, 0, -1, in});
       continue;
     }
     if (!g || !constant_weights(plan, call) || g->b_area_chunks > 0 || g->b_preloaded || work[at].cycles <= 0)
@@ -1266,7 +1297,7 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     } catch (const std::invalid_argument&) {
       continue;
     }
-    weights.push_back({at, b, bytes, 0, -1});
+    weights.push_back({at, b, bytes, 0, -1, -1});
   }
   if (weights.empty()) return tails;
   // The producers' slots, in program order: each call's budget, its share of HBM's bytes in its estimated time less
@@ -1401,7 +1432,11 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
     if (w.vaddr < 0 || w.loaded < w.bytes) continue;
     KernelCall& call = plan.calls[order[w.at]];
     const uint64_t local = isa::kLocalWindow + static_cast<uint64_t>(w.vaddr);
-    call.offsets["b"] = local - plan.buffers[static_cast<size_t>(w.buffer)].addr;  // (modulo 2^64)
+    const uint64_t off = local - plan.buffers[static_cast<size_t>(w.buffer)].addr;  // (modulo 2^64)
+    if (w.input >= 0)
+      call.row_input_offs[static_cast<size_t>(w.input)] = off;
+    else
+      call.offsets["b"] = off;
     call.note = (call.note.empty() ? "" : call.note + "; ") + "its weights read from VMEM (streamed in before it)";
   }
   return tails;

@@ -971,6 +971,37 @@ class MatMul(OpCase):
         x = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
         self.same_bits_as_fenced_in_fewer_cycles(os.path.join(d, "model.onnx"), x)
 
+    def test_a_gemv_s_weights_stream_into_vmem_too(self):
+        # A Linear on one row (a classifier head after a global pool) runs on the vector unit with its weights as
+        # rows (docs/compiler.md, "Weights as rows where narrow tiles win"), and its weights' loads take longer
+        # than its vector work: a compute-bound convolution before it streams them into VMEM (docs/compiler.md,
+        # "The weight stream": "A row-wise kernel's weights"). The Linear's node then reads under a tenth of its
+        # weights' bytes from HBM (its input vector and output only), where with --no-kernel-overlap (no stream) it
+        # reads them all; against torch, the same bits as fenced, in fewer cycles.
+        torch.manual_seed(9)
+        m = nn.Sequential(nn.Conv2d(64, 256, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                          nn.Linear(256, 2048))
+        self.check(m, randn(1, 64, 56, 56), config="v5e")
+        weights = 256 * 2048 * 2
+        d = os.path.join(self.dir, f"case{self.n}")
+        for extra, streamed in (([], True), (["--no-kernel-overlap"], False)):
+            with self.subTest(streamed=streamed):
+                r = os.path.join(d, f"report-{len(extra)}.json")
+                tpusim("compile", os.path.join(d, "model.onnx"), "--config", "v5e", "--report-json", r, *extra)
+                with open(r) as f:
+                    regions = json.load(f)["regions"]
+                head = [x for x in regions if x["kind"] == "node" and "Gemm" in x["name"]]
+                self.assertEqual(len(head), 1, [x["name"] for x in regions if x["kind"] == "node"])
+                self.assertEqual(head[0]["mxu_utilization"], 0.0)  # on the vector unit
+                notes = [x["name"] for x in regions if x["kind"] == "note"]
+                self.assertEqual("its weights read from VMEM (streamed in before it)" in notes, streamed, notes)
+                if streamed:
+                    self.assertLess(head[0]["bytes"], weights / 10)
+                else:
+                    self.assertGreaterEqual(head[0]["bytes"], weights)
+        x = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
+        self.same_bits_as_fenced_in_fewer_cycles(os.path.join(d, "model.onnx"), x)
+
     def test_outputs_are_written_while_later_kernels_run(self):
         # On v5e (one core, the intermediates kept in VMEM) a graph output held as bf16 (here the transposes of a
         # Linear's output, as a decoder's present keys and values are) is cast to f32 and stored while the first
