@@ -361,6 +361,77 @@ TEST(Rowwise, LayerNormScaleAndShiftLoadBehindTheFirstPasses) {
   EXPECT_LE(with, without + 2 * pass + 16);
 }
 
+// A max pool's taps: a maximum (or minimum) of bf16 inputs into a bf16 output is one of the inputs, so the kernel
+// computes it on the bf16 values as loaded (vpu.max bf16), without a cast to f32 per input and one back
+// (fold_selects): a 3 x 3 pool's 9 taps in 8 vector instructions a tile (18 with the casts), against the double
+// reference exactly, with infinities and signed zeros; and with NaNs, the same values as the f32 lowering the same
+// program takes when its output is f32 (NaN wherever a tap is NaN).
+TEST(Rowwise, MaxAndMinOfBf16InputsComputeInBf16) {
+  Harness h;
+  constexpr int64_t R = 112, C = 512;
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  auto taps = [&](bool with_nan) {
+    std::vector<std::vector<double>> t;
+    for (uint32_t i = 0; i < 9; ++i) {
+      std::vector<double> v = uniform(R * C, -4, 4, 20 + i);
+      if (i > 0) v[static_cast<size_t>(i)] = inf, v[static_cast<size_t>(i + 9)] = -inf;  // (the harness scales by tap 0)
+      v[18] = i % 2 ? -0.0 : 0.0;  // max(-0, +0) = +0, min = -0
+      for (size_t k = 19; k < 40; ++k) v[k] = -1.0 - static_cast<double>(i);
+      if (with_nan) v[static_cast<size_t>(40 + i)] = nan;
+      t.push_back(v);
+    }
+    return t;
+  };
+  auto pool = [&](const std::vector<std::vector<double>>& t, DType out) {
+    h.host.clear(), h.out_rows.clear();
+    rw::Program p;
+    p.rows = R, p.cols = C;
+    int m = -1;
+    for (const std::vector<double>& v : t) {
+      const int x = p.input(h.add_input(p, v, DType::BF16));
+      m = m < 0 ? x : p.binary(Op::Max, m, x);
+    }
+    h.add_output(p, m, out);
+    // the minimum of the first two taps, loaded again (an input read by one operation only is loaded as bf16)
+    const int a = p.input(h.add_input(p, t[0], DType::BF16)), b = p.input(h.add_input(p, t[1], DType::BF16));
+    h.add_output(p, p.binary(Op::Min, a, b), out);
+    return p;
+  };
+  const rw::Program exact = pool(taps(false), DType::BF16);
+  h.run_and_check(exact, {Tol{0}});
+  EXPECT_EQ(h.plan.vector_ops_per_tile, 9);  // 8 maxima and a minimum, no casts
+  // With NaNs: the bf16 program's values against the f32 program's (11 casts, the 9 operations, no cast out)
+  auto values = [&](const rw::Program& p) {
+    h.plan = rw::plan(p, h.syms);
+    h.prog = rw::kernel(p, h.syms);
+    h.result = h.chip->run(h.prog, sim::RunOptions{});
+    std::vector<std::vector<double>> out;
+    for (const rw::Output& o : p.outputs) {
+      std::vector<uint8_t> bytes(static_cast<size_t>(R * C) * static_cast<size_t>(isa::dtype_size(o.dtype)));
+      h.chip->read_hbm(o.addr, bytes.data(), bytes.size());
+      out.push_back(decode(bytes, o.dtype));
+    }
+    return out;
+  };
+  const std::vector<std::vector<double>> bf = values(pool(taps(true), DType::BF16));
+  EXPECT_EQ(h.plan.vector_ops_per_tile, 9);
+  const std::vector<std::vector<double>> f = values(pool(taps(true), DType::F32));
+  EXPECT_EQ(h.plan.vector_ops_per_tile, 20);
+  for (size_t o = 0; o < 2; ++o) {
+    size_t nans = 0, off = 0;
+    for (size_t k = 0; k < bf[o].size(); ++k) {
+      if (std::isnan(f[o][k])) {
+        ++nans;
+        off += !std::isnan(bf[o][k]);
+      } else {
+        off += !(bf[o][k] == f[o][k] && std::signbit(bf[o][k]) == std::signbit(f[o][k]));
+      }
+    }
+    EXPECT_EQ(off, 0u) << "output " << o;
+    EXPECT_EQ(nans, o == 0 ? 9u : 2u) << "output " << o;  // the max: each tap's NaN; the min of taps 0 and 1: theirs
+  }
+}
+
 TEST(Rowwise, GeluErfAndTanhForms) {
   Harness h;
   rw::Program p;
