@@ -769,6 +769,29 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     e.muli(t1, pw, TB);
     e.dma_ld(vc, t0, one, t1, zero, zero, {.wait = BFREE, .signal = BFULL});
   };
+  // The tile's r into its slot, strip by strip: r[m0 + r0.., n0 + q*SC..] (row pitch N): after the tile's loads,
+  // or (`early_r`: K whole, with background loads) in its last chunk, after its own loads and bias table and before
+  // its piece of background loads, as the table: behind the piece's HBM transfer, the drain waited for r. (Without
+  // background loads r stays after the tile's matrix work is issued: its transfer there slowed a tile's first
+  // weights, 1568 x 64 x 256 on v5e, one chunk a tile: 2,371 cycles against 2,290.)
+  const bool early_r = g.residual && SK == 1 && BG;
+  auto load_residual = [&] {
+    e.dmain_sync({.wait = RFREE});
+    for (int64_t j = 0; j < U; ++j)
+      for (int64_t sidx = 0; sidx < S; ++sidx) {
+        const int64_t q = strip_of(j, sidx), r0 = row_of(j);
+        const Label l = e.label();
+        if (RB > 1) unit_guard(j, l);
+        strip_guard(q, l);
+        const isa::Reg rows = unit_rows(j);
+        r_piece(t0, t1, j * S + sidx);
+        e.muli(t2, m0, g.n), e.add(t2, t2, n0), e.addi(t2, t2, r0 * g.n + q * SC), e.muli(t2, t2, O);
+        e.li(t3, r_addr), e.add(t2, t2, t3), e.muli(t1, nt, O), e.li(t3, g.n * O);
+        e.dma_ld(t0, t2, rows, t1, t3, t1);
+        e.bind(l);
+      }
+    e.dmain_sync({.signal = RFULL});
+  };
   // One chunk of kc elements of K at k0 (register), the first of the tile or not, its last or not. The tile's last
   // chunk loads its bias table after its own loads and before its piece of background loads, whose HBM transfers
   // would otherwise hold the table back (a queue's transfers complete in order), and with it the tile's drain.
@@ -832,6 +855,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.bind(l);
     }
     if (last_of_tile) load_table();
+    if (last_of_tile && early_r) load_residual();
     background_piece(false);
     const int64_t folds = cdiv(kc, R);
     for (int64_t f = 0; f < folds; ++f) {
@@ -951,23 +975,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     krange(NKL, KLAST, false);
   }
   prefetch();
-  if (g.residual) {  // the tile's r into its slot, strip by strip: r[m0 + r0.., n0 + q*SC..] (row pitch N)
-    e.dmain_sync({.wait = RFREE});
-    for (int64_t j = 0; j < U; ++j)
-      for (int64_t sidx = 0; sidx < S; ++sidx) {
-        const int64_t q = strip_of(j, sidx), r0 = row_of(j);
-        const Label l = e.label();
-        if (RB > 1) unit_guard(j, l);
-        strip_guard(q, l);
-        const isa::Reg rows = unit_rows(j);
-        r_piece(t0, t1, j * S + sidx);
-        e.muli(t2, m0, g.n), e.add(t2, t2, n0), e.addi(t2, t2, r0 * g.n + q * SC), e.muli(t2, t2, O);
-        e.li(t3, r_addr), e.add(t2, t2, t3), e.muli(t1, nt, O), e.li(t3, g.n * O);
-        e.dma_ld(t0, t2, rows, t1, t3, t1);
-        e.bind(l);
-      }
-    e.dmain_sync({.signal = RFULL});
-  }
+  if (g.residual && !early_r) load_residual();
   // Before the drain (after act's deferred work): the bias is in; r30 = its table.
   auto bias_ready = [&] {
     if (!TABLE) return;
@@ -975,7 +983,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     bias_slot(r30, t0);
   };
   // Drain: every strip of every unit into a C buffer, stored into c.
-  if (g.residual) e.vpu_sync({.wait = RFULL});
+  if (g.residual && act) e.vpu_sync({.wait = RFULL});
   // act, software-pipelined over this core's tiles: the activation and the stores of the previous tile come after
   // this tile's loads and matrix work are issued (so that the vector unit's long activation does not hold them
   // back in the core's in-order issue), then this tile's strips are drained in f32 into the pieces; after the
@@ -1046,11 +1054,32 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.bind(lu);
     }
   }
-  if (!act) bias_ready();
-  for (int64_t j = 0; j < U && !act; ++j) {
+  // Without act, the drain of tile t (registers t, m0, mt, n0, pw, ar: its own), software-pipelined where the
+  // accumulators are double-buffered (`defer`): the core's previous tile is drained after this one's loads and
+  // matrix work are issued, the last after the loop. In the core's in-order issue, a drain issued right after its
+  // tile's matrix work (more vector instructions than the vector unit's queue holds: a residual's add and ReLU, 5
+  // a strip) held the next tile's loads back until the vector unit had taken most of it, so that the matrix units
+  // waited for the drain they were to overlap (ResNet-50's 1 x 1 convolutions of 3136 x 64 x 256 with a residual on
+  // v5e: 4,204 cycles, the drain 2,664 of them).
+  const bool defer = !act && ABUF == 2 && SK == 1 && g.overlap_tiles;
+  // With defer, each unit's AFULL is signalled right after the tile's matrix work (a sync after the next tile's
+  // would wait for that one's as well).
+  auto signal_full = [&] {
+    for (int64_t j = 0; j < U; ++j) {
+      const Label lu = e.label();
+      unit_guard(j, lu);
+      e.mxu_sync({.mxu = j, .signal = AFULL(j)});
+      e.bind(lu);
+    }
+  };
+  auto drain = [&] {
+  if (g.residual) e.vpu_sync({.wait = RFULL});
+  bias_ready();
+  for (int64_t j = 0; j < U; ++j) {
     const Label lu = e.label();
     unit_guard(j, lu);
-    e.mxu_sync({.mxu = j, .signal = AFULL(j)}), e.vpu_sync({.wait = AFULL(j)});
+    if (!defer) e.mxu_sync({.mxu = j, .signal = AFULL(j)});
+    e.vpu_sync({.wait = AFULL(j)});
     for (int64_t sidx = 0; sidx < S; ++sidx) {
       const int64_t q = strip_of(j, sidx);  // the strip of columns
       const Label l = e.label();
@@ -1108,10 +1137,31 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   if (TABLE) e.vpu_sync({.signal = BFREE});
   if (g.residual) e.vpu_sync({.signal = RFREE});
   if (!g.overlap_tiles) e.dmaout_sync({.signal = TDONE});  // this tile is stored
+  };
+  // The core's previous tile (t - P, in the other accumulator region), unless t is its first
+  auto drain_previous = [&] {
+    const Label first = e.label();
+    e.sub(t0, t, cid), e.beq(t0, zero, first);
+    e.addi(t, t, -P);
+    act_coords(t);
+    e.sub(ar, one, accslot), e.muli(ar, ar, S * TMU);
+    drain();
+    e.addi(t, t, P);
+    e.bind(first);
+  };
+  if (defer) {
+    signal_full();
+    drain_previous();
+  }
+  else if (!act)
+    drain();
+  if (TABLE && act) e.vpu_sync({.signal = BFREE});
+  if (g.residual && act) e.vpu_sync({.signal = RFREE});
   if (ABUF == 2) e.sub(accslot, one, accslot);
   e.addi(t, t, P), e.jmp(tile);
   e.bind(done);
   background_piece(true);  // what the chunks left of the background loads
+  if (defer) drain_previous();  // this core's last tile, if it had any (accslot flipped past it)
   if (act) {  // this core's last tile, if it had any
     const Label none = e.label();
     e.sub(t0, t, cid), e.beq(t0, zero, none);

@@ -726,6 +726,86 @@ TEST(GemmChip, TheBiasTableLoadsBeforeTheBackgroundPiece) {
   EXPECT_LE(with_bias, plain + 32);
 }
 
+// A tile's drain runs while the core's next tile's matrix work does: the kernel issues the core's previous tile's
+// drain after this tile's loads and matrix instructions, the last after its loop. A drain issued right after its
+// own tile's matrix work (more vector instructions than the vector unit's queue of 32 holds: with a residual, 3 a
+// strip and 2 syncs) held the next tile's loads back in the core's in-order issue until the vector unit had taken
+// most of it, so that the matrix units waited for the drain they were to overlap. ResNet-50's 1 x 1 convolutions
+// on v5e with bias, residual and ReLU, a, r and c in VMEM as a compiled model's intermediates are, and b as its
+// streamed weights are (timing only):
+// 3136 x 256 x 64, whose matrix work is the longer (2,435 cycles; 2,741 before), within the matrix units' busy time,
+// one tile's drain (the vector unit's busy time over the core's tiles) and 600 cycles; 3136 x 64 x 256, whose
+// drain is the longer (3,728; 3,868 before), within the vector unit's busy time, one tile's matrix work and 600 cycles.
+// The 600: the first chunk's loads (the DMA latency of 150 cycles and the transfer) and the array's latency (R +
+// C - 2 = 254 cycles) before the first drain can start. And with background loads (the weight stream's: a tile's
+// r then loads in its last chunk, ahead of the chunk's piece), the same bits as without (a functional run).
+TEST(GemmChip, ATilesDrainOverlapsTheNextTilesMatrixWork) {
+  const sim::ChipConfig cfg = sim::load_config("v5e");
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  sim::Chip chip(cfg);
+  const uint64_t local = isa::kLocalWindow;
+  const std::map<std::string, uint64_t> addr = {{"a", local},           {"r", local + (2 << 20)},
+                                                 {"c", local + (4 << 20)}, {"b", local + (6 << 20)},
+                                                 {"bias", 64 << 20}};
+  auto conv = [&](int64_t m, int64_t k, int64_t n) {
+    kernels::GemmChip g{m, k, n, DType::BF16, DType::BF16, 1, 4, kernels::GemmSchedule::Tiles};
+    g.bias = g.residual = g.residual_relu = true;
+    g.vmem_base = 16 << 20;
+    return g;
+  };
+  for (const bool matrix_bound : {true, false}) {
+    const kernels::GemmChip g = matrix_bound ? conv(3136, 256, 64) : conv(3136, 64, 256);
+    const sim::RunResult r = chip.run(kernels::gemm_chip_kernel(g, symbols, addr), timing_only());
+    const double vpu = static_cast<double>(r.stats.units[static_cast<size_t>(isa::Unit::Vpu)].busy_cycles);
+    const double mxu = static_cast<double>(r.stats.units[static_cast<size_t>(isa::Unit::Mxu)].busy_cycles) / 4;
+    const std::string source = kernels::gemm_chip_source(g, symbols);
+    const size_t at = source.find(" tiles of ");
+    ASSERT_NE(at, std::string::npos) << source.substr(0, 300);
+    const double tiles = std::stod(source.substr(source.rfind(' ', at - 1) + 1));
+    std::printf("%lld x %lld x %lld with bias, residual and ReLU on v5e: %llu cycles; the vector unit busy %.0f, "
+                "a matrix unit %.0f, %.0f tiles\n",
+                static_cast<long long>(g.m), static_cast<long long>(g.k), static_cast<long long>(g.n),
+                static_cast<unsigned long long>(r.stats.cycles), vpu, mxu, tiles);
+    EXPECT_GE(tiles, 3);
+    if (matrix_bound) {
+      EXPECT_GT(mxu, vpu);
+      EXPECT_LE(static_cast<double>(r.stats.cycles), mxu + vpu / tiles + 600);
+    } else {
+      EXPECT_GT(vpu, mxu);
+      EXPECT_LE(static_cast<double>(r.stats.cycles), vpu + mxu / tiles + 600);
+    }
+  }
+  // The same bits with background loads as without
+  kernels::GemmChip g = conv(3136, 64, 256);
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> d(-2, 2);
+  auto bf16s = [&](size_t n) {
+    std::vector<uint16_t> v(n);
+    for (uint16_t& x : v) x = isa::bf16_from_f32(d(rng));
+    return v;
+  };
+  const std::vector<uint16_t> a = bf16s(3136 * 64), res = bf16s(3136 * 256), b = bf16s(64 * 256);
+  std::vector<float> bias(256);
+  for (float& x : bias) x = d(rng);
+  auto run = [&](const kernels::GemmChip& k) {
+    const isa::Program p = kernels::gemm_chip_kernel(k, symbols, addr);
+    chip.write_vmem(0, a.data(), a.size() * 2);
+    chip.write_vmem(2 << 20, res.data(), res.size() * 2);
+    chip.write_vmem(6 << 20, b.data(), b.size() * 2);
+    chip.write_hbm(p.find("bias")->addr, bias.data(), bias.size() * 4);
+    chip.write_vmem(4 << 20, std::vector<uint8_t>(3136 * 256 * 2, 0xa5).data(), 3136 * 256 * 2);
+    chip.run(p);
+    std::vector<uint16_t> c(3136 * 256);
+    chip.read_vmem(4 << 20, c.data(), c.size() * 2);
+    return c;
+  };
+  const std::vector<uint16_t> plain = run(g);
+  const int64_t bg = (kernels::gemm_chip_vmem_end(g, symbols) + 8191) / 4096 * 4096;
+  g.background = {kernels::DmaLoad{bg, int64_t{1} << 30, 1, 1200000, 0, 0}};
+  EXPECT_EQ(run(g), plain);
+  EXPECT_NE(std::count(plain.begin(), plain.end(), uint16_t{0xa5a5}), static_cast<long>(plain.size()));
+}
+
 // rowwise::Program::background, as GemmChip's: x * 2 + 1 over [300, 256] f32 on v5e with two runs of bytes loaded
 // a piece after each tile's loads: the same output, the runs in VMEM, HBM read exactly their bytes more; a run into
 // the kernel's own VMEM, and loads on two cores, refused.
