@@ -52,7 +52,9 @@ namespace tpusim::kernels {
 //    region (slot, s) (the tile's first fold waits AFREE_j; the chunk's last mm signals FREE_j). After the
 //    tile's chunks: mxu.sync signals AFULL_j, the vector unit drains each strip into a C buffer (CFREE/CFULL)
 //    and dmaout stores it. Slots, accumulator regions and C buffers are double-buffered, so the next chunk's
-//    loads, the matrix work and the drains overlap. Row blocks, for narrow outputs: a tile is C columns wide and
+//    loads, the matrix work and the drains overlap; the core issues a tile's drain after the next tile's loads
+//    and matrix work (its in-order issue would otherwise hold them behind a drain longer than the vector unit's
+//    queue), the last tile's after the loop. Row blocks, for narrow outputs: a tile is C columns wide and
 //    unit j takes its rows j*TM/U.. against the same weight tile (every unit works where N <= C); or, where N
 //    is more than C but fewer than U strips, U / RB strips of C columns, each split into RB blocks of rows (unit
 //    j: strip j / RB, rows (j % RB)*TM/RB..), so that two strips keep four units busy. U (up to the
