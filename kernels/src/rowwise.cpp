@@ -276,18 +276,36 @@ class Lowerer {
     return std::move(L_);
   }
 
+  // Per value: the instructions that read it (an output computed directly into its staging, `direct`, counts as
+  // one, so that it is never folded away) and the instruction that defines it (-1: none).
+  struct Uses {
+    std::vector<int> count, def;
+  };
+  Uses uses_of(const std::vector<int>& direct) const {
+    Uses u{std::vector<int>(L_.vr.size(), 0), std::vector<int>(L_.vr.size(), -1)};
+    for (int v : direct) ++u.count[static_cast<size_t>(v)];
+    for (size_t k = 0; k < L_.ops.size(); ++k) {
+      u.def[static_cast<size_t>(L_.ops[k].d)] = static_cast<int>(k);
+      for (int a : {L_.ops[k].a, L_.ops[k].b})
+        if (a >= 0) ++u.count[static_cast<size_t>(a)];
+    }
+    return u;
+  }
+  // The instructions without the `dead` ones
+  void drop(const std::vector<bool>& dead) {
+    std::vector<POp> kept;
+    for (size_t k = 0; k < L_.ops.size(); ++k)
+      if (!dead[k]) kept.push_back(std::move(L_.ops[k]));
+    L_.ops = std::move(kept);
+  }
+
   // A row sum of products, rsum(mul(x, y)), whose product nothing else reads, is one vpu.rdot: one pass of the
   // vector unit where there were two (a matrix-vector product's rows, a variance's squares). So is, with it, the
   // cast to f32 of a loaded operand (bf16 or i8) that only the product reads: three passes to one. vpu.rdot is
   // defined as vpu.cast, vpu.mul and vpu.rsum in turn (isa.def), so the bits are the same.
   void fold_dots(const std::vector<int>& direct) {
-    std::vector<int> uses(L_.vr.size(), 0), def(L_.vr.size(), -1);
-    for (int v : direct) ++uses[static_cast<size_t>(v)];  // read by the output: never folded away
-    for (size_t k = 0; k < L_.ops.size(); ++k) {
-      def[static_cast<size_t>(L_.ops[k].d)] = static_cast<int>(k);
-      for (int a : {L_.ops[k].a, L_.ops[k].b})
-        if (a >= 0) ++uses[static_cast<size_t>(a)];
-    }
+    const Uses u = uses_of(direct);
+    const std::vector<int>&uses = u.count, &def = u.def;
     std::vector<bool> dead(L_.ops.size(), false);
     for (POp& r : L_.ops) {
       if (r.k != PK::Red || r.mn != "rsum" || uses[static_cast<size_t>(r.a)] != 1) continue;
@@ -312,10 +330,7 @@ class Lowerer {
       dead[static_cast<size_t>(m)] = true;
       r = dot;
     }
-    std::vector<POp> kept;
-    for (size_t k = 0; k < L_.ops.size(); ++k)
-      if (!dead[k]) kept.push_back(std::move(L_.ops[k]));
-    L_.ops = std::move(kept);
+    drop(dead);
   }
 
   // A maximum or minimum of bf16 values is one of them, and bf16 -> f32 is exact: a tree of vpu.max and vpu.min
@@ -323,13 +338,8 @@ class Lowerer {
   // output reads (a max pool's taps), computes on the bf16 values themselves (vpu.max bf16), its root into the
   // output's staging: the same bits (NaN in, NaN out), with no casts (a 3 x 3 max pool: 18 passes to 8).
   void fold_selects(const std::vector<int>& direct) {
-    std::vector<int> uses(L_.vr.size(), 0), def(L_.vr.size(), -1);
-    for (int v : direct) ++uses[static_cast<size_t>(v)];  // read by the output: never folded away
-    for (size_t k = 0; k < L_.ops.size(); ++k) {
-      def[static_cast<size_t>(L_.ops[k].d)] = static_cast<int>(k);
-      for (int a : {L_.ops[k].a, L_.ops[k].b})
-        if (a >= 0) ++uses[static_cast<size_t>(a)];
-    }
+    const Uses u = uses_of(direct);
+    const std::vector<int>&uses = u.count, &def = u.def;
     auto select = [&](int k) {
       return k >= 0 && L_.ops[static_cast<size_t>(k)].k == PK::Bin &&
              (L_.ops[static_cast<size_t>(k)].mn == "max" || L_.ops[static_cast<size_t>(k)].mn == "min");
@@ -369,10 +379,7 @@ class Lowerer {
       L_.ops[static_cast<size_t>(root)].d = out.d;  // into the output's staging
       dead[static_cast<size_t>(&out - L_.ops.data())] = true;
     }
-    std::vector<POp> kept;
-    for (size_t k = 0; k < L_.ops.size(); ++k)
-      if (!dead[k]) kept.push_back(std::move(L_.ops[k]));
-    L_.ops = std::move(kept);
+    drop(dead);
   }
 
  private:
