@@ -1073,70 +1073,70 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     }
   };
   auto drain = [&] {
-  if (g.residual) e.vpu_sync({.wait = RFULL});
-  bias_ready();
-  for (int64_t j = 0; j < U; ++j) {
-    const Label lu = e.label();
-    unit_guard(j, lu);
-    if (!defer) e.mxu_sync({.mxu = j, .signal = AFULL(j)});
-    e.vpu_sync({.wait = AFULL(j)});
-    for (int64_t sidx = 0; sidx < S; ++sidx) {
-      const int64_t q = strip_of(j, sidx);  // the strip of columns
-      const Label l = e.label();
-      strip_guard(q, l);
-      const isa::Reg rows = unit_rows(j);
-      const int64_t r0 = row_of(j);  // the block's first row in the tile
-      e.muli(vc, cslot, CQ_BYTES), e.addi(vc, vc, VC0), e.addi(t0, ar, j * ACC + sidx * TMU), e.muli(t1, nt, OD);
-      e.vpu_sync({.wait = CFREE}), e.addi(t2, r30, q * SC * TB), e.li(t3, g.scale_bits);
-      if (!g.q_only)
-        e.vpu_acc(vc, t0, rows, nt, t1, t2, t3, acc_dt, SK > 1 ? DType::F32 : g.out,
-                  {.bias_en = g.bias, .relu = g.relu, .scale_en = g.scale_bits != 0, .dequant = g.dequant});
-      if (Q && !g.residual) {  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
-        e.addi(vq, vc, C_BYTES), e.li(t3, g.q_scale_bits);
-        e.vpu_acc(vq, t0, rows, nt, nt, t2, t3, acc_dt, DType::I8,
-                  {.bias_en = g.bias, .relu = g.relu, .scale_en = true, .dequant = g.dequant});
+    if (g.residual) e.vpu_sync({.wait = RFULL});
+    bias_ready();
+    for (int64_t j = 0; j < U; ++j) {
+      const Label lu = e.label();
+      unit_guard(j, lu);
+      if (!defer) e.mxu_sync({.mxu = j, .signal = AFULL(j)});
+      e.vpu_sync({.wait = AFULL(j)});
+      for (int64_t sidx = 0; sidx < S; ++sidx) {
+        const int64_t q = strip_of(j, sidx);  // the strip of columns
+        const Label l = e.label();
+        strip_guard(q, l);
+        const isa::Reg rows = unit_rows(j);
+        const int64_t r0 = row_of(j);  // the block's first row in the tile
+        e.muli(vc, cslot, CQ_BYTES), e.addi(vc, vc, VC0), e.addi(t0, ar, j * ACC + sidx * TMU), e.muli(t1, nt, OD);
+        e.vpu_sync({.wait = CFREE}), e.addi(t2, r30, q * SC * TB), e.li(t3, g.scale_bits);
+        if (!g.q_only)
+          e.vpu_acc(vc, t0, rows, nt, t1, t2, t3, acc_dt, SK > 1 ? DType::F32 : g.out,
+                    {.bias_en = g.bias, .relu = g.relu, .scale_en = g.scale_bits != 0, .dequant = g.dequant});
+        if (Q && !g.residual) {  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
+          e.addi(vq, vc, C_BYTES), e.li(t3, g.q_scale_bits);
+          e.vpu_acc(vq, t0, rows, nt, nt, t2, t3, acc_dt, DType::I8,
+                    {.bias_en = g.bias, .relu = g.relu, .scale_en = true, .dequant = g.dequant});
+        }
+        if (RQ) {  // c = c + r (computed in f32, rounded to c's type), its ReLU, then q = i8(c * q_scale) from c as
+                   // stored, after its C tile (as the row-wise Add that writes an int8 copy computes them)
+          r_piece(t2, t3, j * S + sidx);
+          e.mul(t3, rows, nt), e.vpu_add(vc, vc, t2, t3, g.out);
+          if (g.residual_relu) e.vpu_relu(vc, vc, t3, g.out);
+          e.addi(vq, vc, C_BYTES), e.li(r29, g.q_scale_bits);
+          e.vpu_cast(vq, vc, t3, r29, g.out, DType::I8, {.scale_en = true});
+          e.muli(t1, nt, OD);  // (c's row bytes, for its store)
+        } else if (g.residual) {  // c + r over the packed strip (row pitch nt*O both), then the ReLU
+          r_piece(t2, t3, j * S + sidx);
+          e.mul(t3, rows, nt), e.vpu_add(vc, vc, t2, t3, g.out);
+          if (g.residual_relu) e.vpu_relu(vc, vc, t3, g.out);
+        }
+        e.vpu_sync({.signal = CFULL});
+        if (g.group_n > 0) {  // c's element (m0 + r0, n) in its group: (n / group_n, m0 + r0, n % group_n)
+          e.addi(t0, n0, q * SC), e.li(t2, g.group_n), e.div(t3, t0, t2), e.mul(t2, t3, t2), e.sub(t0, t0, t2);
+          e.muli(t3, t3, g.m), e.add(t3, t3, m0), e.addi(t3, t3, r0), e.muli(t3, t3, g.group_n), e.add(t0, t0, t3);
+        } else {
+          e.muli(t0, m0, g.n), e.add(t0, t0, n0), e.addi(t0, t0, r0 * g.n + q * SC);
+        }
+        if (Q) {  // q's rows first (row pitch N); the stores complete in order, so c's store frees the buffer
+          e.li(t2, q_addr), e.add(t2, t2, t0), e.li(t3, g.n);
+          e.dma_st(t2, vq, rows, nt, t3, nt, {.wait = CFULL, .signal = g.q_only ? CFREE : Sem{}});
+        }
+        if (SK > 1) {  // the split's partial tile: ws[split, m0:, n0:] in f32
+          e.muli(t2, split, g.m * g.n), e.add(t0, t0, t2), e.muli(t0, t0, 4), e.li(t2, ws_addr);
+          e.add(t0, t0, t2), e.li(t2, g.n * 4);
+        } else if (!g.q_only) {
+          e.muli(t0, t0, O), e.li(t2, c_addr), e.add(t0, t0, t2), e.li(t2, (g.group_n > 0 ? g.group_n : g.n) * O);
+        }
+        if (!g.q_only)  // (with q_only, q's store freed the buffer)
+          e.dma_st(t0, vc, rows, t1, t2, t1, {.wait = Q ? Sem{} : CFULL, .signal = CFREE});
+        e.addi(cslot, cslot, 1), e.li(t0, NCBUF), e.blt(cslot, t0, l), e.li(cslot, 0);
+        e.bind(l);
       }
-      if (RQ) {  // c = c + r (computed in f32, rounded to c's type), its ReLU, then q = i8(c * q_scale) from c as
-                 // stored, after its C tile (as the row-wise Add that writes an int8 copy computes them)
-        r_piece(t2, t3, j * S + sidx);
-        e.mul(t3, rows, nt), e.vpu_add(vc, vc, t2, t3, g.out);
-        if (g.residual_relu) e.vpu_relu(vc, vc, t3, g.out);
-        e.addi(vq, vc, C_BYTES), e.li(r29, g.q_scale_bits);
-        e.vpu_cast(vq, vc, t3, r29, g.out, DType::I8, {.scale_en = true});
-        e.muli(t1, nt, OD);  // (c's row bytes, for its store)
-      } else if (g.residual) {  // c + r over the packed strip (row pitch nt*O both), then the ReLU
-        r_piece(t2, t3, j * S + sidx);
-        e.mul(t3, rows, nt), e.vpu_add(vc, vc, t2, t3, g.out);
-        if (g.residual_relu) e.vpu_relu(vc, vc, t3, g.out);
-      }
-      e.vpu_sync({.signal = CFULL});
-      if (g.group_n > 0) {  // c's element (m0 + r0, n) in its group: (n / group_n, m0 + r0, n % group_n)
-        e.addi(t0, n0, q * SC), e.li(t2, g.group_n), e.div(t3, t0, t2), e.mul(t2, t3, t2), e.sub(t0, t0, t2);
-        e.muli(t3, t3, g.m), e.add(t3, t3, m0), e.addi(t3, t3, r0), e.muli(t3, t3, g.group_n), e.add(t0, t0, t3);
-      } else {
-        e.muli(t0, m0, g.n), e.add(t0, t0, n0), e.addi(t0, t0, r0 * g.n + q * SC);
-      }
-      if (Q) {  // q's rows first (row pitch N); the stores complete in order, so c's store frees the buffer
-        e.li(t2, q_addr), e.add(t2, t2, t0), e.li(t3, g.n);
-        e.dma_st(t2, vq, rows, nt, t3, nt, {.wait = CFULL, .signal = g.q_only ? CFREE : Sem{}});
-      }
-      if (SK > 1) {  // the split's partial tile: ws[split, m0:, n0:] in f32
-        e.muli(t2, split, g.m * g.n), e.add(t0, t0, t2), e.muli(t0, t0, 4), e.li(t2, ws_addr);
-        e.add(t0, t0, t2), e.li(t2, g.n * 4);
-      } else if (!g.q_only) {
-        e.muli(t0, t0, O), e.li(t2, c_addr), e.add(t0, t0, t2), e.li(t2, (g.group_n > 0 ? g.group_n : g.n) * O);
-      }
-      if (!g.q_only)  // (with q_only, q's store freed the buffer)
-        e.dma_st(t0, vc, rows, t1, t2, t1, {.wait = Q ? Sem{} : CFULL, .signal = CFREE});
-      e.addi(cslot, cslot, 1), e.li(t0, NCBUF), e.blt(cslot, t0, l), e.li(cslot, 0);
-      e.bind(l);
+      e.vpu_sync({.signal = AFREE(j)});
+      e.bind(lu);
     }
-    e.vpu_sync({.signal = AFREE(j)});
-    e.bind(lu);
-  }
-  if (TABLE) e.vpu_sync({.signal = BFREE});
-  if (g.residual) e.vpu_sync({.signal = RFREE});
-  if (!g.overlap_tiles) e.dmaout_sync({.signal = TDONE});  // this tile is stored
+    if (TABLE) e.vpu_sync({.signal = BFREE});
+    if (g.residual) e.vpu_sync({.signal = RFREE});
+    if (!g.overlap_tiles) e.dmaout_sync({.signal = TDONE});  // this tile is stored
   };
   // The core's previous tile (t - P, in the other accumulator region), unless t is its first
   auto drain_previous = [&] {
@@ -1152,9 +1152,9 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   if (defer) {
     signal_full();
     drain_previous();
-  }
-  else if (!act)
+  } else if (!act) {
     drain();
+  }
   if (TABLE && act) e.vpu_sync({.signal = BFREE});
   if (g.residual && act) e.vpu_sync({.signal = RFREE});
   if (ABUF == 2) e.sub(accslot, one, accslot);

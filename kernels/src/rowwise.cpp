@@ -372,8 +372,10 @@ class Lowerer {
       for (int k : leaves) dead[static_cast<size_t>(k)] = true;
       for (int k : tree) {
         POp& o = L_.ops[static_cast<size_t>(k)];
-        for (int* a : {&o.a, &o.b})
-          if (loaded_bf16(def[static_cast<size_t>(*a)])) *a = L_.ops[static_cast<size_t>(def[static_cast<size_t>(*a)])].a;
+        for (int* a : {&o.a, &o.b}) {
+          const int k = def[static_cast<size_t>(*a)];
+          if (loaded_bf16(k)) *a = L_.ops[static_cast<size_t>(k)].a;  // the staging the cast read
+        }
         o.sdt = DType::BF16;  // a Bin's type (F32 otherwise)
       }
       L_.ops[static_cast<size_t>(root)].d = out.d;  // into the output's staging
