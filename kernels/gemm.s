@@ -449,12 +449,9 @@ next:
     vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, scale_en=(SCALE != 0), dequant=DEQUANT, wait=s4, signal=s3
 .endif
 .if RESIDUAL
-    # the tile is packed (row pitch nt*O) as r's is: c + r over its mt*nt elements, then the ReLU
+    # the tile is packed (row pitch nt*O) as r's is: c + r over its mt*nt elements, and its ReLU (one pass)
     mul t2, mt, nt
-    vpu.add vc, vc, vr, t2, OUT_DT
-.if RES_RELU
-    vpu.relu vc, vc, t2, OUT_DT
-.endif
+    vpu.add vc, vc, vr, t2, OUT_DT, relu=RES_RELU
 .endif
     vpu.sync signal=s6
 .if GROUP_N

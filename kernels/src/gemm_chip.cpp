@@ -1099,15 +1099,13 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
         if (RQ) {  // c = c + r (computed in f32, rounded to c's type), its ReLU, then q = i8(c * q_scale) from c as
                    // stored, after its C tile (as the row-wise Add that writes an int8 copy computes them)
           r_piece(t2, t3, j * S + sidx);
-          e.mul(t3, rows, nt), e.vpu_add(vc, vc, t2, t3, g.out);
-          if (g.residual_relu) e.vpu_relu(vc, vc, t3, g.out);
+          e.mul(t3, rows, nt), e.vpu_add(vc, vc, t2, t3, g.out, {.relu = g.residual_relu});
           e.addi(vq, vc, C_BYTES), e.li(r29, g.q_scale_bits);
           e.vpu_cast(vq, vc, t3, r29, g.out, DType::I8, {.scale_en = true});
           e.muli(t1, nt, OD);  // (c's row bytes, for its store)
-        } else if (g.residual) {  // c + r over the packed strip (row pitch nt*O both), then the ReLU
+        } else if (g.residual) {  // c + r over the packed strip (row pitch nt*O both) and its ReLU, one pass
           r_piece(t2, t3, j * S + sidx);
-          e.mul(t3, rows, nt), e.vpu_add(vc, vc, t2, t3, g.out);
-          if (g.residual_relu) e.vpu_relu(vc, vc, t3, g.out);
+          e.mul(t3, rows, nt), e.vpu_add(vc, vc, t2, t3, g.out, {.relu = g.residual_relu});
         }
         e.vpu_sync({.signal = CFULL});
         if (g.group_n > 0) {  // c's element (m0 + r0, n) in its group: (n / group_n, m0 + r0, n % group_n)

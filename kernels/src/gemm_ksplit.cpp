@@ -373,8 +373,7 @@ void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int
       }
       if (g.residual) {
         set({{r2, L.r + q * align64(TM * C * O)}, {r3, mt * nt}});
-        e.vpu_add(r1, r1, r2, r3, g.out, {.wait = RL});
-        if (g.residual_relu) e.vpu_relu(r1, r1, r3, g.out);
+        e.vpu_add(r1, r1, r2, r3, g.out, {.relu = g.residual_relu, .wait = RL});
         e.vpu_sync({.signal = RF});
       }
       e.vpu_sync({.signal = CFULL});

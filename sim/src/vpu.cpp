@@ -511,7 +511,10 @@ void Vpu::compute(const Entry& e) {
       }
       return;
     }
-    case Op::VADD: return binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Add{});
+    case Op::VADD:
+      binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Add{});
+      if (e.arg("relu")) unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("vd"), e.arg("n"), Relu{});
+      return;
     case Op::VSUB: return binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Sub{});
     case Op::VMUL: return binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Mul{});
     case Op::VMAX: return binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Max{});

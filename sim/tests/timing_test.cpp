@@ -285,6 +285,22 @@ TEST(Timing, RowDotProductInOnePass) {
   EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, 5u);
 }
 
+TEST(Timing, AddAndReluInOnePass) {
+  // vpu.add of 40 f32 elements (a at 256, b at 512, into 768) with its relu flag: one pass (isa.def), dispatched
+  // 4, starts 5, latency 2 + ceil(40 / 8) = 7: done at 12, the program 13; vpu.add and vpu.relu apart take a pass
+  // each: the relu, dispatched 5, starts when the add is done at 12, 7 more: 19, the program 20.
+  Chip chip(small_config());  // (one chip a process: both programs run on it)
+  for (const bool fused : {true, false}) {
+    ProgramBuilder b;
+    b.li(1, 256).li(2, 512).li(3, 768).li(4, 40);
+    b.op(Op::VADD, {3, 1, 2, 4, static_cast<int64_t>(isa::DType::F32), fused ? 1 : 0});
+    if (!fused) b.op(Op::VRELU, {3, 3, 4, static_cast<int64_t>(isa::DType::F32)});
+    RunResult r = chip.run(b.build());
+    EXPECT_EQ(r.stats.cycles, fused ? 13u : 20u) << fused;
+    EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, fused ? 7u : 14u) << fused;
+  }
+}
+
 TEST(Timing, ColumnDotProductInOnePass) {
   // vpu.cdot of 5 rows x 6 columns (a bf16 at 256, row stride 32 bytes; b f32 at 512, one per row 8 bytes apart;
   // the sums to 0): one pass over the 30 products (isa.def), dispatched 6, starts 7, latency 2 + ceil(30 / 8) = 6:

@@ -79,7 +79,10 @@ void Reference::vpu_elementwise(const isa::Instr& in) {
       case Op::VROUND: r = std::isfinite(a) ? std::copysign(round_half_even(a), a) : a; break;
       default: fail("not a vector instruction");
     }
-    vmem_store(vd + i * size, dt, is_int(dt) ? static_cast<double>(wrap_to(static_cast<int64_t>(r), dt)) : float_result(dt, r));
+    r = is_int(dt) ? static_cast<double>(wrap_to(static_cast<int64_t>(r), dt)) : float_result(dt, r);
+    // vpu.add's relu: maximum(x, +0) of the sum in its type, as vpu.relu
+    if (in.op == Op::VADD && field(in, "relu") != 0) r = maximum(r, 0.0);
+    vmem_store(vd + i * size, dt, r);
   }
 }
 

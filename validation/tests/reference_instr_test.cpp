@@ -94,6 +94,46 @@ TEST(ReferenceVpu, BinaryOpsEveryType) {
     }
 }
 
+// vpu.add's relu flag (a residual connection's add and ReLU in one pass): the simulator against the reference
+// machine, and bit for bit against vpu.add then vpu.relu, for i32, bf16 and f32, with a signed zero sum, NaN and
+// infinities among the operands.
+TEST(ReferenceVpu, AddWithReluIsTheAddThenTheRelu) {
+  TPUSIM_MACHINES(m);
+  Random r(14);
+  for (DType t : {DType::I32, DType::BF16, DType::F32}) {
+    const size_t n = 41;
+    auto operands = binary_operands(t, n, r);
+    std::vector<double>& a = operands.first;
+    std::vector<double>& b = operands.second;
+    if (!ref::is_int(t)) {
+      a[30] = -0.0, b[30] = -0.0;                                    // -0: +0 after the ReLU
+      a[31] = std::numeric_limits<double>::quiet_NaN(), b[31] = 1;  // NaN stays NaN
+      a[32] = -kInf, b[32] = 1e30;                                   // -inf: +0
+      a[33] = kInf, b[33] = -1;                                      // +inf stays
+    }
+    a[34] = -5, b[34] = 2, a[35] = 5, b[35] = -2;
+    auto add = [&](bool fused) {
+      return run_vector(*m, {{a, t}, {b, t}}, [&](Builder& p) {
+        p.li(1, kOut).li(2, kIn[0]).li(3, kIn[1]).li(4, n);
+        p.emit(Op::VADD, {{"vd", 1}, {"va", 2}, {"vb", 3}, {"n", 4}, {"dtype", int64_t(t)}, {"relu", fused ? 1 : 0}});
+        if (!fused) p.emit(Op::VRELU, {{"vd", 1}, {"va", 1}, {"n", 4}, {"dtype", int64_t(t)}});
+      }, n, t);
+    };
+    const Results fused = add(true), apart = add(false);
+    expect_all(name(Op::VADD, t) + " relu", n, [&](size_t i) { return same(fused.sim[i], fused.fp64[i]); },
+               [&](size_t i) {
+                 return "a " + num(a[i]) + ", b " + num(b[i]) + ": sim " + num(fused.sim[i]) + ", reference " +
+                        num(fused.fp64[i]);
+               });
+    expect_all(name(Op::VADD, t) + " relu against add, relu", n,
+               [&](size_t i) { return same(fused.sim[i], apart.sim[i]); },
+               [&](size_t i) { return "fused " + num(fused.sim[i]) + ", apart " + num(apart.sim[i]); });
+    size_t negative = 0;
+    for (size_t i = 0; i < n; ++i) negative += !std::isnan(fused.sim[i]) && std::signbit(fused.sim[i]);
+    EXPECT_EQ(negative, 0u) << name(Op::VADD, t);
+  }
+}
+
 TEST(ReferenceVpu, ReluEveryType) {
   TPUSIM_MACHINES(m);
   Random r(12);
