@@ -17,6 +17,7 @@ constexpr size_t kMaxPieces = 256;               // pieces per group (bounds haz
 constexpr int64_t kMaxValue = (int64_t{1} << 47) - 1;  // li takes a 48-bit signed immediate
 constexpr uint64_t kExactRows = 4096;            // rows enumerated by an exact overlap test before guessing "yes"
 constexpr uint64_t kMinCut = 512;                // a contiguous row is not cut into a slot's last few bytes
+constexpr uint64_t kMinDirectRow = 64;           // the shortest rows a move within VMEM moves directly (build)
 
 // Rows base + i*stride, i < rows, each `len` bytes.
 struct Pat {
@@ -536,6 +537,32 @@ isa::Program build(const std::vector<Move>& moves, const std::map<std::string, i
                  " after merging, " + how + " slots of " + std::to_string(w.slot) + " bytes at VMEM " +
                  std::to_string(w.base) + " (tpusim/kernels/copy.h)\n";
   };
+  // A few moves within the core's own VMEM (both sides in the local window, isa::kLocalWindow: a one-core chip's
+  // intermediates kept in VMEM): one dma.ld each from the window into VMEM, nothing staged. The queue completes its
+  // transfers in order, each moving its bytes when it completes, so a later move reads what an earlier one wrote
+  // and its writes win where they overlap (the contract above); the halt waits for the last. Only as many as a
+  // queue keeps in flight (DMA_ENGINES): each direct move is a transfer and its registers' li's in the core's
+  // issue, where staging packs rows of many moves into one transfer (a padding's 112 moves of 28 rows: 278 cycles
+  // staged, 802 direct); and of whole rows of at least kMinDirectRow bytes, where staging makes one side of short
+  // strided rows contiguous (RegNetY-400MF's grouped convolutions, whose columns move in rows of 16 to 48 bytes:
+  // 1.2% slower with them direct).
+  auto local = [](const Pat& p) {
+    return p.lo() >= i128(isa::kLocalWindow) && p.hi() <= i128(isa::kSharedWindow);
+  };
+  if (cores == 1 && ms.size() <= size_t(std::max<int64_t>(1, symbol(symbols, "DMA_ENGINES", 1, false))) &&
+      std::all_of(ms.begin(), ms.end(), [&](const M& m) {
+        return local(m.src_pat()) && local(m.dst_pat()) && (m.rows == 1 || m.rb >= kMinDirectRow);
+      })) {
+    for (const M& m : ms) {
+      e.li(isa::reg(1), m.dst - int64_t(isa::kLocalWindow)), e.li(isa::reg(2), m.src);
+      e.li(isa::reg(3), int64_t(m.rows)), e.li(isa::reg(4), int64_t(m.rb));
+      e.li(isa::reg(5), m.rows > 1 ? m.ss : 0), e.li(isa::reg(6), m.rows > 1 ? m.ds : 0);
+      e.dma_ld(isa::reg(1), isa::reg(2), isa::reg(3), isa::reg(4), isa::reg(5), isa::reg(6));
+    }
+    e.halt();
+    say("as " + std::to_string(ms.size()) + " direct transfers within VMEM, no");
+    return e.finish();
+  }
   if (cores == 1) {
     const size_t groups = emit_moves(ms, w, e);
     e.halt();

@@ -237,6 +237,54 @@ TEST(Copy, SharedAmongCoresKeepsTheOrderOfDependentMoves) {
 // The kernel is built through the typed emitter; copy_source is its text, which the assembler turns back into the
 // same program (code, cores, name), on one core and shared among 5 (with branches); placed at base 100, only the
 // branch targets move, by 100. Each instruction's source line names the generator's line in copy.cpp.
+// Moves within VMEM (both sides in the local window, isa::kLocalWindow: a one-core chip's intermediates), as many
+// as a DMA queue keeps in flight and of rows of at least 64 bytes, run as one dma.ld each, nothing staged: on v5e
+// (8 engines) a 3 x 3 convolution's padding done as 3 moves (a fill from a pattern row, the interior's rows, and a
+// copy reading what the second wrote), every byte as memmove one after the other gives, no HBM byte moved, in fewer
+// cycles than the same moves staged (the kernel made with DMA_ENGINES = 2, fewer than the moves); 9 moves, and a
+// move of 32-byte rows, are staged.
+TEST(Copy, FewMovesWithinVmemRunDirect) {
+  sim::ChipConfig cfg = sim::load_config("v5e");
+  sim::Chip chip(cfg);
+  std::map<std::string, int64_t> syms = symbols(cfg);
+  const uint64_t L = isa::kLocalWindow, base = 1 << 20, bytes = 1 << 20;
+  const std::vector<Move> moves = {
+      {L + base + 409600, L + base + 458752, 58, 128, 0, 7424},               // a pattern row down a column
+      {L + base, L + base + 458752 + 7424 + 128, 56, 7168, 7168, 7424},       // 56 rows of 56 x 64 channels
+      {L + base + 458752 + 7424 + 128, L + base + 901120, 30, 256, 7424, 512}};  // reads what the second wrote
+  auto run = [&](const std::vector<Move>& ms, const std::map<std::string, int64_t>& s) {
+    std::vector<uint8_t> mem(bytes);
+    std::mt19937 rng(5);
+    for (auto& b : mem) b = static_cast<uint8_t>(rng());
+    chip.write_vmem(base, mem.data(), mem.size());
+    const isa::Program p = kernels::copy_kernel(ms, s);
+    const sim::RunResult r = chip.run(p);
+    std::vector<Move> host = ms;  // (offsets in the buffer)
+    for (Move& m : host) m.src -= L + base, m.dst -= L + base;
+    reference(mem, host);
+    std::vector<uint8_t> got(bytes);
+    chip.read_vmem(base, got.data(), got.size());
+    EXPECT_EQ(got, mem);
+    EXPECT_EQ(r.stats.hbm_bytes_read + r.stats.hbm_bytes_written, 0u);
+    return std::make_pair(r.stats.cycles, kernels::copy_source(ms, s).substr(0, 200));
+  };
+  const auto [direct, said] = run(moves, syms);
+  EXPECT_NE(said.find("direct transfers within VMEM"), std::string::npos) << said;
+  std::map<std::string, int64_t> two = syms;
+  two["DMA_ENGINES"] = 2;
+  const auto [staged, staged_said] = run(moves, two);
+  EXPECT_EQ(staged_said.find("direct"), std::string::npos) << staged_said;
+  std::printf("3 moves within VMEM on v5e: %llu cycles direct, %llu staged\n",
+              static_cast<unsigned long long>(direct), static_cast<unsigned long long>(staged));
+  EXPECT_LT(direct, staged);
+  std::vector<Move> nine;
+  for (uint64_t i = 0; i < 9; ++i)
+    nine.push_back({L + base + i * 4096, L + base + 65536 + i * 8192, 4, 512, 512, 1024});
+  EXPECT_EQ(run(nine, syms).second.find("direct"), std::string::npos);
+  const std::vector<Move> narrow = {{L + base, L + base + 65536, 64, 32, 64, 32}};
+  EXPECT_EQ(run(narrow, syms).second.find("direct"), std::string::npos);
+}
+
 TEST(Copy, SourceAssemblesBackIntoTheKernel) {
   const std::map<std::string, int64_t> syms = symbols(sim::load_config("edge", {"vmem.size_kib=2", "chip.cores=7"}));
   for (int64_t cores : {1, 5}) {

@@ -27,6 +27,10 @@
 //   dmaout: group g's stores (the first waits s2; the last signals s1: the slot is free again)
 //   Loads of group g+1 are interleaved in the code with the stores of group g, so both queues stay busy and the
 //   dispatching core never blocks one queue behind the other.
+// Within VMEM. On one core, moves whose both sides lie in the local window (isa::kLocalWindow: a one-core chip's
+// intermediates kept in VMEM), no more of them than a DMA queue keeps in flight (DMA_ENGINES) and each of one row
+// or of rows of at least 64 bytes, run as one dma.ld each from the window into VMEM, nothing staged: the queue
+// completes them in order, which keeps the contract.
 // Ordering. The simulator moves a transfer's bytes when it completes; each queue completes in order, but a load
 // may complete before an earlier store of the other queue. So:
 //   - a store after a load of the same bytes (write after read) is safe: every store waits for its group's last
