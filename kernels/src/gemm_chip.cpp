@@ -1057,8 +1057,8 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   // Without act, the drain of tile t (registers t, m0, mt, n0, pw, ar: its own), software-pipelined where the
   // accumulators are double-buffered (`defer`): the core's previous tile is drained after this one's loads and
   // matrix work are issued, the last after the loop. In the core's in-order issue, a drain issued right after its
-  // tile's matrix work (more vector instructions than the vector unit's queue holds: a residual's add and ReLU, 5
-  // a strip) held the next tile's loads back until the vector unit had taken most of it, so that the matrix units
+  // tile's matrix work (more vector-unit instructions than its queue holds: with a residual, its syncs, vpu.acc and
+  // vpu.add, 4 a strip) held the next tile's loads back until the vector unit had taken most of it, so the units
   // waited for the drain they were to overlap (ResNet-50's 1 x 1 convolutions of 3136 x 64 x 256 with a residual on
   // v5e: 4,204 cycles, the drain 2,664 of them).
   const bool defer = !act && ABUF == 2 && SK == 1 && g.overlap_tiles;

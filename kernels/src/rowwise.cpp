@@ -305,7 +305,8 @@ class Lowerer {
   // defined as vpu.cast, vpu.mul and vpu.rsum in turn (isa.def), so the bits are the same.
   void fold_dots(const std::vector<int>& direct) {
     const Uses u = uses_of(direct);
-    const std::vector<int>&uses = u.count, &def = u.def;
+    const std::vector<int>& uses = u.count;
+    const std::vector<int>& def = u.def;
     std::vector<bool> dead(L_.ops.size(), false);
     for (POp& r : L_.ops) {
       if (r.k != PK::Red || r.mn != "rsum" || uses[static_cast<size_t>(r.a)] != 1) continue;
@@ -339,7 +340,8 @@ class Lowerer {
   // output's staging: the same bits (NaN in, NaN out), with no casts (a 3 x 3 max pool: 18 passes to 8).
   void fold_selects(const std::vector<int>& direct) {
     const Uses u = uses_of(direct);
-    const std::vector<int>&uses = u.count, &def = u.def;
+    const std::vector<int>& uses = u.count;
+    const std::vector<int>& def = u.def;
     auto select = [&](int k) {
       return k >= 0 && L_.ops[static_cast<size_t>(k)].k == PK::Bin &&
              (L_.ops[static_cast<size_t>(k)].mn == "max" || L_.ops[static_cast<size_t>(k)].mn == "min");
@@ -373,8 +375,8 @@ class Lowerer {
       for (int k : tree) {
         POp& o = L_.ops[static_cast<size_t>(k)];
         for (int* a : {&o.a, &o.b}) {
-          const int k = def[static_cast<size_t>(*a)];
-          if (loaded_bf16(k)) *a = L_.ops[static_cast<size_t>(k)].a;  // the staging the cast read
+          const int cast = def[static_cast<size_t>(*a)];
+          if (loaded_bf16(cast)) *a = L_.ops[static_cast<size_t>(cast)].a;  // the staging the cast read
         }
         o.sdt = DType::BF16;  // a Bin's type (F32 otherwise)
       }

@@ -728,17 +728,17 @@ TEST(GemmChip, TheBiasTableLoadsBeforeTheBackgroundPiece) {
 
 // A tile's drain runs while the core's next tile's matrix work does: the kernel issues the core's previous tile's
 // drain after this tile's loads and matrix instructions, the last after its loop. A drain issued right after its
-// own tile's matrix work (more vector instructions than the vector unit's queue of 32 holds: with a residual, 3 a
-// strip and 2 syncs) held the next tile's loads back in the core's in-order issue until the vector unit had taken
-// most of it, so that the matrix units waited for the drain they were to overlap. ResNet-50's 1 x 1 convolutions
-// on v5e with bias, residual and ReLU, a, r and c in VMEM as a compiled model's intermediates are, and b as its
-// streamed weights are (timing only):
-// 3136 x 256 x 64, whose matrix work is the longer (2,435 cycles; 2,741 before), within the matrix units' busy time,
-// one tile's drain (the vector unit's busy time over the core's tiles) and 600 cycles; 3136 x 64 x 256, whose
-// drain is the longer (3,728; 3,868 before), within the vector unit's busy time, one tile's matrix work and 600 cycles.
-// The 600: the first chunk's loads (the DMA latency of 150 cycles and the transfer) and the array's latency (R +
-// C - 2 = 254 cycles) before the first drain can start. And with background loads (the weight stream's: a tile's
-// r then loads in its last chunk, ahead of the chunk's piece), the same bits as without (a functional run).
+// own tile's matrix work (more vector-unit instructions than its queue of 32 holds: with a residual, two syncs,
+// vpu.acc and vpu.add a strip) held the next tile's loads back in the core's in-order issue until the vector unit
+// had taken most of it, so that the matrix units waited for the drain they were to overlap. ResNet-50's 1 x 1
+// convolutions on v5e with bias, residual and ReLU, a, r and c in VMEM as a compiled model's intermediates are, and
+// b as its streamed weights are (timing only): 3136 x 256 x 64, whose matrix work is the longer (2,335 cycles;
+// 2,501 with each drain after its own tile), within the matrix units' busy time, one tile's drain (the vector
+// unit's busy time over the core's tiles) and 600 cycles; 3136 x 64 x 256, whose drain is the longer (2,840; 3,194
+// so), within the vector unit's busy time, one tile's matrix work and 600 cycles. The 600: the first chunk's loads
+// (the DMA latency and the transfer) and the array's latency (R + C - 2 = 254 cycles) before the first drain can
+// start. And with background loads (the weight stream's: a tile's r then loads in its last chunk, ahead of the
+// chunk's piece), the same bits as without (a functional run).
 TEST(GemmChip, ATilesDrainOverlapsTheNextTilesMatrixWork) {
   const sim::ChipConfig cfg = sim::load_config("v5e");
   const std::map<std::string, int64_t> symbols = preset_symbols(cfg);

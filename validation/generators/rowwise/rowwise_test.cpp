@@ -374,7 +374,8 @@ TEST(Rowwise, MaxAndMinOfBf16InputsComputeInBf16) {
     std::vector<std::vector<double>> t;
     for (uint32_t i = 0; i < 9; ++i) {
       std::vector<double> v = uniform(R * C, -4, 4, 20 + i);
-      if (i > 0) v[static_cast<size_t>(i)] = inf, v[static_cast<size_t>(i + 9)] = -inf;  // (the harness scales by tap 0)
+      if (i > 0)  // (not tap 0: the harness scales its tolerance by input 0)
+        v[static_cast<size_t>(i)] = inf, v[static_cast<size_t>(i + 9)] = -inf;
       v[18] = i % 2 ? -0.0 : 0.0;  // max(-0, +0) = +0, min = -0
       for (size_t k = 19; k < 40; ++k) v[k] = -1.0 - static_cast<double>(i);
       if (with_nan) v[static_cast<size_t>(40 + i)] = nan;
