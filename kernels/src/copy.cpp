@@ -546,8 +546,9 @@ isa::Program build(const std::vector<Move>& moves, const std::map<std::string, i
   // staged, 802 direct); and of whole rows of at least kMinDirectRow bytes, where staging makes one side of short
   // strided rows contiguous (RegNetY-400MF's grouped convolutions, whose columns move in rows of 16 to 48 bytes:
   // 1.2% slower with them direct).
-  auto local = [](const Pat& p) {
-    return p.lo() >= i128(isa::kLocalWindow) && p.hi() <= i128(isa::kSharedWindow);
+  auto local = [](const Pat& p) {  // every byte of the pattern in the local window
+    return isa::far_memory(int64_t(p.lo())) == isa::FarMemory::Local &&
+           isa::far_memory(int64_t(p.hi() - 1)) == isa::FarMemory::Local;
   };
   if (cores == 1 && ms.size() <= size_t(std::max<int64_t>(1, symbol(symbols, "DMA_ENGINES", 1, false))) &&
       std::all_of(ms.begin(), ms.end(), [&](const M& m) {
