@@ -570,6 +570,14 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   // Without overlap_tiles: TDONE, the core's previous tile stored (dmaout signals it after the tile's last store;
   // dmain waits for it before the tile's first load).
   const Sem TDONE = sem(4 * U + 7);
+  // QUICK (GemmChip::quick_start): the core's first tile's first chunk loads b first and a after it, so that the
+  // matrix units load their first weights while a loads (FULL(j) after b; AIN, once per unit, after a, which the
+  // unit's first product waits for in place of AFREE(j): its first accumulator region is free, AFREE(j) set one
+  // lower). Where a unit's weights take at least 64 rows to load (h200-like's 16: the order's instructions cost
+  // more than it saves, 0.2% on its models); not with a_wait (whose first chunk loads b first already, and whose
+  // semaphore may be AIN's), nor where AIN would be the weight stream's semaphore (s31) or past the ISA's.
+  const Sem AIN = sem(4 * U + 8);
+  const bool QUICK = g.quick_start && R >= 64 && g.a_wait == 0 && 4 * U + 8 < isa::kNumSems - 1;
   // Worth it where the matrix work it takes out of the tail, the last chunk's folds but one, exceeds what the
   // extra chunks add: about a transfer's latency.
   const int64_t tail_lead = (KLAST - 1) / R * R;  // the last chunk's rows of K before its last fold
@@ -726,7 +734,9 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   };
   auto bias_slot = [&](isa::Reg reg, isa::Reg tmp) { tile_slot(reg, tmp, t, 2, BTB, VBIAS); };
   for (int64_t j = 0; j < U; ++j)
-    e.sem_set(FREE(j), NSLOT), e.sem_set(FULL(j), 0), e.sem_set(AFREE(j), ABUF), e.sem_set(AFULL(j), 0);
+    e.sem_set(FREE(j), NSLOT), e.sem_set(FULL(j), 0), e.sem_set(AFREE(j), ABUF - (QUICK ? 1 : 0)),
+        e.sem_set(AFULL(j), 0);
+  if (QUICK) e.sem_set(AIN, 0);
   e.sem_set(CFREE, NCBUF), e.sem_set(CFULL, 0);
   if (TABLE) e.sem_set(BFREE, 2), e.sem_set(BFULL, 0);
   if (g.residual) e.sem_set(RFREE, RSLOTS), e.sem_set(RFULL, 0);
@@ -792,10 +802,47 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       }
     e.dmain_sync({.signal = RFULL});
   };
+  // Unit j's mxu.lw of fold f of strip sidx of the chunk in slot vb (kt: the fold's rows; nt: the strip's
+  // columns), the fold's first waiting for the slot's loads. Scratch: t1, t2.
+  auto load_weights = [&](int64_t f, int64_t j, int64_t sidx) {
+    const int64_t q = strip_of(j, sidx);
+    const Sem wait_full = f == 0 && sidx == 0 ? FULL(j) : Sem{};
+    if (g.trans_b) {  // the strip's SC rows of the panel, from element f*R of each
+      e.addi(t1, vb, (q * SC * KC + f * R) * E);
+      e.mxu_lw(t1, kt, nt, astr, in, {.trans = true, .mxu = j, .wait = wait_full});
+    } else if (g.b_tiled) {  // fold f's tile q: R x C contiguous
+      e.addi(t1, vb, (f * W * R + q * R * C) * E), e.li(t2, C * E);
+      e.mxu_lw(t1, kt, nt, t2, in, {.mxu = j, .wait = wait_full});
+    } else {
+      e.addi(t1, vb, (f * R * W + q * SC) * E);
+      e.mxu_lw(t1, kt, nt, wstr, in, {.mxu = j, .wait = wait_full});
+    }
+  };
   // One chunk of kc elements of K at k0 (register), the first of the tile or not, its last or not. The tile's last
   // chunk loads its bias table after its own loads and before its piece of background loads, whose HBM transfers
   // would otherwise hold the table back (a queue's transfers complete in order), and with it the tile's drain.
-  auto chunk = [&](int64_t kc, bool first, bool last_of_tile = false) {
+  auto next_slot = [&] {
+    if (NSLOT == 2) {
+      e.sub(slot, one, slot);
+    } else {
+      const Label l = e.label();
+      e.addi(slot, slot, 1), e.li(t0, NSLOT), e.blt(slot, t0, l), e.li(slot, 0);
+      e.bind(l);
+    }
+  };
+  // va, vb: the chunk's slot's a and b (b in the area for the core's first tile's first F chunks)
+  auto slot_addrs = [&] {
+    e.muli(va, slot, SLOT), e.addi(va, va, VA0), e.addi(vb, va, A_SLOT);
+    if (F > 0) {
+      const Label other = e.label();
+      e.bne(t, cid, other), e.li(t0, F * KC), e.bge(k0, t0, other);
+      e.li(t0, KC), e.div(t1, k0, t0), e.muli(t1, t1, CHUNK_B), e.addi(vb, t1, g.b_area);
+      e.bind(other);
+    }
+  };
+  // The loads of a chunk (its slot's waits, a and b, its signals; the last's table and residual; a piece of the
+  // background loads), and its matrix work (the folds; then the next slot).
+  auto chunk_loads = [&](int64_t kc, bool first, bool last_of_tile) {
     if (first && !g.overlap_tiles) e.dmain_sync({.wait = TDONE});  // the previous tile is stored
     e.muli(va, slot, SLOT), e.addi(va, va, VA0), e.addi(vb, va, A_SLOT);
     for (int64_t j = 1; j < U; ++j) {
@@ -811,15 +858,52 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     const bool b_first = first && g.a_wait > 0, preloaded = g.b_preloaded > 0 && (first || g.b_preloaded > 1);
     const Sem a_wait = b_first ? sem(g.a_wait) : FREE(0), b_wait = b_first ? FREE(0) : Sem{};
     const Sem a_signal = b_first ? FULL(0) : Sem{}, b_signal = b_first ? Sem{} : FULL(0);
-    auto load_a = [&] {
+    auto load_a = [&](Sem wait, Sem signal) {
       if (g.taps.cin > 0) {
-        tap_loads(e, g.taps, E, kc, FREE(0), a_addr);
+        tap_loads(e, g.taps, E, kc, wait, a_addr);
       } else {
         e.muli(t0, k0, E), e.add(t0, t0, ah), e.li(t1, kc * E), e.li(t2, g.k * E);
-        e.dma_ld(va, t0, mt, t1, t2, astr, {.mcast = MC == 1, .wait = a_wait, .signal = a_signal});
+        e.dma_ld(va, t0, mt, t1, t2, astr, {.mcast = MC == 1, .wait = wait, .signal = signal});
       }
     };
-    if (!b_first) load_a();
+    // QUICK, the core's first tile (t = core.id): b (or the sync that finds it preloaded, or in the area) waits
+    // for the slot and signals it full, then a, then AIN for each unit that computes
+    const Label usual = e.label(), loaded = e.label();
+    if (first && QUICK) {
+      e.bne(t, cid, usual);
+      if (preloaded) {
+        e.dmain_sync({.wait = FREE(0), .signal = FULL(0)});
+      } else if (F > 0) {  // the first tile's first chunk: k0 = kb = 0, b in the area's first chunk
+        e.li(vb, g.b_area), e.dmain_sync({.wait = FREE(0), .signal = FULL(0)});
+      } else {
+        load_b(kc, FREE(0), FULL(0));
+      }
+      for (int64_t j = 1; j < U; ++j) {
+        const Label l = e.label();
+        unit_guard(j, l);
+        e.dmain_sync({.signal = FULL(j)});
+        e.bind(l);
+      }
+      // each unit's first weights, ahead of a's loads (the core issues in order)
+      e.li(kt, std::min(R, kc));
+      for (int64_t j = 0; j < U; ++j) {
+        const Label l = e.label();
+        if (RB > 1) unit_guard(j, l);
+        strip_guard(strip_of(j, 0), l);
+        load_weights(0, j, 0);
+        e.bind(l);
+      }
+      load_a(Sem{}, Sem{});
+      for (int64_t j = 0; j < U; ++j) {
+        const Label l = e.label();
+        unit_guard(j, l);
+        e.dmain_sync({.signal = AIN});
+        e.bind(l);
+      }
+      e.jmp(loaded);
+      e.bind(usual);
+    }
+    if (!b_first) load_a(a_wait, a_signal);
     if (preloaded) {
       const Label other = e.label(), join = e.label();
       e.bne(t, cid, other);
@@ -845,7 +929,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       load_b(kc, b_wait, b_signal);
     }
     if (b_first) {
-      load_a();
+      load_a(a_wait, a_signal);
       e.dmain_sync({.signal = sem(g.a_wait)});  // for the next tile's first chunk
     }
     for (int64_t j = 1; j < U; ++j) {
@@ -854,9 +938,12 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.dmain_sync({.signal = FULL(j)});
       e.bind(l);
     }
+    e.bind(loaded);
     if (last_of_tile) load_table();
     if (last_of_tile && early_r) load_residual();
     background_piece(false);
+  };
+  auto chunk_compute = [&](int64_t kc, bool first) {
     const int64_t folds = cdiv(kc, R);
     for (int64_t f = 0; f < folds; ++f) {
       e.li(kt, std::min(R, kc - f * R));
@@ -867,24 +954,29 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
           if (RB > 1) unit_guard(j, l);
           strip_guard(q, l);
           const isa::Reg rows = unit_rows(j);
-          const Sem wait_full = f == 0 && sidx == 0 ? FULL(j) : Sem{};
-          if (g.trans_b) {  // the strip's SC rows of the panel, from element f*R of each
-            e.addi(t1, vb, (q * SC * KC + f * R) * E);
-            e.mxu_lw(t1, kt, nt, astr, in, {.trans = true, .mxu = j, .wait = wait_full});
-          } else if (g.b_tiled) {  // fold f's tile q: R x C contiguous
-            e.addi(t1, vb, (f * W * R + q * R * C) * E), e.li(t2, C * E);
-            e.mxu_lw(t1, kt, nt, t2, in, {.mxu = j, .wait = wait_full});
+          if (first && f == 0 && sidx == 0 && QUICK) {  // (the core's first tile issued it ahead of a's loads)
+            const Label skip = e.label();
+            e.beq(t, cid, skip), load_weights(f, j, sidx), e.bind(skip);
           } else {
-            e.addi(t1, vb, (f * R * W + q * SC) * E);
-            e.mxu_lw(t1, kt, nt, wstr, in, {.mxu = j, .wait = wait_full});
+            load_weights(f, j, sidx);
           }
           e.addi(t1, va, (row_of(j) * KC + f * R) * E), e.addi(t2, ar, sidx * TMU);
           // The unit's last read of the slot frees it. With a partial tile, the unit's last present strip
-          // may come before S - 1: the signal then goes on a sync after the strips (below).
-          e.mxu_mm(t1, rows, t2, astr, in,
-                   {.accumulate = !(first && f == 0), .mxu = j,
-                    .wait = first && f == 0 && sidx == 0 ? AFREE(j) : Sem{},
-                    .signal = f == folds - 1 && sidx == S - 1 ? FREE(j) : Sem{}});
+          // may come before S - 1: the signal then goes on a sync after the strips (below). QUICK: the core's
+          // first tile's first product waits for a (AIN), every other tile's first for its accumulator region.
+          auto mm = [&](Sem wait) {
+            e.mxu_mm(t1, rows, t2, astr, in,
+                     {.accumulate = !(first && f == 0), .mxu = j, .wait = wait,
+                      .signal = f == folds - 1 && sidx == S - 1 ? FREE(j) : Sem{}});
+          };
+          if (first && f == 0 && sidx == 0 && QUICK) {
+            const Label other = e.label(), join = e.label();
+            e.bne(t, cid, other), mm(AIN), e.jmp(join);
+            e.bind(other), mm(AFREE(j));
+            e.bind(join);
+          } else {
+            mm(first && f == 0 && sidx == 0 ? AFREE(j) : Sem{});
+          }
           e.bind(l);
         }
       if (partial && RB == 1 && f == folds - 1)
@@ -895,13 +987,24 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
           e.bind(l);
         }
     }
-    if (NSLOT == 2) {
-      e.sub(slot, one, slot);
+    next_slot();
+  };
+  // AHEAD: the core's first tile issues its second chunk's loads right after its first's, before the first's
+  // matrix work (whose instructions the core issues first otherwise, while the load queue idles); that chunk then
+  // skips its loads (the first tile's, t = core.id, at k0 = kb + KC). K whole (one K range a tile).
+  const bool AHEAD = g.quick_start && SK == 1;
+  auto chunk = [&](int64_t kc, bool first, bool last_of_tile = false) {
+    if (AHEAD && !first) {
+      const Label load = e.label(), loaded = e.label();
+      e.bne(t, cid, load), e.li(t0, KC), e.add(t0, t0, kb), e.bne(k0, t0, load);
+      slot_addrs(), e.jmp(loaded);
+      e.bind(load);
+      chunk_loads(kc, first, last_of_tile);
+      e.bind(loaded);
     } else {
-      const Label l = e.label();
-      e.addi(slot, slot, 1), e.li(t0, NSLOT), e.blt(slot, t0, l), e.li(slot, 0);
-      e.bind(l);
+      chunk_loads(kc, first, last_of_tile);
     }
+    chunk_compute(kc, first);
   };
 
   const Label tile = e.label(), done = e.label();
@@ -926,7 +1029,25 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     };
     e.addi(k0, kb, 0);
     if (nk == 1) return last(0, true);
-    chunk(KC, true);
+    chunk_loads(KC, true, false);
+    if (AHEAD) {  // the second chunk's loads (slot and k0 after it, then back)
+      const Label later = e.label();
+      e.bne(t, cid, later);
+      next_slot(), e.addi(k0, kb, KC);
+      if (nk > 2) chunk_loads(KC, false, false);
+      else if (lead > 0) chunk_loads(lead, false, false);
+      else chunk_loads(klast, false, true);
+      if (NSLOT == 2) {
+        e.sub(slot, one, slot);
+      } else {
+        const Label l = e.label();
+        e.addi(slot, slot, -1), e.bge(slot, zero, l), e.li(slot, NSLOT - 1);
+        e.bind(l);
+      }
+      e.addi(k0, kb, 0), slot_addrs();
+      e.bind(later);
+    }
+    chunk_compute(KC, true);
     if (nk > 2) {
       const Label mid = e.label();
       e.addi(k0, kb, KC);

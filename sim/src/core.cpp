@@ -1,8 +1,14 @@
-// Timing: every instruction takes one cycle of the core. A unit instruction is dispatched in that cycle (the unit
-// may start it the cycle after); if the unit's queue is full the core first stalls until the unit pops an entry
-// (wait_queue_cycles). fence, sem.set and halt first wait until all units are idle with empty queues, then take
-// their cycle. Stall accounting: each cycle of the core is busy (an instruction's cycle, the implicit halt's
-// included), wait_queue or wait_drain, so they add up to the run's cycles. So an empty program takes 1 cycle (the implicit halt), and one scalar instruction 2.
+// Timing: the core issues a bundle of instructions a cycle, as a VLIW core issues its bundles (TPUv2/v3: 2 scalar,
+// 2 vector, a vector load, a vector store and 2 matrix slots, Norrie et al., IEEE Micro 2021): in program order, at
+// most core.issue_width instructions (1 by default: an instruction a cycle), of them at most core.scalar_slots
+// scalar ones and one for each unit's queue, none reading or writing a register that an earlier one of the bundle
+// writes (as a compiler packs a bundle from independent operations); a branch or jmp ends its bundle, and sem.set,
+// fence, barrier, sem.signal, delay and halt take a cycle of their own. A unit instruction is dispatched in its
+// bundle's cycle (the unit may start it the cycle after); if the unit's queue is full the core first stalls until
+// the unit pops an entry (wait_queue_cycles), and the instruction then starts a bundle. fence, sem.set and halt
+// first wait until all units are idle with empty queues, then take their cycle. Stall accounting: each cycle of the
+// core is busy (a bundle's cycle, the implicit halt's included), wait_queue or wait_drain, so they add up to the
+// run's cycles. So an empty program takes 1 cycle (the implicit halt), and one scalar instruction 2.
 #include "core.h"
 
 #include <algorithm>
@@ -20,7 +26,15 @@ void declare_core_params(std::vector<Param>& out) {
       .add(&CoreParams::mxus, "mxus", 1, "units",
            "matrix units per core, each its own mxu.rows x mxu.cols array with its own weight buffers, queue and "
            "mxu.acc_rows accumulator rows (instructions select one with mxu=N)",
-           1, 16);
+           1, 16)
+      .add(&CoreParams::issue_width, "issue_width", 1, "instructions",
+           "instructions the core issues in one cycle, as a VLIW bundle: at most core.scalar_slots scalar ones and one "
+           "for each unit's queue, in program order, none reading or writing a register an earlier one of the bundle "
+           "writes; a branch ends its bundle, and sem.set, fence, barrier, sem.signal, delay and halt take a cycle "
+           "of their own",
+           1, 16)
+      .add(&CoreParams::scalar_slots, "scalar_slots", 1, "instructions",
+           "scalar instructions (li, add, ..., branches) in one bundle at most (core.issue_width)", 1, 16);
 }
 
 namespace {
@@ -145,18 +159,23 @@ void Core::drain() {
     st_.trace(static_cast<int>(isa::Unit::Core), t, t_ - t, pc_, "drain (" + st_.text(pc_) + ")", "wait");
 }
 
-void Core::dispatch(const isa::Instr& in, isa::Unit u) {
+UnitModule* Core::unit_of(const isa::Instr& in, isa::Unit u) {
+  if (u != isa::Unit::Mxu) return st_.units[static_cast<int>(u)];
+  const int64_t m = in.f[in.desc().operand_index("mxu")];
+  if (m >= static_cast<int64_t>(st_.mxus.size()))
+    st_.fail(pc_, "matrix unit " + std::to_string(m) + " does not exist: the core has " +
+                      std::to_string(st_.mxus.size()) + " (core.mxus; mxu=0.." + std::to_string(st_.mxus.size() - 1) +
+                      ")");
+  return st_.mxus[static_cast<size_t>(m)];
+}
+
+void Core::dispatch(const isa::Instr& in, isa::Unit u, UnitModule* unit, uint64_t at) {
   st_.check_abort();
-  UnitModule* unit = st_.units[static_cast<int>(u)];
-  if (u == isa::Unit::Mxu) {
-    const int64_t m = in.f[in.desc().operand_index("mxu")];
-    if (m >= static_cast<int64_t>(st_.mxus.size()))
-      st_.fail(pc_, "matrix unit " + std::to_string(m) + " does not exist: the core has " +
-                        std::to_string(st_.mxus.size()) + " (core.mxus; mxu=0.." + std::to_string(st_.mxus.size() - 1) +
-                        ")");
-    unit = st_.mxus[static_cast<size_t>(m)];
-  }
   UnitQueue& q = unit->queue;
+  if (at < t_) {  // in the open bundle (its queue has room: Bundle::fits)
+    push(in, q, at);
+    return;
+  }
   if (q.full()) {
     // The queue only empties as SystemC time advances: look again at the core's own cycle.
     sync();
@@ -173,14 +192,34 @@ void Core::dispatch(const isa::Instr& in, isa::Unit u) {
                   "wait");
     }
   }
+  push(in, q, t_);
+}
+
+void Core::push(const isa::Instr& in, UnitQueue& q, uint64_t at) {
   Entry e;
   e.in = in;
   const isa::InstrDesc& d = in.desc();
   for (int i = 0; i < d.num_operands; ++i)
     if (d.operands[i].kind == isa::OperandKind::Reg) e.in.f[i] = regs_[in.f[i]];
   e.pc = pc_;
-  e.avail = t_ + 1;
+  e.avail = at + 1;
   q.push(e);
+}
+
+// The registers an instruction reads and writes, as masks (bit i: register i; r0 left out, it stays 0): a scalar
+// instruction writes its rd and reads its other register operands, a unit instruction reads all of its own.
+Core::Regs Core::regs_of(const isa::Instr& in) {
+  Regs r;
+  const isa::InstrDesc& d = in.desc();
+  for (int i = 0; i < d.num_operands; ++i) {
+    if (d.operands[i].kind != isa::OperandKind::Reg || in.f[i] == 0) continue;
+    const uint64_t bit = uint64_t{1} << in.f[i];
+    if (d.unit == isa::Unit::Core && std::string_view(d.operands[i].name) == "rd")
+      r.writes |= bit;
+    else
+      r.reads |= bit;
+  }
+  return r;
 }
 
 void Core::run_program() {
@@ -196,6 +235,9 @@ void Core::run_program() {
   const size_t n = r.code.size();
   const uint64_t limit = r.opts.max_cycles ? r.t0 + r.opts.max_cycles : std::numeric_limits<uint64_t>::max();
   UnitStats& stats = st_.stats(isa::Unit::Core);
+  const int width = st_.cfg.core.issue_width, scalars = st_.cfg.core.scalar_slots;
+  Bundle bundle;
+  bundle.closed = true;
   int64_t* R = regs_.data();
   uint32_t since_sync = 0;
   for (;;) {
@@ -207,12 +249,20 @@ void Core::run_program() {
     }
     const isa::Instr& in = r.code[pc_];
     ++stats.instructions;
-    ++stats.busy_cycles;
-    ++stats.stalls.busy;
     const isa::Unit u = r.unit_of[pc_];
+    UnitModule* unit = u != isa::Unit::Core ? unit_of(in, u) : nullptr;
+    // Into the open bundle (core.issue_width > 1), issued in its cycle t_ - 1, or a bundle of its own at t_
+    const bool joins = bundle.fits(in, u, unit, width, scalars, *this);
+    if (!joins) {
+      ++stats.busy_cycles;
+      ++stats.stalls.busy;
+      bundle = Bundle{};
+    }
+    if (width > 1) bundle.add(in, u, unit, *this);
     if (u != isa::Unit::Core) {
-      dispatch(in, u);
-      ++t_, ++pc_;
+      dispatch(in, u, unit, joins ? t_ - 1 : t_);
+      if (!joins) ++t_;
+      ++pc_;
       continue;
     }
     const auto& f = in.f;
@@ -276,7 +326,11 @@ void Core::run_program() {
       case Op::SEMSIGNAL: signal_core(R[f[0]], static_cast<int>(f[1])); break;
       default: st_.fail(pc_, "not a core instruction");
     }
-    ++t_;
+    if (!joins) ++t_;
+    if (next != pc_ + 1 || in.op == Op::BEQ || in.op == Op::BNE || in.op == Op::BLT || in.op == Op::BGE ||
+        in.op == Op::JMP || in.op == Op::SEMSET || in.op == Op::FENCE || in.op == Op::DELAY || in.op == Op::BARRIER ||
+        in.op == Op::SEMSIGNAL)
+      bundle.closed = true;  // a branch ends its bundle; a drain, a barrier or a delay takes a cycle of its own
     pc_ = next;
     if (++since_sync == kSyncEvery) {
       since_sync = 0;

@@ -2,10 +2,15 @@
 // units' queues.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "chip_state.h"
+#include "unit.h"
 
 namespace tpusim::sim::detail {
 
@@ -26,7 +31,41 @@ class Core : public sc_core::sc_module {
   void barrier();
   void signal_core(int64_t core, int sem);
   void run_program();
-  void dispatch(const isa::Instr& in, isa::Unit u);
+  UnitModule* unit_of(const isa::Instr& in, isa::Unit u);  // the queue a unit instruction goes to
+  // Dispatches to `unit`'s queue in cycle `at` (before t_: into the open bundle, whose queue has room)
+  void dispatch(const isa::Instr& in, isa::Unit u, UnitModule* unit, uint64_t at);
+  void push(const isa::Instr& in, UnitQueue& q, uint64_t at);
+  struct Regs {
+    uint64_t reads = 0, writes = 0;
+  };
+  static Regs regs_of(const isa::Instr& in);
+  // The bundle being issued (core.issue_width, core.scalar_slots): what it holds so far
+  struct Bundle {
+    bool closed = false;
+    int n = 0, scalars = 0;
+    uint64_t written = 0;
+    std::vector<const UnitModule*> units;
+    bool fits(const isa::Instr& in, isa::Unit u, const UnitModule* unit, int width, int max_scalars,
+              const Core&) const {
+      if (closed || n == 0 || n >= width) return false;
+      if (u == isa::Unit::Core) {
+        const isa::Op op = in.op;
+        if (scalars >= max_scalars || op == isa::Op::SEMSET || op == isa::Op::FENCE || op == isa::Op::BARRIER ||
+            op == isa::Op::SEMSIGNAL || op == isa::Op::DELAY || op == isa::Op::HALT)
+          return false;
+      } else if (std::find(units.begin(), units.end(), unit) != units.end() || unit->queue.full()) {
+        return false;
+      }
+      const Regs r = regs_of(in);
+      return ((r.reads | r.writes) & written) == 0;
+    }
+    void add(const isa::Instr& in, isa::Unit u, const UnitModule* unit, const Core&) {
+      ++n;
+      if (u == isa::Unit::Core) ++scalars;
+      else units.push_back(unit);
+      written |= regs_of(in).writes;
+    }
+  };
   void drain();
   void sync();
   uint32_t target(int64_t t) const;

@@ -107,12 +107,17 @@ TEST(Config, WholeChipPresetsMatchPublishedFigures) {
   // 50 MB L2, a cache in front of HBM (not addressable)
   EXPECT_EQ(load_config("h200-like").cache_bytes(), uint64_t(50) << 20);
   EXPECT_EQ(load_config("h200-like").shared_bytes(), 0u);
+  // A TensorCore issues VLIW bundles with 2 scalar slots and 6 for its units (Norrie et al., IEEE Micro 2021)
+  for (const char* tpu : {"v4", "v5e", "v6e"}) {
+    EXPECT_EQ(load_config(tpu).core.issue_width, 8) << tpu;
+    EXPECT_EQ(load_config(tpu).core.scalar_slots, 2) << tpu;
+  }
 }
 
 TEST(Config, DescribeListsEveryParameterWithHelp) {
   auto params = describe(load_config("edge", {"mxu.rows=8"}));
-  // 44 of the chip's units (mxu.efficiency the newest), 17 of [energy], 12 of [area]
-  ASSERT_EQ(params.size(), 74u);
+  // 46 of the chip's units (core.issue_width and core.scalar_slots the newest), 17 of [energy], 12 of [area]
+  ASSERT_EQ(params.size(), 76u);
   for (const ParamInfo& p : params) EXPECT_FALSE(p.help.empty()) << p.key;
   auto rows = std::find_if(params.begin(), params.end(), [](const ParamInfo& p) { return p.key == "mxu.rows"; });
   ASSERT_NE(rows, params.end());

@@ -301,6 +301,31 @@ TEST(Timing, AddAndReluInOnePass) {
   }
 }
 
+// core.issue_width 8, core.scalar_slots 2 (v4, v5e, v6e): the core issues a bundle a cycle, in program order, of
+// at most 2 scalar instructions and one for each unit's queue, none reading or writing a register an earlier one of
+// the bundle writes; a branch ends its bundle. So: li r1, li r2 (cycle 0: two scalars); li r3 (1: the scalar slots
+// were full); vpu.add reading r3 (2: r3 written in cycle 1's bundle) with li r4 (2); vpu.relu (3: the vector unit's
+// slot was taken) with addi r4 (3: r4 was written in cycle 2's, not 3's) and beq r0, r0 (3, the second scalar,
+// taken: it ends the bundle, skipping li r5); li r6 (4). The add of 40 f32 elements dispatched in 2 starts at 3,
+// 2 + ceil(40 / 8) = 7 cycles: done at 10; the relu then 10 to 17; the halt waits, takes its cycle: 18 cycles, 5
+// bundles and the halt busy. One instruction a cycle (the default), the same program: the add dispatched in 3 is
+// done at 11, the relu dispatched in 5 at 18: 19 cycles, 9 instructions and the halt busy.
+TEST(Timing, CoreIssuesBundlesOfIndependentInstructions) {
+  Chip chip(small_config({"core.issue_width=8", "core.scalar_slots=2"}));
+  ProgramBuilder b;
+  b.li(1, 256).li(2, 512).li(3, 40);
+  b.op(Op::VADD, {2, 1, 1, 3, static_cast<int64_t>(isa::DType::F32)}).li(4, 7);
+  b.op(Op::VRELU, {2, 2, 3, static_cast<int64_t>(isa::DType::F32)}).op(Op::ADDI, {4, 4, 1}).op(Op::BEQ, {0, 0, 9});
+  b.li(5, 1).li(6, 1);
+  RunResult r = chip.run(b.build());
+  EXPECT_EQ(r.stats.cycles, 18u);
+  const UnitStats& core = r.stats.units[static_cast<int>(isa::Unit::Core)];
+  EXPECT_EQ(core.instructions, 9u);  // li r5 skipped
+  EXPECT_EQ(core.stalls.busy, 6u);
+  EXPECT_EQ(core.stalls.wait_drain, 12u);  // the halt from 5 to 17
+  EXPECT_EQ(r.stats.units[static_cast<int>(isa::Unit::Vpu)].busy_cycles, 14u);
+}
+
 TEST(Timing, ColumnDotProductInOnePass) {
   // vpu.cdot of 5 rows x 6 columns (a bf16 at 256, row stride 32 bytes; b f32 at 512, one per row 8 bytes apart;
   // the sums to 0): one pass over the 30 products (isa.def), dispatched 6, starts 7, latency 2 + ceil(30 / 8) = 6:

@@ -115,6 +115,13 @@ struct GemmChip {
   // its drain and its stores' latency. true (the default) lets the next tile's loads and matrix work overlap this
   // one's drain and stores. The same results either way; not with `residual` or `act`, at most 6 units.
   bool overlap_tiles = true;
+  // Tiled schedule: true (the default) starts each core's first tile sooner. Its first chunk loads b before a, and
+  // each matrix unit's first weights load (mxu.lw, issued ahead of a's loads) while a does, its first product
+  // waiting for a (where the array has at least 64 rows: loading a unit's weights then takes longer than the
+  // instructions the order adds), not after both. And with K whole, its second chunk's loads are issued right
+  // after its first's, before the first's matrix work, so that the load queue does not idle while the core
+  // issues that work. false for comparisons; the same results either way.
+  bool quick_start = true;
   // Tiled schedule, K whole: the two cores of a pair (2i, 2i+1, a cluster of two) take tiles that share an operand
   // (the same rows of a, or the same columns of b, whichever is larger per chunk) and load it with `dma.ld ...
   // mcast` (isa.def), which the chip reads once for both, as a GPU's thread-block clusters share a tile by TMA

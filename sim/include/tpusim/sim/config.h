@@ -36,6 +36,8 @@ struct ChipParams {
 struct CoreParams {
   int queue_depth;      // core.queue_depth: entries in each unit's instruction queue
   int mxus;             // core.mxus: matrix units per core, each its own array, weight buffers, queue, accumulators
+  int issue_width;      // core.issue_width: instructions the core issues in one cycle, as a VLIW bundle (core.cpp)
+  int scalar_slots;     // core.scalar_slots: of those, scalar instructions at most
 };
 struct MxuParams {
   int rows;             // mxu.rows: PE rows = the K extent of a weight tile
