@@ -252,13 +252,13 @@ void Core::run_program() {
     const isa::Unit u = r.unit_of[pc_];
     UnitModule* unit = u != isa::Unit::Core ? unit_of(in, u) : nullptr;
     // Into the open bundle (core.issue_width > 1), issued in its cycle t_ - 1, or a bundle of its own at t_
-    const bool joins = bundle.fits(in, u, unit, width, scalars, *this);
+    const bool joins = bundle.fits(in, unit, width, scalars);
     if (!joins) {
       ++stats.busy_cycles;
       ++stats.stalls.busy;
       bundle = Bundle{};
     }
-    if (width > 1) bundle.add(in, u, unit, *this);
+    if (width > 1) bundle.add(in, unit);
     if (u != isa::Unit::Core) {
       dispatch(in, u, unit, joins ? t_ - 1 : t_);
       if (!joins) ++t_;
@@ -327,10 +327,6 @@ void Core::run_program() {
       default: st_.fail(pc_, "not a core instruction");
     }
     if (!joins) ++t_;
-    if (next != pc_ + 1 || in.op == Op::BEQ || in.op == Op::BNE || in.op == Op::BLT || in.op == Op::BGE ||
-        in.op == Op::JMP || in.op == Op::SEMSET || in.op == Op::FENCE || in.op == Op::DELAY || in.op == Op::BARRIER ||
-        in.op == Op::SEMSIGNAL)
-      bundle.closed = true;  // a branch ends its bundle; a drain, a barrier or a delay takes a cycle of its own
     pc_ = next;
     if (++since_sync == kSyncEvery) {
       since_sync = 0;

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "chip_state.h"
 #include "unit.h"
@@ -39,31 +38,38 @@ class Core : public sc_core::sc_module {
     uint64_t reads = 0, writes = 0;
   };
   static Regs regs_of(const isa::Instr& in);
+  // An instruction that takes a cycle of its own (it waits for the units, another core or time) or ends its
+  // bundle (a branch)
+  static bool alone(isa::Op op) {
+    return op == isa::Op::SEMSET || op == isa::Op::FENCE || op == isa::Op::BARRIER || op == isa::Op::SEMSIGNAL ||
+           op == isa::Op::DELAY || op == isa::Op::HALT;
+  }
+  static bool branch(isa::Op op) {
+    return op == isa::Op::BEQ || op == isa::Op::BNE || op == isa::Op::BLT || op == isa::Op::BGE || op == isa::Op::JMP;
+  }
   // The bundle being issued (core.issue_width, core.scalar_slots): what it holds so far
   struct Bundle {
     bool closed = false;
-    int n = 0, scalars = 0;
-    uint64_t written = 0;
-    std::vector<const UnitModule*> units;
-    bool fits(const isa::Instr& in, isa::Unit u, const UnitModule* unit, int width, int max_scalars,
-              const Core&) const {
+    int n = 0, scalars = 0, queues = 0;
+    uint64_t written = 0;                   // registers its instructions write
+    std::array<const UnitModule*, 16> unit{};  // the queues its unit instructions went to
+    bool fits(const isa::Instr& in, const UnitModule* u, int width, int max_scalars) const {
       if (closed || n == 0 || n >= width) return false;
-      if (u == isa::Unit::Core) {
-        const isa::Op op = in.op;
-        if (scalars >= max_scalars || op == isa::Op::SEMSET || op == isa::Op::FENCE || op == isa::Op::BARRIER ||
-            op == isa::Op::SEMSIGNAL || op == isa::Op::DELAY || op == isa::Op::HALT)
-          return false;
-      } else if (std::find(units.begin(), units.end(), unit) != units.end() || unit->queue.full()) {
+      if (!u) {
+        if (scalars >= max_scalars || alone(in.op)) return false;
+      } else if (std::find(unit.begin(), unit.begin() + queues, u) != unit.begin() + queues || u->queue.full() ||
+                 queues == static_cast<int>(unit.size())) {
         return false;
       }
       const Regs r = regs_of(in);
       return ((r.reads | r.writes) & written) == 0;
     }
-    void add(const isa::Instr& in, isa::Unit u, const UnitModule* unit, const Core&) {
+    void add(const isa::Instr& in, const UnitModule* u) {
       ++n;
-      if (u == isa::Unit::Core) ++scalars;
-      else units.push_back(unit);
+      if (!u) ++scalars;
+      else unit[static_cast<size_t>(queues++)] = u;
       written |= regs_of(in).writes;
+      closed = alone(in.op) || branch(in.op);
     }
   };
   void drain();
