@@ -342,7 +342,9 @@ TilePlan choose_tiles(const GemmChip& g, int64_t R, int64_t C, int64_t ACC, int6
       std::sort(heights.begin(), heights.end());
       heights.erase(std::unique(heights.begin(), heights.end()), heights.end());
       for (const int64_t tm : heights)
-        for (int64_t nslot = g.slots ? g.slots : 2; nslot <= (g.slots ? g.slots : 4); ++nslot) {
+        // Most slots first: a tie (the estimate counts the slots only through a transfer's latency over the slots
+        // but one, small where HBM is fast) goes to the deeper pipeline (GemmChip.MoreSlotsWhereTheEstimatesTie)
+        for (int64_t nslot = g.slots ? g.slots : 4; nslot >= (g.slots ? g.slots : 2); --nslot) {
           // split = 0: K whole (C buffers of the output type); 1: K split (C buffers of f32 partials)
           for (int split = g.split_k > 1 ? 1 : 0; split <= (may_split ? 1 : 0); ++split) {
           if (rb > 1 && split) continue;  // row blocks keep K whole

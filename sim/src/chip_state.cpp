@@ -34,6 +34,12 @@ bool ChipState::all_idle() const {
   return true;
 }
 
+bool ChipState::all_idle_but_background(int sem) const {
+  for (const UnitModule* u : all_units)
+    if (!u->idle_but_background(sem)) return false;
+  return true;
+}
+
 void ChipState::signal(int s, uint32_t pc) {
   if (s && sem[s] >= isa::kSemMax) fail(pc, sem_overflow(s));
   signal(s);

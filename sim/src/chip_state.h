@@ -136,6 +136,7 @@ class ChipState {
   }
 
   bool all_idle() const;
+  bool all_idle_but_background(int sem) const;  // UnitModule::idle_but_background of every unit
   void signal(int s, uint32_t pc);  // increments semaphore s (0: none); past isa::kSemMax fails at pc
   void signal(int s);               // the same for a sem.signal arriving from a core (no unit instruction)
   std::string sem_overflow(int s) const;

@@ -5,8 +5,9 @@
 // writes (as a compiler packs a bundle from independent operations); a branch or jmp ends its bundle, and sem.set,
 // fence, barrier, sem.signal, delay and halt take a cycle of their own. A unit instruction is dispatched in its
 // bundle's cycle (the unit may start it the cycle after); if the unit's queue is full the core first stalls until
-// the unit pops an entry (wait_queue_cycles), and the instruction then starts a bundle. fence, sem.set and halt
-// first wait until all units are idle with empty queues, then take their cycle. Stall accounting: each cycle of the
+// the unit pops an entry (wait_queue_cycles), and the instruction then starts a bundle. fence and halt first wait
+// until all units are idle with empty queues, sem.set until they are but for background loads (dma.ld bg) that do
+// not signal its semaphore, then take their cycle. Stall accounting: each cycle of the
 // core is busy (a bundle's cycle, the implicit halt's included), wait_queue or wait_drain, so they add up to the
 // run's cycles. So an empty program takes 1 cycle (the implicit halt), and one scalar instruction 2.
 #include "core.h"
@@ -146,12 +147,13 @@ uint32_t Core::target(int64_t t) const {
   return static_cast<uint32_t>(t);
 }
 
-void Core::drain() {
+void Core::drain(int sem) {
   sync();
-  if (st_.all_idle()) return;
+  auto idle = [&] { return sem > 0 ? st_.all_idle_but_background(sem) : st_.all_idle(); };
+  if (idle()) return;
   uint64_t t = t_;
   block_ = Block::Drain;
-  while (!st_.all_idle()) st_.wait_event(st_.drained);
+  while (!idle()) st_.wait_event(st_.drained);
   block_ = Block::None;
   t_ = st_.now();
   st_.stats(isa::Unit::Core).stalls.wait_drain += t_ - t;
@@ -304,7 +306,7 @@ void Core::run_program() {
       case Op::JMP: next = target(f[0]); break;
       case Op::SEMSET:
         if (f[0] == 0) st_.fail(pc_, "semaphore s0 does not exist (s1..s31)");
-        drain();
+        drain(static_cast<int>(f[0]));
         st_.sem[f[0]] = static_cast<uint64_t>(f[1]);
         st_.sem_changed[f[0]].notify();
         break;

@@ -72,7 +72,8 @@ class Core : public sc_core::sc_module {
       closed = alone(in.op) || branch(in.op);
     }
   };
-  void drain();
+  // Waits until every unit is idle (sem > 0: as sem.set needs it, background loads that do not signal it aside)
+  void drain(int sem = 0);
   void sync();
   uint32_t target(int64_t t) const;
 

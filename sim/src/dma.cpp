@@ -181,6 +181,11 @@ void DmaEngine::execute(const Entry& e) {
   while (engines_busy() >= engines_) st_.wait_event(retired_);
 }
 
+bool DmaEngine::idle_but_background(int sem) const {
+  return UnitModule::idle() && inflight_.empty() &&
+         std::none_of(bg_.begin(), bg_.end(), [&](const Transfer& b) { return b.e.arg("signal") == sem; });
+}
+
 size_t DmaEngine::engines_busy() const {
   return static_cast<size_t>(std::count_if(inflight_.begin(), inflight_.end(), [](const Transfer& t) {
     return t.hbm.bytes() != 0 || t.vmem.bytes() != 0;
@@ -344,7 +349,7 @@ void DmaEngine::retire_thread() {
         inflight_.pop_front();
         ++retired_n_;
         retired_.notify();
-        if (idle()) st_.drained.notify();
+        if (UnitModule::idle() && inflight_.empty()) st_.drained.notify();  // (idle, or idle but for background loads)
       }
     } catch (const Abort&) {
     } catch (const std::exception& e) {
@@ -367,7 +372,7 @@ void DmaEngine::bg_thread() {
         retire(t, done);
         bg_.pop_front();
         bg_retired_.notify();
-        if (idle()) st_.drained.notify();
+        if (UnitModule::idle() && inflight_.empty()) st_.drained.notify();  // (idle, or fewer background loads)
       }
     } catch (const Abort&) {
     } catch (const std::exception& e) {

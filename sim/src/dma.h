@@ -19,6 +19,7 @@ class DmaEngine : public UnitModule {
   SC_HAS_PROCESS(DmaEngine);
   DmaEngine(const sc_core::sc_module_name& name, ChipState& st, isa::Unit unit);
   bool idle() const override { return UnitModule::idle() && inflight_.empty() && bg_.empty(); }
+  bool idle_but_background(int sem) const override;
   void reset() override;
 
  private:

@@ -48,7 +48,8 @@ void UnitModule::thread() {
 void UnitModule::serve() {
   for (;;) {
     busy_ = false;
-    if (idle()) st_.drained.notify();
+    // (idle, or idle but for transfers in flight: a drain that lets background loads go on looks again)
+    if (UnitModule::idle()) st_.drained.notify();
     // Not abortable: after an abort the queue is empty and this is where the thread rests.
     while (queue.empty() || st_.aborting) sc_core::wait(queue.pushed);
     busy_ = true;

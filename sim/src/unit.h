@@ -64,6 +64,12 @@ class UnitModule : public sc_core::sc_module {
   std::string label() const;  // "mxu", "mxu2", "dmain"; with the core ("core 1 mxu2") on several cores
   // Idle: nothing queued, nothing executing, nothing in flight.
   virtual bool idle() const { return queue.empty() && !busy_; }
+  // Idle as sem.set needs it: as idle(), but background loads (dma.ld bg) that do not signal semaphore `sem` may
+  // still be in flight (isa.def, sem.set).
+  virtual bool idle_but_background(int sem) const {
+    (void)sem;
+    return idle();
+  }
   // Drops queued and in-flight work and timing state (before a run, and after an error).
   virtual void reset();
   // For the deadlock message: "mxu waits for s3 (value 0) at pc 17 (mxu.mm ...)", or "" if not waiting.

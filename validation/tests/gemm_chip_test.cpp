@@ -954,6 +954,27 @@ TEST(GemmChip, GeluOnFourUnitsMatchesTheGemmThenTheRowwiseKernel) {
   act_cases(963, kernels::rowwise::Op::Gelu, false, 4);
 }
 
+// Where the estimates of two slot counts tie (it counts the slots only through a transfer's latency over the slots
+// but one, which a fast HBM makes small), the plan takes the most slots, so that more chunks load ahead of the
+// matrix work. GPT-2's MLP output, 128 x 3072 x 768, on v4 with 4 times its HBM bandwidth (4800 GB/s): the plan
+// took 2 slots when the loop went up from 2 and ran in 5,785 cycles, against 4,504 on the same chip at 2400 GB/s
+// (more bandwidth, slower); with 4 slots, 4,123 (measured). Asserted: at least 3 slots, and faster than the plan
+// held to 2 (GemmChip::slots) by a fifth.
+TEST(GemmChip, MoreSlotsWhereTheEstimatesTie) {
+  const sim::ChipConfig cfg = sim::load_config("v4", {"hbm.bandwidth_gbs=4800"});
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  kernels::GemmChip g{128, 3072, 768, DType::BF16, DType::BF16, 0, 0, kernels::GemmSchedule::Tiles};
+  const std::string src = kernels::gemm_chip_source(g, symbols);
+  const size_t at = src.find(" slots)");
+  ASSERT_NE(at, std::string::npos) << src.substr(0, 300);
+  EXPECT_GE(src[at - 1], '3') << src.substr(0, 300);
+  sim::Chip chip(cfg);
+  const uint64_t chosen = chip.run(kernels::gemm_chip_kernel(g, symbols), timing_only()).stats.cycles;
+  g.slots = 2;
+  const uint64_t two = chip.run(kernels::gemm_chip_kernel(g, symbols), timing_only()).stats.cycles;
+  EXPECT_LT(static_cast<double>(chosen), 0.8 * static_cast<double>(two)) << chosen << " against " << two;
+}
+
 // A tile of more strips than the drain's 8 C buffers reuses each buffer only once its store is done, and that
 // store waits behind the operand loads queued before it (HBM serves transfers in order): the plan leaves such
 // tiles out. GPT-2's vocabulary projection (128 x 768 x 50257, f32 logits) on v5e, 4 units of 128 columns: tiles
