@@ -151,6 +151,32 @@ class OpCase(unittest.TestCase):
         pick = lambda kind: [x["name"] for x in regions if x["kind"] == kind]
         return pick("kernel"), pick("node"), sorted(set(pick("note")))
 
+    def at_bandwidths(self, config, bandwidths, node):
+        """The last case's model compiled on `config` at each HBM bandwidth (GB/s) of `bandwidths`: {bandwidth:
+        (the run's cycles, the kernels of the one node whose name starts with `node`, their notes)}."""
+        d = os.path.join(self.dir, f"case{self.n}")
+        out = {}
+        for bw in bandwidths:
+            r = os.path.join(d, f"report-{config}-{bw}.json")
+            tpusim("compile", os.path.join(d, "model.onnx"), "--config", config, "--set", f"hbm.bandwidth_gbs={bw}",
+                   "--report-json", r)
+            with open(r) as f:
+                report = json.load(f)
+            regions = report["regions"]
+            at = [i for i, x in enumerate(regions) if x["kind"] == "node" and x["name"].startswith(node)]
+            self.assertEqual(len(at), 1, [x["name"] for x in regions if x["kind"] == "node"])
+            kernels = [i for i, x in enumerate(regions) if x["kind"] == "kernel" and x["parent"] == at[0]]
+            out[bw] = (report["cycles"], [regions[i]["name"] for i in kernels],
+                       [x["name"] for x in regions if x["kind"] == "note" and x["parent"] in kernels])
+        return out
+
+    def same_bits_as_fenced_at(self, config, bandwidth):
+        """same_bits_as_fenced_in_fewer_cycles for the last case's model on `config` at HBM `bandwidth` GB/s."""
+        d = os.path.join(self.dir, f"case{self.n}")
+        x = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
+        self.same_bits_as_fenced_in_fewer_cycles(os.path.join(d, "model.onnx"), x, config, "--set",
+                                                 f"hbm.bandwidth_gbs={bandwidth}")
+
     def same_bits_as_fenced_in_fewer_cycles(self, model, x, config="v5e", *options, slack=0.0):
         """Runs `model` on input file x overlapped and with --no-kernel-overlap (both with `options`): the same
         outputs, fewer cycles (with `slack`, at most that fraction more: where the overlap's gain is not the
@@ -981,25 +1007,10 @@ class MatMul(OpCase):
         torch.manual_seed(3)
         m = nn.Sequential(nn.Linear(768, 768), nn.GELU(), nn.Linear(768, 3072), nn.GELU(), nn.Linear(3072, 768))
         self.check(m, randn(128, 768), config="v5e")
-        d = os.path.join(self.dir, f"case{self.n}")
-        model = os.path.join(d, "model.onnx")
-        cycles = {}
-        for bw in (2400, 9600):
-            r = os.path.join(d, f"report-{bw}.json")
-            tpusim("compile", model, "--config", "v5e", "--set", f"hbm.bandwidth_gbs={bw}", "--report-json", r)
-            with open(r) as f:
-                report = json.load(f)
-            cycles[bw] = report["cycles"]
-            regions = report["regions"]
-            if bw == 9600:
-                middle = [i for i, x in enumerate(regions) if x["kind"] == "node" and x["name"].startswith("/2/Gemm")]
-                self.assertEqual(len(middle), 1, [x["name"] for x in regions if x["kind"] == "node"])
-                kernels = [i for i, x in enumerate(regions) if x["parent"] == middle[0]]  # its kernel(s)
-                notes = [x["name"] for x in regions if x["kind"] == "note" and x["parent"] in kernels]
-                self.assertIn("its weights read from VMEM (streamed in before it)", notes)
-        self.assertLess(cycles[9600], cycles[2400])
-        x = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
-        self.same_bits_as_fenced_in_fewer_cycles(model, x, "v5e", "--set", "hbm.bandwidth_gbs=9600")
+        runs = self.at_bandwidths("v5e", (2400, 9600), "/2/Gemm")
+        self.assertIn("its weights read from VMEM (streamed in before it)", runs[9600][2])
+        self.assertLess(runs[9600][0], runs[2400][0])
+        self.same_bits_as_fenced_at("v5e", 9600)
 
     def test_a_split_k_convolution_with_streamed_weights_need_only_beat_one_unit(self):
         # Where the weight stream runs, the split-K kernel (K over a core's matrix units) replaces gemm.s on one unit
@@ -1013,23 +1024,11 @@ class MatMul(OpCase):
         m = nn.Sequential(nn.Conv2d(256, 1024, 1), nn.ReLU(), nn.Conv2d(1024, 256, 1), nn.ReLU(),
                           nn.Conv2d(256, 256, 3, padding=1), nn.ReLU())
         self.check(m, randn(1, 256, 14, 14), config="v6e")
-        d = os.path.join(self.dir, f"case{self.n}")
-        model = os.path.join(d, "model.onnx")
-        cycles = {}
-        for bw in (1640, 2400):
-            r = os.path.join(d, f"report-{bw}.json")
-            tpusim("compile", model, "--config", "v6e", "--set", f"hbm.bandwidth_gbs={bw}", "--report-json", r)
-            with open(r) as f:
-                report = json.load(f)
-            cycles[bw] = report["cycles"]
-            regions = report["regions"]
-            middle = [i for i, x in enumerate(regions) if x["kind"] == "node" and x["name"].startswith("/2/Conv")]
-            self.assertEqual(len(middle), 1, [x["name"] for x in regions if x["kind"] == "node"])
-            kernels = [x["name"] for x in regions if x["kind"] == "kernel" and x["parent"] == middle[0]]
+        runs = self.at_bandwidths("v6e", (1640, 2400), "/2/Conv")
+        for bw, (_, kernels, _) in runs.items():
             self.assertEqual(kernels, ["gemm_ksplit"], bw)
-        self.assertLess(cycles[2400], cycles[1640])
-        x = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
-        self.same_bits_as_fenced_in_fewer_cycles(model, x, "v6e", "--set", "hbm.bandwidth_gbs=2400")
+        self.assertLess(runs[2400][0], runs[1640][0])
+        self.same_bits_as_fenced_at("v6e", 2400)
 
     def test_a_gemv_s_weights_stream_into_vmem_too(self):
         # A Linear on one row (a classifier head after a global pool) runs on the vector unit with its weights as
