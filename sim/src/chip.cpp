@@ -168,6 +168,7 @@ void Chip::Impl::prepare(const isa::Program& program, const RunOptions& opts) {
                 std::to_string(cfg.chip.cores) + " (chip.cores)");
   shared.code.clear();
   shared.unit_of.clear();
+  shared.reg_use.clear();
   shared.code.reserve(program.code.size());
   for (size_t pc = 0; pc < program.code.size(); ++pc) {
     try {
@@ -176,6 +177,7 @@ void Chip::Impl::prepare(const isa::Program& program, const RunOptions& opts) {
       throw Error("pc " + std::to_string(pc) + ": " + e.what());
     }
     shared.unit_of.push_back(shared.code.back().desc().unit);
+    shared.reg_use.push_back(detail::reg_use(shared.code.back()));
   }
   shared.text.assign(shared.code.size(), std::string());
   shared.running = program.cores;
@@ -189,6 +191,7 @@ void Chip::Impl::prepare(const isa::Program& program, const RunOptions& opts) {
     r.opts = opts;
     r.code = shared.code;
     r.unit_of = shared.unit_of;
+    r.reg_use = shared.reg_use;
     r.text = &shared.text;
     r.running = c->index < static_cast<int>(program.cores);
     r.spans.resize(static_cast<size_t>(c->slots()));

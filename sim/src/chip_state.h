@@ -45,6 +45,14 @@ struct McastLoad {
   uint64_t data_start = 0, data_end = 0;
 };
 
+// The registers an instruction reads and writes, as masks (bit i: register i; r0 left out, it stays 0): a scalar
+// instruction writes its rd and reads its other register operands, a unit instruction reads all of its own. For
+// the core's bundles (core.issue_width), worked out once per program (reg_use, core.cpp).
+struct RegUse {
+  uint64_t reads = 0, writes = 0;
+};
+RegUse reg_use(const isa::Instr& in);
+
 // What the cores of one chip share.
 struct ChipShared {
   explicit ChipShared(const ChipConfig& cfg) : mem(cfg) {}
@@ -54,6 +62,7 @@ struct ChipShared {
   // The current program, decoded once for every core.
   std::vector<isa::Instr> code;
   std::vector<isa::Unit> unit_of;
+  std::vector<RegUse> reg_use;
   std::vector<std::string> text;
   // The barrier: cores arrived in the current generation, the generation, and when the last one released.
   uint32_t barrier_arrived = 0;
@@ -85,6 +94,7 @@ struct RunState {
   const isa::Program* program = nullptr;
   std::span<const isa::Instr> code;     // decoded once per run (ChipShared::code, shared by the cores)
   std::span<const isa::Unit> unit_of;   // per instruction: the queue that executes it
+  std::span<const RegUse> reg_use;      // per instruction: the registers it reads and writes
   std::vector<std::string>* text = nullptr;  // per instruction: its assembly text, filled on first use
   RunOptions opts;
   uint64_t t0 = 0;                      // SystemC cycle at which the run started

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string_view>
 
 #include "params.h"
 #include "unit.h"
@@ -208,10 +209,8 @@ void Core::push(const isa::Instr& in, UnitQueue& q, uint64_t at) {
   q.push(e);
 }
 
-// The registers an instruction reads and writes, as masks (bit i: register i; r0 left out, it stays 0): a scalar
-// instruction writes its rd and reads its other register operands, a unit instruction reads all of its own.
-Core::Regs Core::regs_of(const isa::Instr& in) {
-  Regs r;
+RegUse reg_use(const isa::Instr& in) {
+  RegUse r;
   const isa::InstrDesc& d = in.desc();
   for (int i = 0; i < d.num_operands; ++i) {
     if (d.operands[i].kind != isa::OperandKind::Reg || in.f[i] == 0) continue;
@@ -254,13 +253,13 @@ void Core::run_program() {
     const isa::Unit u = r.unit_of[pc_];
     UnitModule* unit = u != isa::Unit::Core ? unit_of(in, u) : nullptr;
     // Into the open bundle (core.issue_width > 1), issued in its cycle t_ - 1, or a bundle of its own at t_
-    const bool joins = bundle.fits(in, unit, width, scalars);
+    const bool joins = bundle.fits(in, r.reg_use[pc_], unit, width, scalars);
     if (!joins) {
       ++stats.busy_cycles;
       ++stats.stalls.busy;
       bundle = Bundle{};
     }
-    if (width > 1) bundle.add(in, unit);
+    if (width > 1) bundle.add(in, r.reg_use[pc_], unit);
     if (u != isa::Unit::Core) {
       dispatch(in, u, unit, joins ? t_ - 1 : t_);
       if (!joins) ++t_;

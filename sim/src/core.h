@@ -6,7 +6,6 @@
 #include <array>
 #include <cstdint>
 #include <string>
-#include <string_view>
 
 #include "chip_state.h"
 #include "unit.h"
@@ -34,10 +33,6 @@ class Core : public sc_core::sc_module {
   // Dispatches to `unit`'s queue in cycle `at` (before t_: into the open bundle, whose queue has room)
   void dispatch(const isa::Instr& in, isa::Unit u, UnitModule* unit, uint64_t at);
   void push(const isa::Instr& in, UnitQueue& q, uint64_t at);
-  struct Regs {
-    uint64_t reads = 0, writes = 0;
-  };
-  static Regs regs_of(const isa::Instr& in);
   // An instruction that takes a cycle of its own (it waits for the units, another core or time) or ends its
   // bundle (a branch)
   static bool alone(isa::Op op) {
@@ -53,7 +48,7 @@ class Core : public sc_core::sc_module {
     int n = 0, scalars = 0, queues = 0;
     uint64_t written = 0;                   // registers its instructions write
     std::array<const UnitModule*, 16> unit{};  // the queues its unit instructions went to
-    bool fits(const isa::Instr& in, const UnitModule* u, int width, int max_scalars) const {
+    bool fits(const isa::Instr& in, const RegUse& r, const UnitModule* u, int width, int max_scalars) const {
       if (closed || n == 0 || n >= width) return false;
       if (!u) {
         if (scalars >= max_scalars || alone(in.op)) return false;
@@ -61,14 +56,13 @@ class Core : public sc_core::sc_module {
                  queues == static_cast<int>(unit.size())) {
         return false;
       }
-      const Regs r = regs_of(in);
       return ((r.reads | r.writes) & written) == 0;
     }
-    void add(const isa::Instr& in, const UnitModule* u) {
+    void add(const isa::Instr& in, const RegUse& r, const UnitModule* u) {
       ++n;
       if (!u) ++scalars;
       else unit[static_cast<size_t>(queues++)] = u;
-      written |= regs_of(in).writes;
+      written |= r.writes;
       closed = alone(in.op) || branch(in.op);
     }
   };
