@@ -1,8 +1,9 @@
 // Convolution and pooling. Activations are NHWC inside the program. Conv (+ BatchNormalization + Relu folded into
 // its weights and epilogue): 1x1 stride-1 convs (and 1xKW ones of stride KW, whose windows tile the rows) are a
 // gemm on the activation itself; narrow ones compute several outputs of a row side by side (pack_factor); others
-// copy the padded input into an im2col matrix (one strided move per image and tap, over a "virtual" output width
-// Wv = Wp/stride so that a tap is one regular stride) and run gemm.s on it, then drop the Wv - OW overhanging
+// copy the padded input into an im2col matrix (one strided move per image and kernel row, its taps one run, over a
+// "virtual" output width Wv = Wp/stride so that a tap is one regular stride: window_tap_rows; one per tap where the
+// taps of a row are not adjacent, a dilation: window_taps) and run gemm.s on it, then drop the Wv - OW overhanging
 // columns; where a tap's row of channels is 64 bytes or more, gemm.s reads the taps from the padded input in place
 // (implicit_im2col) and no matrix is copied. Depthwise convs run on the vector unit (a row-wise kernel summing tap x
 // weight, each tap read in place: tap_views); other grouped convs one gemm per group. MaxPool / AveragePool: taps
@@ -203,7 +204,8 @@ struct Window {
 // r = (n, oh, ow') with ow' < Wv = Wq, and tap (kh, kw) of row r is row r + offset of one phase: each tap is
 // a single move of contiguous rows into dst, [rows, taps*cg] (im2col for the MXU). The Wv - OW overhanging
 // columns are garbage, dropped afterwards. (The vector unit and the gemm on channel rows of 64 bytes or more read
-// the taps in place instead: tap_views, implicit_im2col.)
+// the taps in place instead: tap_views, implicit_im2col; an ungrouped convolution's taps along a row are adjacent
+// without dilation, and are copied a kernel row at a time: window_tap_rows.)
 struct Taps {
   int64_t oh, ow, wv, rows;  // rows = N * OH * Wv
 };
@@ -345,6 +347,70 @@ Taps window_taps(Lowering& L, const std::string& label, Stored x, const Shape& s
   return Taps{OH, OW, Wq, rows};
 }
 
+// The im2col matrix of a window whose taps along a kernel row are adjacent (dilation 1 across): the input split
+// into sh phases of rows only (phase a holds padded rows a, a+sh, ..., each [N, Hq, Wp, C], Wp = Wv * sw), so that
+// the KW taps of kernel row i over virtual row r = (n, oh, ow') are one run of KW * C elements at row r * sw of a
+// phase (a row of Wp columns is Wv strides): one move per image and kernel row, of runs KW times a tap's, where
+// window_taps moves each tap (a 3-channel stem's runs 6 bytes each). Columns (kh, kw, c), as window_taps'; the Wv -
+// OW overhanging columns are garbage, read partly past a row's end (or the last phase's, into `slack`), dropped
+// afterwards. The border is filled with zeros (convolutions only).
+Taps window_tap_rows(Lowering& L, const std::string& label, Stored x, const Shape& s /*NCHW*/, const Window& w,
+                     int dst) {
+  const int64_t N = s[0], C = s[1], H = s[2], W = s[3];
+  const int es = isa::dtype_size(x.dtype);
+  const int64_t OH = (H + w.pt + w.pb - w.dh * (w.kh - 1) - 1) / w.sh + 1;
+  const int64_t OW = (W + w.pl + w.pr - (w.kw - 1) - 1) / w.sw + 1;
+  const int64_t Wv = (W + w.pl + w.pr + w.sw - 1) / w.sw, Wp = Wv * w.sw;
+  const int64_t Hp = std::max<int64_t>(H + w.pt + w.pb, (OH - 1) * w.sh + (w.kh - 1) * w.dh + 1);
+  const int64_t Hq = (Hp + w.sh - 1) / w.sh;
+  const uint64_t row = static_cast<uint64_t>(Wp * C * es), image = static_cast<uint64_t>(Hq) * row;
+  const uint64_t phase_bytes = static_cast<uint64_t>(N) * image;
+  // elements read past the last phase: the last virtual row's run from the deepest kernel row
+  const int64_t qh_max = (w.kh - 1) * w.dh / w.sh;
+  const int64_t end = (qh_max * Wp + (OH * Wv - 1) * w.sw + w.kw) * C;
+  const int64_t slack = std::max<int64_t>(0, end - Hq * Wp * C);
+  const Stored P{L.temp(label + ".rows", x.dtype, {w.sh, N, Hq, Wp, C}, static_cast<uint64_t>(slack * es)), 0,
+                 x.dtype, true};
+  const int pat = L.pattern(0.0f, x.dtype, row);
+  std::vector<BufferMove> moves;
+  auto fill = [&](uint64_t off, int64_t rows, int64_t cols) {
+    if (rows > 0 && cols > 0)
+      moves.push_back(BufferMove{pat, P.buf, 0, off, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols * C * es),
+                                 0, static_cast<int64_t>(row)});
+  };
+  for (int64_t a = 0; a < w.sh; ++a)
+    for (int64_t img = 0; img < N; ++img) {
+      const uint64_t base = static_cast<uint64_t>(a) * phase_bytes + static_cast<uint64_t>(img) * image;
+      // phase row q <-> input row q * sh + a - pt; rows [q0, q1) are the input's
+      const int64_t q0 = std::min<int64_t>(Hq, std::max<int64_t>(0, (w.pt - a + w.sh - 1) / w.sh));
+      const int64_t q1 = std::max<int64_t>(q0, std::min<int64_t>(Hq, (H + w.pt - a + w.sh - 1) / w.sh));
+      fill(base, q0, Wp);
+      fill(base + static_cast<uint64_t>(q1) * row, Hq - q1, Wp);
+      fill(base + static_cast<uint64_t>(q0) * row, q1 - q0, w.pl);
+      fill(base + static_cast<uint64_t>(q0) * row + static_cast<uint64_t>((w.pl + W) * C * es), q1 - q0,
+           Wp - W - w.pl);
+      if (q1 > q0)
+        moves.push_back(BufferMove{x.buf, P.buf,
+                                   x.off + static_cast<uint64_t>(((img * H + q0 * w.sh + a - w.pt) * W) * C * es),
+                                   base + static_cast<uint64_t>(q0) * row + static_cast<uint64_t>(w.pl * C * es),
+                                   static_cast<uint64_t>(q1 - q0), static_cast<uint64_t>(W * C * es),
+                                   w.sh * W * C * es, static_cast<int64_t>(row)});
+    }
+  const int64_t taps = w.kh * w.kw;
+  for (int64_t img = 0; img < N; ++img)
+    for (int64_t i = 0; i < w.kh; ++i) {
+      const int64_t a = i * w.dh % w.sh, qh = i * w.dh / w.sh;
+      moves.push_back(BufferMove{
+          P.buf, dst,
+          P.off + static_cast<uint64_t>(a) * phase_bytes + static_cast<uint64_t>(img) * image +
+              static_cast<uint64_t>(qh) * row,
+          static_cast<uint64_t>((img * OH * Wv * taps + i * w.kw) * C * es), static_cast<uint64_t>(OH * Wv),
+          static_cast<uint64_t>(w.kw * C * es), w.sw * C * es, taps * C * es});
+    }
+  L.copy(label, std::move(moves));
+  return Taps{OH, OW, Wv, N * OH * Wv};
+}
+
 // The taps of a window as views of the padded, phase-split input (for the vector unit, which reads a tap's rows as
 // one operand): tap t is the M rows of C elements from row offset(t) of the phases (kernels/gemm_chip.h, ConvTaps),
 // with M = (N - 1) * Hq * Wq + OH * Wq virtual rows that span whole images, so that no tap is copied. Issues the
@@ -412,7 +478,7 @@ struct Conv2d {
 
 // The implicit im2col (gemm.s's TAP_* parameters, kernels/gemm_chip.h ConvTaps) where a tap's row of input channels
 // is at least this many bytes (a DMA row shorter than that, as a 3-channel stem's 6 bytes, is left to the copied
-// matrix, whose tap copies move the same short rows once).
+// matrix, whose copies move a kernel row's taps as one run: window_tap_rows).
 constexpr int64_t kMinTapBytes = 64;
 
 // The convolution's GEMM, out = act(a[m, KH*KW*C] @ wt + bias) into `dst` (int8 weights where c.q8); `wt`: the
@@ -461,13 +527,16 @@ void implicit_im2col(Lowering& L, const ir::Node& n, const Conv2d& c, const std:
 // P * C], with block-diagonal weights. Chosen by the matrix work of four units (rows x folds of K x strips of
 // columns, the units splitting the rows where the strips are fewer, a fold at least R cycles: the weight load
 // hides behind R rows; four, not the chip's count, so that a chip cut to one unit computes the same bits), where it
-// is at most 0.8 of the plain convolution's; OW a multiple of P, P * OC at most the unit's columns; only where the
-// taps are read in place or the convolution is direct (the copied matrix's taps grow with the kernel's width), on
+// is at most 0.8 of the plain convolution's; OW a multiple of P, P * OC at most the unit's columns; where the taps
+// are copied into a matrix, only if it is no larger (a kernel at most P times as wide over a P-th of the rows), on
 // units of at least 64 rows (a tensor core's 16 rows: the GEMM's time is its traffic, which the wider kernel
 // raises). The same products, summed in other passes: the results within the sum's rounding of the plain ones.
 int64_t pack_factor(const Lowering& L, const Conv2d& c, bool direct) {
   const int64_t R = L.sym_.at("MXU_ROWS"), C = L.sym_.at("MXU_COLS"), U = 4;
-  if (R < 64 || C <= 0 || (!direct && c.xs[1] * isa::dtype_size(c.X.dtype) < kMinTapBytes)) return 1;
+  if (R < 64 || C <= 0) return 1;
+  // taps copied into a matrix (a row of channels under kMinTapBytes): only where the matrix is no larger, P times
+  // fewer rows of a kernel at most P times as wide
+  const bool copied = !direct && c.xs[1] * isa::dtype_size(c.X.dtype) < kMinTapBytes;
   const int64_t M = c.xs[0] * c.OH * c.OW;
   auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   // a unit's work, of U: its share of the strips of columns, each over its share of the rows (units split the rows
@@ -479,7 +548,8 @@ int64_t pack_factor(const Lowering& L, const Conv2d& c, bool direct) {
   };
   int64_t best = 1;
   for (int64_t P = 2; c.OW % P == 0 && P * c.OC <= C; P *= 2)
-    if (work(P) <= 0.8 * work(best)) best = P;
+    if (work(P) <= 0.8 * work(best) && (!copied || (P - 1) * c.win.sw + (c.KW - 1) * c.win.dw + 1 <= P * c.KW))
+      best = P;
   return best;
 }
 
@@ -538,7 +608,8 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
     if (direct) return matmul(X, N * OH * OW, Y, c.value);
     if (C * isa::dtype_size(X.dtype) >= kMinTapBytes) return implicit_im2col(L, n, c, wt);
     int im = L.temp(label + ".im2col", X.dtype, {1});
-    Taps t = window_taps(L, label, X, c.xs, win, 0.0f, 0, C, im);
+    Taps t = win.dw == 1 ? window_tap_rows(L, label, X, c.xs, win, im)
+                         : window_taps(L, label, X, c.xs, win, 0.0f, 0, C, im);
     L.plan_.buffers[im].shape = {t.rows, taps * C};
     if (t.wv == OW) return matmul(Stored{im, 0, X.dtype, false}, t.rows, Y, c.value);
     Stored G{L.temp(label + ".virtual", DType::BF16, {t.rows, OC}), 0, DType::BF16, true};

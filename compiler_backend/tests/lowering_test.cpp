@@ -59,10 +59,12 @@ ModelBuilder conv_model(std::vector<int64_t> x, int64_t oc, int64_t k, int64_t s
   return b;
 }
 
-// 3x3, stride 1, pad 1 on [1,8,6,6]: the padded input is [8, 8] wide (Wq = Wp = 8), so the virtual output rows are
-// OH * Wq = 6 * 8 = 48 (2 overhanging columns per row), each tap one move of 48 rows of C = 8 bf16 (16 bytes),
-// read 16 bytes apart (contiguous) and written 9 * 16 bytes apart (a row of the im2col matrix).
-TEST(LowerConv, Stride1TapsAreOneMoveEachOverVirtualRows) {
+// 3x3, stride 1, pad 1 on [1,8,6,6] (rows of 8 bf16 channels, 16 bytes: the taps are copied, ops_conv.cpp
+// window_tap_rows): the padded input is [8, 8] (Wv = Wp = 8), so the virtual output rows are OH * Wv = 6 * 8 = 48
+// (2 overhanging columns per row); the 3 taps of a kernel row are adjacent in it, so each kernel row is one move of
+// 48 rows of 3 x 8 channels (48 bytes), read 16 bytes apart (a stride) and written 9 * 16 bytes apart (a row of the
+// im2col matrix, columns (kh, kw, c)).
+TEST(LowerConv, Stride1KernelRowsAreOneMoveEachOverVirtualRows) {
   ModelBuilder b = conv_model({1, 8, 6, 6}, 16, 3, 1, 1);
   KernelPlan p = plan_of(b);
   auto gemms = calls(p, "gemm.s");
@@ -71,14 +73,15 @@ TEST(LowerConv, Stride1TapsAreOneMoveEachOverVirtualRows) {
   EXPECT_EQ(gemms[0]->params.at("K"), 72);
   EXPECT_EQ(gemms[0]->params.at("N"), 16);
   EXPECT_EQ(gemms[0]->flops, 2.0 * 36 * 72 * 16);  // the real output positions only
-  int taps = 0;
+  int rows = 0;
   for (const KernelCall* c : calls(p, "copy"))
     for (const BufferMove& m : c->moves)
-      if (m.rows == 48 && m.rowbytes == 16 && m.dst_stride == 9 * 16) {
+      if (m.rows == 48 && m.rowbytes == 48 && m.dst_stride == 9 * 16) {
         EXPECT_EQ(m.src_stride, 16);
-        ++taps;
+        EXPECT_EQ(m.dst_off % 48, 0u);  // kernel row i at column 3 * i
+        ++rows;
       }
-  EXPECT_EQ(taps, 9);
+  EXPECT_EQ(rows, 3);
   // the overhanging columns are dropped by one move: 6 rows of OW * OC bf16, 8 * OC apart
   bool dropped = false;
   for (const KernelCall* c : calls(p, "copy"))
@@ -87,24 +90,28 @@ TEST(LowerConv, Stride1TapsAreOneMoveEachOverVirtualRows) {
   EXPECT_TRUE(dropped);
 }
 
-// Stride 2, pad 1 on [1,4,7,7]: four phases of the padded 9x9 input, each [5, 5]: tap (kh, kw) reads phase
-// (kh % 2, kw % 2) at offset (kh / 2, kw / 2), contiguous rows; OH = 4 and Wq = 5, so 20 virtual rows.
-TEST(LowerConv, Stride2SplitsThePaddedInputIntoPhases) {
+// Stride 2, pad 1 on [1,4,7,7]: the padded 9x9 input split into two phases of rows (even and odd padded rows),
+// each 5 rows of Wp = 10 columns (Wv = 5 strides of 2; Hq = 5): kernel row i reads phase i % 2 from row i / 2, its
+// 3 taps one run of 3 x 4 channels (24 bytes) every 2 columns (16 bytes); OH = 4 and Wv = 5, so 20 virtual rows.
+TEST(LowerConv, Stride2SplitsThePaddedInputIntoPhasesOfRows) {
   ModelBuilder b = conv_model({1, 4, 7, 7}, 8, 3, 2, 1);
   KernelPlan p = plan_of(b);
   auto gemms = calls(p, "gemm.s");
   ASSERT_EQ(gemms.size(), 1u);
   EXPECT_EQ(gemms[0]->params.at("M"), 20);
-  int taps = 0;
+  int rows = 0;
   for (const KernelCall* c : calls(p, "copy"))
     for (const BufferMove& m : c->moves)
-      if (m.rows == 20 && m.rowbytes == 8 && m.dst_stride == 9 * 8) ++taps;
-  EXPECT_EQ(taps, 9);
-  const Buffer* padded = nullptr;
+      if (m.rows == 20 && m.rowbytes == 24 && m.dst_stride == 9 * 8) {
+        EXPECT_EQ(m.src_stride, 16);
+        ++rows;
+      }
+  EXPECT_EQ(rows, 3);
+  const Buffer* phases = nullptr;
   for (const Buffer& buf : p.buffers)
-    if (buf.name == "conv.padded") padded = &buf;
-  ASSERT_NE(padded, nullptr);
-  EXPECT_EQ(padded->shape, (std::vector<int64_t>{4, 1, 5, 5, 4}));
+    if (buf.name == "conv.rows") phases = &buf;
+  ASSERT_NE(phases, nullptr);
+  EXPECT_EQ(phases->shape, (std::vector<int64_t>{2, 1, 5, 10, 4}));
 }
 
 // A 1x1 stride-1 convolution reads the NHWC activation as its matrix: no im2col.

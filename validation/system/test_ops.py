@@ -411,8 +411,10 @@ class Conv(OpCase):
         # the row's 30 outputs do not split into 4; none where the rows are too few to cover the wider kernel's
         # weight loads; 4 for a 1x1 convolution of 32 -> 24 (the GEMM on the input as it lies, [rows / 4, 4 x 32],
         # its weights block-diagonal), and a 1x2 kernel of stride 2, whose input is [rows, 2 x 16] as it lies.
-        # Against torch, bf16 and int8, on one matrix unit and on the whole chip; the compile report notes it on
-        # the GEMM.
+        # Narrow channel rows, whose taps are copied into a matrix (ops_conv.cpp, window_tap_rows), where the copied
+        # matrix is no larger: a ResNet stem (3 channels, 7x7 of stride 2: a 7x9 kernel of stride 2x4, 128
+        # channels), 8 -> 32 at stride 1 (2: 4 side by side would need two folds of K). Against torch, bf16 and
+        # int8, on one matrix unit and on the whole chip; the compile report notes it on the GEMM.
         cases = [  # (cin, cout, kernel, stride, padding, dilation, batch, H, W, P)
             (64, 32, 3, 1, 1, 1, 2, 32, 32, 4),
             (64, 64, 3, 1, 1, 1, 2, 32, 32, 2),
@@ -422,6 +424,8 @@ class Conv(OpCase):
             (64, 32, 3, 1, 1, 1, 1, 8, 8, 1),
             (32, 24, 1, 1, 0, 1, 2, 32, 32, 4),        # 1x1: a GEMM on the input as it lies, 4 pixels a row
             (16, 200, (1, 2), (1, 2), 0, 1, 2, 8, 16, 1),  # 1x2 of stride 2: the input as [rows, 2 x 16]
+            (3, 64, 7, 2, 3, 1, 1, 64, 64, 2),         # a stem: taps copied
+            (8, 32, 3, 1, 1, 1, 2, 32, 32, 2),         # taps copied
         ]
 
         def noted(case, name, config):
