@@ -28,6 +28,8 @@
 #               pixels, and element (r, t*TAP_CIN + c) of the matrix is a[r + offset(t)][c] for the tap t = (i, j)
 #               = (t / TAP_KW, t % TAP_KW) at input offsets (ih, jw) = (i*TAP_DH, j*TAP_DW):
 #               offset(t) = ((ih % TAP_SH)*TAP_SW + jw % TAP_SW)*TAP_PHASE_ROWS + (ih / TAP_SH)*TAP_WQ + jw / TAP_SW.
+#               TAP_PITCH (default 1): the element is a[r*TAP_PITCH + offset(t)][c] (phases of rows only, the
+#               stride across columns as the pitch: TAP_SW 1, TAP_WQ the padded row).
 #               Each fold's A block is loaded tap by tap into the same A region, so results and matrix work are
 #               those of the copied matrix. Not with ACT_RESIDENT.
 #   RESIDUAL    1: input `r` [M, N] of OUT_DT (a residual connection) is added to each drained tile after the cast,
@@ -87,6 +89,7 @@
 .default TAP_DW, 1
 .default TAP_WQ, 1
 .default TAP_PHASE_ROWS, 0
+.default TAP_PITCH, 1
 .if TRANS_B && B_TILED
 .error "gemm.s: TRANS_B and B_TILED cannot be combined"
 .endif
@@ -124,8 +127,8 @@
 .else
 .set CP, N
 .endif
-.if TAP_CIN && (TAP_CIN < 0 || ACT_RESIDENT || K % TAP_CIN != 0 || TAP_ROWS < 1 || TAP_KW < 1 || TAP_SH < 1 || TAP_SW < 1 || TAP_DH < 1 || TAP_DW < 1 || TAP_WQ < 1 || TAP_PHASE_ROWS < 0)
-.error "gemm.s: TAP_CIN needs K in whole taps, TAP_ROWS, TAP_KW, strides, dilations and TAP_WQ positive, and no ACT_RESIDENT"
+.if TAP_CIN && (TAP_CIN < 0 || ACT_RESIDENT || K % TAP_CIN != 0 || TAP_ROWS < 1 || TAP_KW < 1 || TAP_SH < 1 || TAP_SW < 1 || TAP_DH < 1 || TAP_DW < 1 || TAP_WQ < 1 || TAP_PHASE_ROWS < 0 || TAP_PITCH < 1)
+.error "gemm.s: TAP_CIN needs K in whole taps, TAP_ROWS, TAP_KW, strides, dilations, TAP_WQ and TAP_PITCH positive, and no ACT_RESIDENT"
 .endif
 .set O, sizeof(OUT_DT)
 .if M < 1 || K < 1 || N < 1
@@ -296,7 +299,8 @@ fold:
     li t3, K * E
 .if TAP_CIN
     bne n0, r0, btile
-    # first strip: the A block's columns k0..k0+kt tap by tap, rows m0 + offset(t).. of a (pitch TAP_CIN*E),
+    # first strip: the A block's columns k0..k0+kt tap by tap, rows m0*TAP_PITCH + offset(t).. of a (pitch
+    # TAP_PITCH*TAP_CIN*E),
     # into the A region (pitch K*E); the row tile's first block waits s8 (region free)
     bne k0, r0, tapgo
     dmain.sync wait=s8
@@ -327,7 +331,12 @@ tapload:
     add t1, t1, t2
     muli t1, t1, TAP_PHASE_ROWS
     add t0, t0, t1           # + the phase's first row: offset(t)
+.if TAP_PITCH != 1
+    muli t1, m0, TAP_PITCH
+    add t0, t0, t1
+.else
     add t0, t0, m0
+.endif
     muli t0, t0, TAP_CIN
     add t0, t0, u2
     muli t0, t0, E
@@ -337,7 +346,7 @@ tapload:
     muli t1, t1, E
     add t1, t1, va           # destination
     muli t2, w, E
-    li u0, TAP_CIN * E
+    li u0, TAP_CIN * TAP_PITCH * E
     dma.ld t1, t0, mt, t2, u0, t3
     add col, col, w
     blt col, cend, tapload

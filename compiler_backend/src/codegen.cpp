@@ -187,7 +187,8 @@ std::optional<kernels::GemmKSplit> split_k_gemm(const KernelPlan& plan, const Ke
   g.q_scale_bits = static_cast<uint32_t>(param("Q_SCALE")), g.q_only = param("Q_ONLY") != 0;
   g.taps = kernels::ConvTaps{param("TAP_CIN"), param("TAP_ROWS"), param_or(call, "TAP_KW", 1),
                              param_or(call, "TAP_SH", 1), param_or(call, "TAP_SW", 1), param_or(call, "TAP_DH", 1),
-                             param_or(call, "TAP_DW", 1), param_or(call, "TAP_WQ", 1), param("TAP_PHASE_ROWS")};
+                             param_or(call, "TAP_DW", 1), param_or(call, "TAP_WQ", 1), param("TAP_PHASE_ROWS"),
+                             param_or(call, "TAP_PITCH", 1)};
   const auto a = call.tensors.find("a");
   g.a_local = a != call.tensors.end() &&
               isa::far_memory(static_cast<int64_t>(plan.buffers[static_cast<size_t>(a->second)].addr)) ==
@@ -1083,7 +1084,7 @@ kernels::GemmChip gemm_chip_of(const KernelCall& call, const std::map<std::strin
   g.residual = param("RESIDUAL", 0) != 0, g.residual_relu = param("RES_RELU", 0) != 0;
   g.taps = kernels::ConvTaps{param("TAP_CIN", 0), param("TAP_ROWS", 0), param("TAP_KW", 1), param("TAP_SH", 1),
                              param("TAP_SW", 1), param("TAP_DH", 1), param("TAP_DW", 1), param("TAP_WQ", 1),
-                             param("TAP_PHASE_ROWS", 0)};
+                             param("TAP_PHASE_ROWS", 0), param("TAP_PITCH", 1)};
   if (param("ACT", 0) != 0) g.act = call.rows;
   g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias || g.dequant || g.residual || g.act ? 6 : 7));
   g.schedule = kernels::GemmSchedule::Tiles;

@@ -54,7 +54,7 @@ bool residual_add(const KernelCall& call, int& i, int& j, bool& relu, float& q_s
   const rw::Node& y = p.nodes[static_cast<size_t>(a.args[1])];
   if (x.op != rw::Op::Input || y.op != rw::Op::Input || x.input == y.input) return false;
   for (const rw::Input& in : p.inputs)
-    if (in.per_row || (in.period != 0 && in.period != p.rows)) return false;
+    if (in.per_row || (in.period != 0 && in.period != p.rows) || in.stride != 0) return false;
   i = x.input, j = y.input;
   return true;
 }
@@ -177,7 +177,7 @@ int fuse_activations(KernelPlan& plan, const std::map<std::string, int64_t>& sym
       qb = act.row_outputs[1];
     }
     if (!kernels::rowwise::is_elementwise(one) || (one.inputs[0].period != 0 && one.inputs[0].period != one.rows) ||
-        act.row_input_offs[0] != 0)
+        one.inputs[0].stride != 0 || act.row_input_offs[0] != 0)
       continue;
     const int xb = act.row_inputs[0], ob = act.row_outputs[0];
     size_t g = a;  // the latest call before it that touches x

@@ -34,10 +34,10 @@ int Lowering::rw_node(KernelCall& call, rw::Op op, std::vector<int> args, float 
   return static_cast<int>(call.rows.nodes.size()) - 1;
 }
 
-int Lowering::rw_input(KernelCall& call, Stored s, bool per_row, int64_t period) {
+int Lowering::rw_input(KernelCall& call, Stored s, bool per_row, int64_t period, int64_t stride) {
   for (size_t i = 0; i < call.row_inputs.size(); ++i)
     if (call.row_inputs[i] == s.buf && call.row_input_offs[i] == s.off && call.rows.inputs[i].per_row == per_row &&
-        call.rows.inputs[i].period == period)
+        call.rows.inputs[i].period == period && call.rows.inputs[i].stride == stride)
       for (size_t k = 0; k < call.rows.nodes.size(); ++k)
         if (call.rows.nodes[k].op == rw::Op::Input && call.rows.nodes[k].input == static_cast<int>(i))
           return static_cast<int>(k);
@@ -46,6 +46,7 @@ int Lowering::rw_input(KernelCall& call, Stored s, bool per_row, int64_t period)
   in.dtype = s.dtype;
   in.per_row = per_row;
   in.period = period;
+  in.stride = stride;
   call.rows.inputs.push_back(in);
   call.row_inputs.push_back(s.buf);
   call.row_input_offs.push_back(s.off);

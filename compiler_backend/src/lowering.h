@@ -131,7 +131,7 @@ class Lowering {
   bool rowwise_op(const ir::Node& n) const;
   KernelCall rowwise_call(const std::string& label, int64_t rows, int64_t cols);
   int rw_node(KernelCall& call, rw::Op op, std::vector<int> args, float value = 0, float lo = 0, float hi = 0);
-  int rw_input(KernelCall& call, Stored s, bool per_row, int64_t period);
+  int rw_input(KernelCall& call, Stored s, bool per_row, int64_t period, int64_t stride = 0);  // stride: rowwise.h
   void rw_output(KernelCall& call, int node, Stored s);
   // Physical shape of a value broadcast against the group: right-aligned to the group's rank, NHWC-permuted.
   Shape physical(const Group& gr, Shape s) const;

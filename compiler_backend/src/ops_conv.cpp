@@ -2,8 +2,8 @@
 // its weights and epilogue): 1x1 stride-1 convs (and 1xKW ones of stride KW, whose windows tile the rows) are a
 // gemm on the activation itself; narrow ones compute several outputs of a row side by side (pack_factor); others
 // copy the padded input into an im2col matrix (one strided move per image and kernel row, its taps one run, over a
-// "virtual" output width Wv = Wp/stride so that a tap is one regular stride: window_tap_rows; one per tap where the
-// taps of a row are not adjacent, a dilation: window_taps) and run gemm.s on it, then drop the Wv - OW overhanging
+// "virtual" output width Wv = Wp/stride so that a tap is one regular stride; one per tap where the taps of a row
+// are not adjacent, a dilation: window_taps) and run gemm.s on it, then drop the Wv - OW overhanging
 // columns; where a tap's row of channels is 64 bytes or more, gemm.s reads the taps from the padded input in place
 // (implicit_im2col) and no matrix is copied. Depthwise convs run on the vector unit (a row-wise kernel summing tap x
 // weight, each tap read in place: tap_views); other grouped convs one gemm per group. MaxPool / AveragePool: taps
@@ -198,14 +198,15 @@ struct Window {
   int64_t kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
 };
 
-// Taps of a window over an NHWC input, copied by strided moves. The input is first split into sh x sw phases
-// (phase (a, b) holds padded rows a, a+sh, ... and columns b, b+sw, ...; one phase, the padded input itself,
-// for stride 1), each [N, Hq, Wq, C] with the border filled with `pad_value`. Output rows are then "virtual":
-// r = (n, oh, ow') with ow' < Wv = Wq, and tap (kh, kw) of row r is row r + offset of one phase: each tap is
-// a single move of contiguous rows into dst, [rows, taps*cg] (im2col for the MXU). The Wv - OW overhanging
-// columns are garbage, dropped afterwards. (The vector unit and the gemm on channel rows of 64 bytes or more read
-// the taps in place instead: tap_views, implicit_im2col; an ungrouped convolution's taps along a row are adjacent
-// without dilation, and are copied a kernel row at a time: window_tap_rows.)
+// Taps of a window over an NHWC input. The input is first padded and split into sh phases of rows (phase a holds
+// padded rows a, a+sh, ...; one, the padded input itself, for stride 1), each [N, Hq, Wp, C] with the border
+// filled with `pad_value`, Wp = Wv * sw the padded row. Output rows are then "virtual": r = (n, oh, ow') with ow' <
+// Wv, and tap (kh, kw) of row r is row r * sw + offset of the phase buffer, a regular stride of sw rows (of C
+// elements) over every virtual row: offset = phase (kh * dh) % sh's first row + (kh * dh / sh) * Wp + kw * dw
+// (kernels::tap_row_offset with sw 1, wq Wp and a pitch of sw). The Wv - OW overhanging columns are garbage (a tap
+// may read past a row's end, or past the last phase into `slack`), dropped afterwards. The taps are copied into an
+// im2col matrix [rows, taps * cg] (window_taps: a kernel row's taps, adjacent without dilation, as one run each)
+// or read in place (tap_views: the vector unit; implicit_im2col: the gemm on channel rows of 64 bytes or more).
 struct Taps {
   int64_t oh, ow, wv, rows;  // rows = N * OH * Wv
 };
@@ -235,13 +236,20 @@ Window window(Lowering& L, const ir::Node& n, int64_t h, int64_t w, int64_t kh, 
   return win;
 }
 
-// The input split into phases and padded (the first step of the taps above): P, its geometry, and the moves that
-// fill it (none where the input itself serves: stride 1, no padding, no slack).
+// The input padded and split into phases of rows (the first step of the taps above): P, its geometry, and the
+// moves that fill it (none where the input itself serves: stride 1 down the rows, no padding, no slack). A phase
+// that no tap reads (a 1x1 window of stride 2 reads one of two) is left unfilled.
 struct Phases {
   Stored P;
-  int64_t OH, OW, Hq, Wq, phases, slack;  // slack: rows read past the last phase by overhanging virtual columns
-  uint64_t row, image, phase_bytes;       // bytes of a phase row, image and phase
+  int64_t OH, OW, Hq, Wq, Wp, phases, slack;  // Wq: virtual columns (Wv); Wp = Wq * pitch, a phase row's pixels;
+  int64_t pitch;                              // slack: pixels read past the last phase by the overhanging columns
+  uint64_t row, image, phase_bytes;           // bytes of a phase row, image and phase
   std::vector<BufferMove> moves;
+  // the first pixel (of C elements) of the phase buffer that tap t's virtual row 0 reads
+  int64_t offset(const Window& w, int64_t t, int64_t n) const {
+    const int64_t ih = t / w.kw * w.dh, jw = t % w.kw * w.dw;
+    return ih % w.sh * n * Hq * Wp + ih / w.sh * Wp + jw;
+  }
 };
 
 Phases window_phases(Lowering& L, const std::string& label, Stored x, const Shape& s /*NCHW*/, const Window& w,
@@ -253,171 +261,83 @@ Phases window_phases(Lowering& L, const std::string& label, Stored x, const Shap
   if (out_w > 0) OW = out_w;
   const int64_t pb = std::max<int64_t>(w.pb, (OH - 1) * w.sh + (w.kh - 1) * w.dh + 1 - H - w.pt);
   const int64_t pr = std::max<int64_t>(w.pr, (OW - 1) * w.sw + (w.kw - 1) * w.dw + 1 - W - w.pl);
-  const int64_t Hq = (H + w.pt + pb + w.sh - 1) / w.sh, Wq = (W + w.pl + pr + w.sw - 1) / w.sw;
-  const int64_t phases = w.sh * w.sw;
+  const int64_t Hq = (H + w.pt + pb + w.sh - 1) / w.sh, Wq = (W + w.pl + pr + w.sw - 1) / w.sw, Wp = Wq * w.sw;
+  const int64_t phases = w.sh;
   const int es = isa::dtype_size(x.dtype);
-  // Rows (of C elements) read past the end of the last phase by the overhanging virtual columns.
-  const int64_t qh_max = (w.kh - 1) * w.dh / w.sh, qw_max = (w.kw - 1) * w.dw / w.sw;
-  const int64_t max_row = (OH - 1 + qh_max) * Wq + Wq - 1 + qw_max;
-  const int64_t slack = std::max<int64_t>(0, max_row + 1 - Hq * Wq);
-  const uint64_t row = static_cast<uint64_t>(Wq * C * es);
-  const uint64_t image = static_cast<uint64_t>(Hq) * row, phase_bytes = static_cast<uint64_t>(N) * image;
-  Stored P = x;
-  std::vector<BufferMove> moves;
-  const bool direct = phases == 1 && Hq == H && Wq == W && slack == 0;
-  if (!direct) {
-    P = Stored{L.temp(label + ".padded", x.dtype, {phases, N, Hq, Wq, C}, static_cast<uint64_t>(slack * C * es)),
-               0, x.dtype, true};
-    if (x.dtype == DType::I8 && pad_value != 0) throw LoweringIssue(label + ": internal: int8 padding must be 0");
-    int pat = L.pattern(pad_value, x.dtype, row);
-    auto fill = [&](uint64_t off, uint64_t rows, uint64_t rowbytes, int64_t stride) {
-      if (rows && rowbytes) moves.push_back(BufferMove{pat, P.buf, 0, off, rows, rowbytes, 0, stride});
-    };
-    if (phases == 1) {  // the border only, then one move per image
-      for (int64_t img = 0; img < N; ++img) {
-        const uint64_t base = static_cast<uint64_t>(img) * image;
-        fill(base, static_cast<uint64_t>(w.pt), row, static_cast<int64_t>(row));
-        fill(base + static_cast<uint64_t>(w.pt + H) * row, static_cast<uint64_t>(Hq - H - w.pt), row,
-             static_cast<int64_t>(row));
-      }
-      fill(0, static_cast<uint64_t>(N * Hq), static_cast<uint64_t>(w.pl * C * es), static_cast<int64_t>(row));
-      fill(static_cast<uint64_t>((w.pl + W) * C * es), static_cast<uint64_t>(N * Hq),
-           static_cast<uint64_t>((Wq - W - w.pl) * C * es), static_cast<int64_t>(row));
-      for (int64_t img = 0; img < N; ++img)
-        moves.push_back(BufferMove{x.buf, P.buf, x.off + static_cast<uint64_t>(img * H * W * C * es),
-                                   static_cast<uint64_t>(img) * image + static_cast<uint64_t>(w.pt) * row +
-                                       static_cast<uint64_t>(w.pl * C * es),
-                                   static_cast<uint64_t>(H), static_cast<uint64_t>(W * C * es), W * C * es,
-                                   static_cast<int64_t>(row)});
-    } else {  // fill the phases some tap reads (a 1x1 stride-2 window reads one of four), then a move per phase row
-      std::vector<bool> used(static_cast<size_t>(phases), false);
-      for (int64_t i = 0; i < w.kh; ++i)
-        for (int64_t j = 0; j < w.kw; ++j) used[static_cast<size_t>((i * w.dh % w.sh) * w.sw + j * w.dw % w.sw)] = true;
-      for (int64_t ph = 0; ph < phases; ++ph)
-        if (used[static_cast<size_t>(ph)])
-          fill(static_cast<uint64_t>(ph) * phase_bytes, static_cast<uint64_t>(N * Hq), row, static_cast<int64_t>(row));
-      for (int64_t a = 0; a < w.sh; ++a)
-        for (int64_t b = 0; b < w.sw; ++b) {
-          if (!used[static_cast<size_t>(a * w.sw + b)]) continue;
-          // phase column q <-> input column q*sw + b - pl
-          const int64_t q0 = std::max<int64_t>(0, (w.pl - b + w.sw - 1) / w.sw);
-          const int64_t q1 = std::min<int64_t>(Wq, (W + w.pl - b + w.sw - 1) / w.sw);  // exclusive
-          if (q1 <= q0) continue;
-          for (int64_t img = 0; img < N; ++img)
-            for (int64_t q = 0; q < Hq; ++q) {
-              const int64_t ih = q * w.sh + a - w.pt;
-              if (ih < 0 || ih >= H) continue;
-              const int64_t iw = q0 * w.sw + b - w.pl;
-              moves.push_back(BufferMove{
-                  x.buf, P.buf, x.off + static_cast<uint64_t>(((img * H + ih) * W + iw) * C * es),
-                  static_cast<uint64_t>(a * w.sw + b) * phase_bytes + static_cast<uint64_t>(img) * image +
-                      static_cast<uint64_t>(q) * row + static_cast<uint64_t>(q0 * C * es),
-                  static_cast<uint64_t>(q1 - q0), static_cast<uint64_t>(C * es), w.sw * C * es, C * es});
-            }
-        }
+  Phases ph{x, OH, OW, Hq, Wq, Wp, phases, 0, w.sw, 0, 0, 0, {}};
+  // Pixels read past the end of the last phase: the last virtual row, from the tap that reads furthest.
+  int64_t reach = 0;
+  const int64_t M = (N - 1) * Hq * Wq + OH * Wq;
+  for (int64_t t = 0; t < w.kh * w.kw; ++t) reach = std::max(reach, (M - 1) * w.sw + ph.offset(w, t, N) + 1);
+  ph.slack = std::max<int64_t>(0, reach - phases * N * Hq * Wp);
+  ph.row = static_cast<uint64_t>(Wp * C * es);
+  ph.image = static_cast<uint64_t>(Hq) * ph.row, ph.phase_bytes = static_cast<uint64_t>(N) * ph.image;
+  if (phases == 1 && Hq == H && Wp == W && ph.slack == 0) return ph;  // the input itself
+  ph.P = Stored{L.temp(label + ".padded", x.dtype, {phases, N, Hq, Wp, C}, static_cast<uint64_t>(ph.slack * C * es)),
+                0, x.dtype, true};
+  if (x.dtype == DType::I8 && pad_value != 0) throw LoweringIssue(label + ": internal: int8 padding must be 0");
+  const int pat = L.pattern(pad_value, x.dtype, ph.row);
+  auto fill = [&](uint64_t off, int64_t rows, int64_t cols) {
+    if (rows > 0 && cols > 0)
+      ph.moves.push_back(BufferMove{pat, ph.P.buf, 0, off, static_cast<uint64_t>(rows),
+                                    static_cast<uint64_t>(cols * C * es), 0, static_cast<int64_t>(ph.row)});
+  };
+  std::vector<bool> used(static_cast<size_t>(phases), false);
+  for (int64_t i = 0; i < w.kh; ++i) used[static_cast<size_t>(i * w.dh % w.sh)] = true;
+  for (int64_t a = 0; a < phases; ++a) {
+    if (!used[static_cast<size_t>(a)]) continue;
+    // phase row q <-> input row q * sh + a - pt; rows [q0, q1) are the input's
+    const int64_t q0 = std::min<int64_t>(Hq, std::max<int64_t>(0, (w.pt - a + w.sh - 1) / w.sh));
+    const int64_t q1 = std::max<int64_t>(q0, std::min<int64_t>(Hq, (H + w.pt - a + w.sh - 1) / w.sh));
+    for (int64_t img = 0; img < N; ++img) {
+      const uint64_t base = static_cast<uint64_t>(a) * ph.phase_bytes + static_cast<uint64_t>(img) * ph.image;
+      fill(base, q0, Wp);
+      fill(base + static_cast<uint64_t>(q1) * ph.row, Hq - q1, Wp);
+      fill(base + static_cast<uint64_t>(q0) * ph.row, q1 - q0, w.pl);
+      fill(base + static_cast<uint64_t>(q0) * ph.row + static_cast<uint64_t>((w.pl + W) * C * es), q1 - q0,
+           Wp - W - w.pl);
+      if (q1 > q0)
+        ph.moves.push_back(BufferMove{x.buf, ph.P.buf,
+                                      x.off + static_cast<uint64_t>(((img * H + q0 * w.sh + a - w.pt) * W) * C * es),
+                                      base + static_cast<uint64_t>(q0) * ph.row + static_cast<uint64_t>(w.pl * C * es),
+                                      static_cast<uint64_t>(q1 - q0), static_cast<uint64_t>(W * C * es),
+                                      w.sh * W * C * es, static_cast<int64_t>(ph.row)});
     }
   }
-  return Phases{P, OH, OW, Hq, Wq, phases, slack, row, image, phase_bytes, std::move(moves)};
+  return ph;
 }
 
+// The im2col matrix [N * OH * Wv, taps * cg] of channels [c0, c0 + cg) of each tap, columns (kh, kw, c): where the
+// taps of a kernel row are adjacent (dilation 1 across) and take every channel, one move per image and kernel row
+// of runs kw * C elements (a 3-channel stem's 7 taps one run of 42 bytes), else one per tap.
 Taps window_taps(Lowering& L, const std::string& label, Stored x, const Shape& s /*NCHW*/, const Window& w, float pad_value,
                  int64_t c0, int64_t cg, int dst, int64_t out_h = -1, int64_t out_w = -1) {
   const int64_t N = s[0], C = s[1];
   const int es = isa::dtype_size(x.dtype);
   Phases ph = window_phases(L, label, x, s, w, pad_value, out_h, out_w);
-  const int64_t OH = ph.OH, OW = ph.OW, Wq = ph.Wq;
-  const uint64_t row = ph.row, image = ph.image, phase_bytes = ph.phase_bytes;
-  const Stored P = ph.P;
+  const int64_t OH = ph.OH, OW = ph.OW, Wq = ph.Wq, taps = w.kh * w.kw;
+  const bool runs = w.dw == 1 && cg == C;
   std::vector<BufferMove> moves = std::move(ph.moves);
-  const int64_t taps = w.kh * w.kw, rows = N * OH * Wq;
   for (int64_t img = 0; img < N; ++img)
-    for (int64_t i = 0; i < w.kh; ++i)
-      for (int64_t j = 0; j < w.kw; ++j) {
-        const int64_t t = i * w.kw + j;
-        const int64_t a = i * w.dh % w.sh, qh = i * w.dh / w.sh, b = j * w.dw % w.sw, qw = j * w.dw / w.sw;
-        const uint64_t src = P.off + static_cast<uint64_t>(a * w.sw + b) * phase_bytes +
-                             static_cast<uint64_t>(img) * image + static_cast<uint64_t>(qh) * row +
-                             static_cast<uint64_t>((qw * C + c0) * es);
-        const uint64_t d = static_cast<uint64_t>((img * OH * Wq * taps + t) * cg * es);
-        const int64_t dstride = taps * cg * es;
-        moves.push_back(BufferMove{P.buf, dst, src, d, static_cast<uint64_t>(OH * Wq), static_cast<uint64_t>(cg * es),
-                                   C * es, dstride});
-      }
-  L.copy(label, std::move(moves));
-  return Taps{OH, OW, Wq, rows};
-}
-
-// The im2col matrix of a window whose taps along a kernel row are adjacent (dilation 1 across): the input split
-// into sh phases of rows only (phase a holds padded rows a, a+sh, ..., each [N, Hq, Wp, C], Wp = Wv * sw), so that
-// the KW taps of kernel row i over virtual row r = (n, oh, ow') are one run of KW * C elements at row r * sw of a
-// phase (a row of Wp columns is Wv strides): one move per image and kernel row, of runs KW times a tap's, where
-// window_taps moves each tap (a 3-channel stem's runs 6 bytes each). Columns (kh, kw, c), as window_taps'; the Wv -
-// OW overhanging columns are garbage, read partly past a row's end (or the last phase's, into `slack`), dropped
-// afterwards. The border is filled with zeros (convolutions only).
-Taps window_tap_rows(Lowering& L, const std::string& label, Stored x, const Shape& s /*NCHW*/, const Window& w,
-                     int dst) {
-  const int64_t N = s[0], C = s[1], H = s[2], W = s[3];
-  const int es = isa::dtype_size(x.dtype);
-  const int64_t OH = (H + w.pt + w.pb - w.dh * (w.kh - 1) - 1) / w.sh + 1;
-  const int64_t OW = (W + w.pl + w.pr - (w.kw - 1) - 1) / w.sw + 1;
-  const int64_t Wv = (W + w.pl + w.pr + w.sw - 1) / w.sw, Wp = Wv * w.sw;
-  const int64_t Hp = std::max<int64_t>(H + w.pt + w.pb, (OH - 1) * w.sh + (w.kh - 1) * w.dh + 1);
-  const int64_t Hq = (Hp + w.sh - 1) / w.sh;
-  const uint64_t row = static_cast<uint64_t>(Wp * C * es), image = static_cast<uint64_t>(Hq) * row;
-  const uint64_t phase_bytes = static_cast<uint64_t>(N) * image;
-  // elements read past the last phase: the last virtual row's run from the deepest kernel row
-  const int64_t qh_max = (w.kh - 1) * w.dh / w.sh;
-  const int64_t end = (qh_max * Wp + (OH * Wv - 1) * w.sw + w.kw) * C;
-  const int64_t slack = std::max<int64_t>(0, end - Hq * Wp * C);
-  const Stored P{L.temp(label + ".rows", x.dtype, {w.sh, N, Hq, Wp, C}, static_cast<uint64_t>(slack * es)), 0,
-                 x.dtype, true};
-  const int pat = L.pattern(0.0f, x.dtype, row);
-  std::vector<BufferMove> moves;
-  auto fill = [&](uint64_t off, int64_t rows, int64_t cols) {
-    if (rows > 0 && cols > 0)
-      moves.push_back(BufferMove{pat, P.buf, 0, off, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols * C * es),
-                                 0, static_cast<int64_t>(row)});
-  };
-  for (int64_t a = 0; a < w.sh; ++a)
-    for (int64_t img = 0; img < N; ++img) {
-      const uint64_t base = static_cast<uint64_t>(a) * phase_bytes + static_cast<uint64_t>(img) * image;
-      // phase row q <-> input row q * sh + a - pt; rows [q0, q1) are the input's
-      const int64_t q0 = std::min<int64_t>(Hq, std::max<int64_t>(0, (w.pt - a + w.sh - 1) / w.sh));
-      const int64_t q1 = std::max<int64_t>(q0, std::min<int64_t>(Hq, (H + w.pt - a + w.sh - 1) / w.sh));
-      fill(base, q0, Wp);
-      fill(base + static_cast<uint64_t>(q1) * row, Hq - q1, Wp);
-      fill(base + static_cast<uint64_t>(q0) * row, q1 - q0, w.pl);
-      fill(base + static_cast<uint64_t>(q0) * row + static_cast<uint64_t>((w.pl + W) * C * es), q1 - q0,
-           Wp - W - w.pl);
-      if (q1 > q0)
-        moves.push_back(BufferMove{x.buf, P.buf,
-                                   x.off + static_cast<uint64_t>(((img * H + q0 * w.sh + a - w.pt) * W) * C * es),
-                                   base + static_cast<uint64_t>(q0) * row + static_cast<uint64_t>(w.pl * C * es),
-                                   static_cast<uint64_t>(q1 - q0), static_cast<uint64_t>(W * C * es),
-                                   w.sh * W * C * es, static_cast<int64_t>(row)});
-    }
-  const int64_t taps = w.kh * w.kw;
-  for (int64_t img = 0; img < N; ++img)
-    for (int64_t i = 0; i < w.kh; ++i) {
-      const int64_t a = i * w.dh % w.sh, qh = i * w.dh / w.sh;
-      moves.push_back(BufferMove{
-          P.buf, dst,
-          P.off + static_cast<uint64_t>(a) * phase_bytes + static_cast<uint64_t>(img) * image +
-              static_cast<uint64_t>(qh) * row,
-          static_cast<uint64_t>((img * OH * Wv * taps + i * w.kw) * C * es), static_cast<uint64_t>(OH * Wv),
-          static_cast<uint64_t>(w.kw * C * es), w.sw * C * es, taps * C * es});
+    for (int64_t t = 0; t < taps; t += runs ? w.kw : 1) {
+      const uint64_t src = ph.P.off + static_cast<uint64_t>((ph.offset(w, t, N) + img * ph.Hq * ph.Wp) * C * es) +
+                           static_cast<uint64_t>(c0 * es);
+      const uint64_t d = static_cast<uint64_t>(((img * OH * Wq * taps) + t) * cg * es);
+      moves.push_back(BufferMove{ph.P.buf, dst, src, d, static_cast<uint64_t>(OH * Wq),
+                                 static_cast<uint64_t>((runs ? w.kw : 1) * cg * es), ph.pitch * C * es,
+                                 taps * cg * es});
     }
   L.copy(label, std::move(moves));
-  return Taps{OH, OW, Wv, N * OH * Wv};
+  return Taps{OH, OW, Wq, N * OH * Wq};
 }
 
 // The taps of a window as views of the padded, phase-split input (for the vector unit, which reads a tap's rows as
-// one operand): tap t is the M rows of C elements from row offset(t) of the phases (kernels/gemm_chip.h, ConvTaps),
-// with M = (N - 1) * Hq * Wq + OH * Wq virtual rows that span whole images, so that no tap is copied. Issues the
-// padding's moves. `whole`: the virtual rows are the outputs themselves (Wq = OW, and one image or Hq = OH).
+// one operand, `pitch` bytes apart, 0 where contiguous): tap t is the M rows of C elements from pixel offset(t) of the phases, with M =
+// (N - 1) * Hq * Wq + OH * Wq virtual rows that span whole images, so that no tap is copied. Issues the padding's
+// moves. `whole`: the virtual rows are the outputs themselves (Wq = OW, and one image or Hq = OH).
 struct TapViews {
   Phases ph;
-  int64_t rows;
+  int64_t rows, pitch;
   std::vector<Stored> taps;
   bool whole;
 };
@@ -425,17 +345,14 @@ struct TapViews {
 TapViews tap_views(Lowering& L, const std::string& label, Stored x, const Shape& s /*NCHW*/, const Window& w,
                    float pad_value, int64_t out_h = -1, int64_t out_w = -1) {
   const int64_t N = s[0], C = s[1];
-  TapViews v{window_phases(L, label, x, s, w, pad_value, out_h, out_w), 0, {}, false};
+  const int es = isa::dtype_size(x.dtype);
+  TapViews v{window_phases(L, label, x, s, w, pad_value, out_h, out_w), 0, 0, {}, false};
   L.copy(label, std::move(v.ph.moves));
-  const int64_t image = v.ph.Hq * v.ph.Wq;
-  v.rows = (N - 1) * image + v.ph.OH * v.ph.Wq;
+  v.rows = (N - 1) * v.ph.Hq * v.ph.Wq + v.ph.OH * v.ph.Wq;
+  v.pitch = v.ph.pitch > 1 ? v.ph.pitch * C * es : 0;  // 0: contiguous rows
   v.whole = v.ph.Wq == v.ph.OW && (N == 1 || v.ph.Hq == v.ph.OH);
-  const kernels::ConvTaps geometry{C, 0, w.kw, w.sh, w.sw, w.dh, w.dw, v.ph.Wq, N * image};
   for (int64_t t = 0; t < w.kh * w.kw; ++t)
-    v.taps.push_back(Stored{v.ph.P.buf,
-                            v.ph.P.off + static_cast<uint64_t>(kernels::tap_row_offset(geometry, t) * C *
-                                                               isa::dtype_size(x.dtype)),
-                            x.dtype, false});
+    v.taps.push_back(Stored{v.ph.P.buf, v.ph.P.off + static_cast<uint64_t>(v.ph.offset(w, t, N) * C * es), x.dtype, false});
   return v;
 }
 
@@ -478,7 +395,7 @@ struct Conv2d {
 
 // The implicit im2col (gemm.s's TAP_* parameters, kernels/gemm_chip.h ConvTaps) where a tap's row of input channels
 // is at least this many bytes (a DMA row shorter than that, as a 3-channel stem's 6 bytes, is left to the copied
-// matrix, whose copies move a kernel row's taps as one run: window_tap_rows).
+// matrix, whose copies move a kernel row's taps as one run: window_taps).
 constexpr int64_t kMinTapBytes = 64;
 
 // The convolution's GEMM, out = act(a[m, KH*KW*C] @ wt + bias) into `dst` (int8 weights where c.q8); `wt`: the
@@ -507,14 +424,16 @@ void implicit_im2col(Lowering& L, const ir::Node& n, const Conv2d& c, const std:
   const int64_t N = c.xs[0], C = c.xs[1], OC = c.OC;
   Phases ph = window_phases(L, c.label, c.X, c.xs, c.win, 0.0f, -1, -1);
   L.copy(c.label, std::move(ph.moves));
-  const int64_t image_rows = ph.Hq * ph.Wq, M = (N - 1) * image_rows + ph.OH * ph.Wq;
+  const int64_t M = (N - 1) * ph.Hq * ph.Wq + ph.OH * ph.Wq, phase_rows = N * ph.Hq * ph.Wp;
   const bool whole = ph.Wq == c.OW && (N == 1 || ph.Hq == c.OH);  // the gemm's rows are the outputs themselves
   Stored G = whole ? c.Y : Stored{L.temp(c.label + ".virtual", DType::BF16, {M, OC}), 0, DType::BF16, true};
   conv_gemm(L, n, c, wt, ph.P, M, G, whole ? c.value : -1);
   KernelCall& call = L.plan_.calls.back();
-  call.params.insert({{"TAP_CIN", C}, {"TAP_ROWS", ph.phases * N * image_rows + ph.slack}, {"TAP_KW", c.KW},
-                      {"TAP_SH", c.win.sh}, {"TAP_SW", c.win.sw}, {"TAP_DH", c.win.dh}, {"TAP_DW", c.win.dw},
-                      {"TAP_WQ", ph.Wq}, {"TAP_PHASE_ROWS", N * image_rows}});
+  // phases of rows only: one phase across (TAP_SW 1), a phase row the padded row, the stride across the pitch
+  call.params.insert({{"TAP_CIN", C}, {"TAP_ROWS", ph.phases * phase_rows + ph.slack}, {"TAP_KW", c.KW},
+                      {"TAP_SH", c.win.sh}, {"TAP_SW", 1}, {"TAP_DH", c.win.dh}, {"TAP_DW", c.win.dw},
+                      {"TAP_WQ", ph.Wp}, {"TAP_PHASE_ROWS", phase_rows}});
+  if (ph.pitch != 1) call.params["TAP_PITCH"] = ph.pitch;
   if (!whole) keep_outputs(L, c.label, G, c.Y, ph, N, OC);
 }
 
@@ -608,8 +527,7 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
     if (direct) return matmul(X, N * OH * OW, Y, c.value);
     if (C * isa::dtype_size(X.dtype) >= kMinTapBytes) return implicit_im2col(L, n, c, wt);
     int im = L.temp(label + ".im2col", X.dtype, {1});
-    Taps t = win.dw == 1 ? window_tap_rows(L, label, X, c.xs, win, im)
-                         : window_taps(L, label, X, c.xs, win, 0.0f, 0, C, im);
+    Taps t = window_taps(L, label, X, c.xs, win, 0.0f, 0, C, im);
     L.plan_.buffers[im].shape = {t.rows, taps * C};
     if (t.wv == OW) return matmul(Stored{im, 0, X.dtype, false}, t.rows, Y, c.value);
     Stored G{L.temp(label + ".virtual", DType::BF16, {t.rows, OC}), 0, DType::BF16, true};
@@ -624,7 +542,7 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
     for (int64_t k = 0; k < taps; ++k) {
       std::vector<float> wk(w.empty() ? 0 : static_cast<size_t>(C));  // empty: timing-only
       for (int64_t ci = 0; ci < static_cast<int64_t>(wk.size()); ++ci) wk[ci] = w[static_cast<size_t>(ci * taps + k)];
-      int xi = L.rw_input(call, v.taps[static_cast<size_t>(k)], false, 0);
+      int xi = L.rw_input(call, v.taps[static_cast<size_t>(k)], false, 0, v.pitch);
       int wi = L.rw_input(
           call, Stored{L.const_f32(c.wname + ".tap" + std::to_string(k), {C}, wk), 0, DType::F32, false}, false, 1);
       int prodn = L.rw_node(call, rw::Op::Mul, {xi, wi});
@@ -925,7 +843,7 @@ void pool2d(Lowering& L, const std::string& label, Stored X, const Shape& xs, co
   KernelCall call = L.rowwise_call(label, v.rows, C);
   int acc = -1;
   for (int64_t k = 0; k < taps; ++k) {
-    int xi = L.rw_input(call, v.taps[static_cast<size_t>(k)], false, 0);
+    int xi = L.rw_input(call, v.taps[static_cast<size_t>(k)], false, 0, v.pitch);
     acc = acc < 0 ? xi : L.rw_node(call, is_max ? rw::Op::Max : rw::Op::Add, {acc, xi});
   }
   if (!is_max) {

@@ -91,27 +91,51 @@ TEST(LowerConv, Stride1KernelRowsAreOneMoveEachOverVirtualRows) {
 }
 
 // Stride 2, pad 1 on [1,4,7,7]: the padded 9x9 input split into two phases of rows (even and odd padded rows),
-// each 5 rows of Wp = 10 columns (Wv = 5 strides of 2; Hq = 5): kernel row i reads phase i % 2 from row i / 2, its
-// 3 taps one run of 3 x 4 channels (24 bytes) every 2 columns (16 bytes); OH = 4 and Wv = 5, so 20 virtual rows.
+// each 5 rows of Wp = 10 columns (Wv = 5 strides of 2; Hq = 5), each filled by one move of the input's rows
+// (input rows 1, 3, 5 into phase 0, rows 0, 2, 4, 6 into phase 1: rows of 7 pixels, two input rows apart); kernel
+// row i reads phase i % 2 from row i / 2, its 3 taps one run of 3 x 4 channels (24 bytes) every 2 columns (16
+// bytes); OH = 4 and Wv = 5, so 20 virtual rows.
 TEST(LowerConv, Stride2SplitsThePaddedInputIntoPhasesOfRows) {
   ModelBuilder b = conv_model({1, 4, 7, 7}, 8, 3, 2, 1);
   KernelPlan p = plan_of(b);
   auto gemms = calls(p, "gemm.s");
   ASSERT_EQ(gemms.size(), 1u);
   EXPECT_EQ(gemms[0]->params.at("M"), 20);
-  int rows = 0;
+  int rows = 0, input_rows = 0;
   for (const KernelCall* c : calls(p, "copy"))
-    for (const BufferMove& m : c->moves)
+    for (const BufferMove& m : c->moves) {
       if (m.rows == 20 && m.rowbytes == 24 && m.dst_stride == 9 * 8) {
         EXPECT_EQ(m.src_stride, 16);
         ++rows;
       }
+      if (m.rowbytes == 7 * 8 && m.src_stride == 2 * 7 * 8 && m.dst_stride == 10 * 8) input_rows += static_cast<int>(m.rows);
+    }
   EXPECT_EQ(rows, 3);
+  EXPECT_EQ(input_rows, 7);  // every input row once, in two moves
   const Buffer* phases = nullptr;
   for (const Buffer& buf : p.buffers)
-    if (buf.name == "conv.rows") phases = &buf;
+    if (buf.name == "conv.padded") phases = &buf;
   ASSERT_NE(phases, nullptr);
   EXPECT_EQ(phases->shape, (std::vector<int64_t>{2, 1, 5, 10, 4}));
+}
+
+// Stride 2, pad 1, 32 channels (rows of 64 bytes: the gemm reads the taps in place, implicit_im2col) on
+// [1,32,8,8]: the same phases of rows, read at a pitch of 2 rows (TAP_PITCH): one phase across (TAP_SW 1), a phase
+// row the padded row of Wp = 10 pixels (TAP_WQ), 2 x 5 x 10 pixels in all, 4 x 5 = 20 virtual rows.
+TEST(LowerConv, Stride2TapsReadInPlaceAtAPitchOfTwoRows) {
+  ModelBuilder b = conv_model({1, 32, 8, 8}, 16, 3, 2, 1);
+  KernelPlan p = plan_of(b);
+  auto gemms = calls(p, "gemm.s");
+  ASSERT_EQ(gemms.size(), 1u);
+  const auto& q = gemms[0]->params;
+  EXPECT_EQ(q.at("M"), 20);
+  EXPECT_EQ(q.at("TAP_CIN"), 32);
+  EXPECT_EQ(q.at("TAP_PITCH"), 2);
+  EXPECT_EQ(q.at("TAP_SH"), 2);
+  EXPECT_EQ(q.at("TAP_SW"), 1);
+  EXPECT_EQ(q.at("TAP_WQ"), 10);
+  EXPECT_EQ(q.at("TAP_PHASE_ROWS"), 50);
+  EXPECT_GE(q.at("TAP_ROWS"), 100);
 }
 
 // A 1x1 stride-1 convolution reads the NHWC activation as its matrix: no im2col.

@@ -466,7 +466,7 @@ constexpr Reg zero{0}, cid{1}, t{2}, m0{3}, mt{4}, k0{5}, kt{6}, n0{7}, pw{8}, s
 
 // The A block of a chunk read as a convolution's taps (ConvTaps): columns [k0, k0 + kc) of rows m0 .. m0 + mt
 // into VMEM at va (row pitch astr), one DMA per tap the columns cover (rows of at most cin elements, read at
-// pitch cin from the tap's rows of a, at a_addr); the first waits `wait`. Scratch: t0..t3, kt, vc, r29..r31.
+// pitch pitch * cin from the tap's rows of a, at a_addr); the first waits `wait`. Scratch: t0..t3, kt, vc, r29..r31.
 void tap_loads(isa::Emitter& e, const ConvTaps& x, int64_t E, int64_t kc, isa::Sem wait, int64_t a_addr) {
   using namespace tile_regs;
   const isa::Label loop = e.label();
@@ -483,10 +483,12 @@ void tap_loads(isa::Emitter& e, const ConvTaps& x, int64_t E, int64_t kc, isa::S
     e.li(t0, x.sw), e.rem(vc, t1, t0), e.div(t1, t1, t0), e.add(t3, t3, t1);
     e.muli(kt, kt, x.sw), e.add(kt, kt, vc), e.muli(kt, kt, x.phase_rows), e.add(t3, t3, kt);
   }
-  e.add(t3, t3, m0), e.muli(t3, t3, x.cin), e.add(t3, t3, t2), e.muli(t3, t3, E);
+  if (x.pitch != 1) e.muli(kt, m0, x.pitch), e.add(t3, t3, kt);  // + row m0 of the matrix
+  else e.add(t3, t3, m0);
+  e.muli(t3, t3, x.cin), e.add(t3, t3, t2), e.muli(t3, t3, E);
   e.li(t0, a_addr), e.add(t3, t3, t0);                           // source address
   e.sub(t1, r29, k0), e.muli(t1, t1, E), e.add(t1, t1, va);      // VMEM address
-  e.muli(t2, r31, E), e.li(t0, x.cin * E), e.dma_ld(t1, t3, mt, t2, t0, astr);
+  e.muli(t2, r31, E), e.li(t0, x.cin * x.pitch * E), e.dma_ld(t1, t3, mt, t2, t0, astr);
   e.add(r29, r29, r31), e.blt(r29, r30, loop);
 }
 
@@ -1398,10 +1400,11 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
     if (g.k % x.cin != 0 || (g.k / x.cin) % std::max<int64_t>(x.kw, 1) != 0)
       throw std::invalid_argument("gemm_chip: K = " + std::to_string(g.k) + " is not whole taps of " +
                                   std::to_string(x.cin) + " elements in rows of " + std::to_string(x.kw));
-    if (x.rows < 1 || x.kw < 1 || x.sh < 1 || x.sw < 1 || x.dh < 1 || x.dw < 1 || x.wq < 1 || x.phase_rows < 0)
-      throw std::invalid_argument("gemm_chip: taps need positive rows, kw, strides, dilations and wq");
+    if (x.rows < 1 || x.kw < 1 || x.sh < 1 || x.sw < 1 || x.dh < 1 || x.dw < 1 || x.wq < 1 || x.phase_rows < 0 ||
+        x.pitch < 1)
+      throw std::invalid_argument("gemm_chip: taps need positive rows, kw, strides, dilations, wq and pitch");
     int64_t reach = 0;  // the furthest row of a any tap reads
-    for (int64_t t = 0; t < g.k / x.cin; ++t) reach = std::max(reach, g.m - 1 + tap_row_offset(x, t));
+    for (int64_t t = 0; t < g.k / x.cin; ++t) reach = std::max(reach, (g.m - 1) * x.pitch + tap_row_offset(x, t));
     if (reach >= x.rows)
       throw std::invalid_argument("gemm_chip: the taps read row " + std::to_string(reach) + " of a, which has " +
                                   std::to_string(x.rows) + " rows");

@@ -85,7 +85,7 @@ void check(const GemmKSplit& g) {
     throw std::invalid_argument("gemm_ksplit: background loads on one core");
   const ConvTaps& t = g.taps;
   if (t.cin < 0 || (t.cin > 0 && (g.k % t.cin != 0 || t.rows < 1 || t.kw < 1 || t.sh < 1 || t.sw < 1 || t.dh < 1 ||
-                                  t.dw < 1 || t.wq < 1 || t.phase_rows < 0)))
+                                  t.dw < 1 || t.wq < 1 || t.phase_rows < 0 || t.pitch < 1)))
     throw std::invalid_argument("gemm_ksplit: the taps need K in whole taps, their rows, strides and widths positive");
 }
 
@@ -266,8 +266,9 @@ void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int
       }
       for (int64_t col = k0; col < k1;) {
         const int64_t tap = col / g.taps.cin, ch = col % g.taps.cin, w = std::min(g.taps.cin - ch, k1 - col);
-        const int64_t src = a_addr + ((m0 + tap_row_offset(g.taps, tap)) * g.taps.cin + ch) * E;
-        set({{r1, L.a + col * E}, {r2, src}, {r3, mt}, {r4, w * E}, {r5, g.taps.cin * E}, {r6, g.k * E}});
+        const int64_t src = a_addr + ((m0 * g.taps.pitch + tap_row_offset(g.taps, tap)) * g.taps.cin + ch) * E;
+        set({{r1, L.a + col * E}, {r2, src}, {r3, mt}, {r4, w * E}, {r5, g.taps.pitch * g.taps.cin * E},
+             {r6, g.k * E}});
         e.dma_ld(r1, r2, r3, r4, r5, r6);
         col += w;
       }

@@ -736,8 +736,14 @@ void validate(const Program& p) {
   if (p.cores < 1) fail("cores must be positive (got " + std::to_string(p.cores) + ")");
   if (p.slots != 0 && p.slots != 2 && p.slots != 3)
     fail("slots must be 2, 3 or 0 (the generator's choice), not " + std::to_string(p.slots));
-  for (size_t i = 0; i < p.inputs.size(); ++i)
-    if (p.inputs[i].period < 0) fail("input " + std::to_string(i) + " has a negative period");
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    const Input& in = p.inputs[i];
+    if (in.period < 0) fail("input " + std::to_string(i) + " has a negative period");
+    if (in.stride < 0 || (in.stride > 0 && (in.per_row || is_periodic(p, in) ||
+                                            in.stride % static_cast<int64_t>(isa::dtype_size(in.dtype)) != 0)))
+      fail("input " + std::to_string(i) + ": a row stride (" + std::to_string(in.stride) +
+           " bytes) needs a Full input of whole rows (no period) and whole elements");
+  }
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const Node& n = p.nodes[i];
     size_t arity = 1;
@@ -1098,7 +1104,8 @@ class Emitter {
   // tensors may not overlap (isa::validate_tensors). Others as themselves.
   void declare_tensors() {
     const int64_t R = p_.rows, C = p_.cols;
-    auto in_bytes = [&](const Input& in) {
+    auto in_bytes = [&](const Input& in) {  // a strided input: its first row to the end of its last
+      if (in.stride > 0) return static_cast<uint64_t>((R - 1) * in.stride + C * isa::dtype_size(in.dtype));
       return static_cast<uint64_t>((in.period > 0 ? in.period : R) * (in.per_row ? 1 : C) * isa::dtype_size(in.dtype));
     };
     std::vector<size_t> order(p_.inputs.size());
@@ -1120,7 +1127,7 @@ class Emitter {
       t.name = in.name.empty() ? "in" + std::to_string(i) : in.name;
       t.kind = isa::TensorKind::Input;
       t.addr = p_.inputs[order[g]].addr;
-      if (e == g + 1) {
+      if (e == g + 1 && in.stride == 0) {
         t.dtype = in.dtype;
         t.shape = {in.period > 0 ? in.period : R};
         if (!in.per_row) t.shape.push_back(C);
@@ -1191,11 +1198,17 @@ class Emitter {
       const auto dst = static_cast<int64_t>(b_.slot_base + b_.low.bufs[static_cast<size_t>(sb)].off);
       const auto addr = static_cast<int64_t>(in.addr);
       if (!is_periodic(p_, in)) {
-        rows_at(addr, rb, r(20), r(21));
-        e_.addi(r(9), r(22), dst);
         isa::DmaLdOptions o;
         if (wait_on_load && i == used.front()) o.wait = s(1);
         if (signal_on_load && i == used.back()) o.signal = s(2);
+        if (in.stride > 0) {  // r21 rows of rb bytes, `stride` apart, from row r20
+          rows_at(addr, in.stride, r(20), r(21));
+          e_.addi(r(9), r(22), dst), e_.li(r(24), rb), e_.li(r(25), in.stride);
+          e_.dma_ld(r(9), r(23), r(21), r(24), r(25), r(24), o);  // input i
+          continue;
+        }
+        rows_at(addr, rb, r(20), r(21));
+        e_.addi(r(9), r(22), dst);
         e_.dma_ld(r(9), r(23), r(5), r(24), r(24), r(24), o);  // input i
         continue;
       }

@@ -182,8 +182,8 @@ class ErrorsBase(Workdir):
                            [f32("y", [4])])
             return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
         if name == "onnx-copy-too-large":
-            m = onnx_model([helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[2, 93], strides=[2, 63])],
-                           [f32("x", [650, 3, 70, 108])], [f32("y", None)])
+            m = onnx_model([helper.make_node("Transpose", ["x"], ["y"], name="t", perm=list(reversed(range(14))))],
+                           [f32("x", [3] * 14)], [f32("y", None)])
             return ["compile", self.save_model("m.onnx", m), "-o", self.path("m.tpub")]
         if name == "does-not-fit":
             return ["run", self.kernel(".input a, f32, [1 << 38]\n"), "--timing-only"]

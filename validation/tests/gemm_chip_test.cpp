@@ -1309,7 +1309,8 @@ TEST(GemmChip, Int8EpilogueMatchesGemmS) { epilogue_cases(DType::I8, 915, true, 
 // against both kernels on the im2col matrix the host builds from the convolution's definition (output (n, oh,
 // ow), tap (i, j), channel c reads padded pixel (oh*sh + i*dh, ow*sw + j*dw)), bit for bit on every output row.
 // Channel counts of 4 (two taps per fold of 8) and 12 (taps across folds) and strides, dilations and batches that
-// give several phases and images.
+// give several phases and images. The same in the compiler's layout (ops_conv.cpp, window_phases): sh phases of
+// rows only, each [n, Hq, Wq * sw], read at a pitch of sw rows (ConvTaps::pitch, TAP_PITCH).
 struct ConvCase {
   int64_t n, h, w, cin, oc, k, stride, dil, pad;
 };
@@ -1392,6 +1393,31 @@ void conv_taps_cases(DType in, uint64_t seed) {
     expect_all(what + ": gemm.s vs gemm_chip on the taps, bit for bit", outputs.size(),
                [&](size_t i) { return same(one[outputs[i]], whole[outputs[i]]); },
                [&](size_t i) { return "gemm.s " + num(one[outputs[i]]) + ", gemm_chip " + num(whole[outputs[i]]); });
+    // phases of rows only: phase pa holds padded rows pa, pa + s, ..., each of Wp = Wq * s pixels
+    const int64_t Wp = Wq * s;
+    kernels::ConvTaps y{cc.cin, 0, cc.k, s, 1, cc.dil, cc.dil, Wp, cc.n * Hq * Wp, s};
+    int64_t reach_rows = s * cc.n * Hq * Wp;
+    for (int64_t t = 0; t < cc.k * cc.k; ++t)
+      reach_rows = std::max(reach_rows, (M - 1) * s + kernels::tap_row_offset(y, t) + 1);
+    y.rows = reach_rows;
+    std::vector<double> rows(static_cast<size_t>(y.rows * cc.cin), 0.0);
+    for (int64_t pa = 0; pa < s; ++pa)
+      for (int64_t n = 0; n < cc.n; ++n)
+        for (int64_t q = 0; q < Hq; ++q)
+          for (int64_t p = 0; p < Wp; ++p)
+            for (int64_t c = 0; c < cc.cin; ++c)
+              rows[(((pa * cc.n + n) * Hq + q) * Wp + p) * cc.cin + c] = pixel(n, q * s + pa, p, c);
+    g.taps = y;
+    const std::vector<double> whole_rows = run(kernels::gemm_chip_kernel(g, symbols), rows);
+    defines["TAP_ROWS"] = y.rows, defines["TAP_SW"] = 1, defines["TAP_WQ"] = Wp, defines["TAP_PHASE_ROWS"] = y.phase_rows;
+    defines["TAP_PITCH"] = s;
+    const std::vector<double> one_rows = run(kernels::assemble("gemm.s", defines, {}, 0), rows);
+    expect_all(what + ": gemm_chip on phases of rows (pitch " + std::to_string(s) + ") vs the im2col matrix", outputs.size(),
+               [&](size_t i) { return same(whole_rows[outputs[i]], matrix[outputs[i]]); },
+               [&](size_t i) { return "rows " + num(whole_rows[outputs[i]]) + ", matrix " + num(matrix[outputs[i]]); });
+    expect_all(what + ": gemm.s on phases of rows (pitch " + std::to_string(s) + ") vs the im2col matrix", outputs.size(),
+               [&](size_t i) { return same(one_rows[outputs[i]], one_matrix[outputs[i]]); },
+               [&](size_t i) { return "rows " + num(one_rows[outputs[i]]) + ", matrix " + num(one_matrix[outputs[i]]); });
   }
 }
 

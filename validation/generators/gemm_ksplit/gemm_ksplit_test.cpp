@@ -153,7 +153,7 @@ Outcome same_bits(OnChip& on, const GemmKSplit& given, uint32_t seed, bool a_in_
   if (g.taps.cin > 0)
     d["TAP_CIN"] = g.taps.cin, d["TAP_ROWS"] = g.taps.rows, d["TAP_KW"] = g.taps.kw, d["TAP_SH"] = g.taps.sh,
     d["TAP_SW"] = g.taps.sw, d["TAP_DH"] = g.taps.dh, d["TAP_DW"] = g.taps.dw, d["TAP_WQ"] = g.taps.wq,
-    d["TAP_PHASE_ROWS"] = g.taps.phase_rows;
+    d["TAP_PHASE_ROWS"] = g.taps.phase_rows, d["TAP_PITCH"] = g.taps.pitch;
   Outcome o;
   o.gemm_cycles = chip->run(kernels::assemble("gemm.s", d, addr)).stats.cycles;
   std::map<std::string, uint64_t> addr2 = addr;
@@ -268,6 +268,12 @@ TEST(GemmKSplit, RandomShapesAsGemmS) {
       const int64_t wq = ow + 2;
       g.taps = kernels::ConvTaps{cin, (oh + 2) * wq + 2, 3, 1, 1, 1, 1, wq, (oh + 2) * wq + 2};
       g.m = oh * wq, g.k = 9 * cin;
+    } else if (rng() % 2 == 0) {  // of stride 2, as the compiler lays it out: two phases of rows, a pitch of 2
+      const int64_t cin = std::array<int64_t, 3>{16, 64, 96}[rng() % 3], oh = pick(3, 8), ow = pick(3, 8);
+      const int64_t hq = oh + 1, wv = ow + 1, wp = 2 * wv;
+      g.taps = kernels::ConvTaps{cin, 0, 3, 2, 1, 1, 1, wp, hq * wp, 2};
+      g.m = oh * wv, g.k = 9 * cin;
+      g.taps.rows = std::max(2 * hq * wp, (g.m - 1) * 2 + hq * wp + 3);  // the last row of the odd rows' taps
     } else {
       g.m = pick(1, 300), g.k = pick(129, 1500);
     }

@@ -527,6 +527,51 @@ Split split_rows(rw::Program p, int64_t cores, const std::vector<std::string>& s
   return out;
 }
 
+// Strided inputs (Input::stride): three taps of a window of stride 2 read in place from one buffer of 2R + 2 rows
+// (tap k: rows 2r + k, 2 x C elements apart), as the compiler's pooling and depthwise kernels read a padded input
+// split into phases of rows (ops_conv.cpp, tap_views): their maximum (exact) and the sum of the outer two (f32,
+// within its rounding), against the host's rows, on one core and on three (the same bytes). A stride on a periodic or per-row input
+// is refused.
+TEST(Rowwise, StridedRowsReadInPlace) {
+  constexpr int64_t R = 1200, C = 512;
+  const std::vector<double> base = uniform(static_cast<size_t>((2 * R + 2) * C), -4, 4, 41);
+  rw::Program p;
+  p.rows = R, p.cols = C;
+  auto build = [&](Harness& h, rw::Program& q) {
+    std::vector<double> stored;
+    const std::vector<uint8_t> bytes = encode(base, DType::BF16, &stored);
+    const uint64_t at = h.alloc(bytes.size());
+    h.chip->write_hbm(at, bytes.data(), bytes.size());
+    std::vector<int> x;
+    for (int64_t k = 0; k < 3; ++k) {
+      rw::Input in;
+      in.addr = at + static_cast<uint64_t>(k * C * 2), in.dtype = DType::BF16, in.stride = 2 * C * 2;
+      q.inputs.push_back(in);
+      std::vector<double> rows(static_cast<size_t>(R * C));
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < C; ++c) rows[static_cast<size_t>(r * C + c)] = stored[static_cast<size_t>((2 * r + k) * C + c)];
+      h.host.push_back(rows);
+      x.push_back(q.input(static_cast<int>(q.inputs.size()) - 1));
+    }
+    h.add_output(q, q.binary(Op::Max, q.binary(Op::Max, x[0], x[1]), x[2]), DType::BF16);
+    h.add_output(q, q.binary(Op::Add, x[0], x[2]), DType::F32);
+  };
+  const Split s = split_rows(p, 3, {"chip.cores=3"}, build, {Tol{0}, Tol{0, 0, 0x1p-24}});
+  EXPECT_EQ(s.plan.cores_used, 3);
+  EXPECT_GT(s.plan.tiles, 1);  // on each core: rows offset by tile
+  rw::Program bad = p;
+  bad.inputs.push_back(rw::Input{1 << 20, DType::BF16, false, 4, "periodic", 2 * C * 2});
+  bad.outputs.push_back(rw::Output{bad.input(0), 1 << 24, DType::BF16});
+  try {
+    std::map<std::string, int64_t> syms;
+    for (const auto& [k, v] : sim::kernel_symbols(sim::load_config("v4-like", {}))) syms[k] = v;
+    rw::source(bad, syms);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("row stride"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Rowwise, RowsSharedAmongCoresGiveTheOneCoreResults) {
   // Layer norm of [257, 768] on 5 cores: S = ceil(257 / 5) = 52 rows each (the last core 49); gamma and beta
   // (period 1) stay loop-invariant on every core.

@@ -72,11 +72,15 @@ enum class GemmSchedule { Auto, Strips, Tiles };
 // (ih, jw) = (i * dh, j * dw):
 //   offset(t) = ((ih % sh) * sw + jw % sw) * phase_rows + (ih / sh) * wq + jw / sw
 // (the tap's phase, then its row and column inside the phase; wq: a phase's row length, phase_rows: its rows).
+// With pitch p > 1 the element is a[r * p + offset(t)][c]: the matrix's consecutive rows are p rows of a apart,
+// as where the compiler splits the padded input into sh phases of rows only (sw = 1 in the formula, wq the padded
+// row, p the convolution's stride across columns: ops_conv.cpp, window_phases).
 // The kernels load each fold's A block tap by tap (one DMA per tap and fold, rows of at most cin elements at
-// pitch cin) into the same VMEM layout as the copied matrix, so the matrix work and the results are the same.
+// pitch p * cin) into the same VMEM layout as the copied matrix, so the matrix work and the results are the same.
 struct ConvTaps {
   int64_t cin = 0;  // elements per tap (a row of a); 0: a is the [M, K] matrix itself
   int64_t rows = 0, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, wq = 1, phase_rows = 0;
+  int64_t pitch = 1;  // rows of a between the matrix's consecutive rows
   bool operator==(const ConvTaps&) const = default;
 };
 // offset(t) above.

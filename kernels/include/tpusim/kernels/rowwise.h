@@ -86,13 +86,15 @@ const char* op_name(Op op);
 
 // An HBM input. Full: [R, C] elements, or a smaller [period, C] tensor repeated: row r reads row r % period
 // (period 0 = R; period 1 = one [C] vector for every row, like a bias or layer norm's gamma). per_row: [R] (or
-// [period]) values, one per row.
+// [period]) values, one per row. stride > 0: row r of a Full input of period 0 is at addr + r * stride (a tap of a
+// strided window read in place: the compiler's ops_conv.cpp tap_views), each tile's rows one strided transfer.
 struct Input {
   uint64_t addr = 0;
   isa::DType dtype = isa::DType::F32;
   bool per_row = false;
   int64_t period = 0;
   std::string name = {};  // the tensor's name in the program ("in<i>" when empty)
+  int64_t stride = 0;     // bytes from one row to the next; 0: contiguous rows (C elements)
   bool operator==(const Input&) const = default;
 };
 
