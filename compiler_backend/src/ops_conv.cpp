@@ -376,6 +376,38 @@ void drop_virtual(Lowering& L, const std::string& label, Stored from, Stored to,
                           static_cast<uint64_t>(t.ow * c * es), t.wv * c * es, t.ow * c * es}});
 }
 
+// The taps a depthwise convolution's row-wise kernel takes at once (depthwise in conv2d): all of them where that
+// kernel fits a core's VMEM, else the most whose kernel does, with the partial sums of the chunk before as an input
+// and written out in f32 (the bias and the ReLU counted too).
+int64_t depthwise_chunk(const Lowering& L, int64_t rows, int64_t C, int64_t taps, int64_t pitch, bool bias, bool relu) {
+  auto fits = [&](int64_t n, bool first) {
+    rw::Program p;
+    p.rows = rows, p.cols = C;
+    int acc = -1;
+    if (!first) p.inputs.push_back(rw::Input{0, DType::F32}), acc = p.input(0);
+    for (int64_t k = 0; k < n; ++k) {
+      p.inputs.push_back(rw::Input{0, DType::BF16, false, 0, "", pitch});
+      const int x = p.input(static_cast<int>(p.inputs.size()) - 1);
+      p.inputs.push_back(rw::Input{0, DType::F32, false, 1});
+      const int prod = p.binary(rw::Op::Mul, x, p.input(static_cast<int>(p.inputs.size()) - 1));
+      acc = acc < 0 ? prod : p.binary(rw::Op::Add, acc, prod);
+    }
+    if (bias) p.inputs.push_back(rw::Input{0, DType::F32, false, 1}), acc = p.binary(rw::Op::Add, acc, p.input(static_cast<int>(p.inputs.size()) - 1));
+    if (relu) acc = p.unary(rw::Op::Relu, acc);
+    p.outputs.push_back(rw::Output{acc, 0, DType::F32});
+    try {
+      kernels::rowwise::plan(p, L.opts_.target.symbols);
+      return true;
+    } catch (const std::invalid_argument&) {
+      return false;
+    }
+  };
+  if (fits(taps, true)) return taps;
+  int64_t n = taps - 1;
+  while (n > 1 && !fits(n, false)) --n;
+  return n;
+}
+
 // A convolution in the form the 2-D core computes: an NHWC input, [OC, Cg, KH, KW] weights, an NHWC output.
 struct Conv2d {
   std::string label, wname;
@@ -537,26 +569,41 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
   }
   if (Cg == 1 && OC == groups) {  // depthwise: sum over taps of tap * w[tap] on the vector unit, taps read in place
     TapViews v = tap_views(L, label, X, c.xs, win, 0.0f);
-    KernelCall call = L.rowwise_call(label, v.rows, C);
-    int acc = -1;
-    for (int64_t k = 0; k < taps; ++k) {
-      std::vector<float> wk(w.empty() ? 0 : static_cast<size_t>(C));  // empty: timing-only
-      for (int64_t ci = 0; ci < static_cast<int64_t>(wk.size()); ++ci) wk[ci] = w[static_cast<size_t>(ci * taps + k)];
-      int xi = L.rw_input(call, v.taps[static_cast<size_t>(k)], false, 0, v.pitch);
-      int wi = L.rw_input(
-          call, Stored{L.const_f32(c.wname + ".tap" + std::to_string(k), {C}, wk), 0, DType::F32, false}, false, 1);
-      int prodn = L.rw_node(call, rw::Op::Mul, {xi, wi});
-      acc = acc < 0 ? prodn : L.rw_node(call, rw::Op::Add, {acc, prodn});
-    }
-    if (c.has_bias) {
-      int bi = L.rw_input(call, Stored{L.const_f32(c.wname + ".bias", {C}, c.bias), 0, DType::F32, false}, false, 1);
-      acc = L.rw_node(call, rw::Op::Add, {acc, bi});
-    }
-    if (c.relu) acc = L.rw_node(call, rw::Op::Relu, {acc});
     Stored G = v.whole ? Y : Stored{L.temp(label + ".virtual", DType::BF16, {v.rows, C}), 0, DType::BF16, true};
-    L.rw_output(call, acc, G);
-    call.flops = c.flops;
-    L.plan_.calls.push_back(std::move(call));
+    // The taps in chunks whose row-wise kernels fit a core's VMEM (all of them but on h200-like's 228 KB, for
+    // EfficientNet-B0's 5 x 5 convolutions of 1152 channels): each chunk after the first adds its products to
+    // the f32 partial sums of the one before, in the same order: the same sums as one kernel's.
+    const int64_t chunk = depthwise_chunk(L, v.rows, C, taps, v.pitch, c.has_bias, c.relu);
+    Stored partial;
+    for (int64_t k0 = 0; k0 < taps; k0 += chunk) {
+      const int64_t k1 = std::min(taps, k0 + chunk);
+      KernelCall call = L.rowwise_call(label, v.rows, C);
+      int acc = k0 > 0 ? L.rw_input(call, partial, false, 0) : -1;
+      for (int64_t k = k0; k < k1; ++k) {
+        std::vector<float> wk(w.empty() ? 0 : static_cast<size_t>(C));  // empty: timing-only
+        for (int64_t ci = 0; ci < static_cast<int64_t>(wk.size()); ++ci) wk[ci] = w[static_cast<size_t>(ci * taps + k)];
+        int xi = L.rw_input(call, v.taps[static_cast<size_t>(k)], false, 0, v.pitch);
+        int wi = L.rw_input(
+            call, Stored{L.const_f32(c.wname + ".tap" + std::to_string(k), {C}, wk), 0, DType::F32, false}, false, 1);
+        int prodn = L.rw_node(call, rw::Op::Mul, {xi, wi});
+        acc = acc < 0 ? prodn : L.rw_node(call, rw::Op::Add, {acc, prodn});
+      }
+      if (k1 < taps) {
+        partial = Stored{L.temp(label + ".partial" + std::to_string(k1), DType::F32, {v.rows, C}), 0, DType::F32, false};
+        L.rw_output(call, acc, partial);
+        call.flops = c.flops * static_cast<double>(k1 - k0) / static_cast<double>(taps);
+        L.plan_.calls.push_back(std::move(call));
+        continue;
+      }
+      if (c.has_bias) {
+        int bi = L.rw_input(call, Stored{L.const_f32(c.wname + ".bias", {C}, c.bias), 0, DType::F32, false}, false, 1);
+        acc = L.rw_node(call, rw::Op::Add, {acc, bi});
+      }
+      if (c.relu) acc = L.rw_node(call, rw::Op::Relu, {acc});
+      L.rw_output(call, acc, G);
+      call.flops = c.flops * static_cast<double>(k1 - k0) / static_cast<double>(taps);
+      L.plan_.calls.push_back(std::move(call));
+    }
     if (!v.whole) keep_outputs(L, label, G, Y, v.ph, N, C);
     return;
   }

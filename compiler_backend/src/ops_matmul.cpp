@@ -418,6 +418,32 @@ void gemv(Lowering& L, const std::string& label, Stored x, const std::vector<flo
   L.plan_.calls.push_back(std::move(call));
 }
 
+// Whether gemv's row-wise kernel fits a row of k weights (their staging slots, x as a loop-invariant row, the
+// products) in a core's VMEM: not on h200-like's 228 KB of shared memory for VGG's classifier (rows of 25,088
+// weights), whose product then runs as the GEMM on the matrix unit. x taken as f32 (its widest form).
+bool gemv_fits(const Lowering& L, int64_t k, int64_t n, bool int8_weights, bool bias, bool relu, DType out) {
+  const DType x = DType::F32;
+  rw::Program p;
+  p.rows = n, p.cols = k;
+  p.inputs.push_back(rw::Input{0, int8_weights ? DType::I8 : DType::BF16});
+  p.inputs.push_back(rw::Input{0, x, false, 1});
+  int r = p.unary(rw::Op::RowSum, p.binary(rw::Op::Mul, p.input(0), p.input(1)));
+  for (bool per_row : {int8_weights, bias})
+    if (per_row) {
+      p.inputs.push_back(rw::Input{0, DType::F32, true});
+      r = p.binary(int8_weights && p.inputs.size() == 3 ? rw::Op::Mul : rw::Op::Add, r,
+                   p.input(static_cast<int>(p.inputs.size()) - 1));
+    }
+  if (relu) r = p.unary(rw::Op::Relu, r);
+  p.outputs.push_back(rw::Output{r, 0, out});
+  try {
+    kernels::rowwise::plan(p, L.opts_.target.symbols);
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
 // The part size G when a matmul's result `out` (n columns) is read only by a Split of its last axis into equal
 // parts of whole matrix-unit strips (fused sibling projections, GPT-2's c_attn): the GEMM can store the parts one
 // after the other (GROUP_N) and the Split's outputs are then views. Else 0.
@@ -468,8 +494,9 @@ void lower_matmul(Lowering& L, const ir::Node& n) {
     std::string label = n.name;
     int out = fuse_epilogue(L, n.outputs[0], nn, bias, bias_name, relu, label);
     Stored C = L.destination(out, L.storage_type(out));
-    if (m == 1) {  // a matrix-vector product: on the vector unit
-      gemv(L, label, L.get_any(a, false), w, k, nn, bias, L.val(b).name, relu, C, L.opts_.precision == Precision::INT8);
+    const bool q8 = L.opts_.precision == Precision::INT8;
+    if (m == 1 && gemv_fits(L, k, nn, q8, !bias.empty(), relu, C.dtype)) {  // on the vector unit
+      gemv(L, label, L.get_any(a, false), w, k, nn, bias, L.val(b).name, relu, C, q8);
       return;
     }
     const int64_t group = C.nhwc || C.off != 0 ? 0 : grouped_split(L, out, nn);

@@ -369,6 +369,21 @@ class Conv(OpCase):
                 m = nn.Conv2d(cin, cout, k, stride=s, padding=p, dilation=d, groups=g, bias=bias)
                 self.check(m, randn(b, cin, h, w), name=name)
 
+    def test_depthwise_taps_in_chunks_where_one_kernel_does_not_fit(self):
+        # A depthwise convolution whose row-wise kernel (each tap and its weights an input) does not fit a core's
+        # VMEM, as EfficientNet-B0's 5 x 5 convolutions of 1152 channels on h200-like (228 KB of shared memory):
+        # its taps in chunks, each chunk's kernel adding its products to the f32 partial sums of the one before
+        # (ops_conv.cpp, depthwise_chunk). Against torch, stride 1 and 2; the whole convolution one kernel on v5e.
+        for stride in (1, 2):
+            with self.subTest(stride=stride):
+                torch.manual_seed(6)
+                m = nn.Sequential(nn.Conv2d(1152, 1152, 5, stride=stride, padding=2, groups=1152), nn.ReLU())
+                self.check(m, randn(1, 1152, 9, 9), name=f"s{stride}", config="h200-like")
+                kernels, _, _ = self.compiled("h200-like")
+                self.assertGreater(kernels.count("rowwise"), 1, kernels)
+                kernels, _, _ = self.compiled("v5e")
+                self.assertEqual(kernels.count("rowwise"), 1, kernels)
+
     def test_taps_read_in_place(self):
         # Channel rows of at least 64 bytes: the gemm reads the taps from the padded input in place (ops_conv.cpp,
         # implicit_im2col): strides 1 and 2, dilation 2, batches whose rows span images, 5x5 and 1x3 kernels,
@@ -982,6 +997,19 @@ class MatMul(OpCase):
             with self.subTest(shape=shape, fout=fout):
                 torch.manual_seed(4)
                 self.check(nn.Linear(fin, fout, bias=bias), randn(*shape), name=f"{shape}->{fout}")
+
+    def test_gemv_on_the_matrix_unit_where_a_row_does_not_fit(self):
+        # A product of one row runs on the vector unit, its weights as rows (ops_matmul.cpp, gemv), where a row of
+        # them fits a core's VMEM; on h200-like (228 KB) a row of 25,088 weights (VGG's classifier) does not, and
+        # the product runs as the GEMM. Against torch on both chips.
+        torch.manual_seed(7)
+        m = nn.Sequential(nn.Linear(25088, 64), nn.ReLU())
+        for config, on_vector_unit in (("h200-like", False), ("v5e", True)):
+            with self.subTest(config=config):
+                self.check(m, randn(1, 25088), name=config, config=config)
+                kernels, _, _ = self.compiled(config)
+                self.assertEqual("rowwise" in kernels, on_vector_unit, kernels)
+                self.assertEqual(any(k.startswith("gemm") for k in kernels), not on_vector_unit, kernels)
 
     def test_weights_stream_into_vmem_ahead_of_their_gemms(self):
         # On v5e (one core, the intermediates kept in VMEM) a GEMM whose matrix work leaves HBM idle loads later
