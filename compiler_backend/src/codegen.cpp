@@ -1500,6 +1500,12 @@ struct EarlyCast {
   isa::DType from = isa::DType::BF16, to = isa::DType::F32;
   int64_t stage = 0;       // its own staging bytes' VMEM address
   std::string label;       // the cast call's
+  // On a chip of several cores (place_output_moves): the core that casts it, and the transfers that first bring
+  // its source into VMEM at part.src (the moves of the copy that made it, from where that copy read); stage_only:
+  // those loads alone (the cast and the store come with a later kernel, after a barrier)
+  int core = -1;
+  std::vector<kernels::DmaLoad> loads;
+  bool stage_only = false;
 };
 // By call index (plan.calls): the casts that run with that kernel, or, where it cannot take them, with a later one
 using EarlyCasts = std::map<size_t, std::vector<EarlyCast>>;
@@ -1594,6 +1600,154 @@ EarlyCasts place_output_casts(KernelPlan& plan, std::vector<size_t>& order, Stre
   return found;
 }
 
+// Graph outputs written while later kernels run, on a chip of several cores (where the intermediates are in the
+// shared memory and no kernel is of one core alone: v4). A graph output cast from a value that a copy made from
+// another (GPT-2's present keys and values: a Transpose of the QKV projection's output, then a Cast to f32), the
+// value read by nothing else, is written around the first whole-chip fused attention after the copy that reads the
+// copy's source too, on one of the cores (each tensor the next core): the copy's moves as background loads from
+// where the copy read into VMEM past the kernels' own, issued after the attention's leading sem.sets (the barrier
+// after it waits for them), then a vpu.cast and a dma.st of the output after the leading sem.sets of a whole-chip
+// row-wise kernel of the two after the attention (a LayerNorm, which leaves HBM and the store queue idle:
+// early_cast_body). HBM took those outputs' bytes at the end of the program, one cast after the other, and the
+// copies took a kernel each. Where no such row-wise kernel follows, the loads go in a block of their own before
+// the attention and the attention casts and stores (its matrix-unit kernel has one semaphore to spare, for the
+// store to wait for the cast: a cast waiting for loads in the same kernel would need a second). The copy and the
+// cast leave `order`.
+struct OutputMove {
+  size_t loads_in = 0, cast_in = 0;  // the attention and the kernel that casts (call indices; the same: see above)
+  EarlyCast x;                       // its VMEM addresses (part.src, stage) relative to the staging's start
+  int64_t bytes = 0;                 // staging bytes
+};
+std::vector<OutputMove> place_output_moves(const KernelPlan& plan, std::vector<size_t>& order,
+                                           const std::vector<OnChip>& on_chip, const std::map<std::string, int64_t>& symbols) {
+  std::vector<OutputMove> out;
+  const int64_t cores = symbol_or(symbols, "CORES", 1);
+  const BufferUse use = buffer_use(plan);
+  auto reads = [](const KernelCall& k, int b) {
+    for (const auto& [name, x] : k.tensors)
+      if (x == b) return true;
+    return false;
+  };
+  std::map<std::pair<size_t, int>, int64_t> staged;  // by attention (call index) and core: staging bytes used
+  std::map<size_t, int64_t> taken;                   // by attention: the tensors given to it so far
+  std::set<size_t> gone;                             // positions in `order` that leave it
+  for (size_t at = 0; at < order.size(); ++at) {
+    const KernelCall& cast = plan.calls[order[at]];
+    if (cast.kind != KernelCall::Kind::Library || cast.kernel != "cast.s" || param_or(cast, "SCALE", 0) != 0) continue;
+    const int d = cast.tensors.at("x"), o = cast.tensors.at("y");
+    const int64_t n = param_or(cast, "N", 0);
+    auto off = [&](const char* name) { return cast.offsets.count(name) ? cast.offsets.at(name) : uint64_t{0}; };
+    const auto from = static_cast<isa::DType>(param_or(cast, "SDT", 0)), to = static_cast<isa::DType>(param_or(cast, "DDT", 0));
+    const uint64_t in_bytes = static_cast<uint64_t>(n) * isa::dtype_size(from);
+    if (n <= 0 || use.first[o] != static_cast<int64_t>(order[at]) || use.last[o] != static_cast<int64_t>(order[at]) ||
+        use.last[d] != static_cast<int64_t>(order[at]))
+      continue;
+    // the copy that made d: the last call before the cast that touches it, which writes d alone, from one buffer
+    size_t q = at;
+    while (q-- > 0 && !reads(plan.calls[order[q]], d)) {}
+    if (q >= at || gone.count(q)) continue;
+    const KernelCall& copy = plan.calls[order[q]];
+    if (copy.kind != KernelCall::Kind::Copy || copy.moves.empty() || use.first[d] != static_cast<int64_t>(order[q]))
+      continue;
+    const int src = copy.moves.front().src;
+    bool ok = plan.buffers[static_cast<size_t>(src)].kind != Buffer::Kind::Const;
+    for (const BufferMove& m : copy.moves)
+      ok = ok && m.src == src && m.dst == d && m.dst_off >= off("x") && m.rows > 0 &&
+           m.dst_off - off("x") + (m.rows - 1) * static_cast<uint64_t>(m.dst_stride) + m.rowbytes <= in_bytes;
+    if (!ok) continue;
+    // the first whole-chip attention after the copy that reads the copy's source, and a whole-chip GEMM after it
+    size_t z = q + 1;
+    while (z < order.size() && !(plan.calls[order[z]].kind == KernelCall::Kind::Attention &&
+                                 on_chip[order[z]].every_core() && reads(plan.calls[order[z]], src)))
+      ++z;
+    if (z >= at) continue;
+    // the kernel that casts and stores: a whole-chip row-wise kernel (a LayerNorm, which leaves HBM and its store
+    // queue idle) of the two after the attention, with no other kind of kernel before it, else the attention
+    size_t w = z;
+    for (size_t y = z + 1; y <= z + 2 && y < at && w == z; ++y) {
+      if (gone.count(y) || !on_chip[order[y]].every_core()) break;
+      if (plan.calls[order[y]].kind == KernelCall::Kind::Rowwise) w = y;
+    }
+    const size_t zc = order[z];
+    OutputMove m;
+    m.loads_in = zc, m.cast_in = order[w];
+    const int core = static_cast<int>(taken[zc] % cores);
+    int64_t& used_here = staged[{zc, core}];
+    m.bytes = static_cast<int64_t>((in_bytes + 63) / 64 * 64 + (static_cast<uint64_t>(n) * isa::dtype_size(to) + 63) / 64 * 64);
+    if (used_here + m.bytes > symbol_or(symbols, "VMEM_BYTES", 0)) continue;  // not even alone (h200-like's 228 KB)
+    ++taken[zc];
+    EarlyCast& x = m.x;
+    x.part = {static_cast<uint64_t>(used_here), plan.buffers[static_cast<size_t>(o)].addr + off("y"), n};
+    x.from = from, x.to = to, x.label = cast.label, x.core = core;
+    x.stage = used_here + static_cast<int64_t>((in_bytes + 63) / 64 * 64);
+    for (const BufferMove& mv : copy.moves)
+      x.loads.push_back(kernels::DmaLoad{used_here + static_cast<int64_t>(mv.dst_off - off("x")),
+                                         static_cast<int64_t>(plan.buffers[static_cast<size_t>(src)].addr + mv.src_off),
+                                         static_cast<int64_t>(mv.rows), static_cast<int64_t>(mv.rowbytes), mv.src_stride,
+                                         mv.dst_stride});
+    used_here += m.bytes;
+    out.push_back(std::move(m));
+    gone.insert(q), gone.insert(at);
+  }
+  std::vector<size_t> keep;
+  for (size_t at = 0; at < order.size(); ++at)
+    if (!gone.count(at)) keep.push_back(order[at]);
+  order = keep;
+  return out;
+}
+
+// The output moves' staging placed in VMEM past the own of every kernel from the attention to the one that casts,
+// below the VMEM each is given (call_symbols: a weight area may take the top half): the loads with the attention
+// (`early`), or in a block before it where it casts them too (`before`), the casts with their kernel (`early`).
+// Where they do not fit, loads and casts in a block of their own after the attention (`after`: staged from VMEM's
+// start, which no kernel uses then).
+void stage_output_moves(std::vector<OutputMove>& moves, const KernelPlan& plan, const std::vector<size_t>& order,
+                        const std::vector<OnChip>& on_chip,
+                        const std::vector<std::map<std::string, int64_t>>& call_symbols, EarlyCasts& early,
+                        EarlyCasts& before, EarlyCasts& after) {
+  std::map<size_t, int64_t> need;  // by attention: the most staging bytes one core takes
+  std::map<std::pair<size_t, int>, int64_t> per_core;
+  for (const OutputMove& m : moves) need[m.loads_in] = std::max(need[m.loads_in], per_core[{m.loads_in, m.x.core}] += m.bytes);
+  auto pos = [&](size_t call) { return static_cast<size_t>(std::find(order.begin(), order.end(), call) - order.begin()); };
+  // the VMEM a whole-chip kernel uses from 0 (an attention, a GEMM, a row-wise kernel), else -1 (not known)
+  auto vmem_end = [&](size_t at) -> int64_t {
+    const KernelCall& k = plan.calls[order[at]];
+    const OnChip& oc = on_chip[order[at]];
+    const std::map<std::string, int64_t>& sy = call_symbols[at];
+    if (k.kind == KernelCall::Kind::Attention) return kernels::attention_chip_plan(k.attention, sy).vmem_end;
+    if (oc.gemm) return kernels::gemm_chip_vmem_end(*oc.gemm, sy);
+    if (k.kind == KernelCall::Kind::Rowwise && oc.row_cores > 1) {
+      kernels::rowwise::Program rows = oc.row_cut ? rows_for_cores(k.rows, sy) : k.rows;
+      rows.cores = oc.row_cores;
+      return static_cast<int64_t>(rows.vmem_base + kernels::rowwise::plan(rows, sy).vmem_used);
+    }
+    return -1;
+  };
+  for (OutputMove& m : moves) {
+    const size_t za = pos(m.loads_in), zb = pos(m.cast_in);
+    int64_t base = za <= zb && zb < order.size() ? 0 : -1, room = std::numeric_limits<int64_t>::max();
+    for (size_t y = za; base >= 0 && y <= zb; ++y) {
+      const int64_t e = vmem_end(y);
+      base = e < 0 ? -1 : std::max(base, (e + 4095) / 4096 * 4096);
+      room = std::min(room, symbol_or(call_symbols[y], "VMEM_BYTES", 0));
+    }
+    const bool fits = base >= 0 && base + need[m.loads_in] <= room;
+    EarlyCast x = m.x;
+    const int64_t shift = fits ? base : 0;
+    x.part.src += static_cast<uint64_t>(shift), x.stage += shift;
+    for (kernels::DmaLoad& l : x.loads) l.vaddr += shift;
+    if (!fits) {
+      after[m.loads_in].push_back(std::move(x));
+      continue;
+    }
+    EarlyCast loads = x, cast = x;
+    loads.stage_only = true;
+    cast.loads.clear();
+    (m.cast_in != m.loads_in ? early : before)[m.loads_in].push_back(std::move(loads));
+    early[m.cast_in].push_back(std::move(cast));
+  }
+}
+
 // The early casts' nodes, each once, in order, for notes
 std::string early_labels(const std::vector<EarlyCast>& casts) {
   std::string labels;
@@ -1603,21 +1757,70 @@ std::string early_labels(const std::vector<EarlyCast>& casts) {
   return labels;
 }
 
-// The early casts' instructions: each tensor cast from its VMEM address into its staging bytes, then stored, the
-// store waiting for its cast through semaphore `sem` (set to 0 before, by the caller). Straight-line.
-isa::Program early_cast_body(const std::vector<EarlyCast>& casts, int sem) {
-  isa::Emitter e("early_casts", "<codegen>/early_casts", 0);
+// The early casts' instructions, from `base_pc`: each tensor cast from its VMEM address into its staging bytes,
+// then stored, the store waiting for its cast through semaphore `sem` (set to 0 before, by the caller). Casts of a
+// core (EarlyCast::core, several cores) run on it alone (core.id), their sources first loaded into VMEM by
+// background loads where they have loads (the kernel's own loads do not wait for them): with stage_only, those
+// loads alone, else the last signals `loaded` (also set to 0 before), for which the cast waits.
+isa::Program early_cast_body(const std::vector<EarlyCast>& casts, int sem, int loaded, uint64_t base_pc) {
+  isa::Emitter e("early_casts", "<codegen>/early_casts", base_pc);
   const isa::Reg vy = isa::reg(1), vx = isa::reg(2), n = isa::reg(3), dst = isa::reg(4), bytes = isa::reg(5),
-                 one = isa::reg(6), zero = isa::reg(0);
+                 one = isa::reg(6), id = isa::reg(7), who = isa::reg(8), zero = isa::reg(0);
   e.li(one, 1);
-  for (const EarlyCast& c : casts) {
-    const int64_t out = c.part.n * static_cast<int64_t>(isa::dtype_size(c.to));
-    e.li(vy, c.stage), e.li(vx, static_cast<int64_t>(c.part.src)), e.li(n, c.part.n);
-    e.vpu_cast(vy, vx, n, zero, c.from, c.to, {.signal = isa::sem(sem)});
-    e.li(dst, static_cast<int64_t>(c.part.dst)), e.li(bytes, out);
-    e.dma_st(dst, vy, one, bytes, bytes, bytes, {.wait = isa::sem(sem)});
+  std::set<int> cores;
+  for (const EarlyCast& c : casts) cores.insert(c.core);
+  for (int core : cores) {
+    const isa::Label next = e.label();
+    if (core >= 0) e.core_id(id), e.li(who, core), e.bne(id, who, next);
+    for (const EarlyCast& c : casts) {
+      if (c.core != core) continue;
+      for (size_t i = 0; i < c.loads.size(); ++i) {
+        const kernels::DmaLoad& l = c.loads[i];
+        e.li(vy, l.vaddr), e.li(vx, l.haddr), e.li(n, l.rows), e.li(bytes, l.rowbytes), e.li(dst, l.hstride);
+        e.li(who, l.vstride);
+        isa::DmaLdOptions o{.bg = true};
+        if (i + 1 == c.loads.size() && !c.stage_only) o.signal = isa::sem(loaded);
+        e.dma_ld(vy, vx, n, bytes, dst, who, o);
+      }
+      if (c.stage_only) continue;
+      const int64_t out = c.part.n * static_cast<int64_t>(isa::dtype_size(c.to));
+      e.li(vy, c.stage), e.li(vx, static_cast<int64_t>(c.part.src)), e.li(n, c.part.n);
+      isa::VpuCastOptions co{.signal = isa::sem(sem)};
+      if (!c.loads.empty()) co.wait = isa::sem(loaded);
+      e.vpu_cast(vy, vx, n, zero, c.from, c.to, co);
+      e.li(dst, static_cast<int64_t>(c.part.dst)), e.li(bytes, out);
+      e.dma_st(dst, vy, one, bytes, bytes, bytes, {.wait = isa::sem(sem)});
+    }
+    e.bind(next);
   }
   return e.finish();
+}
+
+// A block of early casts of their own at the end of `p` (after the kernels before them: a barrier on a chip of
+// several cores), semaphores 1 and 2 for the casts and their loads (none for loads alone, stage_only).
+void emit_early_block(isa::Program& p, const std::vector<EarlyCast>& casts, bool spmd) {
+  const std::string labels = early_labels(casts);
+  const auto begin = static_cast<uint32_t>(p.code.size());
+  if (spmd) {  // every core's kernels done (the casts' sources among their results)
+    p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::BARRIER}));
+    p.source.push_back(labels + ": barrier before the graph outputs' casts");
+  }
+  const bool loads = std::any_of(casts.begin(), casts.end(), [](const EarlyCast& x) { return !x.loads.empty(); });
+  const bool any_cast = std::any_of(casts.begin(), casts.end(), [](const EarlyCast& x) { return !x.stage_only; });
+  for (int s : {1, 2}) {
+    if (!any_cast || (s == 2 && !loads)) continue;
+    isa::Instr set{.op = isa::Op::SEMSET};
+    set.f[0] = s;
+    p.code.push_back(isa::encode(set));
+    p.source.push_back(labels + (s == 1 ? ": the graph outputs' semaphore" : ": their loads' semaphore"));
+  }
+  const isa::Program body = early_cast_body(casts, 1, 2, p.code.size());
+  for (size_t i = 0; i < body.code.size(); ++i) {
+    p.code.push_back(body.code[i]);
+    p.source.push_back(labels + ": " + body.source[i]);
+  }
+  p.regions.push_back(isa::Region{isa::kRegionNode, labels, begin, static_cast<uint32_t>(p.code.size())});
+  p.regions.push_back(isa::Region{isa::kRegionKernel, "early_casts", begin, static_cast<uint32_t>(p.code.size())});
 }
 
 }  // namespace
@@ -1694,6 +1897,8 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
   // Graph outputs written while later kernels run (place_output_casts): out of `order`, staged at the ring's end
   EarlyCasts early;
   if (overlap_kernels && !spmd && chip_cores == 1) early = place_output_casts(plan, order, ring);
+  std::vector<OutputMove> output_moves;  // several cores: place_output_moves, staged once call_symbols are known
+  if (overlap_kernels && spmd) output_moves = place_output_moves(plan, order, on_chip, symbols);
   // Each call's symbols: the chip's, or with half of VMEM where a GEMM's weights wait at its top (plan_weight_areas)
   std::vector<std::map<std::string, int64_t>> call_symbols(order.size(), symbols);
   std::map<size_t, std::vector<kernels::DmaLoad>> prefetch;
@@ -1706,6 +1911,8 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
     if (ring.end <= ring.begin) prefetch = plan_weight_areas(plan, order, on_chip, symbols, call_symbols);
     if (!spmd) stream_tails = stream_weights(plan, order, on_chip, symbols, untiled, prefetch, ring, kStreamSem);
   }
+  EarlyCasts before_call, after_call;  // output moves' loads in a block before the call, or all after it
+  stage_output_moves(output_moves, plan, order, on_chip, call_symbols, early, before_call, after_call);
   // The weight stream's semaphore (kStreamSem) where a GEMM waits for it: no kernel may use it then
   const bool streaming =
       std::any_of(plan.calls.begin(), plan.calls.end(), [](const KernelCall& c) { return c.stream_wait > 0; });
@@ -1762,6 +1969,7 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
                            " after its own loads, while it computes";
     }
     const KernelCall& call = loads ? with_prefetch : plan.calls[c];
+    if (const auto b = before_call.find(c); b != before_call.end()) emit_early_block(p, b->second, spmd);
     const auto call_begin = static_cast<uint32_t>(p.code.size());
     const bool whole = on_chip[c].every_core();
     // Cores meet at a barrier around each whole-chip kernel and each group; between two kernels of one core
@@ -1823,9 +2031,12 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
       size_t lead = 0;
       while (lead < frag.code.size() && isa::decode(frag.code[lead]).op == isa::Op::SEMSET) ++lead;
       const std::set<int> used = semaphores_of(frag);
+      // a semaphore for the casts' stores, where any cast here (not its loads alone: place_output_moves)
+      const bool casts = std::any_of(pending.begin(), pending.end(), [](const EarlyCast& x) { return !x.stage_only; });
       int sem = 0;
-      for (int k = top_sem; k >= 1 && sem == 0; --k)
+      for (int k = top_sem; k >= 1 && sem == 0 && casts; --k)
         if (!used.count(k)) sem = k;
+      const uint64_t sets = casts ? 1 : 0;
       bool into_lead = false;  // a branch to one of the leading sem.sets, which move
       for (isa::Word w : frag.code) {
         const isa::Instr in = isa::decode(w);
@@ -1834,17 +2045,19 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
             in.f[static_cast<size_t>(t)] < static_cast<int64_t>(base + lead))
           into_lead = true;
       }
-      if (lead > 0 && sem > 0 && !into_lead) {
-        const isa::Program body = early_cast_body(pending, sem);
-        const uint64_t shift = 1 + body.code.size();
+      if (lead > 0 && (sem > 0 || !casts) && !into_lead) {
+        const isa::Program body = early_cast_body(pending, sem, 0, base + sets + lead);
+        const uint64_t shift = sets + body.code.size();
         isa::Program z = frag;  // the same kernel made `shift` instructions later, then cut after its sem.sets
         relocate(z, static_cast<int64_t>(shift));
-        isa::Instr set{.op = isa::Op::SEMSET};
-        set.f[0] = sem;
         const std::string labels = early_labels(pending);
         isa::Program combined;
-        combined.code.push_back(isa::encode(set));
-        combined.source.push_back("the semaphore of the graph outputs cast while " + call.kernel + " runs");
+        if (casts) {
+          isa::Instr set{.op = isa::Op::SEMSET};
+          set.f[0] = sem;
+          combined.code.push_back(isa::encode(set));
+          combined.source.push_back("the semaphore of the graph outputs cast while " + call.kernel + " runs");
+        }
         for (size_t i = 0; i < lead; ++i) {
           combined.code.push_back(z.code[i]);
           combined.source.push_back(i < z.source.size() ? z.source[i] : call.kernel);
@@ -1858,11 +2071,17 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
           combined.source.push_back(i < z.source.size() ? z.source[i] : call.kernel);
         }
         // the note first (it encloses the kernel's own regions: pre-order), then those, moved
-        combined.regions.push_back(isa::Region{isa::kRegionNote,
-                                               "writes the graph outputs of " + labels + " (cast from " +
-                                                   std::string(isa::dtype_name(pending.front().from)) + " in VMEM) while it runs",
-                                               0, static_cast<uint32_t>(combined.code.size())});
-        auto moved = [&](uint32_t i) { return i < lead ? i + 1 : i + static_cast<uint32_t>(shift); };
+        const bool loads = std::any_of(pending.begin(), pending.end(), [](const EarlyCast& x) { return !x.loads.empty(); });
+        combined.regions.push_back(isa::Region{
+            isa::kRegionNote,
+            !casts ? "loads the sources of the graph outputs of " + labels + " into VMEM (as the copies that made them "
+                                                                             "read them) while it runs"
+                   : "writes the graph outputs of " + labels + " (" + (loads ? "loaded, " : "") + "cast from " +
+                         std::string(isa::dtype_name(pending.front().from)) + " in VMEM) while it runs",
+            0, static_cast<uint32_t>(combined.code.size())});
+        auto moved = [&](uint32_t i) {
+          return i < lead ? i + static_cast<uint32_t>(sets) : i + static_cast<uint32_t>(shift);
+        };
         for (isa::Region r : z.regions) {
           r.begin = moved(r.begin), r.end = r.end == 0 ? 0 : moved(r.end - 1) + 1;
           combined.regions.push_back(std::move(r));
@@ -1871,6 +2090,12 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
         pending.clear();
       }
     }
+    // Output moves (several cores) go with their own kernels or not at all: those this one could not take, in a
+    // block of their own after it, and those staged nowhere (stage_output_moves)
+    std::vector<EarlyCast> after = after_call.count(c) ? after_call.at(c) : std::vector<EarlyCast>{};
+    for (auto it = pending.begin(); it != pending.end();)
+      if (it->core >= 0) after.push_back(std::move(*it)), it = pending.erase(it);
+      else ++it;
     if (first && first->prefetch) {  // then the next GEMM's first weights' load
       const KernelCall& y = plan.calls[order[at + 1]];
       const std::map<std::string, uint64_t> addr = tensor_addresses(plan, y);
@@ -1962,23 +2187,13 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
       line.reserve(call.label.size() + 2 + what.size());
       line.append(call.label).append(": ").append(what);
     }
+    if (!after.empty()) emit_early_block(p, after, spmd);
   }
   if (!pending.empty()) {  // graph outputs no kernel after their producer could take: a kernel of their own
-    const std::string labels = early_labels(pending);
-    const auto begin = static_cast<uint32_t>(p.code.size());
-    isa::Instr set{.op = isa::Op::SEMSET};
-    set.f[0] = 1;
-    p.code.push_back(isa::encode(set));
-    p.source.push_back(labels + ": the graph outputs' semaphore");
-    const isa::Program body = early_cast_body(pending, 1);
-    for (size_t i = 0; i < body.code.size(); ++i) {
-      p.code.push_back(body.code[i]);
-      p.source.push_back(labels + ": " + body.source[i]);
-    }
+    emit_early_block(p, pending, spmd);
     p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::HALT}));
     p.source.push_back("end of the program");
-    p.regions.push_back(isa::Region{isa::kRegionNode, labels, begin, static_cast<uint32_t>(p.code.size())});
-    p.regions.push_back(isa::Region{isa::kRegionKernel, "early_casts", begin, static_cast<uint32_t>(p.code.size())});
+    for (size_t i = p.regions.size() - 2; i < p.regions.size(); ++i) p.regions[i].end += 1;  // the halt too
   }
   if (spmd && (p.code.empty() || isa::decode(p.code.back()).op != isa::Op::HALT)) {
     p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::HALT}));  // where core 0's last kernel and the others end
@@ -1988,3 +2203,4 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
 }
 
 }  // namespace tpusim::compiler
+

@@ -927,6 +927,13 @@ class Emitter {
     const int64_t R = p_.rows, C = p_.cols, T = pl.tile_rows;
     if (p_.cores > 1) e_.set_cores(static_cast<uint32_t>(p_.cores));
     declare_tensors();
+    // The semaphores first, so that the kernel begins with sem.sets as the others do (the compiler puts work of its
+    // own after a kernel's leading sem.sets: codegen.cpp, early casts).
+    e_.sem_set(s(1), b_.plan.slots);
+    e_.sem_set(s(2), 0);
+    e_.sem_set(s(3), b_.plan.slots);
+    e_.sem_set(s(4), 0);
+    e_.sem_set(s(5), 0);
     // Several cores: r14 = this core's first row, r15 = its end; a core past the last row skips the kernel.
     const bool split = p_.cores > 1;
     const isa::Label end = e_.label();
@@ -946,11 +953,6 @@ class Emitter {
       if (split) e_.addi(r(13), r(15), 0);
       else e_.li(r(13), R);
     };
-    e_.sem_set(s(1), b_.plan.slots);
-    e_.sem_set(s(2), 0);
-    e_.sem_set(s(3), b_.plan.slots);
-    e_.sem_set(s(4), 0);
-    e_.sem_set(s(5), 0);
     e_.li(r(5), 1);
     if (!p_.background.empty()) e_.li(r(28), 0);  // the background's bytes issued so far
     e_.li(r(6), C);
