@@ -19,10 +19,13 @@ using T = HostTensor;
 
 // ---- shape inference -----------------------------------------------------------------------------------------
 
+// Dropout: the identity where it is not training, or drops nothing (a constant ratio of 0: torchvision's Swin
+// exports its attention's dropout in training mode, with p = 0).
 void infer_dropout(InferCtx& c) {
   if (c.has(2) && !c.in(2).is_const) fail(c.n, "training_mode must be a constant");
-  if (c.has(2) && c.const_scalar(2, "training_mode") != 0)
-    fail(c.n, "training_mode=1 is not supported (inference only)");
+  const bool drops_nothing = c.has(1) && c.in(1).is_const && c.const_scalar(1, "ratio") == 0;
+  if (c.has(2) && c.const_scalar(2, "training_mode") != 0 && !drops_nothing)
+    fail(c.n, "training_mode=1 is not supported (inference only) with a ratio other than a constant 0");
   c.out(0, c.type(0), c.shape(0));
   c.out(1, ir::kBool, c.shape(0));
 }
@@ -355,6 +358,21 @@ void infer_cumsum(InferCtx& c) {
   c.out(0, c.type(0), c.shape(0));
 }
 
+// ScatterND (folded only): data, indices [..., k] (k <= data's rank), updates [indices' shape but the last, then
+// data's shape from k]; the output is data's shape and type.
+void infer_scatter_nd(InferCtx& c) {
+  const Shape x = c.shape(0), idx = c.shape(1), up = c.shape(2);
+  if (idx.empty() || idx.back() < 1 || idx.back() > static_cast<int64_t>(x.size()))
+    fail(c.n, "indices " + ir::shape_str(idx) + " must end in a length of 1 to data's rank " + std::to_string(x.size()));
+  Shape want(idx.begin(), idx.end() - 1);
+  want.insert(want.end(), x.begin() + idx.back(), x.end());
+  if (up != want) fail(c.n, "updates " + ir::shape_str(up) + " must be " + ir::shape_str(want));
+  const std::string r = c.as("reduction", "none");
+  if (r != "none" && r != "add" && r != "mul" && r != "max" && r != "min")
+    fail(c.n, "reduction='" + r + "' is not supported");
+  c.out(0, c.type(0), x);
+}
+
 // ---- constant folding ----------------------------------------------------------------------------------------
 
 // DepthToSpace/SpaceToDepth as one strided view: the output, row-major, is the 6-D `view` whose element at index i
@@ -500,6 +518,42 @@ Tensors fold_gather(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
     for (size_t d = axis + 1; d < x.size(); ++d) off += idx[d - 1 + irank] * st[d];
     return off;
   })};
+}
+
+// ScatterND: data with each index tuple's slice replaced by (or reduced with) its updates, in the indices' order.
+Tensors fold_scatter_nd(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
+  T r = in[0];
+  const Shape& x = r.shape;
+  const Shape st = strides_of(x);
+  const auto k = static_cast<size_t>(in[1].shape.back());
+  int64_t slice = 1;
+  for (size_t d = k; d < x.size(); ++d) slice *= x[d];
+  const int64_t tuples = in[1].i.empty() ? 0 : static_cast<int64_t>(in[1].i.size() / k);
+  const auto ra = n.attrs.find("reduction");
+  const std::string red = ra == n.attrs.end() ? "none" : ra->second.s;
+  for (int64_t j = 0; j < tuples; ++j) {
+    int64_t off = 0;
+    for (size_t d = 0; d < k; ++d) {
+      int64_t v = in[1].i[static_cast<size_t>(j) * k + d];
+      if (v < 0) v += x[d];
+      if (v < 0 || v >= x[d]) fail(n, "index " + std::to_string(in[1].i[static_cast<size_t>(j) * k + d]) +
+                                          " is outside axis " + std::to_string(d) + " of " + ir::shape_str(x));
+      off += v * st[d];
+    }
+    for (int64_t e = 0; e < slice; ++e) {
+      const auto o = static_cast<size_t>(off + e), u = static_cast<size_t>(j * slice + e);
+      auto apply = [&](auto& dst, auto val) {
+        if (red == "add") dst += val;
+        else if (red == "mul") dst *= val;
+        else if (red == "max") dst = std::max(dst, val);
+        else if (red == "min") dst = std::min(dst, val);
+        else dst = val;
+      };
+      if (r.fl()) apply(r.f[o], in[2].fl() ? in[2].f[u] : static_cast<float>(in[2].i[u]));
+      else apply(r.i[o], in[2].fl() ? static_cast<int64_t>(in[2].f[u]) : in[2].i[u]);
+    }
+  }
+  return {r};
 }
 
 Tensors fold_concat_split(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
@@ -983,6 +1037,8 @@ void add_data_ops(OpTable& t) {
   t.add({.name = "ConstantOfShape", .attrs = {{"value", K::Other}}, .infer = infer_constant_of_shape,
          .fold = fold_constant_of_shape});
   t.add({.name = "Range", .min_inputs = 3, .max_inputs = 3, .infer = infer_range, .fold = fold_range});
+  t.add({.name = "ScatterND", .min_inputs = 3, .max_inputs = 3, .attrs = {{"reduction", K::String}},
+         .infer = infer_scatter_nd, .fold = fold_scatter_nd});
 }
 
 }  // namespace tpusim::compiler

@@ -95,6 +95,13 @@ V arith(const ir::Node& n, const std::string& op, V a, V b) {
     }
     if (op == "Max") return std::max(a, b);
     if (op == "Min") return std::min(a, b);
+    if (op == "Mod") {  // fmod = 0: the sign of the divisor (Python's %, numpy.mod); 1: of the dividend (C's %)
+      if (b == 0) fail(n, "integer modulo by zero in constant folding");
+      if (std::is_signed_v<V> && a == std::numeric_limits<V>::min() && b == static_cast<V>(-1)) return 0;
+      V m = a % b;
+      if (n.attr_int("fmod", 0) == 0 && m != 0 && ((m < 0) != (b < 0))) m += b;
+      return m;
+    }
     // Pow, in double: a result that is not a finite value in V's range is an overflow
     const double p = std::pow(static_cast<double>(a), static_cast<double>(b));
     if (!(p >= static_cast<double>(std::numeric_limits<V>::min()) &&
@@ -108,6 +115,11 @@ V arith(const ir::Node& n, const std::string& op, V a, V b) {
     if (op == "Div") return a / b;
     if (op == "Max") return std::max(a, b);
     if (op == "Min") return std::min(a, b);
+    if (op == "Mod") {  // float32 as numpy computes it: fmod = 1 C's fmod; 0 the sign of the divisor
+      V m = std::fmod(a, b);
+      if (n.attr_int("fmod", 0) == 0 && m != 0 && ((m < 0) != (b < 0))) m += b;
+      return m;
+    }
     return std::pow(a, b);
   }
 }
@@ -149,7 +161,7 @@ T host_elementwise(const ir::Node& n, const Tensors& ins, const Shape& out, ir::
       r.i.push_back(v);
       return;
     }
-    // Add Sub Mul Div Pow Max Min (variadic Max/Min fold left)
+    // Add Sub Mul Div Pow Mod Max Min (variadic Max/Min fold left)
     if (ins[0].fl()) {
       float acc = ins[0].f[off[0]];
       for (size_t k = 1; k < ins.size(); ++k)
@@ -231,7 +243,7 @@ T host_cast(const T& x, ir::ElemType to) {
 
 Tensors fold_unary(const ir::Graph& g, const ir::Node& n, const Tensors& in) { return {host_unary(n, in[0])}; }
 
-// Add Sub Mul Div Pow Max Min, comparisons, logic, Where.
+// Add Sub Mul Div Pow Mod Max Min, comparisons, logic, Where.
 Tensors fold_elementwise(const ir::Graph& g, const ir::Node& n, const Tensors& in) {
   return {host_elementwise(n, in, out_shape(g, n, 0), out_type(g, n, 0))};
 }
@@ -550,6 +562,9 @@ void add_elementwise_ops(OpTable& t) {
          .rowwise = variadic<rw::Op::Min>});
   t.add({.name = "Pow", .min_inputs = 2, .max_inputs = 2, .infer = infer_pow, .fold = fold_elementwise, .fusion = E,
          .rowwise = rw_pow});
+  // Folded only (Swin's shifted windows: paddings and a mask's boundaries from constant sizes).
+  t.add({.name = "Mod", .min_inputs = 2, .max_inputs = 2, .attrs = {{"fmod", K::Int}}, .infer = infer_binary,
+         .fold = fold_elementwise});
   // Comparisons and logic (BOOL results: 0 or 1 in f32).
   for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
     t.add({.name = op, .min_inputs = 2, .max_inputs = 2, .infer = infer_compare, .fold = fold_elementwise,

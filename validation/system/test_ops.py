@@ -2132,6 +2132,29 @@ class Folding(OpCase):
                 # rotate_half's negation and concatenation store bf16 between kernels: the bf16 bounds.
                 self.check(Rope(), randn(1, 2, 8, 16), randn(1, 2, 8, 16), opset=opset)
 
+    def test_shifted_window_mask_in_the_graph(self):
+        # torchvision's Swin Transformer builds its shifted windows' attention mask in the graph: the padding to a
+        # whole window (Mod of the input's sizes), the mask's regions written by slice assignment (ScatterND of a
+        # constant), and a dropout exported in training mode with p = 0 (the identity). All fold away (Mod and
+        # ScatterND have no kernel: they fold or are refused); against torch.
+        class ShiftMask(nn.Module):
+            def forward(self, x):  # [1, H, W, C]
+                h, w, win, shift = x.shape[1], x.shape[2], 4, 2
+                pad_h, pad_w = (win - h % win) % win, (-w) % win  # (a negative dividend: Python's %)
+                mask = x.new_full((h + pad_h, w + pad_w), 0.5)  # (not zeros: an assignment is no addition)
+                count = 0
+                for hs in (slice(0, -win), slice(-win, -shift), slice(-shift, None)):
+                    for ws in (slice(0, -win), slice(-win, -shift), slice(-shift, None)):
+                        mask[hs, ws] = count
+                        count += 1
+                y = x + mask[:h, :w][None, :, :, None]
+                return torch.nn.functional.dropout(y, p=0.0, training=True)
+
+        _, path, *_ = self.export(ShiftMask(), [randn(1, 10, 6, 8)])
+        ops = {n.op_type for n in onnx.load(path).graph.node}
+        self.assertTrue({"Mod", "ScatterND", "Dropout"} <= ops, f"the export has no Mod, ScatterND or Dropout: {ops}")
+        self.check(ShiftMask(), randn(1, 10, 6, 8))
+
 
 class Int8(OpCase):
     """`--precision int8` (calibrated on other inputs than the checked one) on a conv net, an MLP and a tiny
