@@ -2027,6 +2027,33 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
     // Graph outputs cast while this kernel runs (place_output_casts): its leading sem.sets, the casts, the rest
     if (const auto ec = early.find(c); ec != early.end())
       pending.insert(pending.end(), ec->second.begin(), ec->second.end());
+    // The loads of output moves (place_output_moves) at the kernel's end, after its own work is issued: every path
+    // through it goes on to them (its halts jump there), and the barrier after it waits for them
+    std::vector<EarlyCast> tail_loads;
+    for (auto it = pending.begin(); it != pending.end();)
+      if (it->stage_only) tail_loads.push_back(std::move(*it)), it = pending.erase(it);
+      else ++it;
+    if (!tail_loads.empty()) {
+      const uint64_t load_at = base + frag.code.size();
+      for (isa::Word& w : frag.code)
+        if (isa::decode(w).op == isa::Op::HALT) {
+          isa::Instr jump{.op = isa::Op::JMP};
+          jump.f[0] = static_cast<int64_t>(load_at);
+          w = isa::encode(jump);
+        }
+      const isa::Program body = early_cast_body(tail_loads, 0, 0, load_at);
+      const std::string labels = early_labels(tail_loads);
+      frag.regions.push_back(isa::Region{isa::kRegionNote,
+                                         "loads the sources of the graph outputs of " + labels +
+                                             " into VMEM (as the copies that made them read them) after its own work",
+                                         0, static_cast<uint32_t>(frag.code.size() + body.code.size() + 1)});
+      for (size_t i = 0; i < body.code.size(); ++i) {
+        frag.code.push_back(body.code[i]);
+        frag.source.push_back("graph output of " + labels + ": " + body.source[i]);
+      }
+      frag.code.push_back(isa::encode(isa::Instr{.op = isa::Op::HALT}));
+      frag.source.push_back("end of " + call.kernel);
+    }
     if (!pending.empty() && !(first && !first->prefetch) && !(second && !second->prefetch)) {
       size_t lead = 0;
       while (lead < frag.code.size() && isa::decode(frag.code[lead]).op == isa::Op::SEMSET) ++lead;

@@ -828,6 +828,15 @@ Built build(const Program& p, const std::map<std::string, int64_t>& symbols) {
   const int64_t t_max = lo;
   const int64_t cap = std::max<int64_t>(1, 128 * width / C);
   int64_t T = std::min({t_max, cap, S});
+  // Rows shared by several cores, in far memory (HBM, the shared memory): as one tile, a core would load all of its
+  // rows before any vector work and store them after it; two tiles overlap the second's loads with the first's work
+  // (v4's LayerNorms, whose rows lie in CMEM: GPT-2 prefill 325,519 -> 322,646 cycles). Not for tiles under 8
+  // vector-unit passes. (On one core, for rows in HBM too, a second tile's overhead cost more than it hid: BERT-base
+  // on v6e 224,745 -> 231,652 cycles.)
+  const bool far = std::any_of(p.inputs.begin(), p.inputs.end(), [&](const Input& in) {
+    return !is_periodic(p, in) && isa::far_memory(static_cast<int64_t>(in.addr)) != isa::FarMemory::Local;
+  });
+  if (p.cores > 1 && far && T >= S && (S + 1) / 2 * C >= 8 * width) T = (S + 1) / 2;
   if (T < S) {
     std::sort(periods.begin(), periods.end());
     int64_t L = 1;
