@@ -1605,9 +1605,9 @@ EarlyCasts place_output_casts(KernelPlan& plan, std::vector<size_t>& order, Stre
 // another (GPT-2's present keys and values: a Transpose of the QKV projection's output, then a Cast to f32), the
 // value read by nothing else, is written around the first whole-chip fused attention after the copy that reads the
 // copy's source too, on one of the cores (each tensor the next core): the copy's moves as background loads from
-// where the copy read into VMEM past the kernels' own, issued after the attention's leading sem.sets (the barrier
-// after it waits for them), then a vpu.cast and a dma.st of the output after the leading sem.sets of a whole-chip
-// row-wise kernel of the two after the attention (a LayerNorm, which leaves HBM and the store queue idle:
+// where the copy read into VMEM past the kernels' own, issued after the attention's own work (the barrier after it
+// waits for them), then a vpu.cast and a dma.st of the output after the leading sem.sets of a whole-chip row-wise
+// kernel of the two after the attention (a LayerNorm, which leaves HBM and the store queue idle:
 // early_cast_body). HBM took those outputs' bytes at the end of the program, one cast after the other, and the
 // copies took a kernel each. Where no such row-wise kernel follows, the loads go in a block of their own before
 // the attention and the attention casts and stores (its matrix-unit kernel has one semaphore to spare, for the
@@ -1746,6 +1746,16 @@ void stage_output_moves(std::vector<OutputMove>& moves, const KernelPlan& plan, 
     (m.cast_in != m.loads_in ? early : before)[m.loads_in].push_back(std::move(loads));
     early[m.cast_in].push_back(std::move(cast));
   }
+}
+
+// Every halt of `frag` made a jump to `at` (code appended after the kernel that every path through it runs).
+void halts_jump_to(isa::Program& frag, uint64_t at) {
+  for (isa::Word& w : frag.code)
+    if (isa::decode(w).op == isa::Op::HALT) {
+      isa::Instr jump{.op = isa::Op::JMP};
+      jump.f[0] = static_cast<int64_t>(at);
+      w = isa::encode(jump);
+    }
 }
 
 // The early casts' nodes, each once, in order, for notes
@@ -2035,12 +2045,7 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
       else ++it;
     if (!tail_loads.empty()) {
       const uint64_t load_at = base + frag.code.size();
-      for (isa::Word& w : frag.code)
-        if (isa::decode(w).op == isa::Op::HALT) {
-          isa::Instr jump{.op = isa::Op::JMP};
-          jump.f[0] = static_cast<int64_t>(load_at);
-          w = isa::encode(jump);
-        }
+      halts_jump_to(frag, load_at);
       const isa::Program body = early_cast_body(tail_loads, 0, 0, load_at);
       const std::string labels = early_labels(tail_loads);
       frag.regions.push_back(isa::Region{isa::kRegionNote,
@@ -2058,12 +2063,9 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
       size_t lead = 0;
       while (lead < frag.code.size() && isa::decode(frag.code[lead]).op == isa::Op::SEMSET) ++lead;
       const std::set<int> used = semaphores_of(frag);
-      // a semaphore for the casts' stores, where any cast here (not its loads alone: place_output_moves)
-      const bool casts = std::any_of(pending.begin(), pending.end(), [](const EarlyCast& x) { return !x.stage_only; });
       int sem = 0;
-      for (int k = top_sem; k >= 1 && sem == 0 && casts; --k)
+      for (int k = top_sem; k >= 1 && sem == 0; --k)
         if (!used.count(k)) sem = k;
-      const uint64_t sets = casts ? 1 : 0;
       bool into_lead = false;  // a branch to one of the leading sem.sets, which move
       for (isa::Word w : frag.code) {
         const isa::Instr in = isa::decode(w);
@@ -2072,19 +2074,17 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
             in.f[static_cast<size_t>(t)] < static_cast<int64_t>(base + lead))
           into_lead = true;
       }
-      if (lead > 0 && (sem > 0 || !casts) && !into_lead) {
-        const isa::Program body = early_cast_body(pending, sem, 0, base + sets + lead);
-        const uint64_t shift = sets + body.code.size();
+      if (lead > 0 && sem > 0 && !into_lead) {
+        const isa::Program body = early_cast_body(pending, sem, 0, base + 1 + lead);
+        const uint64_t shift = 1 + body.code.size();
         isa::Program z = frag;  // the same kernel made `shift` instructions later, then cut after its sem.sets
         relocate(z, static_cast<int64_t>(shift));
+        isa::Instr set{.op = isa::Op::SEMSET};
+        set.f[0] = sem;
         const std::string labels = early_labels(pending);
         isa::Program combined;
-        if (casts) {
-          isa::Instr set{.op = isa::Op::SEMSET};
-          set.f[0] = sem;
-          combined.code.push_back(isa::encode(set));
-          combined.source.push_back("the semaphore of the graph outputs cast while " + call.kernel + " runs");
-        }
+        combined.code.push_back(isa::encode(set));
+        combined.source.push_back("the semaphore of the graph outputs cast while " + call.kernel + " runs");
         for (size_t i = 0; i < lead; ++i) {
           combined.code.push_back(z.code[i]);
           combined.source.push_back(i < z.source.size() ? z.source[i] : call.kernel);
@@ -2098,17 +2098,11 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
           combined.source.push_back(i < z.source.size() ? z.source[i] : call.kernel);
         }
         // the note first (it encloses the kernel's own regions: pre-order), then those, moved
-        const bool loads = std::any_of(pending.begin(), pending.end(), [](const EarlyCast& x) { return !x.loads.empty(); });
-        combined.regions.push_back(isa::Region{
-            isa::kRegionNote,
-            !casts ? "loads the sources of the graph outputs of " + labels + " into VMEM (as the copies that made them "
-                                                                             "read them) while it runs"
-                   : "writes the graph outputs of " + labels + " (" + (loads ? "loaded, " : "") + "cast from " +
-                         std::string(isa::dtype_name(pending.front().from)) + " in VMEM) while it runs",
-            0, static_cast<uint32_t>(combined.code.size())});
-        auto moved = [&](uint32_t i) {
-          return i < lead ? i + static_cast<uint32_t>(sets) : i + static_cast<uint32_t>(shift);
-        };
+        combined.regions.push_back(isa::Region{isa::kRegionNote,
+                                               "writes the graph outputs of " + labels + " (cast from " +
+                                                   std::string(isa::dtype_name(pending.front().from)) + " in VMEM) while it runs",
+                                               0, static_cast<uint32_t>(combined.code.size())});
+        auto moved = [&](uint32_t i) { return i < lead ? i + 1 : i + static_cast<uint32_t>(shift); };
         for (isa::Region r : z.regions) {
           r.begin = moved(r.begin), r.end = r.end == 0 ? 0 : moved(r.end - 1) + 1;
           combined.regions.push_back(std::move(r));
@@ -2128,12 +2122,7 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
       const std::map<std::string, uint64_t> addr = tensor_addresses(plan, y);
       // Every path through the kernel goes on to the load: its halts jump there.
       const uint64_t load_at = base + frag.code.size();
-      for (isa::Word& w : frag.code)
-        if (isa::decode(w).op == isa::Op::HALT) {
-          isa::Instr jump{.op = isa::Op::JMP};
-          jump.f[0] = static_cast<int64_t>(load_at);
-          w = isa::encode(jump);
-        }
+      halts_jump_to(frag, load_at);
       if (y.stream_wait > 0) {  // its weights' background loads done (stream_weights)
         frag.code.push_back(stream_wait_sync(y.stream_wait));
         frag.source.push_back("the weights of " + y.label + " streamed in: their background loads done");
