@@ -3,6 +3,7 @@
 // OpDef::rowwise function; operands are group values, constants (broadcast by period) or stored inputs.
 #include <algorithm>
 #include <set>
+#include <stdexcept>
 
 #include "lowering.h"
 
@@ -32,6 +33,15 @@ int Lowering::rw_node(KernelCall& call, rw::Op op, std::vector<int> args, float 
   nd.hi = hi;
   call.rows.nodes.push_back(nd);
   return static_cast<int>(call.rows.nodes.size()) - 1;
+}
+
+bool Lowering::rowwise_fits(const rw::Program& p) const {
+  try {
+    kernels::rowwise::plan(p, opts_.target.symbols);
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
 }
 
 int Lowering::rw_input(KernelCall& call, Stored s, bool per_row, int64_t period, int64_t stride) {

@@ -130,6 +130,9 @@ class Lowering {
   // Whether node n joins a row-wise kernel (its OpDef is Elementwise/RowReduce and fusable).
   bool rowwise_op(const ir::Node& n) const;
   KernelCall rowwise_call(const std::string& label, int64_t rows, int64_t cols);
+  // Whether a row-wise kernel of this shape fits a core's VMEM (rowwise::plan does not refuse it): for a probe
+  // program made before the lowering commits to one (its inputs' addresses do not matter)
+  bool rowwise_fits(const rw::Program& p) const;
   int rw_node(KernelCall& call, rw::Op op, std::vector<int> args, float value = 0, float lo = 0, float hi = 0);
   int rw_input(KernelCall& call, Stored s, bool per_row, int64_t period, int64_t stride = 0);  // stride: rowwise.h
   void rw_output(KernelCall& call, int node, Stored s);

@@ -392,15 +392,13 @@ int64_t depthwise_chunk(const Lowering& L, int64_t rows, int64_t C, int64_t taps
       const int prod = p.binary(rw::Op::Mul, x, p.input(static_cast<int>(p.inputs.size()) - 1));
       acc = acc < 0 ? prod : p.binary(rw::Op::Add, acc, prod);
     }
-    if (bias) p.inputs.push_back(rw::Input{0, DType::F32, false, 1}), acc = p.binary(rw::Op::Add, acc, p.input(static_cast<int>(p.inputs.size()) - 1));
+    if (bias) {
+      p.inputs.push_back(rw::Input{0, DType::F32, false, 1});
+      acc = p.binary(rw::Op::Add, acc, p.input(static_cast<int>(p.inputs.size()) - 1));
+    }
     if (relu) acc = p.unary(rw::Op::Relu, acc);
     p.outputs.push_back(rw::Output{acc, 0, DType::F32});
-    try {
-      kernels::rowwise::plan(p, L.opts_.target.symbols);
-      return true;
-    } catch (const std::invalid_argument&) {
-      return false;
-    }
+    return L.rowwise_fits(p);
   };
   if (fits(taps, true)) return taps;
   int64_t n = taps - 1;
@@ -588,19 +586,16 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
         int prodn = L.rw_node(call, rw::Op::Mul, {xi, wi});
         acc = acc < 0 ? prodn : L.rw_node(call, rw::Op::Add, {acc, prodn});
       }
-      if (k1 < taps) {
+      if (k1 < taps) {  // the partial sums, for the next chunk
         partial = Stored{L.temp(label + ".partial" + std::to_string(k1), DType::F32, {v.rows, C}), 0, DType::F32, false};
-        L.rw_output(call, acc, partial);
-        call.flops = c.flops * static_cast<double>(k1 - k0) / static_cast<double>(taps);
-        L.plan_.calls.push_back(std::move(call));
-        continue;
+      } else {
+        if (c.has_bias) {
+          int bi = L.rw_input(call, Stored{L.const_f32(c.wname + ".bias", {C}, c.bias), 0, DType::F32, false}, false, 1);
+          acc = L.rw_node(call, rw::Op::Add, {acc, bi});
+        }
+        if (c.relu) acc = L.rw_node(call, rw::Op::Relu, {acc});
       }
-      if (c.has_bias) {
-        int bi = L.rw_input(call, Stored{L.const_f32(c.wname + ".bias", {C}, c.bias), 0, DType::F32, false}, false, 1);
-        acc = L.rw_node(call, rw::Op::Add, {acc, bi});
-      }
-      if (c.relu) acc = L.rw_node(call, rw::Op::Relu, {acc});
-      L.rw_output(call, acc, G);
+      L.rw_output(call, acc, k1 < taps ? partial : G);
       call.flops = c.flops * static_cast<double>(k1 - k0) / static_cast<double>(taps);
       L.plan_.calls.push_back(std::move(call));
     }

@@ -422,26 +422,20 @@ void gemv(Lowering& L, const std::string& label, Stored x, const std::vector<flo
 // products) in a core's VMEM: not on h200-like's 228 KB of shared memory for VGG's classifier (rows of 25,088
 // weights), whose product then runs as the GEMM on the matrix unit. x taken as f32 (its widest form).
 bool gemv_fits(const Lowering& L, int64_t k, int64_t n, bool int8_weights, bool bias, bool relu, DType out) {
-  const DType x = DType::F32;
   rw::Program p;
   p.rows = n, p.cols = k;
   p.inputs.push_back(rw::Input{0, int8_weights ? DType::I8 : DType::BF16});
-  p.inputs.push_back(rw::Input{0, x, false, 1});
+  p.inputs.push_back(rw::Input{0, DType::F32, false, 1});
   int r = p.unary(rw::Op::RowSum, p.binary(rw::Op::Mul, p.input(0), p.input(1)));
-  for (bool per_row : {int8_weights, bias})
-    if (per_row) {
-      p.inputs.push_back(rw::Input{0, DType::F32, true});
-      r = p.binary(int8_weights && p.inputs.size() == 3 ? rw::Op::Mul : rw::Op::Add, r,
-                   p.input(static_cast<int>(p.inputs.size()) - 1));
-    }
+  auto per_row = [&] {  // a scale or a bias, one per output
+    p.inputs.push_back(rw::Input{0, DType::F32, true});
+    return p.input(static_cast<int>(p.inputs.size()) - 1);
+  };
+  if (int8_weights) r = p.binary(rw::Op::Mul, r, per_row());
+  if (bias) r = p.binary(rw::Op::Add, r, per_row());
   if (relu) r = p.unary(rw::Op::Relu, r);
   p.outputs.push_back(rw::Output{r, 0, out});
-  try {
-    kernels::rowwise::plan(p, L.opts_.target.symbols);
-    return true;
-  } catch (const std::invalid_argument&) {
-    return false;
-  }
+  return L.rowwise_fits(p);
 }
 
 // The part size G when a matmul's result `out` (n columns) is read only by a Split of its last axis into equal
