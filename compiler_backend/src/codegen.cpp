@@ -1424,35 +1424,25 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
   }
   if (weights.empty()) return tails;
   hand_out(budgets(assumed));
-  // Each weight's last background load (dma.ld bg: a whole-chip GEMM's, a split-K GEMM's or a row-wise kernel's
-  // pieces, an attention's loads, not a tail's, which are plain) signals `sem`, which the GEMM that reads it waits
-  // for (stream_wait): the background loads complete in the order they are issued, the weights' order, which is
-  // the order of their GEMMs, so the n-th signal is the n-th such GEMM's. A weight all of whose loads are plain
-  // needs none: the GEMM's loads come after them in the same queue.
-  auto background = [&](const std::pair<size_t, bool>& slot) {
-    const OnChip& o = on_chip[order[slot.first]];
-    const KernelCall::Kind kind = plan.calls[order[slot.first]].kind;
-    return !slot.second && (o.gemm || o.ksplit || kind == KernelCall::Kind::Rowwise ||
-                            kind == KernelCall::Kind::Attention);
-  };
+  // Every load is a background load (dma.ld bg: a whole-chip GEMM's, a split-K GEMM's or a row-wise kernel's
+  // pieces, a whole-chip GEMM's tail, an attention's loads): each weight's last signals `sem`, which the GEMM that
+  // reads it waits for (stream_wait). The background loads complete in the order they are issued, the weights'
+  // order, which is the order of their GEMMs, so the n-th signal is the n-th such GEMM's.
   for (size_t i = 0; i < weights.size(); ++i) {
     const Weight& w = weights[i];
-    if (w.vaddr < 0 || w.loaded < w.bytes) continue;
-    for (auto r = runs[i].rbegin(); r != runs[i].rend(); ++r)
-      if (background(r->first)) {
-        loads[r->first][r->second].signal = sem;
-        plan.calls[order[w.at]].stream_wait = sem;
-        break;
-      }
+    if (w.vaddr < 0 || w.loaded < w.bytes || runs[i].empty()) continue;
+    loads[runs[i].back().first][runs[i].back().second].signal = sem;
+    plan.calls[order[w.at]].stream_wait = sem;
   }
   // The producers' loads, the consumers' addresses
   std::map<size_t, int64_t> streamed;  // bytes by producer
   for (auto& [slot, l] : loads) {
     const size_t c = order[slot.first];
     for (const kernels::DmaLoad& d : l) streamed[slot.first] += d.rowbytes;
-    if (slot.second)
+    if (slot.second) {  // a tail's loads in the background too: the kernels after it do not wait for them
       on_chip[c].gemm->prefetch = l, tails.insert(slot.first);
-    else if (on_chip[c].gemm)
+      for (kernels::DmaLoad& d : on_chip[c].gemm->prefetch) d.bg = true;
+    } else if (on_chip[c].gemm)
       on_chip[c].gemm->background = l;
     else if (on_chip[c].ksplit)
       on_chip[c].ksplit->background = l;
@@ -1490,7 +1480,7 @@ std::set<size_t> stream_weights(KernelPlan& plan, const std::vector<size_t>& ord
 // other. What keeps them apart: the kernel's leading sem.sets (each waits for every unit) come before the cast's
 // instructions; the cast's one semaphore is one the kernel does not use; the kernel's VMEM is not the staging area;
 // the source stays where it is to the end of the program (its buffer was planned live to the original cast) and
-// the output buffer is the cast's alone; the fence before the kernel after `z` waits for the stores. Where `z`
+// the output buffer is the cast's alone; the fence or drain before the kernel after `z` waits for the stores. Where `z`
 // turns out unable to take them (a kernel of an overlapped pair, one that does not start with sem.set or uses every
 // semaphore), the next kernel that can takes them, and where none can, they run as a kernel of their own at the end
 // of the program. Only where the staging fits in a quarter of the ring. The same bits: the same vpu.cast per
@@ -2135,8 +2125,19 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
                               (on_chip[c].gemm ? "gemm_chip" : call.kernel) + " runs");
     }
     if (!meet && at > 0 && !(second && !second->prefetch) && !starts_with_sync(frag)) {
-      p.code.push_back(isa::encode(isa::Instr{.op = isa::Op::FENCE}));
-      p.source.push_back(call.label + ": fence before " + call.kernel);
+      // The kernel waits for the one before (its units idle, its stores done), not for the background loads that
+      // stream weights to later kernels (one core: stream_weights), which it does not read: a sem.set of a
+      // semaphore it does not use (nor the stream's) is that drain, where a fence would wait for the loads too.
+      // A fence where no semaphore is free, and on several cores, whose background loads (place_output_moves)
+      // signal semaphores that live across kernels.
+      const std::set<int> used = semaphores_of(frag);
+      int drain = 0;
+      for (int k = top_sem; k >= 1 && drain == 0 && !spmd; --k)
+        if (!used.count(k)) drain = k;
+      isa::Instr in{.op = drain > 0 ? isa::Op::SEMSET : isa::Op::FENCE};
+      in.f[0] = drain;
+      p.code.push_back(isa::encode(in));
+      p.source.push_back(call.label + ": " + (drain > 0 ? "drain" : "fence") + " before " + call.kernel);
       relocate(frag, 1);  // it now starts one instruction later
     }
     if (call.stream_wait > 0 && !(second && second->prefetch)) {  // its weights' background loads done

@@ -136,23 +136,28 @@ TEST(Compile, RegionsMarkEachNodeAndKernelFragment) {
       EXPECT_EQ(r.begin, next);
       next = r.end;
     }
-    // Every instruction of a region comes from its node: "mm1: gemm.s:12", or "mm1: fence before gemm.s".
+    // Every instruction of a region comes from its node: "mm1: gemm.s:12", or "mm1: fence before gemm.s" (or
+    // "drain before": a sem.set in its place, codegen.cpp).
     const std::string node = r.kind == isa::kRegionNode ? r.name : names[names.size() - 2].substr(5);
     for (uint32_t i = r.begin; i < r.end; ++i) {
       EXPECT_THAT(p.source[i], StartsWith(node + ": ")) << i;
       if (r.kind == isa::kRegionKernel) {
         EXPECT_THAT(p.source[i], ::testing::Not(HasSubstr("fence before")));
+        EXPECT_THAT(p.source[i], ::testing::Not(HasSubstr("drain before")));
       }
     }
   }
   EXPECT_EQ(next, p.code.size());
   EXPECT_EQ(names, (std::vector<std::string>{"node cast(x)", "kernel cast.s", "node mm1+add1+relu1", "kernel gemm.s",
                                              "node mm2", "kernel gemm.s"}));
-  // A fragment that does not begin by synchronising has the fence in front inside its node, not its kernel.
+  // A fragment that does not begin by synchronising has the fence (or drain) in front inside its node, not its
+  // kernel.
   for (size_t i = 2; i < p.regions.size(); i += 2) {
     const isa::Region &node = p.regions[i], &kernel = p.regions[i + 1];
     EXPECT_EQ(kernel.end, node.end);
-    EXPECT_EQ(kernel.begin, node.begin + (p.source[node.begin].find("fence before") != std::string::npos ? 1 : 0));
+    const std::string& first = p.source[node.begin];
+    const bool before = first.find("fence before") != std::string::npos || first.find("drain before") != std::string::npos;
+    EXPECT_EQ(kernel.begin, node.begin + (before ? 1 : 0));
   }
 }
 

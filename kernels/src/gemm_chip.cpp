@@ -1076,7 +1076,8 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     e.addi(t0, t, P), e.li(t1, T), e.blt(t0, t1, skip);
     for (const DmaLoad& l : g.prefetch) {
       e.li(t0, l.vaddr), e.li(t1, l.haddr), e.li(t2, l.rows), e.li(t3, l.rowbytes), e.li(r29, l.hstride);
-      e.li(r31, l.vstride), e.dma_ld(t0, t1, t2, t3, r29, r31);
+      e.li(r31, l.vstride);
+      e.dma_ld(t0, t1, t2, t3, r29, r31, {.bg = l.bg, .signal = l.signal > 0 ? isa::sem(l.signal) : isa::Sem{}});
     }
     e.bind(skip);
   };

@@ -680,6 +680,56 @@ TEST(GemmChip, PrefetchLoadsAfterTheLastTilesOwn) {
   V5eGemm::expect_refused_on_two_cores(with);
 }
 
+// The weight stream's share of a GEMM's tail as background loads (DmaLoad::bg, signalling DmaLoad::signal): the
+// compiler's next kernel, after a sem.set of a semaphore the loads do not signal (codegen.cpp: the drain before a
+// kernel that begins with none), starts when the GEMM's own work ends, not when the loads do. V5eGemm's shape with
+// a, b and c in VMEM (as a compiled model's intermediates and streamed weights are; its own VMEM from 16 MiB) and
+// 2 MiB prefetched past that (3,841 cycles at v5e's 546 bytes a cycle), its halt made a jump to a trailer of
+// `sem.set s30, 0` and a delay of 6,000 cycles (the next kernel), timing only: plain loads hold the sem.set until
+// they are in, background ones do not, so the trailer starts at the GEMM's end as without the loads (the same
+// cycles, 8,597: nothing of the GEMM's own crosses HBM), where plain ones held it past the GEMM's end (about 2,600
+// cycles) until they were in: one tile and one chunk of K, the loads go out after its loads, a few hundred cycles
+// in, and take dma.latency + 3,841 cycles (10,251: over 1,500 more). Functional, on V5eGemm as it is: the same
+// output bits with the loads in the background, their bytes in VMEM, HBM read exactly their bytes more.
+TEST(GemmChip, BackgroundTailLoadsLetTheNextKernelStart) {
+  V5eGemm t(983);
+  const int64_t haddr = int64_t{1} << 30, bytes = int64_t{2} << 20;
+  kernels::GemmChip none = t.g;
+  none.vmem_base = 16 << 20;
+  const int64_t vaddr = (kernels::gemm_chip_vmem_end(none, t.symbols) + 4095) / 4096 * 4096;
+  const uint64_t local = isa::kLocalWindow;
+  const std::map<std::string, uint64_t> addr = {{"a", local}, {"b", local + (2 << 20)}, {"c", local + (4 << 20)}};
+  auto trailed = [&](const kernels::GemmChip& k) {
+    isa::Program p = kernels::gemm_chip_kernel(k, t.symbols, addr);
+    const auto end = static_cast<int64_t>(p.code.size());
+    for (isa::Word& w : p.code)
+      if (isa::decode(w).op == isa::Op::HALT) {
+        isa::Instr jmp{.op = isa::Op::JMP};
+        jmp.f[0] = end;
+        w = isa::encode(jmp);
+      }
+    isa::Instr set{.op = isa::Op::SEMSET}, li{.op = isa::Op::LI}, delay{.op = isa::Op::DELAY};
+    set.f[0] = 30, li.f[0] = 1, li.f[1] = 6000, delay.f[0] = 1;
+    for (const isa::Instr& in : {set, li, delay}) p.code.push_back(isa::encode(in)), p.source.push_back("trailer");
+    return static_cast<int64_t>(t.chip.run(p, timing_only()).stats.cycles);
+  };
+  kernels::GemmChip plain = none;
+  plain.prefetch = {kernels::DmaLoad{vaddr, haddr, 1, bytes, 0, 0}};
+  kernels::GemmChip bg = plain;
+  bg.prefetch[0].bg = true, bg.prefetch[0].signal = 31;
+  const int64_t alone = trailed(none), held = trailed(plain), free = trailed(bg);
+  std::printf("300 x 300 x 700 on v5e in VMEM, then a 6,000-cycle kernel: %lld cycles; with 2 MiB of tail loads %lld "
+              "plain, %lld in the background\n",
+              static_cast<long long>(alone), static_cast<long long>(held), static_cast<long long>(free));
+  EXPECT_EQ(free, alone);
+  EXPECT_GT(held, free + 1500);
+  kernels::GemmChip functional = t.g;
+  functional.prefetch = {kernels::DmaLoad{t.past_own(), haddr, 1, bytes, 0, 0, 31, -1, true}};
+  const std::vector<uint8_t> data = V5eGemm::pattern(static_cast<size_t>(bytes), 31, 7);
+  t.expect_same_bits_reading_more(functional, haddr, data, static_cast<uint64_t>(bytes));
+  t.expect_in_vmem(t.past_own(), data.data(), static_cast<size_t>(bytes));
+}
+
 // GemmChip::background: runs of bytes issued a piece after each chunk's loads (V5eGemm): the same output bits as
 // without them, the runs in VMEM after the kernel, and HBM read exactly their bytes more; a run into the kernel's
 // own VMEM, one of several rows, and one on two cores are refused.

@@ -22,6 +22,9 @@ struct DmaLoad {
   // The core that issues it, in a kernel of several cores (a later GEMM's b_area on each core: that core's first
   // tile's weights, GemmChip::b_area); -1: every core that issues the kernel's loads.
   int core = -1;
+  // A background load (dma.ld bg) where the kernel issues it as a plain one otherwise (GemmChip::prefetch: the
+  // weight stream's share of a GEMM's tail, which the kernels after it need not wait for).
+  bool bg = false;
   bool operator==(const DmaLoad&) const = default;
 };
 

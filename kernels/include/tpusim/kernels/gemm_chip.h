@@ -205,8 +205,9 @@ struct GemmChip {
   // Loads for a kernel after this one (a later GEMM's b_area, or the weight stream's share of this kernel's tail:
   // codegen.cpp, stream_weights, sized by gemm_chip_tail), issued by the core right after its last tile's last
   // loads and products, before that tile's drain, so that HBM moves them while the drain runs rather than after the
-  // kernel; no semaphore (the kernel that uses them loads after them in the same queue). The tiled schedule, one
-  // core, no split K; their VMEM outside this kernel's. The same results.
+  // kernel; plain loads (the kernel that uses them loads after them in the same queue), or background ones
+  // (DmaLoad::bg, signalling DmaLoad::signal: the weight stream's, which the kernels after it do not wait for). The
+  // tiled schedule, one core, no split K; their VMEM outside this kernel's. The same results.
   std::vector<DmaLoad> prefetch = {};
   // Loads for later kernels (the compiler's weight stream, codegen.cpp: stream_weights), each one contiguous run
   // (rows 1), issued in the order given in pieces of equal size: one piece after each chunk's loads (a piece never
