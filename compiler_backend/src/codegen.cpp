@@ -106,6 +106,13 @@ double one_unit_gemm_cycles(const KernelCall& call, const std::map<std::string, 
   return folds * fold + a_and_c + 2.0 * latency;
 }
 
+// A gemm.s call's row map (its C_* parameters; none without C_GROUP)
+kernels::RowMap row_map_of(const KernelCall& call) {
+  auto param = [&](const char* name) { return param_or(call, name, 0); };
+  return kernels::RowMap{param("C_GROUP"),     param("C_KEEP"),        param("C_PITCH"),
+                         param("C_PER_IMAGE"), param("C_IMAGE_PITCH"), param("C_ROWS")};
+}
+
 // A gemm.s call as the whole-chip kernel (kernels/gemm_chip.h), where the chip has more than one core or matrix
 // unit and gemm_chip does everything the call asks (not ACT_RESIDENT); gemm_chip gives the same results bit for
 // bit. nullopt: the call stays gemm.s on one unit. A call with an activation epilogue (ACT), or a residual with an
@@ -115,7 +122,10 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
                                                  std::string& why) {
   const int64_t cores = symbol_or(symbols, "CORES", 1), mxus = symbol_or(symbols, "MXUS", 1);
   if (call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s") return std::nullopt;
-  if (param_or(call, "ACT", 0) != 0 || (param_or(call, "RESIDUAL", 0) != 0 && param_or(call, "Q_SCALE", 0) != 0)) {
+  // An activation, a residual with an int8 copy, a row map (C_GROUP: the lowering asks for one only on chips of
+  // several cores): what gemm.s does not do (the split kernel, split_k_gemm, may still take a row map's)
+  if (param_or(call, "ACT", 0) != 0 || (param_or(call, "RESIDUAL", 0) != 0 && param_or(call, "Q_SCALE", 0) != 0) ||
+      param_or(call, "C_GROUP", 0) != 0) {
     why.clear();
     return gemm_chip_of(call, symbols);
   }
@@ -189,6 +199,7 @@ std::optional<kernels::GemmKSplit> split_k_gemm(const KernelPlan& plan, const Ke
                              param_or(call, "TAP_SH", 1), param_or(call, "TAP_SW", 1), param_or(call, "TAP_DH", 1),
                              param_or(call, "TAP_DW", 1), param_or(call, "TAP_WQ", 1), param("TAP_PHASE_ROWS"),
                              param_or(call, "TAP_PITCH", 1)};
+  g.c_rows = row_map_of(call);
   const auto a = call.tensors.find("a");
   g.a_local = a != call.tensors.end() &&
               isa::far_memory(static_cast<int64_t>(plan.buffers[static_cast<size_t>(a->second)].addr)) ==
@@ -1086,6 +1097,7 @@ kernels::GemmChip gemm_chip_of(const KernelCall& call, const std::map<std::strin
                              param("TAP_SW", 1), param("TAP_DH", 1), param("TAP_DW", 1), param("TAP_WQ", 1),
                              param("TAP_PHASE_ROWS", 0), param("TAP_PITCH", 1)};
   if (param("ACT", 0) != 0) g.act = call.rows;
+  g.c_rows = row_map_of(call);
   g.mxus = static_cast<int>(std::min<int64_t>(mxus, g.bias || g.dequant || g.residual || g.act ? 6 : 7));
   g.schedule = kernels::GemmSchedule::Tiles;
   g.multicast = true;  // pairs of cores share their tiles' operand where the chip multicasts (chip.cluster = 2)

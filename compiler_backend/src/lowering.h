@@ -196,6 +196,9 @@ class Lowering {
   std::map<std::string, float> absmax_;  // their ranges: opts_.activation_absmax (timing-only: 1 where missing)
   std::map<int, Stored> quantized_;  // value -> its int8 copy
   std::map<int, int64_t> grouped_;   // value -> G: stored group by group by its GEMM (GROUP_N), [N / G, rows, G]
+  // A padded input's layout and borders (its buffer's shape and slack, the padding's value and the fills' places)
+  // -> the buffer that holds them, borders filled by the first window that made it (ops_conv.cpp, window_phases)
+  std::map<std::string, int> padded_;
   KernelPlan plan_;
   std::vector<std::vector<int>> users_;  // value -> the nodes reading it
   std::vector<bool> is_output_;          // value -> whether it is a graph output

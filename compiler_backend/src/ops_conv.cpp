@@ -5,7 +5,10 @@
 // "virtual" output width Wv = Wp/stride so that a tap is one regular stride; one per tap where the taps of a row
 // are not adjacent, a dilation: window_taps) and run gemm.s on it, then drop the Wv - OW overhanging
 // columns; where a tap's row of channels is 64 bytes or more, gemm.s reads the taps from the padded input in place
-// (implicit_im2col) and no matrix is copied. Depthwise convs run on the vector unit (a row-wise kernel summing tap x
+// (implicit_im2col) and no matrix is copied. Padded inputs of one layout share a buffer whose borders the first
+// window fills (window_phases); on chips of several cores the GEMM that makes a window's input writes it straight
+// into that buffer, and a GEMM of virtual columns stores only its outputs (row maps: producer_writes_padded,
+// implicit_im2col). Depthwise convs run on the vector unit (a row-wise kernel summing tap x
 // weight, each tap read in place: tap_views); other grouped convs one gemm per group. MaxPool / AveragePool: taps
 // read in place, reduced by a row-wise kernel (1-D: H = 1; 3-D: over H and W, then over D). GlobalAveragePool (and
 // ReduceMean over H, W): a gemm of a row of ones with each image, scaled by 1/HW.
@@ -22,6 +25,7 @@
 
 #include "infer.h"
 #include "lowering.h"
+#include "tpusim/isa/numerics.h"
 #include "tpusim/kernels/gemm_chip.h"
 
 namespace tpusim::compiler {
@@ -304,7 +308,83 @@ Phases window_phases(Lowering& L, const std::string& label, Stored x, const Shap
                                       w.sh * W * C * es, static_cast<int64_t>(ph.row)});
     }
   }
+  // One buffer for every window of this layout and these borders: the first fills the borders, the later ones
+  // find them filled (only the interiors are written: the input's moves, or its GEMM's row map) and move only
+  // the input; the buffer then lives from the first to the last of them.
+  std::string key = std::string(isa::dtype_name(x.dtype)) + " " + ints_str({phases, N, Hq, Wp, C, ph.slack}) + " " +
+                    std::to_string(isa::bits_from_f32(pad_value));
+  for (const BufferMove& m : ph.moves)
+    if (m.src == pat)
+      key += " " + ints_str({static_cast<int64_t>(m.dst_off), static_cast<int64_t>(m.rows),
+                             static_cast<int64_t>(m.rowbytes), m.dst_stride});
+  const auto [held, fresh] = L.padded_.emplace(key, ph.P.buf);
+  if (!fresh) {
+    std::erase_if(ph.moves, [&](const BufferMove& m) { return m.src == pat; });
+    for (BufferMove& m : ph.moves) m.dst = held->second;
+    ph.P.buf = held->second;
+  }
   return ph;
+}
+
+// Row maps (GemmChip::c_rows, gemm.s's C_* parameters): a GEMM storing its rows where the next kernel reads them,
+// in place of a copy. Asked only on chips of several cores, whose GEMMs run as the whole-chip kernel (codegen's
+// whole_chip_gemm then takes every GEMM with a map) and where a copy is dear: it runs on one core between barriers
+// (or on every core, with its own), while the map costs the GEMM a few instructions per group of rows it stores.
+// On one core a copy within VMEM is one transfer; there the maps lost (ResNet-50 on v5e 145,109 -> 151,971 cycles:
+// the producers' stores a group at a time, layer 1's first 1 x 1 convolution 1,083 -> 1,667, and a weight stream
+// planned otherwise), on h200-like they won (381,781 -> 364,196). Of bf16 outputs.
+bool maps_rows(const Lowering& L) {
+  const auto cores = L.sym_.find("CORES");
+  return cores != L.sym_.end() && cores->second > 1;
+}
+
+void set_row_map(KernelCall& call, int64_t group, int64_t keep, int64_t pitch, int64_t per_image, int64_t image_pitch,
+                 int64_t rows) {
+  call.params.insert({{"C_GROUP", group}, {"C_KEEP", keep}, {"C_PITCH", pitch}, {"C_PER_IMAGE", per_image},
+                      {"C_IMAGE_PITCH", image_pitch}, {"C_ROWS", rows}});
+}
+
+// The padded input's interior written by the GEMM that makes x: where that GEMM is x's only writer and writes all
+// of it ([rows, N] bf16, no map yet, no int8 copy, group or activation), x is read by this window alone and is no
+// graph output, and the input is one phase (stride 1 down the rows), the GEMM stores into ph.P through a row map
+// (rows of W pixels ph.row bytes apart, images ph.image apart, from the first interior pixel) and the moves that
+// copied x into it go; the borders' fills stay. Not where a call after the producer uses ph.P (another window of
+// its layout: window_phases), which the producer's writes would overtake. `xv`: the graph value x holds. Returns
+// whether it did.
+bool producer_writes_padded(Lowering& L, int xv, const Stored& x, const Shape& s /*NCHW*/, const Window& w,
+                            Phases& ph, const std::string& label) {
+  const int64_t N = s[0], C = s[1], H = s[2], W = s[3];
+  if (!maps_rows(L) || ph.phases != 1 || ph.P.buf == x.buf || x.dtype != DType::BF16 || xv < 0 ||
+      L.users_[static_cast<size_t>(xv)].size() != 1 || L.is_output_[static_cast<size_t>(xv)])
+    return false;
+  KernelCall* producer = nullptr;
+  for (KernelCall& call : L.plan_.calls) {
+    // nothing after the producer may use the padded buffer (held by another window of its layout, whose reads
+    // would follow this producer's writes)
+    if (producer && std::any_of(call.tensors.begin(), call.tensors.end(),
+                                [&](const auto& t) { return t.second == ph.P.buf; }))
+      return false;
+    for (const auto& [name, b] : call.tensors)
+      if (b == x.buf) {
+        if (producer || call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s" || name != "c") return false;
+        producer = &call;
+      }
+  }
+  if (!producer || producer->offsets.at("c") != x.off) return false;
+  auto param = [&](const char* k) { auto it = producer->params.find(k); return it == producer->params.end() ? 0 : it->second; };
+  const int64_t M = param("M"), NC = param("N");
+  if (param("OUT_DT") != static_cast<int64_t>(DType::BF16) || param("Q_SCALE") || param("Q_ONLY") || param("GROUP_N") ||
+      param("ACT") || param("ACT_RESIDENT") || param("C_GROUP") || NC <= 0 || M * NC != N * H * W * C ||
+      (W * C) % NC != 0)
+    return false;
+  const int64_t es = 2, base = (w.pt * ph.Wp + w.pl) * C * es;
+  const uint64_t bytes = L.plan_.buffers[static_cast<size_t>(ph.P.buf)].bytes() - ph.P.off;
+  producer->tensors["c"] = ph.P.buf, producer->offsets["c"] = ph.P.off + static_cast<uint64_t>(base);
+  set_row_map(*producer, W * C / NC, W * C / NC, static_cast<int64_t>(ph.row), H, static_cast<int64_t>(ph.image),
+              (static_cast<int64_t>(bytes) - base) / (NC * es));
+  producer->note = (producer->note.empty() ? "" : producer->note + "; ") + "writes the padded input of " + label;
+  std::erase_if(ph.moves, [&](const BufferMove& m) { return m.src == x.buf; });
+  return true;
 }
 
 // The im2col matrix [N * OH * Wv, taps * cg] of channels [c0, c0 + cg) of each tap, columns (kh, kw, c): where the
@@ -343,10 +423,11 @@ struct TapViews {
 };
 
 TapViews tap_views(Lowering& L, const std::string& label, Stored x, const Shape& s /*NCHW*/, const Window& w,
-                   float pad_value, int64_t out_h = -1, int64_t out_w = -1) {
+                   float pad_value, int64_t out_h = -1, int64_t out_w = -1, int xv = -1) {
   const int64_t N = s[0], C = s[1];
   const int es = isa::dtype_size(x.dtype);
   TapViews v{window_phases(L, label, x, s, w, pad_value, out_h, out_w), 0, 0, {}, false};
+  producer_writes_padded(L, xv, x, s, w, v.ph, label);
   L.copy(label, std::move(v.ph.moves));
   v.rows = (N - 1) * v.ph.Hq * v.ph.Wq + v.ph.OH * v.ph.Wq;
   v.pitch = v.ph.pitch > 1 ? v.ph.pitch * C * es : 0;  // 0: contiguous rows
@@ -453,18 +534,23 @@ void conv_gemm(Lowering& L, const ir::Node& n, const Conv2d& c, const std::vecto
 void implicit_im2col(Lowering& L, const ir::Node& n, const Conv2d& c, const std::vector<float>& wt) {
   const int64_t N = c.xs[0], C = c.xs[1], OC = c.OC;
   Phases ph = window_phases(L, c.label, c.X, c.xs, c.win, 0.0f, -1, -1);
+  producer_writes_padded(L, c.q8 ? -1 : c.x, c.X, c.xs, c.win, ph, c.label);
   L.copy(c.label, std::move(ph.moves));
   const int64_t M = (N - 1) * ph.Hq * ph.Wq + ph.OH * ph.Wq, phase_rows = N * ph.Hq * ph.Wp;
   const bool whole = ph.Wq == c.OW && (N == 1 || ph.Hq == c.OH);  // the gemm's rows are the outputs themselves
-  Stored G = whole ? c.Y : Stored{L.temp(c.label + ".virtual", DType::BF16, {M, OC}), 0, DType::BF16, true};
+  // Or the GEMM stores the outputs among them itself (a row map: OW of each Wq rows, where no image has rows below
+  // its outputs between it and the next), and no copy drops the others
+  const bool dropped = !whole && maps_rows(L) && !c.q8 && c.Y.dtype == DType::BF16 && (N == 1 || ph.Hq == c.OH);
+  Stored G = whole || dropped ? c.Y : Stored{L.temp(c.label + ".virtual", DType::BF16, {M, OC}), 0, DType::BF16, true};
   conv_gemm(L, n, c, wt, ph.P, M, G, whole ? c.value : -1);
   KernelCall& call = L.plan_.calls.back();
+  if (dropped) set_row_map(call, ph.Wq, c.OW, c.OW * OC * 2, 0, 0, N * c.OH * c.OW);
   // phases of rows only: one phase across (TAP_SW 1), a phase row the padded row, the stride across the pitch
   call.params.insert({{"TAP_CIN", C}, {"TAP_ROWS", ph.phases * phase_rows + ph.slack}, {"TAP_KW", c.KW},
                       {"TAP_SH", c.win.sh}, {"TAP_SW", 1}, {"TAP_DH", c.win.dh}, {"TAP_DW", c.win.dw},
                       {"TAP_WQ", ph.Wp}, {"TAP_PHASE_ROWS", phase_rows}});
   if (ph.pitch != 1) call.params["TAP_PITCH"] = ph.pitch;
-  if (!whole) keep_outputs(L, c.label, G, c.Y, ph, N, OC);
+  if (!whole && !dropped) keep_outputs(L, c.label, G, c.Y, ph, N, OC);
 }
 
 // Output pixels side by side: a convolution of fewer output channels than a matrix unit has columns computes P
@@ -566,7 +652,7 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
     return;
   }
   if (Cg == 1 && OC == groups) {  // depthwise: sum over taps of tap * w[tap] on the vector unit, taps read in place
-    TapViews v = tap_views(L, label, X, c.xs, win, 0.0f);
+    TapViews v = tap_views(L, label, X, c.xs, win, 0.0f, -1, -1, c.q8 ? -1 : c.x);
     Stored G = v.whole ? Y : Stored{L.temp(label + ".virtual", DType::BF16, {v.rows, C}), 0, DType::BF16, true};
     // The taps in chunks whose row-wise kernels fit a core's VMEM (all of them but on h200-like's 228 KB, for
     // EfficientNet-B0's 5 x 5 convolutions of 1152 channels): each chunk after the first adds its products to
@@ -878,10 +964,10 @@ void lower_conv(Lowering& L, const ir::Node& n) {
 // (tap_views), reduced (max, or a sum times 1 / the count of taps inside the input, or inside the padded input with
 // count_include_pad) by a row-wise kernel. `out` makes Y (after the kernel's own buffers).
 void pool2d(Lowering& L, const std::string& label, Stored X, const Shape& xs, const Window& win, int64_t OH,
-            int64_t OW, bool is_max, bool include_pad, const std::function<Stored()>& out) {
+            int64_t OW, bool is_max, bool include_pad, const std::function<Stored()>& out, int xv = -1) {
   const int64_t N = xs[0], C = xs[1], taps = win.kh * win.kw;
   const float lowest = -std::numeric_limits<float>::infinity();
-  TapViews v = tap_views(L, label, X, xs, win, is_max ? lowest : 0.0f, OH, OW);
+  TapViews v = tap_views(L, label, X, xs, win, is_max ? lowest : 0.0f, OH, OW, xv);
   KernelCall call = L.rowwise_call(label, v.rows, C);
   int acc = -1;
   for (int64_t k = 0; k < taps; ++k) {
@@ -936,7 +1022,7 @@ void lower_pool(Lowering& L, const ir::Node& n) {
     Window win = window(L, n, xs[2], xs[3], ks->second.ints[0], ks->second.ints[1]);
     Stored X = L.get(x, DType::BF16, true);
     return pool2d(L, n.name, X, xs, win, ys[2], ys[3], is_max, include_pad,
-                  [&] { return L.remember(y, Stored{L.temp(L.val(y).name, DType::BF16, ys), 0, DType::BF16, true}); });
+                  [&] { return L.remember(y, Stored{L.temp(L.val(y).name, DType::BF16, ys), 0, DType::BF16, true}); }, x);
   }
   // Shape inference spelled the window out (kernel_shape, strides, pads, dilations; no auto_pad).
   const Shape k = ks->second.ints, st = n.attrs.at("strides").ints, p = n.attrs.at("pads").ints,

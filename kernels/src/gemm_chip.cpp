@@ -177,6 +177,19 @@ isa::Program strips_kernel(const GemmChip& gc, const std::map<std::string, int64
 
 }  // namespace
 
+void check_row_map(const RowMap& map, int64_t m, int64_t row_bytes, const std::string& kernel) {
+  if (map.keep < 1 || map.keep > map.group || map.per_image < 0 || map.pitch < map.keep * row_bytes ||
+      map.image_pitch < 0 || (map.per_image > 0 && map.image_pitch < map.per_image * map.pitch))
+    throw std::invalid_argument(kernel + ": a row map of groups of " + std::to_string(map.group) + " keeping " +
+                                std::to_string(map.keep) + " rows " + std::to_string(map.pitch) +
+                                " bytes apart keeps none or overlaps");
+  const int64_t last = cdiv(m, map.group) - 1;  // the last group's end bounds what is written
+  const int64_t end = map.at(last) + std::min(map.keep, m - last * map.group) * row_bytes;
+  if (map.rows * row_bytes < end)
+    throw std::invalid_argument(kernel + ": a row map writes " + std::to_string(end) + " bytes of c, which spans " +
+                                std::to_string(map.rows) + " rows of " + std::to_string(row_bytes) + " bytes");
+}
+
 namespace {
 
 // The tiled schedule's C buffers: one per strip of a tile, up to this many (tiles_source).
@@ -528,6 +541,12 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   const int64_t CQ_BYTES = C_BYTES + (Q ? align64(TMU * C) : 0);
   const bool TABLE = g.bias || g.dequant;       // a per-column table in VMEM: the bias, or dequant's pairs
   const int64_t TB = g.dequant ? 8 : 4;         // its bytes per column
+  const bool MAP = g.c_rows.group > 0;          // c's rows through GemmChip::c_rows
+  if (MAP) {
+    if (SK > 1 || Q || g.q_only || g.group_n > 0 || g.act)
+      throw std::invalid_argument("gemm_chip: c_rows is not for split K, q, group_n or act");
+    check_row_map(g.c_rows, g.m, g.n * O, "gemm_chip");
+  }
   // One C buffer per strip of a tile (up to kMaxCBuffers): every strip's store is in flight at once, so a tile's
   // drain costs one store latency, not one per pair of strips.
   const int64_t NCBUF = std::min(U * S, kMaxCBuffers);
@@ -626,7 +645,7 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   if (g.group_n > 0)
     c_addr = pl.declare(e, "c", TensorKind::Output, g.out, {g.n / g.group_n, g.m, g.group_n});
   else if (!g.q_only)
-    c_addr = pl.declare(e, "c", TensorKind::Output, g.out, {g.m, g.n});
+    c_addr = pl.declare(e, "c", TensorKind::Output, g.out, {MAP ? g.c_rows.rows : g.m, g.n});
   if (Q) q_addr = pl.declare(e, "q", TensorKind::Output, DType::I8, {g.m, g.n});
   if (SK > 1) ws_addr = pl.declare(e, "ws", TensorKind::Output, DType::F32, {SK, g.m, g.n});
 
@@ -1198,6 +1217,31 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
       e.bind(lu);
     }
   };
+  // GemmChip::c_rows: the piece's `rows` rows (of t1 bytes, t1 apart in VMEM from vc), the product's rows m0 + r0
+  // on, columns n0 + col on, stored a run of kept rows of a group at a time; the first store waits for `wait`, a
+  // dmaout.sync after the last signals `signal` (stores complete in order). Scratch: t0, t2, t3, r29, k0 (the
+  // row), kt (the piece's end), vq (c's address of the piece's columns): free during a drain (no q).
+  auto store_mapped = [&](int64_t r0, int64_t col, isa::Reg rows, Sem wait, Sem signal) {
+    const RowMap& map = g.c_rows;
+    const Label loop = e.label(), next = e.label();
+    e.dmaout_sync({.wait = wait});
+    e.addi(k0, m0, r0), e.add(kt, k0, rows), e.muli(vq, n0, O), e.li(t3, c_addr + col * O), e.add(vq, vq, t3);
+    e.bind(loop);
+    e.li(t3, map.group), e.div(r29, k0, t3), e.mul(t0, r29, t3), e.sub(t0, k0, t0);  // group r29, row t0 in it
+    e.li(t3, map.keep), e.sub(t3, t3, t0), e.sub(t2, kt, k0), e.min(t3, t3, t2);    // its rows kept, to the end
+    e.bge(zero, t3, next);
+    e.muli(t0, t0, g.n * O);
+    if (map.per_image > 0 && map.image_pitch != map.per_image * map.pitch)
+      e.li(t2, map.per_image), e.div(t2, r29, t2), e.muli(t2, t2, map.image_pitch - map.per_image * map.pitch),
+          e.add(t0, t0, t2);
+    e.muli(r29, r29, map.pitch), e.add(t0, t0, r29), e.add(t0, t0, vq);
+    e.sub(t2, k0, m0), e.addi(t2, t2, -r0), e.mul(t2, t2, t1), e.add(t2, t2, vc), e.li(r29, g.n * O);
+    e.dma_st(t0, t2, t3, t1, r29, t1);
+    e.bind(next);
+    e.li(t3, map.group), e.div(r29, k0, t3), e.addi(r29, r29, 1), e.mul(r29, r29, t3), e.min(k0, r29, kt);
+    e.blt(k0, kt, loop);
+    e.dmaout_sync({.signal = signal});
+  };
   auto drain = [&] {
     if (g.residual) e.vpu_sync({.wait = RFULL});
     bias_ready();
@@ -1250,7 +1294,9 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
         } else if (!g.q_only) {
           e.muli(t0, t0, O), e.li(t2, c_addr), e.add(t0, t0, t2), e.li(t2, (g.group_n > 0 ? g.group_n : g.n) * O);
         }
-        if (!g.q_only)  // (with q_only, q's store freed the buffer)
+        if (MAP)
+          store_mapped(r0, q * SC, rows, CFULL, CFREE);
+        else if (!g.q_only)  // (with q_only, q's store freed the buffer)
           e.dma_st(t0, vc, rows, t1, t2, t1, {.wait = Q ? Sem{} : CFULL, .signal = CFREE});
         e.addi(cslot, cslot, 1), e.li(t0, NCBUF), e.blt(cslot, t0, l), e.li(cslot, 0);
         e.bind(l);
@@ -1394,6 +1440,11 @@ Resolved resolve(const GemmChip& g, const std::map<std::string, int64_t>& s) {
         g.max_split_k > 1 || schedule == GemmSchedule::Strips)
       throw std::invalid_argument("gemm_chip: group_n must divide N and be a multiple of " + std::to_string(C) +
                                   " columns, with the tiled schedule, no q and no split K");
+    schedule = GemmSchedule::Tiles;
+  }
+  if (g.c_rows.group > 0) {
+    if (g.split_k > 1 || g.max_split_k > 1 || schedule == GemmSchedule::Strips)
+      throw std::invalid_argument("gemm_chip: c_rows needs the tiled schedule and no split K");
     schedule = GemmSchedule::Tiles;
   }
   if (g.taps.cin > 0) {

@@ -81,6 +81,10 @@ void check(const GemmKSplit& g) {
     throw std::invalid_argument("gemm_ksplit: q needs dequant, and neither a scale nor a residual");
   if (g.q_only && g.q_scale_bits == 0) throw std::invalid_argument("gemm_ksplit: q_only needs q's scale");
   if (g.cores < 1) throw std::invalid_argument("gemm_ksplit: cores must be positive");
+  if (g.c_rows.group > 0) {
+    if (g.q_scale_bits != 0) throw std::invalid_argument("gemm_ksplit: a row map is not for q");
+    check_row_map(g.c_rows, g.m, g.n * isa::dtype_size(g.out), "gemm_ksplit");
+  }
   if (g.cores > 1 && !g.background.empty())
     throw std::invalid_argument("gemm_ksplit: background loads on one core");
   const ConvTaps& t = g.taps;
@@ -383,7 +387,22 @@ void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int
         set({{r8, q_addr + m0 * g.n + (s0 + q) * C}, {r7, L.c + q * L.c_buf + L.q_off}, {r2, mt}, {r4, nt}, {r5, g.n}});
         e.dma_st(r8, r7, r2, r4, r5, r4, {.wait = CFULL, .signal = g.q_only ? CF : Sem{}});
       }
-      if (!g.q_only) {
+      if (!g.q_only && g.c_rows.group > 0) {  // through the map: a store per group's kept run of the tile's rows
+        const RowMap& map = g.c_rows;
+        bool first = true;
+        for (int64_t r = m0; r < m0 + mt;) {
+          const int64_t grp = r / map.group, w = r % map.group, next = std::min(m0 + mt, (grp + 1) * map.group);
+          const int64_t kept = std::min(map.keep, next - grp * map.group) - w;
+          if (kept > 0) {
+            set({{r8, c_addr + map.at(grp) + (w * g.n + (s0 + q) * C) * O}, {r7, L.c + q * L.c_buf + (r - m0) * nt * O},
+                 {r2, kept}, {r4, nt * O}, {r5, g.n * O}});
+            e.dma_st(r8, r7, r2, r4, r5, r4, {.wait = first ? CFULL : Sem{}});
+            first = false;
+          }
+          r = next;
+        }
+        e.dmaout_sync({.wait = first ? CFULL : Sem{}, .signal = CF});  // the stores complete in order
+      } else if (!g.q_only) {
         set({{r8, c_addr + (m0 * g.n + (s0 + q) * C) * O}, {r2, mt}, {r4, nt * O}, {r5, g.n * O}});
         e.dma_st(r8, r1, r2, r4, r5, r4, {.wait = g.q_scale_bits != 0 ? Sem{} : CFULL, .signal = CF});
       }
@@ -416,7 +435,7 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
   else if (g.bias)
     at.table = declare("bias", TensorKind::Input, acc_dt, {g.n});
   if (g.residual) at.r = declare("r", TensorKind::Input, g.out, {g.m, g.n});
-  at.c = g.q_only ? -1 : declare("c", TensorKind::Output, g.out, {g.m, g.n});
+  at.c = g.q_only ? -1 : declare("c", TensorKind::Output, g.out, {g.c_rows.group > 0 ? g.c_rows.rows : g.m, g.n});
   at.q = g.q_scale_bits != 0 ? declare("q", TensorKind::Output, DType::I8, {g.m, g.n}) : -1;
   if (plan.cores <= 1) {
     emit_slice(e, g, g, 0, at, s);

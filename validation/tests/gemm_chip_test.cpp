@@ -680,6 +680,88 @@ TEST(GemmChip, PrefetchLoadsAfterTheLastTilesOwn) {
   V5eGemm::expect_refused_on_two_cores(with);
 }
 
+// GemmChip::c_rows: the product's rows stored through a map, bit for bit the plain kernel's rows where kept, every
+// other byte of c as it was. `map` for a product of m rows: c spans map.rows rows of n. bias and ReLU (a
+// convolution's), a, b and c in VMEM as a compiled model's intermediates are (v5e: VMEM from 16 MiB the kernel's)
+// or in HBM (v4, two cores: each core's tiles store through the map).
+void expect_rows_through_map(sim::Chip& chip, const sim::ChipConfig& cfg, int64_t m, int64_t k, int64_t n,
+                             kernels::RowMap map, bool in_vmem) {
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  const int64_t cores = symbols.at("CORES");
+  kernels::GemmChip g{m, k, n, DType::BF16, DType::BF16, static_cast<int>(cores), 4, kernels::GemmSchedule::Tiles};
+  g.bias = g.relu = true;
+  if (in_vmem) g.vmem_base = 16 << 20;
+  const uint64_t base = in_vmem ? isa::kLocalWindow : uint64_t{1} << 30;
+  const std::map<std::string, uint64_t> addr = {
+      {"a", base}, {"b", base + (4 << 20)}, {"c", base + (8 << 20)}, {"bias", uint64_t{3} << 30}};
+  std::mt19937 rng(static_cast<uint32_t>(m * 7 + k));
+  std::uniform_real_distribution<float> d(-2, 2);
+  std::vector<uint16_t> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
+  for (uint16_t& x : a) x = isa::bf16_from_f32(d(rng));
+  for (uint16_t& x : b) x = isa::bf16_from_f32(d(rng));
+  std::vector<float> bias(static_cast<size_t>(n));
+  for (float& x : bias) x = d(rng);
+  const size_t row = static_cast<size_t>(n) * 2, span = static_cast<size_t>(std::max(map.rows, m)) * row;
+  auto write = [&](uint64_t at, const void* data, size_t bytes) {
+    if (in_vmem) chip.write_vmem(at - isa::kLocalWindow, data, bytes);
+    else chip.write_hbm(at, data, bytes);
+  };
+  auto run = [&](const kernels::GemmChip& kg) {
+    const isa::Program p = kernels::gemm_chip_kernel(kg, symbols, addr);
+    write(addr.at("a"), a.data(), a.size() * 2);
+    write(addr.at("b"), b.data(), b.size() * 2);
+    chip.write_hbm(addr.at("bias"), bias.data(), bias.size() * 4);
+    write(addr.at("c"), std::vector<uint8_t>(span, 0xa5).data(), span);
+    chip.run(p);
+    std::vector<uint8_t> c(span);
+    if (in_vmem) chip.read_vmem(addr.at("c") - isa::kLocalWindow, c.data(), span);
+    else chip.read_hbm(addr.at("c"), c.data(), span);
+    return c;
+  };
+  const std::vector<uint8_t> plain = run(g);
+  g.c_rows = map;
+  const std::vector<uint8_t> mapped = run(g);
+  std::vector<uint8_t> want(span, 0xa5);
+  for (int64_t r = 0; r < m; ++r) {
+    const int64_t grp = r / map.group, w = r % map.group;
+    if (w >= map.keep) continue;
+    const int64_t at = (map.per_image > 0 ? grp / map.per_image * map.image_pitch + grp % map.per_image * map.pitch
+                                          : grp * map.pitch) +
+                       w * n * 2;
+    std::copy_n(plain.begin() + r * static_cast<int64_t>(row), row, want.begin() + at);
+  }
+  EXPECT_TRUE(mapped == want) << cfg.chip.name << " " << m << " x " << k << " x " << n;
+}
+
+// Into a padded layout (the rows of two images of 30 x 40 pixels, each pixel row 42 pixels apart, each image 33
+// pixel rows apart: a border of one row and column, and a slack row), and dropping virtual columns (rows of 34
+// with 32 kept, stored densely), on v5e in VMEM and on v4's two cores in HBM; a map that keeps no row, one whose
+// groups overlap and one past c's rows are refused.
+TEST(GemmChip, CRowsStoreThroughAMap) {
+  const int64_t n = 64, row = n * 2;
+  const kernels::RowMap padded{40, 40, 42 * row, 30, 33 * 42 * row, 2 * 33 * 42};
+  const kernels::RowMap dropped{34, 32, 32 * row, 0, 0, 30 * 32};
+  const sim::ChipConfig cfg = sim::load_config("v5e");
+  sim::Chip chip(cfg);
+  expect_rows_through_map(chip, cfg, 2 * 30 * 40, 96, n, padded, true);
+  expect_rows_through_map(chip, cfg, 30 * 34, 288, n, dropped, true);
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  kernels::GemmChip g{1020, 288, n, DType::BF16, DType::BF16, 1, 4, kernels::GemmSchedule::Tiles};
+  for (const kernels::RowMap& bad :
+       {kernels::RowMap{34, 0, 32 * row, 0, 0, 960}, kernels::RowMap{34, 32, 31 * row, 0, 0, 960},
+        kernels::RowMap{34, 32, 32 * row, 0, 0, 959}}) {
+    g.c_rows = bad;
+    EXPECT_THROW(kernels::gemm_chip_kernel(g, symbols), std::invalid_argument);
+  }
+}
+
+TEST(GemmChip, CRowsStoreThroughAMapOnTwoCores) {
+  const int64_t n = 256, row = n * 2;
+  const sim::ChipConfig cfg = sim::load_config("v4");
+  sim::Chip chip(cfg);
+  expect_rows_through_map(chip, cfg, 2 * 30 * 40, 96, n, {40, 40, 42 * row, 30, 33 * 42 * row, 2 * 33 * 42}, false);
+}
+
 // The weight stream's share of a GEMM's tail as background loads (DmaLoad::bg, signalling DmaLoad::signal): the
 // compiler's next kernel, after a sem.set of a semaphore the loads do not signal (codegen.cpp: the drain before a
 // kernel that begins with none), starts when the GEMM's own work ends, not when the loads do. V5eGemm's shape with

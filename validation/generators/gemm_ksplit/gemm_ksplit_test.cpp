@@ -22,6 +22,7 @@ namespace {
 
 using isa::DType;
 using kernels::GemmKSplit;
+using kernels::RowMap;
 
 std::map<std::string, int64_t> symbols(const sim::ChipConfig& cfg) {
   std::map<std::string, int64_t> s;
@@ -350,6 +351,67 @@ TEST(GemmKSplit, BackgroundLoadsLandAndChangeNothing) {
   GemmKSplit g;
   g.m = 196, g.k = 1024, g.n = 256, g.out = DType::BF16, g.bias = true, g.relu = true, g.b_tiled = true;
   same_bits(v6e, g, 9, true, 500000);
+}
+
+// GemmKSplit::c_rows: the tile's rows stored through a map (a run of kept rows of a group per store), the plain
+// kernel's bytes where kept and c's others as they were: a 3 x 3 convolution's virtual rows (14 of each 16 kept,
+// stored densely) on both cores of v4, with bias and ReLU, and into a padded layout (rows of 14 pixels 16 apart,
+// images 17 rows apart) on v6e's one core. A map that keeps no row, or past c's rows, is refused.
+void expect_rows_through_map(OnChip& on, const GemmKSplit& plain, const RowMap& map, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  const int64_t O = isa::dtype_size(plain.out), row = plain.n * O;
+  const int64_t a_rows = plain.taps.cin > 0 ? plain.taps.rows : plain.m, a_cols = plain.taps.cin > 0 ? plain.taps.cin : plain.k;
+  std::vector<uint16_t> a(static_cast<size_t>(a_rows * a_cols)), b(static_cast<size_t>(plain.k * plain.n));
+  for (uint16_t& x : a) x = bf16_of(unit(rng));
+  for (uint16_t& x : b) x = bf16_of(unit(rng));
+  std::vector<float> bias(static_cast<size_t>(plain.n));
+  for (float& x : bias) x = unit(rng);
+  const std::map<std::string, uint64_t> addr = {{"a", 0}, {"b", 16 << 20}, {"bias", 32 << 20}, {"c", 48 << 20}};
+  on.chip->write_hbm(0, a.data(), a.size() * 2);
+  on.chip->write_hbm(16 << 20, b.data(), b.size() * 2);
+  on.chip->write_hbm(32 << 20, bias.data(), bias.size() * 4);
+  const size_t span = static_cast<size_t>(std::max(map.rows, plain.m) * row);
+  auto run = [&](const GemmKSplit& g) {
+    on.chip->write_hbm(48 << 20, std::vector<uint8_t>(span, 0xa5).data(), span);
+    on.chip->run(kernels::gemm_ksplit_kernel(g, on.syms, addr));
+    std::vector<uint8_t> c(span);
+    on.chip->read_hbm(48 << 20, c.data(), span);
+    return c;
+  };
+  const std::vector<uint8_t> want_rows = run(plain);
+  GemmKSplit mapped = plain;
+  mapped.c_rows = map;
+  const std::vector<uint8_t> got = run(mapped);
+  std::vector<uint8_t> want(span, 0xa5);
+  for (int64_t r = 0; r < plain.m; ++r)
+    if (r % map.group < map.keep)
+      std::copy_n(want_rows.begin() + r * row, row, want.begin() + map.at(r / map.group) + r % map.group * row);
+  EXPECT_TRUE(got == want) << on.name << ": " << plain.m << " x " << plain.k << " x " << plain.n;
+}
+
+TEST(GemmKSplit, RowMapStoresTheKeptRows) {
+  OnChip v4("v4");
+  GemmKSplit g;
+  g.m = 14 * 16, g.k = 9 * 256, g.n = 256, g.out = DType::BF16, g.bias = true, g.relu = true, g.b_tiled = true;
+  g.taps = kernels::ConvTaps{256, 16 * 16 + 2, 3, 1, 1, 1, 1, 16, 16 * 16 + 2};
+  g.cores = 2;
+  ASSERT_EQ(kernels::gemm_ksplit_plan(g, v4.syms).cores, 2);
+  const int64_t row = 256 * 2;
+  expect_rows_through_map(v4, g, RowMap{16, 14, 14 * row, 0, 0, 14 * 14}, 31);
+  GemmKSplit bad = g;
+  bad.c_rows = RowMap{16, 0, 14 * row, 0, 0, 14 * 14};
+  EXPECT_THROW(kernels::gemm_ksplit_plan(bad, v4.syms), std::invalid_argument);
+  bad.c_rows = RowMap{16, 14, 14 * row, 0, 0, 14 * 14 - 1};
+  EXPECT_THROW(kernels::gemm_ksplit_plan(bad, v4.syms), std::invalid_argument);
+}
+
+TEST(GemmKSplit, RowMapIntoAPaddedLayout) {
+  OnChip v6e("v6e");
+  GemmKSplit g;
+  g.m = 2 * 14 * 14, g.k = 1024, g.n = 256, g.out = DType::BF16, g.bias = true, g.relu = true;
+  const int64_t row = 256 * 2;
+  expect_rows_through_map(v6e, g, RowMap{14, 14, 16 * row, 14, 17 * 16 * row, 2 * 17 * 16}, 32);
 }
 
 TEST(GemmKSplit, RefusesWhatItCannotRun) {

@@ -86,6 +86,23 @@ struct ConvTaps {
 // offset(t) above.
 int64_t tap_row_offset(const ConvTaps& taps, int64_t t);
 
+// A GEMM's output rows stored through a map (group > 0; GemmChip::c_rows, GemmKSplit::c_rows, the compiler's
+// gemm.s C_* parameters): the product's rows in groups of `group`, of which the first `keep` are stored, group g's
+// at byte (g / per_image) * image_pitch + (g % per_image) * pitch of c (per_image 0: g * pitch), its row w `w`
+// rows of N further; c spans `rows` rows of N (at least the last stored row's end). So a convolution writes
+// straight into the padded layout the next window reads (rows of W pixels `pitch` apart, the borders another's),
+// and the virtual columns of a convolution's own output go as it stores them (groups of Wv rows, OW kept). The
+// same bits where stored; c's other bytes as they were.
+struct RowMap {
+  int64_t group = 0, keep = 0, pitch = 0, per_image = 0, image_pitch = 0, rows = 0;
+  // The byte of c where group g's first row goes
+  int64_t at(int64_t g) const { return per_image > 0 ? g / per_image * image_pitch + g % per_image * pitch : g * pitch; }
+  bool operator==(const RowMap&) const = default;
+};
+// Throws std::invalid_argument (naming `kernel`) unless `map` keeps rows, its groups' rows do not overlap and c's
+// `rows` rows of `row_bytes` hold every row it stores of a product of m rows.
+void check_row_map(const RowMap& map, int64_t m, int64_t row_bytes, const std::string& kernel);
+
 struct GemmChip {
   int64_t m = 0, k = 0, n = 0;
   isa::DType in = isa::DType::BF16;   // i8, bf16 or f8e4m3 (the byte size sets the tiles; f8e4m3 is an i8 in size)
@@ -159,6 +176,7 @@ struct GemmChip {
   bool q_only = false;      // with q_scale_bits, q is the only output: no `c` (gemm.s's Q_ONLY)
   bool b_tiled = false;     // b stored tile by tile: [cdiv(K,R), cdiv(N,C), R, C], zero-padded (gemm.s's B_TILED)
   int64_t group_n = 0;      // > 0: c stored as [N / group_n, M, group_n] (gemm.s's GROUP_N; tiled schedule, K whole)
+  RowMap c_rows{};          // c's rows through a map (RowMap). Tiled schedule, no split K, no q, group_n or act.
   ConvTaps taps{};          // a read as a convolution's taps (tiled schedule, not with trans_b): gemm.s's TAP_*
   // gemm.s's RESIDUAL and RES_RELU: input `r` [M, N] of the output type (bf16 or f32) added to each drained tile
   // after the cast (vpu.add), then max(x, 0) with residual_relu: the GEMM and a following Add (and Relu) in one

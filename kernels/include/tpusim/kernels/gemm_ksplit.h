@@ -66,6 +66,7 @@ struct GemmKSplit {
   uint32_t q_scale_bits = 0;
   bool q_only = false;
   ConvTaps taps;            // a as a convolution's taps (gemm.s TAP_*)
+  RowMap c_rows;            // c's rows through a map (gemm_chip.h; not with q)
   int mxus = 0;             // matrix units to use at most; 0: every one (MXUS; at most kMaxKSplitUnits)
   // The cores that share the output (at most its strips of C columns; 1: one core): core c takes strips
   // [c * NS / P, (c + 1) * NS / P) of the NS and splits all of K over its own units, as one core does the whole
