@@ -22,7 +22,7 @@
 .endif
 # Chunks are whole multiples of the vector unit's width, and all four buffers fit in VMEM.
 .set CH_VMEM, (VMEM_BYTES / (2 * (SE + DE)) / VPU_WIDTH) * VPU_WIDTH
-.set CH, min(align((N + SHARE_CORES - 1) / SHARE_CORES, VPU_WIDTH), min(CH_VMEM, 256 * VPU_WIDTH))
+.set CH, min(align((N + SHARE_CORES - 1) / SHARE_CORES, VPU_WIDTH), min(CH_VMEM, 64 * VPU_WIDTH))
 .set X_BYTES, align(CH * SE, 64)
 .set Y_BYTES, align(CH * DE, 64)
 .set VY0, 2 * X_BYTES

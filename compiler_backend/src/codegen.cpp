@@ -662,6 +662,9 @@ isa::Program assemble_call(const KernelPlan& plan, const KernelCall& call,
         rows.outputs[i].addr = at(call.row_outputs[i], call.row_output_offs[i]);
       return kernels::rowwise::kernel(rows, symbols, base_pc, "rowwise");
     }
+    if (param_or(call, "C_GROUP", 0) != 0)  // (whole_chip_gemm takes every such call)
+      throw std::logic_error(call.label + ": internal: a row map (C_GROUP) on " + call.kernel +
+                             ", which stores its rows as they are");
     std::map<std::string, int64_t> defines = symbols;
     for (const auto& [key, value] : call.params) defines[key] = value;
     if (chip.lib_cores > 1) defines["SHARE_CORES"] = chip.lib_cores;

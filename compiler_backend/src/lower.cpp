@@ -183,6 +183,42 @@ int Lowering::pattern(float value, DType dtype, uint64_t bytes) {  // a constant
   return b;
 }
 
+int Lowering::fill_pattern(float value, DType dtype, uint64_t bytes, std::vector<BufferMove>& moves) {
+  const auto key = std::make_pair(isa::bits_from_f32(value), dtype);
+  const auto held = fill_patterns_.find(key);
+  if (held != fill_patterns_.end() && plan_.buffers[static_cast<size_t>(held->second)].bytes() > bytes)
+    return held->second;
+  // the constant as long as this row asks; its intermediate copy that row repeated to at least kFillPatternBytes
+  // (one broadcast move), so that the longer rows of later windows find it long enough too
+  const int from = pattern(value, dtype, bytes);
+  const uint64_t row = plan_.buffers[static_cast<size_t>(from)].bytes();  // (temp below may move the buffers)
+  const int64_t n = plan_.buffers[static_cast<size_t>(from)].shape[0];
+  const uint64_t reps = std::max<uint64_t>(1, (kFillPatternBytes + row - 1) / row);
+  const int to = temp(plan_.buffers[static_cast<size_t>(from)].name + ".on_chip", dtype, {static_cast<int64_t>(reps) * n});
+  const BufferMove load{from, to, 0, 0, reps, row, 0, static_cast<int64_t>(row)};
+  fill_patterns_[key] = to;
+  // Loaded beside an earlier copy's own reads of far memory (the latest copy that reads a constant or an input and
+  // writes intermediates only: none a graph output, which codegen may move elsewhere, place_output_moves), whose
+  // latency it then shares; else by the copy being made, whose fills read the constant itself this once
+  auto reads_far = [&](const KernelCall& call) {
+    return call.kind == KernelCall::Kind::Copy &&
+           std::any_of(call.moves.begin(), call.moves.end(), [&](const BufferMove& m) {
+             return plan_.buffers[static_cast<size_t>(m.src)].kind != Buffer::Kind::Temp;
+           }) &&
+           std::all_of(call.moves.begin(), call.moves.end(), [&](const BufferMove& m) {
+             return plan_.buffers[static_cast<size_t>(m.dst)].kind == Buffer::Kind::Temp;
+           });
+  };
+  const auto earlier = std::find_if(plan_.calls.rbegin(), plan_.calls.rend(), reads_far);
+  if (earlier == plan_.calls.rend()) {
+    moves.push_back(load);
+    return from;
+  }
+  earlier->moves.push_back(load);
+  earlier->tensors["b" + std::to_string(from)] = from, earlier->tensors["b" + std::to_string(to)] = to;
+  return to;
+}
+
 int Lowering::tiled_weights(const std::string& name, const std::vector<float>& w, int64_t k, int64_t n) {
   const int64_t R = sym_.at("MXU_ROWS"), C = sym_.at("MXU_COLS");
   const int64_t kt = (k + R - 1) / R, nt = (n + C - 1) / C;

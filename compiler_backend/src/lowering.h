@@ -85,6 +85,14 @@ class Lowering {
   int const_f32(const std::string& name, Shape shape, const std::vector<float>& v);
   int const_bf16(const std::string& name, Shape shape, const std::vector<float>& v);
   int pattern(float value, DType dtype, uint64_t bytes);  // a constant row of `value`, at least `bytes` long
+  // The row of `value` to fill a padded window's borders from (window_phases): an intermediate copy of pattern's
+  // (where the chip keeps intermediates: VMEM, the shared memory), whose fills wait that memory's latency, not
+  // HBM's, loaded once, by an earlier copy that reads far memory itself (its latency shared); where there is none,
+  // the constant, with its load to the intermediate added to `moves` (the copy being made, which reads the constant
+  // this once). The intermediate holds the row repeated to at least kFillPatternBytes, so that it serves the
+  // longer rows of later windows too (a row longer still gets a pattern of its own).
+  int fill_pattern(float value, DType dtype, uint64_t bytes, std::vector<BufferMove>& moves);
+  static constexpr uint64_t kFillPatternBytes = 16 << 10;
   // Weights [K, N] -> bf16 Const tiled for gemm.s's B_TILED: [cdiv(K,R), cdiv(N,C), R, C], zero-padded.
   int tiled_weights(const std::string& name, const std::vector<float>& w, int64_t k, int64_t n);
 
@@ -199,6 +207,7 @@ class Lowering {
   // A padded input's layout and borders (its buffer's shape and slack, the padding's value and the fills' places)
   // -> the buffer that holds them, borders filled by the first window that made it (ops_conv.cpp, window_phases)
   std::map<std::string, int> padded_;
+  std::map<std::pair<uint32_t, DType>, int> fill_patterns_;  // (value's bits, type) -> fill_pattern's buffer
   KernelPlan plan_;
   std::vector<std::vector<int>> users_;  // value -> the nodes reading it
   std::vector<bool> is_output_;          // value -> whether it is a graph output

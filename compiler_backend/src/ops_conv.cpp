@@ -280,11 +280,12 @@ Phases window_phases(Lowering& L, const std::string& label, Stored x, const Shap
   ph.P = Stored{L.temp(label + ".padded", x.dtype, {phases, N, Hq, Wp, C}, static_cast<uint64_t>(ph.slack * C * es)),
                 0, x.dtype, true};
   if (x.dtype == DType::I8 && pad_value != 0) throw LoweringIssue(label + ": internal: int8 padding must be 0");
-  const int pat = L.pattern(pad_value, x.dtype, ph.row);
+  int pat = -1;  // the padding value's row, where some border needs it
   auto fill = [&](uint64_t off, int64_t rows, int64_t cols) {
-    if (rows > 0 && cols > 0)
-      ph.moves.push_back(BufferMove{pat, ph.P.buf, 0, off, static_cast<uint64_t>(rows),
-                                    static_cast<uint64_t>(cols * C * es), 0, static_cast<int64_t>(ph.row)});
+    if (rows <= 0 || cols <= 0) return;
+    if (pat < 0) pat = L.fill_pattern(pad_value, x.dtype, ph.row, ph.moves);
+    ph.moves.push_back(BufferMove{pat, ph.P.buf, 0, off, static_cast<uint64_t>(rows),
+                                  static_cast<uint64_t>(cols * C * es), 0, static_cast<int64_t>(ph.row)});
   };
   std::vector<bool> used(static_cast<size_t>(phases), false);
   for (int64_t i = 0; i < w.kh; ++i) used[static_cast<size_t>(i * w.dh % w.sh)] = true;
@@ -313,14 +314,17 @@ Phases window_phases(Lowering& L, const std::string& label, Stored x, const Shap
   // the input; the buffer then lives from the first to the last of them.
   std::string key = std::string(isa::dtype_name(x.dtype)) + " " + ints_str({phases, N, Hq, Wp, C, ph.slack}) + " " +
                     std::to_string(isa::bits_from_f32(pad_value));
+  // (the fills: the moves of the padding value into P; not a load of the pattern itself, fill_pattern's)
+  auto is_fill = [&](const BufferMove& m) { return m.src == pat && m.dst == ph.P.buf; };
   for (const BufferMove& m : ph.moves)
-    if (m.src == pat)
+    if (is_fill(m))
       key += " " + ints_str({static_cast<int64_t>(m.dst_off), static_cast<int64_t>(m.rows),
                              static_cast<int64_t>(m.rowbytes), m.dst_stride});
   const auto [held, fresh] = L.padded_.emplace(key, ph.P.buf);
   if (!fresh) {
-    std::erase_if(ph.moves, [&](const BufferMove& m) { return m.src == pat; });
-    for (BufferMove& m : ph.moves) m.dst = held->second;
+    std::erase_if(ph.moves, is_fill);
+    for (BufferMove& m : ph.moves)
+      if (m.dst == ph.P.buf) m.dst = held->second;
     ph.P.buf = held->second;
   }
   return ph;
@@ -333,6 +337,14 @@ Phases window_phases(Lowering& L, const std::string& label, Stored x, const Shap
 // On one core a copy within VMEM is one transfer; there the maps lost (ResNet-50 on v5e 145,109 -> 151,971 cycles:
 // the producers' stores a group at a time, layer 1's first 1 x 1 convolution 1,083 -> 1,667, and a weight stream
 // planned otherwise), on h200-like they won (381,781 -> 364,196). Of bf16 outputs.
+// Whether the window is the only reader of graph value v: its one user, no graph output, and no calibration
+// output (an int8 compile's calibration run writes the inputs of its quantised matmuls at the program's end:
+// Options::expose_calibration).
+bool read_by_window_alone(const Lowering& L, int v) {
+  return v >= 0 && L.users_[static_cast<size_t>(v)].size() == 1 && !L.is_output_[static_cast<size_t>(v)] &&
+         !(L.opts_.expose_calibration && L.calib_.count(v));
+}
+
 bool maps_rows(const Lowering& L) {
   const auto cores = L.sym_.find("CORES");
   return cores != L.sym_.end() && cores->second > 1;
@@ -345,8 +357,8 @@ void set_row_map(KernelCall& call, int64_t group, int64_t keep, int64_t pitch, i
 }
 
 // The padded input's interior written by the GEMM that makes x: where that GEMM is x's only writer and writes all
-// of it ([rows, N] bf16, no map yet, no int8 copy, group or activation), x is read by this window alone and is no
-// graph output, and the input is one phase (stride 1 down the rows), the GEMM stores into ph.P through a row map
+// of it ([rows, N] bf16, no map yet, no int8 copy, group or activation), x is read by this window alone
+// (read_by_window_alone), and the input is one phase (stride 1 down the rows), the GEMM stores into ph.P through a row map
 // (rows of W pixels ph.row bytes apart, images ph.image apart, from the first interior pixel) and the moves that
 // copied x into it go; the borders' fills stay. Not where a call after the producer uses ph.P (another window of
 // its layout: window_phases), which the producer's writes would overtake. `xv`: the graph value x holds. Returns
@@ -354,8 +366,7 @@ void set_row_map(KernelCall& call, int64_t group, int64_t keep, int64_t pitch, i
 bool producer_writes_padded(Lowering& L, int xv, const Stored& x, const Shape& s /*NCHW*/, const Window& w,
                             Phases& ph, const std::string& label) {
   const int64_t N = s[0], C = s[1], H = s[2], W = s[3];
-  if (!maps_rows(L) || ph.phases != 1 || ph.P.buf == x.buf || x.dtype != DType::BF16 || xv < 0 ||
-      L.users_[static_cast<size_t>(xv)].size() != 1 || L.is_output_[static_cast<size_t>(xv)])
+  if (!maps_rows(L) || ph.phases != 1 || ph.P.buf == x.buf || x.dtype != DType::BF16 || !read_by_window_alone(L, xv))
     return false;
   KernelCall* producer = nullptr;
   for (KernelCall& call : L.plan_.calls) {
@@ -384,6 +395,47 @@ bool producer_writes_padded(Lowering& L, int xv, const Stored& x, const Shape& s
               (static_cast<int64_t>(bytes) - base) / (NC * es));
   producer->note = (producer->note.empty() ? "" : producer->note + "; ") + "writes the padded input of " + label;
   std::erase_if(ph.moves, [&](const BufferMove& m) { return m.src == x.buf; });
+  return true;
+}
+
+// The padded input's interior copied from where the copy that made x read it: where x's only writer is the last
+// call, a copy of dense rows into x (a convolution's drop of its virtual columns, keep_outputs and drop_virtual),
+// x is read by this window alone (read_by_window_alone), each of the window's moves of x's rows becomes a move of
+// those rows from the copy's source, and that copy goes (a copy's fixed cost, and x's bytes moved once, not
+// twice). `xv`: the graph value x holds. Returns whether it did.
+bool copy_writes_padded(Lowering& L, int xv, const Stored& x, Phases& ph) {
+  if (!read_by_window_alone(L, xv) || L.plan_.calls.empty() || ph.P.buf == x.buf) return false;
+  const KernelCall& writer = L.plan_.calls.back();
+  if (writer.kind != KernelCall::Kind::Copy || writer.moves.empty()) return false;
+  for (const BufferMove& a : writer.moves)
+    if (a.dst != x.buf || a.src == x.buf || static_cast<uint64_t>(a.dst_stride) != a.rowbytes) return false;
+  for (size_t c = 0; c + 1 < L.plan_.calls.size(); ++c)
+    for (const auto& t : L.plan_.calls[c].tensors)
+      if (t.second == x.buf) return false;
+  std::vector<BufferMove> moves;
+  for (const BufferMove& b : ph.moves) {
+    if (b.src != x.buf) {
+      moves.push_back(b);
+      continue;
+    }
+    // b reads rows of b.rowbytes from x at b.src_off, b.src_stride apart: all inside one of the writer's moves,
+    // each within one of its rows, at rows a whole number apart
+    const BufferMove* from = nullptr;
+    for (const BufferMove& a : L.plan_.calls.back().moves)
+      if (b.src_off >= a.dst_off && b.src_off < a.dst_off + a.rows * a.rowbytes) from = &a;
+    if (!from) return false;
+    const BufferMove& a = *from;
+    const uint64_t rel = b.src_off - a.dst_off, row = rel / a.rowbytes, col = rel % a.rowbytes;
+    if (col + b.rowbytes > a.rowbytes || b.src_stride < 0 || static_cast<uint64_t>(b.src_stride) % a.rowbytes != 0 ||
+        (b.rows > 0 && row + (b.rows - 1) * (static_cast<uint64_t>(b.src_stride) / a.rowbytes) >= a.rows))
+      return false;
+    moves.push_back(BufferMove{a.src, b.dst, a.src_off + row * static_cast<uint64_t>(a.src_stride) + col, b.dst_off,
+                               b.rows, b.rowbytes,
+                               static_cast<int64_t>(static_cast<uint64_t>(b.src_stride) / a.rowbytes) * a.src_stride,
+                               b.dst_stride});
+  }
+  ph.moves = std::move(moves);
+  L.plan_.calls.pop_back();
   return true;
 }
 
@@ -427,7 +479,7 @@ TapViews tap_views(Lowering& L, const std::string& label, Stored x, const Shape&
   const int64_t N = s[0], C = s[1];
   const int es = isa::dtype_size(x.dtype);
   TapViews v{window_phases(L, label, x, s, w, pad_value, out_h, out_w), 0, 0, {}, false};
-  producer_writes_padded(L, xv, x, s, w, v.ph, label);
+  if (!producer_writes_padded(L, xv, x, s, w, v.ph, label)) copy_writes_padded(L, xv, x, v.ph);
   L.copy(label, std::move(v.ph.moves));
   v.rows = (N - 1) * v.ph.Hq * v.ph.Wq + v.ph.OH * v.ph.Wq;
   v.pitch = v.ph.pitch > 1 ? v.ph.pitch * C * es : 0;  // 0: contiguous rows
@@ -534,7 +586,8 @@ void conv_gemm(Lowering& L, const ir::Node& n, const Conv2d& c, const std::vecto
 void implicit_im2col(Lowering& L, const ir::Node& n, const Conv2d& c, const std::vector<float>& wt) {
   const int64_t N = c.xs[0], C = c.xs[1], OC = c.OC;
   Phases ph = window_phases(L, c.label, c.X, c.xs, c.win, 0.0f, -1, -1);
-  producer_writes_padded(L, c.q8 ? -1 : c.x, c.X, c.xs, c.win, ph, c.label);
+  if (!producer_writes_padded(L, c.q8 ? -1 : c.x, c.X, c.xs, c.win, ph, c.label))
+    copy_writes_padded(L, c.q8 ? -1 : c.x, c.X, ph);
   L.copy(c.label, std::move(ph.moves));
   const int64_t M = (N - 1) * ph.Hq * ph.Wq + ph.OH * ph.Wq, phase_rows = N * ph.Hq * ph.Wp;
   const bool whole = ph.Wq == c.OW && (N == 1 || ph.Hq == c.OH);  // the gemm's rows are the outputs themselves

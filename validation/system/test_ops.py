@@ -457,6 +457,30 @@ class Conv(OpCase):
                 self.assertLess(cycles["/8/Conv"], cycles["/2/Conv"])
         np.testing.assert_array_equal(outs["v5e"][0], outs["v4"][0])
 
+    def test_fills_from_on_chip_patterns_and_drops_into_the_next_window(self):
+        # On v5e (docs/compiler.md, "Padding values on chip, a drop into the next window"): the first padded
+        # window's copy reads its zeros from HBM and loads the zeros' and the max pool's -inf rows into VMEM beside
+        # them, so that the later windows' copies read nothing from HBM; and the copies that drop a convolution's
+        # (or the pool's) virtual columns go, each folded into the copy of the next window's padded input. A
+        # 3 x 3 convolution (16 channels: its taps copied), a max pool of stride 2 and a 3 x 3 convolution, against
+        # torch.
+        torch.manual_seed(10)
+        m = nn.Sequential(nn.Conv2d(16, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
+                          nn.Conv2d(64, 128, 3, padding=1))
+        self.check(m, randn(1, 16, 28, 28), config="v5e")
+        d = os.path.join(self.dir, f"case{self.n}")
+        r = os.path.join(d, "report.json")
+        tpusim("compile", os.path.join(d, "model.onnx"), "--config", "v5e", "--report-json", r)
+        with open(r) as f:
+            regions = json.load(f)["regions"]
+        kernels = {x["name"].split("+")[0]: [k for k in regions if k["kind"] == "kernel" and k["parent"] == i]
+                   for i, x in enumerate(regions) if x["kind"] == "node"}
+        self.assertEqual([k["name"] for k in kernels["/0/Conv"]], ["copy", "gemm_chip"])
+        self.assertEqual([k["name"] for k in kernels["/2/MaxPool"]], ["copy", "rowwise"])
+        self.assertGreater(kernels["/0/Conv"][0]["bytes"], 0)  # its zeros, and both rows loaded to VMEM
+        self.assertEqual(kernels["/2/MaxPool"][0]["bytes"], 0)
+        self.assertEqual(kernels["/3/Conv"][0]["bytes"], 0)
+
     def test_two_windows_of_one_layout_after_both_producers(self):
         # Two 3 x 3 convolutions whose inputs, made by two 1 x 1 convolutions one after the other, pad to one layout
         # and so share a buffer: on v4 the first producer writes into it, the second cannot (the first window
