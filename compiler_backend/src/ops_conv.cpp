@@ -421,7 +421,7 @@ bool copy_writes_padded(Lowering& L, int xv, const Stored& x, Phases& ph) {
     // b reads rows of b.rowbytes from x at b.src_off, b.src_stride apart: all inside one of the writer's moves,
     // each within one of its rows, at rows a whole number apart
     const BufferMove* from = nullptr;
-    for (const BufferMove& a : L.plan_.calls.back().moves)
+    for (const BufferMove& a : writer.moves)
       if (b.src_off >= a.dst_off && b.src_off < a.dst_off + a.rows * a.rowbytes) from = &a;
     if (!from) return false;
     const BufferMove& a = *from;
@@ -437,6 +437,13 @@ bool copy_writes_padded(Lowering& L, int xv, const Stored& x, Phases& ph) {
   ph.moves = std::move(moves);
   L.plan_.calls.pop_back();
   return true;
+}
+
+// The padded input's interior written in place where that can be had: by the GEMM that makes x, else by moves
+// from where the copy that made x read it (producer_writes_padded, copy_writes_padded).
+void padded_in_place(Lowering& L, int xv, const Stored& x, const Shape& s /*NCHW*/, const Window& w, Phases& ph,
+                     const std::string& label) {
+  if (!producer_writes_padded(L, xv, x, s, w, ph, label)) copy_writes_padded(L, xv, x, ph);
 }
 
 // The im2col matrix [N * OH * Wv, taps * cg] of channels [c0, c0 + cg) of each tap, columns (kh, kw, c): where the
@@ -479,7 +486,7 @@ TapViews tap_views(Lowering& L, const std::string& label, Stored x, const Shape&
   const int64_t N = s[0], C = s[1];
   const int es = isa::dtype_size(x.dtype);
   TapViews v{window_phases(L, label, x, s, w, pad_value, out_h, out_w), 0, 0, {}, false};
-  if (!producer_writes_padded(L, xv, x, s, w, v.ph, label)) copy_writes_padded(L, xv, x, v.ph);
+  padded_in_place(L, xv, x, s, w, v.ph, label);
   L.copy(label, std::move(v.ph.moves));
   v.rows = (N - 1) * v.ph.Hq * v.ph.Wq + v.ph.OH * v.ph.Wq;
   v.pitch = v.ph.pitch > 1 ? v.ph.pitch * C * es : 0;  // 0: contiguous rows
@@ -586,8 +593,7 @@ void conv_gemm(Lowering& L, const ir::Node& n, const Conv2d& c, const std::vecto
 void implicit_im2col(Lowering& L, const ir::Node& n, const Conv2d& c, const std::vector<float>& wt) {
   const int64_t N = c.xs[0], C = c.xs[1], OC = c.OC;
   Phases ph = window_phases(L, c.label, c.X, c.xs, c.win, 0.0f, -1, -1);
-  if (!producer_writes_padded(L, c.q8 ? -1 : c.x, c.X, c.xs, c.win, ph, c.label))
-    copy_writes_padded(L, c.q8 ? -1 : c.x, c.X, ph);
+  padded_in_place(L, c.q8 ? -1 : c.x, c.X, c.xs, c.win, ph, c.label);
   L.copy(c.label, std::move(ph.moves));
   const int64_t M = (N - 1) * ph.Hq * ph.Wq + ph.OH * ph.Wq, phase_rows = N * ph.Hq * ph.Wp;
   const bool whole = ph.Wq == c.OW && (N == 1 || ph.Hq == c.OH);  // the gemm's rows are the outputs themselves
