@@ -561,6 +561,10 @@ struct Conv2d {
   int64_t OH, OW;
   int value;     // the graph value Y holds, -1 when Y is an intermediate form of it
   double flops;  // the model's multiply-adds x 2
+  // The model's weight elements this convolution computes with, where its own weights hold zeros besides (the
+  // dense form of a grouped convolution: group_pack); -1: its weights are the model's. For the ideal bound
+  // (Buffer::model_bytes).
+  int64_t model_weights = -1;
 };
 
 // The implicit im2col (gemm.s's TAP_* parameters, kernels/gemm_chip.h ConvTaps) where a tap's row of input channels
@@ -579,6 +583,8 @@ void conv_gemm(Lowering& L, const ir::Node& n, const Conv2d& c, const std::vecto
     return;
   }
   int B = L.tiled_weights(c.wname, wt, k, c.OC);
+  if (c.model_weights >= 0)
+    L.plan_.buffers[B].model_bytes = static_cast<uint64_t>(c.model_weights) * isa::dtype_size(DType::BF16);
   int bias_buf = c.has_bias ? L.const_f32(c.wname + ".bias", {c.OC}, c.bias) : -1;
   L.gemm(c.label, a, Stored{B, 0, DType::BF16, false}, bias_buf, dst, m, k, c.OC, c.relu, 1.0f, true, false);
   L.plan_.calls.back().flops = c.flops;
@@ -668,6 +674,40 @@ Conv2d packed(const Conv2d& c, int64_t P) {
   return p;
 }
 
+// The groups of a grouped convolution computed together: P consecutive groups as one convolution of P * Cg input
+// and P * OCg output channels, whose weights are block-diagonal (zeros between the groups), so that P times the
+// multiply-adds and the weight bytes buy P times fewer convolutions, each with its own copies, fill and drain of
+// the matrix units. The divisor P of the groups with the least estimated time: groups / P convolutions, each its
+// matrix work on the chip's units (as pack_factor counts it: the units share the strips of columns, or split the
+// rows where the strips are fewer; a fold at least R cycles), plus its weights at HBM's bandwidth, plus 4 x (R + C)
+// cycles (the arrays' fill and drain, and the kernels around them); the largest P on a tie. Fitted on nine grouped
+// 3 x 3 convolutions (RegNetY's and ResNeXt's shapes, groups of 4 to 256 channels) on the seven presets, each
+// timed at every P: the choice's time is 1.045x the best P's (geometric mean) and never above one GEMM per group's;
+// docs/compiler.md, "Grouped convolutions". The same products, with zeros between them, summed in other passes: the
+// results within the sums' rounding of one GEMM per group (and they depend on the chip, as P does).
+int64_t group_pack(const Lowering& L, const Conv2d& c) {
+  const int64_t groups = c.groups;
+  if (groups <= 1) return 1;
+  auto sym = [&](const char* name) {
+    const auto it = L.sym_.find(name);
+    return it != L.sym_.end() ? std::max<int64_t>(1, it->second) : 1;
+  };
+  const int64_t R = sym("MXU_ROWS"), C = sym("MXU_COLS"), U = sym("MXUS") * sym("CORES");
+  const double hbm = static_cast<double>(sym("HBM_BYTES_PER_CYCLE"));
+  const int64_t M = c.xs[0] * c.OH * c.OW, taps = c.KH * c.KW, OCg = c.OC / groups;
+  auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  auto cost = [&](int64_t P) {
+    const int64_t K = taps * P * c.Cg, N = P * OCg, strips = cdiv(N, C), rows = cdiv(M, std::max<int64_t>(1, U / strips));
+    const double work = static_cast<double>(cdiv(strips, U) * cdiv(K, R) * std::max(rows, R));
+    const double bytes = static_cast<double>(K * N * isa::dtype_size(DType::BF16));
+    return static_cast<double>(groups / P) * (work + bytes / hbm + 4.0 * static_cast<double>(R + C));
+  };
+  int64_t best = 1;
+  for (int64_t P = 2; P <= groups; ++P)
+    if (groups % P == 0 && cost(P) <= cost(best)) best = P;
+  return best;
+}
+
 void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
   const std::string& label = c.label;
   const Stored& X = c.X;
@@ -747,31 +787,59 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
     if (!v.whole) keep_outputs(L, label, G, Y, v.ph, N, C);
     return;
   }
-  // Grouped: one im2col and gemm per group, the group's columns copied into place.
-  const int64_t OCg = OC / groups;
-  for (int64_t gi = 0; gi < groups; ++gi) {
-    std::vector<float> wt(w.empty() ? 0 : static_cast<size_t>(taps * Cg * OCg));  // empty: timing-only
-    for (int64_t o = 0; o < OCg && !w.empty(); ++o)
+  // Grouped: P consecutive groups at a time (group_pack), as one convolution of P * Cg input and P * OCg output
+  // channels whose weights are block-diagonal (an output channel's weights on its own group's input channels,
+  // zeros on the others'). All of them (P = groups): an ordinary convolution, every path of groups 1 open to it.
+  const int64_t OCg = OC / groups, P = group_pack(L, c), PC = P * Cg, PO = P * OCg;
+  // The weights of the P groups from group g0 on, as [(kh, kw, channel of the P groups), output of the P groups]
+  auto block_diagonal = [&](int64_t g0) {
+    std::vector<float> wt(w.empty() ? 0 : static_cast<size_t>(taps * PC * PO));  // empty: timing-only
+    for (int64_t o = 0; o < PO && !w.empty(); ++o)
       for (int64_t ci = 0; ci < Cg; ++ci)
         for (int64_t t = 0; t < taps; ++t)
-          wt[static_cast<size_t>((t * Cg + ci) * OCg + o)] =
-              w[static_cast<size_t>(((gi * OCg + o) * Cg + ci) * taps + t)];
-    std::vector<float> bg(c.bias.begin() + gi * OCg, c.bias.begin() + (gi + 1) * OCg);
+          wt[static_cast<size_t>((t * PC + o / OCg * Cg + ci) * PO + o)] =
+              w[static_cast<size_t>(((g0 * OCg + o) * Cg + ci) * taps + t)];
+    return wt;
+  };
+  if (P == groups) {
+    Conv2d d = c;
+    d.groups = 1, d.Cg = C, d.wname = c.wname + ".dense", d.model_weights = OC * Cg * taps;
+    if (!w.empty()) {  // [OC, C, KH, KW]: output o's weights on its group's Cg channels, zeros on the others'
+      d.w.assign(static_cast<size_t>(OC * C * taps), 0.0f);
+      for (int64_t o = 0; o < OC; ++o)
+        std::copy_n(w.begin() + o * Cg * taps, Cg * taps, d.w.begin() + (o * C + o / OCg * Cg) * taps);
+    }
+    const size_t first = L.plan_.calls.size();
+    conv2d(L, n, d);
+    for (size_t i = first; i < L.plan_.calls.size(); ++i)
+      if (L.plan_.calls[i].kernel == "gemm.s") {
+        std::string& note = L.plan_.calls[i].note;
+        note = std::to_string(groups) + " groups as one convolution of block-diagonal weights" +
+               (note.empty() ? "" : "; " + note);
+      }
+    return;
+  }
+  // Else one im2col and gemm per P groups, their columns copied into place.
+  for (int64_t gi = 0; gi < groups / P; ++gi) {
+    const std::vector<float> wt = block_diagonal(gi * P);
+    std::vector<float> bg(c.bias.begin() + gi * PO, c.bias.begin() + (gi + 1) * PO);
     const std::string gl = c.wname + ".g" + std::to_string(gi);
-    int B = L.tiled_weights(gl, wt, taps * Cg, OCg);
-    int bias_buf = c.has_bias ? L.const_f32(gl + ".bias", {OCg}, bg) : -1;
+    int B = L.tiled_weights(gl, wt, taps * PC, PO);
+    L.plan_.buffers[B].model_bytes = static_cast<uint64_t>(P * taps * Cg * OCg) * isa::dtype_size(DType::BF16);
+    int bias_buf = c.has_bias ? L.const_f32(gl + ".bias", {PO}, bg) : -1;
     int im = L.temp(label + ".im2col", DType::BF16, {1});
-    Taps t = window_taps(L, label, X, c.xs, win, 0.0f, gi * Cg, Cg, im);
-    L.plan_.buffers[im].shape = {t.rows, taps * Cg};
-    Stored G{L.temp(label + ".group", DType::BF16, {t.rows, OCg}), 0, DType::BF16, false};
-    L.gemm(label, Stored{im, 0, DType::BF16, false}, Stored{B, 0, DType::BF16, false}, bias_buf, G, t.rows, taps * Cg,
-           OCg, c.relu, 1.0f, true, false);
-    L.plan_.calls.back().flops = c.flops / static_cast<double>(groups);
+    Taps t = window_taps(L, label, X, c.xs, win, 0.0f, gi * PC, PC, im);
+    L.plan_.buffers[im].shape = {t.rows, taps * PC};
+    Stored G{L.temp(label + ".group", DType::BF16, {t.rows, PO}), 0, DType::BF16, false};
+    L.gemm(label, Stored{im, 0, DType::BF16, false}, Stored{B, 0, DType::BF16, false}, bias_buf, G, t.rows, taps * PC,
+           PO, c.relu, 1.0f, true, false);
+    L.plan_.calls.back().flops = c.flops * static_cast<double>(P) / static_cast<double>(groups);
+    if (P > 1) L.plan_.calls.back().note = std::to_string(P) + " groups at a time, block-diagonal weights";
     std::vector<BufferMove> moves;
     for (int64_t r = 0; r < N * OH; ++r)
-      moves.push_back(BufferMove{G.buf, Y.buf, G.off + static_cast<uint64_t>(r * t.wv * OCg * 2),
-                                 Y.off + static_cast<uint64_t>((r * OW * OC + gi * OCg) * 2),
-                                 static_cast<uint64_t>(OW), static_cast<uint64_t>(OCg * 2), OCg * 2, OC * 2});
+      moves.push_back(BufferMove{G.buf, Y.buf, G.off + static_cast<uint64_t>(r * t.wv * PO * 2),
+                                 Y.off + static_cast<uint64_t>((r * OW * OC + gi * PO) * 2),
+                                 static_cast<uint64_t>(OW), static_cast<uint64_t>(PO * 2), PO * 2, OC * 2});
     L.copy(label, std::move(moves));
   }
 }

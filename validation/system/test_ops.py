@@ -151,6 +151,14 @@ class OpCase(unittest.TestCase):
         pick = lambda kind: [x["name"] for x in regions if x["kind"] == kind]
         return pick("kernel"), pick("node"), sorted(set(pick("note")))
 
+    def cycles_of_last(self, config="v5e"):
+        """The last case's model's cycles on `config` (its compile report)."""
+        d = os.path.join(self.dir, f"case{self.n}")
+        r = os.path.join(d, f"report-{config}-cycles.json")
+        tpusim("compile", os.path.join(d, "model.onnx"), "--config", config, "--report-json", r)
+        with open(r) as f:
+            return json.load(f)["cycles"]
+
     def at_bandwidths(self, config, bandwidths, node):
         """The last case's model compiled on `config` at each HBM bandwidth (GB/s) of `bandwidths`: {bandwidth:
         (the run's cycles, the kernels of the one node whose name starts with `node`, their notes)}."""
@@ -368,6 +376,48 @@ class Conv(OpCase):
                 torch.manual_seed(1)
                 m = nn.Conv2d(cin, cout, k, stride=s, padding=p, dilation=d, groups=g, bias=bias)
                 self.check(m, randn(b, cin, h, w), name=name)
+
+    def test_grouped_convolutions_pack_their_groups(self):
+        # Grouped 3 x 3 convolutions (docs/compiler.md, "Grouped convolutions") on v5e: P consecutive groups as one
+        # convolution of block-diagonal weights, P chosen by group_pack's estimate. 32 groups of 4 channels on 28 x
+        # 28: all of them as one convolution (one GEMM); 32 groups of 32 channels on 7 x 7: 4 at a time (8 GEMMs);
+        # 2 groups of 256 channels on 7 x 7: one GEMM per group. Each against torch; the first also against the
+        # same convolution written as 32 convolutions and a Concat (one GEMM each, as every grouped convolution was
+        # before): at least twice as fast.
+        cases = [(128, 32, 28, 1, "32 groups as one convolution of block-diagonal weights"),
+                 (1024, 32, 7, 8, "4 groups at a time, block-diagonal weights"),
+                 (512, 2, 7, 2, None)]
+        for c, g, hw, gemms, note in cases:
+            with self.subTest(channels=c, groups=g):
+                torch.manual_seed(12)
+                m = nn.Conv2d(c, c, 3, padding=1, groups=g)
+                x = randn(1, c, hw, hw)
+                self.check(m, x, config="v5e", name=f"c{c} g{g}")
+                kernels, _, notes = self.compiled("v5e")
+                self.assertEqual(len([k for k in kernels if k.startswith("gemm")]), gemms, kernels)
+                if note:
+                    self.assertTrue([n for n in notes if n.startswith(note)], notes)
+                else:
+                    self.assertFalse([n for n in notes if "block-diagonal" in n], notes)
+                if g != 32 or c != 128:
+                    continue
+                grouped = self.cycles_of_last("v5e")
+
+                class Split(nn.Module):  # the same convolution, one per group
+                    def __init__(self):
+                        super().__init__()
+                        self.convs = nn.ModuleList()
+                        for i in range(g):
+                            conv = nn.Conv2d(c // g, c // g, 3, padding=1)
+                            conv.weight.data = m.weight.data[i * c // g:(i + 1) * c // g].clone()
+                            conv.bias.data = m.bias.data[i * c // g:(i + 1) * c // g].clone()
+                            self.convs.append(conv)
+
+                    def forward(self, x):
+                        return torch.cat([conv(x[:, i * c // g:(i + 1) * c // g]) for i, conv in enumerate(self.convs)], 1)
+                self.check(Split(), x, config="v5e", name=f"c{c} g{g} as {g} convolutions")
+                split = self.cycles_of_last("v5e")
+                self.assertLess(2 * grouped, split)
 
     def test_depthwise_taps_in_chunks_where_one_kernel_does_not_fit(self):
         # A depthwise convolution whose row-wise kernel (each tap and its weights an input) does not fit a core's
