@@ -41,6 +41,11 @@
 #   GROUP_N     > 0: c is stored as N / GROUP_N groups of GROUP_N columns one after the other, [N / GROUP_N, M,
 #               GROUP_N] (a Split of the result's columns into equal parts is then views of it); GROUP_N a multiple
 #               of MXU_COLS. Not with ACT_RESIDENT or Q_SCALE.
+#   BATCH       > 1: BATCH independent products one after the other, c[i] = a[i] @ b[i] (a [BATCH, M, K], b
+#               [BATCH, K, N] or with TRANS_B [BATCH, N, K], c [BATCH, M, N]), item i's rows as more row tiles of
+#               one product: its A load, weight loads, products and drains go on while item i - 1 drains, where
+#               BATCH calls each wait for the one before to finish. Not with ACT_RESIDENT, TAP_CIN, GROUP_N,
+#               RESIDUAL, Q_SCALE or B_TILED.
 #   MXU_ROWS, MXU_COLS, ACC_ROWS, VMEM_BYTES: the chip (tpusim passes them from the config)
 #
 # Schedule. Weight-stationary: each mxu.lw holds a K-by-N tile of b (R = MXU_ROWS rows of K, C = MXU_COLS
@@ -62,6 +67,7 @@
 # matrix unit's work.
 
 .name "gemm"
+.set NACC, 2
 .default IN_DT, DT_BF16
 .default OUT_DT, DT_F32
 .default BIAS, 0
@@ -77,6 +83,7 @@
 .default RESIDUAL, 0
 .default RES_RELU, 0
 .default ACT, 0
+.default BATCH, 1
 .if ACT
 .error "gemm.s: ACT (an activation in the epilogue) is gemm_chip's, not gemm.s's (kernels/gemm_chip.h)"
 .endif
@@ -92,6 +99,9 @@
 .default TAP_PITCH, 1
 .if TRANS_B && B_TILED
 .error "gemm.s: TRANS_B and B_TILED cannot be combined"
+.endif
+.if BATCH < 1 || (BATCH > 1 && (ACT_RESIDENT || TAP_CIN || GROUP_N || RESIDUAL || Q_SCALE || B_TILED))
+.error "gemm.s: BATCH must be positive, and above 1 without ACT_RESIDENT, TAP_CIN, GROUP_N, RESIDUAL, Q_SCALE or B_TILED"
 .endif
 
 .set QO, Q_SCALE != 0
@@ -173,19 +183,34 @@
 .set A_BYTES, align(TM * K * E, 64)
 .set C_BYTES, align(TM * C * O, 64)
 .set CQ_BYTES, C_BYTES + QO * align(TM * C, 64) + RESIDUAL * C_BYTES
+# With BATCH, up to 4 A regions, accumulator regions and C buffers (NACC) where the accumulators and VMEM hold
+# them: more items in flight, each one's drain (mxu.rows + mxu.cols cycles after its last row) behind the next
+# ones' products, where with two the third item's A load waited for the first's drain
+.if BATCH > 1
+.set NACC, min(4, min(ACC_ROWS / TM, (VMEM_BYTES - BIAS_BYTES - 2 * B_BYTES - 256 - 128 * QO) / (A_BYTES + CQ_BYTES)))
+.if NACC < 2
+.set NACC, 2
+.endif
+.endif
 .set VA0, BIAS_BYTES
-.set VB0, VA0 + 2 * A_BYTES
+.set VB0, VA0 + NACC * A_BYTES
 .set VC0, VB0 + 2 * B_BYTES
 .if TAP_CIN
 .input a, IN_DT, [TAP_ROWS, TAP_CIN]
+.elif BATCH > 1
+.input a, IN_DT, [BATCH, M, K]
 .else
 .input a, IN_DT, [M, K]
 .endif
 .endif
 .if B_TILED
 .input b, IN_DT, [KT, NT, R, C]
+.elif TRANS_B && BATCH > 1
+.input b, IN_DT, [BATCH, N, K]
 .elif TRANS_B
 .input b, IN_DT, [N, K]
+.elif BATCH > 1
+.input b, IN_DT, [BATCH, K, N]
 .else
 .input b, IN_DT, [K, N]
 .endif
@@ -201,6 +226,8 @@
 .output c, OUT_DT, [M, N] @ vmem C_VADDR
 .elif GROUP_N
 .output c, OUT_DT, [N / GROUP_N, M, GROUP_N]
+.elif BATCH > 1
+.output c, OUT_DT, [BATCH, M, N]
 .elif !Q_ONLY
 .output c, OUT_DT, [M, N]
 .endif
@@ -238,15 +265,16 @@
 .reg u1, r28
 .reg u2, r29
 .reg vr, r30
+.reg bi, r31
 
     sem.set s1, 2            # B slots free
     sem.set s2, 0            # B slot full
-    sem.set s3, 2            # accumulator regions free
+    sem.set s3, NACC         # accumulator regions free
     sem.set s4, 0            # accumulator region full
-    sem.set s5, 2            # C buffers free
+    sem.set s5, NACC         # C buffers free
     sem.set s6, 0            # C buffer full
     sem.set s7, 0            # bias loaded
-    sem.set s8, 2            # A regions free
+    sem.set s8, NACC         # A regions free
 .if RESIDUAL
     sem.set s9, 0            # r tile loaded
 .endif
@@ -268,6 +296,9 @@
     li slot, 0
     li accslot, 0
     li aslot, 0
+.if BATCH > 1
+    li bi, 0
+.endif
     li m0, 0
 rowtile:
     li t0, M
@@ -358,6 +389,10 @@ tapload:
     muli t0, t0, E
     li t1, a
     add t0, t0, t1
+.if BATCH > 1
+    muli t1, bi, M * K * E   # item bi's a
+    add t0, t0, t1
+.endif
     muli t1, kt, E
     bne k0, r0, ablock
     dma.ld va, t0, mt, t1, t3, t3, wait=s8
@@ -393,6 +428,10 @@ btile:
 .endif
     li t1, b
     add t0, t0, t1
+.if BATCH > 1
+    muli t1, bi, K * N * E   # item bi's b
+    add t0, t0, t1
+.endif
 .if TRANS_B
     muli t1, kt, E
     li t4, R * E
@@ -494,6 +533,10 @@ next:
     muli t0, t0, O
     li t2, c
     add t0, t0, t2
+.if BATCH > 1
+    muli t2, bi, M * N * O   # item bi's c
+    add t0, t0, t2
+.endif
     li t2, CP * O
 .if QO
     dma.st t0, vc, mt, t1, t2, t1, signal=s5
@@ -502,12 +545,35 @@ next:
 .endif
 .endif
 .endif
+.if NACC == 2
     sub accslot, one, accslot
+.else
+    addi accslot, accslot, 1
+    li t0, NACC
+    blt accslot, t0, accnext
+    li accslot, 0
+accnext:
+.endif
     addi n0, n0, C
     li t0, N
     blt n0, t0, strip
     mxu.sync signal=s8
+.if NACC == 2
     sub aslot, one, aslot
+.else
+    addi aslot, aslot, 1
+    li t0, NACC
+    blt aslot, t0, anext
+    li aslot, 0
+anext:
+.endif
     addi m0, m0, TM
     li t0, M
     blt m0, t0, rowtile
+.if BATCH > 1
+    # the next item: its row tiles after this one's, in the same regions, slots and buffers
+    li m0, 0
+    addi bi, bi, 1
+    li t0, BATCH
+    blt bi, t0, rowtile
+.endif

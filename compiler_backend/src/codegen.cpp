@@ -131,6 +131,10 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
   }
   if (cores * mxus <= 1) return std::nullopt;
   auto param = [&](const char* name, int64_t otherwise) { return param_or(call, name, otherwise); };
+  if (param("BATCH", 1) > 1) {
+    why = "a batch of " + std::to_string(param("BATCH", 1)) + " products, one after the other on one unit";
+    return std::nullopt;
+  }
   if (param("ACT_RESIDENT", 0) != 0) {
     why = "its activations stay in VMEM between GEMMs, which the whole-chip kernel does not do";
     return std::nullopt;
@@ -177,7 +181,7 @@ std::optional<kernels::GemmChip> whole_chip_gemm(const KernelCall& call, const s
 // the whole-chip GEMM (whole_chip_gemm; its estimate and, on several cores, its two barriers), else gemm.s on one
 // unit (both count a at VMEM's ports where it lies there; against gemm.s, with `may_stream`, the split kernel's
 // estimate with its weights in VMEM, where the weight stream will load them). nullopt otherwise, or where the call
-// asks for what the split kernel does not do (GROUP_N, ACT_RESIDENT, TRANS_B, an activation, a residual with an
+// asks for what the split kernel does not do (GROUP_N, ACT_RESIDENT, TRANS_B, BATCH, an activation, a residual with an
 // int8 copy). `why` gains the reason where the estimate decides.
 std::optional<kernels::GemmKSplit> split_k_gemm(const KernelPlan& plan, const KernelCall& call,
                                                 const std::map<std::string, int64_t>& symbols,
@@ -186,7 +190,8 @@ std::optional<kernels::GemmKSplit> split_k_gemm(const KernelPlan& plan, const Ke
   if (call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s" || symbol_or(symbols, "MXUS", 1) < 2)
     return std::nullopt;
   auto param = [&](const char* name) { return param_or(call, name, 0); };
-  if (param("GROUP_N") || param("ACT_RESIDENT") || param("TRANS_B") || param("ACT")) return std::nullopt;
+  if (param("GROUP_N") || param("ACT_RESIDENT") || param("TRANS_B") || param("ACT") || param("BATCH") > 1)
+    return std::nullopt;
   kernels::GemmKSplit g;
   g.m = param("M"), g.k = param("K"), g.n = param("N");
   g.in = static_cast<isa::DType>(param_or(call, "IN_DT", static_cast<int64_t>(isa::DType::BF16)));

@@ -74,7 +74,7 @@ bool takes_residual(const KernelCall& call) {
   if (call.kind != KernelCall::Kind::Library || call.kernel != "gemm.s" || !call.tensors.count("c")) return false;
   const auto out = static_cast<isa::DType>(param_or(call, "OUT_DT", static_cast<int64_t>(isa::DType::F32)));
   if (out != isa::DType::BF16 && out != isa::DType::F32) return false;
-  for (const char* p : {"RELU", "Q_SCALE", "Q_ONLY", "GROUP_N", "ACT_RESIDENT", "RESIDUAL", "C_GROUP"})
+  for (const char* p : {"RELU", "Q_SCALE", "Q_ONLY", "GROUP_N", "ACT_RESIDENT", "RESIDUAL", "C_GROUP", "BATCH"})
     if (param_or(call, p, 0) != 0) return false;
   auto off = call.offsets.find("c");
   return off == call.offsets.end() || off->second == 0;
@@ -192,7 +192,7 @@ int fuse_activations(KernelPlan& plan, const std::map<std::string, int64_t>& sym
     if (qb >= 0 && (param_or(gemm, "DEQUANT", 0) == 0 || param_or(gemm, "SCALE", 0) != 0 || qb == xb || qb == ob))
       continue;  // (gemm_chip's q: an int8 GEMM's, dequantised)
     bool plain = true;  // an epilogue act combines with
-    for (const char* p : {"Q_SCALE", "Q_ONLY", "GROUP_N", "ACT_RESIDENT", "RESIDUAL", "ACT", "C_GROUP"})
+    for (const char* p : {"Q_SCALE", "Q_ONLY", "GROUP_N", "ACT_RESIDENT", "RESIDUAL", "ACT", "C_GROUP", "BATCH"})
       plain = plain && param_or(gemm, p, 0) == 0;
     const Buffer& xbuf = plan.buffers[static_cast<size_t>(xb)];
     const int64_t mn = param_or(gemm, "M", 0) * param_or(gemm, "N", 0);

@@ -185,22 +185,33 @@ TEST(LowerMatMul, OneRowIsAGemvOnTheVectorUnit) {
   EXPECT_EQ(calls(plan_of(two), "gemm.s").size(), 1u);
 }
 
-// q @ k^T with k^T a Transpose of the last two axes: no copy, gemm.s reads k transposed; one call per head.
+// q @ k^T with k^T a Transpose of the last two axes: no copy, gemm.s reads k transposed; both heads in one call
+// (BATCH: no broadcast, the heads one after the other in q, k and s), or, where k is one head for both (a
+// broadcast), one call per head, each reading that head of k.
 TEST(LowerMatMul, TransposedRightOperandIsReadTransposed) {
-  ModelBuilder b;
-  b.input("q", {1, 2, 8, 4}).input("k", {1, 2, 8, 4}).output("s");
-  test::set_ints(b.node("Transpose", "kt", {"k"}, {"k_t"}), "perm", {0, 1, 3, 2});
-  b.node("MatMul", "qk", {"q", "k_t"}, {"s"});
-  KernelPlan p = plan_of(b);
-  auto gemms = calls(p, "gemm.s");
-  ASSERT_EQ(gemms.size(), 2u);
-  for (const KernelCall* g : gemms) {
-    EXPECT_EQ(g->params.at("TRANS_B"), 1);
-    EXPECT_EQ(g->params.at("K"), 4);
-    EXPECT_EQ(g->params.at("N"), 8);
+  for (const int64_t kheads : {2, 1}) {
+    ModelBuilder b;
+    b.input("q", {1, 2, 8, 4}).input("k", {1, kheads, 8, 4}).output("s");
+    test::set_ints(b.node("Transpose", "kt", {"k"}, {"k_t"}), "perm", {0, 1, 3, 2});
+    b.node("MatMul", "qk", {"q", "k_t"}, {"s"});
+    KernelPlan p = plan_of(b);
+    auto gemms = calls(p, "gemm.s");
+    ASSERT_EQ(gemms.size(), kheads == 2 ? 1u : 2u);
+    for (const KernelCall* g : gemms) {
+      EXPECT_EQ(g->params.at("TRANS_B"), 1);
+      EXPECT_EQ(g->params.at("K"), 4);
+      EXPECT_EQ(g->params.at("N"), 8);
+      EXPECT_EQ(g->offsets.at("b"), 0u);  // k's first head (the batch's, or the one both read)
+    }
+    if (kheads == 2) {
+      EXPECT_EQ(gemms[0]->params.at("BATCH"), 2);
+      EXPECT_EQ(gemms[0]->flops, 2.0 * 2 * 8 * 4 * 8);
+    } else {
+      EXPECT_EQ(gemms[0]->params.count("BATCH"), 0u);
+      EXPECT_EQ(gemms[1]->offsets.at("c") - gemms[0]->offsets.at("c"), 8u * 8 * 4);  // the next head of s, f32
+    }
+    for (const KernelCall& c : p.calls) EXPECT_NE(c.label, "kt");
   }
-  EXPECT_EQ(gemms[1]->offsets.at("b") - gemms[0]->offsets.at("b"), 8u * 4 * 2);  // the next head of k, bf16
-  for (const KernelCall& c : p.calls) EXPECT_NE(c.label, "kt");
 }
 
 // INT8: x is quantised by cast.s with SCALE = 127 / absmax, gemm.s multiplies int8 x int8 -> int32, and a

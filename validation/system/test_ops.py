@@ -1133,6 +1133,41 @@ class MatMul(OpCase):
                 torch.manual_seed(4)
                 self.check(nn.Linear(fin, fout, bias=bias), randn(*shape), name=f"{shape}->{fout}")
 
+    def test_batched_products_in_one_call_a_run_per_core(self):
+        # A batched MatMul of two activations without broadcast (a Swin-style window attention whose scores take a
+        # bias, so that it is not fused) is one gemm.s call of BATCH items per core (docs/compiler.md, "Batched
+        # products in one call"), where it was a call per item: on v5e one call for its 48 items, on v4 two (24
+        # each, one per core); a broadcast batch stays a call per item. Against torch on both chips, and the same
+        # bits on both (each item the same tiles, folds and drains as its own call).
+        torch.manual_seed(13)
+
+        def windows(self, q, k, v):
+            s = q @ k.transpose(-2, -1) * 0.125 + self.bias
+            return s.softmax(-1) @ v
+        m = fn(windows, bias=randn(3, 49, 49))
+        q, k, v = randn(16, 3, 49, 32), randn(16, 3, 49, 32), randn(16, 3, 49, 32)
+        outs = {}
+        for config, calls in (("v5e", 1), ("v4", 2)):
+            with self.subTest(config=config):
+                outs[config], _ = self.check(m, q, k, v, config=config, name=config)
+                d = os.path.join(self.dir, f"case{self.n}")
+                r = os.path.join(d, f"report-{config}-batch.json")
+                tpusim("compile", os.path.join(d, "model.onnx"), "--config", config, "--report-json", r)
+                with open(r) as f:
+                    regions = json.load(f)["regions"]
+                products = [i for i, x in enumerate(regions) if x["kind"] == "node" and "MatMul" in x["name"]]
+                self.assertEqual(len(products), 2, [x["name"] for x in regions if x["kind"] == "node"])
+                for i in products:
+                    gemms = [x["name"] for x in regions if x["kind"] == "kernel" and x["parent"] == i and
+                             x["name"].startswith("gemm")]
+                    self.assertEqual(gemms, ["gemm.s"] * calls, regions[i]["name"])
+        np.testing.assert_array_equal(outs["v5e"][0], outs["v4"][0])
+        # broadcast: k and v shared by the 16 windows, a call per item
+        kb, vb = randn(1, 3, 49, 32), randn(1, 3, 49, 32)
+        self.check(m, q, kb, vb, config="v5e", name="broadcast")
+        kernels, _, _ = self.compiled("v5e")
+        self.assertGreaterEqual(kernels.count("gemm.s"), 2 * 48)
+
     def test_gemv_on_the_matrix_unit_where_a_row_does_not_fit(self):
         # A product of one row runs on the vector unit, its weights as rows (ops_matmul.cpp, gemv), where a row of
         # them fits a core's VMEM; on h200-like (228 KB) a row of 25,088 weights (VGG's classifier) does not, and

@@ -249,6 +249,80 @@ TEST(ReferenceKernels, GemmTransBRefusesBTiled) {
   }
 }
 
+// ---- gemm.s with BATCH: c[i] = a[i] @ b[i] for i < BATCH -------------------------------------------------------
+
+// Runs gemm.s once with BATCH items and once per item (BATCH=1 on each item's a and b): the items' results must be
+// equal bit for bit (each item is the same tiles, folds and drains), and match the reference and the host (int8
+// exactly, bf16 within the bound); the batch, whose items go on while the one before drains, takes fewer cycles
+// than the items one call after the other.
+void gemm_batch_cases(Machines& m, DType dt, const std::vector<Shape>& cases, int64_t batch, bool trans_b,
+                      uint64_t seed) {
+  Random r(seed);
+  const DType out = dt == DType::I8 ? DType::I32 : DType::F32;
+  for (const Shape& s : cases) {
+    std::vector<double> a = r.values(dt, batch * s.m * s.k, -3, 3), b = r.values(dt, batch * s.k * s.n, -3, 3);
+    std::map<std::string, int64_t> one{{"M", s.m}, {"K", s.k}, {"N", s.n}, {"IN_DT", code(dt)}, {"OUT_DT", code(out)},
+                                       {"TRANS_B", trans_b}};
+    std::map<std::string, int64_t> all = one;
+    all["BATCH"] = batch;
+    const KernelRun got = run_kernel(m, "gemm.s", all, {{"a", {a, dt}}, {"b", {b, dt}}});
+    const std::string what = text("gemm.s BATCH=" + std::to_string(batch) + (trans_b ? " TRANS_B=1 " : " ") +
+                                      isa::dtype_name(dt), s);
+    uint64_t separate = 0;
+    for (int64_t i = 0; i < batch; ++i) {
+      const std::vector<double> ai(a.begin() + i * s.m * s.k, a.begin() + (i + 1) * s.m * s.k);
+      const std::vector<double> bi(b.begin() + i * s.k * s.n, b.begin() + (i + 1) * s.k * s.n);
+      const KernelRun item = run_kernel(m, "gemm.s", one, {{"a", {ai, dt}}, {"b", {bi, dt}}});
+      std::map<std::string, int64_t> defs = one;
+      for (const auto& [name, v] : sim::kernel_symbols(m.cfg)) defs[name] = v;
+      separate += m.chip->run(kernels::assemble("gemm.s", defs)).stats.cycles;
+      std::vector<double> bk = bi;  // as [K, N]
+      if (trans_b)
+        for (int64_t l = 0; l < s.k; ++l)
+          for (int64_t j = 0; j < s.n; ++j) bk[l * s.n + j] = bi[j * s.k + l];
+      std::vector<double> exact, mag;
+      host_gemm(ai, bk, s, exact, mag);
+      const size_t at = static_cast<size_t>(i * s.m * s.n);
+      const std::string it = what + " item " + std::to_string(i);
+      expect_all(it + ": batch vs its own call", exact.size(), [&](size_t e) { return same(got.sim[at + e], item.sim[e]); },
+                 [&](size_t e) { return "batch " + num(got.sim[at + e]) + ", own call " + num(item.sim[e]); });
+      expect_all(it + ": sim and reference vs host", exact.size(), [&](size_t e) {
+        if (dt == DType::I8) return got.sim[at + e] == exact[e] && got.fp64[at + e] == exact[e];
+        const double err = ref::sum_error_bound(s.k, mag[e]);
+        return ref::within_sum_bound(out, got.sim[at + e], exact[e], err) &&
+               ref::within_sum_bound(out, got.fp64[at + e], exact[e], err);
+      }, [&](size_t e) { return "sim " + num(got.sim[at + e]) + ", reference " + num(got.fp64[at + e]) + ", host " + num(exact[e]); });
+    }
+    std::map<std::string, int64_t> defs = all;
+    for (const auto& [name, v] : sim::kernel_symbols(m.cfg)) defs[name] = v;
+    const uint64_t together = m.chip->run(kernels::assemble("gemm.s", defs)).stats.cycles;
+    EXPECT_LT(together, separate) << what << ": the batch in one call, " << together << " cycles, against "
+                                  << separate << " for its items one call after the other";
+  }
+}
+
+TEST(ReferenceKernels, GemmBatchItemsAsTheirOwnCalls) {
+  TPUSIM_MACHINES(m);
+  // (shapes(): one element, one tile, more than a tile each way with two row tiles, then random ones)
+  gemm_batch_cases(*m, DType::BF16, shapes(5, 601, m->cfg), 5, false, 21);
+  gemm_batch_cases(*m, DType::BF16, shapes(4, 602, m->cfg), 3, true, 22);
+  gemm_batch_cases(*m, DType::I8, shapes(4, 603, m->cfg), 4, false, 23);
+}
+
+TEST(ReferenceKernels, GemmBatchRefusesWhatItDoesNotDo) {
+  for (const char* with : {"GROUP_N", "ACT_RESIDENT", "B_TILED"}) {
+    std::map<std::string, int64_t> d{{"M", 8}, {"K", 8}, {"N", 8}, {"BATCH", 2}, {with, 8}, {"MXU_ROWS", 8},
+                                     {"MXU_COLS", 8}, {"ACC_ROWS", 32}, {"VMEM_BYTES", 1 << 20}};
+    if (std::string(with) != "GROUP_N") d[with] = 1;
+    try {
+      kernels::assemble("gemm.s", d);
+      ADD_FAILURE() << "gemm.s accepted BATCH with " << with;
+    } catch (const isa::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("BATCH must be positive"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // ---- gather.s -----------------------------------------------------------------------------------------------
 
 TEST(ReferenceKernels, GatherBf16AndF32) {
