@@ -171,6 +171,7 @@ struct PrecisionOptions {
   std::vector<std::string> calibrate;
   bool hbm_intermediates = false;
   bool no_overlap = false;
+  int64_t group_pack = 0;
   void add(po::options_description& desc) {
     desc.add_options()
         ("precision", po::value(&precision)->default_value("bf16")->value_name("bf16|int8"),
@@ -184,7 +185,10 @@ struct PrecisionOptions {
         ("no-kernel-overlap", po::bool_switch(&no_overlap),
          "ONNX models: a fence between every two kernels; by default a kernel (a LayerNorm, "
          "the fused attention, a GEMM) and the GEMM after it overlap, the GEMM's first weights loading while the "
-         "first kernel runs");
+         "first kernel runs")
+        ("group-pack", po::value(&group_pack)->default_value(0)->value_name("P"),
+         "ONNX models: grouped convolutions P groups at a time (one GEMM of block-diagonal weights) where P "
+         "divides the groups; 0 (default): as the compiler's estimate chooses. For measuring that estimate");
   }
 };
 
@@ -207,9 +211,11 @@ runtime::Executable load_model(runtime::Client& client, const std::string& file,
   if (p.precision != "bf16" && p.precision != "int8")
     throw UsageError("--precision must be bf16 or int8, got '" + p.precision + "'");
   const bool onnx = fs::path(file).extension() == ".onnx";
-  if (!onnx && (p.precision != "bf16" || !p.calibrate.empty() || p.hbm_intermediates || p.no_overlap))
-    throw UsageError("--precision, --calibrate, --intermediates-in-hbm and --no-kernel-overlap apply to ONNX models, "
-                     "not to '" + file + "'");
+  if (!onnx && (p.precision != "bf16" || !p.calibrate.empty() || p.hbm_intermediates || p.no_overlap ||
+                p.group_pack != 0))
+    throw UsageError("--precision, --calibrate, --intermediates-in-hbm, --no-kernel-overlap and --group-pack apply to "
+                     "ONNX models, not to '" + file + "'");
+  if (p.group_pack < 0) throw UsageError("--group-pack must be 0 or more, got " + std::to_string(p.group_pack));
   runtime::CompileOptions opts;
   opts.input_shapes = shapes;
   opts.precision = p.precision == "int8" ? compiler::Precision::INT8 : compiler::Precision::BF16;
@@ -218,8 +224,9 @@ runtime::Executable load_model(runtime::Client& client, const std::string& file,
   opts.timing_only = onnx && timing_only && p.calibrate.empty();
   opts.vmem_intermediates = !p.hbm_intermediates;
   opts.overlap_kernels = !p.no_overlap;
+  opts.group_pack = p.group_pack;
   if (opts.timing_only) return client.compile_onnx_file(file, opts);
-  if (!onnx || (p.precision == "bf16" && opts.vmem_intermediates && opts.overlap_kernels))
+  if (!onnx || (p.precision == "bf16" && opts.vmem_intermediates && opts.overlap_kernels && opts.group_pack == 0))
     return client.load_file(file, defines, shapes);
   if (p.precision == "bf16") return client.compile_onnx_file(file, opts);
   const std::vector<std::string>& specs = p.calibrate.empty() ? inputs : p.calibrate;

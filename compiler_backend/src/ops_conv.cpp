@@ -682,8 +682,8 @@ Conv2d packed(const Conv2d& c, int64_t P) {
 // rows where the strips are fewer; a fold at least R cycles), plus its weights at HBM's bandwidth, plus 4 x (R + C)
 // cycles (the arrays' fill and drain, and the kernels around them); the largest P on a tie. Fitted on nine grouped
 // 3 x 3 convolutions (RegNetY's and ResNeXt's shapes, groups of 4 to 256 channels) on the seven presets, each
-// timed at every P: the choice's time is 1.045x the best P's (geometric mean) and never above one GEMM per group's;
-// docs/compiler.md, "Grouped convolutions". The same products, with zeros between them, summed in other passes: the
+// timed at every P (scripts/group-pack-sweep.py; Options::group_pack forces P): the choice's time is 1.045x the
+// best P's (geometric mean) and never above one GEMM per group's; docs/compiler.md, "Grouped convolutions". The same products, with zeros between them, summed in other passes: the
 // results within the sums' rounding of one GEMM per group (and they depend on the chip, as P does).
 int64_t group_pack(const Lowering& L, const Conv2d& c) {
   const int64_t groups = c.groups;
@@ -702,6 +702,7 @@ int64_t group_pack(const Lowering& L, const Conv2d& c) {
     const double bytes = static_cast<double>(K * N * isa::dtype_size(DType::BF16));
     return static_cast<double>(groups / P) * (work + bytes / hbm + 4.0 * static_cast<double>(R + C));
   };
+  if (L.opts_.group_pack > 0 && groups % L.opts_.group_pack == 0) return L.opts_.group_pack;  // (measuring)
   int64_t best = 1;
   for (int64_t P = 2; P <= groups; ++P)
     if (groups % P == 0 && cost(P) <= cost(best)) best = P;

@@ -485,6 +485,7 @@ StatusOr<Executable> ClientCore::compile_onnx(const ModelSource& src,
   if (extra.timing_only) key += "|timing-only";
   if (!extra.vmem_intermediates) key += "|hbm-intermediates";
   if (!extra.overlap_kernels) key += "|no-overlap";
+  if (extra.group_pack > 0) key += "|group-pack=" + std::to_string(extra.group_pack);
   for (const auto& [name, absmax] : extra.activation_absmax) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%a", static_cast<double>(absmax));
@@ -542,6 +543,7 @@ StatusOr<Executable> Client::compile(const detail::ModelSource& src, const Compi
   compiler::Options base;  // what every compile below shares
   base.vmem_intermediates = opts.vmem_intermediates;
   base.overlap_kernels = opts.overlap_kernels;
+  base.group_pack = opts.group_pack;
   if (opts.timing_only) {  // no values, so no calibration run either (compiler::Options::timing_only)
     compiler::Options t = base;
     t.precision = opts.precision;
@@ -577,7 +579,7 @@ StatusOr<Executable> Client::compile(const detail::ModelSource& src, const Compi
 
 Executable Client::compile_onnx_file(const std::string& path, const CompileOptions& opts) {
   if (opts.precision == compiler::Precision::BF16 && !opts.timing_only && opts.vmem_intermediates &&
-      opts.overlap_kernels)
+      opts.overlap_kernels && opts.group_pack == 0)
     return compile_onnx_file(path, opts.input_shapes);
   StatusOr<Executable> e = compile_onnx(path, opts);
   e.status().throw_if_error();

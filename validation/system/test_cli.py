@@ -1157,7 +1157,7 @@ class UserFacing(Workdir):
                                          for ln in lines[1:] if ln.startswith("  -")]
         self.assertEqual(groups, {
             "program": ["--define", "--shape", "--precision", "--calibrate", "--intermediates-in-hbm",
-                        "--no-kernel-overlap"],
+                        "--no-kernel-overlap", "--group-pack"],
             "inputs": ["--input", "--inputs", "--random-inputs", "--seed"],
             "outputs": ["--output-dir", "--stats", "--trace", "--trace-limit"],
             "the run": ["--timing-only", "--max-cycles"],

@@ -402,6 +402,10 @@ class Conv(OpCase):
                 if g != 32 or c != 128:
                     continue
                 grouped = self.cycles_of_last("v5e")
+                # forced (tpusim compile --group-pack P, for measuring the estimate): a GEMM per group, or 8 at a time
+                for pack, count in ((1, 32), (8, 4)):
+                    kernels, _, _ = self.compiled("v5e", "--group-pack", str(pack))
+                    self.assertEqual(len([k for k in kernels if k.startswith("gemm")]), count, (pack, kernels))
 
                 class Split(nn.Module):  # the same convolution, one per group
                     def __init__(self):

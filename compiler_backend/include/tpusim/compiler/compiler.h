@@ -66,6 +66,10 @@ struct Options {
   // time; on a chip of several cores, where both are spread over every core). The same results. false: a fence between every two kernels. docs/compiler.md, "A
   // kernel and the whole-chip GEMM after it, overlapped".
   bool overlap_kernels = true;
+  // Grouped convolutions: > 0, P consecutive groups in one GEMM of block-diagonal weights where P divides the
+  // groups (else the estimate's choice); 0: the estimate's choice (docs/compiler.md, "Grouped convolutions"). For
+  // measuring the estimate (scripts/group-pack-sweep.py).
+  int64_t group_pack = 0;
 };
 
 // The least VMEM for which a one-core chip keeps intermediates in it (Options::vmem_intermediates): 16 MiB.

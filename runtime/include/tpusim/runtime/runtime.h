@@ -145,6 +145,8 @@ struct CompileOptions {
   // compiler::Options::overlap_kernels: a kernel and the whole-chip GEMM after it overlap (docs/compiler.md), its
   // first weights loading while the first kernel runs (false: a fence between every two kernels).
   bool overlap_kernels = true;
+  // compiler::Options::group_pack: > 0, grouped convolutions P groups at a time where P divides the groups.
+  int64_t group_pack = 0;
 };
 
 struct CacheStats {
