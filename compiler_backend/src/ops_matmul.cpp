@@ -539,9 +539,9 @@ void lower_matmul(Lowering& L, const ir::Node& n) {
   // 486 cycles each). A run per core, so that chips of several cores still run them side by side.
   const Shape obatch(os.begin(), os.begin() + static_cast<std::ptrdiff_t>(batch_rank));
   if (batches > 1 && ab == obatch && bb == obatch) {
-    const auto cores = L.sym_.find("CORES");
-    const int64_t per = (batches + std::max<int64_t>(1, cores != L.sym_.end() ? cores->second : 1) - 1) /
-                        std::max<int64_t>(1, cores != L.sym_.end() ? cores->second : 1);
+    const auto it = L.sym_.find("CORES");
+    const int64_t cores = std::max<int64_t>(1, it != L.sym_.end() ? it->second : 1);
+    const int64_t per = (batches + cores - 1) / cores;
     for (int64_t t = 0; t < batches; t += per) {
       const int64_t count = std::min(per, batches - t);
       Stored at = A, bt = B, ct = C;
