@@ -47,6 +47,7 @@ isa::Program compile(ir::Graph g, const std::string& model_name, const Options& 
     local.base = isa::kLocalWindow + static_cast<uint64_t>(vmem) - local.bytes;
     opts.target.symbols["VMEM_BYTES"] = vmem - static_cast<int64_t>(local.bytes);
   }
+  opts.vmem_intermediates = local.bytes > 0;  // from here on: whether they are kept there (the lowering reads it)
 
   check_operators(g);
   infer_shapes(g, opts.input_shapes);

@@ -752,7 +752,17 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
     return;
   }
   if (Cg == 1 && OC == groups) {  // depthwise: sum over taps of tap * w[tap] on the vector unit, taps read in place
-    TapViews v = tap_views(L, label, X, c.xs, win, 0.0f, -1, -1, c.q8 ? -1 : c.x);
+    // Where the intermediates stay in VMEM (Options::vmem_intermediates), a bf16 input is cast to f32 once, by a
+    // cast kernel, and the taps read that: the row-wise kernel cast each tap's tile, a vector pass a tap for every
+    // element, beside the tap's multiply and add (the same f32 values, the same bits). Where they lie in HBM or the
+    // shared memory, the f32 taps' bytes cost more than the passes save (EfficientNet-B0 on v4 262,385 -> 283,814
+    // cycles, on edge 8,200,610 -> 8,639,836) and h200-like's 228 KB of VMEM cannot hold their tiles.
+    Stored Xt = X;
+    if (X.dtype == DType::BF16 && taps > 1 && L.opts_.vmem_intermediates) {
+      Xt = Stored{L.temp(label + ".f32", DType::F32, {N, c.xs[2], c.xs[3], C}), 0, DType::F32, false};
+      L.cast(label, X, Xt, N * c.xs[2] * c.xs[3] * C);
+    }
+    TapViews v = tap_views(L, label, Xt, c.xs, win, 0.0f, -1, -1, Xt.buf != X.buf || c.q8 ? -1 : c.x);
     Stored G = v.whole ? Y : Stored{L.temp(label + ".virtual", DType::BF16, {v.rows, C}), 0, DType::BF16, true};
     // The taps in chunks whose row-wise kernels fit a core's VMEM (all of them but on h200-like's 228 KB, for
     // EfficientNet-B0's 5 x 5 convolutions of 1152 channels): each chunk after the first adds its products to

@@ -59,7 +59,8 @@ struct Options {
   // On a chip of one core with at least kMinLocalVmem bytes of VMEM, keep intermediates in the top half of VMEM
   // (the kernels get the rest: their VMEM_BYTES symbol is halved) where they fit, reached through the local window
   // (isa::kLocalWindow), as TPU v1 keeps its activations in its Unified Buffer; false: in HBM (or the shared
-  // memory) as on other chips. docs/compiler.md, "memory planning".
+  // memory) as on other chips. docs/compiler.md, "memory planning". (compile() passes the lowering whether they
+  // are: a depthwise convolution's taps read in f32 there, docs/compiler.md, "Depthwise taps in f32".)
   bool vmem_intermediates = true;
   // A kernel (a LayerNorm, the fused attention, a whole-chip GEMM) and the whole-chip GEMM after it overlap: the
   // GEMM's first chunk of weights loads while the first kernel runs (where a full fence kept HBM idle for that
