@@ -219,7 +219,8 @@ int Lowering::fill_pattern(float value, DType dtype, uint64_t bytes, std::vector
   return to;
 }
 
-int Lowering::tiled_weights(const std::string& name, const std::vector<float>& w, int64_t k, int64_t n) {
+int Lowering::tiled_weights(const std::string& name, const std::vector<float>& w, int64_t k, int64_t n,
+                            int64_t model) {
   const int64_t R = sym_.at("MXU_ROWS"), C = sym_.at("MXU_COLS");
   const int64_t kt = (k + R - 1) / R, nt = (n + C - 1) / C;
   std::vector<float> t;
@@ -230,7 +231,8 @@ int Lowering::tiled_weights(const std::string& name, const std::vector<float>& w
         t[static_cast<size_t>((((i / R) * nt + j / C) * R + i % R) * C + j % C)] = w[static_cast<size_t>(i * n + j)];
   }
   const int b = const_bf16(name, {kt, nt, R, C}, t);
-  plan_.buffers[b].model_bytes = static_cast<uint64_t>(k * n) * isa::dtype_size(DType::BF16);  // not the padding
+  plan_.buffers[b].model_bytes =
+      static_cast<uint64_t>(model >= 0 ? model : k * n) * isa::dtype_size(DType::BF16);  // not the padding
   return b;
 }
 

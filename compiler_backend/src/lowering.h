@@ -94,7 +94,9 @@ class Lowering {
   int fill_pattern(float value, DType dtype, uint64_t bytes, std::vector<BufferMove>& moves);
   static constexpr uint64_t kFillPatternBytes = 16 << 10;
   // Weights [K, N] -> bf16 Const tiled for gemm.s's B_TILED: [cdiv(K,R), cdiv(N,C), R, C], zero-padded.
-  int tiled_weights(const std::string& name, const std::vector<float>& w, int64_t k, int64_t n);
+  // model: the model's weight elements it holds where that is fewer than k * n (block-diagonal weights of
+  // grouped convolutions, whose zeros are the compiler's), -1: k * n (Buffer::model_bytes, the ideal bound).
+  int tiled_weights(const std::string& name, const std::vector<float>& w, int64_t k, int64_t n, int64_t model = -1);
 
   // ---- calls -----------------------------------------------------------------------------------------------
   void gemm(const std::string& label, Stored a, Stored b, int bias, Stored c, int64_t m, int64_t k, int64_t n,

@@ -582,9 +582,7 @@ void conv_gemm(Lowering& L, const ir::Node& n, const Conv2d& c, const std::vecto
                 c.flops, value);
     return;
   }
-  int B = L.tiled_weights(c.wname, wt, k, c.OC);
-  if (c.model_weights >= 0)
-    L.plan_.buffers[B].model_bytes = static_cast<uint64_t>(c.model_weights) * isa::dtype_size(DType::BF16);
+  int B = L.tiled_weights(c.wname, wt, k, c.OC, c.model_weights);
   int bias_buf = c.has_bias ? L.const_f32(c.wname + ".bias", {c.OC}, c.bias) : -1;
   L.gemm(c.label, a, Stored{B, 0, DType::BF16, false}, bias_buf, dst, m, k, c.OC, c.relu, 1.0f, true, false);
   L.plan_.calls.back().flops = c.flops;
@@ -683,8 +681,9 @@ Conv2d packed(const Conv2d& c, int64_t P) {
 // cycles (the arrays' fill and drain, and the kernels around them); the largest P on a tie. Fitted on nine grouped
 // 3 x 3 convolutions (RegNetY's and ResNeXt's shapes, groups of 4 to 256 channels) on the seven presets, each
 // timed at every P (scripts/group-pack-sweep.py; Options::group_pack forces P): the choice's time is 1.045x the
-// best P's (geometric mean) and never above one GEMM per group's; docs/compiler.md, "Grouped convolutions". The same products, with zeros between them, summed in other passes: the
-// results within the sums' rounding of one GEMM per group (and they depend on the chip, as P does).
+// best P's (geometric mean) and never above one GEMM per group's; docs/compiler.md, "Grouped convolutions". The
+// same products, with zeros between them, summed in other passes: the results within the sums' rounding of one
+// GEMM per group (and they depend on the chip, as P does).
 int64_t group_pack(const Lowering& L, const Conv2d& c) {
   const int64_t groups = c.groups;
   if (groups <= 1) return 1;
@@ -704,8 +703,12 @@ int64_t group_pack(const Lowering& L, const Conv2d& c) {
   };
   if (L.opts_.group_pack > 0 && groups % L.opts_.group_pack == 0) return L.opts_.group_pack;  // (measuring)
   int64_t best = 1;
-  for (int64_t P = 2; P <= groups; ++P)
-    if (groups % P == 0 && cost(P) <= cost(best)) best = P;
+  double least = cost(1);
+  for (int64_t P = 2; P <= groups; ++P) {
+    if (groups % P != 0) continue;
+    const double t = cost(P);
+    if (t <= least) best = P, least = t;
+  }
   return best;
 }
 
@@ -835,8 +838,7 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
     const std::vector<float> wt = block_diagonal(gi * P);
     std::vector<float> bg(c.bias.begin() + gi * PO, c.bias.begin() + (gi + 1) * PO);
     const std::string gl = c.wname + ".g" + std::to_string(gi);
-    int B = L.tiled_weights(gl, wt, taps * PC, PO);
-    L.plan_.buffers[B].model_bytes = static_cast<uint64_t>(P * taps * Cg * OCg) * isa::dtype_size(DType::BF16);
+    int B = L.tiled_weights(gl, wt, taps * PC, PO, P * taps * Cg * OCg);
     int bias_buf = c.has_bias ? L.const_f32(gl + ".bias", {PO}, bg) : -1;
     int im = L.temp(label + ".im2col", DType::BF16, {1});
     Taps t = window_taps(L, label, X, c.xs, win, 0.0f, gi * PC, PC, im);
