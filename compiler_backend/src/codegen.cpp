@@ -893,8 +893,9 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
   // On a chip of several cores, both spread over every core (each core loads its own first tile's weights), none
   // in a group of independent calls.
   const bool cores = symbol_or(symbols, "CORES", 1) > 1;
-  if (!yc.gemm || yc.gemm->b_area_chunks > 0 || symbol_or(symbols, "DMA_ENGINES", 1) < 2 ||
-      (cores && (!xc.every_core() || xc.group >= 0 || yc.group >= 0)))
+  if ((!yc.gemm && !yc.ksplit) || (yc.gemm && yc.gemm->b_area_chunks > 0) ||
+      symbol_or(symbols, "DMA_ENGINES", 1) < 2 ||
+      (cores && (!xc.every_core() || !yc.every_core() || xc.group >= 0 || yc.group >= 0)))
     return {};
   const auto b = y.tensors.find("b");
   if (b == y.tensors.end()) return {};
@@ -917,14 +918,21 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
       for (const auto& [name, buf] : x.tensors)
         if (name == "o" && buf == b->second) return {};
       to = kernels::attention_chip_plan(x.attention, x_symbols).vmem_end;
-    } else if (xc.gemm) {  // a whole-chip GEMM: the next one's first weights load during its drain
+    } else if (xc.gemm || xc.ksplit) {  // a whole-chip or split-K GEMM: the next one's first weights load during
+                                        // its drain
       for (const char* out : {"c", "q", "ws"}) {
         const auto it = x.tensors.find(out);
         if (it != x.tensors.end() && it->second == b->second) return {};
       }
-      from = xc.gemm->vmem_base, to = kernels::gemm_chip_vmem_end(*xc.gemm, x_symbols);
-      if (xc.gemm->prefetch.empty() && xc.gemm->background.empty())
-        idle = kernels::gemm_chip_tail(*xc.gemm, x_symbols);  // its last chunk's products and its drain
+      if (xc.gemm) {
+        from = xc.gemm->vmem_base, to = kernels::gemm_chip_vmem_end(*xc.gemm, x_symbols);
+        if (xc.gemm->prefetch.empty() && xc.gemm->background.empty())
+          idle = kernels::gemm_chip_tail(*xc.gemm, x_symbols);  // its last chunk's products and its drain
+      } else {
+        const kernels::KSplitPlan xp = kernels::gemm_ksplit_plan(*xc.ksplit, x_symbols);
+        from = xc.ksplit->vmem_base, to = xp.vmem_end;
+        if (xc.ksplit->background.empty()) idle = xp.tail;  // its last products, sums, drains and stores
+      }
     } else {
       return {};
     }
@@ -932,20 +940,34 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
     o.gemm = yc;
     o.symbols = symbols;
     const int64_t past = (to + 4095) / 4096 * 4096;
+    int64_t& base = yc.gemm ? o.gemm.gemm->vmem_base : o.gemm.ksplit->vmem_base;
     if (from == 0 && past <= vmem / 2)
-      o.gemm.gemm->vmem_base = past;
+      base = past;
     else if (from > 0)
       o.symbols["VMEM_BYTES"] = from;  // below the first kernel (the estimate below says whether it is enough)
     else
       return {};
-    // As many chunks as HBM moves (every core's) in that time, at least one, at most what the slots hold
-    const kernels::GemmPreload most = kernels::gemm_chip_preload_limit(*o.gemm.gemm, o.symbols);
-    const double chunk = static_cast<double>(most.chunk_bytes * symbol_or(symbols, "CORES", 1));
+    // As many chunks (a split-K GEMM: weight tiles) as HBM moves (every core's) in that time, at least one, at
+    // most what the slots hold
     const double hbm = static_cast<double>(symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 0));
-    o.gemm.gemm->b_preloaded = std::clamp<int64_t>(static_cast<int64_t>(idle * hbm / chunk), 1, most.chunks);
-    if (kernels::gemm_chip_estimate(*o.gemm.gemm, o.symbols) > 1.02 * kernels::gemm_chip_estimate(*yc.gemm, symbols))
-      return {};
-    kernels::gemm_chip_first_b(*o.gemm.gemm, o.symbols);  // it can (throws where it cannot)
+    const double cores_used = static_cast<double>(
+        yc.gemm ? symbol_or(symbols, "CORES", 1) : kernels::gemm_ksplit_plan(*yc.ksplit, symbols).cores);
+    if (yc.gemm) {
+      const kernels::GemmPreload most = kernels::gemm_chip_preload_limit(*o.gemm.gemm, o.symbols);
+      const double chunk = static_cast<double>(most.chunk_bytes) * cores_used;
+      o.gemm.gemm->b_preloaded = std::clamp<int64_t>(static_cast<int64_t>(idle * hbm / chunk), 1, most.chunks);
+      if (kernels::gemm_chip_estimate(*o.gemm.gemm, o.symbols) > 1.02 * kernels::gemm_chip_estimate(*yc.gemm, symbols))
+        return {};
+      kernels::gemm_chip_first_b(*o.gemm.gemm, o.symbols);  // it can (throws where it cannot)
+    } else {
+      const kernels::KSplitPreload most = kernels::gemm_ksplit_preload_limit(*o.gemm.ksplit, o.symbols);
+      const double tile = static_cast<double>(most.tile_bytes) * cores_used;
+      o.gemm.ksplit->b_preloaded = std::clamp<int64_t>(static_cast<int64_t>(idle * hbm / tile), 1, most.tiles);
+      if (kernels::gemm_ksplit_plan(*o.gemm.ksplit, o.symbols).estimate >
+          1.02 * kernels::gemm_ksplit_plan(*yc.ksplit, symbols).estimate)
+        return {};
+      kernels::gemm_ksplit_first_b(*o.gemm.ksplit, o.symbols);  // it can (throws where it cannot)
+    }
   } catch (const std::invalid_argument&) {
     return {};
   }
@@ -2137,12 +2159,17 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
         frag.code.push_back(stream_wait_sync(y.stream_wait));
         frag.source.push_back("the weights of " + y.label + " streamed in: their background loads done");
       }
-      const isa::Program pre = kernels::gemm_chip_first_b(*first->gemm.gemm, first->symbols, addr,
-                                                          load_at + (y.stream_wait > 0 ? 1 : 0));
+      const uint64_t pre_at = load_at + (y.stream_wait > 0 ? 1 : 0);
+      const isa::Program pre = first->gemm.gemm
+                                   ? kernels::gemm_chip_first_b(*first->gemm.gemm, first->symbols, addr, pre_at)
+                                   : kernels::gemm_ksplit_first_b(*first->gemm.ksplit, first->symbols, addr, pre_at);
       frag.code.insert(frag.code.end(), pre.code.begin(), pre.code.end());
       for (size_t i = 0; i < pre.code.size(); ++i)
         frag.source.push_back("the first weights of " + y.label + ", loading while " +
-                              (on_chip[c].gemm ? "gemm_chip" : call.kernel) + " runs");
+                              (on_chip[c].gemm     ? "gemm_chip"
+                               : on_chip[c].ksplit ? "gemm_ksplit"
+                                                   : call.kernel) +
+                              " runs");
     }
     if (!meet && at > 0 && !(second && !second->prefetch) && !starts_with_sync(frag)) {
       // The kernel waits for the one before (its units idle, its stores done), not for the background loads that

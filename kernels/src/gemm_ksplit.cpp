@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "tpusim/isa/emitter.h"
@@ -47,12 +48,12 @@ std::vector<Region> regions_of(const std::vector<int64_t>& first, const std::vec
 }
 
 struct Layout {
-  int64_t table = 0, a = 0, b = 0, c = 0, r = 0, end = 0;  // VMEM offsets
+  int64_t table = 0, a = 0, b = 0, c = 0, r = 0, stage = 0, end = 0;  // VMEM offsets
   int64_t b_tile = 0, c_buf = 0;  // bytes of one weight tile, one C (or r) buffer (with q, its q tile after it)
   int64_t q_off = 0;              // the q tile's offset in its C buffer
 };
 
-Layout layout(const GemmKSplit& g, int64_t tm, int64_t R, int64_t C, int64_t pairs) {
+Layout layout(const GemmKSplit& g, int64_t tm, int64_t R, int64_t C, int64_t pairs, int64_t stage_rows = 0) {
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), NS = cdiv(g.n, C);
   Layout l;
   l.a = g.dequant ? align64(g.n * 8) : g.bias ? align64(g.n * 4) : 0;
@@ -62,8 +63,24 @@ Layout layout(const GemmKSplit& g, int64_t tm, int64_t R, int64_t C, int64_t pai
   l.q_off = g.q_only ? 0 : align64(tm * C * O);
   l.c_buf = l.q_off + (g.q_scale_bits != 0 ? align64(tm * C) : 0);
   l.r = l.c + NS * l.c_buf;
-  l.end = l.r + (g.residual ? NS * align64(tm * C * O) : 0);
+  l.stage = l.r + (g.residual ? NS * align64(tm * C * O) : 0);
+  l.end = l.stage + align64(stage_rows * std::max<int64_t>(1, g.taps.cin) * E);
   return l;
+}
+
+// The rows of a the taps of `rows` consecutive output rows read: from the first row's smallest tap offset to the
+// last row's largest (tap_row_offset), less the smallest (`lo` of the first row, relative to row * pitch).
+struct TapSpan {
+  int64_t lo = 0, hi = 0;  // the smallest and largest tap offsets
+  int64_t rows(int64_t mt, int64_t pitch) const { return (mt - 1) * pitch + hi - lo + 1; }
+};
+TapSpan tap_span(const GemmKSplit& g) {
+  TapSpan t{std::numeric_limits<int64_t>::max(), 0};
+  for (int64_t tap = 0; tap < g.k / g.taps.cin; ++tap) {
+    const int64_t off = tap_row_offset(g.taps, tap);
+    t.lo = std::min(t.lo, off), t.hi = std::max(t.hi, off);
+  }
+  return t;
 }
 
 void check(const GemmKSplit& g) {
@@ -112,10 +129,35 @@ std::vector<Slice> slices_of(const GemmKSplit& g, int64_t C) {
 
 KSplitPlan plan_one(const GemmKSplit& g, const std::map<std::string, int64_t>& s);
 
+// The symbols the kernel plans with: VMEM_BYTES less vmem_base (its VMEM starts there; the accumulators' address
+// stays VMEM's end).
+std::map<std::string, int64_t> from_base(const GemmKSplit& g, const std::map<std::string, int64_t>& s) {
+  if (g.vmem_base == 0) return s;
+  const int64_t vmem = need(s, "VMEM_BYTES");
+  if (g.vmem_base < 0 || g.vmem_base % 64 != 0 || g.vmem_base >= vmem)
+    throw std::invalid_argument("gemm_ksplit: vmem_base " + std::to_string(g.vmem_base) +
+                                " is not a multiple of 64 within VMEM (" + std::to_string(vmem) + " bytes)");
+  std::map<std::string, int64_t> t = s;
+  t["ACC_ADDR"] = optional(s, "ACC_ADDR", vmem);
+  t["VMEM_BYTES"] = vmem - g.vmem_base;
+  return t;
+}
+
+// The (unit, pair) steps of the kernel's weight loads, in order: each unit's first pair, then each unit's second, ...
+std::vector<std::pair<int64_t, int64_t>> load_order(const KSplitPlan& p) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t i = 0; i < p.longest; ++i)
+    for (int64_t j = 0; j < p.units; ++j)
+      if (p.first[static_cast<size_t>(j)] + i < p.last[static_cast<size_t>(j)])
+        out.emplace_back(j, p.first[static_cast<size_t>(j)] + i);
+  return out;
+}
+
 }  // namespace
 
-KSplitPlan gemm_ksplit_plan(const GemmKSplit& g, const std::map<std::string, int64_t>& s) {
+KSplitPlan gemm_ksplit_plan(const GemmKSplit& g, const std::map<std::string, int64_t>& symbols) {
   check(g);
+  const std::map<std::string, int64_t> s = from_base(g, symbols);
   if (g.cores <= 1) return plan_one(g, s);
   // Each core its slice, the cores sharing HBM: each slice's plan at HBM's bandwidth over the cores used; the
   // busiest slice's plan, its estimate the longest
@@ -124,11 +166,14 @@ KSplitPlan gemm_ksplit_plan(const GemmKSplit& g, const std::map<std::string, int
   shared["HBM_BYTES_PER_CYCLE"] =
       std::max<int64_t>(1, optional(s, "HBM_BYTES_PER_CYCLE", 64) / static_cast<int64_t>(slices.size()));
   KSplitPlan busiest;
+  int64_t vmem_end = 0;
   for (const Slice& sl : slices) {
     KSplitPlan p = plan_one(sl.g, shared);
+    vmem_end = std::max(vmem_end, p.vmem_end);
     if (p.estimate > busiest.estimate) busiest = std::move(p);
   }
   busiest.cores = static_cast<int64_t>(slices.size());
+  busiest.vmem_end = vmem_end;
   return busiest;
 }
 
@@ -167,6 +212,15 @@ KSplitPlan plan_one(const GemmKSplit& g, const std::map<std::string, int64_t>& s
     throw std::invalid_argument("gemm_ksplit: the weights (" + std::to_string(none.c - none.b) +
                                 " bytes) and a row of a do not fit VMEM (" + std::to_string(VMEM) + " bytes)");
   p.row_tiles = cdiv(g.m, tm_max), p.tm = cdiv(g.m, p.row_tiles);
+  // Staged taps (KSplitPlan::stage_rows): where a lies outside VMEM, a semaphore is free and the span is fewer rows
+  // than the taps read, with the same row tiles (the span's bytes beside the rest of VMEM)
+  if (g.taps.cin > 0 && !g.a_local && 4 * p.units + 7 < isa::kNumSems - 1) {
+    const TapSpan span = tap_span(g);
+    const int64_t rows = span.rows(p.tm, g.taps.pitch);
+    if (rows < g.k / g.taps.cin * p.tm &&
+        layout(g, p.tm, R, C, pairs, rows).end + 256 <= VMEM)
+      p.stage_rows = rows;
+  }
   if (p.row_tiles * pairs > kMaxKSplitSteps)
     throw std::invalid_argument("gemm_ksplit: " + std::to_string(p.row_tiles) + " row tiles of " +
                                 std::to_string(pairs) + " pairs each: more than " + std::to_string(kMaxKSplitSteps) +
@@ -186,7 +240,12 @@ KSplitPlan plan_one(const GemmKSplit& g, const std::map<std::string, int64_t>& s
   const double E = static_cast<double>(isa::dtype_size(g.in)), hbm = static_cast<double>(bpc);
   const double ports = static_cast<double>(std::max<int64_t>(1, optional(s, "VMEM_BYTES_PER_CYCLE", 1 << 20)));
   const double a_bytes = static_cast<double>(p.tm * g.k) * E, b_bytes = static_cast<double>(g.k * g.n) * E;
-  const double a_time = g.a_local ? a_bytes / ports : static_cast<double>(lat) + a_bytes / hbm;
+  // a's block: from VMEM's ports where it lies there; else at HBM's bandwidth after a load's latency, or, with
+  // staged taps, the span so (a_head) and then the taps within VMEM, at its ports, unit by unit (a_cols)
+  const double stage_bytes = static_cast<double>(p.stage_rows * std::max<int64_t>(1, g.taps.cin)) * E;
+  const double a_head = p.stage_rows > 0 ? static_cast<double>(lat) + stage_bytes / hbm : 0.0;
+  const double a_cols = g.a_local || p.stage_rows > 0 ? a_bytes / ports : static_cast<double>(lat) + a_bytes / hbm;
+  const double a_time = a_head + a_cols;
   const double pass = std::ceil(static_cast<double>(p.tm * C) / static_cast<double>(width));
   int64_t last_regions = 0;
   for (const Region& r : regions) last_regions += r.unit == p.units - 1 && r.first % p.folds != 0;
@@ -202,13 +261,17 @@ KSplitPlan plan_one(const GemmKSplit& g, const std::map<std::string, int64_t>& s
     for (int64_t pr = p.first[static_cast<size_t>(j)]; pr < p.last[static_cast<size_t>(j)]; ++pr)
       if (!needed[static_cast<size_t>(pr % p.folds)]) needed[static_cast<size_t>(pr % p.folds)] = true, ++columns;
     const int64_t len = p.last[static_cast<size_t>(j)] - p.first[static_cast<size_t>(j)];
-    mxu_path = std::max(mxu_path, a_time * static_cast<double>(columns) / static_cast<double>(p.folds) +
+    mxu_path = std::max(mxu_path, a_head + a_cols * static_cast<double>(columns) / static_cast<double>(p.folds) +
                                       static_cast<double>(len - 1) * pair + static_cast<double>(R) + stream + results);
   }
-  const double first = std::max(mxu_path, static_cast<double>(lat) + ((g.a_local ? 0 : a_bytes) + b_bytes) / hbm +
+  const double far_a = g.a_local ? 0.0 : p.stage_rows > 0 ? stage_bytes : a_bytes;
+  const double far_b = std::max(0.0, b_bytes - static_cast<double>(std::min(g.b_preloaded, pairs) * R * C) * E);
+  const double first = std::max(mxu_path, static_cast<double>(lat) + (far_a + far_b) / hbm +
                                               static_cast<double>(R) + stream + results);
   p.estimate = first + static_cast<double>(p.row_tiles - 1) * (a_time + mxu) + static_cast<double>(p.row_tiles) * vector +
                static_cast<double>(lat) + out_bytes / hbm;
+  p.tail = stream + results + vector + static_cast<double>(lat) + out_bytes / hbm;
+  p.vmem_end = g.vmem_base + layout(g, p.tm, R, C, pairs, p.stage_rows).end;
   return p;
 }
 
@@ -216,6 +279,40 @@ KSplitPlan plan_one(const GemmKSplit& g, const std::map<std::string, int64_t>& s
 struct Addrs {
   int64_t a = 0, b = 0, table = -1, r = -1, c = -1, q = -1;
 };
+
+// The slice's layout in VMEM, from g.vmem_base
+Layout placed_layout(const GemmKSplit& sub, const KSplitPlan& p, int64_t R, int64_t C) {
+  Layout L = layout(sub, p.tm, R, C, p.strips * p.folds, p.stage_rows);
+  for (int64_t* at : {&L.table, &L.a, &L.b, &L.c, &L.r, &L.stage, &L.end}) *at += sub.vmem_base;
+  return L;
+}
+
+// Whether each pair's weight tile is preloaded (GemmKSplit::b_preloaded: the first of the load order)
+std::vector<bool> preloaded_pairs(const GemmKSplit& sub, const KSplitPlan& p) {
+  std::vector<bool> out(static_cast<size_t>(p.strips * p.folds), false);
+  const std::vector<std::pair<int64_t, int64_t>> order = load_order(p);
+  for (size_t i = 0; i < order.size() && static_cast<int64_t>(i) < sub.b_preloaded; ++i)
+    out[static_cast<size_t>(order[i].second)] = true;
+  return out;
+}
+
+// The weight tile of `pair` (strip pair / F, fold pair % F) of the slice `sub` (from strip s0 of g) into its slot,
+// signalling `signal`; r1 .. r6
+void emit_b_tile(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int64_t s0, int64_t b_addr,
+                 const Layout& L, int64_t pair, int64_t R, int64_t C, isa::Sem signal) {
+  const int64_t E = isa::dtype_size(g.in), F = cdiv(g.k, R), NSG = cdiv(g.n, C);
+  const int64_t q = pair / F, f = pair % F, kt = std::min(R, g.k - f * R), nt = std::min(C, sub.n - q * C);
+  const isa::Reg r1 = isa::reg(1), r2 = isa::reg(2), r3 = isa::reg(3), r4 = isa::reg(4), r5 = isa::reg(5),
+                 r6 = isa::reg(6);
+  e.li(r1, L.b + pair * L.b_tile), e.li(r3, kt), e.li(r4, nt * E);
+  if (g.b_tiled) {
+    e.li(r2, b_addr + (f * NSG + s0 + q) * R * C * E), e.li(r5, C * E);
+    e.dma_ld(r1, r2, r3, r4, r5, r5, {.signal = signal});
+  } else {
+    e.li(r2, b_addr + (f * R * g.n + (s0 + q) * C) * E), e.li(r5, g.n * E), e.li(r6, C * E);
+    e.dma_ld(r1, r2, r3, r4, r5, r6, {.signal = signal});
+  }
+}
 
 // The kernel's code for the slice `sub` of g (its columns from strip s0 on; the whole of g where s0 is 0 and sub
 // is g): tensors at g's addresses and pitches (N = g.n), the slice's plan, layout and semaphores.
@@ -227,10 +324,10 @@ void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int
   const int64_t R = need(s, "MXU_ROWS"), C = need(s, "MXU_COLS"), ACC = need(s, "ACC_ROWS"),
                 ACC_ADDR = optional(s, "ACC_ADDR", need(s, "VMEM_BYTES"));
   const int64_t E = isa::dtype_size(g.in), O = isa::dtype_size(g.out), U = p.units, NS = p.strips, F = p.folds,
-                TM = p.tm, NSG = cdiv(g.n, C);  // (NSG: the whole output's strips, b's tiles a fold)
+                TM = p.tm;
   const DType acc_dt = g.in == DType::I8 ? DType::I32 : DType::F32;
-  const Layout L = layout(sub, TM, R, C, NS * F);
-  background_bytes(g.background, 0, L.end, "gemm_ksplit");  // checked: none writes the kernel's VMEM
+  const Layout L = placed_layout(sub, p, R, C);
+  background_bytes(g.background, L.table, L.end, "gemm_ksplit");  // checked: none writes the kernel's VMEM
   const std::vector<Region> regions = regions_of(p.first, p.last, F, g.in == DType::I8);
   const int64_t a_addr = at.a, b_addr = at.b, r_addr = at.r, c_addr = at.c, q_addr = at.q;
   const int64_t TB = g.dequant ? 8 : 4;  // a table entry's bytes
@@ -241,10 +338,14 @@ void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int
   const Sem AFREE = isa::sem(static_cast<int>(4 * U + 1)), CF = isa::sem(static_cast<int>(4 * U + 2)),
             CFULL = isa::sem(static_cast<int>(4 * U + 3)), TABLE = isa::sem(static_cast<int>(4 * U + 4)),
             RL = isa::sem(static_cast<int>(4 * U + 5)), RF = isa::sem(static_cast<int>(4 * U + 6));
+  const bool staged = p.stage_rows > 0;  // the taps read a's span in VMEM (KSplitPlan::stage_rows): STAGE
+  const Sem STAGE = staged ? isa::sem(static_cast<int>(4 * U + 7)) : Sem{};
   for (int64_t kind = 0; kind < 4; ++kind)
     for (int64_t j = 0; j < U; ++j) e.sem_set(unit_sem(kind, j), 0);
   e.sem_set(AFREE, 0), e.sem_set(CF, NS), e.sem_set(CFULL, 0), e.sem_set(TABLE, 0), e.sem_set(RL, 0),
       e.sem_set(RF, NS);
+  if (staged) e.sem_set(STAGE, 0);
+  const TapSpan span = staged ? tap_span(sub) : TapSpan{};
   const isa::Reg r1 = isa::reg(1), r2 = isa::reg(2), r3 = isa::reg(3), r4 = isa::reg(4), r5 = isa::reg(5),
                  r6 = isa::reg(6), r7 = isa::reg(7), r8 = isa::reg(8);
   auto set = [&](std::initializer_list<std::pair<isa::Reg, int64_t>> values) {
@@ -255,6 +356,7 @@ void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int
   for (const Region& r : regions) of_unit[static_cast<size_t>(r.unit)].push_back(&r);
   auto region_row = [&](const Region& r) { return r.index * TM; };  // the unit's accumulator row
   auto tile_vaddr = [&](int64_t pair) { return L.b + pair * L.b_tile; };
+  const std::vector<bool> preloaded = preloaded_pairs(sub, p);
 
   for (int64_t t = 0; t < p.row_tiles; ++t) {
     const int64_t m0 = t * TM, mt = std::min(TM, g.m - m0);
@@ -262,6 +364,8 @@ void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int
     // the first to need (consecutive folds in one transfer; the taps one transfer per tap), then AFULL for it, then
     // (first row tile) its first weight tile, so that the first units start while the others' columns load
     if (t > 0) e.dmain_sync({.wait = AFREE});
+    const int64_t lo = m0 * g.taps.pitch + span.lo;  // with staged taps: the first row of a in VMEM
+    bool stage_wait = staged;                         // the first tap's transfer waits for the span
     auto load_columns = [&](int64_t k0, int64_t k1) {
       if (g.taps.cin == 0) {
         set({{r1, L.a + k0 * E}, {r2, a_addr + (m0 * g.k + k0) * E}, {r3, mt}, {r4, (k1 - k0) * E}, {r5, g.k * E}});
@@ -270,10 +374,13 @@ void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int
       }
       for (int64_t col = k0; col < k1;) {
         const int64_t tap = col / g.taps.cin, ch = col % g.taps.cin, w = std::min(g.taps.cin - ch, k1 - col);
-        const int64_t src = a_addr + ((m0 * g.taps.pitch + tap_row_offset(g.taps, tap)) * g.taps.cin + ch) * E;
+        const int64_t row = m0 * g.taps.pitch + tap_row_offset(g.taps, tap);
+        const int64_t src = staged ? static_cast<int64_t>(isa::kLocalWindow) + L.stage + ((row - lo) * g.taps.cin + ch) * E
+                                   : a_addr + (row * g.taps.cin + ch) * E;
         set({{r1, L.a + col * E}, {r2, src}, {r3, mt}, {r4, w * E}, {r5, g.taps.pitch * g.taps.cin * E},
              {r6, g.k * E}});
-        e.dma_ld(r1, r2, r3, r4, r5, r6);
+        e.dma_ld(r1, r2, r3, r4, r5, r6, {.wait = stage_wait ? STAGE : Sem{}});
+        stage_wait = false;
         col += w;
       }
     };
@@ -292,26 +399,33 @@ void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int
       }
       e.dmain_sync({.signal = unit_sem(1, j)});
     };
+    // unit j's weight tile of `pair` (first row tile), signalling FULL_j, unless preloaded (b_preloaded)
+    auto load_b = [&](int64_t j, int64_t pair) {
+      if (!preloaded[static_cast<size_t>(pair)]) emit_b_tile(e, g, sub, s0, b_addr, L, pair, R, C, unit_sem(0, j));
+    };
+    // With staged taps: the span in one transfer, (first row tile) each unit's first weight tile while it moves,
+    // then STAGE, which the first tap's copy within VMEM waits for, then the units' columns
+    if (staged) {
+      set({{r1, L.stage}, {r2, a_addr + lo * g.taps.cin * E}, {r3, span.rows(mt, g.taps.pitch)},
+           {r4, g.taps.cin * E}});
+      e.dma_ld(r1, r2, r3, r4, r4, r4);
+      if (t == 0)
+        for (int64_t j = 0; j < U; ++j) load_b(j, p.first[static_cast<size_t>(j)]);
+      e.dmain_sync({.signal = STAGE});
+      for (int64_t j = 0; j < U; ++j) load_a_of(j);
+    }
     // the weights (first row tile) dealt round-robin over the units, and each unit's matrix work after its load
     std::vector<bool> started(static_cast<size_t>(U), false);
     for (int64_t i = 0; i < p.longest; ++i)
       for (int64_t j = 0; j < U; ++j) {
         const int64_t pair = p.first[static_cast<size_t>(j)] + i;
-        if (i == 0) load_a_of(j);
+        if (i == 0 && !staged) load_a_of(j);
         if (pair >= p.last[static_cast<size_t>(j)]) continue;
         const int64_t q = pair / F, f = pair % F, kt = std::min(R, g.k - f * R), nt = std::min(C, sub.n - q * C);
-        if (t == 0) {
-          if (g.b_tiled) {
-            set({{r1, tile_vaddr(pair)}, {r2, b_addr + (f * NSG + s0 + q) * R * C * E}, {r3, kt}, {r4, nt * E}, {r5, C * E}});
-            e.dma_ld(r1, r2, r3, r4, r5, r5, {.signal = unit_sem(0, j)});
-          } else {
-            set({{r1, tile_vaddr(pair)}, {r2, b_addr + (f * R * g.n + (s0 + q) * C) * E}, {r3, kt}, {r4, nt * E},
-                 {r5, g.n * E}, {r6, C * E}});
-            e.dma_ld(r1, r2, r3, r4, r5, r6, {.signal = unit_sem(0, j)});
-          }
-        }
+        if (t == 0 && !(staged && i == 0)) load_b(j, pair);
         set({{r1, tile_vaddr(pair)}, {r2, kt}, {r3, nt}, {r4, C * E}});
-        e.mxu_lw(r1, r2, r3, r4, g.in, {.mxu = j, .wait = t == 0 ? unit_sem(0, j) : Sem{}});
+        e.mxu_lw(r1, r2, r3, r4, g.in,
+                 {.mxu = j, .wait = t == 0 && !preloaded[static_cast<size_t>(pair)] ? unit_sem(0, j) : Sem{}});
         const Region* region = nullptr;
         for (const Region* r : of_unit[static_cast<size_t>(j)])
           if (pair >= r->first && pair < r->last) region = r;
@@ -414,13 +528,21 @@ void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int
 
 }  // namespace
 
-isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string, int64_t>& s,
-                                const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc,
-                                uint64_t hbm_base) {
+namespace {
+
+// The kernel, or with first_b_only gemm_ksplit_first_b's loads: the tensors declared alike (so placed alike), then
+// per core its slice's code.
+isa::Program kernel_of(const GemmKSplit& g, const std::map<std::string, int64_t>& symbols,
+                       const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc, uint64_t hbm_base,
+                       bool first_b_only) {
   using isa::DType;
   using isa::TensorKind;
-  const KSplitPlan plan = gemm_ksplit_plan(g, s);  // (throws where it cannot run)
+  const KSplitPlan plan = gemm_ksplit_plan(g, symbols);  // (throws where it cannot run)
+  const std::map<std::string, int64_t> s = from_base(g, symbols);
   const int64_t R = need(s, "MXU_ROWS"), C = need(s, "MXU_COLS"), F = cdiv(g.k, R), NS = cdiv(g.n, C);
+  if (g.b_preloaded < 0 || g.b_preloaded > gemm_ksplit_preload_limit(g, symbols).tiles)
+    throw std::invalid_argument("gemm_ksplit: b_preloaded " + std::to_string(g.b_preloaded) + " tiles, more than " +
+                                std::to_string(gemm_ksplit_preload_limit(g, symbols).tiles) + " or negative");
   const DType acc_dt = g.in == DType::I8 ? DType::I32 : DType::F32;
   isa::Emitter e("gemm_ksplit", "<gemm_ksplit>", base_pc);
   auto declare = [&](const char* name, TensorKind kind, DType dt, std::vector<int64_t> shape) {
@@ -437,8 +559,16 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
   if (g.residual) at.r = declare("r", TensorKind::Input, g.out, {g.m, g.n});
   at.c = g.q_only ? -1 : declare("c", TensorKind::Output, g.out, {g.c_rows.group > 0 ? g.c_rows.rows : g.m, g.n});
   at.q = g.q_scale_bits != 0 ? declare("q", TensorKind::Output, DType::I8, {g.m, g.n}) : -1;
+  auto slice = [&](const GemmKSplit& sub, int64_t s0) {
+    if (!first_b_only) return emit_slice(e, g, sub, s0, at, s);
+    const KSplitPlan p = plan_one(sub, s);
+    const Layout L = placed_layout(sub, p, R, C);
+    const std::vector<std::pair<int64_t, int64_t>> order = load_order(p);
+    for (size_t i = 0; i < order.size() && static_cast<int64_t>(i) < g.b_preloaded; ++i)
+      emit_b_tile(e, g, sub, s0, at.b, L, order[i].second, R, C, isa::Sem{});
+  };
   if (plan.cores <= 1) {
-    emit_slice(e, g, g, 0, at, s);
+    slice(g, 0);
   } else {  // each core its slice (core.id in r9), the others jumping over it
     e.set_cores(static_cast<uint32_t>(plan.cores));
     const isa::Reg cid = isa::reg(9), t = isa::reg(10);
@@ -448,14 +578,37 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
     for (size_t c = 0; c < slices.size(); ++c) {
       const isa::Label next = e.label();
       e.li(t, static_cast<int64_t>(c)), e.bne(cid, t, next);
-      emit_slice(e, g, slices[c].g, slices[c].s0, at, s);
+      slice(slices[c].g, slices[c].s0);
       e.jmp(end);
       e.bind(next);
     }
     e.bind(end);
   }
-  e.halt();
+  if (!first_b_only) e.halt();
   return e.finish();
+}
+
+}  // namespace
+
+isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string, int64_t>& s,
+                                const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc,
+                                uint64_t hbm_base) {
+  return kernel_of(g, s, tensor_addr, base_pc, hbm_base, false);
+}
+
+isa::Program gemm_ksplit_first_b(const GemmKSplit& g, const std::map<std::string, int64_t>& s,
+                                 const std::map<std::string, uint64_t>& tensor_addr, uint64_t base_pc,
+                                 uint64_t hbm_base) {
+  return kernel_of(g, s, tensor_addr, base_pc, hbm_base, true);
+}
+
+KSplitPreload gemm_ksplit_preload_limit(const GemmKSplit& g, const std::map<std::string, int64_t>& symbols) {
+  const std::map<std::string, int64_t> s = from_base(g, symbols);
+  const int64_t R = need(s, "MXU_ROWS"), C = need(s, "MXU_COLS");
+  KSplitPreload out{std::numeric_limits<int64_t>::max(), align64(R * C * isa::dtype_size(g.in))};
+  const std::vector<Slice> slices = g.cores <= 1 ? std::vector<Slice>{Slice{0, g}} : slices_of(g, C);
+  for (const Slice& sl : slices) out.tiles = std::min(out.tiles, cdiv(sl.g.n, C) * cdiv(g.k, R));
+  return out;
 }
 
 }  // namespace tpusim::kernels

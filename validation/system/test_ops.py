@@ -742,6 +742,40 @@ class ConvFused(OpCase):
         for a, b in zip(got_v4, got_v5e):
             np.testing.assert_array_equal(a, b)
 
+    def test_split_k_kernels_load_their_neighbours_weights(self):
+        # Two bottleneck blocks of ResNet-50's 14 x 14 layers on v4 (1 x 1 to 256 channels, 3 x 3, 1 x 1 back to 1024
+        # with the residual): in each, the first two are split-K kernels on both cores (gemm_ksplit), the third a
+        # whole-chip GEMM. A GEMM's first weight tiles load while the kernel before it ends (prefetch_overlap,
+        # codegen.cpp; GemmKSplit::b_preloaded, gemm_ksplit_first_b; "Split-K kernels' neighbours", docs/compiler.md):
+        # a gemm_chip after a ksplit, a ksplit after a ksplit and after a gemm_chip (the first block's 3 x 3 follows
+        # a copy that fills its padded input's borders: none there). (The 3 x 3's taps read its input's rows once
+        # from the shared memory, KSplitPlan::stage_rows: GemmKSplit.StagedTapsReadTheirSpanOnce counts the bytes.)
+        # Against torch; the same bits as with --no-kernel-overlap, in fewer cycles.
+        torch.manual_seed(15)
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(nn.Conv2d(1024, 256, 1), nn.ReLU(), nn.Conv2d(256, 256, 3, padding=1),
+                                          nn.ReLU(), nn.Conv2d(256, 1024, 1))
+
+            def forward(self, x):
+                return torch.relu(self.body(x) + x)
+        x = randn(1, 1024, 14, 14)
+        self.check(nn.Sequential(Block(), Block()), x, config="v4")
+        d = os.path.join(self.dir, f"case{self.n}")
+        model = os.path.join(d, "model.onnx")
+        tpusim("compile", model, "--config", "v4", "-o", os.path.join(d, "v4.tpub"))
+        dis = tpusim("disasm", os.path.join(d, "v4.tpub")).stdout
+        preloads = {(y.split("/")[1] + "." + y.split("/")[3], k)
+                    for y, k in re.findall(r"the first weights of (\S+), loading while (\S+) runs", dis)}
+        self.assertEqual(preloads, {("0.body.4", "gemm_ksplit"), ("1.body.0", "gemm_chip"),
+                                    ("1.body.2", "gemm_ksplit"), ("1.body.4", "gemm_ksplit")})
+        kernels, _, _ = self.compiled("v4")
+        self.assertEqual([k for k in kernels if k.startswith("gemm")], ["gemm_ksplit", "gemm_ksplit", "gemm_chip"] * 2)
+        xf = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
+        self.same_bits_as_fenced_in_fewer_cycles(model, xf, "v4")
+
     def test_opset17(self):
         m = nn.Sequential(nn.Conv2d(5, 7, 3, padding=1), randomize_bn(nn.BatchNorm2d(7)), nn.SiLU())
         self.check(m, randn(1, 5, 7, 9), opset=17)

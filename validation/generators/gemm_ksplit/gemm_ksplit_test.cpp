@@ -42,6 +42,9 @@ uint16_t bf16_of(float x) {
 struct Outcome {
   uint64_t ksplit_cycles = 0, gemm_cycles = 0;
   size_t bytes = 0;  // of the outputs
+  // the split kernel's run: bytes read from HBM, the shared memory and within VMEM (the local window); and, with
+  // b_preloaded, HBM's bytes read by gemm_ksplit_first_b's program, run before it
+  uint64_t hbm_read = 0, shared_read = 0, local_read = 0, first_b_hbm_read = 0;
 };
 
 // One chip per process (SystemC elaborates once): each test runs on one preset.
@@ -54,7 +57,8 @@ struct OnChip {
   std::map<std::string, int64_t> syms;
 };
 
-// Runs gemm.s and gemm_ksplit on the same random inputs and expects every byte of c the same. With a_in_vmem, a
+// Runs gemm.s and gemm_ksplit on the same random inputs and expects every byte of c the same (with b_preloaded,
+// gemm_ksplit_first_b's program runs just before the kernel, as the compiler places it). With a_in_vmem, a
 // lies in the upper half of VMEM (as a compiled model's intermediates do on one core), read through the local
 // window; with a_in_shared, in the chip's shared memory (as they do on v4), read through the shared window.
 // With background_bytes > 0, the kernel also loads that many random bytes from HBM into the top of VMEM
@@ -159,7 +163,10 @@ Outcome same_bits(OnChip& on, const GemmKSplit& given, uint32_t seed, bool a_in_
   o.gemm_cycles = chip->run(kernels::assemble("gemm.s", d, addr)).stats.cycles;
   std::map<std::string, uint64_t> addr2 = addr;
   for (const auto& [name, at2] : second) addr2[name] = at2;
-  o.ksplit_cycles = chip->run(kernels::gemm_ksplit_kernel(g, syms, addr2)).stats.cycles;
+  if (g.b_preloaded > 0) o.first_b_hbm_read = chip->run(kernels::gemm_ksplit_first_b(g, syms, addr2)).stats.hbm_bytes_read;
+  const sim::RunStats run = chip->run(kernels::gemm_ksplit_kernel(g, syms, addr2)).stats;
+  o.ksplit_cycles = run.cycles, o.hbm_read = run.hbm_bytes_read, o.shared_read = run.shared_bytes_read,
+  o.local_read = run.local_bytes_read;
   for (const auto& [name, bytes] : outs) {
     std::vector<uint8_t> want(static_cast<size_t>(bytes)), got(static_cast<size_t>(bytes));
     chip->read_hbm(addr[name], want.data(), want.size());
@@ -342,6 +349,68 @@ TEST(GemmKSplit, CoresShareTheStripsAsGemmS) {
   n.m = 64, n.k = 1024, n.n = 100, n.out = DType::F32, n.cores = 4;
   EXPECT_EQ(kernels::gemm_ksplit_plan(n, v4.syms).cores, 1);
   same_bits(v4, n, 23);
+}
+
+// Staged taps (KSplitPlan::stage_rows): the 3 x 3 convolution above on both cores of v4, its input in the shared
+// memory. Each core copies the 258 rows its taps span (all of a: 14 rows of the padded width 16, the taps reaching
+// 2 rows and 2 columns further) into VMEM once, and the taps read them there: the shared memory gives each core
+// those 258 rows of 256 channels (264,192 bytes in all), where reading every tap from it (the kernel planned as
+// if a lay in VMEM, a_local, does) gives each core 9 x 224 rows (2,064,384 bytes); those rows cross VMEM's ports
+// instead. The same bits as gemm.s both ways, in fewer cycles staged.
+TEST(GemmKSplit, StagedTapsReadTheirSpanOnce) {
+  OnChip v4("v4");
+  GemmKSplit g;
+  g.m = 14 * 16, g.k = 9 * 256, g.n = 256, g.out = DType::BF16, g.bias = true, g.relu = true, g.b_tiled = true;
+  g.taps = kernels::ConvTaps{256, 16 * 16 + 2, 3, 1, 1, 1, 1, 16, 16 * 16 + 2};
+  g.cores = 2;
+  EXPECT_EQ(kernels::gemm_ksplit_plan(g, v4.syms).stage_rows, 258);
+  const Outcome staged = same_bits(v4, g, 24, false, 0, true);
+  GemmKSplit direct = g;
+  direct.a_local = true;
+  EXPECT_EQ(kernels::gemm_ksplit_plan(direct, v4.syms).stage_rows, 0);
+  const Outcome read = same_bits(v4, direct, 24, false, 0, true);
+  EXPECT_EQ(staged.shared_read, 2u * 258 * 256 * 2);
+  EXPECT_EQ(read.shared_read, 2u * 9 * 224 * 256 * 2);
+  EXPECT_EQ(staged.local_read, 2u * 9 * 224 * 256 * 2);
+  EXPECT_EQ(read.local_read, 0u);
+  std::printf("224 x 2304 x 256 (3 x 3 taps) on v4's two cores: %llu cycles staged, %llu reading the taps from the "
+              "shared memory\n",
+              static_cast<unsigned long long>(staged.ksplit_cycles), static_cast<unsigned long long>(read.ksplit_cycles));
+  EXPECT_LT(staged.ksplit_cycles, read.ksplit_cycles);
+}
+
+// GemmKSplit::b_preloaded and vmem_base: gemm_ksplit_first_b's program loads the first 6 weight tiles of each
+// core's load order (each of its 4 units' first, then the first two units' second) into the slots of a kernel
+// whose VMEM starts at 1 MiB, and the kernel loads the others: it reads 6 tiles of 128 x 128 bf16 (32,768 bytes)
+// a core fewer from HBM, which the first program reads; the same bits as gemm.s, in fewer cycles. More tiles than
+// a core's slice has (18: a strip of 18 folds), or a base not a multiple of 64, are refused.
+TEST(GemmKSplit, PreloadedTilesLoadOnce) {
+  OnChip v4("v4");
+  GemmKSplit g;
+  g.m = 14 * 16, g.k = 9 * 256, g.n = 256, g.out = DType::BF16, g.bias = true, g.relu = true, g.b_tiled = true;
+  g.taps = kernels::ConvTaps{256, 16 * 16 + 2, 3, 1, 1, 1, 1, 16, 16 * 16 + 2};
+  g.cores = 2;
+  const Outcome plain = same_bits(v4, g, 25, false, 0, true);
+  EXPECT_EQ(kernels::gemm_ksplit_preload_limit(g, v4.syms).tiles, 18);
+  EXPECT_EQ(kernels::gemm_ksplit_preload_limit(g, v4.syms).tile_bytes, 32768);
+  g.vmem_base = 1 << 20, g.b_preloaded = 6;
+  GemmKSplit at_zero = g;
+  at_zero.vmem_base = 0;
+  EXPECT_EQ(kernels::gemm_ksplit_plan(g, v4.syms).vmem_end,
+            kernels::gemm_ksplit_plan(at_zero, v4.syms).vmem_end + (1 << 20));
+  const Outcome pre = same_bits(v4, g, 25, false, 0, true);
+  EXPECT_EQ(pre.first_b_hbm_read, 2u * 6 * 32768);
+  EXPECT_EQ(pre.hbm_read + pre.first_b_hbm_read, plain.hbm_read);
+  std::printf("224 x 2304 x 256 (3 x 3 taps) on v4's two cores: %llu cycles, %llu with 6 tiles a core preloaded\n",
+              static_cast<unsigned long long>(plain.ksplit_cycles), static_cast<unsigned long long>(pre.ksplit_cycles));
+  EXPECT_LT(pre.ksplit_cycles, plain.ksplit_cycles);
+  GemmKSplit more = g;
+  more.b_preloaded = 19;
+  EXPECT_THROW(kernels::gemm_ksplit_first_b(more, v4.syms), std::invalid_argument);
+  EXPECT_THROW(kernels::gemm_ksplit_kernel(more, v4.syms), std::invalid_argument);
+  GemmKSplit odd = g;
+  odd.vmem_base = 100;
+  EXPECT_THROW(kernels::gemm_ksplit_plan(odd, v4.syms), std::invalid_argument);
 }
 
 // The weight stream's loads for later kernels (GemmKSplit::background) land in VMEM, after the kernel's own loads,

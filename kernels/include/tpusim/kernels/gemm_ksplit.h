@@ -24,6 +24,9 @@
 // Schedule of a row tile (TM rows; all of them one tile where they fit the accumulators):
 //   dmain:  a's block of TM rows, all of K, unit by unit (the columns of the folds each unit is the first to
 //           need, the taps one transfer each; from the second row tile on after AFREE), AFULL_j after unit j's;
+//           with staged taps (KSplitPlan::stage_rows), first the rows of a the tile's taps span, in one transfer
+//           into VMEM, and (first row tile) each unit's first weight tile, then STAGE; the taps' transfers then
+//           copy within VMEM (the local window), the first waiting for STAGE;
 //           (first row tile) every unit's weight tiles, dealt round-robin over the units so that each starts early,
 //           each signalling FULL_j (loads complete in order), unit j's first right after its part of a; (first row
 //           tile) the bias table, which only the drains read; the residual's tiles (wait RF, signal RL); (last row
@@ -37,7 +40,8 @@
 //           tile (waits RL, signals RF) and its ReLU; signals CFULL; after the strips AFREE, then RFREE_j.
 //   dmaout: per strip, stores q's tile into q and the C buffer into c (the first waits CFULL; the last, which
 //           completes after the first, signals CF).
-// The code is straight-line (the plan is static); it uses semaphores s1 .. s(4U+6) and registers r1 .. r8.
+// The code is straight-line (the plan is static); it uses semaphores s1 .. s(4U+6) (with staged taps s(4U+7)) and
+// registers r1 .. r8.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +83,15 @@ struct GemmKSplit {
   // them (a queue's transfers complete in order) and HBM moves them while the matrix and vector units work. The
   // same results.
   std::vector<DmaLoad> background = {};
+  // The kernel's VMEM starts here (a multiple of 64; its plan with VMEM_BYTES less it), so that the kernel before
+  // it may still use [0, vmem_base) while this one's first weight tiles load (b_preloaded).
+  int64_t vmem_base = 0;
+  // > 0: each core finds the first b_preloaded weight tiles of its slice, in the kernel's load order (each unit's
+  // first tile, then each unit's second, ...), in their slots already: gemm_ksplit_first_b's instructions, placed
+  // before the kernel (the compiler puts them after the kernel before it, so that they load while it ends). The
+  // kernel neither loads them nor waits for them (whatever fences the two waits for every unit). At most
+  // gemm_ksplit_preload_limit's tiles.
+  int64_t b_preloaded = 0;
   bool operator==(const GemmKSplit&) const = default;
 };
 
@@ -92,6 +105,16 @@ struct KSplitPlan {
   int64_t units = 0, tm = 0, row_tiles = 0, strips = 0, folds = 0;
   int64_t regions = 0;  // accumulator regions (of TM rows) of the busiest unit
   int64_t adds = 0;     // vpu.add passes over a region per row tile
+  // > 0: a convolution's taps staged: the rows of a that a row tile's taps read (at most this many) are copied
+  // from far memory into VMEM once, and the taps' transfers read them there. A 3 x 3 convolution's taps read each
+  // row of a 9 times; where a lies in the shared memory or HBM (not g.a_local), every core reading all of it
+  // (ResNet-50's 14 x 14 layers on v4), those reads were the kernel's start. Staged where the span is fewer rows
+  // than the taps read, the row tiles stay as many, and a semaphore is free (at most 5 units).
+  int64_t stage_rows = 0;
+  int64_t vmem_end = 0;  // the kernel's VMEM: [GemmKSplit::vmem_base, vmem_end), the busiest core's
+  // Cycles at the kernel's end in which HBM idles: the last pair's stream, the results, the vector unit's last sums
+  // and drains, the last stores (for how many tiles of the next kernel's weights may load then)
+  double tail = 0;
   std::vector<int64_t> first, last;  // unit j's pairs [first[j], last[j]) in strip-major order
   int64_t longest = 0;                // the most pairs a unit has
   double estimate = 0;  // cycles
@@ -108,5 +131,20 @@ KSplitPlan gemm_ksplit_plan(const GemmKSplit& g, const std::map<std::string, int
 isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string, int64_t>& symbols,
                                 const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
                                 uint64_t hbm_base = 0);
+
+// The instructions that load the first g.b_preloaded weight tiles of each core's slice into their slots, as the
+// kernel itself would (for GemmKSplit::b_preloaded; its vmem_base and plan the same): a dma.ld each, without wait
+// or signal, each core its own (core.id; clobbered: r1 .. r6, r9, r10). Throws as the plan, or where b_preloaded is
+// more than gemm_ksplit_preload_limit's tiles.
+isa::Program gemm_ksplit_first_b(const GemmKSplit& g, const std::map<std::string, int64_t>& symbols,
+                                 const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
+                                 uint64_t hbm_base = 0);
+
+// The most weight tiles gemm_ksplit_first_b may preload for g (every tile of the slice with the fewest), and the
+// bytes of one (its slot's: R x C elements). Throws as the plan.
+struct KSplitPreload {
+  int64_t tiles = 0, tile_bytes = 0;
+};
+KSplitPreload gemm_ksplit_preload_limit(const GemmKSplit& g, const std::map<std::string, int64_t>& symbols);
 
 }  // namespace tpusim::kernels
