@@ -253,6 +253,8 @@ KSplitPlan plan_one(const GemmKSplit& g, const std::map<std::string, int64_t>& s
                         static_cast<double>(p.strips) * pass * (g.residual ? 3 : g.q_scale_bits && !g.q_only ? 2 : 1);
   const double out_bytes = static_cast<double>(p.tm * g.n) *
                            ((g.q_only ? 0.0 : static_cast<double>(isa::dtype_size(g.out))) + (g.q_scale_bits ? 1.0 : 0.0));
+  // (the first row tile's first weight load, R cycles, unless the units' first tiles are pushed ahead: lw_sem)
+  const double first_lw = g.lw_sem > 0 ? 0.0 : static_cast<double>(R);
   // a's columns load unit by unit (the kernel's order): unit j starts once the folds it is the first to need are in
   double mxu_path = 0;
   std::vector<bool> needed(static_cast<size_t>(p.folds), false);
@@ -262,12 +264,12 @@ KSplitPlan plan_one(const GemmKSplit& g, const std::map<std::string, int64_t>& s
       if (!needed[static_cast<size_t>(pr % p.folds)]) needed[static_cast<size_t>(pr % p.folds)] = true, ++columns;
     const int64_t len = p.last[static_cast<size_t>(j)] - p.first[static_cast<size_t>(j)];
     mxu_path = std::max(mxu_path, a_head + a_cols * static_cast<double>(columns) / static_cast<double>(p.folds) +
-                                      static_cast<double>(len - 1) * pair + static_cast<double>(R) + stream + results);
+                                      static_cast<double>(len - 1) * pair + first_lw + stream + results);
   }
   const double far_a = g.a_local ? 0.0 : p.stage_rows > 0 ? stage_bytes : a_bytes;
   const double far_b = std::max(0.0, b_bytes - static_cast<double>(std::min(g.b_preloaded, pairs) * R * C) * E);
   const double first = std::max(mxu_path, static_cast<double>(lat) + (far_a + far_b) / hbm +
-                                              static_cast<double>(R) + stream + results);
+                                              first_lw + stream + results);
   p.estimate = first + static_cast<double>(p.row_tiles - 1) * (a_time + mxu) + static_cast<double>(p.row_tiles) * vector +
                static_cast<double>(lat) + out_bytes / hbm;
   p.tail = stream + results + vector + static_cast<double>(lat) + out_bytes / hbm;
@@ -424,8 +426,9 @@ void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int
         const int64_t q = pair / F, f = pair % F, kt = std::min(R, g.k - f * R), nt = std::min(C, sub.n - q * C);
         if (t == 0 && !(staged && i == 0)) load_b(j, pair);
         set({{r1, tile_vaddr(pair)}, {r2, kt}, {r3, nt}, {r4, C * E}});
-        e.mxu_lw(r1, r2, r3, r4, g.in,
-                 {.mxu = j, .wait = t == 0 && !preloaded[static_cast<size_t>(pair)] ? unit_sem(0, j) : Sem{}});
+        if (!(t == 0 && i == 0 && g.lw_sem > 0))  // (else in the unit's shadow buffer: gemm_ksplit_first_b)
+          e.mxu_lw(r1, r2, r3, r4, g.in,
+                   {.mxu = j, .wait = t == 0 && !preloaded[static_cast<size_t>(pair)] ? unit_sem(0, j) : Sem{}});
         const Region* region = nullptr;
         for (const Region* r : of_unit[static_cast<size_t>(j)])
           if (pair >= r->first && pair < r->last) region = r;
@@ -560,12 +563,26 @@ isa::Program kernel_of(const GemmKSplit& g, const std::map<std::string, int64_t>
   at.c = g.q_only ? -1 : declare("c", TensorKind::Output, g.out, {g.c_rows.group > 0 ? g.c_rows.rows : g.m, g.n});
   at.q = g.q_scale_bits != 0 ? declare("q", TensorKind::Output, DType::I8, {g.m, g.n}) : -1;
   auto slice = [&](const GemmKSplit& sub, int64_t s0) {
-    if (!first_b_only) return emit_slice(e, g, sub, s0, at, s);
     const KSplitPlan p = plan_one(sub, s);
+    if (g.lw_sem > 0 && (g.b_preloaded < p.units || g.lw_sem >= isa::kNumSems))
+      throw std::invalid_argument("gemm_ksplit: the units' first tiles pushed ahead (lw_sem s" +
+                                  std::to_string(g.lw_sem) + ") need them preloaded: " + std::to_string(p.units) +
+                                  " units, " + std::to_string(g.b_preloaded) + " tiles");
+    if (!first_b_only) return emit_slice(e, g, sub, s0, at, s);
     const Layout L = placed_layout(sub, p, R, C);
     const std::vector<std::pair<int64_t, int64_t>> order = load_order(p);
     for (size_t i = 0; i < order.size() && static_cast<int64_t>(i) < g.b_preloaded; ++i)
       emit_b_tile(e, g, sub, s0, at.b, L, order[i].second, R, C, isa::Sem{});
+    if (g.lw_sem <= 0) return;
+    const isa::Sem lw = isa::sem(g.lw_sem);
+    for (int64_t j = 0; j < p.units; ++j) e.dmain_sync({.signal = lw});
+    const int64_t E = isa::dtype_size(g.in);
+    for (int64_t j = 0; j < p.units; ++j) {  // unit j's first pair: fold 0 of its run's strip, or a later fold
+      const int64_t pair = p.first[static_cast<size_t>(j)], f = pair % p.folds, q = pair / p.folds;
+      e.li(isa::reg(1), L.b + pair * L.b_tile), e.li(isa::reg(2), std::min(R, g.k - f * R));
+      e.li(isa::reg(3), std::min(C, sub.n - q * C)), e.li(isa::reg(4), C * E);
+      e.mxu_lw(isa::reg(1), isa::reg(2), isa::reg(3), isa::reg(4), g.in, {.mxu = j, .wait = lw});
+    }
   };
   if (plan.cores <= 1) {
     slice(g, 0);

@@ -58,7 +58,8 @@ struct OnChip {
 };
 
 // Runs gemm.s and gemm_ksplit on the same random inputs and expects every byte of c the same (with b_preloaded,
-// gemm_ksplit_first_b's program runs just before the kernel, as the compiler places it). With a_in_vmem, a
+// gemm_ksplit_first_b's program runs just before the kernel, as the compiler places it; with lw_sem, in the same
+// run as the kernel, its code first). With a_in_vmem, a
 // lies in the upper half of VMEM (as a compiled model's intermediates do on one core), read through the local
 // window; with a_in_shared, in the chip's shared memory (as they do on v4), read through the shared window.
 // With background_bytes > 0, the kernel also loads that many random bytes from HBM into the top of VMEM
@@ -163,8 +164,18 @@ Outcome same_bits(OnChip& on, const GemmKSplit& given, uint32_t seed, bool a_in_
   o.gemm_cycles = chip->run(kernels::assemble("gemm.s", d, addr)).stats.cycles;
   std::map<std::string, uint64_t> addr2 = addr;
   for (const auto& [name, at2] : second) addr2[name] = at2;
-  if (g.b_preloaded > 0) o.first_b_hbm_read = chip->run(kernels::gemm_ksplit_first_b(g, syms, addr2)).stats.hbm_bytes_read;
-  const sim::RunStats run = chip->run(kernels::gemm_ksplit_kernel(g, syms, addr2)).stats;
+  if (g.b_preloaded > 0 && g.lw_sem == 0)
+    o.first_b_hbm_read = chip->run(kernels::gemm_ksplit_first_b(g, syms, addr2)).stats.hbm_bytes_read;
+  isa::Program kernel = kernels::gemm_ksplit_kernel(g, syms, addr2);
+  if (g.lw_sem > 0) {  // the units' shadow buffers last only within a run: the first program, then the kernel
+    const isa::Program first = kernels::gemm_ksplit_first_b(g, syms, addr2);
+    isa::Program both = kernels::gemm_ksplit_kernel(g, syms, addr2, first.code.size());
+    both.code.insert(both.code.begin(), first.code.begin(), first.code.end());
+    both.source.insert(both.source.begin(), first.source.begin(), first.source.end());
+    for (isa::Region& r : both.regions) r.begin += first.code.size(), r.end += first.code.size();
+    kernel = both;
+  }
+  const sim::RunStats run = chip->run(kernel).stats;
   o.ksplit_cycles = run.cycles, o.hbm_read = run.hbm_bytes_read, o.shared_read = run.shared_bytes_read,
   o.local_read = run.local_bytes_read;
   for (const auto& [name, bytes] : outs) {
@@ -379,7 +390,7 @@ TEST(GemmKSplit, StagedTapsReadTheirSpanOnce) {
   EXPECT_LT(staged.ksplit_cycles, read.ksplit_cycles);
 }
 
-// GemmKSplit::b_preloaded and vmem_base: gemm_ksplit_first_b's program loads the first 6 weight tiles of each
+// GemmKSplit::b_preloaded and vmem_base (and lw_sem, below): gemm_ksplit_first_b's program loads the first 6 weight tiles of each
 // core's load order (each of its 4 units' first, then the first two units' second) into the slots of a kernel
 // whose VMEM starts at 1 MiB, and the kernel loads the others: it reads 6 tiles of 128 x 128 bf16 (32,768 bytes)
 // a core fewer from HBM, which the first program reads; the same bits as gemm.s, in fewer cycles. More tiles than
@@ -404,6 +415,20 @@ TEST(GemmKSplit, PreloadedTilesLoadOnce) {
   std::printf("224 x 2304 x 256 (3 x 3 taps) on v4's two cores: %llu cycles, %llu with 6 tiles a core preloaded\n",
               static_cast<unsigned long long>(plain.ksplit_cycles), static_cast<unsigned long long>(pre.ksplit_cycles));
   EXPECT_LT(pre.ksplit_cycles, plain.ksplit_cycles);
+  // GemmKSplit::lw_sem: the first program also pushes each unit's first tile into its shadow buffer, and the
+  // kernel issues 4 mxu.lw a core fewer (its first products swap them in): the same bits, the first program and
+  // the kernel in one run. (That the units' loads then overlap the kernel before:
+  // ConvFused.test_split_k_kernels_load_their_neighbours_weights.) Fewer preloaded tiles than units are refused.
+  GemmKSplit ahead = g;
+  ahead.lw_sem = 30;
+  same_bits(v4, ahead, 25, false, 0, true);
+  auto lws = [&](const isa::Program& p) {
+    return std::count_if(p.code.begin(), p.code.end(), [](isa::Word w) { return isa::decode(w).op == isa::Op::MXULW; });
+  };
+  EXPECT_EQ(lws(kernels::gemm_ksplit_kernel(ahead, v4.syms)), lws(kernels::gemm_ksplit_kernel(g, v4.syms)) - 2 * 4);
+  EXPECT_EQ(lws(kernels::gemm_ksplit_first_b(ahead, v4.syms)), 2 * 4);
+  ahead.b_preloaded = 3;
+  EXPECT_THROW(kernels::gemm_ksplit_first_b(ahead, v4.syms), std::invalid_argument);
   GemmKSplit more = g;
   more.b_preloaded = 19;
   EXPECT_THROW(kernels::gemm_ksplit_first_b(more, v4.syms), std::invalid_argument);

@@ -92,6 +92,12 @@ struct GemmKSplit {
   // kernel neither loads them nor waits for them (whatever fences the two waits for every unit). At most
   // gemm_ksplit_preload_limit's tiles.
   int64_t b_preloaded = 0;
+  // > 0 (b_preloaded at least each unit's first tile): gemm_ksplit_first_b also pushes each unit's first tile into
+  // the unit's shadow weight buffer (mxu.lw, each waiting for this semaphore, which a dmain.sync after the loads
+  // signals once a unit), and the kernel issues no mxu.lw for them: its first mxu.mm swaps them in. So the units
+  // load their first weights while the kernel before ends (on v6e, 256 cycles a unit). The caller keeps the
+  // semaphore at 0 from before those instructions and unused by anything else until the kernel starts.
+  int lw_sem = 0;
   bool operator==(const GemmKSplit&) const = default;
 };
 
@@ -134,8 +140,9 @@ isa::Program gemm_ksplit_kernel(const GemmKSplit& g, const std::map<std::string,
 
 // The instructions that load the first g.b_preloaded weight tiles of each core's slice into their slots, as the
 // kernel itself would (for GemmKSplit::b_preloaded; its vmem_base and plan the same): a dma.ld each, without wait
-// or signal, each core its own (core.id; clobbered: r1 .. r6, r9, r10). Throws as the plan, or where b_preloaded is
-// more than gemm_ksplit_preload_limit's tiles.
+// or signal, each core its own (core.id; clobbered: r1 .. r6, r9, r10); with g.lw_sem, then a dmain.sync per unit
+// signalling it and each unit's mxu.lw of its first tile, waiting for it. Throws as the plan, or where
+// b_preloaded is more than gemm_ksplit_preload_limit's tiles (or, with lw_sem, fewer than a core's units).
 isa::Program gemm_ksplit_first_b(const GemmKSplit& g, const std::map<std::string, int64_t>& symbols,
                                  const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
                                  uint64_t hbm_base = 0);
