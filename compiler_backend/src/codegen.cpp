@@ -833,6 +833,7 @@ struct Overlap {
   std::vector<isa::Word> sets;                // the GEMM's leading sem.set instructions, moved ahead
   std::array<int, isa::kNumSems> renumber{};  // the row-wise kernel's semaphores' new numbers
   int done = 0;
+  int skip = 0;  // the prefetch kind: 1 where the GEMM comes after a copy within VMEM that follows the first kernel
 };
 
 Overlap plan_overlap(const KernelPlan& plan, const KernelCall& x, const OnChip& xc, const KernelCall& y,
@@ -958,6 +959,20 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
       o.gemm.gemm->b_preloaded = std::clamp<int64_t>(static_cast<int64_t>(idle * hbm / chunk), 1, most.chunks);
       if (kernels::gemm_chip_estimate(*o.gemm.gemm, o.symbols) > 1.02 * kernels::gemm_chip_estimate(*yc.gemm, symbols))
         return {};
+      // and on one core, where it planned tiles with all of VMEM, as many rows of K a chunk and row blocks with
+      // less: the estimate misses what fewer cost (ResNet-50's 3 x 3 convolutions of 14 x 14 on v5e, below the
+      // kernel before: chunks of 384 rows against 512, no row blocks against 2; estimated 5,195 cycles against
+      // 5,429, ran 4,543 against 2,951). (On chips of several cores the estimate's choice stands: asked there too,
+      // ConvNeXt-T on v4 took 635,971 -> 637,269 cycles, RegNetY-400MF on h200-like 616,089 -> 619,281.)
+      std::optional<kernels::GemmTiles> alone;
+      try {
+        alone = kernels::gemm_chip_tiles(*yc.gemm, symbols);
+      } catch (const std::invalid_argument&) {
+      }
+      if (alone && !cores) {
+        const kernels::GemmTiles beside = kernels::gemm_chip_tiles(*o.gemm.gemm, o.symbols);
+        if (beside.kc < alone->kc || beside.rb < alone->rb) return {};
+      }
       kernels::gemm_chip_first_b(*o.gemm.gemm, o.symbols);  // it can (throws where it cannot)
     } else {
       const kernels::KSplitPreload most = kernels::gemm_ksplit_preload_limit(*o.gemm.ksplit, o.symbols);
@@ -974,8 +989,10 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
                              kernels::gemm_ksplit_plan(ahead, o.symbols).estimate;
         if (saves > static_cast<double>(units - fit) * tile / hbm) o.gemm.ksplit->b_preloaded = units;
       }
-      if (kernels::gemm_ksplit_plan(*o.gemm.ksplit, o.symbols).estimate >
-          1.02 * kernels::gemm_ksplit_plan(*yc.ksplit, symbols).estimate)
+      const kernels::KSplitPlan beside = kernels::gemm_ksplit_plan(*o.gemm.ksplit, o.symbols),
+                                alone = kernels::gemm_ksplit_plan(*yc.ksplit, symbols);
+      if (beside.estimate > 1.02 * alone.estimate || beside.tm != alone.tm || beside.units != alone.units ||
+          beside.stage_rows != alone.stage_rows)
         return {};
       kernels::gemm_ksplit_first_b(*o.gemm.ksplit, o.symbols);  // it can (throws where it cannot)
     }
@@ -1971,21 +1988,56 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
       std::any_of(plan.calls.begin(), plan.calls.end(), [](const KernelCall& c) { return c.stream_wait > 0; });
   const int top_sem = streaming ? kStreamSem - 1 : isa::kNumSems - 1;
   std::vector<Overlap> overlap(order.size());
+  // The pair whose second kernel is the call at `at`, if any: the call before's, or the one's before a copy it
+  // passes (Overlap::skip)
+  auto into = [&](size_t at) -> Overlap* {
+    if (at >= 1 && overlap[at - 1].on && overlap[at - 1].skip == 0) return &overlap[at - 1];
+    if (at >= 2 && overlap[at - 2].on && overlap[at - 2].skip == 1) return &overlap[at - 2];
+    return nullptr;
+  };
+  // A copy a prefetch pair may pass: direct transfers within VMEM on one core (kernels::copy_direct: no VMEM of
+  // the kernels' and no semaphore), as a one-core chip's convolutions make around their padded windows
+  auto passable = [&](size_t at) {
+    const KernelCall& c = plan.calls[order[at]];
+    return !spmd && c.kind == KernelCall::Kind::Copy && on_chip[order[at]].copy_cores == 1 &&
+           kernels::copy_direct(moves_of(plan, c), call_symbols[at]);
+  };
   if (overlap_kernels)
     for (size_t at = 0; at + 1 < order.size(); ++at) {
-      const KernelCall &x = plan.calls[order[at]], &y = plan.calls[order[at + 1]];
-      const OnChip &yc = on_chip[order[at + 1]];
-      const std::map<std::string, int64_t>& ys = call_symbols[at + 1];
-      if (at > 0 && overlap[at - 1].on) {  // the second of a pair: only the kind that leaves it as it is
-        overlap[at] = prefetch_overlap(x, overlap[at - 1].gemm, overlap[at - 1].symbols, y, yc, ys);
-        continue;
-      }
+      const KernelCall& x = plan.calls[order[at]];
       const OnChip& xc = on_chip[order[at]];
-      // (the first kind plans both kernels with one VMEM: the smaller, where one of them lies in a weight window)
-      const std::map<std::string, int64_t>& both =
-          symbol_or(call_symbols[at], "VMEM_BYTES", 0) < symbol_or(ys, "VMEM_BYTES", 0) ? call_symbols[at] : ys;
-      if (!spmd) overlap[at] = plan_overlap(plan, x, xc, y, yc, both, fragments, top_sem);
-      if (!overlap[at].on) overlap[at] = prefetch_overlap(x, xc, call_symbols[at], y, yc, ys);
+      const Overlap* in = into(at);
+      // the next call, or past a copy within VMEM to the one after it (the prefetch kind only)
+      for (int skip = at + 2 < order.size() && passable(at + 1) ? 1 : 0; skip >= 0 && !overlap[at].on; --skip) {
+        const size_t to = at + 1 + static_cast<size_t>(skip);
+        // (not where the copy writes any byte of the GEMM's b, which loads before it: a global pool's GEMM, whose b
+        // is the activation the copy drops the virtual columns of)
+        const auto b = plan.calls[order[to]].tensors.find("b");
+        auto writes_b = [&](const BufferMove& m) {
+          const Buffer &dst = plan.buffers[static_cast<size_t>(m.dst)], &w = plan.buffers[static_cast<size_t>(b->second)];
+          const int64_t first = static_cast<int64_t>(dst.addr + m.dst_off),
+                        last = first + (m.rows > 0 ? static_cast<int64_t>(m.rows - 1) * m.dst_stride : 0);
+          const int64_t lo = std::min(first, last), hi = std::max(first, last) + static_cast<int64_t>(m.rowbytes);
+          return lo < static_cast<int64_t>(w.addr + w.bytes()) && static_cast<int64_t>(w.addr) < hi;
+        };
+        if (skip == 1 && (b == plan.calls[order[to]].tensors.end() ||
+                          std::any_of(plan.calls[order[at + 1]].moves.begin(), plan.calls[order[at + 1]].moves.end(),
+                                      writes_b)))
+          continue;
+        const KernelCall& y = plan.calls[order[to]];
+        const OnChip& yc = on_chip[order[to]];
+        const std::map<std::string, int64_t>& ys = call_symbols[to];
+        if (in) {  // the second of a pair: only the kind that leaves it as it is
+          overlap[at] = prefetch_overlap(x, in->gemm, in->symbols, y, yc, ys);
+        } else {
+          // (the first kind plans both kernels with one VMEM: the smaller, where one of them lies in a weight window)
+          const std::map<std::string, int64_t>& both =
+              symbol_or(call_symbols[at], "VMEM_BYTES", 0) < symbol_or(ys, "VMEM_BYTES", 0) ? call_symbols[at] : ys;
+          if (!spmd && skip == 0) overlap[at] = plan_overlap(plan, x, xc, y, yc, both, fragments, top_sem);
+          if (!overlap[at].on) overlap[at] = prefetch_overlap(x, xc, call_symbols[at], y, yc, ys);
+        }
+        overlap[at].skip = skip;
+      }
     }
 
   int node = -1;  // the "node" region of the previous call, which a call with the same label extends
@@ -2037,8 +2089,9 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
     const bool guard = spmd && !whole;  // one core only: core 0, or the group's
     const int64_t core = on_chip[c].core;
     const uint64_t guard_len = guard ? (core == 0 ? 2 : 3) : 0;
-    const Overlap* first = overlap[at].on ? &overlap[at] : nullptr;             // this call, then a GEMM
-    const Overlap* second = at > 0 && overlap[at - 1].on ? &overlap[at - 1] : nullptr;  // a call, then this GEMM
+    const Overlap* first = overlap[at].on ? &overlap[at] : nullptr;  // this call, then a GEMM (or a copy and a GEMM)
+    const Overlap* second = into(at);                                 // a call (and maybe a copy), then this GEMM
+    const size_t partner = first ? at + 1 + static_cast<size_t>(first->skip) : at + 1;  // the GEMM after this call
     if (first && !first->prefetch) {  // the GEMM's semaphores, and `done`, set before the row-wise kernel
       for (isa::Word w : first->sets) {
         p.code.push_back(w);
@@ -2162,7 +2215,7 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
       else ++it;
     int lw_sem = 0;  // GemmKSplit::lw_sem of the next kernel, if it takes its units' first tiles ahead
     if (first && first->prefetch) {  // then the next GEMM's first weights' load
-      const KernelCall& y = plan.calls[order[at + 1]];
+      const KernelCall& y = plan.calls[order[partner]];
       const std::map<std::string, uint64_t> addr = tensor_addresses(plan, y);
       // Every path through the kernel goes on to the load: its halts jump there.
       const uint64_t load_at = base + frag.code.size();
@@ -2172,26 +2225,31 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
         frag.source.push_back("the weights of " + y.label + " streamed in: their background loads done");
       }
       const uint64_t pre_at = load_at + (y.stream_wait > 0 ? 1 : 0);
-      // A split-K GEMM's units take their first tiles into their shadow buffers here too (GemmKSplit::lw_sem), while
-      // this kernel ends, where a semaphore is free to say the tiles are in (set to 0 before this kernel, below):
-      // not where this kernel's semaphore sets were moved ahead of the kernel before it (a sem.set before it would
-      // wait for that kernel), nor where semaphores live across kernels (output moves, several cores). Where its
-      // a lies in VMEM (a_local): elsewhere a's loads take longer than the units' first weight loads, which the
-      // kernel issues beside them (on v4, from the shared memory: EfficientNet-B0 261,920 -> 262,254 cycles with
-      // them ahead, Swin-T 421,014 -> 421,143; the units' loads held the barrier before the kernel)
-      if (first->gemm.ksplit && first->gemm.ksplit->a_local && !(second && !second->prefetch) &&
-          output_moves.empty()) {
+      // The GEMM's units take their first weights into their shadow buffers here too (GemmKSplit::lw_sem,
+      // GemmChip::lw_sem), while this kernel ends, where a semaphore is free to say the weights are in (set to 0
+      // before this kernel, below): not where this kernel's semaphore sets were moved ahead of the kernel before it
+      // (a sem.set before it would wait for that kernel), nor where semaphores live across kernels (output moves,
+      // several cores). Where its a lies in VMEM: elsewhere a's loads take longer than the units' first weight
+      // loads, which the kernel issues beside them (on v4, a split-K GEMM's a from the shared memory:
+      // EfficientNet-B0 261,920 -> 262,254 cycles with them ahead, Swin-T 421,014 -> 421,143; the units' loads held
+      // the barrier before the kernel)
+      const auto ya = y.tensors.find("a");
+      const bool a_local = ya != y.tensors.end() &&
+                           isa::far_memory(static_cast<int64_t>(plan.buffers[static_cast<size_t>(ya->second)].addr)) ==
+                               isa::FarMemory::Local;
+      if (a_local && !(second && !second->prefetch) && output_moves.empty()) {
         const std::set<int> used = semaphores_of(frag);
         for (int k = top_sem; k >= 1 && lw_sem == 0; --k)
           if (!used.count(k)) lw_sem = k;
-        kernels::GemmKSplit ahead = *first->gemm.ksplit;
-        ahead.lw_sem = lw_sem;
-        try {
-          if (lw_sem > 0) kernels::gemm_ksplit_first_b(ahead, first->symbols, addr, pre_at);  // it can
+        OnChip ahead = first->gemm;
+        (ahead.gemm ? ahead.gemm->lw_sem : ahead.ksplit->lw_sem) = lw_sem;
+        try {  // it can (each gemm_chip's first tile, or every unit's first tile of a split-K GEMM, preloaded)
+          if (lw_sem > 0 && ahead.gemm) kernels::gemm_chip_first_b(*ahead.gemm, first->symbols, addr, pre_at);
+          if (lw_sem > 0 && ahead.ksplit) kernels::gemm_ksplit_first_b(*ahead.ksplit, first->symbols, addr, pre_at);
         } catch (const std::invalid_argument&) {
           lw_sem = 0;
         }
-        if (lw_sem > 0) overlap[at].gemm.ksplit->lw_sem = lw_sem;
+        if (lw_sem > 0) overlap[at].gemm = ahead;
       }
       const isa::Program pre = first->gemm.gemm
                                    ? kernels::gemm_chip_first_b(*first->gemm.gemm, first->symbols, addr, pre_at)
@@ -2225,7 +2283,7 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
       set.f[0] = lw_sem;
       p.code.push_back(isa::encode(set));
       p.source.push_back(call.label + ": the semaphore that says the first weights of " +
-                         plan.calls[order[at + 1]].label + " are in VMEM");
+                         plan.calls[order[partner]].label + " are in VMEM");
       relocate(frag, 1);
     }
     if (call.stream_wait > 0 && !(second && second->prefetch)) {  // its weights' background loads done

@@ -525,6 +525,19 @@ std::vector<std::vector<M>> share(const std::vector<M>& phase, int64_t cores) {
 namespace {
 
 // The kernel, and (when `summary` is given) a line that says how it was cut up.
+// Whether the normalised moves go as direct transfers within VMEM (build, below: one core, at most DMA_ENGINES
+// moves, both sides in the local window, whole rows of at least kMinDirectRow bytes)
+bool direct(const std::vector<M>& ms, const std::map<std::string, int64_t>& symbols, int64_t cores) {
+  auto local = [](const Pat& p) {  // every byte of the pattern in the local window
+    return isa::far_memory(int64_t(p.lo())) == isa::FarMemory::Local &&
+           isa::far_memory(int64_t(p.hi() - 1)) == isa::FarMemory::Local;
+  };
+  return cores == 1 && ms.size() <= size_t(std::max<int64_t>(1, symbol(symbols, "DMA_ENGINES", 1, false))) &&
+         std::all_of(ms.begin(), ms.end(), [&](const M& m) {
+           return local(m.src_pat()) && local(m.dst_pat()) && (m.rows == 1 || m.rb >= kMinDirectRow);
+         });
+}
+
 isa::Program build(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols, uint64_t base_pc,
                    const std::string& name, int64_t cores, std::string* summary) {
   if (cores < 1) throw std::invalid_argument("copy: cores must be positive (got " + std::to_string(cores) + ")");
@@ -546,14 +559,7 @@ isa::Program build(const std::vector<Move>& moves, const std::map<std::string, i
   // staged, 802 direct); and of whole rows of at least kMinDirectRow bytes, where staging makes one side of short
   // strided rows contiguous (RegNetY-400MF's grouped convolutions, whose columns move in rows of 16 to 48 bytes:
   // 1.2% slower with them direct).
-  auto local = [](const Pat& p) {  // every byte of the pattern in the local window
-    return isa::far_memory(int64_t(p.lo())) == isa::FarMemory::Local &&
-           isa::far_memory(int64_t(p.hi() - 1)) == isa::FarMemory::Local;
-  };
-  if (cores == 1 && ms.size() <= size_t(std::max<int64_t>(1, symbol(symbols, "DMA_ENGINES", 1, false))) &&
-      std::all_of(ms.begin(), ms.end(), [&](const M& m) {
-        return local(m.src_pat()) && local(m.dst_pat()) && (m.rows == 1 || m.rb >= kMinDirectRow);
-      })) {
+  if (direct(ms, symbols, cores)) {
     for (const M& m : ms) {
       e.li(isa::reg(1), m.dst - int64_t(isa::kLocalWindow)), e.li(isa::reg(2), m.src);
       e.li(isa::reg(3), int64_t(m.rows)), e.li(isa::reg(4), int64_t(m.rb));
@@ -619,6 +625,10 @@ double copy_estimate(const std::vector<Move>& moves, const std::map<std::string,
   const double phase_count = cores > 1 ? double(phases(ms).size()) : 1.0;
   const double sync = cores > 1 ? double(symbol(symbols, "SYNC_LATENCY", 0, false)) : 0.0;
   return std::max(2 * bytes / (n * vmem), 2 * bytes / hbm) + phase_count * 2 * latency + (phase_count - 1) * sync;
+}
+
+bool copy_direct(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols, int64_t cores) {
+  return direct(normalise(moves), symbols, cores);
 }
 
 isa::Program copy_kernel(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,

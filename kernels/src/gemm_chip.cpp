@@ -601,6 +601,9 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   // semaphore may be AIN's), nor where AIN would be the weight stream's semaphore (s31) or past the ISA's.
   const Sem AIN = sem(4 * U + 8);
   const bool QUICK = g.quick_start && R >= 64 && g.a_wait == 0 && 4 * U + 8 < isa::kNumSems - 1;
+  if (g.lw_sem != 0 && (!QUICK || g.b_preloaded < 1 || g.lw_sem < 0 || g.lw_sem >= isa::kNumSems))
+    throw std::invalid_argument("gemm_chip: the units' first weights ahead (lw_sem " + std::to_string(g.lw_sem) +
+                                ") need them preloaded (b_preloaded) and the quick start");
   // Worth it where the matrix work it takes out of the tail, the last chunk's folds but one, exceeds what the
   // extra chunks add: about a transfer's latency.
   const int64_t tail_lead = (KLAST - 1) / R * R;  // the last chunk's rows of K before its last fold
@@ -730,21 +733,72 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
     e.muli(ah, m0, g.k * E), e.li(t0, a_addr), e.add(ah, ah, t0);
     e.muli(bh, n0, g.trans_b ? g.k * E : g.b_tiled ? R * E : E), e.li(t0, b_addr), e.add(bh, bh, t0);
   };
+  // Strip q (of U*S) of the tile: skipped where the last column tile lacks it; nt = its columns.
+  auto strip_guard = [&](int64_t q, Label skip) {
+    if (!partial) return;  // nt = SC, set once
+    e.li(t0, q * SC), e.bge(t0, pw, skip), e.sub(nt, pw, t0), e.li(t0, SC), e.min(nt, nt, t0);
+  };
+  auto unit_guard = [&](int64_t j, Label skip) {  // unit j has at least one strip (rows) in this tile
+    if (RB > 1) {
+      if (row_of(j) > 0) e.li(t0, row_of(j)), e.bge(t0, mt, skip);
+      if (partial && strip_of(j, 0) > 0) e.li(t0, strip_of(j, 0) * C), e.bge(t0, pw, skip);
+    } else if (partial && j > 0) {
+      e.li(t0, j * S * SC), e.bge(t0, pw, skip);
+    }
+  };
+  // Unit j's mxu.lw of fold f of strip sidx of the chunk in slot vb (kt: the fold's rows; nt: the strip's
+  // columns), the fold's first waiting for the slot's loads (or for `wait`, given). Scratch: t1, t2.
+  auto load_weights = [&](int64_t f, int64_t j, int64_t sidx, Sem wait = Sem{}) {
+    const int64_t q = strip_of(j, sidx);
+    const Sem wait_full = wait.index > 0 ? wait : f == 0 && sidx == 0 ? FULL(j) : Sem{};
+    if (g.trans_b) {  // the strip's SC rows of the panel, from element f*R of each
+      e.addi(t1, vb, (q * SC * KC + f * R) * E);
+      e.mxu_lw(t1, kt, nt, astr, in, {.trans = true, .mxu = j, .wait = wait_full});
+    } else if (g.b_tiled) {  // fold f's tile q: R x C contiguous
+      e.addi(t1, vb, (f * W * R + q * R * C) * E), e.li(t2, C * E);
+      e.mxu_lw(t1, kt, nt, t2, in, {.mxu = j, .wait = wait_full});
+    } else {
+      e.addi(t1, vb, (f * R * W + q * SC) * E);
+      e.mxu_lw(t1, kt, nt, wstr, in, {.mxu = j, .wait = wait_full});
+    }
+  };
   if (first_b_only) {  // gemm_chip_first_b: this core's first tile (t = core.id) and its first chunk, as krange takes it
     const Label none = e.label();
     e.core_id(cid), e.addi(t, cid, 0);
     tile_head(none);
     e.addi(k0, kb, 0), e.li(vb, VA0 + A_SLOT), e.li(astr, KC * E), e.li(wstr, W * E);
+    // With lw_sem: each unit of the tile then takes its first weights (fold 0 of its first strip of chunk 0, kc
+    // elements of K) into its shadow buffer, once a sync after the loads signals lw_sem for it (the kernel's quick
+    // start's guards and order)
+    auto units_ahead = [&](int64_t kc) {
+      if (g.lw_sem <= 0) return;
+      const Sem lw = sem(g.lw_sem);
+      for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1) e.li(vb, VA0 + A_SLOT), e.li(nt, SC), e.li(kt, std::min(R, kc));
+        for (int64_t j = 0; j < U; ++j) {
+          const Label l = e.label();
+          if (RB > 1) unit_guard(j, l);
+          strip_guard(strip_of(j, 0), l);
+          if (pass == 0)
+            e.dmain_sync({.signal = lw});
+          else
+            load_weights(0, j, 0, lw);
+          e.bind(l);
+        }
+      }
+    };
     if (NKL == 1 && split_tail && tail_lead > 0) {  // the core's last tile loads its last fold alone: lead first
       const Label other = e.label();
       e.addi(t0, t, P), e.li(t1, T), e.blt(t0, t1, other);
       load_b(tail_lead, Sem{}, Sem{});
+      units_ahead(tail_lead);
       e.jmp(none);
       e.bind(other);
     }
     load_b(NKL > 1 ? KC : KLAST, Sem{}, Sem{});
     for (int64_t c = 1; c < g.b_preloaded; ++c)  // chunk c into slot c, as the first tile's chunks take them
       e.addi(k0, kb, c * KC), e.li(vb, VA0 + c * SLOT + A_SLOT), load_b(KC, Sem{}, Sem{});
+    units_ahead(NKL > 1 ? KC : KLAST);
     e.bind(none);
     return e.finish();
   }
@@ -775,19 +829,6 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   e.li(wstr, W * E), e.addi(t, cid, 0), e.li(nt, SC);
   if (act) act->init(e, one, t0, t1, t2);
   if (act && !g.a_wait) e.sem_set(AOFREE, 2);
-  // Strip q (of U*S) of the tile: skipped where the last column tile lacks it; nt = its columns.
-  auto strip_guard = [&](int64_t q, Label skip) {
-    if (!partial) return;  // nt = SC, set once
-    e.li(t0, q * SC), e.bge(t0, pw, skip), e.sub(nt, pw, t0), e.li(t0, SC), e.min(nt, nt, t0);
-  };
-  auto unit_guard = [&](int64_t j, Label skip) {  // unit j has at least one strip (rows) in this tile
-    if (RB > 1) {
-      if (row_of(j) > 0) e.li(t0, row_of(j)), e.bge(t0, mt, skip);
-      if (partial && strip_of(j, 0) > 0) e.li(t0, strip_of(j, 0) * C), e.bge(t0, pw, skip);
-    } else if (partial && j > 0) {
-      e.li(t0, j * S * SC), e.bge(t0, pw, skip);
-    }
-  };
   // The rows unit j streams: mt, or with row blocks its block's (r31)
   auto unit_rows = [&](int64_t j) -> isa::Reg {
     if (RB == 1) return mt;
@@ -824,22 +865,6 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
         e.bind(l);
       }
     e.dmain_sync({.signal = RFULL});
-  };
-  // Unit j's mxu.lw of fold f of strip sidx of the chunk in slot vb (kt: the fold's rows; nt: the strip's
-  // columns), the fold's first waiting for the slot's loads. Scratch: t1, t2.
-  auto load_weights = [&](int64_t f, int64_t j, int64_t sidx) {
-    const int64_t q = strip_of(j, sidx);
-    const Sem wait_full = f == 0 && sidx == 0 ? FULL(j) : Sem{};
-    if (g.trans_b) {  // the strip's SC rows of the panel, from element f*R of each
-      e.addi(t1, vb, (q * SC * KC + f * R) * E);
-      e.mxu_lw(t1, kt, nt, astr, in, {.trans = true, .mxu = j, .wait = wait_full});
-    } else if (g.b_tiled) {  // fold f's tile q: R x C contiguous
-      e.addi(t1, vb, (f * W * R + q * R * C) * E), e.li(t2, C * E);
-      e.mxu_lw(t1, kt, nt, t2, in, {.mxu = j, .wait = wait_full});
-    } else {
-      e.addi(t1, vb, (f * R * W + q * SC) * E);
-      e.mxu_lw(t1, kt, nt, wstr, in, {.mxu = j, .wait = wait_full});
-    }
   };
   // One chunk of kc elements of K at k0 (register), the first of the tile or not, its last or not. The tile's last
   // chunk loads its bias table after its own loads and before its piece of background loads, whose HBM transfers
@@ -907,13 +932,17 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
         e.dmain_sync({.signal = FULL(j)});
         e.bind(l);
       }
-      // each unit's first weights, ahead of a's loads (the core issues in order)
+      // each unit's first weights, ahead of a's loads (the core issues in order); with lw_sem already in the
+      // unit's shadow buffer (gemm_chip_first_b): an mxu.sync takes the slot's signal in the mxu.lw's place
       e.li(kt, std::min(R, kc));
       for (int64_t j = 0; j < U; ++j) {
         const Label l = e.label();
         if (RB > 1) unit_guard(j, l);
         strip_guard(strip_of(j, 0), l);
-        load_weights(0, j, 0);
+        if (g.lw_sem > 0)
+          e.mxu_sync({.mxu = j, .wait = FULL(j)});
+        else
+          load_weights(0, j, 0);
         e.bind(l);
       }
       load_a(Sem{}, Sem{});
@@ -1538,6 +1567,15 @@ GemmPreload gemm_chip_preload_limit(const GemmChip& g, const std::map<std::strin
   const TilePlan p = plan_tiles(g, s, r.P, r.U);
   const int64_t nkl = cdiv(g.k, p.kc), w = p.width(symbol(s, "MXU_COLS"));
   return {nkl > 1 ? std::min(p.nslot, nkl - 1) : 1, p.kc * std::min(w, g.n) * isa::dtype_size(g.in)};
+}
+
+GemmTiles gemm_chip_tiles(const GemmChip& g, const std::map<std::string, int64_t>& symbols) {
+  const std::map<std::string, int64_t> s = from_base(g, symbols);
+  const Resolved r = resolve(g, s);
+  if (r.schedule != GemmSchedule::Tiles || gemm_chip_splits(g, symbols) != 1)
+    throw std::invalid_argument("gemm_chip: a plan of tiles needs the tiled schedule and no split K");
+  const TilePlan p = plan_tiles(g, s, r.P, r.U);
+  return {p.tm, p.s, p.kc, p.u, p.rb, p.abuf, p.nslot, p.sc};
 }
 
 GemmArea gemm_chip_area(const GemmChip& g, const std::map<std::string, int64_t>& symbols,

@@ -1084,6 +1084,9 @@ class UserFacing(Workdir):
             self.assertEqual(overlapped, case != "b_from_rows", case)
             # The second GEMM's first weights load while the first GEMM drains (its VMEM past the first's).
             self.assertEqual("the first weights of fc2, loading while gemm_chip runs" in dis, case == "two_gemms")
+            # (not into its units' shadow buffers there, GemmChip::lw_sem: fc's semaphore sets go before the
+            # LayerNorm, and a sem.set before fc, which lw_sem needs, would wait for the LayerNorm)
+            self.assertNotIn("the semaphore that says the first weights of", dis)
             runs, outs = {}, {}
             for mode, extra in (("overlap", []), ("fence", ["--no-kernel-overlap"])):
                 out, stats = self.path(f"{case}.{mode}"), self.path(f"{case}.{mode}.json")

@@ -742,6 +742,28 @@ class ConvFused(OpCase):
         for a, b in zip(got_v4, got_v5e):
             np.testing.assert_array_equal(a, b)
 
+    def test_gemms_take_their_first_weights_while_the_one_before_ends(self):
+        # Four 1 x 1 convolutions of 28 x 28 in a row on v6e (whole-chip GEMMs, their a in VMEM): each later GEMM's
+        # first weights load while the one before ends (prefetch_overlap) and its units take them into their
+        # shadow buffers there too (GemmChip::lw_sem: a mxu.lw per unit after that GEMM's last products, so the
+        # loads, 256 cycles on v6e, run during its drain), named in the program. Against torch; the same bits as
+        # with --no-kernel-overlap, in fewer cycles.
+        torch.manual_seed(16)
+        m = nn.Sequential(nn.Conv2d(512, 128, 1), nn.ReLU(), nn.Conv2d(128, 512, 1), nn.ReLU(),
+                          nn.Conv2d(512, 128, 1), nn.ReLU(), nn.Conv2d(128, 512, 1))
+        self.check(m, randn(1, 512, 28, 28), config="v6e")
+        d = os.path.join(self.dir, f"case{self.n}")
+        model = os.path.join(d, "model.onnx")
+        kernels, _, _ = self.compiled("v6e")
+        self.assertEqual([k for k in kernels if k.startswith("gemm")], ["gemm_chip"] * 4)
+        tpusim("compile", model, "--config", "v6e", "-o", os.path.join(d, "v6e.tpub"))
+        dis = tpusim("disasm", os.path.join(d, "v6e.tpub")).stdout
+        later = {"/2/Conv+/3/Relu", "/4/Conv+/5/Relu", "/6/Conv"}
+        self.assertEqual(set(re.findall(r"the first weights of (\S+), loading while gemm_chip runs", dis)), later)
+        self.assertEqual(set(re.findall(r"the semaphore that says the first weights of (\S+) are in VMEM", dis)), later)
+        xf = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
+        self.same_bits_as_fenced_in_fewer_cycles(model, xf, "v6e")
+
     def test_split_k_kernels_load_their_neighbours_weights(self):
         # Two bottleneck blocks of ResNet-50's 14 x 14 layers on v4 (1 x 1 to 256 channels, 3 x 3, 1 x 1 back to 1024
         # with the residual): in each, the first two are split-K kernels on both cores (gemm_ksplit), the third a
@@ -778,13 +800,19 @@ class ConvFused(OpCase):
         self.assertEqual([k for k in kernels if k.startswith("gemm")], ["gemm_ksplit", "gemm_ksplit", "gemm_chip"] * 2)
         xf = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
         self.same_bits_as_fenced_in_fewer_cycles(model, xf, "v4")
-        # On v6e (one core; a copy within VMEM before and after each 3 x 3, so fewer neighbours): the second block's
-        # first 1 x 1 after the first block's last GEMM, its units' first tiles in their shadow buffers while that
-        # GEMM ends; the same bits as fenced, in fewer cycles
+        # On v6e (one core): copies within VMEM around each 3 x 3 (its padded input's borders, its virtual columns
+        # dropped), which the first weights' loads pass where the copy is a few direct transfers (Overlap::skip,
+        # kernels::copy_direct: the kernel before the copy loads the weights of the GEMM after it; the first
+        # block's border fill is staged through VMEM, not passed). The units take their first weights into their
+        # shadow buffers too (their a lies in VMEM): the first block's last 1 x 1 (past a copy), the second block's
+        # first 1 x 1 and its 3 x 3 (past a copy); the same bits as fenced, in fewer cycles
         tpusim("compile", model, "--config", "v6e", "-o", os.path.join(d, "v6e.tpub"))
         dis = tpusim("disasm", os.path.join(d, "v6e.tpub")).stdout
+        kernels, _, _ = self.compiled("v6e")
+        self.assertEqual([k for k in kernels if k.startswith("gemm") or k == "copy"][1:7],
+                         ["gemm_ksplit", "copy", "gemm_ksplit", "copy", "gemm_chip", "gemm_ksplit"])
         self.assertEqual({short(y) for y in re.findall(r"the semaphore that says the first weights of (\S+) are in VMEM",
-                                                         dis)}, {"1.body.0"})
+                                                         dis)}, {"0.body.4", "1.body.0", "1.body.2"})
         self.same_bits_as_fenced_in_fewer_cycles(model, xf, "v6e")
 
     def test_opset17(self):

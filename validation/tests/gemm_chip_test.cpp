@@ -572,7 +572,7 @@ TEST(GemmChip, WeightsLoadedAheadIntoEachCoresAreaSameBitsFewerBytes) {
 // v4 (two cores), 40 x 300 x 1100 in bf16 with chunks of K, for every count up to gemm_chip_preload_limit's, a
 // program of gemm_chip_first_b's loads runs first, then the kernel: its output is the plain kernel's, bit for bit,
 // and it reads from HBM exactly the bytes the preloads read fewer, n chunks of each core's first tile. One more
-// than the limit is refused.
+// than the limit is refused. (And the units' first weights ahead, GemmChip::lw_sem, below.)
 TEST(GemmChip, FirstChunksPreloadedIntoTheSlotsSameBitsFewerBytes) {
   const sim::ChipConfig cfg = sim::load_config("v4");
   std::map<std::string, int64_t> symbols = preset_symbols(cfg);
@@ -599,6 +599,32 @@ TEST(GemmChip, FirstChunksPreloadedIntoTheSlotsSameBitsFewerBytes) {
   kernels::GemmChip over = g;
   over.b_preloaded = most.chunks + 1;
   EXPECT_THROW(kernels::gemm_chip_kernel(over, symbols), std::invalid_argument);
+  // GemmChip::lw_sem: the preloads' program also pushes each unit's first weights into its shadow buffer (the 3
+  // units a core's first tile's strips take), and the kernel issues that many mxu.lw fewer (an mxu.sync takes each
+  // one's place): the same bits,
+  // the two in one run (a unit's shadow buffer lasts within a run). Without its preloads or its quick start, refused.
+  kernels::GemmChip ahead = g;
+  ahead.b_preloaded = 1, ahead.lw_sem = 30;
+  const isa::Program first = kernels::gemm_chip_first_b(ahead, symbols);
+  isa::Program both = kernels::gemm_chip_kernel(ahead, symbols, {}, first.code.size());
+  both.code.insert(both.code.begin(), first.code.begin(), first.code.end());
+  both.source.insert(both.source.begin(), first.source.begin(), first.source.end());
+  put_values(chip, both.find("b")->addr, b, DType::BF16);
+  EXPECT_EQ(run_for_bytes(chip, both, a, b, DType::BF16).first, want) << "units' first weights ahead: the same bits";
+  auto ops = [](const isa::Program& p, isa::Op op) {
+    return std::count_if(p.code.begin(), p.code.end(), [&](isa::Word w) { return isa::decode(w).op == op; });
+  };
+  kernels::GemmChip one = ahead;
+  one.lw_sem = 0;
+  // (one core's code, each core running it for its own first tile: a mxu.lw per unit with a strip of it, 3 here)
+  EXPECT_EQ(ops(first, isa::Op::MXULW), 3);
+  EXPECT_EQ(ops(kernels::gemm_chip_kernel(ahead, symbols), isa::Op::MXULW),
+            ops(kernels::gemm_chip_kernel(one, symbols), isa::Op::MXULW) - 3);
+  kernels::GemmChip bare = ahead;
+  bare.b_preloaded = 0;
+  EXPECT_THROW(kernels::gemm_chip_kernel(bare, symbols), std::invalid_argument);
+  bare = ahead, bare.quick_start = false;
+  EXPECT_THROW(kernels::gemm_chip_first_b(bare, symbols), std::invalid_argument);
 }
 
 // A 300 x 300 x 700 bf16 GEMM on v5e (one core, 4 units, tiles of 512 columns) with random a and b, for the tests

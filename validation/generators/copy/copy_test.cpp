@@ -270,10 +270,13 @@ TEST(Copy, FewMovesWithinVmemRunDirect) {
   };
   const auto [direct, said] = run(moves, syms);
   EXPECT_NE(said.find("direct transfers within VMEM"), std::string::npos) << said;
+  EXPECT_TRUE(kernels::copy_direct(moves, syms));  // (what the compiler asks: Overlap::skip passes such a copy)
   std::map<std::string, int64_t> two = syms;
   two["DMA_ENGINES"] = 2;
   const auto [staged, staged_said] = run(moves, two);
   EXPECT_EQ(staged_said.find("direct"), std::string::npos) << staged_said;
+  EXPECT_FALSE(kernels::copy_direct(moves, two));
+  EXPECT_FALSE(kernels::copy_direct(moves, syms, 2));  // shared among cores
   std::printf("3 moves within VMEM on v5e: %llu cycles direct, %llu staged\n",
               static_cast<unsigned long long>(direct), static_cast<unsigned long long>(staged));
   EXPECT_LT(direct, staged);
@@ -281,8 +284,11 @@ TEST(Copy, FewMovesWithinVmemRunDirect) {
   for (uint64_t i = 0; i < 9; ++i)
     nine.push_back({L + base + i * 4096, L + base + 65536 + i * 8192, 4, 512, 512, 1024});
   EXPECT_EQ(run(nine, syms).second.find("direct"), std::string::npos);
+  EXPECT_FALSE(kernels::copy_direct(nine, syms));
   const std::vector<Move> narrow = {{L + base, L + base + 65536, 64, 32, 64, 32}};
   EXPECT_EQ(run(narrow, syms).second.find("direct"), std::string::npos);
+  EXPECT_FALSE(kernels::copy_direct(narrow, syms));
+  EXPECT_FALSE(kernels::copy_direct({{base, L + base, 1, 4096, 0, 0}}, syms));  // from HBM
 }
 
 TEST(Copy, SourceAssemblesBackIntoTheKernel) {

@@ -81,6 +81,10 @@ struct Move {
 // (tpusim/isa/emitter.h), without assembly text; its source lines read "<copy>/NAME at copy.cpp:LINE". `symbols` are
 // the chip symbols (VMEM_BYTES, ... as for kernels::assemble). `name` becomes the program's name. `cores` > 1:
 // shared among that many cores (above).
+// Whether copy_kernel makes `moves` direct transfers within the core's VMEM (a few moves of whole rows, both sides
+// in the local window, one core): the kernel then uses no VMEM of its own and no semaphore.
+bool copy_direct(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols, int64_t cores = 1);
+
 isa::Program copy_kernel(const std::vector<Move>& moves, const std::map<std::string, int64_t>& symbols,
                          uint64_t base_pc = 0, const std::string& name = "copy", int64_t cores = 1);
 

@@ -211,6 +211,13 @@ struct GemmChip {
   // core's first tile has several chunks, fewer than them (gemm_chip_preload_limit). The tiled schedule, no split
   // K. The same results.
   int64_t b_preloaded = 0;
+  // > 0 (with b_preloaded and quick_start): gemm_chip_first_b also pushes each unit's first weights of the core's
+  // first tile into the unit's shadow buffer (mxu.lw, each waiting for this semaphore, which a dmain.sync after the
+  // loads signals once a unit), and the kernel issues no mxu.lw for them (an mxu.sync takes their slot's FULL
+  // signal in its place): its first mxu.mm swaps them in. So the units load their first weights while the kernel
+  // before ends. The caller keeps the semaphore at 0 from before those instructions and unused by anything else
+  // until the kernel starts. The same results.
+  int lw_sem = 0;
   // > 0: the core's first tile finds the b of its first b_area_chunks chunks of K in VMEM from byte b_area on,
   // chunk after chunk in the layout a slot holds them (gemm_chip_area: each chunk's bytes there, and the transfers
   // that put each core's there), loaded before the kernel, so that it loads only a for them. The compiler issues
@@ -251,8 +258,10 @@ isa::Program gemm_chip_kernel(const GemmChip& g, const std::map<std::string, int
 // The instructions that load the first g.b_preloaded chunks of b of each core's first tile (tile core.id) into its
 // VMEM slots, as the kernel itself would (for GemmChip::b_preloaded; its vmem_base and plan the same): a dma.ld
 // each, without wait or signal (mcast where the kernel's pairs share b), none on a core without a tile, and the
-// instructions that find the tile and set the loads' registers (clobbered: r1 .. r27, as the kernel's). The tiled
-// schedule, no split K; throws std::invalid_argument otherwise.
+// instructions that find the tile and set the loads' registers (clobbered: r1 .. r27, as the kernel's); with
+// g.lw_sem, then a dmain.sync per unit of the tile signalling it and each such unit's mxu.lw of its first weights,
+// waiting for it. The tiled schedule, no split K (with lw_sem, the kernel's quick start: GemmChip::quick_start);
+// throws std::invalid_argument otherwise.
 isa::Program gemm_chip_first_b(const GemmChip& g, const std::map<std::string, int64_t>& symbols,
                                const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t base_pc = 0,
                                uint64_t hbm_base = 0);
@@ -276,6 +285,15 @@ struct GemmArea {
 };
 GemmArea gemm_chip_area(const GemmChip& g, const std::map<std::string, int64_t>& symbols,
                         const std::map<std::string, uint64_t>& tensor_addr = {}, uint64_t hbm_base = 0);
+
+// The tiled schedule's plan for g (the one gemm_chip_kernel follows): its row tile, strips, chunk of K, units, row
+// blocks, accumulator regions and slots, for telling whether two requests plan alike (the compiler: a GEMM given
+// less VMEM, beside the kernel before it, plans as with all of it). Throws as gemm_chip_preload_limit.
+struct GemmTiles {
+  int64_t tm = 0, s = 0, kc = 0, u = 0, rb = 0, abuf = 0, nslot = 0, sc = 0;
+  bool operator==(const GemmTiles&) const = default;
+};
+GemmTiles gemm_chip_tiles(const GemmChip& g, const std::map<std::string, int64_t>& symbols);
 
 // The VMEM the kernel's tiled schedule uses: [vmem_base, the value returned). Throws std::invalid_argument for the
 // strips schedule and for split K (its reduction lays VMEM out anew), or as gemm_chip_kernel.
