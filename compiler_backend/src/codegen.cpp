@@ -2225,7 +2225,7 @@ isa::Program emit_program(KernelPlan& plan, const std::map<std::string, int64_t>
     for (auto it = pending.begin(); it != pending.end();)
       if (it->core >= 0) after.push_back(std::move(*it)), it = pending.erase(it);
       else ++it;
-    int lw_sem = 0;  // GemmKSplit::lw_sem of the next kernel, if it takes its units' first tiles ahead
+    int lw_sem = 0;  // the next GEMM's lw_sem (GemmChip::lw_sem, GemmKSplit::lw_sem), if its units take their first weights ahead
     if (first && first->prefetch) {  // then the next GEMM's first weights' load
       const KernelCall& y = plan.calls[order[partner]];
       const std::map<std::string, uint64_t> addr = tensor_addresses(plan, y);

@@ -362,6 +362,16 @@ TEST(GemmKSplit, CoresShareTheStripsAsGemmS) {
   same_bits(v4, n, 23);
 }
 
+// ResNet-50's 3 x 3 convolution of its 14 x 14 layers as the split kernel takes it on v4's two cores: 14 rows of
+// the padded width 16 (224 x 2304 x 256), its taps, bias, ReLU and tiled weights, bf16 out.
+GemmKSplit conv_14x14_on_two_cores() {
+  GemmKSplit g;
+  g.m = 14 * 16, g.k = 9 * 256, g.n = 256, g.out = DType::BF16, g.bias = true, g.relu = true, g.b_tiled = true;
+  g.taps = kernels::ConvTaps{256, 16 * 16 + 2, 3, 1, 1, 1, 1, 16, 16 * 16 + 2};
+  g.cores = 2;
+  return g;
+}
+
 // Staged taps (KSplitPlan::stage_rows): the 3 x 3 convolution above on both cores of v4, its input in the shared
 // memory. Each core copies the 258 rows its taps span (all of a: 14 rows of the padded width 16, the taps reaching
 // 2 rows and 2 columns further) into VMEM once, and the taps read them there: the shared memory gives each core
@@ -370,10 +380,7 @@ TEST(GemmKSplit, CoresShareTheStripsAsGemmS) {
 // instead. The same bits as gemm.s both ways, in fewer cycles staged.
 TEST(GemmKSplit, StagedTapsReadTheirSpanOnce) {
   OnChip v4("v4");
-  GemmKSplit g;
-  g.m = 14 * 16, g.k = 9 * 256, g.n = 256, g.out = DType::BF16, g.bias = true, g.relu = true, g.b_tiled = true;
-  g.taps = kernels::ConvTaps{256, 16 * 16 + 2, 3, 1, 1, 1, 1, 16, 16 * 16 + 2};
-  g.cores = 2;
+  GemmKSplit g = conv_14x14_on_two_cores();
   EXPECT_EQ(kernels::gemm_ksplit_plan(g, v4.syms).stage_rows, 258);
   const Outcome staged = same_bits(v4, g, 24, false, 0, true);
   GemmKSplit direct = g;
@@ -397,10 +404,7 @@ TEST(GemmKSplit, StagedTapsReadTheirSpanOnce) {
 // a core's slice has (18: a strip of 18 folds), or a base not a multiple of 64, are refused.
 TEST(GemmKSplit, PreloadedTilesLoadOnce) {
   OnChip v4("v4");
-  GemmKSplit g;
-  g.m = 14 * 16, g.k = 9 * 256, g.n = 256, g.out = DType::BF16, g.bias = true, g.relu = true, g.b_tiled = true;
-  g.taps = kernels::ConvTaps{256, 16 * 16 + 2, 3, 1, 1, 1, 1, 16, 16 * 16 + 2};
-  g.cores = 2;
+  GemmKSplit g = conv_14x14_on_two_cores();
   const Outcome plain = same_bits(v4, g, 25, false, 0, true);
   EXPECT_EQ(kernels::gemm_ksplit_preload_limit(g, v4.syms).tiles, 18);
   EXPECT_EQ(kernels::gemm_ksplit_preload_limit(g, v4.syms).tile_bytes, 32768);
@@ -486,10 +490,7 @@ void expect_rows_through_map(OnChip& on, const GemmKSplit& plain, const RowMap& 
 
 TEST(GemmKSplit, RowMapStoresTheKeptRows) {
   OnChip v4("v4");
-  GemmKSplit g;
-  g.m = 14 * 16, g.k = 9 * 256, g.n = 256, g.out = DType::BF16, g.bias = true, g.relu = true, g.b_tiled = true;
-  g.taps = kernels::ConvTaps{256, 16 * 16 + 2, 3, 1, 1, 1, 1, 16, 16 * 16 + 2};
-  g.cores = 2;
+  GemmKSplit g = conv_14x14_on_two_cores();
   ASSERT_EQ(kernels::gemm_ksplit_plan(g, v4.syms).cores, 2);
   const int64_t row = 256 * 2;
   expect_rows_through_map(v4, g, RowMap{16, 14, 14 * row, 0, 0, 14 * 14}, 31);
