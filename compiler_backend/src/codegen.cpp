@@ -939,6 +939,20 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
     }
     if (to <= from) return {};
     const int64_t past = (to + 4095) / 4096 * 4096;
+    // The GEMM alone, with all of VMEM: a whole-chip GEMM's estimate and (where it plans tiles) its tiles; a split
+    // kernel's plan
+    std::optional<kernels::GemmTiles> alone_tiles;
+    std::optional<kernels::KSplitPlan> alone_plan;
+    double alone_estimate = 0;
+    if (yc.gemm) {
+      alone_estimate = kernels::gemm_chip_estimate(*yc.gemm, symbols);
+      try {
+        alone_tiles = kernels::gemm_chip_tiles(*yc.gemm, symbols);
+      } catch (const std::invalid_argument&) {
+      }
+    } else {
+      alone_plan = kernels::gemm_ksplit_plan(*yc.ksplit, symbols);
+    }
     // The GEMM's VMEM past the first kernel's (where that starts at 0), or below it (where it lies past a base of
     // its own), else past it too: the first placement that plans as well as the GEMM alone (the checks below)
     auto place = [&](bool above) {
@@ -953,26 +967,20 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
       // most what the slots hold
       const double hbm = static_cast<double>(symbol_or(symbols, "HBM_BYTES_PER_CYCLE", 0));
       const double cores_used = static_cast<double>(
-          yc.gemm ? symbol_or(symbols, "CORES", 1) : kernels::gemm_ksplit_plan(*yc.ksplit, symbols).cores);
+          yc.gemm ? symbol_or(symbols, "CORES", 1) : alone_plan->cores);
       if (yc.gemm) {
         const kernels::GemmPreload most = kernels::gemm_chip_preload_limit(*o.gemm.gemm, o.symbols);
         const double chunk = static_cast<double>(most.chunk_bytes) * cores_used;
         o.gemm.gemm->b_preloaded = std::clamp<int64_t>(static_cast<int64_t>(idle * hbm / chunk), 1, most.chunks);
-        if (kernels::gemm_chip_estimate(*o.gemm.gemm, o.symbols) > 1.02 * kernels::gemm_chip_estimate(*yc.gemm, symbols))
-          return false;
+        if (kernels::gemm_chip_estimate(*o.gemm.gemm, o.symbols) > 1.02 * alone_estimate) return false;
         // and on one core, where it planned tiles with all of VMEM, as many rows of K a chunk and row blocks with
         // less: the estimate misses what fewer cost (ResNet-50's 3 x 3 convolutions of 14 x 14 on v5e, below the
         // kernel before: chunks of 384 rows against 512, no row blocks against 2; estimated 5,195 cycles against
         // 5,429, ran 4,543 against 2,951). (On chips of several cores the estimate's choice stands: asked there too,
         // ConvNeXt-T on v4 took 635,971 -> 637,269 cycles, RegNetY-400MF on h200-like 616,089 -> 619,281.)
-        std::optional<kernels::GemmTiles> alone;
-        try {
-          alone = kernels::gemm_chip_tiles(*yc.gemm, symbols);
-        } catch (const std::invalid_argument&) {
-        }
-        if (alone && !cores) {
+        if (alone_tiles && !cores) {
           const kernels::GemmTiles beside = kernels::gemm_chip_tiles(*o.gemm.gemm, o.symbols);
-          if (beside.kc < alone->kc || beside.rb < alone->rb) return false;
+          if (beside.kc < alone_tiles->kc || beside.rb < alone_tiles->rb) return false;
         }
         kernels::gemm_chip_first_b(*o.gemm.gemm, o.symbols);  // it can (throws where it cannot)
       } else {
@@ -982,7 +990,7 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
         o.gemm.ksplit->b_preloaded = fit;
         // At least each unit's first tile, which its unit may then take ahead (GemmKSplit::lw_sem), where what that
         // saves by the estimate beats the time the tiles beyond `fit` hold the first kernel's end
-        const int64_t units = kernels::gemm_ksplit_plan(*yc.ksplit, symbols).units;
+        const int64_t units = alone_plan->units;
         if (units > fit && units <= most.tiles) {
           kernels::GemmKSplit ahead = *o.gemm.ksplit;
           ahead.b_preloaded = units, ahead.lw_sem = 1;
@@ -990,8 +998,8 @@ Overlap prefetch_overlap(const KernelCall& x, const OnChip& xc, const std::map<s
                                kernels::gemm_ksplit_plan(ahead, o.symbols).estimate;
           if (saves > static_cast<double>(units - fit) * tile / hbm) o.gemm.ksplit->b_preloaded = units;
         }
-        const kernels::KSplitPlan beside = kernels::gemm_ksplit_plan(*o.gemm.ksplit, o.symbols),
-                                  alone = kernels::gemm_ksplit_plan(*yc.ksplit, symbols);
+        const kernels::KSplitPlan beside = kernels::gemm_ksplit_plan(*o.gemm.ksplit, o.symbols);
+        const kernels::KSplitPlan& alone = *alone_plan;
         if (beside.estimate > 1.02 * alone.estimate || beside.tm != alone.tm || beside.units != alone.units ||
             beside.stage_rows != alone.stage_rows)
           return false;
