@@ -36,7 +36,8 @@
 #               as the separate elementwise add would do it (vpu.add: in f32, rounded to OUT_DT), then with
 #               RES_RELU max(x, 0): c = cast(...) + r, so the result is bit for bit that of the GEMM followed by the
 #               Add (and Relu) kernel, without writing and reading back the GEMM's output. dmain loads r's tile into
-#               the C buffer's second half once the buffer is free. OUT_DT DT_BF16 or DT_F32; not with
+#               the C buffer's second half once the buffer is free. Without RELU and SCALE the drain's vpu.acc adds
+#               it in its own pass (res), else a vpu.add after it. OUT_DT DT_BF16 or DT_F32; not with
 #               ACT_RESIDENT, Q_SCALE or GROUP_N.
 #   GROUP_N     > 0: c is stored as N / GROUP_N groups of GROUP_N columns one after the other, [N / GROUP_N, M,
 #               GROUP_N] (a Split of the result's columns into equal parts is then views of it); GROUP_N a multiple
@@ -493,10 +494,14 @@ next:
     addi vq, vc, C_BYTES
     li qscale, Q_SCALE
     vpu.acc vq, acc, mt, nt, nt, t0, qscale, ACC_DT, DT_I8, bias_en=BIAS, relu=RELU, scale_en, dequant=1, signal=s3
+.elif RESIDUAL && !RELU && SCALE == 0
+    # r (packed as the C buffer) added in the drain's own pass, its ReLU after the add (res: r's address in the
+    # scale operand's place; the bits of the drain and then the vpu.add below)
+    vpu.acc vc, acc, mt, nt, t1, t0, vr, ACC_DT, OUT_DT, bias_en=BIAS, relu=RES_RELU, dequant=DEQUANT, res, wait=s4, signal=s3
 .else
     vpu.acc vc, acc, mt, nt, t1, t0, scale, ACC_DT, OUT_DT, bias_en=BIAS, relu=RELU, scale_en=(SCALE != 0), dequant=DEQUANT, wait=s4, signal=s3
 .endif
-.if RESIDUAL
+.if RESIDUAL && (RELU || SCALE != 0)
     # the tile is packed (row pitch nt*O) as r's is: c + r over its mt*nt elements, and its ReLU (one pass)
     mul t2, mt, nt
     vpu.add vc, vc, vr, t2, OUT_DT, relu=RES_RELU

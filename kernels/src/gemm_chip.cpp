@@ -583,6 +583,10 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   // stores as bf16 is cast (rowwise.h, Output)
   const int64_t VAQ = VAO + 2 * AOB, AQB = Q ? align64(AE) : 0;
   const bool RQ = g.residual && Q;  // residual and q: q from the sum as stored in the C buffer
+  // RES: the residual added (and its ReLU) in the drain's vpu.acc (res: the bits of vpu.acc, then vpu.add relu,
+  // in one pass), where nothing comes between them: no ReLU before the add, no scale, c bf16 or f32, K whole
+  const bool RES = g.residual && !g.relu && g.scale_bits == 0 && !g.q_only &&
+                   (g.out == DType::BF16 || g.out == DType::F32) && plan.sk == 1;
   const int64_t VEND = act ? VAQ + 2 * AQB : VE0;  // the kernel's VMEM end
   const Sem AOFREE = sem(4 * U + 5);
   if (vmem_end) {  // gemm_chip_vmem_end: the layout's end
@@ -1286,10 +1290,15 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
         const isa::Reg rows = unit_rows(j);
         const int64_t r0 = row_of(j);  // the block's first row in the tile
         e.muli(vc, cslot, CQ_BYTES), e.addi(vc, vc, VC0), e.addi(t0, ar, j * ACC + sidx * TMU), e.muli(t1, nt, OD);
-        e.vpu_sync({.wait = CFREE}), e.addi(t2, r30, q * SC * TB), e.li(t3, g.scale_bits);
+        e.vpu_sync({.wait = CFREE}), e.addi(t2, r30, q * SC * TB);
+        if (RES)  // the residual's address in the scale operand's place
+          r_piece(t3, r29, j * S + sidx);
+        else
+          e.li(t3, g.scale_bits);
         if (!g.q_only)
           e.vpu_acc(vc, t0, rows, nt, t1, t2, t3, acc_dt, SK > 1 ? DType::F32 : g.out,
-                    {.bias_en = g.bias, .relu = g.relu, .scale_en = g.scale_bits != 0, .dequant = g.dequant});
+                    {.bias_en = g.bias, .relu = RES ? g.residual_relu : g.relu, .scale_en = g.scale_bits != 0,
+                     .dequant = g.dequant, .res = RES});
         if (Q && !g.residual) {  // the strip's q tile from the same accumulators (x q_scale, i8), after its C tile
           e.addi(vq, vc, C_BYTES), e.li(t3, g.q_scale_bits);
           e.vpu_acc(vq, t0, rows, nt, nt, t2, t3, acc_dt, DType::I8,
@@ -1297,12 +1306,12 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
         }
         if (RQ) {  // c = c + r (computed in f32, rounded to c's type), its ReLU, then q = i8(c * q_scale) from c as
                    // stored, after its C tile (as the row-wise Add that writes an int8 copy computes them)
-          r_piece(t2, t3, j * S + sidx);
-          e.mul(t3, rows, nt), e.vpu_add(vc, vc, t2, t3, g.out, {.relu = g.residual_relu});
+          e.mul(t3, rows, nt);
+          if (!RES) r_piece(t2, r29, j * S + sidx), e.vpu_add(vc, vc, t2, t3, g.out, {.relu = g.residual_relu});
           e.addi(vq, vc, C_BYTES), e.li(r29, g.q_scale_bits);
           e.vpu_cast(vq, vc, t3, r29, g.out, DType::I8, {.scale_en = true});
           e.muli(t1, nt, OD);  // (c's row bytes, for its store)
-        } else if (g.residual) {  // c + r over the packed strip (row pitch nt*O both) and its ReLU, one pass
+        } else if (g.residual && !RES) {  // c + r over the packed strip (row pitch nt*O both) and its ReLU, one pass
           r_piece(t2, t3, j * S + sidx);
           e.mul(t3, rows, nt), e.vpu_add(vc, vc, t2, t3, g.out, {.relu = g.residual_relu});
         }

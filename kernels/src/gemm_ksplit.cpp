@@ -18,6 +18,10 @@ int64_t need(const std::map<std::string, int64_t>& s, const char* name) {
     throw std::invalid_argument(std::string("gemm_ksplit: the chip symbol ") + name + " is missing or not positive");
   return it->second;
 }
+// The residual added in the drain's pass (vpu.acc res: its bits then vpu.add relu's), where nothing comes between
+// the drain and the add: no ReLU before it, no scale, a c to add it to
+bool residual_in_drain(const GemmKSplit& g) { return g.residual && !g.relu && g.scale_bits == 0 && !g.q_only; }
+
 int64_t optional(const std::map<std::string, int64_t>& s, const char* name, int64_t otherwise) {
   const auto it = s.find(name);
   return it == s.end() ? otherwise : it->second;
@@ -250,7 +254,8 @@ KSplitPlan plan_one(const GemmKSplit& g, const std::map<std::string, int64_t>& s
   int64_t last_regions = 0;
   for (const Region& r : regions) last_regions += r.unit == p.units - 1 && r.first % p.folds != 0;
   const double vector = static_cast<double>(last_regions) * pass +
-                        static_cast<double>(p.strips) * pass * (g.residual ? 3 : g.q_scale_bits && !g.q_only ? 2 : 1);
+                        static_cast<double>(p.strips) * pass *
+                            (g.residual && !residual_in_drain(g) ? 3 : g.q_scale_bits && !g.q_only ? 2 : 1);
   const double out_bytes = static_cast<double>(p.tm * g.n) *
                            ((g.q_only ? 0.0 : static_cast<double>(isa::dtype_size(g.out))) + (g.q_scale_bits ? 1.0 : 0.0));
   // (the first row tile's first weight load, R cycles, unless the units' first tiles are pushed ahead: lw_sem)
@@ -464,6 +469,7 @@ void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int
     // the vector unit, per strip: its sums in fold order, each unit's regions once that unit's matrix work is done
     // (the units hold the folds in order, so the first units' sums run while the last ones compute), then its drain
     std::vector<bool> done(static_cast<size_t>(U), false);
+    const bool fused = residual_in_drain(g);
     auto wait_done = [&](int64_t j) {
       if (!done[static_cast<size_t>(j)]) e.vpu_sync({.wait = unit_sem(2, j)}), done[static_cast<size_t>(j)] = true;
     };
@@ -485,17 +491,24 @@ void emit_slice(isa::Emitter& e, const GemmKSplit& g, const GemmKSplit& sub, int
            {r6, L.table + q * C * TB}, {r7, static_cast<int64_t>(g.scale_bits)}});
       if (t == 0 && q == 0 && table_addr >= 0) e.vpu_sync({.wait = TABLE});  // (the first drain; not the sums)
       e.vpu_sync({.wait = CF});
+      if (fused) {  // the residual's tile (packed as the C buffer) added in the drain's pass (vpu.acc res)
+        set({{r7, L.r + q * align64(TM * C * O)}});
+        e.vpu_sync({.wait = RL});
+      }
       if (!g.q_only)
         e.vpu_acc(r1, r2, r3, r4, r5, r6, r7, acc_dt, g.out,
-                  {.bias_en = g.bias, .relu = g.relu, .scale_en = g.scale_bits != 0, .dequant = g.dequant});
+                  {.bias_en = g.bias, .relu = fused ? g.residual_relu : g.relu, .scale_en = g.scale_bits != 0,
+                   .dequant = g.dequant, .res = fused});
       if (g.q_scale_bits != 0) {  // q's tile (x * q_scale, i8) from the same accumulators, packed
         set({{r8, L.c + q * L.c_buf + L.q_off}, {r5, nt}, {r7, static_cast<int64_t>(g.q_scale_bits)}});
         e.vpu_acc(r8, r2, r3, r4, r5, r6, r7, acc_dt, DType::I8,
                   {.bias_en = g.bias, .relu = g.relu, .scale_en = true, .dequant = true});
       }
       if (g.residual) {
-        set({{r2, L.r + q * align64(TM * C * O)}, {r3, mt * nt}});
-        e.vpu_add(r1, r1, r2, r3, g.out, {.relu = g.residual_relu, .wait = RL});
+        if (!fused) {
+          set({{r2, L.r + q * align64(TM * C * O)}, {r3, mt * nt}});
+          e.vpu_add(r1, r1, r2, r3, g.out, {.relu = g.residual_relu, .wait = RL});
+        }
         e.vpu_sync({.signal = RF});
       }
       e.vpu_sync({.signal = CFULL});

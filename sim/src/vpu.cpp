@@ -229,6 +229,8 @@ void vmem_accesses(const Entry& e, Add add) {
       wr(e.arg("vaddr"), e.arg("rows"), e.arg("cols") * isa::dtype_size(e.dtype("odt")), e.arg("stride"));
       if ((e.arg("bias_en") || e.arg("dequant")) && e.arg("rows"))
         rd(e.arg("bias"), 1, e.arg("cols") * (e.arg("dequant") ? 8 : 4), 0);
+      if (e.arg("res"))  // the residual, laid out as the output
+        rd(e.arg("scale"), e.arg("rows"), e.arg("cols") * isa::dtype_size(e.dtype("odt")), e.arg("stride"));
       break;
     case Op::VADD:
     case Op::VSUB:
@@ -344,6 +346,7 @@ void Vpu::execute(const Entry& e) {
         static_cast<uint64_t>(rows * rowbytes));
   });
   if (e.in.op == Op::VACC) act(e.pc, Action::AccRead, elements * 4);
+  if (e.in.op == Op::VACC && e.arg("res")) act(e.pc, Action::VpuFloatAdd, elements);  // the residual's add
   const auto latency = static_cast<uint64_t>(st_.cfg.vpu.latency);
   const uint64_t vmem_done = st_.mem.vmem_ports.reserve(start, start, vmem_traffic(e, st_.mem.vmem_ports, vmem));
   const uint64_t rate = rate_[static_cast<uint8_t>(e.in.op)];
@@ -395,6 +398,13 @@ uint64_t Vpu::check(const Entry& e) {
       range("VMEM write", e.arg("vaddr"), rows, cols * isa::dtype_size(odt), e.arg("stride"));
       if ((e.arg("bias_en") || e.arg("dequant")) && rows)
         range("VMEM read", e.arg("bias"), 1, cols * (e.arg("dequant") ? 8 : 4), 0);
+      if (e.arg("res")) {
+        if (odt != DType::BF16 && odt != DType::F32)
+          st_.fail(e.pc, std::string("res adds a residual of the output's type: odt must be bf16 or f32, not ") +
+                             isa::dtype_name(odt));
+        if (e.arg("scale_en")) st_.fail(e.pc, "res takes the scale operand as the residual's address: no scale_en");
+        range("VMEM read (the residual)", e.arg("scale"), rows, cols * isa::dtype_size(odt), e.arg("stride"));
+      }
       return count(rows, cols);
     }
     case Op::VADD:
@@ -478,8 +488,8 @@ void Vpu::compute(const Entry& e) {
       const int64_t rows = e.arg("rows"), cols = e.arg("cols"), acc = e.arg("acc"), vaddr = e.arg("vaddr"),
                     stride = e.arg("stride"), bias = e.arg("bias");
       const DType adt = e.dtype("adt"), odt = e.dtype("odt");
-      const bool bias_en = e.arg("bias_en"), relu = e.arg("relu"), scale_en = e.arg("scale_en"),
-                 dequant = e.arg("dequant");
+      const bool bias_en = e.arg("bias_en"), res = e.arg("res"), relu = e.arg("relu") && !res,
+                 scale_en = e.arg("scale_en"), dequant = e.arg("dequant");
       const float scale = isa::f32_from_bits(static_cast<uint32_t>(e.arg("scale")));
       const int osz = isa::dtype_size(odt);
       for (int64_t i = 0; i < rows; ++i) {
@@ -506,6 +516,11 @@ void Vpu::compute(const Entry& e) {
             if (relu) x = Relu{}(x);
             if (scale_en) x *= scale;
             store_float(odt, out + j * osz, x);
+          }
+          if (res) {  // vpu.add (relu) of the residual: the sum in f32, rounded to odt, then its ReLU
+            uint8_t* y = out + j * osz;
+            store_float(odt, y, Add{}(load_float(odt, y), load_float(odt, vm + e.arg("scale") + i * stride + j * osz)));
+            if (e.arg("relu")) store_float(odt, y, Relu{}(load_float(odt, y)));
           }
         }
       }

@@ -176,6 +176,26 @@ TEST(Errors, AccumulatorDrainOfABadType) {
   expect_chip_works(chip);
 }
 
+// vpu.acc res adds a residual of the output's type in place of the scale: an integer output, or a scale beside it,
+// is refused at the instruction
+TEST(Errors, AccumulatorDrainWithAResidualOfABadKind) {
+  Chip chip(small_config());
+  ProgramBuilder b;
+  b.li(1, 1).li(2, 4);
+  b.op(Op::VACC, {0, 0, 1, 2, 2, 0, 0, int64_t(isa::DType::F32), int64_t(isa::DType::I32)}).with("res", 1);
+  EXPECT_EQ(error_of([&] { chip.run(b.build()); }),
+            "pc 2 (vpu.acc r0, r0, r1, r2, r2, r0, r0, f32, i32, res): res adds a residual of the output's type: odt "
+            "must be bf16 or f32, not i32");
+  ProgramBuilder c;
+  c.li(1, 1).li(2, 4);
+  c.op(Op::VACC, {0, 0, 1, 2, 2, 0, 0, int64_t(isa::DType::F32), int64_t(isa::DType::BF16)})
+      .with("res", 1).with("scale_en", 1);
+  EXPECT_EQ(error_of([&] { chip.run(c.build()); }),
+            "pc 2 (vpu.acc r0, r0, r1, r2, r2, r0, r0, f32, bf16, scale_en, res): res takes the scale operand as the "
+            "residual's address: no scale_en");
+  expect_chip_works(chip);
+}
+
 TEST(Errors, SemSetS0) {
   Chip chip(small_config());
   ProgramBuilder b;

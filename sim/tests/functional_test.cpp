@@ -328,6 +328,50 @@ TEST(Functional, AccumulatorDrainF32ToBf16WithBias) {
   EXPECT_EQ(isa::f32_from_bf16(y[3]), 0.5f);
 }
 
+// vpu.acc res: the residual added in the drain's pass, relu after the add, the bits of vpu.acc (no relu) then
+// vpu.add relu; in bf16 (the sum computed in f32, rounded to nearest even once) and in f32
+TEST(Functional, AccumulatorDrainAddsAResidualInTheSamePass) {
+  Chip chip(small_config());
+  auto h = [](float v) { return isa::bf16_from_f32(v); };
+  std::vector<uint16_t> w = {h(1), 0, 0, 0, 0, h(2), 0, 0, 0, 0, h(1), 0, 0, 0, 0, h(1)};  // diag(1, 2, 1, 1)
+  // two rows of x; the accumulators hold x W: (1.5, -4, 3, 0.5) and (1, 0.5, -0, 256)
+  std::vector<uint16_t> x = {h(1.5f), h(-2), h(3), h(0.5f), h(1), h(0.25f), h(-0.0f), h(256)};
+  std::vector<float> bias = {0.25f, 1, -10, 0};
+  // with the bias, (1.75, -3, -7, 0.5) and (1.25, 1.5, -10, 256). The residual, as the output's rows (row pitch
+  // 8 bytes): 1.75 - 2 < 0 -> +0 after relu; -3 + 3 -> +0; -7 + 7.5 = 0.5; 0.5 + 0.5 = 1; 1.25 + 2^-8 = 1.25390625,
+  // half a bf16 ulp above 1.25, rounds to 1.25 (even); 1.5 + 2^-8 to 1.5 (even); -10 - 0 -> +0; 256 + 1 = 257, a
+  // tie between 256 and 258, to 256
+  std::vector<uint16_t> r = {h(-2), h(3), h(7.5f), h(0.5f), h(0.00390625f), h(0.00390625f), h(-0.0f), h(1)};
+  // f32, no relu: 1.75 + 1e-8 rounds to 1.75 in f32; -3 + 3; -7 + 7; 0.5 - 0.5; 1.25 + 2^-30 to 1.25; 1.5 + 0.5;
+  // -10 + 10; 256 + 1 = 257 (exact in f32)
+  std::vector<float> r32 = {1e-8f, 3, 7, -0.5f, 0x1p-30f, 0.5f, 10, 1};
+  std::vector<uint8_t> vmem(1024);
+  put(vmem, 0, bytes_of(w)), put(vmem, 64, bytes_of(x)), put(vmem, 128, bytes_of(bias)), put(vmem, 192, bytes_of(r));
+  put(vmem, 512, bytes_of(r32));
+  auto out = run_on_vmem(chip, vmem, [&](ProgramBuilder& p) {
+    // r10 = 4, r11 = x, r12 = bias, r13 = 2 rows, r14 = 8 (a row of 4 bf16), r15 = r, r16 = 16 (a row of 4 f32)
+    p.li(10, 4).li(11, 64).li(12, 128).li(13, 2).li(14, 8).li(15, 192).li(16, 16);
+    p.li(20, 256).li(21, 320).li(22, 384).li(23, 2 * 4).li(24, 512);
+    p.op(Op::MXULW, {0, 10, 10, 14, kBF16});
+    p.op(Op::MXUMM, {11, 13, 0, 14, kBF16}).signal(1);
+    // fused, bf16: 256
+    p.op(Op::VACC, {20, 0, 13, 10, 14, 12, 15, kF32, kBF16}).wait(1).with("bias_en", 1).with("relu", 1)
+        .with("res", 1);
+    // the same in two instructions: vpu.acc (no relu) into 320, vpu.add relu of r into 320
+    p.op(Op::VACC, {21, 0, 13, 10, 14, 12, 0, kF32, kBF16}).with("bias_en", 1);
+    p.op(Op::VADD, {21, 21, 15, 14, kBF16}).with("relu", 1);
+    // fused, f32 without relu: the f32 residual at 512 (rows 16 bytes apart), out at 384
+    p.op(Op::VACC, {22, 0, 13, 10, 16, 12, 24, kF32, kF32}).with("bias_en", 1).with("res", 1);
+  });
+  auto fused = read_as<uint16_t>(out, 256, 8);
+  auto two = read_as<uint16_t>(out, 320, 8);
+  EXPECT_EQ(fused, two);
+  const std::vector<float> expect = {0.0f, 0.0f, 0.5f, 1.0f, 1.25f, 1.5f, 0.0f, 256.0f};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(isa::f32_from_bf16(fused[static_cast<size_t>(i)]), expect[static_cast<size_t>(i)]) << i;
+  EXPECT_EQ(fused[6], 0) << "+0, not -0";
+  EXPECT_EQ(read_as<float>(out, 384, 8), (std::vector<float>{1.75f, 0, 0, 0, 1.25f, 2, 0, 257}));
+}
+
 // ---- DMA --------------------------------------------------------------------------------------------------
 
 TEST(Functional, StridedDmaGathersAndScatters) {

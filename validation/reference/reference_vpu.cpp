@@ -197,9 +197,11 @@ void Reference::vpu_acc(const isa::Instr& in) {
   if (adt != DType::I32 && adt != DType::F32) fail("vpu.acc reads accumulators as i32 or f32");
   int64_t vaddr = value(in, "vaddr"), acc0 = value(in, "acc"), rows = value(in, "rows"), cols = value(in, "cols"),
           stride = value(in, "stride"), bias = value(in, "bias");
-  const bool bias_en = field(in, "bias_en") != 0, relu = field(in, "relu") != 0,
+  const bool bias_en = field(in, "bias_en") != 0, res = field(in, "res") != 0, relu = field(in, "relu") != 0,
              scale_en = field(in, "scale_en") != 0, dequant = field(in, "dequant") != 0;
   if (dequant && adt != DType::I32) fail("vpu.acc dequant reads accumulators as i32");
+  if (res && (scale_en || (odt != DType::BF16 && odt != DType::F32)))
+    fail("vpu.acc res adds a bf16 or f32 residual and takes no scale");
   const double scale = f32_from_bits(static_cast<uint64_t>(value(in, "scale")));
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
@@ -211,9 +213,15 @@ void Reference::vpu_acc(const isa::Instr& in) {
         double b = vmem_load(bias + j * 4, adt);
         x = adt == DType::I32 ? static_cast<double>(wrap_to(int64_t(x) + int64_t(b), DType::I32)) : to_f32(x + b);
       }
-      if (relu) x = maximum(x, 0.0);
+      if (relu && !res) x = maximum(x, 0.0);
       if (scale_en) x = to_f32(to_f32(x) * scale);
-      vmem_store(vaddr + i * stride + j * size_of(odt), odt, cast_to(x, odt));
+      const int64_t at = i * stride + j * size_of(odt);
+      double y = cast_to(x, odt);
+      if (res) {  // the residual's sum, rounded to odt, then (relu) its maximum with +0
+        y = float_result(odt, y + vmem_load(value(in, "scale") + at, odt));
+        if (relu) y = maximum(y, 0.0);
+      }
+      vmem_store(vaddr + at, odt, y);
     }
 }
 

@@ -892,8 +892,9 @@ TEST(GemmChip, TheBiasTableLoadsBeforeTheBackgroundPiece) {
 // convolutions on v5e with bias, residual and ReLU, a, r and c in VMEM as a compiled model's intermediates are, and
 // b as its streamed weights are (timing only): 3136 x 256 x 64, whose matrix work is the longer (2,335 cycles;
 // 2,501 with each drain after its own tile), within the matrix units' busy time, one tile's drain (the vector
-// unit's busy time over the core's tiles) and 600 cycles; 3136 x 64 x 256, whose drain is the longer (2,840; 3,194
-// so), within the vector unit's busy time, one tile's matrix work and 600 cycles. The 600: the first chunk's loads
+// unit's busy time over the core's tiles) and 600 cycles; 3136 x 64 x 256 with a ReLU before the add as well (so
+// that the residual's add is a pass of its own, vpu.add, not the drain's: below), whose drain is the longer (2,840;
+// 3,194 so), within the vector unit's busy time, one tile's matrix work and 600 cycles. The 600: the first chunk's loads
 // (the DMA latency and the transfer) and the array's latency (R + C - 2 = 254 cycles) before the first drain can
 // start. And a functional run against the host's double-precision sums (within two bf16 roundings), and with
 // background loads (the weight stream's: a tile's r then loads in its last chunk, ahead of the chunk's piece) the
@@ -913,7 +914,8 @@ TEST(GemmChip, ATilesDrainOverlapsTheNextTilesMatrixWork) {
     return g;
   };
   for (const bool matrix_bound : {true, false}) {
-    const kernels::GemmChip g = matrix_bound ? conv(3136, 256, 64) : conv(3136, 64, 256);
+    kernels::GemmChip g = matrix_bound ? conv(3136, 256, 64) : conv(3136, 64, 256);
+    g.relu = !matrix_bound;  // a ReLU before the add too: the drain's vpu.acc and the residual's vpu.add, two passes
     const sim::RunResult r = chip.run(kernels::gemm_chip_kernel(g, symbols, addr), timing_only());
     const double vpu = static_cast<double>(r.stats.units[static_cast<size_t>(isa::Unit::Vpu)].busy_cycles);
     const double mxu = static_cast<double>(r.stats.units[static_cast<size_t>(isa::Unit::Mxu)].busy_cycles) / 4;
@@ -921,9 +923,9 @@ TEST(GemmChip, ATilesDrainOverlapsTheNextTilesMatrixWork) {
     const size_t at = source.find(" tiles of ");
     ASSERT_NE(at, std::string::npos) << source.substr(0, 300);
     const double tiles = std::stod(source.substr(source.rfind(' ', at - 1) + 1));
-    std::printf("%lld x %lld x %lld with bias, residual and ReLU on v5e: %llu cycles; the vector unit busy %.0f, "
+    std::printf("%lld x %lld x %lld with bias,%s residual and ReLU on v5e: %llu cycles; the vector unit busy %.0f, "
                 "a matrix unit %.0f, %.0f tiles\n",
-                static_cast<long long>(g.m), static_cast<long long>(g.k), static_cast<long long>(g.n),
+                static_cast<long long>(g.m), static_cast<long long>(g.k), static_cast<long long>(g.n), g.relu ? " ReLU," : "",
                 static_cast<unsigned long long>(r.stats.cycles), vpu, mxu, tiles);
     EXPECT_GE(tiles, 3);
     if (matrix_bound) {
@@ -933,6 +935,25 @@ TEST(GemmChip, ATilesDrainOverlapsTheNextTilesMatrixWork) {
       EXPECT_GT(vpu, mxu);
       EXPECT_LE(static_cast<double>(r.stats.cycles), vpu + mxu / tiles + 600);
     }
+  }
+  // Without the ReLU before the add, the drain's vpu.acc adds the residual in its own pass (res): the vector unit
+  // busy exactly half as long (each strip one instruction of rows x columns elements where it had two, vpu.acc and
+  // vpu.add, of as many), and the kernel sooner
+  {
+    kernels::GemmChip two = conv(3136, 64, 256), one = two;
+    two.relu = true;
+    const sim::RunResult r2 = chip.run(kernels::gemm_chip_kernel(two, symbols, addr), timing_only());
+    const sim::RunResult r1 = chip.run(kernels::gemm_chip_kernel(one, symbols, addr), timing_only());
+    const uint64_t v2 = r2.stats.units[static_cast<size_t>(isa::Unit::Vpu)].busy_cycles;
+    const uint64_t v1 = r1.stats.units[static_cast<size_t>(isa::Unit::Vpu)].busy_cycles;
+    std::printf("3136 x 64 x 256, the residual in the drain's pass: %llu cycles, the vector unit busy %llu (a ReLU "
+                "before the add: %llu, %llu)\n",
+                static_cast<unsigned long long>(r1.stats.cycles), static_cast<unsigned long long>(v1),
+                static_cast<unsigned long long>(r2.stats.cycles), static_cast<unsigned long long>(v2));
+    EXPECT_EQ(2 * v1, v2);
+    EXPECT_LT(r1.stats.cycles, r2.stats.cycles);
+    EXPECT_NE(kernels::gemm_chip_source(one, symbols).find(", res"), std::string::npos);
+    EXPECT_EQ(kernels::gemm_chip_source(two, symbols).find(", res"), std::string::npos);
   }
   // The same bits with background loads as without
   kernels::GemmChip g = conv(3136, 64, 256);

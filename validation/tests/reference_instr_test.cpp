@@ -602,6 +602,47 @@ TEST(ReferenceMxu, NanInfinityThroughMatmulAndDrain) {
       }
 }
 
+TEST(ReferenceMxu, ResidualAddedInTheDrain) {
+  // vpu.acc res: the accumulators of NanInfinityThroughMatmulAndDrain's product (IEEE f32 sums, written out), cast
+  // to odt (bf16 or f32), then a residual of odt added (in f32, rounded to odt) and with relu its maximum with +0:
+  // infinities, NaN, a sum to -0, ties and a residual that overflows bf16's range among them. The simulator, the
+  // reference and the ISA's rule agree bit for bit.
+  TPUSIM_MACHINES(m);
+  const DType bf = DType::BF16;
+  const double big = ref::to_bf16(3e38);
+  const std::vector<double> w = {1, kInf, 0, 1, 1, 1, 1, -1};
+  const std::vector<double> a = {kNaN, 1, 1, 1, 0, 1, -1, 1, big, big, kInf, -kInf};
+  const std::vector<double> acc = {kNaN, kNaN, kNaN, kNaN, 2, kInf, 1, 0, 1, kNaN, 1, -1,
+                                   0, -kInf, 1, -2, kInf, kInf, big, 0, kNaN, kNaN, kNaN, kInf};
+  const std::vector<double> r = {1, -1, 0, 2, -2, -kInf, 0.00390625, -0.0, -1, 3, -1, 2,
+                                 -0.0, kInf, 0.0078125, 2, 1, -kInf, big, -0.0, 0, 1, -1, 5};
+  for (DType odt : {DType::F32, DType::BF16})
+    for (int relu = 0; relu < 2; ++relu) {
+      const int64_t o = ref::size_of(odt);
+      Results res = run_vector(*m, {{a, bf}, {w, bf}, {r, odt}}, [&](Builder& p) {
+        p.li(1, kIn[1]).li(2, 2).li(3, 4).li(4, 4 * 2).li(5, kIn[0]).li(6, 6).li(7, 0).li(8, 2 * 2);
+        p.emit(Op::MXULW, {{"vaddr", 1}, {"k", 2}, {"n", 3}, {"stride", 4}, {"dtype", int64_t(bf)}});
+        p.emit(Op::MXUMM, {{"vaddr", 5}, {"m", 6}, {"acc", 7}, {"stride", 8}, {"dtype", int64_t(bf)}});
+        p.fence();
+        p.li(10, kOut).li(14, 4 * o).li(16, kIn[2]);
+        p.emit(Op::VACC, {{"vaddr", 10}, {"acc", 7}, {"rows", 6}, {"cols", 3}, {"stride", 14}, {"scale", 16},
+                          {"adt", int64_t(DType::F32)}, {"odt", int64_t(odt)}, {"relu", relu}, {"res", 1}});
+      }, acc.size(), odt);
+      auto want = [&](size_t i) {
+        const auto round = [&](double x) { return odt == DType::BF16 ? ref::to_bf16(ref::to_f32(x)) : ref::to_f32(x); };
+        double y = round(round(acc[i]) + r[i]);
+        if (relu) y = std::isnan(y) ? kNaN : y > 0 ? y : 0.0;
+        return y;
+      };
+      expect_all(std::string("vpu.acc res odt ") + isa::dtype_name(odt) + (relu ? " relu" : ""), acc.size(),
+                 [&](size_t i) { return same_strict(res.sim[i], res.fp64[i]) && same_strict(res.sim[i], want(i)); },
+                 [&](size_t i) {
+                   return "accumulator " + num(acc[i]) + " + " + num(r[i]) + ": sim " + num(res.sim[i]) +
+                          ", reference " + num(res.fp64[i]) + ", ISA " + num(want(i));
+                 });
+    }
+}
+
 // ---- the matrix unit and the accumulator drain -----------------------------------------------------------------
 
 // Two passes into ACC rows [acc0, acc0 + m): a full tile (k = rows, n = cols) without `accumulate`, then a
