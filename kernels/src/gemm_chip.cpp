@@ -1254,7 +1254,49 @@ isa::Program tiles_kernel(const GemmChip& g, const std::map<std::string, int64_t
   // on, columns n0 + col on, stored a run of kept rows of a group at a time; the first store waits for `wait`, a
   // dmaout.sync after the last signals `signal` (stores complete in order). Scratch: t0, t2, t3, r29, k0 (the
   // row), kt (the piece's end), vq (c's address of the piece's columns): free during a drain (no q).
+  // Where a strip is c's whole row (N <= SC: its rows are c's rows, packed) and the map's groups lie g * pitch
+  // apart (one image, or images a whole number of pitches apart), three stores at most: the first group's kept
+  // rows if the piece starts inside it, every whole group's at once (a 2-D transfer: `keep` rows a group, groups
+  // `pitch` apart in c and `group` rows apart in VMEM), and the last group's if the piece ends inside it. Else a
+  // loop of a store per group.
+  const bool MAP_2D = MAP && g.n <= SC &&
+                      (g.c_rows.per_image == 0 || g.c_rows.image_pitch == g.c_rows.per_image * g.c_rows.pitch ||
+                       g.m <= g.c_rows.per_image * g.c_rows.group);
+  auto store_mapped_2d = [&](int64_t r0, isa::Reg rows, Sem wait, Sem signal) {
+    const RowMap& map = g.c_rows;
+    const int64_t G = map.group, K = map.keep, RBY = g.n * O;
+    const Label whole = e.label(), tail = e.label(), done = e.label();
+    e.dmaout_sync({.wait = wait});
+    e.addi(k0, m0, r0), e.add(kt, k0, rows);  // the piece's product rows [k0, kt)
+    e.li(t3, G), e.div(r29, k0, t3), e.mul(vq, r29, t3);  // its first group r29, from row vq
+    e.beq(vq, k0, whole);
+    // the first group, entered at row k0 - vq: its kept rows from there to the piece's end
+    e.addi(t2, vq, G), e.min(t2, t2, kt), e.sub(t2, t2, vq), e.li(t3, K), e.min(t2, t2, t3);  // kept end in the group
+    e.sub(t3, k0, vq), e.sub(t2, t2, t3);                                                     // rows kept from k0
+    e.addi(vq, vq, G);  // the next group's first row
+    e.bge(zero, t2, whole);
+    e.muli(t0, r29, map.pitch), e.muli(t3, t3, RBY), e.add(t0, t0, t3), e.li(t3, c_addr), e.add(t0, t0, t3);
+    e.muli(t2, t2, RBY), e.dma_st(t0, vc, one, t2, t2, t2);
+    e.bind(whole);  // vq: the first whole group's first row (k0, or past the first group)
+    e.bge(vq, kt, done);
+    e.li(t3, G), e.div(r29, vq, t3), e.div(t2, kt, t3), e.sub(t2, t2, r29);  // whole groups: from r29, t2 of them
+    e.bge(zero, t2, tail);
+    e.muli(t0, r29, map.pitch), e.li(t3, c_addr), e.add(t0, t0, t3);
+    e.sub(t3, vq, k0), e.muli(t3, t3, RBY), e.add(t3, t3, vc), e.li(k0, K * RBY), e.li(r29, map.pitch);
+    e.li(vq, G * RBY), e.dma_st(t0, t3, t2, k0, r29, vq);
+    e.bind(tail);  // the last group, if the piece ends inside it: its kept rows up to kt
+    e.addi(k0, m0, r0);  // (k0 again)
+    e.li(t3, G), e.div(r29, kt, t3), e.mul(vq, r29, t3);  // kt's group r29 from row vq
+    e.bge(vq, kt, done), e.blt(vq, k0, done);             // none, or the first group's (stored above)
+    e.sub(t2, kt, vq), e.li(t3, K), e.min(t2, t2, t3), e.bge(zero, t2, done);
+    e.muli(t0, r29, map.pitch), e.li(t3, c_addr), e.add(t0, t0, t3);
+    e.sub(t3, vq, k0), e.muli(t3, t3, RBY), e.add(t3, t3, vc), e.muli(t2, t2, RBY);
+    e.dma_st(t0, t3, one, t2, t2, t2);
+    e.bind(done);
+    e.dmaout_sync({.signal = signal});
+  };
   auto store_mapped = [&](int64_t r0, int64_t col, isa::Reg rows, Sem wait, Sem signal) {
+    if (MAP_2D) return store_mapped_2d(r0, rows, wait, signal);
     const RowMap& map = g.c_rows;
     const Label loop = e.label(), next = e.label();
     e.dmaout_sync({.wait = wait});

@@ -710,8 +710,10 @@ TEST(GemmChip, PrefetchLoadsAfterTheLastTilesOwn) {
 // other byte of c as it was. `map` for a product of m rows: c spans map.rows rows of n. bias and ReLU (a
 // convolution's), a, b and c in VMEM as a compiled model's intermediates are (v5e: VMEM from 16 MiB the kernel's)
 // or in HBM (v4, two cores: each core's tiles store through the map).
+// With `whole_groups`, the stores go a whole group (or several) at a time (GemmChip::c_rows: c's whole rows a
+// strip, groups g * pitch apart): at most three stores where the plain kernel makes one.
 void expect_rows_through_map(sim::Chip& chip, const sim::ChipConfig& cfg, int64_t m, int64_t k, int64_t n,
-                             kernels::RowMap map, bool in_vmem) {
+                             kernels::RowMap map, bool in_vmem, bool whole_groups = false) {
   const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
   const int64_t cores = symbols.at("CORES");
   kernels::GemmChip g{m, k, n, DType::BF16, DType::BF16, static_cast<int>(cores), 4, kernels::GemmSchedule::Tiles};
@@ -732,13 +734,14 @@ void expect_rows_through_map(sim::Chip& chip, const sim::ChipConfig& cfg, int64_
     if (in_vmem) chip.write_vmem(at - isa::kLocalWindow, data, bytes);
     else chip.write_hbm(at, data, bytes);
   };
+  std::vector<uint64_t> stores;  // the dmaout instructions of each run (stores and syncs)
   auto run = [&](const kernels::GemmChip& kg) {
     const isa::Program p = kernels::gemm_chip_kernel(kg, symbols, addr);
     write(addr.at("a"), a.data(), a.size() * 2);
     write(addr.at("b"), b.data(), b.size() * 2);
     chip.write_hbm(addr.at("bias"), bias.data(), bias.size() * 4);
     write(addr.at("c"), std::vector<uint8_t>(span, 0xa5).data(), span);
-    chip.run(p);
+    stores.push_back(chip.run(p).stats.units[static_cast<size_t>(isa::Unit::DmaOut)].instructions);
     std::vector<uint8_t> c(span);
     if (in_vmem) chip.read_vmem(addr.at("c") - isa::kLocalWindow, c.data(), span);
     else chip.read_hbm(addr.at("c"), c.data(), span);
@@ -757,6 +760,13 @@ void expect_rows_through_map(sim::Chip& chip, const sim::ChipConfig& cfg, int64_
     std::copy_n(plain.begin() + r * static_cast<int64_t>(row), row, want.begin() + at);
   }
   EXPECT_TRUE(mapped == want) << cfg.chip.name << " " << m << " x " << k << " x " << n;
+  std::printf("%s, %lld rows in groups of %lld (%lld kept): %llu dmaout instructions, %llu without the map\n",
+              cfg.chip.name.c_str(), static_cast<long long>(m), static_cast<long long>(map.group),
+              static_cast<long long>(map.keep), static_cast<unsigned long long>(stores[1]),
+              static_cast<unsigned long long>(stores[0]));
+  // (each mapped piece: a sync before its stores and one after, against the plain kernel's one store)
+  if (whole_groups) EXPECT_LE(stores[1], 5 * stores[0]);
+  else EXPECT_GT(stores[1], 5 * stores[0]);
 }
 
 // Into a padded layout (the rows of two images of 30 x 40 pixels, each pixel row 42 pixels apart, each image 33
@@ -770,7 +780,9 @@ TEST(GemmChip, CRowsStoreThroughAMap) {
   const sim::ChipConfig cfg = sim::load_config("v5e");
   sim::Chip chip(cfg);
   expect_rows_through_map(chip, cfg, 2 * 30 * 40, 96, n, padded, true);
-  expect_rows_through_map(chip, cfg, 30 * 34, 288, n, dropped, true);
+  expect_rows_through_map(chip, cfg, 30 * 34, 288, n, dropped, true, true);
+  // one image into its padded layout: the groups g * pitch apart, whole groups at a time
+  expect_rows_through_map(chip, cfg, 30 * 40, 96, n, {40, 40, 42 * row, 30, 33 * 42 * row, 33 * 42}, true, true);
   const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
   kernels::GemmChip g{1020, 288, n, DType::BF16, DType::BF16, 1, 4, kernels::GemmSchedule::Tiles};
   for (const kernels::RowMap& bad :
@@ -786,6 +798,8 @@ TEST(GemmChip, CRowsStoreThroughAMapOnTwoCores) {
   const sim::ChipConfig cfg = sim::load_config("v4");
   sim::Chip chip(cfg);
   expect_rows_through_map(chip, cfg, 2 * 30 * 40, 96, n, {40, 40, 42 * row, 30, 33 * 42 * row, 2 * 33 * 42}, false);
+  // 128 columns, a matrix unit's strip: the drop of virtual columns whole groups at a time on both cores
+  expect_rows_through_map(chip, cfg, 30 * 34, 288, 128, {34, 32, 32 * 256, 0, 0, 30 * 32}, false, true);
 }
 
 // The weight stream's share of a GEMM's tail as background loads (DmaLoad::bg, signalling DmaLoad::signal): the
