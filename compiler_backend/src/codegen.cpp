@@ -243,7 +243,22 @@ std::optional<kernels::GemmKSplit> split_k_gemm(const KernelPlan& plan, const Ke
     // where it also beats it by a quarter with the weights in VMEM (both estimates at 16 times HBM's bandwidth).
     // ResNet-50's 7 x 7 convolutions on v6e, 63 x 4608 x 512 (weights streamed): 5,714 cycles as the whole-chip
     // GEMM, 3,758 split; BERT-base's FFN output on v5e (estimates 5,516 and 6,506 at that bandwidth) stays.
-    if (chip && local >= 0.75 * (kernels::gemm_chip_estimate(*chip, fast) + sync)) return std::nullopt;
+    //
+    // Except where the whole-chip GEMM's units split a tile's rows (row blocks) and each streams fewer rows than a
+    // weight load takes (R): each of them then loads every weight tile of its strip, and the kernel waits on those
+    // loads, where the split kernel's units share them (half or fewer a unit). There, where both stream their
+    // weights (may_stream), the split kernel need only beat it at 16 times HBM's bandwidth. ResNet-50's 7 x 7
+    // 1 x 1 convolutions of 49 x 2048 x 512 on v6e (two strips of 256, two row blocks of 25 and 24 rows): 2,475
+    // cycles as the whole-chip GEMM, each unit loading 8 tiles, 1,530 split, 4 a unit (estimates 2,275 and 1,811).
+    bool shared_loads = false;
+    if (chip && may_stream) try {
+        const kernels::GemmTiles t = kernels::gemm_chip_tiles(*chip, symbols);
+        shared_loads = t.rb > 1 && (t.tm + t.rb - 1) / t.rb < symbol_or(symbols, "MXU_ROWS", 1);
+      } catch (const std::invalid_argument&) {
+      }
+    if (chip && local >= (shared_loads ? 1.0 : 0.75) * (kernels::gemm_chip_estimate(*chip, fast) + sync))
+      return std::nullopt;
+    if (shared_loads) return g;
     // gemm.s's weights never stream; the split kernel's may (may_stream: the weight stream runs and they are
     // constants): then its estimate with them in VMEM is the one to beat gemm.s's with, and it need only beat it
     // (else by a tenth): gemm.s loads every fold's weights from HBM, which its estimate counts below its run where

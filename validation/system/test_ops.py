@@ -817,6 +817,31 @@ class ConvFused(OpCase):
                                                          dis)}, {"0.body.4", "1.body.0", "1.body.2", "1.body.4"})
         self.same_bits_as_fenced_in_fewer_cycles(model, xf, "v6e")
 
+    def test_row_blocks_that_wait_on_weight_loads_split_k_instead(self):
+        # ResNet-50's 7 x 7 bottleneck block on v6e: its first 1 x 1 convolution, 49 x 2048 x 512, as the whole-chip
+        # GEMM would split its 49 rows in two row blocks over the units of each of its 2 strips, each unit loading
+        # all 8 weight tiles of its strip for 25 rows (split_k_gemm, codegen.cpp: there the split kernel need only
+        # beat it with the weights in VMEM); its units share the loads instead
+        # (GemmChip.RowBlocksThatWaitOnWeightLoadsLoseToSplitK times both). Against torch; the same bits as with
+        # --no-kernel-overlap, in fewer cycles.
+        torch.manual_seed(16)
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(nn.Conv2d(2048, 512, 1), nn.ReLU(), nn.Conv2d(512, 512, 3, padding=1),
+                                          nn.ReLU(), nn.Conv2d(512, 2048, 1))
+
+            def forward(self, x):
+                return torch.relu(self.body(x) + x)
+        x = randn(1, 2048, 7, 7)
+        self.check(Block(), x, config="v6e")
+        kernels, _, _ = self.compiled("v6e")
+        self.assertEqual([k for k in kernels if k.startswith("gemm")][0], "gemm_ksplit")
+        d = os.path.join(self.dir, f"case{self.n}")
+        xf = os.path.join(d, [f for f in os.listdir(d) if f.endswith(".npy")][0])
+        self.same_bits_as_fenced_in_fewer_cycles(os.path.join(d, "model.onnx"), xf, "v6e")
+
     def test_opset17(self):
         m = nn.Sequential(nn.Conv2d(5, 7, 3, padding=1), randomize_bn(nn.BatchNorm2d(7)), nn.SiLU())
         self.check(m, randn(1, 5, 7, 9), opset=17)

@@ -12,6 +12,7 @@
 #include "reference_harness.h"
 #include "tests/generated_kernel.h"
 #include "tpusim/kernels/gemm_chip.h"
+#include "tpusim/kernels/gemm_ksplit.h"
 #include "tpusim/isa/emitter.h"
 #include "tpusim/isa/numerics.h"
 #include "tpusim/kernels/kernels.h"
@@ -800,6 +801,40 @@ TEST(GemmChip, CRowsStoreThroughAMapOnTwoCores) {
   expect_rows_through_map(chip, cfg, 2 * 30 * 40, 96, n, {40, 40, 42 * row, 30, 33 * 42 * row, 2 * 33 * 42}, false);
   // 128 columns, a matrix unit's strip: the drop of virtual columns whole groups at a time on both cores
   expect_rows_through_map(chip, cfg, 30 * 34, 288, 128, {34, 32, 32 * 256, 0, 0, 30 * 32}, false, true);
+}
+
+// Where the whole-chip GEMM splits a tile's rows over its units (row blocks) and each streams fewer rows than a
+// weight load takes, every unit loads every weight tile of its strip and the kernel waits on those loads; the
+// split-K kernel's units share them. ResNet-50's 7 x 7 1 x 1 convolution, 49 x 2048 x 512 on v6e, a and b in VMEM
+// (the weight stream's and a compiled model's intermediates), bias and ReLU, timing only: the whole-chip GEMM's
+// 2 strips of 256 columns in 2 row blocks of 25 and 24 rows, each unit 8 weight loads of 256 cycles (2,048 of
+// loads a unit, its 8 streams of 25 rows behind them); the split kernel's units 4 tiles each (its 2 strips x 8
+// folds over 4 units). So the compiler (split_k_gemm) takes the split kernel there.
+TEST(GemmChip, RowBlocksThatWaitOnWeightLoadsLoseToSplitK) {
+  const sim::ChipConfig cfg = sim::load_config("v6e");
+  const std::map<std::string, int64_t> symbols = preset_symbols(cfg);
+  sim::Chip chip(cfg);
+  const uint64_t local = isa::kLocalWindow;
+  const std::map<std::string, uint64_t> addr = {{"a", local + (64 << 20)}, {"b", local + (80 << 20)},
+                                                 {"c", local + (72 << 20)}, {"bias", uint64_t{1} << 30}};
+  kernels::GemmChip g{49, 2048, 512, DType::BF16, DType::BF16, 1, 4, kernels::GemmSchedule::Tiles};
+  g.bias = g.relu = true;
+  const kernels::GemmTiles t = kernels::gemm_chip_tiles(g, symbols);
+  EXPECT_EQ(t.rb, 2);
+  EXPECT_EQ(t.u, 4);
+  EXPECT_LT((t.tm + t.rb - 1) / t.rb, symbols.at("MXU_ROWS"));
+  kernels::GemmKSplit k;
+  k.m = 49, k.k = 2048, k.n = 512, k.out = DType::BF16, k.bias = k.relu = true, k.a_local = true;
+  const kernels::KSplitPlan p = kernels::gemm_ksplit_plan(k, symbols);
+  EXPECT_EQ(p.units, 4);
+  EXPECT_EQ(p.longest, 4);  // 2 strips x 8 folds over 4 units, where each whole-chip unit loads 8
+  const uint64_t whole = chip.run(kernels::gemm_chip_kernel(g, symbols, addr), timing_only()).stats.cycles;
+  const uint64_t split = chip.run(kernels::gemm_ksplit_kernel(k, symbols, addr), timing_only()).stats.cycles;
+  std::printf("49 x 2048 x 512 on v6e, a and b in VMEM: the whole-chip GEMM %llu cycles, split-K %llu\n",
+              static_cast<unsigned long long>(whole), static_cast<unsigned long long>(split));
+  // the whole-chip GEMM's units load 8 tiles of 256 rows each, at least 2,048 cycles; the split kernel's 4
+  EXPECT_GE(whole, 8u * 256u);
+  EXPECT_LT(split, whole);
 }
 
 // The weight stream's share of a GEMM's tail as background loads (DmaLoad::bg, signalling DmaLoad::signal): the
