@@ -1200,20 +1200,58 @@ bool quantises_conv(const Lowering& L, const ir::Node& n) {
 
 }  // namespace
 
-// Per image, a gemm of a row of ones [1, HW] with the image [HW, C], scaled by 1/HW.
+// Whether colmean.s (the vector unit: a cast and the halvings, about 2 x HW x C elements, a vector instruction's
+// latency per halving, two transfers) beats a gemm of one row (the matrix unit loading a weight tile of R rows for
+// every R x MXU_COLS block of the image, spread over the units: ResNet-50's 7 x 7 x 2048 on v6e, 8 tiles, 1,109
+// cycles as the whole-chip GEMM) by its estimate, and one column of the image fits VMEM (the kernel's chunks).
+bool colmean_wins(const Lowering& L, int64_t HW, int64_t C, DType out) {
+  auto sym = [&](const char* k) {
+    const auto it = L.sym_.find(k);
+    return it == L.sym_.end() ? int64_t{0} : it->second;
+  };
+  const int64_t width = sym("VPU_WIDTH"), R = sym("MXU_ROWS"), cols = sym("MXU_COLS"), vmem = sym("VMEM_BYTES");
+  if (width < 1 || R < 1 || cols < 1 || (out != DType::BF16 && out != DType::F32) ||
+      6 * HW + isa::dtype_size(out) + 192 > vmem)
+    return false;
+  const int64_t units = std::max<int64_t>(1, sym("MXUS")), lat = sym("DMA_LATENCY");
+  const double vpu = 2.0 * static_cast<double>(HW * C) / static_cast<double>(width) +
+                     static_cast<double>(sym("VPU_LATENCY")) * (std::ceil(std::log2(static_cast<double>(HW))) + 2) +
+                     2.0 * static_cast<double>(lat);
+  const int64_t tiles = (HW + R - 1) / R * ((C + cols - 1) / cols);
+  const double mxu = static_cast<double>((tiles + units - 1) / units * R + R + cols) + 2.0 * static_cast<double>(lat);
+  return vpu < mxu;
+}
+
+// Per image, the mean of its HW pixels' C channels: colmean.s on the vector unit where its estimate wins
+// (colmean_wins), else a gemm of a row of ones [1, HW] with the image [HW, C], scaled by 1/HW.
 void lower_spatial_mean(Lowering& L, const ir::Node& n, int x, int y) {
   Shape xs = L.shape(x);
   if (xs.size() != 4) L.fail(n, "a 4-D input is required");
   const int64_t N = xs[0], C = xs[1], HW = xs[2] * xs[3];
   Stored X = L.get(x, DType::BF16, true);
-  int ones = L.const_bf16("ones." + std::to_string(HW), {1, HW}, std::vector<float>(static_cast<size_t>(HW), 1.0f));
   Stored Y = L.destination(y, L.storage_type(y));  // [N, C, 1, 1]: NHWC and NCHW are the same bytes
+  const float scale = 1.0f / static_cast<float>(HW);
+  const bool vpu = colmean_wins(L, HW, C, Y.dtype);
+  const int ones =
+      vpu ? -1 : L.const_bf16("ones." + std::to_string(HW), {1, HW}, std::vector<float>(static_cast<size_t>(HW), 1.0f));
   for (int64_t img = 0; img < N; ++img) {
     Stored xi = X, yi = Y;
     xi.off += static_cast<uint64_t>(img * HW * C * 2);
     yi.off += static_cast<uint64_t>(img * C * isa::dtype_size(Y.dtype));
-    L.gemm(n.name, Stored{ones, 0, DType::BF16, false}, xi, -1, yi, 1, HW, C, false, 1.0f / static_cast<float>(HW),
-         false, false);
+    if (!vpu) {
+      L.gemm(n.name, Stored{ones, 0, DType::BF16, false}, xi, -1, yi, 1, HW, C, false, scale, false, false);
+      continue;
+    }
+    KernelCall call;
+    call.label = n.name;
+    call.kernel = "colmean.s";
+    call.tensors = {{"x", xi.buf}, {"y", yi.buf}};
+    call.offsets = {{"x", xi.off}, {"y", yi.off}};
+    call.params = {{"ROWS", HW}, {"COLS", C}, {"DDT", dt(Y.dtype)},
+                   {"SCALE", static_cast<int64_t>(isa::bits_from_f32(scale))}};
+    call.flops = static_cast<double>(HW * C);
+    call.bytes = static_cast<double>(HW * C * 2 + C * isa::dtype_size(Y.dtype));
+    L.plan_.calls.push_back(std::move(call));
   }
 }
 

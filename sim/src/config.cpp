@@ -200,6 +200,8 @@ std::vector<std::pair<std::string, int64_t>> kernel_symbols(const ChipConfig& cf
       // bytes per cycle through one core's VMEM ports, all banks together (vmem.banks x vmem.port_bytes_per_cycle)
       {"VMEM_BYTES_PER_CYCLE", static_cast<int64_t>(cfg.vmem.banks) * static_cast<int64_t>(cfg.vmem.port_bytes_per_cycle)},
       {"VPU_WIDTH", cfg.vpu_width()},
+      // cycles a vector instruction takes beyond its elements (vpu.latency)
+      {"VPU_LATENCY", static_cast<int64_t>(cfg.vpu.latency)},
       // the special functions' (exp, log, sin, cos, recip, rsqrt) results per cycle (at most VPU_WIDTH)
       {"VPU_SPECIAL", cfg.vpu_special_width()},
       {"HBM_BYTES", static_cast<int64_t>(cfg.hbm_bytes())},

@@ -443,6 +443,61 @@ TEST(ReferenceKernels, CastAndGatherSharedOverCoresSameBits) {
   }
 }
 
+// ---- colmean.s ----------------------------------------------------------------------------------------------
+
+// colmean.s (a global average pool on the vector unit): each column's ROWS bf16 values summed in f32 in halves (of n
+// rows, the last floor(n / 2) added onto the first, until one is left), times SCALE, cast to bf16 or f32. The
+// simulator and the reference machine of the ISA's f32 order bit for bit as the host doing the same halvings in
+// float; the fp64 reference (exact sums) within the output's rounding and the f32 sums' (ROWS x 2^-24 each). One
+// row (no sums), odd counts, ResNet's 7 x 7 x 2048, and a VMEM of 16 KiB: 49 rows then take chunks of
+// (16384 - 192) / (6 x 49 + 2) = 54 columns, 4 chunks for 200 (the same sums whatever the chunk).
+TEST(ReferenceKernels, ColMeanSumsTheRowsInHalvesInF32) {
+  static const std::vector<std::string> sets{"vmem.size_kib=16"};
+  TPUSIM_MACHINES(m, sets);
+  Random r(311);
+  struct Case {
+    int64_t rows, cols;
+    DType out;
+  };
+  for (const Case& c : {Case{1, 5, DType::BF16}, Case{7, 33, DType::F32}, Case{49, 200, DType::BF16},
+                        Case{49, 200, DType::F32}, Case{64, 70, DType::BF16}, Case{3, 1, DType::F32}}) {
+    const std::vector<double> x = r.values(DType::BF16, static_cast<size_t>(c.rows * c.cols), -6, 6);
+    const float scale = 1.0f / static_cast<float>(c.rows);
+    const KernelRun k = run_kernel(*m, "colmean.s",
+                                   {{"ROWS", c.rows}, {"COLS", c.cols}, {"DDT", code(c.out)},
+                                    {"SCALE", ref::bits_of_f32(scale)}},
+                                   {{"x", {x, DType::BF16}}}, "y");
+    std::vector<double> want(static_cast<size_t>(c.cols)), exact(static_cast<size_t>(c.cols));
+    for (int64_t j = 0; j < c.cols; ++j) {
+      std::vector<float> v(static_cast<size_t>(c.rows));
+      for (int64_t i = 0; i < c.rows; ++i) {
+        v[static_cast<size_t>(i)] = static_cast<float>(x[static_cast<size_t>(i * c.cols + j)]);
+        exact[static_cast<size_t>(j)] += x[static_cast<size_t>(i * c.cols + j)];
+      }
+      for (int64_t n = c.rows; n > 1;) {
+        const int64_t h = n / 2;
+        for (int64_t i = 0; i < h; ++i) v[static_cast<size_t>(i)] += v[static_cast<size_t>(n - h + i)];
+        n -= h;
+      }
+      const double y = static_cast<double>(v[0] * scale);
+      want[static_cast<size_t>(j)] = c.out == DType::BF16 ? ref::to_bf16(y) : y;
+      exact[static_cast<size_t>(j)] *= static_cast<double>(scale);
+    }
+    const std::string what = "colmean.s ROWS=" + std::to_string(c.rows) + " COLS=" + std::to_string(c.cols) + " " +
+                             isa::dtype_name(c.out);
+    expect_all(what, want.size(),
+               [&](size_t i) {
+                 const double tol = std::fabs(exact[i]) * (c.out == DType::BF16 ? 0x1p-8 : 0x1p-24) +
+                                    static_cast<double>(c.rows) * 0x1p-24 * 64.0;
+                 return same(k.sim[i], want[i]) && same(k.isaf32[i], want[i]) && std::fabs(k.fp64[i] - exact[i]) <= tol;
+               },
+               [&](size_t i) {
+                 return "sim " + num(k.sim[i]) + ", ISA-order reference " + num(k.isaf32[i]) + ", host " +
+                        num(want[i]) + ", fp64 " + num(k.fp64[i]) + " (exact " + num(exact[i]) + ")";
+               });
+  }
+}
+
 // ---- another array shape (its own process under ctest) -----------------------------------------------------
 
 const std::vector<std::string>& array16() {
