@@ -11,7 +11,8 @@
 // implicit_im2col). Depthwise convs run on the vector unit (a row-wise kernel summing tap x
 // weight, each tap read in place: tap_views); other grouped convs one gemm per group. MaxPool / AveragePool: taps
 // read in place, reduced by a row-wise kernel (1-D: H = 1; 3-D: over H and W, then over D). GlobalAveragePool (and
-// ReduceMean over H, W): a gemm of a row of ones with each image, scaled by 1/HW.
+// ReduceMean over H, W): colmean.s on the vector unit where its estimate wins, else a gemm of a row of ones with
+// each image, scaled by 1/HW (lower_spatial_mean).
 // Other ranks and transposed convolutions reuse the 2-D core (conv2d): a 1-D Conv is a 2-D one with H = 1 on its
 // input made channels-last ([N, L, C]); a 3-D Conv is a 2-D one over N x OD images whose channels are the KD input
 // depths each output depth reads (gathered by moves, zeros outside; channel order group, depth tap, channel). A
