@@ -254,5 +254,10 @@ void lower_attention(Lowering& L, const AttentionGroup& g);
 // Helpers one family offers another.
 // Mean over H and W of a 4-D value x into y (GlobalAveragePool, ReduceMean over axes 2 and 3): ops_conv.cpp.
 void lower_spatial_mean(Lowering& L, const ir::Node& n, int x, int y);
+// y[1, N] = act(x[1, K] @ w[K, N] + bias) on the vector unit, a row-wise kernel over w^T (a matrix-vector product,
+// where a matrix unit would shift in a weight tile for one row), and whether its kernel fits VMEM: ops_matmul.cpp.
+void gemv(Lowering& L, const std::string& label, Stored x, const std::vector<float>& w, int64_t k, int64_t n,
+          const std::vector<float>& bias, const std::string& wname, bool relu, Stored out, bool int8_weights);
+bool gemv_fits(const Lowering& L, int64_t k, int64_t n, bool int8_weights, bool bias, bool relu, DType out);
 
 }  // namespace tpusim::compiler

@@ -744,6 +744,14 @@ void conv2d(Lowering& L, const ir::Node& n, const Conv2d& c) {
         for (int64_t t = 0; t < taps; ++t)
           wt[static_cast<size_t>((t * C + ci) * OC + o)] = w[static_cast<size_t>((o * C + ci) * taps + t)];
     auto matmul = [&](Stored a, int64_t m, Stored dst, int value) { conv_gemm(L, n, c, wt, a, m, dst, value); };
+    // One output row (a 1 x 1 convolution of a 1 x 1 image: a squeeze-and-excitation block's two, after its global
+    // pool): a matrix-vector product on the vector unit (gemv), as a MatMul of one row is, where a matrix unit would
+    // shift in every weight tile for that one row
+    if (direct && N * OH * OW == 1 && !c.q8 && gemv_fits(L, C, OC, false, c.has_bias, c.relu, Y.dtype)) {
+      gemv(L, label, X, wt, C, OC, c.has_bias ? c.bias : std::vector<float>{}, c.wname, c.relu, Y, false);
+      L.plan_.calls.back().flops = c.flops;
+      return;
+    }
     if (direct) return matmul(X, N * OH * OW, Y, c.value);
     if (C * isa::dtype_size(X.dtype) >= kMinTapBytes) return implicit_im2col(L, n, c, wt);
     int im = L.temp(label + ".im2col", X.dtype, {1});

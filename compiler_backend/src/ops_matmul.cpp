@@ -374,70 +374,6 @@ int fuse_epilogue(Lowering& L, int out, int64_t ncols, std::vector<float>& bias,
   }
 }
 
-// y[1, N] = act(x[1, K] @ w[K, N] + bias) as a row-wise kernel over w^T [N, K]: each row multiplied by x
-// (one vector, loaded once) and summed. A matrix unit would spend R cycles shifting in each weight tile to use
-// it for one row; the vector unit streams the weights at HBM bandwidth (decode steps, batch-1 classifiers).
-// int8: the weights are int8 with a scale per output channel (max|w| / 127) applied to each row's sum; x stays
-// f32 (weight-only quantisation: the vector unit gains nothing from int8 arithmetic, HBM traffic halves).
-void gemv(Lowering& L, const std::string& label, Stored x, const std::vector<float>& w, int64_t k, int64_t n,
-          const std::vector<float>& bias, const std::string& wname, bool relu, Stored out, bool int8_weights) {
-  KernelCall call = L.rowwise_call(label, n, k);
-  std::vector<float> wt(w.size());  // empty w (timing-only): no values, nothing to transpose
-  for (int64_t i = 0; i < k && !w.empty(); ++i)
-    for (int64_t j = 0; j < n; ++j) wt[static_cast<size_t>(j * k + i)] = w[static_cast<size_t>(j + i * n)];
-  std::vector<float> scale;
-  int wbuf;
-  if (int8_weights) {
-    scale.assign(static_cast<size_t>(n), wt.empty() ? 1.0f : 0.0f);
-    std::vector<uint8_t> q(wt.size());
-    for (int64_t j = 0; j < n && !wt.empty(); ++j) {
-      for (int64_t i = 0; i < k; ++i) scale[j] = std::max(scale[j], std::fabs(wt[static_cast<size_t>(j * k + i)]));
-      scale[j] = scale[j] > 0 ? scale[j] / 127.0f : 1.0f;
-      for (int64_t i = 0; i < k; ++i) {
-        const auto v = static_cast<int8_t>(
-            std::clamp(std::nearbyint(wt[static_cast<size_t>(j * k + i)] / scale[j]), -127.0f, 127.0f));
-        std::memcpy(&q[static_cast<size_t>(j * k + i)], &v, 1);
-      }
-    }
-    wbuf = L.add_const(wname + ".T.i8", DType::I8, {n, k}, std::move(q));
-  } else {
-    wbuf = L.const_bf16(wname + ".T", {n, k}, wt);
-  }
-  int W = L.rw_input(call, Stored{wbuf, 0, int8_weights ? DType::I8 : DType::BF16, false}, false, 0);
-  int X = L.rw_input(call, x, false, 1);
-  int r = L.rw_node(call, rw::Op::RowSum, {L.rw_node(call, rw::Op::Mul, {W, X})});
-  if (int8_weights)
-    r = L.rw_node(call, rw::Op::Mul,
-                {r, L.rw_input(call, Stored{L.const_f32(wname + ".scale", {n}, scale), 0, DType::F32, false}, true, 0)});
-  if (!bias.empty())
-    r = L.rw_node(call, rw::Op::Add,
-                {r, L.rw_input(call, Stored{L.const_f32(wname + ".bias", {n}, bias), 0, DType::F32, false}, true, 0)});
-  if (relu) r = L.rw_node(call, rw::Op::Relu, {r});
-  L.rw_output(call, r, out);
-  call.flops = 2.0 * static_cast<double>(k) * static_cast<double>(n);
-  L.plan_.calls.push_back(std::move(call));
-}
-
-// Whether gemv's row-wise kernel fits a row of k weights (their staging slots, x as a loop-invariant row, the
-// products) in a core's VMEM: not on h200-like's 228 KB of shared memory for VGG's classifier (rows of 25,088
-// weights), whose product then runs as the GEMM on the matrix unit. x taken as f32 (its widest form).
-bool gemv_fits(const Lowering& L, int64_t k, int64_t n, bool int8_weights, bool bias, bool relu, DType out) {
-  rw::Program p;
-  p.rows = n, p.cols = k;
-  p.inputs.push_back(rw::Input{0, int8_weights ? DType::I8 : DType::BF16});
-  p.inputs.push_back(rw::Input{0, DType::F32, false, 1});
-  int r = p.unary(rw::Op::RowSum, p.binary(rw::Op::Mul, p.input(0), p.input(1)));
-  auto per_row = [&] {  // a scale or a bias, one per output
-    p.inputs.push_back(rw::Input{0, DType::F32, true});
-    return p.input(static_cast<int>(p.inputs.size()) - 1);
-  };
-  if (int8_weights) r = p.binary(rw::Op::Mul, r, per_row());
-  if (bias) r = p.binary(rw::Op::Add, r, per_row());
-  if (relu) r = p.unary(rw::Op::Relu, r);
-  p.outputs.push_back(rw::Output{r, 0, out});
-  return L.rowwise_fits(p);
-}
-
 // The part size G when a matmul's result `out` (n columns) is read only by a Split of its last axis into equal
 // parts of whole matrix-unit strips (fused sibling projections, GPT-2's c_attn): the GEMM can store the parts one
 // after the other (GROUP_N) and the Split's outputs are then views. Else 0.
@@ -587,6 +523,71 @@ bool quantises_matmul(const Lowering& L, const ir::Node& n) {
 }
 
 }  // namespace
+
+// y[1, N] = act(x[1, K] @ w[K, N] + bias) as a row-wise kernel over w^T [N, K]: each row multiplied by x
+// (one vector, loaded once) and summed. A matrix unit would spend R cycles shifting in each weight tile to use
+// it for one row; the vector unit streams the weights at HBM bandwidth (decode steps, batch-1 classifiers).
+// int8: the weights are int8 with a scale per output channel (max|w| / 127) applied to each row's sum; x stays
+// f32 (weight-only quantisation: the vector unit gains nothing from int8 arithmetic, HBM traffic halves).
+void gemv(Lowering& L, const std::string& label, Stored x, const std::vector<float>& w, int64_t k, int64_t n,
+          const std::vector<float>& bias, const std::string& wname, bool relu, Stored out, bool int8_weights) {
+  KernelCall call = L.rowwise_call(label, n, k);
+  std::vector<float> wt(w.size());  // empty w (timing-only): no values, nothing to transpose
+  for (int64_t i = 0; i < k && !w.empty(); ++i)
+    for (int64_t j = 0; j < n; ++j) wt[static_cast<size_t>(j * k + i)] = w[static_cast<size_t>(j + i * n)];
+  std::vector<float> scale;
+  int wbuf;
+  if (int8_weights) {
+    scale.assign(static_cast<size_t>(n), wt.empty() ? 1.0f : 0.0f);
+    std::vector<uint8_t> q(wt.size());
+    for (int64_t j = 0; j < n && !wt.empty(); ++j) {
+      for (int64_t i = 0; i < k; ++i) scale[j] = std::max(scale[j], std::fabs(wt[static_cast<size_t>(j * k + i)]));
+      scale[j] = scale[j] > 0 ? scale[j] / 127.0f : 1.0f;
+      for (int64_t i = 0; i < k; ++i) {
+        const auto v = static_cast<int8_t>(
+            std::clamp(std::nearbyint(wt[static_cast<size_t>(j * k + i)] / scale[j]), -127.0f, 127.0f));
+        std::memcpy(&q[static_cast<size_t>(j * k + i)], &v, 1);
+      }
+    }
+    wbuf = L.add_const(wname + ".T.i8", DType::I8, {n, k}, std::move(q));
+  } else {
+    wbuf = L.const_bf16(wname + ".T", {n, k}, wt);
+  }
+  int W = L.rw_input(call, Stored{wbuf, 0, int8_weights ? DType::I8 : DType::BF16, false}, false, 0);
+  int X = L.rw_input(call, x, false, 1);
+  int r = L.rw_node(call, rw::Op::RowSum, {L.rw_node(call, rw::Op::Mul, {W, X})});
+  if (int8_weights)
+    r = L.rw_node(call, rw::Op::Mul,
+                {r, L.rw_input(call, Stored{L.const_f32(wname + ".scale", {n}, scale), 0, DType::F32, false}, true, 0)});
+  if (!bias.empty())
+    r = L.rw_node(call, rw::Op::Add,
+                {r, L.rw_input(call, Stored{L.const_f32(wname + ".bias", {n}, bias), 0, DType::F32, false}, true, 0)});
+  if (relu) r = L.rw_node(call, rw::Op::Relu, {r});
+  L.rw_output(call, r, out);
+  call.flops = 2.0 * static_cast<double>(k) * static_cast<double>(n);
+  L.plan_.calls.push_back(std::move(call));
+}
+
+// Whether gemv's row-wise kernel fits a row of k weights (their staging slots, x as a loop-invariant row, the
+// products) in a core's VMEM: not on h200-like's 228 KB of shared memory for VGG's classifier (rows of 25,088
+// weights), whose product then runs as the GEMM on the matrix unit. x taken as f32 (its widest form).
+bool gemv_fits(const Lowering& L, int64_t k, int64_t n, bool int8_weights, bool bias, bool relu, DType out) {
+  rw::Program p;
+  p.rows = n, p.cols = k;
+  p.inputs.push_back(rw::Input{0, int8_weights ? DType::I8 : DType::BF16});
+  p.inputs.push_back(rw::Input{0, DType::F32, false, 1});
+  int r = p.unary(rw::Op::RowSum, p.binary(rw::Op::Mul, p.input(0), p.input(1)));
+  auto per_row = [&] {  // a scale or a bias, one per output
+    p.inputs.push_back(rw::Input{0, DType::F32, true});
+    return p.input(static_cast<int>(p.inputs.size()) - 1);
+  };
+  if (int8_weights) r = p.binary(rw::Op::Mul, r, per_row());
+  if (bias) r = p.binary(rw::Op::Add, r, per_row());
+  if (relu) r = p.unary(rw::Op::Relu, r);
+  p.outputs.push_back(rw::Output{r, 0, out});
+  return L.rowwise_fits(p);
+}
+
 
 void add_matmul_ops(OpTable& t) {
   t.add({.name = "MatMul", .min_inputs = 2, .max_inputs = 2, .infer = infer_matmul, .fold = fold_matmul,

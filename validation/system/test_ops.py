@@ -817,6 +817,29 @@ class ConvFused(OpCase):
                                                          dis)}, {"0.body.4", "1.body.0", "1.body.2", "1.body.4"})
         self.same_bits_as_fenced_in_fewer_cycles(model, xf, "v6e")
 
+    def test_squeeze_and_excitation_pools_and_scales_on_the_vector_unit(self):
+        # A squeeze-and-excitation block (EfficientNet's, MobileNet-v3's, RegNetY's): the global pool on the vector
+        # unit (colmean.s: no matrix unit loading a weight tile per block of the image for one row), and the two 1 x
+        # 1 convolutions of the pooled 1 x 1 image matrix-vector products on it too (gemv: a row-wise kernel over
+        # the weights), so no gemm at all; against torch, on a chip of one core and of two
+        torch.manual_seed(17)
+
+        class SE(nn.Module):
+            def __init__(self, c=240, r=4):
+                super().__init__()
+                self.fc1, self.fc2 = nn.Conv2d(c, c // r, 1), nn.Conv2d(c // r, c, 1)
+
+            def forward(self, x):
+                s = torch.sigmoid(self.fc2(torch.relu(self.fc1(nn.functional.adaptive_avg_pool2d(x, 1)))))
+                return x * s
+        x = randn(1, 240, 14, 14)
+        for config in ("v6e", "v4"):
+            self.check(SE(), x, config=config)
+            kernels, _, _ = self.compiled(config)
+            self.assertIn("colmean.s", kernels)
+            self.assertEqual([k for k in kernels if k.startswith("gemm")], [])
+            self.assertGreaterEqual(kernels.count("rowwise"), 2)
+
     def test_row_blocks_that_wait_on_weight_loads_split_k_instead(self):
         # ResNet-50's 7 x 7 bottleneck block on v6e: its first 1 x 1 convolution, 49 x 2048 x 512, as the whole-chip
         # GEMM would split its 49 rows in two row blocks over the units of each of its 2 strips, each unit loading
