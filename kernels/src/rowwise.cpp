@@ -127,12 +127,14 @@ enum class PK {
   Red,     // vpu.rsum/rmax d (Row), a (Full)
   Zero,    // vpu.rsum over zero columns: d = 0
   Cast,    // vpu.cast d (ddt), a (sdt)
-  Dot      // vpu.rdot d (Row), a (Full, sdt), b (Full, f32): rsum(mul(a, b)) in one pass (fold_dots)
+  Dot,     // vpu.rdot d (Row), a (Full, sdt), b (Full, f32): rsum(mul(a, b)) in one pass (fold_dots)
+  MAdd     // vpu.madd d, a, b, e, n: a * b + e in one pass (same kind; fold_madds)
 };
 struct POp {
   PK k = PK::Bin;
   std::string mn;
   int d = -1, a = -1, b = -1;
+  int e = -1;  // MAdd: the addend
   float c = 0;
   DType sdt = DType::F32, ddt = DType::F32;
   bool scaled = false;  // Cast: x f32(a) * c (vpu.cast's scale_en), then cast to ddt
@@ -197,7 +199,9 @@ bool is_periodic(const Program& p, const Input& in) { return in.period > 0 && in
 
 class Lowerer {
  public:
-  Lowerer(const Program& p, const std::vector<bool>& inv) : p_(p), inv_(inv) {}
+  // madd: fold a product and the add that alone reads it into one vpu.madd (fold_madds); not for an epilogue,
+  // whose steps (Epilogue::Step) take two operands
+  Lowerer(const Program& p, const std::vector<bool>& inv, bool madd = true) : p_(p), inv_(inv), madd_(madd) {}
 
   Lowered run() {
     L_.consts = {0.0f, 1.0f};
@@ -270,6 +274,7 @@ class Lowerer {
     }
     fold_dots(direct);
     fold_selects(direct);
+    if (madd_) fold_madds(direct);
     for (const POp& o : L_.ops)
       if (o.k == PK::Bcast1 && L_.const_index(o.c) < 0) L_.consts.push_back(o.c);
     allocate();
@@ -286,7 +291,7 @@ class Lowerer {
     for (int v : direct) ++u.count[static_cast<size_t>(v)];
     for (size_t k = 0; k < L_.ops.size(); ++k) {
       u.def[static_cast<size_t>(L_.ops[k].d)] = static_cast<int>(k);
-      for (int a : {L_.ops[k].a, L_.ops[k].b})
+      for (int a : {L_.ops[k].a, L_.ops[k].b, L_.ops[k].e})
         if (a >= 0) ++u.count[static_cast<size_t>(a)];
     }
     return u;
@@ -330,6 +335,32 @@ class Lowerer {
       }
       dead[static_cast<size_t>(m)] = true;
       r = dot;
+    }
+    drop(dead);
+  }
+
+  // A sum of a product and another value of its kind, add(mul(x, y), z), whose product nothing else reads, is one
+  // vpu.madd: one pass of the vector unit where there were two (a depthwise convolution's taps accumulated, a layer
+  // norm's scale and shift). vpu.madd is defined as vpu.mul and vpu.add in turn (isa.def), so the bits are the same.
+  void fold_madds(const std::vector<int>& direct) {
+    const Uses u = uses_of(direct);
+    const std::vector<int>& uses = u.count;
+    const std::vector<int>& def = u.def;
+    std::vector<bool> dead(L_.ops.size(), false);
+    auto product = [&](int v) {  // the f32 vpu.mul that alone defines v and is not already folded, or -1
+      const int m = v >= 0 ? def[static_cast<size_t>(v)] : -1;
+      if (m < 0 || dead[static_cast<size_t>(m)] || uses[static_cast<size_t>(v)] != 1) return -1;
+      const POp& o = L_.ops[static_cast<size_t>(m)];
+      return o.k == PK::Bin && o.mn == "mul" && o.sdt == DType::F32 ? m : -1;
+    };
+    for (POp& r : L_.ops) {
+      if (r.k != PK::Bin || r.mn != "add" || r.sdt != DType::F32) continue;
+      int m = product(r.a), addend = r.b;
+      if (m < 0) m = product(r.b), addend = r.a;
+      if (m < 0) continue;
+      const POp& mul = L_.ops[static_cast<size_t>(m)];
+      r.k = PK::MAdd, r.mn = "madd", r.a = mul.a, r.b = mul.b, r.e = addend;
+      dead[static_cast<size_t>(m)] = true;
     }
     drop(dead);
   }
@@ -389,6 +420,7 @@ class Lowerer {
  private:
   const Program& p_;
   const std::vector<bool>& inv_;
+  bool madd_ = true;
   Lowered L_;
   std::vector<V> in_val_;
   std::vector<bool> in_done_;
@@ -673,7 +705,7 @@ class Lowerer {
   void allocate() {
     std::vector<int> last(L_.vr.size(), -1);
     for (size_t k = 0; k < L_.ops.size(); ++k)
-      for (int a : {L_.ops[k].a, L_.ops[k].b})
+      for (int a : {L_.ops[k].a, L_.ops[k].b, L_.ops[k].e})
         if (a >= 0) last[static_cast<size_t>(a)] = static_cast<int>(k);
     std::vector<int> free_full, free_row;
     auto reusable = [&](int v) {
@@ -688,7 +720,7 @@ class Lowerer {
       const POp& o = L_.ops[k];
       VReg& d = L_.vr[static_cast<size_t>(o.d)];
       if (d.buf < 0) {
-        for (int a : {o.a, o.b})
+        for (int a : {o.a, o.b, o.e})
           if (a >= 0 && last[static_cast<size_t>(a)] == static_cast<int>(k) && reusable(a) &&
               L_.vr[static_cast<size_t>(a)].k == d.k) {
             d.buf = L_.vr[static_cast<size_t>(a)].buf;
@@ -710,7 +742,7 @@ class Lowerer {
         }
       }
       const int dbuf = d.buf;
-      for (int a : {o.a, o.b})
+      for (int a : {o.a, o.b, o.e})
         if (a >= 0 && last[static_cast<size_t>(a)] == static_cast<int>(k) && reusable(a) &&
             L_.vr[static_cast<size_t>(a)].buf != dbuf) {
           last[static_cast<size_t>(a)] = -2;  // released once, even when it is both operands
@@ -1245,8 +1277,8 @@ class Emitter {
 
   // Whether `op` reads a loop-invariant input (its staging or its f32 copy)
   bool reads_invariant(const POp& op) const {
-    const bool two = op.k == PK::Bin || op.k == PK::RowB || op.k == PK::Dot;  // (b an operand)
-    for (const int v : {op.a, two ? op.b : -1}) {
+    const bool two = op.k == PK::Bin || op.k == PK::RowB || op.k == PK::Dot || op.k == PK::MAdd;  // (b an operand)
+    for (const int v : {op.a, two ? op.b : -1, op.e}) {
       if (v < 0) continue;
       const Buf& b = b_.low.bufs[static_cast<size_t>(b_.low.vr[static_cast<size_t>(v)].buf)];
       if (b.space == Buf::Inv || b.space == Buf::InvStage) return true;
@@ -1292,6 +1324,9 @@ class Emitter {
       case PK::RowB:
         addr(9, op.d), addr(10, op.a), addr(11, op.b);
         return vop(op.mn, {9, 10, 11, 2, 6, 7, f32});
+      case PK::MAdd:
+        addr(9, op.d), addr(10, op.a), addr(11, op.b), addr(12, op.e);
+        return vop(op.mn, {9, 10, 11, 12, n_reg(op.d), f32});
       case PK::Bcast1:
         addr(9, op.d), addr(10, op.a);
         e_.li(r(11), static_cast<int64_t>(b_.const_base + 4 * static_cast<uint64_t>(b_.low.const_index(op.c))));
@@ -1381,7 +1416,7 @@ Epilogue epilogue(const Program& given, int64_t max_elements, uint64_t base) {
   p.inputs[0].period = 0;
   validate(p);
   const std::vector<bool> inv(1, false);
-  Lowered low = Lowerer(p, inv).run();
+  Lowered low = Lowerer(p, inv, false).run();
   Epilogue e;
   base = align64(base);
   e.const_base = base;
@@ -1419,6 +1454,7 @@ Epilogue epilogue(const Program& given, int64_t max_elements, uint64_t base) {
       case PK::RowB:
       case PK::Dot:
       case PK::Red: fail("an epilogue's values are per element");
+      case PK::MAdd: fail("an epilogue folds no products (Lowerer's madd)");
     }
     ++e.vector_ops;
   }

@@ -232,6 +232,9 @@ void vmem_accesses(const Entry& e, Add add) {
       if (e.arg("res"))  // the residual, laid out as the output
         rd(e.arg("scale"), e.arg("rows"), e.arg("cols") * isa::dtype_size(e.dtype("odt")), e.arg("stride"));
       break;
+    case Op::VMADD:
+      rd(e.arg("vc"), 1, n_bytes("dtype"), 0);
+      [[fallthrough]];
     case Op::VADD:
     case Op::VSUB:
     case Op::VMUL:
@@ -306,6 +309,7 @@ Action element_action(const Entry& e) {
     case Op::VRDOT:
     case Op::VCDOT: flt = true; mul = true; break;
     case Op::VMUL:
+    case Op::VMADD:
     case Op::VMULROW:
     case Op::VEXP:
     case Op::VRECIP:
@@ -347,6 +351,8 @@ void Vpu::execute(const Entry& e) {
   });
   if (e.in.op == Op::VACC) act(e.pc, Action::AccRead, elements * 4);
   if (e.in.op == Op::VACC && e.arg("res")) act(e.pc, Action::VpuFloatAdd, elements);  // the residual's add
+  if (e.in.op == Op::VMADD)  // the add beside the multiply
+    act(e.pc, is_float(e.dtype("dtype")) ? Action::VpuFloatAdd : Action::VpuIntAdd, elements);
   const auto latency = static_cast<uint64_t>(st_.cfg.vpu.latency);
   const uint64_t vmem_done = st_.mem.vmem_ports.reserve(start, start, vmem_traffic(e, st_.mem.vmem_ports, vmem));
   const uint64_t rate = rate_[static_cast<uint8_t>(e.in.op)];
@@ -410,6 +416,7 @@ uint64_t Vpu::check(const Entry& e) {
     case Op::VADD:
     case Op::VSUB:
     case Op::VMUL:
+    case Op::VMADD:
     case Op::VMAX:
     case Op::VMIN: {
       const int64_t n = nonneg("n");
@@ -417,6 +424,7 @@ uint64_t Vpu::check(const Entry& e) {
       allow(t, e.in.op == Op::VMAX || e.in.op == Op::VMIN, true);
       range("VMEM read", e.arg("va"), 1, n * isa::dtype_size(t), 0);
       range("VMEM read", e.arg("vb"), 1, n * isa::dtype_size(t), 0);
+      if (e.in.op == Op::VMADD) range("VMEM read", e.arg("vc"), 1, n * isa::dtype_size(t), 0);
       range("VMEM write", e.arg("vd"), 1, n * isa::dtype_size(t), 0);
       return count(n, 1);
     }
@@ -532,6 +540,22 @@ void Vpu::compute(const Entry& e) {
       return;
     case Op::VSUB: return binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Sub{});
     case Op::VMUL: return binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Mul{});
+    case Op::VMADD: {  // vpu.mul then vpu.add, element by element (vd may be va, vb or vc)
+      const DType t = e.dtype("dtype");
+      const int sz = isa::dtype_size(t);
+      for (int64_t i = 0, o = 0; i < e.arg("n"); ++i, o += sz) {
+        uint8_t p[4];  // the product, in dtype
+        const uint8_t *a = vm + e.arg("va") + o, *b = vm + e.arg("vb") + o, *c = vm + e.arg("vc") + o;
+        if (is_float(t)) {
+          store_float(t, p, Mul{}(load_float(t, a), load_float(t, b)));
+          store_float(t, vm + e.arg("vd") + o, Add{}(load_float(t, p), load_float(t, c)));
+        } else {
+          store_int(t, p, Mul{}(load_int(t, a), load_int(t, b)));
+          store_int(t, vm + e.arg("vd") + o, Add{}(load_int(t, p), load_int(t, c)));
+        }
+      }
+      return;
+    }
     case Op::VMAX: return binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Max{});
     case Op::VMIN: return binary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("vb"), e.arg("n"), Min{});
     case Op::VRELU: return unary(e.dtype("dtype"), vm, e.arg("vd"), e.arg("va"), e.arg("n"), Relu{});

@@ -191,6 +191,35 @@ TEST(Functional, VectorBf16RoundsToNearestEven) {
   EXPECT_EQ(isa::f32_from_bf16(prod[1]), bf16_round(1.0f * 0x1.8p-8f));
 }
 
+// vpu.madd: a * b + c, the product rounded to the type as vpu.mul gives it, then the sum as vpu.add: the bits of
+// the two instructions in turn. bf16: (1 + 2^-7)^2 = 1 + 2^-6 + 2^-14 rounds to 1 + 2^-6 (a fused multiply-add
+// would keep the 2^-14 and, with c = -(1 + 2^-6), give 2^-14 instead of 0); i32 wraps in both steps.
+TEST(Functional, VectorMultiplyAddRoundsTheProductFirst) {
+  Chip chip(small_config());
+  auto h = [](float x) { return isa::bf16_from_f32(x); };
+  std::vector<uint16_t> a = {h(1.0078125f), h(3), h(-2)}, b = {h(1.0078125f), h(0.5f), h(4)},
+                        c = {h(-1.015625f), h(1), h(0.25f)};
+  const int32_t mx = std::numeric_limits<int32_t>::max();
+  std::vector<int32_t> ia = {mx, 7, -3}, ib = {2, 6, 5}, ic = {3, -2, 1};
+  std::vector<uint8_t> vmem(1024);
+  put(vmem, 0, bytes_of(a)), put(vmem, 64, bytes_of(b)), put(vmem, 128, bytes_of(c));
+  put(vmem, 512, bytes_of(ia)), put(vmem, 576, bytes_of(ib)), put(vmem, 640, bytes_of(ic));
+  auto out = run_on_vmem(chip, vmem, [](ProgramBuilder& p) {
+    p.li(10, 0).li(11, 64).li(12, 128).li(13, 3).li(20, 192).li(21, 256).li(22, 320);
+    p.li(14, 512).li(15, 576).li(16, 640).li(23, 704);
+    p.op(Op::VMADD, {20, 10, 11, 12, 13, kBF16});
+    p.op(Op::VMUL, {21, 10, 11, 13, kBF16});
+    p.op(Op::VADD, {22, 21, 12, 13, kBF16});
+    p.op(Op::VMADD, {23, 14, 15, 16, 13, kI32});
+  });
+  auto fused = read_as<uint16_t>(out, 192, 3), two = read_as<uint16_t>(out, 320, 3);
+  EXPECT_EQ(fused, two);
+  EXPECT_EQ(isa::f32_from_bf16(fused[0]), 0.0f);  // not 2^-14
+  EXPECT_EQ(isa::f32_from_bf16(fused[1]), 2.5f);
+  EXPECT_EQ(isa::f32_from_bf16(fused[2]), -7.75f);
+  EXPECT_EQ(read_as<int32_t>(out, 704, 3), (std::vector<int32_t>{1, 40, -14}));  // 2 * max wraps to -2, + 3 = 1
+}
+
 TEST(Functional, VectorUnaryOps) {
   Chip chip(small_config());
   std::vector<float> x = {0.5f, -1.25f, 4.0f, 2.0f, -0.0f, 9.0f, 0.1f, 3.0f};

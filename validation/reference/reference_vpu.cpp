@@ -52,7 +52,7 @@ void Reference::vpu_elementwise(const isa::Instr& in) {
   if (float_only && is_int(dt)) fail(in.desc().mnemonic + " works on f32 or bf16");
   if (is_storage_only(dt)) fail(in.desc().mnemonic + " does not take f8e4m3 (only vpu.cast and vpu.acc convert it)");
   // i8 arithmetic could overflow and the ISA defines no i8 wrapping: only max, min and relu take i8.
-  if (dt == DType::I8 && (in.op == Op::VADD || in.op == Op::VSUB || in.op == Op::VMUL))
+  if (dt == DType::I8 && (in.op == Op::VADD || in.op == Op::VSUB || in.op == Op::VMUL || in.op == Op::VMADD))
     fail(in.desc().mnemonic + " does not take i8");
   int64_t vd = value(in, "vd"), va = value(in, "va"), vb = binary ? value(in, "vb") : 0, n = value(in, "n");
   const int size = size_of(dt);
@@ -60,6 +60,12 @@ void Reference::vpu_elementwise(const isa::Instr& in) {
     double a = vmem_load(va + i * size, dt), b = binary ? vmem_load(vb + i * size, dt) : 0, r = 0;
     switch (in.op) {
       case Op::VADD: r = a + b; break;  // exact for integers; one double rounding at most for floats
+      case Op::VMADD: {  // the product in dt (as vpu.mul), then the sum (as vpu.add)
+        const double p = is_int(dt) ? static_cast<double>(wrap_to(int64_t(a) * int64_t(b), dt))
+                                    : float_result(dt, a * b);
+        r = p + vmem_load(value(in, "vc") + i * size, dt);
+        break;
+      }
       case Op::VSUB: r = a - b; break;
       case Op::VMUL: r = is_int(dt) ? static_cast<double>(wrap_to(int64_t(a) * int64_t(b), dt)) : a * b; break;
       case Op::VMAX: r = maximum(a, b); break;

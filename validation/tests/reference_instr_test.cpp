@@ -134,6 +134,46 @@ TEST(ReferenceVpu, AddWithReluIsTheAddThenTheRelu) {
   }
 }
 
+TEST(ReferenceVpu, MultiplyAddIsTheMulThenTheAdd) {
+  // vpu.madd d = a * b + c: the simulator against the reference machine, and bit for bit against vpu.mul into a
+  // temporary and vpu.add of c, for i32 (wrapping), bf16 and f32, with -0, NaN, infinities and overflow among them
+  TPUSIM_MACHINES(m);
+  Random r(15);
+  for (DType t : {DType::I32, DType::BF16, DType::F32}) {
+    const size_t n = 41;
+    auto operands = binary_operands(t, n, r);
+    std::vector<double>& a = operands.first;
+    std::vector<double>& b = operands.second;
+    std::vector<double> c = binary_operands(t, n, r).first;
+    if (!ref::is_int(t)) {
+      a[30] = -0.0, b[30] = 1, c[30] = -0.0;                                    // -0 + -0 = -0
+      a[31] = std::numeric_limits<double>::quiet_NaN(), b[31] = 1, c[31] = 1;  // NaN
+      a[32] = kInf, b[32] = 0, c[32] = 1;                                       // inf x 0: NaN
+      a[33] = kInf, b[33] = 2, c[33] = -kInf;                                   // inf - inf: NaN
+      a[34] = 1e30, b[34] = 1e30, c[34] = -1;                                   // the product overflows
+    }
+    auto madd = [&](bool fused) {
+      return run_vector(*m, {{a, t}, {b, t}, {c, t}}, [&](Builder& p) {
+        p.li(1, kOut).li(2, kIn[0]).li(3, kIn[1]).li(5, kIn[2]).li(4, n);
+        if (fused) {
+          p.emit(Op::VMADD, {{"vd", 1}, {"va", 2}, {"vb", 3}, {"vc", 5}, {"n", 4}, {"dtype", int64_t(t)}});
+        } else {
+          p.emit(Op::VMUL, {{"vd", 1}, {"va", 2}, {"vb", 3}, {"n", 4}, {"dtype", int64_t(t)}});
+          p.emit(Op::VADD, {{"vd", 1}, {"va", 1}, {"vb", 5}, {"n", 4}, {"dtype", int64_t(t)}});
+        }
+      }, n, t);
+    };
+    const Results fused = madd(true), apart = madd(false);
+    expect_all(name(Op::VMADD, t), n, [&](size_t i) { return same(fused.sim[i], fused.fp64[i]); },
+               [&](size_t i) {
+                 return "a " + num(a[i]) + ", b " + num(b[i]) + ", c " + num(c[i]) + ": sim " + num(fused.sim[i]) +
+                        ", reference " + num(fused.fp64[i]);
+               });
+    expect_all(name(Op::VMADD, t) + " against mul, add", n, [&](size_t i) { return same(fused.sim[i], apart.sim[i]); },
+               [&](size_t i) { return "fused " + num(fused.sim[i]) + ", apart " + num(apart.sim[i]); });
+  }
+}
+
 TEST(ReferenceVpu, ReluEveryType) {
   TPUSIM_MACHINES(m);
   Random r(12);

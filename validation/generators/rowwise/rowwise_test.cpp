@@ -988,6 +988,42 @@ TEST(Rowwise, RowSumsOfProductsAreOnePass) {
   EXPECT_EQ(h.plan.vector_ops_per_tile, 5);
 }
 
+TEST(Rowwise, ProductsAddedInOnePass) {
+  // A depthwise convolution's three taps, y = x0 w0 + x1 w1 + x2 w2 + bias (x bf16 tiles, w and the bias one f32
+  // vector for every row, loop-invariant), to bf16: each product that only an add reads goes into it as one
+  // vpu.madd (isa.def: vpu.mul and vpu.add in turn, in one pass, the same bits). Per tile: the three casts of x, the
+  // first product, two multiply-adds, the bias's add and the output's cast: 8 vector instructions where the
+  // products and sums apart took 10. A layer norm's scale and shift, d * g + b: one vpu.madd. The values within the
+  // host's tolerance.
+  Harness h;
+  rw::Program p;
+  p.rows = 96, p.cols = 384;
+  int acc = -1;
+  for (int t = 0; t < 3; ++t) {
+    const int x = p.input(h.add_input(p, uniform(96 * 384, -2, 2, 50 + t), DType::BF16));
+    const int w = p.input(h.add_input(p, uniform(384, -1, 1, 60 + t), DType::F32, false, 1));
+    const int prod = p.binary(Op::Mul, x, w);
+    acc = acc < 0 ? prod : p.binary(Op::Add, acc, prod);
+  }
+  const int bias = p.input(h.add_input(p, uniform(384, -1, 1, 70), DType::F32, false, 1));
+  h.add_output(p, p.binary(Op::Add, acc, bias), DType::BF16);
+  h.run_and_check(p, {Tol{1.0 / 256 + 1e-5, 1e-4}});
+  EXPECT_EQ(h.plan.vector_ops_per_tile, 8);
+  const std::string src = rw::source(p, h.syms);
+  int madds = 0;
+  for (size_t at = 0; (at = src.find("vpu.madd", at)) != std::string::npos; ++at) ++madds;
+  EXPECT_EQ(madds, 2);
+  rw::Program q;
+  q.rows = 64, q.cols = 256;
+  h.host.clear(), h.out_rows.clear();
+  const int d = q.input(h.add_input(q, uniform(64 * 256, -3, 3, 71), DType::F32));
+  const int g = q.input(h.add_input(q, uniform(256, 0.5, 1.5, 72), DType::F32, false, 1));
+  const int b = q.input(h.add_input(q, uniform(256, -1, 1, 73), DType::F32, false, 1));
+  h.add_output(q, q.binary(Op::Add, q.binary(Op::Mul, d, g), b), DType::F32);
+  h.run_and_check(q, {Tol{1e-5, 1e-6}});
+  EXPECT_EQ(h.plan.vector_ops_per_tile, 1);  // the multiply-add, straight into the output's staging
+}
+
 TEST(Rowwise, OwnValuesInTheAccumulatorsSpareVmemPorts) {
   // Softmax over a bf16 [256, 768] to bf16 on one core of h200-like, whose shared memory (VMEM) takes 128 bytes a
   // cycle: the cast to f32, the row max, the difference, its exp, the row sum and the scaling each read and most
