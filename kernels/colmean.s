@@ -9,7 +9,9 @@
 # f32, then halves the rows until one is left: of n rows, the last floor(n / 2) are added onto the first floor(n /
 # 2) (one vpu.add over that many rows of CC contiguous f32 elements), leaving ceil(n / 2); it casts that row times
 # SCALE to DDT (one vpu.cast) and dmaout stores it. The sums are f32 in that fixed order: row r's element
-# reaches row 0 through the halvings, the same order for every column, whatever CC. A fence ends each chunk.
+# reaches row 0 through the halvings, the same order for every column, whatever CC. Semaphores: s1 the chunk's x
+# loaded, s2 its mean cast, s3 the y buffer free (its store done), s4 the x buffer free (its cast to f32 done); no
+# fence (the weight stream's background loads go on past the kernel).
 .name "colmean"
 .default DDT, DT_BF16
 .default SCALE, 0
@@ -51,6 +53,8 @@
 
     sem.set s1, 0
     sem.set s2, 0
+    sem.set s3, 1
+    sem.set s4, 1
     li one, 1
     li scale, SCALE
     li rows, ROWS
@@ -69,9 +73,9 @@ chunk:
     add t0, t0, t1
     muli t2, nc, 2
     li t1, COLS * 2
-    dma.ld vx, t0, rows, t2, t1, t2, signal=s1
+    dma.ld vx, t0, rows, t2, t1, t2, wait=s4, signal=s1
     mul cnt, nc, rows
-    vpu.cast vf, vx, cnt, r0, DT_BF16, DT_F32, wait=s1
+    vpu.cast vf, vx, cnt, r0, DT_BF16, DT_F32, wait=s1, signal=s4
     li n, ROWS
 half:
     bge one, n, summed
@@ -86,13 +90,12 @@ half:
     sub n, n, h
     jmp half
 summed:
-    vpu.cast vy, vf, nc, scale, DT_F32, DDT, scale_en=(SCALE != 0), signal=s2
+    vpu.cast vy, vf, nc, scale, DT_F32, DDT, scale_en=(SCALE != 0), wait=s3, signal=s2
     muli t0, c0, DE
     li t1, y
     add t0, t0, t1
     muli t2, nc, DE
-    dma.st t0, vy, one, t2, t2, t2, wait=s2
-    fence
+    dma.st t0, vy, one, t2, t2, t2, wait=s2, signal=s3
     add c0, c0, nc
     li t0, COLS
     blt c0, t0, chunk
