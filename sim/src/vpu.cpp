@@ -497,7 +497,8 @@ void Vpu::compute(const Entry& e) {
                     stride = e.arg("stride"), bias = e.arg("bias");
       const DType adt = e.dtype("adt"), odt = e.dtype("odt");
       const bool bias_en = e.arg("bias_en"), res = e.arg("res"), relu = e.arg("relu") && !res,
-                 scale_en = e.arg("scale_en"), dequant = e.arg("dequant");
+                 res_relu = e.arg("relu") && res, scale_en = e.arg("scale_en"), dequant = e.arg("dequant");
+      const int64_t r = e.arg("scale");  // with res: the residual's address
       const float scale = isa::f32_from_bits(static_cast<uint32_t>(e.arg("scale")));
       const int osz = isa::dtype_size(odt);
       for (int64_t i = 0; i < rows; ++i) {
@@ -527,8 +528,8 @@ void Vpu::compute(const Entry& e) {
           }
           if (res) {  // vpu.add (relu) of the residual: the sum in f32, rounded to odt, then its ReLU
             uint8_t* y = out + j * osz;
-            store_float(odt, y, Add{}(load_float(odt, y), load_float(odt, vm + e.arg("scale") + i * stride + j * osz)));
-            if (e.arg("relu")) store_float(odt, y, Relu{}(load_float(odt, y)));
+            store_float(odt, y, Add{}(load_float(odt, y), load_float(odt, vm + r + i * stride + j * osz)));
+            if (res_relu) store_float(odt, y, Relu{}(load_float(odt, y)));
           }
         }
       }
@@ -543,15 +544,16 @@ void Vpu::compute(const Entry& e) {
     case Op::VMADD: {  // vpu.mul then vpu.add, element by element (vd may be va, vb or vc)
       const DType t = e.dtype("dtype");
       const int sz = isa::dtype_size(t);
-      for (int64_t i = 0, o = 0; i < e.arg("n"); ++i, o += sz) {
+      const int64_t n = e.arg("n"), vd = e.arg("vd"), va = e.arg("va"), vb = e.arg("vb"), vc = e.arg("vc");
+      for (int64_t i = 0, o = 0; i < n; ++i, o += sz) {
         uint8_t p[4];  // the product, in dtype
-        const uint8_t *a = vm + e.arg("va") + o, *b = vm + e.arg("vb") + o, *c = vm + e.arg("vc") + o;
+        const uint8_t *a = vm + va + o, *b = vm + vb + o, *c = vm + vc + o;
         if (is_float(t)) {
           store_float(t, p, Mul{}(load_float(t, a), load_float(t, b)));
-          store_float(t, vm + e.arg("vd") + o, Add{}(load_float(t, p), load_float(t, c)));
+          store_float(t, vm + vd + o, Add{}(load_float(t, p), load_float(t, c)));
         } else {
           store_int(t, p, Mul{}(load_int(t, a), load_int(t, b)));
-          store_int(t, vm + e.arg("vd") + o, Add{}(load_int(t, p), load_int(t, c)));
+          store_int(t, vm + vd + o, Add{}(load_int(t, p), load_int(t, c)));
         }
       }
       return;

@@ -55,6 +55,7 @@ void Reference::vpu_elementwise(const isa::Instr& in) {
   if (dt == DType::I8 && (in.op == Op::VADD || in.op == Op::VSUB || in.op == Op::VMUL || in.op == Op::VMADD))
     fail(in.desc().mnemonic + " does not take i8");
   int64_t vd = value(in, "vd"), va = value(in, "va"), vb = binary ? value(in, "vb") : 0, n = value(in, "n");
+  const int64_t vc = in.op == Op::VMADD ? value(in, "vc") : 0;
   const int size = size_of(dt);
   for (int64_t i = 0; i < n; ++i) {
     double a = vmem_load(va + i * size, dt), b = binary ? vmem_load(vb + i * size, dt) : 0, r = 0;
@@ -63,7 +64,7 @@ void Reference::vpu_elementwise(const isa::Instr& in) {
       case Op::VMADD: {  // the product in dt (as vpu.mul), then the sum (as vpu.add)
         const double p = is_int(dt) ? static_cast<double>(wrap_to(int64_t(a) * int64_t(b), dt))
                                     : float_result(dt, a * b);
-        r = p + vmem_load(value(in, "vc") + i * size, dt);
+        r = p + vmem_load(vc + i * size, dt);
         break;
       }
       case Op::VSUB: r = a - b; break;
@@ -209,6 +210,7 @@ void Reference::vpu_acc(const isa::Instr& in) {
   if (res && (scale_en || (odt != DType::BF16 && odt != DType::F32)))
     fail("vpu.acc res adds a bf16 or f32 residual and takes no scale");
   const double scale = f32_from_bits(static_cast<uint64_t>(value(in, "scale")));
+  const int64_t r = value(in, "scale");  // with res: the residual's address
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
       double x = acc_read(acc0 + i, j, adt);
@@ -224,7 +226,7 @@ void Reference::vpu_acc(const isa::Instr& in) {
       const int64_t at = i * stride + j * size_of(odt);
       double y = cast_to(x, odt);
       if (res) {  // the residual's sum, rounded to odt, then (relu) its maximum with +0
-        y = float_result(odt, y + vmem_load(value(in, "scale") + at, odt));
+        y = float_result(odt, y + vmem_load(r + at, odt));
         if (relu) y = maximum(y, 0.0);
       }
       vmem_store(vaddr + at, odt, y);
